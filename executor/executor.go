@@ -1,0 +1,213 @@
+// Package executor defines the BashExecutor seam: the one interface every place
+// a command can run behind (a host process, a Docker sandbox, a pod) implements,
+// and the plain data that crosses it.
+//
+// Data flows one way. tools/ validates what the model sent and builds a Request;
+// the executor resolves it against its configured defaults and caps into a Spec
+// (every field explicit), then runs it in the foreground (Run) or starts it in the
+// background (Start). The executor never renders text: it reports facts (tails,
+// exit code, signal, whether its timer fired, where the spill file is) and tools/
+// turns them into what the model sees. That is why swapping executors cannot
+// change one character of the model-facing contract, and why one conformance
+// suite (executor/executortest) can hold every implementation to it.
+//
+// Semantics every implementation owes (DESIGN §3):
+//   - each command runs in its own process group and, where the kernel allows, its
+//     own cgroup; timeout, Kill and a cancelled foreground call send SIGTERM to the
+//     whole tree, wait the grace period, then SIGKILL whatever is left, including
+//     processes that called setsid or ignore SIGTERM;
+//   - when the command's leader exits, whatever it left running is killed the
+//     same way: no call leaves processes behind (use Background for that);
+//   - each stream keeps a bounded tail; the full output, stdout and stderr
+//     interleaved in arrival order, is spilled to a file once a tail overflows;
+//   - exit status is exact: an exit code, or the terminating signal by name;
+//   - workdirs are resolved where the files are, and cannot escape the root.
+package executor
+
+import (
+	"context"
+	"time"
+)
+
+// Shell selects the interpreter a command is handed to.
+type Shell string
+
+const (
+	// Bash runs `bash -c <command>` (never a login shell).
+	Bash Shell = "bash"
+	// Pwsh runs `pwsh -NoProfile -NonInteractive -Command <command>`.
+	Pwsh Shell = "pwsh"
+)
+
+// Argv returns the argument vector that runs command under the shell.
+func (s Shell) Argv(command string) []string {
+	if s == Pwsh {
+		return []string{"pwsh", "-NoProfile", "-NonInteractive", "-Command", command}
+	}
+	return []string{"bash", "-c", command}
+}
+
+// Request is what tools/ asks an executor for. Zero values mean "use the
+// executor's default": an empty Workdir is the session cwd, a zero Timeout the
+// default timeout.
+type Request struct {
+	// Session names the session the call belongs to. Tasks, spill files and the
+	// session cwd are scoped by it.
+	Session string
+	Shell   Shell
+	Command string
+	// Workdir as the model gave it: empty, relative to the session cwd, or
+	// absolute (inside the sandbox).
+	Workdir string
+	// Timeout asked for; clamped to the executor's cap. Ignored for background.
+	Timeout    time.Duration
+	Background bool
+	// Env is the managed environment (DSH_* and policy variables) built by
+	// tools/. It is applied last, over the executor's base environment; nothing
+	// from the executor's own process environment reaches the command.
+	Env map[string]string
+	// Permissions are the extra sandbox rights granted for this call only, after
+	// the policy layer decided on them.
+	Permissions []string
+}
+
+// Spec is a Request resolved against an executor's configuration: every field
+// is explicit, so what will run can be logged, audited and tested as data.
+type Spec struct {
+	Session string
+	Shell   Shell
+	Command string
+	// Workdir is absolute, as seen by the command. It is lexically clean but
+	// not yet confined: confinement happens where the files are, at run time.
+	Workdir string
+	// Root is the directory Workdir must stay inside.
+	Root string
+	// Timeout is the effective foreground timeout; zero for background tasks.
+	Timeout time.Duration
+	// Grace is the time between SIGTERM and SIGKILL.
+	Grace      time.Duration
+	Background bool
+	// Env is the complete environment of the command, KEY=VALUE.
+	Env []string
+	// TailBytes bounds the tail kept of each stream of a foreground result.
+	TailBytes int
+	// BufferBytes bounds the unread output kept in memory per stream of a
+	// background task.
+	BufferBytes int
+	// SpillLimit caps the spill file of one call, in bytes.
+	SpillLimit int64
+	// Permissions granted for this call.
+	Permissions []string
+}
+
+// Result is how a foreground command (or a finished background task) ended.
+type Result struct {
+	// Stdout and Stderr are the kept tails.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// ExitCode is the exit code; meaningful when Signal is empty.
+	ExitCode int `json:"exitCode"`
+	// Signal names the signal that terminated the command ("SIGKILL"), or is
+	// empty when it exited.
+	Signal string `json:"signal,omitempty"`
+	// TimedOut reports that the executor's timer fired, however the command
+	// then ended.
+	TimedOut bool `json:"timedOut"`
+	// TimeoutMs is the effective timeout in milliseconds.
+	TimeoutMs int64 `json:"timeoutMs"`
+	// Truncated reports that a kept tail is shorter than its stream.
+	Truncated bool `json:"truncated"`
+	// SpillPath is the full output, readable from where the command ran. Set
+	// when Truncated and the spill was written (possibly capped: see SpillError).
+	SpillPath string `json:"spillPath,omitempty"`
+	// SpillError says why the full output is not (wholly) available.
+	SpillError string `json:"spillError,omitempty"`
+}
+
+// State is where a background task is in its life.
+type State string
+
+const (
+	Running   State = "running"
+	Completed State = "completed"
+	Killed    State = "killed"
+)
+
+// Status is a background task's state. ExitCode is meaningful when State is
+// Completed; Signal may name the signal of a Killed task.
+type Status struct {
+	State    State  `json:"state"`
+	ExitCode int    `json:"exitCode"`
+	Signal   string `json:"signal,omitempty"`
+}
+
+// Output is what one cursor read of a background task returns: the output
+// produced since the previous read, and the status after it.
+type Output struct {
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Lost counts bytes produced since the previous read that were no longer
+	// in memory: the reader fell behind the in-memory bound.
+	Lost int64 `json:"lost"`
+	// SpillPath holds the task's full output (set when Lost > 0, or once the
+	// task's output outgrew memory).
+	SpillPath  string `json:"spillPath,omitempty"`
+	SpillError string `json:"spillError,omitempty"`
+	Status     Status `json:"status"`
+}
+
+// KillResult says what Kill found.
+type KillResult struct {
+	// AlreadyDone is true when the task had ended before Kill was called;
+	// Status then says how.
+	AlreadyDone bool
+	Status      Status
+}
+
+// BashExecutor is the seam. Implementations must be safe for concurrent use.
+type BashExecutor interface {
+	// Resolve applies defaults and caps to req. It does no I/O that can
+	// block on the command; errors are ErrInvalid.
+	Resolve(ctx context.Context, req Request) (Spec, error)
+
+	// Run runs spec in the foreground and returns how it ended. A non-zero
+	// exit, a signal or a timeout is a Result, not an error. ctx belongs to
+	// the caller: if it is cancelled before the command ends, the command's
+	// whole tree is killed (SIGTERM, grace, SIGKILL) before Run returns
+	// ErrAborted.
+	Run(ctx context.Context, spec Spec) (Result, error)
+
+	// Start starts spec as a background task and returns at once. The task
+	// outlives ctx, which bounds only the start itself; the task ends when its
+	// command does or when it is killed.
+	Start(ctx context.Context, spec Spec) (Task, error)
+
+	// Task finds a task of session by id. A task of another session answers
+	// exactly as an unknown id: ErrNotFound.
+	Task(ctx context.Context, session, id string) (Task, error)
+
+	// Has reports whether the executor can run shell (pwsh is offered only
+	// where the session image has it).
+	Has(ctx context.Context, session string, shell Shell) bool
+}
+
+// Task is a handle on a background task. Its methods are safe for concurrent
+// use; Read has one cursor per task, shared by every handle.
+type Task interface {
+	ID() string
+
+	// Read returns the output produced since the previous Read, and the
+	// status. It never blocks on the command.
+	Read(ctx context.Context) (Output, error)
+
+	// Wait blocks until the task ends or ctx is done, and returns its final
+	// Result (tails of the whole output, exit status). It does not consume
+	// the Read cursor.
+	Wait(ctx context.Context) (Result, error)
+
+	// Kill kills the task's whole tree (SIGTERM, grace, SIGKILL) and waits for
+	// it to be gone. Killing a finished task is not an error: the result says
+	// it was already done. Kill runs to completion even if ctx is cancelled
+	// once the signals are sent, so a gone caller cannot leave half a tree.
+	Kill(ctx context.Context) (KillResult, error)
+}

@@ -1,0 +1,410 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// Config configures a Toolset.
+type Config struct {
+	// DisableRunInBackground removes run_in_background from the schemas and
+	// rejects calls that force it (config key enableRunInBackground: false).
+	DisableRunInBackground bool
+	// Home is DSH_HOME: the home directory as the command sees it.
+	Home string
+	// Facts are extra DSH_* variables every call gets. Keys must start with
+	// "DSH_" and may not replace DSH_SHELL, DSH_SESSION_ID or DSH_HOME.
+	Facts map[string]string
+	// Gate is the permissions seam: it sees every bash and pwsh call before it
+	// runs, and may deny it or adjust the request. Nil allows everything.
+	Gate Gate
+	// OnNotice, if set, is called (from the task's watcher goroutine) with
+	// each background completion notice, for event streams. It must not block.
+	OnNotice func(session string, n Notice)
+	// MaxNotices bounds the pending notices per session (default 64); the
+	// oldest are dropped first.
+	MaxNotices int
+}
+
+// Call is one shell call as the permissions Gate sees it.
+type Call struct {
+	Tenant        string
+	Session       string
+	Tool          string
+	Description   string
+	Justification string
+	Request       executor.Request
+}
+
+// Gate decides on a call before it runs. It returns the request to run (it may
+// add plain environment variables, permissions granted, or a lower timeout),
+// or an error whose text is the model-facing denial, e.g.
+// "denied by policy acme/no-rm: deleting files is not allowed".
+type Gate interface {
+	Check(ctx context.Context, c Call) (executor.Request, error)
+}
+
+// Notice is a background completion notice.
+type Notice struct {
+	TaskID string          `json:"taskId"`
+	Status executor.Status `json:"status"`
+	Text   string          `json:"text"`
+}
+
+// Result is a tool call's outcome: the text the model reads and the same
+// facts typed.
+type Result struct {
+	Text    string `json:"text"`
+	IsError bool   `json:"isError"`
+	// Value is one of *Foreground, *Background, *TaskOutput, *TaskKill or
+	// *ErrorValue.
+	Value any `json:"result"`
+	// Notices are the session's background completion notices that arrived
+	// since its previous call: context for the model, apart from Text.
+	Notices []Notice `json:"notices,omitempty"`
+}
+
+// Foreground is the typed result of a finished foreground call.
+type Foreground struct {
+	Kind string `json:"kind"` // "foreground"
+	executor.Result
+}
+
+// Background is the typed result of a started background task.
+type Background struct {
+	Kind   string `json:"kind"` // "background"
+	TaskID string `json:"taskId"`
+}
+
+// TaskOutput is the typed result of bash_output.
+type TaskOutput struct {
+	Kind   string `json:"kind"` // "output"
+	TaskID string `json:"taskId"`
+	executor.Output
+}
+
+// TaskKill is the typed result of bash_kill.
+type TaskKill struct {
+	Kind        string          `json:"kind"` // "kill"
+	TaskID      string          `json:"taskId"`
+	AlreadyDone bool            `json:"alreadyDone"`
+	Status      executor.Status `json:"status"`
+}
+
+// ErrorValue is the typed result of a failed call.
+type ErrorValue struct {
+	Kind    string `json:"kind"` // "error"
+	Message string `json:"message"`
+}
+
+// Toolset serves the tools over one executor. It is safe for concurrent use.
+type Toolset struct {
+	exec executor.BashExecutor
+	cfg  Config
+
+	// life bounds the task watchers; Close cancels it.
+	life   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	notices map[string][]Notice // session → pending, oldest first
+	// watching holds the tasks whose watcher has not finished; seen, a subset
+	// of it, those whose end the model saw before their watcher queued it.
+	watching map[string]bool
+	seen     map[string]bool
+}
+
+// New returns a Toolset over exec.
+func New(exec executor.BashExecutor, cfg Config) (*Toolset, error) {
+	for k := range cfg.Facts {
+		if !strings.HasPrefix(k, "DSH_") {
+			return nil, fmt.Errorf("tools: fact %q: keys must start with DSH_", k)
+		}
+		switch k {
+		case "DSH_SHELL", "DSH_SESSION_ID", "DSH_HOME":
+			return nil, fmt.Errorf("tools: fact %q: managed by shellbox and cannot be configured", k)
+		}
+	}
+	if cfg.MaxNotices <= 0 {
+		cfg.MaxNotices = 64
+	}
+	life, cancel := context.WithCancel(context.Background())
+	return &Toolset{exec: exec, cfg: cfg, life: life, cancel: cancel,
+		notices: map[string][]Notice{}, watching: map[string]bool{}, seen: map[string]bool{}}, nil
+}
+
+// Close stops watching background tasks (it does not kill them: tasks belong
+// to the executor) and waits for the watchers to return.
+func (t *Toolset) Close() {
+	t.cancel()
+	t.wg.Wait()
+}
+
+// Definitions lists the tools offered to session: pwsh only where the
+// executor has it.
+func (t *Toolset) Definitions(ctx context.Context, session string) []Definition {
+	return t.definitions(t.exec.Has(ctx, session, executor.Pwsh))
+}
+
+// AllDefinitions lists every tool regardless of the session image, for
+// documentation and `shellbox tools --schema`.
+func (t *Toolset) AllDefinitions() []Definition { return t.definitions(true) }
+
+func (t *Toolset) definitions(pwsh bool) []Definition {
+	bg := !t.cfg.DisableRunInBackground
+	defs := []Definition{{Name: ToolBash, Description: shellDescription(ToolBash, bg), InputSchema: shellSchema(true, bg)}}
+	if bg {
+		defs = append(defs,
+			Definition{Name: ToolBashOutput, Description: bashOutputDescription, InputSchema: taskSchema()},
+			Definition{Name: ToolBashKill, Description: bashKillDescription, InputSchema: taskSchema()},
+		)
+	}
+	if pwsh {
+		defs = append(defs, Definition{Name: ToolPwsh, Description: shellDescription(ToolPwsh, bg), InputSchema: shellSchema(false, bg)})
+	}
+	return defs
+}
+
+// Invocation names who calls which tool with what.
+type Invocation struct {
+	Tenant  string
+	Session string
+	Tool    string
+	Args    json.RawMessage
+}
+
+// Call runs one tool call. It never returns a Go error: every failure is a
+// Result with IsError and the "Error: <message>" text. ctx belongs to the
+// caller; cancelling it aborts a foreground command (killing its tree) but
+// not a background task.
+func (t *Toolset) Call(ctx context.Context, inv Invocation) Result {
+	var r Result
+	switch inv.Tool {
+	case ToolBash, ToolPwsh:
+		r = t.shell(ctx, inv)
+	case ToolBashOutput:
+		r = t.output(ctx, inv)
+	case ToolBashKill:
+		r = t.kill(ctx, inv)
+	default:
+		r = errorResult(fmt.Sprintf("unknown tool: %s", clip(inv.Tool)))
+	}
+	r.Notices = t.drain(inv.Session)
+	return r
+}
+
+func (t *Toolset) shell(ctx context.Context, inv Invocation) Result {
+	bg := !t.cfg.DisableRunInBackground
+	sandbox := inv.Tool == ToolBash
+	a, err := parseShellArgs(inv.Args, sandbox, bg)
+	if err != nil {
+		return errorOf(err)
+	}
+	shell := executor.Bash
+	if inv.Tool == ToolPwsh {
+		shell = executor.Pwsh
+		if !t.exec.Has(ctx, inv.Session, executor.Pwsh) {
+			return errorResult("pwsh is not available in this session's image")
+		}
+	}
+	req := executor.Request{
+		Session:     inv.Session,
+		Shell:       shell,
+		Command:     a.Command,
+		Workdir:     a.Workdir,
+		Timeout:     a.Timeout,
+		Background:  a.Background,
+		Env:         map[string]string{},
+		Permissions: a.Permissions,
+	}
+	if t.cfg.Gate != nil {
+		req, err = t.cfg.Gate.Check(ctx, Call{Tenant: inv.Tenant, Session: inv.Session, Tool: inv.Tool,
+			Description: a.Description, Justification: a.Justification, Request: req})
+		if err != nil {
+			return errorOf(err)
+		}
+	}
+	// The managed variables are applied last: a policy may add plain
+	// variables but never replace DSH_*.
+	req.Env = t.managedEnv(inv.Session, req.Env)
+	spec, err := t.exec.Resolve(ctx, req)
+	if err != nil {
+		return errorOf(err)
+	}
+	if spec.Background {
+		task, err := t.exec.Start(ctx, spec)
+		if err != nil {
+			return errorOf(err)
+		}
+		t.watch(inv.Session, task)
+		return Result{Text: RenderBackground(task.ID()), Value: &Background{Kind: "background", TaskID: task.ID()}}
+	}
+	res, err := t.exec.Run(ctx, spec)
+	if err != nil {
+		return errorOf(err)
+	}
+	return Result{Text: RenderForeground(res), Value: &Foreground{Kind: "foreground", Result: res}}
+}
+
+func (t *Toolset) output(ctx context.Context, inv Invocation) Result {
+	if t.cfg.DisableRunInBackground {
+		return errorResult("unknown tool: " + inv.Tool)
+	}
+	id, err := parseTaskID(inv.Args)
+	if err != nil {
+		return errorOf(err)
+	}
+	task, err := t.exec.Task(ctx, inv.Session, id)
+	if err != nil {
+		return errorOf(err)
+	}
+	o, err := task.Read(ctx)
+	if err != nil {
+		return errorOf(err)
+	}
+	if o.Status.State != executor.Running {
+		t.saw(inv.Session, id)
+	}
+	return Result{Text: RenderOutput(o), Value: &TaskOutput{Kind: "output", TaskID: id, Output: o}}
+}
+
+func (t *Toolset) kill(ctx context.Context, inv Invocation) Result {
+	if t.cfg.DisableRunInBackground {
+		return errorResult("unknown tool: " + inv.Tool)
+	}
+	id, err := parseTaskID(inv.Args)
+	if err != nil {
+		return errorOf(err)
+	}
+	task, err := t.exec.Task(ctx, inv.Session, id)
+	if err != nil {
+		return errorOf(err)
+	}
+	k, err := task.Kill(ctx)
+	if err != nil {
+		return errorOf(err)
+	}
+	t.saw(inv.Session, id)
+	return Result{Text: RenderKill(id, k), Value: &TaskKill{Kind: "kill", TaskID: id, AlreadyDone: k.AlreadyDone, Status: k.Status}}
+}
+
+// managedEnv returns extra with the DSH_* contract laid over it.
+func (t *Toolset) managedEnv(session string, extra map[string]string) map[string]string {
+	env := make(map[string]string, len(extra)+len(t.cfg.Facts)+3)
+	for k, v := range extra {
+		if !strings.HasPrefix(k, "DSH_") {
+			env[k] = v
+		}
+	}
+	for k, v := range t.cfg.Facts {
+		env[k] = v
+	}
+	env["DSH_SHELL"] = "1"
+	env["DSH_SESSION_ID"] = session
+	if t.cfg.Home != "" {
+		env["DSH_HOME"] = t.cfg.Home
+	}
+	return env
+}
+
+// ManagedEnv is the DSH_* environment a call of session gets, for
+// documentation and tests.
+func (t *Toolset) ManagedEnv(session string) map[string]string { return t.managedEnv(session, nil) }
+
+// watch queues a notice when task ends. The watcher lives as long as the
+// Toolset, not the call that started the task.
+func (t *Toolset) watch(session string, task executor.Task) {
+	key := session + "\x00" + task.ID()
+	t.mu.Lock()
+	t.watching[key] = true
+	t.mu.Unlock()
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		res, err := task.Wait(t.life)
+		t.mu.Lock()
+		seen := t.seen[key]
+		delete(t.watching, key)
+		delete(t.seen, key)
+		if err != nil || seen {
+			// Closing, the executor lost the task, or the model already saw
+			// its end through bash_output or bash_kill.
+			t.mu.Unlock()
+			return
+		}
+		st := statusOf(res)
+		n := Notice{TaskID: task.ID(), Status: st, Text: RenderNotice(task.ID(), st)}
+		q := append(t.notices[session], n)
+		if len(q) > t.cfg.MaxNotices {
+			q = q[len(q)-t.cfg.MaxNotices:]
+		}
+		t.notices[session] = q
+		t.mu.Unlock()
+		if t.cfg.OnNotice != nil {
+			t.cfg.OnNotice(session, n)
+		}
+	}()
+}
+
+// saw records that the model has seen task's end, so its notice is not
+// repeated.
+func (t *Toolset) saw(session, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.notices[session]
+	for i, n := range q {
+		if n.TaskID == id {
+			t.notices[session] = append(q[:i:i], q[i+1:]...)
+			if len(t.notices[session]) == 0 {
+				delete(t.notices, session)
+			}
+			return
+		}
+	}
+	// The watcher has not queued it yet: tell it not to.
+	if key := session + "\x00" + id; t.watching[key] {
+		t.seen[key] = true
+	}
+}
+
+// drain returns and forgets session's pending notices.
+func (t *Toolset) drain(session string) []Notice {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.notices[session]
+	delete(t.notices, session)
+	return q
+}
+
+// statusOf is the task status a final Result implies.
+func statusOf(r executor.Result) executor.Status {
+	if r.Signal != "" {
+		return executor.Status{State: executor.Killed, Signal: r.Signal}
+	}
+	return executor.Status{State: executor.Completed, ExitCode: r.ExitCode}
+}
+
+func errorResult(msg string) Result {
+	return Result{Text: RenderError(msg), IsError: true, Value: &ErrorValue{Kind: "error", Message: msg}}
+}
+
+// errorOf normalises any error into the model-facing form. Messages of
+// executor errors and argument errors are already the contract's text;
+// anything else is an infrastructure failure and keeps its (wrapped) text.
+func errorOf(err error) Result {
+	msg := err.Error()
+	if errors.Is(err, executor.ErrAborted) {
+		msg = "tool call aborted"
+	}
+	if msg == "" {
+		msg = "unknown failure"
+	}
+	return errorResult(msg)
+}

@@ -1,0 +1,302 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+func call(t *testing.T, ts *Toolset, tool, args string) Result {
+	t.Helper()
+	return ts.Call(context.Background(), Invocation{Session: "s1", Tool: tool, Args: json.RawMessage(args)})
+}
+
+func newSet(t *testing.T, f *fakeExec, cfg Config) *Toolset {
+	t.Helper()
+	ts, err := New(f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestValidationMessages(t *testing.T) {
+	cases := []struct {
+		tool, args, want string
+	}{
+		{"bash", `{}`, "Error: invalid command: expected a non-empty string"},
+		{"bash", ``, "Error: invalid command: expected a non-empty string"},
+		{"bash", `{"command":""}`, "Error: invalid command: expected a non-empty string"},
+		{"bash", `{"command":"   "}`, "Error: invalid command: expected a non-empty string"},
+		{"bash", `{"command":5}`, "Error: invalid command: expected a non-empty string"},
+		{"bash", `{"command":null}`, "Error: invalid command: expected a non-empty string"},
+		{"bash", `{"command":"ls"}`, "Error: invalid description: expected a non-empty string"},
+		{"bash", `{"command":"ls","description":["x"]}`, "Error: invalid description: expected a non-empty string"},
+		{"bash", `{"command":"ls","description":"list","timeoutMs":0}`, "Error: invalid timeoutMs: expected a positive number, got 0"},
+		{"bash", `{"command":"ls","description":"list","timeoutMs":-5}`, "Error: invalid timeoutMs: expected a positive number, got -5"},
+		{"bash", `{"command":"ls","description":"list","timeoutMs":"100"}`, `Error: invalid timeoutMs: expected a positive number, got "100"`},
+		{"bash", `{"command":"ls","description":"list","timeoutMs":true}`, "Error: invalid timeoutMs: expected a positive number, got true"},
+		{"bash", `{"command":"ls","description":"list","workdir":7}`, "Error: invalid workdir: expected a string, got 7"},
+		{"bash", `{"command":"ls","description":"list","run_in_background":"yes"}`, `Error: invalid run_in_background: expected a boolean, got "yes"`},
+		{"bash", `{"command":"ls","description":"list","sandbox_permissions":"network"}`, `Error: invalid sandbox_permissions: expected an array of strings, got "network"`},
+		{"bash", `{"command":"ls","description":"list","sandbox_permissions":["network"]}`, "Error: invalid justification: expected a non-empty string with sandbox_permissions"},
+		{"bash", `{"command":"ls","description":"list","cmd":"x"}`, `Error: invalid arguments: unknown argument "cmd"`},
+		{"bash", `{"command":"ls"`, "Error: invalid arguments: malformed JSON: unexpected end of JSON input (at byte 15)"},
+		{"bash", `[1,2]`, "Error: invalid arguments: expected a JSON object, got [1,2]"},
+		{"bash", `{"command":"ls","description":"x"} {}`, "Error: invalid arguments: malformed JSON: unexpected data after the object"},
+		{"pwsh", `{"command":"ls","description":"list","sandbox_permissions":["network"],"justification":"j"}`, `Error: invalid arguments: unknown argument "justification"`},
+		{"bash_output", `{}`, "Error: invalid task_id: expected a non-empty string"},
+		{"bash_output", `{"task_id":3}`, "Error: invalid task_id: expected a non-empty string"},
+		{"bash_kill", `{"task_id":""}`, "Error: invalid task_id: expected a non-empty string"},
+		{"bash_output", `{"task_id":"nope"}`, "Error: no such task: nope"},
+		{"bash_kill", `{"task_id":"nope"}`, "Error: no such task: nope"},
+		{"rm_rf", `{}`, "Error: unknown tool: rm_rf"},
+	}
+	f := newFake()
+	f.pwsh = true
+	ts := newSet(t, f, Config{})
+	for _, c := range cases {
+		r := call(t, ts, c.tool, c.args)
+		if r.Text != c.want || !r.IsError {
+			t.Errorf("%s %s:\n got %q (isError=%v)\nwant %q", c.tool, c.args, r.Text, r.IsError, c.want)
+		}
+		ev, ok := r.Value.(*ErrorValue)
+		if !ok || "Error: "+ev.Message != c.want || ev.Kind != "error" {
+			t.Errorf("%s %s: typed value %#v", c.tool, c.args, r.Value)
+		}
+	}
+}
+
+func TestForegroundRequest(t *testing.T) {
+	f := newFake()
+	f.result = executor.Result{Stdout: "hi\n", ExitCode: 4}
+	ts := newSet(t, f, Config{Home: "/home/sandbox", Facts: map[string]string{"DSH_REGION": "eu"}})
+	r := call(t, ts, "bash", `{"command":"echo hi","description":"say hi","timeoutMs":1500.2,"workdir":"sub"}`)
+	if r.IsError || r.Text != "hi\n[exit code: 4]" {
+		t.Fatalf("got %q", r.Text)
+	}
+	fg, ok := r.Value.(*Foreground)
+	if !ok || fg.Kind != "foreground" || fg.ExitCode != 4 || fg.Stdout != "hi\n" {
+		t.Fatalf("typed: %#v", r.Value)
+	}
+	s := f.last
+	if s.Command != "echo hi" || s.Workdir != "/workspace/sub" || s.Timeout != 1501*time.Millisecond || s.Shell != executor.Bash {
+		t.Fatalf("spec: %+v", s)
+	}
+	env := strings.Join(s.Env, "\n")
+	for _, kv := range []string{"DSH_SHELL=1", "DSH_SESSION_ID=s1", "DSH_HOME=/home/sandbox", "DSH_REGION=eu", "PATH=/usr/bin:/bin"} {
+		if !strings.Contains(env, kv) {
+			t.Errorf("env lacks %s: %v", kv, s.Env)
+		}
+	}
+	// The timeout cap and default come from the executor.
+	call(t, ts, "bash", `{"command":"x","description":"d","timeoutMs":1e300}`)
+	if f.last.Timeout != 600*time.Second {
+		t.Fatalf("cap: %v", f.last.Timeout)
+	}
+	call(t, ts, "bash", `{"command":"x","description":"d","timeoutMs":null}`)
+	if f.last.Timeout != 120*time.Second {
+		t.Fatalf("default: %v", f.last.Timeout)
+	}
+}
+
+func TestPwsh(t *testing.T) {
+	f := newFake()
+	ts := newSet(t, f, Config{})
+	if r := call(t, ts, "pwsh", `{"command":"Get-Date","description":"show date"}`); r.Text != "Error: pwsh is not available in this session's image" {
+		t.Fatalf("got %q", r.Text)
+	}
+	for _, d := range ts.Definitions(context.Background(), "s1") {
+		if d.Name == ToolPwsh {
+			t.Fatal("pwsh offered without pwsh")
+		}
+	}
+	f.pwsh = true
+	r := call(t, ts, "pwsh", `{"command":"Get-Date","description":"show date"}`)
+	if r.IsError || f.last.Shell != executor.Pwsh {
+		t.Fatalf("got %q, shell %q", r.Text, f.last.Shell)
+	}
+	if got := strings.Join(executor.Pwsh.Argv("Get-Date"), " "); got != "pwsh -NoProfile -NonInteractive -Command Get-Date" {
+		t.Fatalf("argv %q", got)
+	}
+}
+
+func TestSchemasGolden(t *testing.T) {
+	for _, bg := range []bool{true, false} {
+		ts := newSet(t, newFake(), Config{DisableRunInBackground: !bg})
+		b, err := json.MarshalIndent(ts.AllDefinitions(), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "schemas"
+		if !bg {
+			name = "schemas-nobackground"
+		}
+		golden(t, name, string(b)+"\n")
+		for _, d := range ts.AllDefinitions() {
+			var v map[string]any
+			if err := json.Unmarshal(d.InputSchema, &v); err != nil {
+				t.Fatalf("%s: schema is not JSON: %v", d.Name, err)
+			}
+			props := v["properties"].(map[string]any)
+			if d.Name == ToolBashOutput || d.Name == ToolBashKill {
+				continue
+			}
+			if _, has := props["run_in_background"]; has != bg {
+				t.Errorf("%s: run_in_background present=%v with background=%v", d.Name, has, bg)
+			}
+			fn := d.Function()["function"].(map[string]any)
+			if fn["name"] != d.Name {
+				t.Errorf("function form: %v", fn)
+			}
+		}
+	}
+}
+
+func TestBackgroundDisabled(t *testing.T) {
+	ts := newSet(t, newFake(), Config{DisableRunInBackground: true})
+	r := call(t, ts, "bash", `{"command":"sleep 1","description":"wait","run_in_background":true}`)
+	if r.Text != "Error: run_in_background is disabled for this deployment (enableRunInBackground: false)" {
+		t.Fatalf("got %q", r.Text)
+	}
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop","run_in_background":false}`); r.IsError {
+		t.Fatalf("explicit false rejected: %q", r.Text)
+	}
+	if r := call(t, ts, "bash_output", `{"task_id":"x"}`); r.Text != "Error: unknown tool: bash_output" {
+		t.Fatalf("got %q", r.Text)
+	}
+}
+
+func TestBackgroundAndNotices(t *testing.T) {
+	f := newFake()
+	var got []Notice
+	noticed := make(chan struct{}, 4)
+	ts := newSet(t, f, Config{OnNotice: func(s string, n Notice) { got = append(got, n); noticed <- struct{}{} }})
+	r := call(t, ts, "bash", `{"command":"sleep 1","description":"wait","run_in_background":true}`)
+	if r.Text != "started background task t1" {
+		t.Fatalf("got %q", r.Text)
+	}
+	if bg, ok := r.Value.(*Background); !ok || bg.TaskID != "t1" || bg.Kind != "background" {
+		t.Fatalf("typed: %#v", r.Value)
+	}
+	if f.last.Timeout != 0 || !f.last.Background {
+		t.Fatalf("background spec: %+v", f.last)
+	}
+	// Another session cannot see it.
+	other := ts.Call(context.Background(), Invocation{Session: "s2", Tool: "bash_output", Args: json.RawMessage(`{"task_id":"t1"}`)})
+	if other.Text != "Error: no such task: t1" {
+		t.Fatalf("cross-session: %q", other.Text)
+	}
+	f.tasks["t1"].out.Stdout = "partial\n"
+	if r := call(t, ts, "bash_output", `{"task_id":"t1"}`); r.Text != "partial\nstatus: running" {
+		t.Fatalf("got %q", r.Text)
+	}
+	f.tasks["t1"].end(executor.Result{ExitCode: 0}, executor.Status{State: executor.Completed})
+	<-noticed
+	r = call(t, ts, "bash", `{"command":"true","description":"noop"}`)
+	if len(r.Notices) != 1 || r.Notices[0].Text != "background task t1 completed, exit code: 0" {
+		t.Fatalf("notices: %+v", r.Notices)
+	}
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("notice delivered twice: %+v", r.Notices)
+	}
+	if len(got) != 1 {
+		t.Fatalf("OnNotice: %+v", got)
+	}
+	if r := call(t, ts, "bash_kill", `{"task_id":"t1"}`); r.Text != "task t1 already completed, exit code: 0" {
+		t.Fatalf("got %q", r.Text)
+	}
+
+	// A task whose end the model saw through bash_kill gets no notice.
+	call(t, ts, "bash", `{"command":"sleep 1","description":"wait","run_in_background":true}`)
+	if r := call(t, ts, "bash_kill", `{"task_id":"t2"}`); r.Text != "killed background task t2" {
+		t.Fatalf("got %q", r.Text)
+	}
+	ts.Close()
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("seen task noticed: %+v", r.Notices)
+	}
+}
+
+type denyGate struct{}
+
+func (denyGate) Check(ctx context.Context, c Call) (executor.Request, error) {
+	if strings.Contains(c.Request.Command, "rm") {
+		return c.Request, errors.New("denied by policy acme/no-rm: deleting files is not allowed")
+	}
+	c.Request.Env["LANG"] = "C"
+	c.Request.Env["DSH_SESSION_ID"] = "forged"
+	return c.Request, nil
+}
+
+func TestGate(t *testing.T) {
+	f := newFake()
+	ts := newSet(t, f, Config{Gate: denyGate{}})
+	if r := call(t, ts, "bash", `{"command":"rm -rf /","description":"wipe"}`); r.Text != "Error: denied by policy acme/no-rm: deleting files is not allowed" {
+		t.Fatalf("got %q", r.Text)
+	}
+	call(t, ts, "bash", `{"command":"ls","description":"list"}`)
+	env := strings.Join(f.last.Env, "\n")
+	if !strings.Contains(env, "LANG=C") || !strings.Contains(env, "DSH_SESSION_ID=s1") || strings.Contains(env, "forged") {
+		t.Fatalf("env: %v", f.last.Env)
+	}
+}
+
+func TestInfrastructureErrors(t *testing.T) {
+	f := newFake()
+	ts := newSet(t, f, Config{})
+	f.err = executor.Aborted()
+	if r := call(t, ts, "bash", `{"command":"sleep 9","description":"wait"}`); r.Text != "Error: tool call aborted" {
+		t.Fatalf("got %q", r.Text)
+	}
+	f.err = executor.Errorf(executor.ErrUnavailable, "start bash: %w", errors.New("fork/exec /bin/bash: resource temporarily unavailable"))
+	if r := call(t, ts, "bash", `{"command":"ls","description":"list"}`); r.Text != "Error: start bash: fork/exec /bin/bash: resource temporarily unavailable" {
+		t.Fatalf("got %q", r.Text)
+	}
+	f.err = nil
+	if r := call(t, ts, "bash", `{"command":"ls","description":"list","workdir":"../../etc"}`); r.Text != "Error: invalid workdir: ../../etc is outside the session root /workspace" {
+		t.Fatalf("got %q", r.Text)
+	}
+}
+
+func TestFactsValidated(t *testing.T) {
+	if _, err := New(newFake(), Config{Facts: map[string]string{"PATH": "/x"}}); err == nil {
+		t.Fatal("non-DSH fact accepted")
+	}
+	if _, err := New(newFake(), Config{Facts: map[string]string{"DSH_SESSION_ID": "x"}}); err == nil {
+		t.Fatal("managed fact accepted")
+	}
+}
+
+// FuzzCall feeds arbitrary tool names and arguments: no panic, and every
+// error result is "Error: " plus a non-empty message.
+func FuzzCall(f *testing.F) {
+	for _, s := range []string{`{}`, `{"command":"ls","description":"d"}`, `{"command":"x","description":"d","timeoutMs":1e308}`,
+		`{"task_id":"t1"}`, `[`, `null`, `{"command":"x","description":"d","sandbox_permissions":["a"],"justification":"j"}`,
+		`{"command":"x","description":"d","run_in_background":true}`, "\x00", `{"timeoutMs":-0}`} {
+		for _, tool := range []string{"bash", "bash_output", "bash_kill", "pwsh", "x"} {
+			f.Add(tool, s)
+		}
+	}
+	ex := newFake()
+	ex.pwsh = true
+	ts, err := New(ex, Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, tool, args string) {
+		r := ts.Call(context.Background(), Invocation{Session: "s1", Tool: tool, Args: json.RawMessage(args)})
+		if r.IsError && (!strings.HasPrefix(r.Text, "Error: ") || len(r.Text) == len("Error: ")) {
+			t.Fatalf("bad error text %q", r.Text)
+		}
+		if r.Value == nil {
+			t.Fatalf("no typed value for %q %q", tool, args)
+		}
+	})
+}
