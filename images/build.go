@@ -1,0 +1,739 @@
+// Package images builds the container images shellbox sandboxes run in,
+// without a registry:
+//
+//   - BuildOffline makes the default sandbox image (shellbox-sandbox:bookworm)
+//     with debootstrap from the host's configured Debian mirror, then
+//     `docker import`s the rootfs.
+//   - BuildTest makes the tiny CI image (shellbox-test:latest) from the host's
+//     own binaries in about a second (testimage/build.sh, embedded here).
+//
+// Both shell out to the docker CLI (and BuildOffline to debootstrap, tar and
+// chroot); nothing is pulled. A shellbox image needs nothing but a shell: the
+// agent binary is bind-mounted into every sandbox. See README.md.
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Image names and labels.
+const (
+	// SandboxImage is the tag BuildOffline produces by default.
+	SandboxImage = "shellbox-sandbox:bookworm"
+	// TestImage is the tag BuildTest produces.
+	TestImage = "shellbox-test:latest"
+
+	// LabelImage marks every image built here: "sandbox" or "test".
+	LabelImage = "org.shellbox.image"
+	// LabelSuite is the Debian suite of a debootstrapped image.
+	LabelSuite = "org.shellbox.debian.suite"
+	// LabelTest marks containers started by tests, so leftovers can be found
+	// and removed (docker rm -f $(docker ps -aq --filter label=org.shellbox.test=1)).
+	LabelTest = "org.shellbox.test"
+
+	// MirrorEnv overrides the Debian mirror BuildOffline uses.
+	MirrorEnv = "SHELLBOX_DEBIAN_MIRROR"
+
+	// SandboxUID is the uid (and gid) of the non-root user "sandbox" in every
+	// image; /workspace belongs to it.
+	SandboxUID = 1000
+)
+
+// DefaultPackages are installed into the sandbox image on top of the minbase
+// variant (the same list as sandbox/Dockerfile).
+var DefaultPackages = []string{
+	"bash", "coreutils", "findutils", "grep", "sed", "git", "python3",
+	"curl", "procps", "ca-certificates",
+}
+
+//go:embed testimage/build.sh
+var testImageScript string
+
+// Options configure BuildOffline. The zero value builds SandboxImage from
+// bookworm with DefaultPackages from the host's apt mirror.
+type Options struct {
+	Tag      string   // image tag; default SandboxImage
+	Suite    string   // Debian suite; default "bookworm"
+	Mirror   string   // default: $SHELLBOX_DEBIAN_MIRROR, else the host's apt sources
+	Packages []string // default DefaultPackages
+	Arch     string   // debootstrap --arch; default the host's
+
+	// WorkDir is where the temporary rootfs directory is created (it needs a
+	// few hundred MB, on a filesystem that allows device nodes); default
+	// os.TempDir().
+	WorkDir string
+	// KeepDocs keeps documentation, man pages and translations. By default
+	// they are removed (but copyright files) and dpkg is told to leave them
+	// out of later installs, as debian:*-slim images do: about 70 MB less.
+	KeepDocs bool
+	// KeepRootfs leaves the rootfs directory in place (its path is printed).
+	KeepRootfs bool
+	// Labels are added to the image's own labels.
+	Labels map[string]string
+
+	Docker      string // docker CLI; default "docker"
+	Debootstrap string // default "debootstrap"
+	// APTRoot is the root whose etc/apt sources are read to find the mirror;
+	// default "/". For tests.
+	APTRoot string
+}
+
+func (o *Options) defaults() {
+	if o.Tag == "" {
+		o.Tag = SandboxImage
+	}
+	if o.Suite == "" {
+		o.Suite = "bookworm"
+	}
+	if len(o.Packages) == 0 {
+		o.Packages = DefaultPackages
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = os.TempDir()
+	}
+	if o.Docker == "" {
+		o.Docker = "docker"
+	}
+	if o.Debootstrap == "" {
+		o.Debootstrap = "debootstrap"
+	}
+	if o.APTRoot == "" {
+		o.APTRoot = "/"
+	}
+}
+
+// BuildOffline builds the sandbox image without a registry: debootstrap
+// --variant=minbase of opts.Suite with opts.Packages from the Debian mirror,
+// a user "sandbox" (uid/gid 1000) and /workspace owned by it, apt caches
+// removed, then `tar | docker import` with labels. It needs root (debootstrap
+// and chroot do), debootstrap, tar and the docker CLI, and takes a few
+// minutes. Progress lines go to progress (nil discards them).
+func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err error) {
+	opts.defaults()
+	p := newProgress(progress)
+	start := time.Now()
+
+	if os.Geteuid() != 0 {
+		return errors.New("offline image build: must run as root (debootstrap and chroot need it)")
+	}
+	for _, tool := range []struct{ name, hint string }{
+		{opts.Debootstrap, "apt-get install debootstrap"},
+		{opts.Docker, "install the docker CLI"},
+		{"tar", "apt-get install tar"},
+		{"chroot", "apt-get install coreutils"},
+	} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Errorf("offline image build: %s not found (%s)", tool.name, tool.hint)
+		}
+	}
+
+	mirror, from := opts.Mirror, "options"
+	if mirror == "" {
+		if mirror = strings.TrimSpace(os.Getenv(MirrorEnv)); mirror != "" {
+			from = "$" + MirrorEnv
+		}
+	}
+	if mirror == "" {
+		mirror, from, err = MirrorFromAPT(opts.APTRoot, opts.Suite)
+		if err != nil {
+			return fmt.Errorf("offline image build: %w (set %s)", err, MirrorEnv)
+		}
+	}
+	p.step("building %s: debootstrap %s from %s (mirror from %s)", opts.Tag, opts.Suite, mirror, from)
+
+	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	work, err := os.MkdirTemp(opts.WorkDir, "shellbox-sandbox-")
+	if err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	rootfs := filepath.Join(work, "rootfs")
+	defer func() {
+		if opts.KeepRootfs {
+			p.step("rootfs kept at %s", rootfs)
+			return
+		}
+		if cerr := removeRootfs(work); cerr != nil {
+			p.step("warning: %v", cerr)
+			if err == nil {
+				err = cerr
+			}
+		}
+	}()
+
+	// 1. debootstrap.
+	args := []string{"--variant=minbase", "--include=" + strings.Join(opts.Packages, ",")}
+	if opts.Arch != "" {
+		args = append(args, "--arch="+opts.Arch)
+	}
+	args = append(args, opts.Suite, rootfs, mirror)
+	p.step("debootstrap %s", strings.Join(args, " "))
+	t := time.Now()
+	if err := p.run(ctx, "debootstrap", exec.CommandContext(ctx, opts.Debootstrap, args...)); err != nil {
+		if log, rerr := os.ReadFile(filepath.Join(rootfs, "debootstrap", "debootstrap.log")); rerr == nil {
+			p.tail("debootstrap.log", log, 20)
+		}
+		return fmt.Errorf("offline image build: debootstrap: %w", err)
+	}
+	p.step("debootstrap done in %s", since(t))
+
+	// 2. The sandbox user and /workspace.
+	p.step("adding user sandbox (%d) and /workspace", SandboxUID)
+	uid := strconv.Itoa(SandboxUID)
+	for _, argv := range [][]string{
+		{"groupadd", "--gid", uid, "sandbox"},
+		{"useradd", "--uid", uid, "--gid", uid, "--create-home", "--shell", "/bin/bash", "sandbox"},
+	} {
+		cmd := exec.CommandContext(ctx, "chroot", append([]string{rootfs}, argv...)...)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+		if err := p.run(ctx, argv[0], cmd); err != nil {
+			return fmt.Errorf("offline image build: %s: %w", argv[0], err)
+		}
+	}
+	ws := filepath.Join(rootfs, "workspace")
+	if err := os.Mkdir(ws, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	if err := os.Chown(ws, SandboxUID, SandboxUID); err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+
+	// 3. Trim: package caches and lists, logs, and the host files debootstrap
+	// copied in (Docker mounts its own resolv.conf, hostname and hosts).
+	p.step("cleaning apt caches, logs and host files")
+	if err := trimRootfs(rootfs); err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	if !opts.KeepDocs {
+		p.step("removing docs, man pages and translations (slim)")
+		if err := slimRootfs(rootfs); err != nil {
+			return fmt.Errorf("offline image build: %w", err)
+		}
+	}
+
+	// 4. tar | docker import.
+	labels := map[string]string{
+		LabelImage:                         "sandbox",
+		LabelSuite:                         opts.Suite,
+		"org.opencontainers.image.created": time.Now().UTC().Format(time.RFC3339),
+		"org.opencontainers.image.title":   "shellbox sandbox (Debian " + opts.Suite + ", debootstrap)",
+	}
+	for k, v := range opts.Labels {
+		labels[k] = v
+	}
+	p.step("importing %s", opts.Tag)
+	t = time.Now()
+	if err := importDir(ctx, opts.Docker, rootfs, opts.Tag, labels, "shellbox sandbox image (debootstrap "+opts.Suite+")"); err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	var size string
+	if out, err := exec.CommandContext(ctx, opts.Docker, "image", "inspect", "-f", "{{.Id}} {{.Size}}", opts.Tag).Output(); err == nil {
+		f := strings.Fields(string(out))
+		if len(f) == 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			size = fmt.Sprintf(" (%s, %.0f MB)", shortID(f[0]), float64(n)/1e6)
+		}
+	}
+	p.step("imported in %s", since(t))
+	p.step("built %s%s in %s", opts.Tag, size, since(start))
+	return nil
+}
+
+// BuildTest builds TestImage from the host's own binaries (see
+// testimage/build.sh, embedded in this package). It is idempotent: when the
+// rootfs the host would produce is unchanged nothing is imported, so calling
+// it from every test run costs about a second. Needs bash, ldd, tar and the
+// docker CLI; no root, no network.
+func BuildTest(ctx context.Context, progress io.Writer) error {
+	p := newProgress(progress)
+	cmd := exec.CommandContext(ctx, "bash", "-c", testImageScript, "build.sh")
+	cmd.Env = append(os.Environ(), "SHELLBOX_TEST_IMAGE="+TestImage)
+	if err := p.run(ctx, "", cmd); err != nil {
+		return fmt.Errorf("test image build: %w", err)
+	}
+	return nil
+}
+
+// MirrorFromAPT finds the Debian mirror configured under root (normally "/")
+// in etc/apt/sources.list and etc/apt/sources.list.d/*.list and *.sources
+// (deb822). It takes enabled "deb" entries of the main archive (not
+// security), preferring one that lists suite itself, then any ".../debian"
+// archive, and returns the URI and the file it came from.
+func MirrorFromAPT(root, suite string) (mirror, file string, err error) {
+	files := []string{filepath.Join(root, "etc/apt/sources.list")}
+	for _, pattern := range []string{"*.list", "*.sources"} {
+		m, _ := filepath.Glob(filepath.Join(root, "etc/apt/sources.list.d", pattern))
+		sort.Strings(m)
+		files = append(files, m...)
+	}
+	var fallback, fallbackFile string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var entries []aptEntry
+		if strings.HasSuffix(f, ".sources") {
+			entries = parseDeb822(data)
+		} else {
+			entries = parseOneLine(data)
+		}
+		for _, e := range entries {
+			if !e.usable() {
+				continue
+			}
+			for _, s := range e.suites {
+				if s == suite {
+					return e.uri, f, nil
+				}
+			}
+			// Without an exact match, a Debian archive (".../debian") beats
+			// third-party repositories.
+			if fallback == "" || (!isDebianArchive(fallback) && isDebianArchive(e.uri)) {
+				fallback, fallbackFile = e.uri, f
+			}
+		}
+	}
+	if fallback != "" {
+		return fallback, fallbackFile, nil
+	}
+	return "", "", fmt.Errorf("no Debian mirror found in %s", filepath.Join(root, "etc/apt"))
+}
+
+func isDebianArchive(uri string) bool {
+	return strings.HasSuffix(strings.TrimRight(uri, "/"), "/debian")
+}
+
+type aptEntry struct {
+	uri    string
+	suites []string
+}
+
+// usable: an http(s)/file URI of the main archive, not the security one.
+func (e aptEntry) usable() bool {
+	if !(strings.HasPrefix(e.uri, "http://") || strings.HasPrefix(e.uri, "https://") || strings.HasPrefix(e.uri, "file:/")) {
+		return false
+	}
+	if strings.Contains(e.uri, "security") {
+		return false
+	}
+	for _, s := range e.suites {
+		if strings.HasSuffix(s, "-security") || strings.HasSuffix(s, "/updates") {
+			return false
+		}
+	}
+	return len(e.suites) > 0
+}
+
+// parseOneLine reads "deb [options] uri suite [component...]" lines.
+func parseOneLine(data []byte) []aptEntry {
+	var out []aptEntry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "deb" {
+			continue
+		}
+		f = f[1:]
+		if strings.HasPrefix(f[0], "[") {
+			// Options: up to the field that ends with "]".
+			for len(f) > 0 && !strings.HasSuffix(f[0], "]") {
+				f = f[1:]
+			}
+			if len(f) == 0 {
+				continue
+			}
+			f = f[1:]
+		}
+		if len(f) < 2 {
+			continue
+		}
+		out = append(out, aptEntry{uri: f[0], suites: []string{f[1]}})
+	}
+	return out
+}
+
+// parseDeb822 reads deb822 stanzas (Types, URIs, Suites, Enabled).
+func parseDeb822(data []byte) []aptEntry {
+	var out []aptEntry
+	flush := func(st map[string]string) {
+		if len(st) == 0 {
+			return
+		}
+		if strings.EqualFold(strings.TrimSpace(st["enabled"]), "no") {
+			return
+		}
+		isDeb := false
+		for _, t := range strings.Fields(st["types"]) {
+			isDeb = isDeb || t == "deb"
+		}
+		if !isDeb {
+			return
+		}
+		suites := strings.Fields(st["suites"])
+		for _, uri := range strings.Fields(st["uris"]) {
+			out = append(out, aptEntry{uri: uri, suites: suites})
+		}
+	}
+	st := map[string]string{}
+	last := ""
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.TrimSpace(line) == "":
+			flush(st)
+			st, last = map[string]string{}, ""
+		case strings.HasPrefix(line, "#"):
+		case line[0] == ' ' || line[0] == '\t':
+			if last != "" {
+				st[last] += " " + strings.TrimSpace(line)
+			}
+		default:
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			last = strings.ToLower(strings.TrimSpace(k))
+			st[last] = strings.TrimSpace(v)
+		}
+	}
+	flush(st)
+	return out
+}
+
+// trimRootfs removes what a container image does not need.
+func trimRootfs(rootfs string) error {
+	globs := []string{
+		"var/cache/apt/archives/*.deb",
+		"var/cache/apt/archives/partial/*",
+		"var/cache/apt/*.bin",
+		"var/lib/apt/lists/*_*",
+		"var/cache/debconf/*-old",
+		"var/lib/dpkg/*-old",
+		"var/log/*.log",
+		"var/log/apt/*",
+		"debootstrap",
+	}
+	for _, g := range globs {
+		m, err := filepath.Glob(filepath.Join(rootfs, g))
+		if err != nil {
+			return err
+		}
+		for _, f := range m {
+			if err := os.RemoveAll(f); err != nil {
+				return err
+			}
+		}
+	}
+	// Docker bind-mounts these; what debootstrap copied from the host must
+	// not leak into the image.
+	for _, f := range []string{"etc/resolv.conf", "etc/hostname", "etc/hosts", "etc/machine-id"} {
+		path := filepath.Join(rootfs, f)
+		if _, err := os.Lstat(path); err == nil {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// slimDpkgConfig is what debian:*-slim images install as
+// /etc/dpkg/dpkg.cfg.d/docker so packages installed later stay slim too.
+const slimDpkgConfig = `# Written by shellbox's image build, as in debian:*-slim images.
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/man/*
+`
+
+// slimRootfs removes what slimDpkgConfig excludes and installs that config.
+func slimRootfs(rootfs string) error {
+	for _, dir := range []string{"groff", "info", "linda", "lintian/overrides", "locale", "man"} {
+		m, err := filepath.Glob(filepath.Join(rootfs, "usr/share", dir, "*"))
+		if err != nil {
+			return err
+		}
+		for _, f := range m {
+			if err := os.RemoveAll(f); err != nil {
+				return err
+			}
+		}
+	}
+	docs := filepath.Join(rootfs, "usr/share/doc")
+	pkgs, err := os.ReadDir(docs)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, pkg := range pkgs {
+		dir := filepath.Join(docs, pkg.Name())
+		if !pkg.IsDir() {
+			// Symlinks to another package's doc dir, and stray files.
+			if err := os.Remove(dir); err != nil {
+				return err
+			}
+			continue
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Name() == "copyright" {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	cfg := filepath.Join(rootfs, "etc/dpkg/dpkg.cfg.d")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(cfg, "docker"), []byte(slimDpkgConfig), 0o644)
+}
+
+// importDir streams `tar -C dir -c .` into `docker import` as tag.
+func importDir(ctx context.Context, docker, dir, tag string, labels map[string]string, message string) error {
+	old := imageID(ctx, docker, tag)
+
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := []string{"import", "--message", message}
+	for _, k := range keys {
+		args = append(args, "--change", "LABEL "+k+"="+strconv.Quote(labels[k]))
+	}
+	args = append(args,
+		"--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"--change", "WORKDIR /workspace",
+		"--change", "USER "+strconv.Itoa(SandboxUID)+":"+strconv.Itoa(SandboxUID),
+		"--change", `CMD ["/bin/bash"]`,
+		"-", tag)
+
+	tar := exec.CommandContext(ctx, "tar", "-C", dir, "--numeric-owner", "--xattrs", "-cf", "-", ".")
+	imp := exec.CommandContext(ctx, docker, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	var tarErr, impErr, impOut bytes.Buffer
+	tar.Stdout, tar.Stderr = pw, &tarErr
+	imp.Stdin, imp.Stdout, imp.Stderr = pr, &impOut, &impErr
+	if err := tar.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return fmt.Errorf("tar: %w", err)
+	}
+	pw.Close()
+	if err := imp.Start(); err != nil {
+		pr.Close()
+		_ = tar.Process.Kill()
+		_ = tar.Wait()
+		return fmt.Errorf("docker import: %w", err)
+	}
+	pr.Close()
+	ierr := imp.Wait()
+	terr := tar.Wait()
+	if terr != nil {
+		return fmt.Errorf("tar: %w: %s", terr, strings.TrimSpace(tarErr.String()))
+	}
+	if ierr != nil {
+		return fmt.Errorf("docker import: %w: %s", ierr, strings.TrimSpace(impErr.String()))
+	}
+	// Drop the image this one replaced, unless something still uses it.
+	if old != "" && old != imageID(ctx, docker, tag) {
+		_ = exec.CommandContext(ctx, docker, "image", "rm", old).Run()
+	}
+	return nil
+}
+
+func imageID(ctx context.Context, docker, ref string) string {
+	out, err := exec.CommandContext(ctx, docker, "image", "inspect", "-f", "{{.Id}}", ref).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// removeRootfs deletes a build directory, first detaching anything a failed
+// debootstrap left mounted inside it (it mounts proc and sysfs in the
+// target), so RemoveAll never walks into a live mount.
+func removeRootfs(work string) error {
+	mounts, err := mountsUnder(work)
+	if err != nil {
+		return fmt.Errorf("cannot remove %s: %w", work, err)
+	}
+	for i := len(mounts) - 1; i >= 0; i-- { // deepest first
+		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	}
+	if mounts, _ = mountsUnder(work); len(mounts) > 0 {
+		return fmt.Errorf("not removing %s: still mounted: %s", work, strings.Join(mounts, ", "))
+	}
+	return os.RemoveAll(work)
+}
+
+func mountsUnder(dir string) ([]string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// progress writes "==> " step lines and relays tools' output line by line.
+type progress struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func newProgress(w io.Writer) *progress {
+	if w == nil {
+		w = io.Discard
+	}
+	return &progress{w: w}
+}
+
+func (p *progress) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, format, args...)
+}
+
+func (p *progress) step(format string, args ...any) {
+	p.printf("==> "+format+"\n", args...)
+}
+
+func (p *progress) tail(name string, data []byte, n int) {
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	p.step("last lines of %s:", name)
+	for _, l := range lines {
+		p.printf("    %s\n", l)
+	}
+}
+
+// run runs cmd with its stdout and stderr relayed to the progress writer,
+// each line prefixed with "prefix: " (when prefix is not empty). The error
+// carries the last lines of output.
+func (p *progress) run(ctx context.Context, prefix string, cmd *exec.Cmd) error {
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.WaitDelay = 5 * time.Second
+	var last []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if prefix != "" {
+				p.printf("    %s: %s\n", prefix, line)
+			} else {
+				p.printf("    %s\n", line)
+			}
+			if last = append(last, line); len(last) > 5 {
+				last = last[1:]
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if len(last) > 0 {
+			return fmt.Errorf("%w: %s", err, strings.Join(last, " | "))
+		}
+		return err
+	}
+	return nil
+}
+
+func since(t time.Time) string {
+	return time.Since(t).Round(100 * time.Millisecond).String()
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return id
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Builds shellbox-test:latest, a tiny image for CI and tests, from the host's
+# own binaries: no registry, no network, a few seconds.
+#
+# The rootfs holds bash, dash as /bin/sh, a set of coreutils and friends, their
+# shared libraries (found with ldd) and the dynamic loader, /etc/passwd and
+# /etc/group with root, sandbox (1000) and nobody, /tmp (1777) and /workspace
+# (owned by 1000). It is tarred deterministically and `docker import`ed. The
+# tar's sha256 is stored as a label, so a rerun on an unchanged host only
+# compares hashes and imports nothing.
+#
+# Usage: build.sh [--force]
+# Environment:
+#   SHELLBOX_TEST_IMAGE  tag to produce (default shellbox-test:latest)
+#   DOCKER               docker CLI (default docker)
+set -euo pipefail
+
+TAG="${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}"
+DOCKER="${DOCKER:-docker}"
+FORCE=0
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+log() { echo "testimage: $*"; }
+
+# Required tools: the build fails without any of them.
+REQUIRED=(bash dash head tr wc cat sleep ls pwd env mkdir rm id dd yes seq touch
+  chmod stat readlink tail sort grep sed setsid nohup timeout true false printf)
+# Optional tools: copied when the host has them.
+OPTIONAL=(cmp diff cp mv ln basename dirname uname tee cut uniq date du df find
+  xargs mktemp realpath kill nproc sha256sum md5sum base64 expr test tac od
+  hostname whoami logname)
+
+start=${EPOCHREALTIME/./}
+
+# Concurrent builds (parallel test packages) queue up here; the second finds
+# the image up to date instead of importing it again.
+lock="${TMPDIR:-/tmp}/shellbox-testimage.lock"
+if command -v flock >/dev/null && (exec 9>>"$lock") 2>/dev/null; then
+  exec 9>>"$lock"
+  chmod 0666 "$lock" 2>/dev/null || true
+  flock 9
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/shellbox-testimage.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root="$work/rootfs"
+
+# usrmerge layout, as on Debian 12: the loader and libraries resolve through
+# /lib and /lib64 whatever path ldd reports.
+mkdir -p "$root"/usr/{bin,lib,lib64} "$root"/{etc,tmp,workspace,root,home/sandbox,dev,proc,sys,run,var/tmp}
+ln -s usr/bin "$root/bin"
+ln -s usr/bin "$root/sbin"
+ln -s usr/lib "$root/lib"
+ln -s usr/lib64 "$root/lib64"
+chmod 1777 "$root/tmp" "$root/var/tmp"
+chmod 0700 "$root/root"
+
+declare -A libs=()
+add_libs() {
+  local out line path
+  # ldd of a static binary exits non-zero ("not a dynamic executable").
+  out=$(ldd "$1" 2>/dev/null) || return 0
+  while read -r line; do
+    case "$line" in
+      *"=> not found"*) echo "testimage: $1: missing library: $line" >&2; exit 1 ;;
+      *"=> /"*) path=${line#*=> }; path=${path%% (*} ;;
+      /*) path=${line%% (*} ;;
+      *) continue ;;
+    esac
+    libs["$path"]=1
+  done <<<"$out"
+}
+
+copy_tool() { # name required(0/1)
+  local src
+  src=$(type -P "$1" 2>/dev/null || true)
+  if [[ -z "$src" ]]; then
+    if [[ "$2" == 1 ]]; then echo "testimage: required tool not found on host: $1" >&2; exit 1; fi
+    return 0
+  fi
+  cp -L "$src" "$root/usr/bin/$1"
+  add_libs "$src"
+}
+
+for t in "${REQUIRED[@]}"; do copy_tool "$t" 1; done
+for t in "${OPTIONAL[@]}"; do copy_tool "$t" 0; done
+ln -s dash "$root/usr/bin/sh"
+
+for lib in "${!libs[@]}"; do
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
+done
+
+cat >"$root/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/bash
+sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/bash
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+cat >"$root/etc/group" <<'GROUP'
+root:x:0:
+sandbox:x:1000:
+nogroup:x:65534:
+GROUP
+printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$root/etc/nsswitch.conf"
+# Mount points Docker fills in; present so a read-only rootfs needs nothing.
+: >"$root/etc/hosts"; : >"$root/etc/hostname"; : >"$root/etc/resolv.conf"
+
+# Deterministic tar: fixed order, mtime and owners. Everything is root's but
+# the sandbox user's directories, appended with owner 1000 (no chown, so the
+# script also works unprivileged).
+tarball="$work/rootfs.tar"
+tarflags=(--sort=name --mtime=@0 --numeric-owner --format=gnu)
+tar -C "$root" "${tarflags[@]}" --owner=0 --group=0 \
+  --exclude=./workspace --exclude=./home/sandbox -cf "$tarball" .
+tar -C "$root" "${tarflags[@]}" --owner=1000 --group=1000 --no-recursion \
+  -rf "$tarball" ./workspace ./home/sandbox
+sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+size=$(du -k "$tarball" | cut -f1)
+
+old=$("$DOCKER" image inspect -f '{{.Id}} {{index .Config.Labels "org.shellbox.rootfs.sha256"}}' "$TAG" 2>/dev/null || true)
+if [[ "$FORCE" == 0 && "${old#* }" == "$sum" ]]; then
+  log "$TAG is up to date (rootfs sha256 ${sum:0:12}, ${size} KiB); nothing imported"
+else
+  log "importing $TAG (${#libs[@]} libraries, ${size} KiB rootfs)"
+  "$DOCKER" import \
+    --change 'LABEL org.shellbox.image=test' \
+    --change "LABEL org.shellbox.rootfs.sha256=$sum" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'WORKDIR /workspace' \
+    --change 'USER 1000:1000' \
+    --change 'CMD ["/bin/bash"]' \
+    --message "shellbox test image (host binaries)" \
+    "$tarball" "$TAG" >/dev/null
+  # Drop the image this one replaced, unless something still uses it.
+  if [[ -n "$old" && "${old%% *}" != "$("$DOCKER" image inspect -f '{{.Id}}' "$TAG")" ]]; then
+    "$DOCKER" image rm "${old%% *}" >/dev/null 2>&1 || true
+  fi
+fi
+ms=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
+log "done: $TAG in $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s"
