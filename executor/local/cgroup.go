@@ -1,0 +1,457 @@
+package local
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// hierarchy is one cgroup hierarchy shellbox makes per-command cgroups in.
+type hierarchy struct {
+	v2     bool
+	ctrl   string // v1: "freezer" or "pids"
+	mount  mount
+	parent string // <mount>/<CgroupParent>
+}
+
+// mount is a cgroupfs mount: where it is, and which cgroup of the hierarchy
+// it shows (not "/" when a container got a subtree bind-mounted).
+type mount struct {
+	dir, root string
+}
+
+func (h *hierarchy) String() string {
+	if h.v2 {
+		return "cgroup2 " + h.parent
+	}
+	return "cgroup1 " + h.ctrl + " " + h.parent
+}
+
+// mounts lists the cgroup2 mounts and the v1 mount of each controller
+// shellbox can use, from /proc/self/mountinfo.
+func mounts() (v2 []mount, v1 map[string]mount, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	v1 = map[string]mount{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [tags] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, sf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(sf) < 3 {
+			continue
+		}
+		m := mount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3])}
+		switch sf[0] {
+		case "cgroup2":
+			v2 = append(v2, m)
+		case "cgroup":
+			for _, o := range strings.Split(sf[2], ",") {
+				if o == "freezer" || o == "pids" {
+					if _, dup := v1[o]; !dup {
+						v1[o] = m
+					}
+				}
+			}
+		}
+	}
+	// The canonical pure-v2 mount first.
+	for i, m := range v2 {
+		if m.dir == "/sys/fs/cgroup" {
+			v2[0], v2[i] = v2[i], v2[0]
+		}
+	}
+	return v2, v1, sc.Err()
+}
+
+// unescapeMount undoes the octal escapes of mountinfo (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// detect finds the hierarchy mode asks for, and a v1 fallback when the
+// primary is v2 (clone3 into a cgroup can be refused at run time, e.g. under
+// gVisor; the executor then falls back). Both nil means process group only.
+func detect(mode CgroupMode, parent string) (primary, fallback *hierarchy, err error) {
+	if mode == CgroupOff {
+		return nil, nil, nil
+	}
+	v2, v1, err := mounts()
+	if err != nil {
+		if mode == CgroupAuto {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("local: Cgroup %s: %w", mode, err)
+	}
+	var errs []error
+	var v1h *hierarchy
+	if mode != CgroupV2 {
+		for _, ctrl := range []string{"freezer", "pids"} {
+			if m, ok := v1[ctrl]; ok {
+				h := &hierarchy{ctrl: ctrl, mount: m, parent: filepath.Join(m.dir, parent)}
+				if err := h.probe(); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				v1h = h
+				break
+			}
+		}
+	}
+	if mode != CgroupV1 {
+		for _, m := range v2 {
+			h := &hierarchy{v2: true, mount: m, parent: filepath.Join(m.dir, parent)}
+			if err := h.probe(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			return h, v1h, nil
+		}
+	}
+	if v1h != nil {
+		return v1h, nil, nil
+	}
+	if mode == CgroupAuto {
+		return nil, nil, nil
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no usable cgroup mount"))
+	}
+	return nil, nil, fmt.Errorf("local: Cgroup %s: %w", mode, errors.Join(errs...))
+}
+
+// probe checks that per-command cgroups can be made under h.parent (and, on
+// v2, killed with cgroup.kill).
+func (h *hierarchy) probe() error {
+	if err := os.MkdirAll(h.parent, 0o755); err != nil {
+		return err
+	}
+	dir := filepath.Join(h.parent, cgroupName(newID()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	if h.v2 {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+			return fmt.Errorf("%s: no cgroup.kill (Linux < 5.14?): %w", h.mount.dir, err)
+		}
+	}
+	return unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK)
+}
+
+// cgroup is one command's cgroup.
+type cgroup struct {
+	h    *hierarchy
+	path string
+	fd   *os.File // v2: the directory, for CLONE_INTO_CGROUP; closed after start
+}
+
+func (h *hierarchy) create(name string) (*cgroup, error) {
+	dir := filepath.Join(h.parent, name)
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The parent went away (an operator's rmdir); make it again.
+		if err = os.MkdirAll(h.parent, 0o755); err == nil {
+			err = os.Mkdir(dir, 0o755)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	c := &cgroup{h: h, path: dir}
+	if h.v2 {
+		if c.fd, err = os.Open(dir); err != nil {
+			os.Remove(dir)
+			return nil, fmt.Errorf("open cgroup: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// add moves pid into the cgroup after the fact: the v1 fallback when
+// startInside cannot be used.
+func (c *cgroup) add(pid int) error {
+	return os.WriteFile(filepath.Join(c.path, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+}
+
+// errNoThreadHome means this thread's own v1 cgroup could not be located
+// under the mount, so startInside cannot move it back; nothing was changed.
+var errNoThreadHome = errors.New("thread cgroup not under the mount")
+
+// startInside starts cmd so that it is born in the v1 cgroup, like
+// CLONE_INTO_CGROUP on v2: v1 lets a single thread change cgroup, so a
+// locked OS thread moves itself in, forks the child (which inherits the
+// thread's cgroup), and moves itself back before anything else runs on it.
+// The Go runtime never clones new threads from a locked one (it uses its
+// template thread), so no other server thread can end up in the cgroup. If
+// the move back fails, the goroutine exits still locked and the runtime
+// discards the thread.
+//
+// started reports whether cmd was started; with a nil error, the child is in
+// the cgroup. errNoThreadHome means nothing happened and the caller may start
+// the command the racy way.
+func (c *cgroup) startInside(cmd *exec.Cmd) (started bool, err error) {
+	type outcome struct {
+		started bool
+		err     error
+	}
+	res := make(chan outcome, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := strconv.Itoa(unix.Gettid())
+		home, err := c.h.threadHome()
+		if err != nil {
+			runtime.UnlockOSThread()
+			res <- outcome{false, err}
+			return
+		}
+		if err := os.WriteFile(filepath.Join(c.path, "tasks"), []byte(tid), 0); err != nil {
+			runtime.UnlockOSThread()
+			res <- outcome{false, fmt.Errorf("move into %s: %w", c.path, err)}
+			return
+		}
+		startErr := cmd.Start()
+		if err := os.WriteFile(filepath.Join(home, "tasks"), []byte(tid), 0); err != nil {
+			// Stay locked: this thread dies with the goroutine.
+			res <- outcome{startErr == nil, fmt.Errorf("move back to %s: %w", home, err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		res <- outcome{startErr == nil, startErr}
+	}()
+	o := <-res
+	return o.started, o.err
+}
+
+// threadHome is the directory of the calling thread's own cgroup in h (v1).
+func (h *hierarchy) threadHome() (string, error) {
+	b, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// hierarchy-id:controller,...:path
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || !slices.Contains(strings.Split(f[1], ","), h.ctrl) {
+			continue
+		}
+		rel := f[2]
+		if h.mount.root != "/" {
+			var ok bool
+			rel, ok = strings.CutPrefix(rel, h.mount.root)
+			if !ok || rel != "" && rel[0] != '/' {
+				return "", errNoThreadHome
+			}
+		}
+		return filepath.Join(h.mount.dir, rel), nil
+	}
+	return "", errNoThreadHome
+}
+
+// procs lists the processes in the cgroup. A cgroup that is gone is empty.
+func (c *cgroup) procs() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.procs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// empty reports whether no process is left. A cgroup that cannot be read
+// counts as not empty: the kill loop keeps trying.
+func (c *cgroup) empty() bool {
+	pids, err := c.procs()
+	return err == nil && len(pids) == 0
+}
+
+// signal sends sig to every process in the cgroup. A process may exit (and,
+// rarely, its pid be reused) between the listing and the signal: the price of
+// signalling without freezing, paid only for the polite SIGTERM.
+func (c *cgroup) signal(sig syscall.Signal) {
+	pids, _ := c.procs()
+	self := os.Getpid()
+	for _, pid := range pids {
+		// Never the server itself (a thread of it is in a v1 cgroup for an
+		// instant while it starts a command there).
+		if pid != self {
+			unix.Kill(pid, sig)
+		}
+	}
+}
+
+// kill sends SIGKILL to every process in the cgroup, once. On v2 that is
+// cgroup.kill, atomic in the kernel. On a v1 freezer the cgroup is frozen
+// first, so nothing can fork between the listing and the signals, then thawed
+// so the signals are delivered. Callers loop until the cgroup is empty.
+func (c *cgroup) kill() {
+	switch {
+	case c.h.v2:
+		if os.WriteFile(filepath.Join(c.path, "cgroup.kill"), []byte("1"), 0) == nil {
+			return
+		}
+		c.signal(unix.SIGKILL)
+	case c.h.ctrl == "freezer":
+		state := filepath.Join(c.path, "freezer.state")
+		frozen := os.WriteFile(state, []byte("FROZEN"), 0) == nil
+		if frozen {
+			// Freezing can take a moment (or never finish, for a task in an
+			// uninterruptible sleep): wait a little, then kill regardless.
+			for i := 0; i < 50; i++ {
+				if b, _ := os.ReadFile(state); strings.TrimSpace(string(b)) == "FROZEN" {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		c.signal(unix.SIGKILL)
+		if frozen {
+			os.WriteFile(state, []byte("THAWED"), 0)
+		}
+	default:
+		c.signal(unix.SIGKILL)
+	}
+}
+
+// remove removes the (empty) cgroup. The kernel may report it busy for a
+// moment after its last process exited, so it retries briefly.
+func (c *cgroup) remove() error {
+	if c.fd != nil {
+		c.fd.Close()
+		c.fd = nil
+	}
+	var err error
+	for d := time.Millisecond; d < 500*time.Millisecond; d *= 2 {
+		err = os.Remove(c.path)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(d)
+	}
+	return fmt.Errorf("remove cgroup: %w", err)
+}
+
+// owner identifies this process in cgroup names: pid and start time, so a
+// reused pid is not mistaken for a live creator.
+var owner = func() string {
+	pid := os.Getpid()
+	st, err := readProcStat(pid)
+	if err != nil {
+		return strconv.Itoa(pid) + "-0"
+	}
+	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st.start, 10)
+}()
+
+// cgroupName is the name of a command's cgroup: <pid>-<starttime>-<id> of
+// the creating process.
+func cgroupName(id string) string { return owner + "-" + id }
+
+// parseCgroupName returns the creator of a per-command cgroup, ok false for a
+// name shellbox did not make.
+func parseCgroupName(name string) (pid int, start uint64, ok bool) {
+	f := strings.Split(name, "-")
+	if len(f) != 3 || f[2] == "" {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	return pid, start, err1 == nil && err2 == nil && pid > 0
+}
+
+// Cleanup removes the per-command cgroups under parent (relative to each
+// cgroup mount; "" means the default, "shellbox") that were left by a
+// process that is gone, typically a crashed server: it kills whatever still
+// runs in them, then removes them. Cgroups of a live creator are left alone,
+// so Cleanup is safe while other executors run; it identifies creators by pid
+// and start time, so every executor sharing a parent must share a pid
+// namespace (a sandbox's agent has its own cgroup namespace anyway). It
+// returns how many cgroups it removed; a cgroup it could not empty or remove
+// is an error, and the rest are still done.
+func Cleanup(parent string) (int, error) {
+	if parent == "" {
+		parent = "shellbox"
+	}
+	v2, v1, err := mounts()
+	if err != nil {
+		return 0, err
+	}
+	var hs []*hierarchy
+	for _, m := range v2 {
+		hs = append(hs, &hierarchy{v2: true, mount: m, parent: filepath.Join(m.dir, parent)})
+	}
+	for ctrl, m := range v1 {
+		hs = append(hs, &hierarchy{ctrl: ctrl, mount: m, parent: filepath.Join(m.dir, parent)})
+	}
+	removed := 0
+	var errs []error
+	for _, h := range hs {
+		ents, err := os.ReadDir(h.parent)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		for _, e := range ents {
+			pid, start, ok := parseCgroupName(e.Name())
+			if !e.IsDir() || !ok || alive(pid, start) {
+				continue
+			}
+			c := &cgroup{h: h, path: filepath.Join(h.parent, e.Name())}
+			deadline := time.Now().Add(killBound)
+			for !c.empty() && time.Now().Before(deadline) {
+				c.kill()
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := c.remove(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", c.path, err))
+				continue
+			}
+			removed++
+		}
+	}
+	return removed, errors.Join(errs...)
+}

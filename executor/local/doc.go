@@ -1,0 +1,92 @@
+// Package local is the reference BashExecutor: it runs each command as a host
+// process of the server, unsandboxed. It is what development uses, what the
+// conformance suite (executor/executortest) holds every other executor to, and
+// what cmd/shellbox-agent runs inside a sandbox (with Credential set to the
+// policy's user and OOMScoreAdj raised so the agent outlives its commands).
+//
+// # One command
+//
+// A call runs `bash -c <command>` (or pwsh) with exactly Spec.Env (plus PWD),
+// stdin /dev/null and separate stdout/stderr pipes, in its own process group
+// and, where the process has the rights, its own cgroup. The workdir is
+// confined where the files are: Spec.Root is opened with os.OpenRoot, the
+// workdir is opened beneath it (os.Root refuses `..` and symlinks that leave
+// the root; an absolute symlink that lands inside is resolved and opened
+// beneath the root again), its real path is read back from /proc/self/fd and checked against
+// the root's, and the child is started with Dir set to /proc/self/fd/N of that
+// open directory, so the chdir happens in the child on the very directory that
+// was checked: there is no window for a rename or symlink swap to redirect it.
+//
+// A supervisor goroutine per command owns its lifetime. It waits for the
+// leader to exit without reaping it (waitid WNOWAIT): the zombie keeps the
+// leader's pid and process-group id from being reused, so signalling them stays
+// safe until the tree is gone. Then:
+//
+//   - timeout, Kill or a cancelled foreground ctx ends the whole tree: SIGTERM
+//     to every process of the cgroup, to the process group and to the leader,
+//     up to Grace for them to go, then SIGKILL to whatever is left, repeated
+//     until nothing is left;
+//   - when the leader exits on its own, whatever it left running (`sleep 100 &`,
+//     a daemon) is ended the same way, so no call leaves processes behind;
+//   - then the leader is reaped (its status is exact: an exit code, or the
+//     signal's name with ExitCode -1, never 128+n), the cgroup removed, and the
+//     pipes drained to EOF, so no output is lost and no grandchild holding a
+//     pipe can hang the call.
+//
+// # What "the whole tree" means
+//
+// cgroup v2 (a cgroup2 mount, pure or the "unified" mount of a hybrid host,
+// with cgroup.kill, Linux >= 5.14): each command is born in its own cgroup
+// under <mount>/<CgroupParent>/ via clone3 CLONE_INTO_CGROUP
+// (SysProcAttr.UseCgroupFD), so no process of the tree is ever outside it, and
+// SIGKILL is cgroup.kill, which the kernel applies atomically, forks in flight
+// included. Nothing the command starts survives, setsid and double-fork
+// daemons included. Where clone3 into a cgroup is refused at run time although
+// the cgroupfs is writable (gVisor, a seccomp profile), an auto executor falls
+// back to v1 or the process group for good.
+//
+// cgroup v1 (a freezer hierarchy, else pids): v1 lets a single thread
+// change cgroup, so the command is started from a locked OS thread that moves
+// itself into <mount>/<CgroupParent>/<name>, forks the leader (born in the
+// cgroup, as with CLONE_INTO_CGROUP) and moves itself back; the Go runtime
+// never clones threads from a locked thread, so no server thread stays behind.
+// Only when the server's own cgroup is not visible under the mount does the
+// executor fall back to writing the leader's pid to cgroup.procs right after
+// it starts. That has a tiny race: the move happens while bash is in its
+// ~1 ms start-up, so a process forked before it stays outside the cgroup. Such
+// a process is still in the process group and gets every signal; only one
+// that also called setsid within that first millisecond can escape. SIGKILL
+// freezes the cgroup, signals every member, thaws it, and repeats until it is
+// empty, so a fork bomb cannot outrun it.
+//
+// Process group only (Cgroup "off", no cgroupfs, no rights, e.g. non-root):
+// signals go to the leader's process group, and the tree counts as gone when
+// no live process is left in the group. That ends everything that stays in the
+// group (pipelines, `&` jobs, nohup, subshells), but a process that calls
+// setsid or setpgid (`setsid cmd &`, daemons) leaves the group and escapes: it
+// is not killed, and if it keeps a pipe open the call stops reading after a
+// short drain period instead of waiting for it.
+//
+// Per-command cgroups are named <pid>-<starttime>-<id> after the creating
+// process, so Cleanup can tell the leftovers of a crashed server (creator gone)
+// from the cgroups of a live one, kill what still runs in them and remove them.
+// The server (or agent) calls it once at start-up.
+//
+// # Output and memory
+//
+// Each stream feeds an output.Tail (the result's tail), a background task's
+// output.Ring (the bash_output cursor), and one output.Spill per call shared by
+// both streams (the full output, interleaved). The spill stays in memory up to
+// twice the tail bound and is written to <SpillDir>/<session>/<id>.log only when
+// it outgrows that, when a tail was truncated, or when a background reader lost
+// bytes. Every buffer is bounded, so a command printing gigabytes costs the
+// server a fixed amount of memory and disk up to SpillLimit.
+//
+// # Lifetimes
+//
+// Run belongs to its ctx: cancelling it kills the tree (two-phase) and Run
+// returns executor.Aborted() once the tree is gone. A background task belongs
+// to the Executor, not to the ctx of Start; it ends when its command does, when
+// it is killed, or at Close. Finished tasks are kept for Read and Wait, at most
+// Config.MaxFinishedTasks per session, oldest evicted first.
+package local

@@ -1,0 +1,370 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// Executor runs commands as host processes. It is safe for concurrent use.
+type Executor struct {
+	cfg Config
+	// hier is where per-command cgroups go (nil: process group only). It only
+	// ever moves from v2 to fallback, when clone3 into a cgroup is refused.
+	hier     atomic.Pointer[hierarchy]
+	fallback *hierarchy
+
+	mu       sync.Mutex
+	closed   bool
+	running  map[*proc]struct{}
+	tasks    map[string]*task
+	finished map[string][]string // session → ids of finished tasks, oldest first
+}
+
+var _ executor.BashExecutor = (*Executor)(nil)
+
+// New validates cfg, fills in its defaults and finds how process trees can be
+// tracked on this host (see CgroupMode). Errors name the Config field.
+func New(cfg Config) (*Executor, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	primary, fallback, err := detect(cfg.Cgroup, cfg.CgroupParent)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		cfg:      cfg,
+		fallback: fallback,
+		running:  map[*proc]struct{}{},
+		tasks:    map[string]*task{},
+		finished: map[string][]string{},
+	}
+	e.hier.Store(primary)
+	return e, nil
+}
+
+// Isolation describes how process trees are tracked, for logs: "cgroup2
+// <dir>", "cgroup1 <controller> <dir>" or "process group".
+func (e *Executor) Isolation() string {
+	if h := e.hier.Load(); h != nil {
+		return h.String()
+	}
+	return "process group"
+}
+
+// Resolve applies the executor's limits, Root and BaseEnv to req.
+func (e *Executor) Resolve(ctx context.Context, req executor.Request) (executor.Spec, error) {
+	return e.cfg.Limits.Resolve(ctx, req, e.cfg.Root, e.cfg.BaseEnv)
+}
+
+// Has reports whether shell's interpreter is on the commands' PATH.
+func (e *Executor) Has(_ context.Context, _ string, shell executor.Shell) bool {
+	_, err := lookPath(shell.Argv("")[0], e.cfg.BaseEnv)
+	return err == nil
+}
+
+// Run runs spec in the foreground. ctx belongs to the caller: cancelling it
+// ends the command's whole tree (SIGTERM, grace, SIGKILL) and Run returns
+// executor.Aborted() once the tree is gone.
+func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result, error) {
+	if spec.Background {
+		return executor.Result{}, executor.Errorf(executor.ErrInvalid, "a background spec is started with Start, not Run")
+	}
+	if err := checkSpec(spec); err != nil {
+		return executor.Result{}, err
+	}
+	if ctx.Err() != nil {
+		return executor.Result{}, executor.Aborted()
+	}
+	id := newID()
+	p, err := e.spawn(spec, id, newOutputs(spec, e.cfg.SpillDir, id, false), spec.Timeout, nil)
+	if err != nil {
+		return executor.Result{}, err
+	}
+	select {
+	case <-p.done:
+		return p.result(), nil
+	case <-ctx.Done():
+		if p.kill() {
+			// It ended on its own as the caller gave up: that is its result.
+			return p.result(), nil
+		}
+		<-p.done
+		return executor.Result{}, executor.Aborted()
+	}
+}
+
+// Start starts spec as a background task. ctx bounds the start only: the task
+// belongs to the Executor, runs without a timeout, and ends when its command
+// does, when it is killed, or at Close.
+func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task, error) {
+	if err := checkSpec(spec); err != nil {
+		return nil, err
+	}
+	if spec.BufferBytes <= 0 {
+		return nil, executor.Errorf(executor.ErrInvalid, "invalid spec: bufferBytes must be positive, got %d", spec.BufferBytes)
+	}
+	if ctx.Err() != nil {
+		return nil, executor.Aborted()
+	}
+	id := newID()
+	t := &task{id: id, session: spec.Session, out: newOutputs(spec, e.cfg.SpillDir, id, true)}
+	if _, err := e.spawn(spec, id, t.out, 0, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Task finds a task of session by id; another session's task is as unknown
+// as an id never issued.
+func (e *Executor) Task(_ context.Context, session, id string) (executor.Task, error) {
+	e.mu.Lock()
+	t, ok := e.tasks[id]
+	e.mu.Unlock()
+	if !ok || t.session != session {
+		return nil, executor.NoSuchTask(id)
+	}
+	return t, nil
+}
+
+// Close kills every running command, foreground and background, removes
+// their cgroups, and refuses new ones. It waits for the trees to be gone
+// until ctx is done; the kills finish regardless.
+func (e *Executor) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	procs := make([]*proc, 0, len(e.running))
+	for p := range e.running {
+		procs = append(procs, p)
+	}
+	e.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return fmt.Errorf("local: close: %d commands still being killed: %w", len(procs), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// checkSpec rejects a spec that cannot be run as given.
+func checkSpec(s executor.Spec) error {
+	if err := executor.ValidSession(s.Session); err != nil {
+		return err
+	}
+	switch {
+	case s.Shell != "" && s.Shell != executor.Bash && s.Shell != executor.Pwsh:
+		return executor.Errorf(executor.ErrInvalid, "unknown shell %q", s.Shell)
+	case !filepath.IsAbs(s.Root) || filepath.Clean(s.Root) != s.Root:
+		return executor.Errorf(executor.ErrInvalid, "invalid spec: root must be a clean absolute path, got %q", s.Root)
+	case !filepath.IsAbs(s.Workdir) || filepath.Clean(s.Workdir) != s.Workdir:
+		return executor.Errorf(executor.ErrInvalid, "invalid spec: workdir must be a clean absolute path, got %q", s.Workdir)
+	case s.TailBytes <= 0:
+		return executor.Errorf(executor.ErrInvalid, "invalid spec: tailBytes must be positive, got %d", s.TailBytes)
+	case s.Timeout < 0 || s.Grace < 0 || s.SpillLimit < 0:
+		return executor.Errorf(executor.ErrInvalid, "invalid spec: negative timeout, grace or spillLimit")
+	}
+	return nil
+}
+
+// spawn starts spec and its supervisor. t is the background task the command
+// belongs to, nil for a foreground call.
+func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout time.Duration, t *task) (*proc, error) {
+	argv := spec.Shell.Argv(spec.Command)
+	path, err := lookPath(argv[0], spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	wd, err := openWorkdir(spec.Root, spec.Workdir)
+	if err != nil {
+		return nil, err
+	}
+	defer wd.Close()
+
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, executor.Errorf(executor.ErrUnavailable, "executor is closed")
+	}
+
+	var pipes, ends []*os.File
+	for range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(pipes, ends)
+			return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
+		}
+		pipes, ends = append(pipes, r), append(ends, w)
+	}
+	p := &proc{
+		id:      id,
+		grace:   spec.Grace,
+		timeout: timeout,
+		out:     out,
+		pipes:   pipes,
+		exited:  make(chan struct{}),
+		killCh:  make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	newCmd := func() *exec.Cmd {
+		return &exec.Cmd{
+			Path:   path,
+			Args:   argv,
+			Env:    withPWD(spec.Env, wd.real),
+			Dir:    wd.procPath(),
+			Stdout: ends[0],
+			Stderr: ends[1],
+		}
+	}
+	h := e.hier.Load()
+	err = e.launch(p, newCmd(), h)
+	if err != nil && h != nil && h.v2 && e.cfg.Cgroup == CgroupAuto {
+		// clone3 into a cgroup can be refused where mkdir was not (gVisor,
+		// seccomp, a cgroup namespace). If the command starts without it, that
+		// was the reason: fall back for good.
+		if err2 := e.launch(p, newCmd(), e.fallback); err2 == nil {
+			e.hier.CompareAndSwap(h, e.fallback)
+			err = nil
+		}
+	}
+	closeAll(ends)
+	if err != nil {
+		closeAll(pipes)
+		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
+	}
+
+	p.readers.Add(2)
+	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill})
+	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill})
+	go p.waitLeader()
+
+	var oomErr error
+	if e.cfg.OOMScoreAdj != 0 {
+		err := os.WriteFile("/proc/"+strconv.Itoa(p.pid)+"/oom_score_adj", []byte(strconv.Itoa(e.cfg.OOMScoreAdj)), 0)
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
+			oomErr = executor.Errorf(executor.ErrUnavailable, "set oom_score_adj of %s: %w", argv[0], err)
+			p.kill()
+		}
+	}
+
+	e.mu.Lock()
+	e.running[p] = struct{}{}
+	if t != nil && oomErr == nil {
+		t.p = p
+		e.tasks[id] = t
+	}
+	if e.closed {
+		// Close ran after the check above and did not see this command.
+		p.kill()
+	}
+	e.mu.Unlock()
+	p.onDone = func() { e.retire(p, t) }
+	go p.supervise()
+	if oomErr != nil {
+		<-p.done
+		return nil, oomErr
+	}
+	return p, nil
+}
+
+// launch starts c as p's leader, in its own process group and, with h, its
+// own cgroup.
+func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
+	attr := &syscall.SysProcAttr{Setpgid: true, Credential: e.cfg.Credential}
+	var cg *cgroup
+	if h != nil {
+		var err error
+		if cg, err = h.create(cgroupName(p.id)); err != nil {
+			return err
+		}
+		if h.v2 {
+			// CLONE_INTO_CGROUP: the child is born in the cgroup; there is no
+			// moment at which it or anything it forks is outside it.
+			attr.UseCgroupFD = true
+			attr.CgroupFD = int(cg.fd.Fd())
+		}
+	}
+	c.SysProcAttr = attr
+	var err error
+	bornInside := cg != nil
+	if cg != nil && !h.v2 {
+		var started bool
+		started, err = cg.startInside(c)
+		if errors.Is(err, errNoThreadHome) {
+			bornInside = false
+			// The thread's own cgroup is not visible under the mount: move
+			// the leader after it started, racing bash's ~1 ms start-up
+			// (see the package doc for what that can let escape).
+			if err = c.Start(); err == nil {
+				if err = cg.add(c.Process.Pid); err != nil {
+					err = fmt.Errorf("move into %s: %w", cg.path, err)
+					started = true
+				}
+			}
+		}
+		if err != nil && started {
+			unix.Kill(-c.Process.Pid, unix.SIGKILL)
+			unix.Kill(c.Process.Pid, unix.SIGKILL)
+			c.Wait()
+		}
+	} else {
+		err = c.Start()
+	}
+	if err != nil {
+		if cg != nil {
+			cg.remove()
+		}
+		return err
+	}
+	pid := c.Process.Pid
+	if cg != nil && cg.fd != nil {
+		cg.fd.Close()
+		cg.fd = nil
+	}
+	p.cmd, p.pid, p.cg, p.bornInside = c, pid, cg, bornInside
+	return nil
+}
+
+// retire forgets a finished command; a finished background task stays
+// readable until its session has more than MaxFinishedTasks finished ones.
+func (e *Executor) retire(p *proc, t *task) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.running, p)
+	if t == nil || e.tasks[t.id] != t {
+		return
+	}
+	ids := append(e.finished[t.session], t.id)
+	for len(ids) > e.cfg.MaxFinishedTasks {
+		delete(e.tasks, ids[0])
+		ids = ids[1:]
+	}
+	e.finished[t.session] = ids
+}
+
+func closeAll(fss ...[]*os.File) {
+	for _, fs := range fss {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+}

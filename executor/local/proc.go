@@ -1,0 +1,353 @@
+package local
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/output"
+)
+
+const (
+	// killBound is how long SIGKILL keeps being retried before a tree is
+	// given up on (only a process stuck in an uninterruptible sleep gets that
+	// far; its cgroup is then left for Cleanup).
+	killBound = 10 * time.Second
+	// drainTimeout bounds the wait for EOF on the pipes once the tree is gone.
+	// Only a process outside the tree (one that escaped the process group when
+	// no cgroup tracks it) can hold a pipe that long.
+	drainTimeout = 500 * time.Millisecond
+	// readBufSize is the read size of each pipe.
+	readBufSize = 64 << 10
+)
+
+// outputs are where one call's output goes.
+type outputs struct {
+	outTail, errTail *output.Tail
+	outRing, errRing *output.Ring // background tasks only
+	spill            *output.Spill
+}
+
+// newOutputs sizes the buffers of one call from its spec. The spill stays in
+// memory up to both tails' worth, so output that fits the tails writes no
+// file; once a tail overflows the spill has everything to write.
+func newOutputs(spec executor.Spec, spillDir, id string, background bool) *outputs {
+	o := &outputs{
+		outTail: output.NewTail(spec.TailBytes),
+		errTail: output.NewTail(spec.TailBytes),
+		spill:   output.NewSpill(spillDir+"/"+spec.Session, id+".log", spec.SpillLimit, 2*spec.TailBytes),
+	}
+	if background {
+		o.outRing = output.NewRing(spec.BufferBytes)
+		o.errRing = output.NewRing(spec.BufferBytes)
+	}
+	return o
+}
+
+func (o *outputs) truncated() bool { return o.outTail.Truncated() || o.errTail.Truncated() }
+
+// finish writes the spill file if the result will point at it, and closes it.
+func (o *outputs) finish() {
+	if o.truncated() {
+		o.spill.Materialize()
+	}
+	o.spill.Close()
+}
+
+// sink is one stream's writer: it feeds the stream's tail and ring and the
+// call's shared spill. It never blocks on a reader.
+type sink struct {
+	tail  *output.Tail
+	ring  *output.Ring
+	spill *output.Spill
+}
+
+func (s sink) Write(p []byte) (int, error) {
+	s.tail.Write(p)
+	s.spill.Write(p)
+	if s.ring != nil {
+		s.ring.Write(p)
+		// The reader fell behind: the spill file must exist (and it holds
+		// everything) before the read that reports the loss points at it.
+		if s.ring.Lost() > 0 {
+			s.spill.Materialize()
+		}
+	}
+	return len(p), nil
+}
+
+// proc is one running command and the supervisor that owns its lifetime.
+type proc struct {
+	id  string
+	pid int
+	cmd *exec.Cmd
+	cg  *cgroup // nil: the process group alone
+	// bornInside: the leader started in cg, so every process of the tree is
+	// in it; false when the leader was moved in after it started.
+	bornInside bool
+	grace      time.Duration
+	timeout    time.Duration // 0: none
+	out        *outputs
+	pipes      []*os.File // read ends
+	readers    sync.WaitGroup
+	onDone     func()
+
+	exited chan struct{} // the leader exited; it is not reaped yet
+	killCh chan struct{} // closed by the first kill request
+
+	mu            sync.Mutex
+	killRequested bool
+	finished      bool
+	done          chan struct{} // closed, under mu, when everything below is set
+
+	status   syscall.WaitStatus
+	timedOut bool
+}
+
+// kill asks the supervisor to end the tree. It reports whether the command
+// had already finished; otherwise the caller waits for done.
+func (p *proc) kill() (alreadyDone bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return true
+	}
+	if !p.killRequested {
+		p.killRequested = true
+		close(p.killCh)
+	}
+	return false
+}
+
+// pump copies one pipe into its sink until EOF (or the drain deadline).
+func (p *proc) pump(r *os.File, w sink) {
+	defer p.readers.Done()
+	buf := make([]byte, readBufSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitLeader waits for the leader to exit without reaping it: the zombie
+// holds the leader's pid and process-group id, so neither can be reused by
+// an unrelated process while the supervisor still signals them.
+func (p *proc) waitLeader() {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	close(p.exited)
+}
+
+// supervise runs the command's life to its end: leader exit, timeout or kill
+// request; then the whole tree's end, the reap, the cgroup's removal and the
+// pipes' drain. Nothing is reported (done) before all of that happened.
+func (p *proc) supervise() {
+	var timer <-chan time.Time
+	if p.timeout > 0 {
+		t := time.NewTimer(p.timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-p.exited:
+	case <-timer:
+		p.timedOut = true
+		p.terminate()
+	case <-p.killCh:
+		p.terminate()
+	}
+	<-p.exited
+	// Whatever the leader left running goes the same way.
+	p.terminate()
+
+	p.cmd.Wait()
+	if ps := p.cmd.ProcessState; ps != nil {
+		p.status, _ = ps.Sys().(syscall.WaitStatus)
+	}
+	if p.cg != nil {
+		// An error leaves the cgroup for Cleanup; the call's result stands.
+		p.cg.remove()
+	}
+	p.drain()
+	p.out.finish()
+	if p.onDone != nil {
+		// Before done, so whoever waited for the end sees its bookkeeping.
+		p.onDone()
+	}
+
+	p.mu.Lock()
+	p.finished = true
+	close(p.done)
+	p.mu.Unlock()
+}
+
+// terminate ends the whole tree in two phases: SIGTERM to all of it, up to
+// grace for it to go, then SIGKILL until nothing is left. It returns at once
+// when the tree is already gone.
+func (p *proc) terminate() {
+	if p.treeEmpty() {
+		return
+	}
+	p.signalTree(unix.SIGTERM)
+	if p.waitEmpty(p.grace) {
+		return
+	}
+	deadline := time.Now().Add(killBound)
+	for {
+		p.killAll()
+		if p.waitEmpty(50*time.Millisecond) || time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+// signalTree sends sig to every process of the tree exactly once: a
+// catchable signal delivered twice would run a trap twice. With a cgroup the
+// command was born in, the cgroup is the tree. Otherwise the process group is
+// (the leader is in it, and the unreaped leader keeps its id from being
+// reused), plus, with a cgroup joined after the start, its members that left
+// the group.
+func (p *proc) signalTree(sig syscall.Signal) {
+	if p.cg != nil && p.bornInside {
+		p.cg.signal(sig)
+		return
+	}
+	if unix.Kill(-p.pid, sig) == unix.ESRCH {
+		unix.Kill(p.pid, sig) // the leader left its group (setpgid)
+	}
+	if p.cg != nil {
+		pids, _ := p.cg.procs()
+		for _, pid := range pids {
+			if st, err := readProcStat(pid); err == nil && st.pgrp != p.pid && pid != os.Getpid() {
+				unix.Kill(pid, sig)
+			}
+		}
+	}
+}
+
+// killAll sends SIGKILL to everything the tree may hold, redundantly: the
+// cgroup (cgroup.kill, or frozen and signalled), the process group and the
+// leader.
+func (p *proc) killAll() {
+	if p.cg != nil {
+		p.cg.kill()
+	}
+	unix.Kill(-p.pid, unix.SIGKILL)
+	unix.Kill(p.pid, unix.SIGKILL)
+}
+
+// treeEmpty reports whether the leader has exited and nothing of its tree is
+// left: the cgroup is empty, or, without one, no live process is in the
+// process group.
+func (p *proc) treeEmpty() bool {
+	select {
+	case <-p.exited:
+	default:
+		return false
+	}
+	if p.cg != nil {
+		return p.cg.empty()
+	}
+	return !groupAlive(p.pid)
+}
+
+// waitEmpty polls until the tree is gone or d has passed.
+func (p *proc) waitEmpty(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for sleep := 500 * time.Microsecond; ; sleep = min(2*sleep, 20*time.Millisecond) {
+		if p.treeEmpty() {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		time.Sleep(min(sleep, left))
+	}
+}
+
+// drain waits for EOF on both pipes. The tree is gone, so normally every
+// writer is too and EOF is immediate; a writer that escaped the tree only
+// delays the call by drainTimeout, after which reading stops.
+func (p *proc) drain() {
+	eof := make(chan struct{})
+	go func() {
+		p.readers.Wait()
+		close(eof)
+	}()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	select {
+	case <-eof:
+	case <-t.C:
+		for _, r := range p.pipes {
+			r.SetReadDeadline(time.Now())
+		}
+		<-eof
+	}
+	for _, r := range p.pipes {
+		r.Close()
+	}
+}
+
+// exitStatus is the exact way a process ended: an exit code, or the name of
+// the signal that killed it (ExitCode -1).
+func exitStatus(ws syscall.WaitStatus) (code int, signal string) {
+	if ws.Signaled() {
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = "SIG" + strconv.Itoa(int(ws.Signal()))
+		}
+		return -1, name
+	}
+	return ws.ExitStatus(), ""
+}
+
+// result is the foreground Result; valid once done is closed.
+func (p *proc) result() executor.Result {
+	r := executor.Result{
+		Stdout:    p.out.outTail.String(),
+		Stderr:    p.out.errTail.String(),
+		TimedOut:  p.timedOut,
+		TimeoutMs: p.timeout.Milliseconds(),
+	}
+	r.ExitCode, r.Signal = exitStatus(p.status)
+	if p.out.truncated() {
+		r.Truncated = true
+		r.SpillPath = p.out.spill.Path()
+		r.SpillError = p.out.spill.Err()
+	}
+	return r
+}
+
+// taskStatus is the status of a background task. A task is running until its
+// tree is gone and its output drained, so a final status means every byte of
+// output has been buffered.
+func (p *proc) taskStatus() executor.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.finished {
+		return executor.Status{State: executor.Running}
+	}
+	code, sig := exitStatus(p.status)
+	if p.killRequested || sig != "" {
+		return executor.Status{State: executor.Killed, ExitCode: code, Signal: sig}
+	}
+	return executor.Status{State: executor.Completed, ExitCode: code}
+}
