@@ -1,0 +1,265 @@
+package executortest
+
+import (
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Harness is what an implementation provides to Run.
+type Harness struct {
+	// New returns a fresh executor configured with lim. It registers the
+	// executor's cleanup with t.Cleanup and fails t when it cannot build one.
+	// Run calls it once per limits profile, from the goroutine of the test
+	// that called Run.
+	New func(t *testing.T, lim executor.Limits) executor.BashExecutor
+
+	// Root returns the session cwd of session on e, as its commands see it:
+	// the configured directory of a local executor, "/workspace" in a sandbox.
+	// FixedRoot builds it when the root does not depend on e or the session.
+	Root func(e executor.BashExecutor, session string) string
+
+	// Home is DSH_HOME as commands see it. Run configures the Toolset with it
+	// and expects commands to see exactly it.
+	Home string
+
+	// InProcess says the executor's memory is this test process's, so the
+	// memory cases can bound the Go heap while a command prints 100 MB.
+	InProcess bool
+
+	// MemoryProbe, for an executor out of process, returns the bytes its side
+	// uses now (e.g. the sandbox agent's RSS). Optional: without it and
+	// without InProcess, the memory cases check the output but not memory.
+	MemoryProbe func() uint64
+}
+
+// FixedRoot is a Harness.Root for executors whose session cwd is one
+// directory whatever the executor or session.
+func FixedRoot(dir string) func(executor.BashExecutor, string) string {
+	return func(executor.BashExecutor, string) string { return dir }
+}
+
+// The canary is set in the test process before any executor exists; no
+// command may see it (DESIGN §2: the server's environment never leaks).
+const (
+	canaryName  = "SHELLBOX_CONFORMANCE_CANARY"
+	canaryValue = "leaked-from-the-test-process"
+)
+
+// heapBound is how much the executor's memory may grow while a command prints
+// 100 MB: the output must stream through bounded buffers, not accumulate.
+const heapBound = 32 << 20
+
+// Bounds that turn a hang into a failure. They are not assertions on
+// duration: a conforming executor is far inside them.
+const (
+	callBound = 60 * time.Second
+	waitBound = 30 * time.Second
+)
+
+// grace is the SIGTERM-to-SIGKILL grace of every profile: short, so the
+// cases that need SIGKILL stay fast.
+const grace = 300 * time.Millisecond
+
+// profile names a set of limits an executor is created with.
+type profile int
+
+const (
+	// profDefault: the defaults of DESIGN §2–§3, with a short grace.
+	profDefault profile = iota
+	// profTail: a 64-byte tail and a 4 KiB spill cap, for truncation.
+	profTail
+	// profBuffer: a 1 KiB background buffer, for readers falling behind.
+	profBuffer
+	// profShort: a 400 ms default and maximum timeout, for clamping.
+	profShort
+	numProfiles
+)
+
+const (
+	tailBytes   = 64
+	spillLimit  = 4096
+	bufferBytes = 1024
+	shortMs     = 400
+)
+
+func (p profile) limits() executor.Limits {
+	l := executor.DefaultLimits()
+	l.Grace = grace
+	switch p {
+	case profTail:
+		l.TailBytes = tailBytes
+		l.SpillLimit = spillLimit
+	case profBuffer:
+		l.BufferBytes = bufferBytes
+	case profShort:
+		l.DefaultTimeout = shortMs * time.Millisecond
+		l.MaxTimeout = shortMs * time.Millisecond
+	}
+	return l
+}
+
+func (p profile) String() string {
+	return [...]string{"default", "tail", "buffer", "short"}[p]
+}
+
+// instance is one executor and the Toolset over it.
+type instance struct {
+	exec  executor.BashExecutor
+	tools *tools.Toolset
+	lim   executor.Limits
+}
+
+// suite is one Run: the harness, an instance per profile, and the sessions
+// that completion notices are routed to.
+type suite struct {
+	h     Harness
+	insts [numProfiles]*instance
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// group is a set of cases and scenarios sharing a name prefix.
+type group struct {
+	name      string
+	cases     []testCase
+	scenarios []scenario
+}
+
+// scenario is a multi-call case. Its recorded calls form a transcript that is
+// compared with testdata/<group>_<name>.golden.
+type scenario struct {
+	name    string
+	profile profile
+	run     func(s *session)
+}
+
+// Run runs the conformance suite against the executors h builds. The test
+// calling it must not be parallel (Run uses t.Setenv); Run's subtests are.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil || h.Root == nil {
+		t.Fatal("executortest: Harness.New and Harness.Root are required")
+	}
+	// Before New: an executor that snapshots os.Environ when it is built
+	// would otherwise escape the check.
+	t.Setenv(canaryName, canaryValue)
+
+	s := &suite{h: h, sessions: map[string]*session{}}
+	for p := range numProfiles {
+		lim := p.limits()
+		e := h.New(t, lim)
+		if e == nil {
+			t.Fatalf("executortest: Harness.New returned nil for the %s profile", p)
+		}
+		ts, err := tools.New(e, tools.Config{Home: h.Home, OnNotice: s.onNotice})
+		if err != nil {
+			t.Fatalf("executortest: tools.New: %v", err)
+		}
+		// Registered after New's cleanups, so it runs before them: the
+		// watchers stop before the executor goes.
+		t.Cleanup(ts.Close)
+		s.insts[p] = &instance{exec: e, tools: ts, lim: lim}
+	}
+
+	// The memory cases run first and alone, so the heap they sample is
+	// theirs; the parallel groups start when Run's caller returns.
+	t.Run("memory", func(t *testing.T) {
+		for _, sc := range memoryScenarios() {
+			t.Run(sc.name, func(t *testing.T) { s.runScenario(t, "memory", sc) })
+		}
+	})
+	for _, g := range groups() {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range g.cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					s.runCase(t, g.name, c)
+				})
+			}
+			for _, sc := range g.scenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					t.Parallel()
+					s.runScenario(t, g.name, sc)
+				})
+			}
+		})
+	}
+}
+
+// groups lists every parallel group of the suite.
+func groups() []group {
+	return []group{
+		{name: "fg", cases: foregroundCases(), scenarios: foregroundScenarios()},
+		{name: "timeout", cases: timeoutCases()},
+		{name: "tail", cases: tailCases()},
+		{name: "workdir", cases: workdirCases()},
+		{name: "args", cases: argCases()},
+		{name: "env", cases: envCases(), scenarios: envScenarios()},
+		{name: "tree", scenarios: treeScenarios()},
+		{name: "bg", cases: backgroundCases(), scenarios: backgroundScenarios()},
+		{name: "pwsh", scenarios: pwshScenarios()},
+	}
+}
+
+// sessionChars are the characters a session id may not hold.
+var sessionChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// newSession makes the session a case runs in, named after the case so its
+// files and tasks are its own.
+func (s *suite) newSession(t *testing.T, p profile, id string) *session {
+	if id == "" {
+		t.Fatal("executortest: empty session id")
+	}
+	id = sessionChars.ReplaceAllString(id, "_")
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return s.sessionAs(t, p, id)
+}
+
+// sessionAs makes a session with exactly id, valid or not.
+func (s *suite) sessionAs(t *testing.T, p profile, id string) *session {
+	in := s.insts[p]
+	ss := &session{
+		t:     t,
+		suite: s,
+		in:    in,
+		prof:  p,
+		id:    id,
+		root:  strings.TrimSuffix(s.h.Root(in.exec, id), "/"),
+		home:  s.h.Home,
+		feed:  make(chan tools.Notice, 64),
+		mu:    new(sync.Mutex),
+	}
+	if ss.root == "" {
+		ss.root = "/"
+	}
+	s.mu.Lock()
+	s.sessions[id] = ss
+	s.mu.Unlock()
+	return ss
+}
+
+// onNotice routes a completion notice to its session's feed. It must not
+// block (tools.Config.OnNotice): a full feed drops the notice, which a case
+// waiting for it then reports.
+func (s *suite) onNotice(session string, n tools.Notice) {
+	s.mu.Lock()
+	ss := s.sessions[session]
+	s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	select {
+	case ss.feed <- n:
+	default:
+	}
+}
