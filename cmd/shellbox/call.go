@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// maxStdinArgs bounds arguments read from standard input.
+const maxStdinArgs = 1 << 20
+
+func newCallCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "call TOOL ['JSON-ARGS' | -]",
+		Short: "Run one tool call and print exactly what the model would see",
+		Long: `Run one tool call and print the model-facing text on stdout.
+
+Exit status: 0 for a result (a non-zero exit of the command is a result too),
+1 for an error result ("Error: ..."), 2 for a usage or configuration error.
+JSON-ARGS "-" (or none) reads the arguments from standard input.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := callArgs(cmd.InOrStdin(), args)
+			if err != nil {
+				return err
+			}
+			file, _ := cmd.Flags().GetString("config")
+			cfg, err := loadConfig(cmd.Flags(), file)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			ts, cleanup, err := newToolset(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			res := ts.Call(ctx, tools.Invocation{Session: cfg.Session, Tool: args[0], Args: raw})
+			if bg, ok := res.Value.(*tools.Background); ok && cfg.Backend == "local" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: the local backend keeps background tasks only while this process runs: task %s is killed when it exits\n", bg.TaskID)
+			}
+			cleanup()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(out, res.Text)
+				for _, n := range res.Notices {
+					fmt.Fprintf(cmd.ErrOrStderr(), "notice: %s\n", n.Text)
+				}
+			}
+			if res.IsError {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed)")
+	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result as JSON (text, isError, typed result, notices)")
+	return cmd
+}
+
+// callArgs returns the JSON arguments from the command line or stdin.
+func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
+	if len(args) == 2 && args[1] != "-" {
+		return json.RawMessage(args[1]), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, maxStdinArgs+1))
+	if err != nil {
+		return nil, fmt.Errorf("read arguments from stdin: %w", err)
+	}
+	if len(b) > maxStdinArgs {
+		return nil, fmt.Errorf("arguments on stdin exceed %d bytes", maxStdinArgs)
+	}
+	return b, nil
+}
+
+// newToolset wires the configured backend under the tools. cleanup stops
+// watchers and releases the backend (killing the local backend's tasks).
+func newToolset(ctx context.Context, cfg Config) (*tools.Toolset, func(), error) {
+	var (
+		ex    executor.BashExecutor
+		home  string
+		close func(context.Context) error
+	)
+	switch cfg.Backend {
+	case "local":
+		root := cfg.Local.Root
+		if root == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return nil, nil, fmt.Errorf("local backend: %w", err)
+			}
+			root = wd
+		}
+		root, err := filepath.Abs(root)
+		if err != nil {
+			return nil, nil, fmt.Errorf("local backend: root: %w", err)
+		}
+		spill, err := filepath.Abs(cfg.Local.SpillDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("local backend: spillDir: %w", err)
+		}
+		home = cfg.Local.Home
+		if home == "" {
+			home = root
+		}
+		// Leftovers of a crashed run (their creator is gone) are killed and
+		// removed; a failure here does not stop this call.
+		_, _ = local.Cleanup("")
+		e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: cfg.Limits, Cgroup: local.CgroupMode(cfg.Local.Cgroup)})
+		if err != nil {
+			return nil, nil, fmt.Errorf("local backend: %w", err)
+		}
+		ex, close = e, e.Close
+	default:
+		return nil, nil, fmt.Errorf("unknown backend %q (available: local)", cfg.Backend)
+	}
+	ts, err := tools.New(ex, tools.Config{
+		DisableRunInBackground: !cfg.EnableRunInBackground,
+		Home:                   home,
+		Facts:                  cfg.Facts,
+	})
+	if err != nil {
+		close(ctx)
+		return nil, nil, err
+	}
+	cleanup := func() {
+		ts.Close()
+		// Cleanup must finish even if the caller's context is gone.
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.Grace+5*time.Second)
+		defer cancel()
+		_ = close(cctx)
+	}
+	return ts, cleanup, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// Config is the whole configuration: a file (--config, or shellbox.yaml in
+// the working directory or $XDG_CONFIG_HOME/shellbox), SHELLBOX_* environment
+// variables (SHELLBOX_LIMITS_TAILBYTES for limits.tailBytes) and flags, in
+// rising precedence. The README's config reference documents every key.
+type Config struct {
+	Backend               string            `mapstructure:"backend"`
+	Session               string            `mapstructure:"session"`
+	EnableRunInBackground bool              `mapstructure:"enableRunInBackground"`
+	Facts                 map[string]string `mapstructure:"facts"`
+	Limits                executor.Limits   `mapstructure:"limits"`
+	Local                 LocalConfig       `mapstructure:"local"`
+}
+
+// LocalConfig configures the local (host process, unsandboxed) backend.
+type LocalConfig struct {
+	Root     string `mapstructure:"root"`
+	Home     string `mapstructure:"home"`
+	SpillDir string `mapstructure:"spillDir"`
+	Cgroup   string `mapstructure:"cgroup"`
+}
+
+func defaultSpillDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "shellbox", "spill")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "shellbox", "spill")
+	}
+	return filepath.Join(os.TempDir(), "shellbox-spill")
+}
+
+// newViper sets the defaults of every key (so SHELLBOX_* variables reach
+// them all) and binds flags.
+func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
+	v := viper.New()
+	lim := executor.DefaultLimits()
+	v.SetDefault("backend", "local")
+	v.SetDefault("session", "default")
+	v.SetDefault("enableRunInBackground", true)
+	v.SetDefault("facts", map[string]string{})
+	v.SetDefault("limits.defaultTimeout", lim.DefaultTimeout)
+	v.SetDefault("limits.maxTimeout", lim.MaxTimeout)
+	v.SetDefault("limits.grace", lim.Grace)
+	v.SetDefault("limits.tailBytes", lim.TailBytes)
+	v.SetDefault("limits.bufferBytes", lim.BufferBytes)
+	v.SetDefault("limits.spillLimit", lim.SpillLimit)
+	v.SetDefault("local.root", "")
+	v.SetDefault("local.home", "")
+	v.SetDefault("local.spillDir", defaultSpillDir())
+	v.SetDefault("local.cgroup", "auto")
+
+	v.SetEnvPrefix("SHELLBOX")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+
+	if flags != nil {
+		for key, name := range map[string]string{"backend": "backend", "session": "session"} {
+			if f := flags.Lookup(name); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// loadConfig reads file (if given, it must exist) or the default locations,
+// and decodes strictly: an unknown key or a wrong type is an error naming it.
+func loadConfig(flags *pflag.FlagSet, file string) (Config, error) {
+	v, err := newViper(flags)
+	if err != nil {
+		return Config{}, err
+	}
+	if file == "" {
+		file = defaultConfigFile()
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", file, err)
+		}
+	}
+	var c Config
+	if err := v.UnmarshalExact(&c); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", orDefault(v.ConfigFileUsed(), "(defaults and environment)"), err)
+	}
+	// viper folds keys to lower case; DSH_* names are upper case.
+	facts := make(map[string]string, len(c.Facts))
+	for k, val := range c.Facts {
+		facts[strings.ToUpper(k)] = val
+	}
+	c.Facts = facts
+	if err := c.Limits.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: limits: %w", err)
+	}
+	if err := executor.ValidSession(c.Session); err != nil {
+		return Config{}, fmt.Errorf("config: session: %w", err)
+	}
+	return c, nil
+}
+
+// defaultConfigFile is the first of ./shellbox.yaml and
+// $XDG_CONFIG_HOME/shellbox/shellbox.yaml that exists, or "". Names are
+// explicit: viper's own search would also take a file called "shellbox"
+// (such as the binary itself).
+func defaultConfigFile() string {
+	candidates := []string{"shellbox.yaml"}
+	if d, err := os.UserConfigDir(); err == nil {
+		candidates = append(candidates, filepath.Join(d, "shellbox", "shellbox.yaml"))
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
+			return c
+		}
+	}
+	return ""
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
