@@ -1,0 +1,304 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// API is the part of the Docker Engine client the backend uses; a
+// *client.Client satisfies it. Every call here exists in API 1.41 (Engine
+// 20.10), and the fields the backend sets too (CgroupnsMode is the newest,
+// from 1.41), so it works on 20.10 and on current engines alike.
+type API interface {
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig,
+		networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, id string, options container.StartOptions) error
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
+	Info(ctx context.Context) (system.Info, error)
+	Ping(ctx context.Context) (types.Ping, error)
+}
+
+// Runtime is the Docker backend of sandbox.Runtime.
+type Runtime struct {
+	api    API
+	closer io.Closer // set when the Runtime made its client
+
+	mu       sync.Mutex
+	runtimes []string // engine runtimes seen by the last Info, nil before
+}
+
+var (
+	_ sandbox.Runtime       = (*Runtime)(nil)
+	_ sandbox.Pinger        = (*Runtime)(nil)
+	_ sandbox.RuntimeLister = (*Runtime)(nil)
+	_ API                   = (*client.Client)(nil)
+)
+
+// New returns a Runtime on api. The caller keeps ownership of api.
+func New(api API) *Runtime {
+	return &Runtime{api: api}
+}
+
+// NewFromEnv returns a Runtime with its own client, configured from the
+// environment (DOCKER_HOST, DOCKER_API_VERSION, DOCKER_CERT_PATH,
+// DOCKER_TLS_VERIFY) and negotiating the API version with the engine, so the
+// same binary talks to Engine 20.10 (API 1.41) and to current engines. Close
+// releases the client.
+func NewFromEnv() (*Runtime, error) {
+	cli, err := NewClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{api: cli, closer: cli}, nil
+}
+
+// NewClient returns a Docker client configured from the environment, with
+// API version negotiation.
+func NewClient() (*client.Client, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker client: %v", sandbox.ErrUnavailable, err)
+	}
+	return cli, nil
+}
+
+// Close releases the client if NewFromEnv made it.
+func (r *Runtime) Close() error {
+	if r.closer != nil {
+		return r.closer.Close()
+	}
+	return nil
+}
+
+// Create implements sandbox.Runtime. The container is created under
+// ContainerName and started; if it does not reach the running state it is
+// removed again. Images are not pulled: spec.Image must be present.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	for _, p := range []string{spec.HostDir, spec.AgentBinary} {
+		if _, err := os.Stat(p); err != nil {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		}
+	}
+	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	cfg, hc := translate(spec)
+	name := ContainerName(spec.Tenant, spec.Session)
+	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil {
+		if isNotFound(err) {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: image %q is not on the engine (shellbox does not pull): %v",
+				sandbox.ErrUnavailable, spec.Image, err)
+		}
+		if isConflict(err) {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s (container %s): %v",
+				sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, name, err)
+		}
+		return sandbox.Sandbox{}, convert(err, "create container %s", name)
+	}
+	if err := r.api.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		r.removeDetached(ctx, resp.ID)
+		return sandbox.Sandbox{}, convert(err, "start container %s", name)
+	}
+	info, err := r.api.ContainerInspect(ctx, resp.ID)
+	if err != nil {
+		r.removeDetached(ctx, resp.ID)
+		return sandbox.Sandbox{}, convert(err, "inspect container %s", name)
+	}
+	sb := fromInspect(info)
+	if sb.State != sandbox.StateRunning {
+		r.removeDetached(ctx, resp.ID)
+		code := 0
+		if info.State != nil {
+			code = info.State.ExitCode
+		}
+		return sandbox.Sandbox{}, fmt.Errorf("%w: container %s is %s right after start (exit code %d): is the agent binary static and runnable?",
+			sandbox.ErrUnavailable, name, sb.State, code)
+	}
+	return sb, nil
+}
+
+// Get implements sandbox.Runtime.
+func (r *Runtime) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
+	name := ContainerName(tenant, session)
+	info, err := r.api.ContainerInspect(ctx, name)
+	if err != nil {
+		return sandbox.Sandbox{}, convert(err, "inspect container %s", name)
+	}
+	if info.Config == nil || info.Config.Labels[sandbox.LabelManaged] != "true" {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: container %s was not created by shellbox", sandbox.ErrConflict, name)
+	}
+	return fromInspect(info), nil
+}
+
+// List implements sandbox.Runtime.
+func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelManaged+"=true"))
+	if owner != "" {
+		f.Add("label", sandbox.LabelOwner+"="+owner)
+	}
+	cs, err := r.api.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, convert(err, "list containers")
+	}
+	out := make([]sandbox.Sandbox, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, fromSummary(c))
+	}
+	return out, nil
+}
+
+// Remove implements sandbox.Runtime: a forced remove (SIGKILL, then delete),
+// idempotent.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	err := r.api.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil, isNotFound(err):
+		return nil
+	case isConflict(err):
+		// "removal already in progress": someone else is removing it; it is
+		// gone once inspect says so.
+		for {
+			if _, err := r.api.ContainerInspect(ctx, id); isNotFound(err) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: remove container %s: %v", sandbox.ErrUnavailable, id, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return convert(err, "remove container %s", id)
+}
+
+// Ping implements sandbox.Pinger.
+func (r *Runtime) Ping(ctx context.Context) error {
+	if _, err := r.api.Ping(ctx); err != nil {
+		return convert(err, "ping")
+	}
+	return nil
+}
+
+// Runtimes implements sandbox.RuntimeLister: the Spec runtimes registered
+// with the engine.
+func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
+	info, err := r.api.Info(ctx)
+	if err != nil {
+		return nil, convert(err, "info")
+	}
+	var out []string
+	for _, name := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		if _, ok := info.Runtimes[name]; ok {
+			out = append(out, name)
+		}
+	}
+	r.mu.Lock()
+	r.runtimes = out
+	r.mu.Unlock()
+	return out, nil
+}
+
+// checkRuntime fails early, and clearly, when the engine lacks a runtime;
+// the engine's own error only comes at create. A runtime seen once is
+// trusted from then on.
+func (r *Runtime) checkRuntime(ctx context.Context, name string) error {
+	r.mu.Lock()
+	known := slices.Contains(r.runtimes, name)
+	r.mu.Unlock()
+	if known {
+		return nil
+	}
+	have, err := r.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, name) {
+		return fmt.Errorf("%w: runtime %q is not registered with the Docker engine (have %v)", sandbox.ErrUnavailable, name, have)
+	}
+	return nil
+}
+
+// removeDetached removes a container Create gave up on, even if ctx ended.
+func (r *Runtime) removeDetached(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = r.Remove(rctx, id)
+}
+
+func fromInspect(info container.InspectResponse) sandbox.Sandbox {
+	sb := sandbox.Sandbox{ID: info.ID, State: sandbox.StateOther}
+	if info.Config != nil {
+		sb.Tenant = info.Config.Labels[sandbox.LabelTenant]
+		sb.Session = info.Config.Labels[sandbox.LabelSession]
+		sb.Owner = info.Config.Labels[sandbox.LabelOwner]
+		sb.Image = info.Config.Image
+	}
+	if info.HostConfig != nil {
+		sb.Runtime = info.HostConfig.Runtime
+	}
+	if info.State != nil {
+		sb.State = state(info.State.Status)
+	}
+	sb.HostDir = hostDirOf(info.Mounts)
+	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
+	sb.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
+	return sb
+}
+
+func fromSummary(c container.Summary) sandbox.Sandbox {
+	sb := sandbox.Sandbox{
+		ID:      c.ID,
+		Tenant:  c.Labels[sandbox.LabelTenant],
+		Session: c.Labels[sandbox.LabelSession],
+		Owner:   c.Labels[sandbox.LabelOwner],
+		Runtime: c.Labels[sandbox.LabelRuntime],
+		Image:   c.Image,
+		State:   state(c.State),
+		HostDir: hostDirOf(c.Mounts),
+		Created: time.Unix(c.Created, 0),
+	}
+	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
+	return sb
+}
+
+func hostDirOf(mounts []container.MountPoint) string {
+	for _, m := range mounts {
+		if m.Destination == sandbox.HostDirMount {
+			return m.Source
+		}
+	}
+	return ""
+}
+
+func state(s container.ContainerState) sandbox.State {
+	switch s {
+	case container.StateCreated:
+		return sandbox.StateCreated
+	case container.StateRunning:
+		return sandbox.StateRunning
+	case container.StateExited:
+		return sandbox.StateExited
+	}
+	return sandbox.StateOther
+}

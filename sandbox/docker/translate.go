@@ -1,0 +1,142 @@
+package docker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// ContainerName returns the container name of a session's sandbox:
+// shellbox-<tenant>-<session>-<hash>, the ids with characters Docker does not
+// allow in names replaced by '_', and a hash of the exact pair so that pairs
+// that sanitise alike ("a-b"/"c" and "a"/"b-c") never share a name. The name
+// makes a second create for a session fail with a conflict, and lets Get find
+// a session's sandbox with one inspect.
+func ContainerName(tenant, session string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + session))
+	return "shellbox-" + sanitise(tenant) + "-" + sanitise(session) + "-" + hex.EncodeToString(sum[:5])
+}
+
+func sanitise(id string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			return r
+		}
+		return '_'
+	}, id)
+}
+
+// Capabilities the agent (PID 1, uid 0) keeps. It needs SETUID and SETGID to
+// start each command as the sandbox user with its own supplementary group,
+// and KILL to signal commands that are no longer its uid's. A command gets
+// none of them: changing uid from 0 to non-zero clears the permitted and
+// effective sets, and no-new-privileges stops setuid binaries from getting
+// any back.
+var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+
+// translate turns a validated Spec into the container's config. It is pure;
+// every hardening decision of the Docker backend is here.
+func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[sandbox.LabelManaged] = "true"
+	labels[sandbox.LabelTenant] = spec.Tenant
+	labels[sandbox.LabelSession] = spec.Session
+	labels[sandbox.LabelOwner] = spec.Owner
+	labels[sandbox.LabelRuntime] = spec.Runtime
+
+	env := slices.Clone(spec.Env)
+	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
+
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Hostname:   "sandbox",
+		Entrypoint: []string{sandbox.AgentPath},
+		// Non-nil: with an Entrypoint given, the image's CMD must not leak in
+		// as the agent's arguments.
+		Cmd:        append([]string{}, spec.AgentArgs...),
+		Env:        env,
+		User:       "0:0", // the agent; it runs commands as spec.UID:GID
+		WorkingDir: sandbox.WorkspacePath,
+		Labels:     labels,
+	}
+
+	pids := spec.PidsLimit
+	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		// Under gVisor the pids cgroup counts the threads of the gVisor
+		// kernel (the ptrace platform spends several host threads per guest
+		// task, ~50 idle), not the workload's processes: a limit sized for
+		// the workload kills the sandbox under ordinary use. The workload's
+		// limit is RLIMIT_NPROC, which gVisor counts per uid among its own
+		// tasks, so inside one sandbox only; the cgroup stays as a host
+		// backstop. (On runc RLIMIT_NPROC would count the uid's processes
+		// across the host, so it is not used there.)
+		pids = runscHostPids(spec.PidsLimit)
+		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: spec.PidsLimit, Hard: spec.PidsLimit})
+	}
+	noInit := false
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(sandbox.NetworkNone),
+		Runtime:     spec.Runtime,
+		CapDrop:     []string{"ALL"},
+		CapAdd:      slices.Clone(agentCaps),
+		// The default seccomp profile stays: only "seccomp=unconfined" or a
+		// custom profile would change it.
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		// tmpfs is the only way to cap the writable directories: overlay
+		// storage (fuse-overlayfs here) has no per-container quota. "exec" is
+		// explicit because Docker adds noexec to tmpfs mounts otherwise, and
+		// agents run scripts they write to /workspace and /tmp.
+		Tmpfs: map[string]string{
+			sandbox.TmpPath: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", spec.TmpBytes),
+			sandbox.WorkspacePath: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755",
+				spec.WorkspaceBytes, spec.UID, spec.GID),
+		},
+		Mounts: []mount.Mount{
+			{
+				Type: mount.TypeBind, Source: spec.AgentBinary, Target: sandbox.AgentPath, ReadOnly: true,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			},
+			{
+				// Recursive, so the spill tmpfs mounted on the host's spill/
+				// is what the sandbox sees too. Writable, for the agent (uid
+				// 0); commands cannot write: the directories are root's, 0755.
+				Type: mount.TypeBind, Source: spec.HostDir, Target: sandbox.HostDirMount,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			},
+		},
+		Resources: container.Resources{
+			Memory:     spec.MemoryBytes,
+			MemorySwap: spec.MemoryBytes, // = Memory: no swap
+			NanoCPUs:   int64(spec.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits:    ulimits,
+		},
+		LogConfig:     container.LogConfig{Type: "none"}, // output goes through the agent
+		Init:          &noInit,                           // the agent is PID 1 and reaps
+		IpcMode:       container.IPCModePrivate,
+		CgroupnsMode:  container.CgroupnsModePrivate, // API 1.41
+		OomScoreAdj:   0,
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	return cfg, hc
+}
+
+// runscHostPids is the host pids cgroup limit of a gVisor sandbox whose
+// workload may have n tasks: measured on runsc 2022-12 (ptrace platform), a
+// fork bomb held at 64 tasks used ~800 host pids.
+func runscHostPids(n int64) int64 { return 16*n + 512 }

@@ -1,0 +1,150 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/system"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
+	t.Helper()
+	s, err := sandbox.NewSpec("acme", "s:1", append([]sandbox.Opt{
+		sandbox.WithImage("img:1"), sandbox.WithAgent("/opt/agent", "--v"), sandbox.WithHostDir("/state/sessions/acme/s:1"),
+		sandbox.WithLabels(map[string]string{"x": "y"}), sandbox.WithEnv("K", "V"),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Owner = "srv"
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestTranslateRunc(t *testing.T) {
+	spec := testSpec(t)
+	cfg, hc := translate(spec)
+
+	if cfg.User != "0:0" || cfg.WorkingDir != "/workspace" || !slices.Equal(cfg.Entrypoint, []string{"/.shellbox/agent"}) ||
+		!slices.Equal(cfg.Cmd, []string{"--v"}) || cfg.Image != "img:1" {
+		t.Errorf("config: %+v", cfg)
+	}
+	if !slices.Equal(cfg.Env, []string{"K=V", "SHELLBOX_SPILL_BYTES=67108864"}) {
+		t.Errorf("env %v", cfg.Env)
+	}
+	for k, v := range map[string]string{
+		"org.shellbox.managed": "true", "org.shellbox.tenant": "acme", "org.shellbox.session": "s:1",
+		"org.shellbox.owner": "srv", "org.shellbox.runtime": "runc", "x": "y",
+	} {
+		if cfg.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], v)
+		}
+	}
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}) {
+		t.Errorf("caps: drop %v add %v", hc.CapDrop, hc.CapAdd)
+	}
+	if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
+		t.Errorf("SecurityOpt %v", hc.SecurityOpt)
+	}
+	if !hc.ReadonlyRootfs || hc.NetworkMode != "none" || hc.Runtime != "runc" || hc.Privileged ||
+		hc.LogConfig.Type != "none" || hc.Init == nil || *hc.Init || hc.OomScoreAdj != 0 ||
+		hc.IpcMode != "private" || hc.CgroupnsMode != "private" || hc.AutoRemove {
+		t.Errorf("host config: %+v", hc)
+	}
+	r := hc.Resources
+	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != 256 {
+		t.Errorf("resources: %+v", r)
+	}
+	if hc.Tmpfs["/tmp"] != "rw,exec,nosuid,nodev,size=134217728,mode=1777" ||
+		hc.Tmpfs["/workspace"] != "rw,exec,nosuid,nodev,size=536870912,uid=1000,gid=1000,mode=0755" {
+		t.Errorf("tmpfs %v", hc.Tmpfs)
+	}
+	want := []mount.Mount{
+		{Type: "bind", Source: "/opt/agent", Target: "/.shellbox/agent", ReadOnly: true, BindOptions: &mount.BindOptions{Propagation: "rprivate"}},
+		{Type: "bind", Source: "/state/sessions/acme/s:1", Target: "/run/shellbox", BindOptions: &mount.BindOptions{Propagation: "rprivate"}},
+	}
+	if len(hc.Mounts) != 2 || hc.Mounts[0].Source != want[0].Source || !hc.Mounts[0].ReadOnly ||
+		hc.Mounts[1].Source != want[1].Source || hc.Mounts[1].ReadOnly || hc.Mounts[1].Target != "/run/shellbox" {
+		t.Errorf("mounts %+v", hc.Mounts)
+	}
+	if slices.ContainsFunc(r.Ulimits, func(u *container.Ulimit) bool { return u.Name == "nproc" }) {
+		t.Errorf("runc must not use RLIMIT_NPROC (host-wide per uid)")
+	}
+}
+
+func TestTranslateRunsc(t *testing.T) {
+	_, hc := translate(testSpec(t, sandbox.WithRuntime(sandbox.RuntimeRunsc), sandbox.WithPidsLimit(100)))
+	if hc.Runtime != "runsc" || *hc.PidsLimit != 16*100+512 {
+		t.Errorf("runtime %q pids %d", hc.Runtime, *hc.PidsLimit)
+	}
+	i := slices.IndexFunc(hc.Ulimits, func(u *container.Ulimit) bool { return u.Name == "nproc" })
+	if i < 0 || hc.Ulimits[i].Soft != 100 || hc.Ulimits[i].Hard != 100 {
+		t.Errorf("ulimits %+v", hc.Ulimits)
+	}
+}
+
+func TestContainerName(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+	names := map[string]bool{}
+	for _, p := range [][2]string{{"a-b", "c"}, {"a", "b-c"}, {"t", "s:1"}, {"t", "s_1"}, {"u@x", "s"}} {
+		n := ContainerName(p[0], p[1])
+		if !valid.MatchString(n) {
+			t.Errorf("%q is not a valid container name", n)
+		}
+		if names[n] {
+			t.Errorf("%v collides: %s", p, n)
+		}
+		names[n] = true
+	}
+	if ContainerName("t", "s") != ContainerName("t", "s") {
+		t.Errorf("not deterministic")
+	}
+}
+
+// errAPI answers every call with one error; only the error mapping is under
+// test (the engine's behaviour is tested against a real engine).
+type errAPI struct {
+	API
+	err error
+}
+
+func (e errAPI) ContainerInspect(context.Context, string) (container.InspectResponse, error) {
+	return container.InspectResponse{}, e.err
+}
+
+func (e errAPI) ContainerRemove(context.Context, string, container.RemoveOptions) error { return e.err }
+
+func (e errAPI) Info(context.Context) (system.Info, error) { return system.Info{}, e.err }
+
+func TestErrorClasses(t *testing.T) {
+	ctx := context.Background()
+	r := New(errAPI{err: cerrdefs.ErrNotFound.WithMessage("No such container")})
+	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("not found: %v", err)
+	}
+	if err := r.Remove(ctx, "x"); err != nil {
+		t.Errorf("Remove of a missing container: %v", err)
+	}
+	r = New(errAPI{err: errors.New("Cannot connect to the Docker daemon")})
+	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Errorf("unreachable: %v", err)
+	}
+	if _, err := r.Create(ctx, testSpec(t)); !errors.Is(err, sandbox.ErrInvalid) {
+		// The host dir of testSpec does not exist here.
+		t.Errorf("Create with a missing host dir: %v", err)
+	}
+	r = New(errAPI{err: context.DeadlineExceeded})
+	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("deadline: %v", err)
+	}
+}

@@ -1,0 +1,571 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Runtime is the backend. Required.
+	Runtime Runtime
+	// StateDir holds the sessions' host directories,
+	// <StateDir>/sessions/<tenant>/<session>/. Required, absolute, on the
+	// engine's host, and short: the agent socket path in it must fit in 107
+	// bytes.
+	StateDir string
+	// Owner labels every sandbox this Manager creates; Adopt and Reap touch
+	// only sandboxes of this owner, so servers sharing an engine never remove
+	// each other's. Required; stable across restarts of the same server.
+	Owner string
+	// Ready, if set, is called after a sandbox is created (and when a running
+	// one is adopted by Ensure) and must return once the agent accepts
+	// connections, e.g. by dialling Sandbox.SocketPath with retries. A sandbox
+	// that does not become ready is removed and Ensure fails.
+	Ready func(ctx context.Context, sb Sandbox) error
+	// CreateTimeout bounds creating a sandbox and waiting for Ready
+	// (default 2 minutes).
+	CreateTimeout time.Duration
+	// RemoveTimeout bounds removing one (default 1 minute).
+	RemoveTimeout time.Duration
+	// SpillQuota chooses how Spec.SpillBytes is enforced (default: tmpfs).
+	SpillQuota SpillQuota
+	// Logger receives one line per sandbox created, adopted or removed
+	// (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now); tests replace it.
+	Now func() time.Time
+}
+
+// Manager owns the lifecycle of a server's sandboxes: one per (tenant,
+// session), created on first use and reused after, removed on request, when
+// idle (Reap) or, after a restart, when found dead or orphaned (Adopt).
+//
+// It does not speak the agent's protocol: it hands out a Sandbox, whose
+// SocketPath the caller dials.
+//
+// Contexts: the ctx of Ensure, Remove and Adopt bounds how long the caller
+// waits, not the work. A creation or removal, once started, runs to its end
+// under Config.CreateTimeout / RemoveTimeout even if its caller goes away, so
+// a cancelled request can neither leave a half-created sandbox behind nor
+// make concurrent callers for the same session fail.
+type Manager struct {
+	cfg Config
+
+	mu      sync.Mutex
+	entries map[key]*entry
+
+	// dirMu serialises host-directory creation and removal (a tenant
+	// directory is removed when its last session goes).
+	dirMu sync.Mutex
+}
+
+type key struct{ tenant, session string }
+
+func (k key) String() string { return k.tenant + "/" + k.session }
+
+// entry is a session's sandbox as the Manager knows it. While an operation
+// (creation or removal) runs, busy is open and sb not valid; callers wait on
+// busy and look again. A finished creation stores err before closing busy.
+type entry struct {
+	sb       Sandbox
+	busy     chan struct{}
+	creating bool
+	err      error
+}
+
+// NewManager checks cfg and returns a Manager. It does not touch the engine:
+// call Adopt before serving.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Runtime == nil {
+		return nil, fmt.Errorf("%w: manager: no runtime", ErrInvalid)
+	}
+	if !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("%w: manager: state dir %q: must be absolute", ErrInvalid, cfg.StateDir)
+	}
+	if cfg.Owner == "" {
+		return nil, fmt.Errorf("%w: manager: empty owner", ErrInvalid)
+	}
+	cfg.StateDir = filepath.Clean(cfg.StateDir)
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = 2 * time.Minute
+	}
+	if cfg.RemoveTimeout <= 0 {
+		cfg.RemoveTimeout = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{cfg: cfg, entries: map[key]*entry{}}, nil
+}
+
+// HostDir returns the host directory of a session's sandbox.
+func (m *Manager) HostDir(tenant, session string) string {
+	return hostDir(m.cfg.StateDir, tenant, session)
+}
+
+// Ensure returns the running sandbox of spec's tenant and session, creating
+// it on first use, and marks it used. Concurrent calls for one session share
+// one creation. The Manager completes spec: Owner is the Manager's, HostDir
+// its directory for the session (a different HostDir is ErrInvalid).
+//
+// A sandbox that exists is reused as it is, even if spec has changed since
+// it was created (a policy reload applies to new sandboxes). One found on the
+// engine but not known to the Manager (created before a restart and not
+// adopted yet) is taken over if it is this owner's and running, replaced if
+// it is dead, and refused with ErrConflict if it is another owner's.
+//
+// Ensure trusts its record of a sandbox it created: if the sandbox died
+// underneath (its agent cannot be dialled), Remove it and Ensure again.
+func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
+	spec, err := m.complete(spec)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	k := key{spec.Tenant, spec.Session}
+	for {
+		m.mu.Lock()
+		e := m.entries[k]
+		if e == nil {
+			e = &entry{busy: make(chan struct{}), creating: true}
+			m.entries[k] = e
+			go m.create(ctx, k, e, spec)
+		}
+		if e.busy == nil {
+			e.sb.LastUsed = m.cfg.Now()
+			sb := e.sb
+			m.mu.Unlock()
+			return sb, nil
+		}
+		busy, creating := e.busy, e.creating
+		m.mu.Unlock()
+
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return Sandbox{}, ctx.Err()
+		}
+		// The outcome of the creation this call waited for is its answer,
+		// even if a Remove got the sandbox right after: a failure is
+		// reported rather than retried (a persistent one would loop), a
+		// success returned. A removal that ended sends us round to create
+		// afresh.
+		if creating {
+			if e.err != nil {
+				return Sandbox{}, e.err
+			}
+			m.mu.Lock()
+			sb := e.sb
+			m.mu.Unlock()
+			return sb, nil
+		}
+	}
+}
+
+// Touch marks a session's sandbox used now, e.g. while a background task
+// runs in it with nobody calling Ensure. It reports whether the Manager knows
+// a ready sandbox for the session.
+func (m *Manager) Touch(tenant, session string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[key{tenant, session}]
+	if e == nil || e.busy != nil {
+		return false
+	}
+	e.sb.LastUsed = m.cfg.Now()
+	return true
+}
+
+// Sandboxes returns the ready sandboxes the Manager knows, by tenant and
+// session.
+func (m *Manager) Sandboxes() []Sandbox {
+	m.mu.Lock()
+	var out []Sandbox
+	for _, e := range m.entries {
+		if e.busy == nil {
+			out = append(out, e.sb)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		return key{out[i].Tenant, out[i].Session}.String() < key{out[j].Tenant, out[j].Session}.String()
+	})
+	return out
+}
+
+// Remove deletes a session's sandbox and its host directory (spill files
+// included). It waits for a creation in progress to finish first. When
+// neither a sandbox nor a host directory existed it returns ErrNotFound; a
+// sandbox of another owner is ErrConflict and is left alone.
+func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
+	if err := CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if err := CheckID("session", session); err != nil {
+		return err
+	}
+	k := key{tenant, session}
+	for {
+		m.mu.Lock()
+		e := m.entries[k]
+		if e != nil && e.busy != nil {
+			busy := e.busy
+			m.mu.Unlock()
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		var id string
+		if e != nil {
+			id = e.sb.ID
+		}
+		r := m.claimLocked(k)
+		m.mu.Unlock()
+
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
+			defer cancel()
+			r.err = m.destroy(rctx, k, id)
+			m.release(k, r)
+		}()
+		select {
+		case <-done:
+			return r.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Reap removes the sandboxes not used for idleTTL or longer and returns
+// them. Only sandboxes the Manager knows (created or adopted by it) are
+// considered. Removal runs under Config.RemoveTimeout each, even if ctx ends.
+func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, error) {
+	now := m.cfg.Now()
+	type victim struct {
+		k  key
+		sb Sandbox
+		r  *entry
+	}
+	var victims []victim
+	m.mu.Lock()
+	for k, e := range m.entries {
+		if e.busy == nil && now.Sub(e.sb.LastUsed) >= idleTTL {
+			victims = append(victims, victim{k, e.sb, nil})
+		}
+	}
+	for i := range victims {
+		victims[i].r = m.claimLocked(victims[i].k)
+	}
+	m.mu.Unlock()
+
+	var reaped []Sandbox
+	var errs []error
+	rctx := context.WithoutCancel(ctx)
+	for _, v := range victims {
+		c, cancel := context.WithTimeout(rctx, m.cfg.RemoveTimeout)
+		err := m.destroy(c, v.k, v.sb.ID)
+		cancel()
+		v.r.err = err
+		m.release(v.k, v.r)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		m.cfg.Logger.Info("sandbox reaped", "tenant", v.k.tenant, "session", v.k.session, "id", v.sb.ID,
+			"idle", now.Sub(v.sb.LastUsed).Round(time.Second))
+		reaped = append(reaped, v.sb)
+	}
+	return reaped, errors.Join(errs...)
+}
+
+// ReapEvery calls Reap every interval until ctx ends, logging failures.
+func (m *Manager) ReapEvery(ctx context.Context, idleTTL, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := m.Reap(ctx, idleTTL); err != nil {
+				m.cfg.Logger.Warn("sandbox reap", "err", err)
+			}
+		}
+	}
+}
+
+// AdoptReport says what Adopt did.
+type AdoptReport struct {
+	// Kept: running sandboxes of this owner, now managed (LastUsed = now).
+	Kept []Sandbox
+	// Removed: sandboxes of this owner that were not running, or whose host
+	// directory is gone or not where this Manager keeps it.
+	Removed []Sandbox
+	// RemovedDirs: host directories with no sandbox.
+	RemovedDirs []string
+}
+
+// Adopt reconciles the engine and StateDir with the Manager, typically once
+// at server start: it lists this owner's sandboxes, keeps the running ones
+// whose host directory is in place, removes the others (their host
+// directories too), and removes every host directory that has no sandbox.
+// Sessions the Manager is already handling are left as they are. Errors are
+// collected; Adopt does as much as it can.
+func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
+	var rep AdoptReport
+	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	live := map[key]bool{}
+	for _, sb := range list {
+		k := key{sb.Tenant, sb.Session}
+		valid := CheckID("tenant", k.tenant) == nil && CheckID("session", k.session) == nil
+		m.mu.Lock()
+		e := m.entries[k]
+		if valid && e != nil {
+			// Ensure got there first; the entry is authoritative.
+			m.mu.Unlock()
+			live[k] = true
+			continue
+		}
+		if valid && sb.State == StateRunning && sb.HostDir == m.HostDir(k.tenant, k.session) && isDir(sb.HostDir) {
+			sb.LastUsed = m.cfg.Now()
+			m.entries[k] = &entry{sb: sb}
+			m.mu.Unlock()
+			live[k] = true
+			rep.Kept = append(rep.Kept, sb)
+			m.cfg.Logger.Info("sandbox adopted", "tenant", k.tenant, "session", k.session, "id", sb.ID)
+			continue
+		}
+		m.mu.Unlock()
+		if err := m.cfg.Runtime.Remove(ctx, sb.ID); err != nil {
+			errs = append(errs, err)
+			live[k] = true // keep its directory until the container is gone
+			continue
+		}
+		rep.Removed = append(rep.Removed, sb)
+		m.cfg.Logger.Info("sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", k.tenant, "session", k.session, "id", sb.ID)
+	}
+
+	keys, err := hostDirKeys(m.cfg.StateDir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: adopt: %v", ErrUnavailable, err))
+	}
+	for _, k := range keys {
+		if live[k] {
+			continue
+		}
+		m.mu.Lock()
+		_, known := m.entries[k]
+		m.mu.Unlock()
+		if known {
+			continue
+		}
+		dir := m.HostDir(k.tenant, k.session)
+		m.dirMu.Lock()
+		err := removeHostDir(dir)
+		m.dirMu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.RemovedDirs = append(rep.RemovedDirs, dir)
+		m.cfg.Logger.Info("host dir removed", "reason", "adopt: no sandbox", "dir", dir)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// complete fills the Manager's part of spec and validates it.
+func (m *Manager) complete(spec Spec) (Spec, error) {
+	spec = spec.Clone()
+	if err := CheckID("tenant", spec.Tenant); err != nil {
+		return Spec{}, err
+	}
+	if err := CheckID("session", spec.Session); err != nil {
+		return Spec{}, err
+	}
+	dir := m.HostDir(spec.Tenant, spec.Session)
+	if spec.HostDir != "" && filepath.Clean(spec.HostDir) != dir {
+		return Spec{}, invalid("hostdir", "%q: the Manager keeps it at %q", spec.HostDir, dir)
+	}
+	if n := len(SocketPath(dir)); n > maxSocketPath {
+		return Spec{}, invalid("hostdir", "agent socket path %q is %d bytes, over the %d a unix socket allows: shorten StateDir",
+			SocketPath(dir), n, maxSocketPath)
+	}
+	spec.HostDir = dir
+	spec.Owner = m.cfg.Owner
+	if err := spec.Validate(); err != nil {
+		return Spec{}, err
+	}
+	return spec, nil
+}
+
+// create runs one creation for e, detached from the caller's cancellation.
+func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), m.cfg.CreateTimeout)
+	defer cancel()
+	sb, err := m.createOrTakeOver(ctx, spec)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		delete(m.entries, k)
+		e.err = err
+	} else {
+		sb.LastUsed = m.cfg.Now()
+		e.sb = sb
+	}
+	close(e.busy)
+	e.busy = nil
+}
+
+func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
+	rt := m.cfg.Runtime
+	old, err := rt.Get(ctx, spec.Tenant, spec.Session)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return Sandbox{}, err
+	case old.Owner != m.cfg.Owner:
+		return Sandbox{}, fmt.Errorf("%w: sandbox %s/%s belongs to owner %q", ErrConflict, spec.Tenant, spec.Session, old.Owner)
+	case old.State == StateRunning && old.HostDir == spec.HostDir && isDir(spec.HostDir):
+		if err := m.ready(ctx, old); err != nil {
+			return Sandbox{}, m.discard(ctx, old, err)
+		}
+		m.cfg.Logger.Info("sandbox adopted", "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
+		return old, nil
+	default:
+		if err := rt.Remove(ctx, old.ID); err != nil {
+			return Sandbox{}, err
+		}
+		m.cfg.Logger.Info("sandbox removed", "reason", "replacing: "+string(old.State), "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
+	}
+
+	m.dirMu.Lock()
+	err = prepareHostDir(m.cfg.StateDir, spec.HostDir, spec.SpillBytes, m.cfg.SpillQuota)
+	m.dirMu.Unlock()
+	if err != nil {
+		return Sandbox{}, err
+	}
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		if !errors.Is(err, ErrAlreadyExists) {
+			// The directory is ours alone only if no sandbox uses it.
+			m.removeDir(spec.HostDir)
+		}
+		return Sandbox{}, err
+	}
+	if err := m.ready(ctx, sb); err != nil {
+		return Sandbox{}, m.discard(ctx, sb, err)
+	}
+	m.cfg.Logger.Info("sandbox created", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "runtime", sb.Runtime)
+	return sb, nil
+}
+
+func (m *Manager) ready(ctx context.Context, sb Sandbox) error {
+	if m.cfg.Ready == nil {
+		return nil
+	}
+	if err := m.cfg.Ready(ctx, sb); err != nil {
+		return fmt.Errorf("%w: sandbox %s/%s not ready: %w", ErrUnavailable, sb.Tenant, sb.Session, err)
+	}
+	return nil
+}
+
+// discard removes a sandbox that failed after creation and returns cause.
+func (m *Manager) discard(ctx context.Context, sb Sandbox, cause error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
+	defer cancel()
+	if err := m.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
+		return errors.Join(cause, err)
+	}
+	m.removeDir(sb.HostDir)
+	return cause
+}
+
+func (m *Manager) removeDir(dir string) {
+	m.dirMu.Lock()
+	defer m.dirMu.Unlock()
+	if err := removeHostDir(dir); err != nil {
+		m.cfg.Logger.Warn("host dir", "dir", dir, "err", err)
+	}
+}
+
+// destroy removes a session's sandbox (id, or whatever the runtime has under
+// the session's name when id is empty) and its host directory.
+func (m *Manager) destroy(ctx context.Context, k key, id string) error {
+	rt := m.cfg.Runtime
+	found := false
+	if id == "" {
+		sb, err := rt.Get(ctx, k.tenant, k.session)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		case sb.Owner != m.cfg.Owner:
+			return fmt.Errorf("%w: sandbox %s belongs to owner %q", ErrConflict, k, sb.Owner)
+		default:
+			id = sb.ID
+		}
+	}
+	if id != "" {
+		found = true
+		if err := rt.Remove(ctx, id); err != nil {
+			return err
+		}
+	}
+	dir := m.HostDir(k.tenant, k.session)
+	if isDir(dir) {
+		found = true
+	}
+	m.dirMu.Lock()
+	err := removeHostDir(dir)
+	m.dirMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: %s", ErrNotFound, k)
+	}
+	m.cfg.Logger.Info("sandbox removed", "tenant", k.tenant, "session", k.session, "id", id)
+	return nil
+}
+
+// claimLocked puts a removal entry for k in place and returns it. m.mu held.
+func (m *Manager) claimLocked(k key) *entry {
+	r := &entry{busy: make(chan struct{})}
+	m.entries[k] = r
+	return r
+}
+
+// release ends the removal r of k: the session has no sandbox any more.
+func (m *Manager) release(k key, r *entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.entries[k] == r {
+		delete(m.entries, k)
+	}
+	close(r.busy)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.IsDir()
+}

@@ -1,0 +1,440 @@
+package sandbox
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Runtimes a Spec may select. runc is the kernel's own isolation (namespaces,
+// cgroups, seccomp); runsc is gVisor, a user-space kernel between the workload
+// and the host's.
+const (
+	RuntimeRunc  = "runc"
+	RuntimeRunsc = "runsc"
+)
+
+// NetworkNone is the only network a sandbox gets: a loopback interface and
+// nothing else.
+const NetworkNone = "none"
+
+// Labels every backend puts on a sandbox, so a restarted server can find its
+// sandboxes (Runtime.List) and tell them from another server's.
+const (
+	LabelManaged = "org.shellbox.managed" // always "true"
+	LabelTenant  = "org.shellbox.tenant"
+	LabelSession = "org.shellbox.session"
+	LabelOwner   = "org.shellbox.owner"
+	LabelRuntime = "org.shellbox.runtime"
+)
+
+// Paths inside every sandbox.
+const (
+	// AgentPath is where the agent binary is bind-mounted, read-only; it is
+	// the sandbox's PID 1.
+	AgentPath = "/.shellbox/agent"
+	// HostDirMount is where the session's host directory is mounted. The
+	// agent creates its socket there and writes spill files under spill/.
+	HostDirMount = "/run/shellbox"
+	// WorkspacePath is the writable, size-limited working directory.
+	WorkspacePath = "/workspace"
+	// TmpPath is the writable, size-limited /tmp.
+	TmpPath = "/tmp"
+)
+
+// Names inside a session's host directory.
+const (
+	SocketName = "agent.sock"
+	SpillName  = "spill"
+)
+
+// EnvSpillBytes is the variable through which the agent learns the session's
+// spill cap (Spec.SpillBytes), so it can stop writing and say why before the
+// kernel says ENOSPC.
+const EnvSpillBytes = "SHELLBOX_SPILL_BYTES"
+
+// Size units, for readability of options: WithMemory(512 * sandbox.MiB).
+const (
+	KiB int64 = 1 << 10
+	MiB int64 = 1 << 20
+	GiB int64 = 1 << 30
+)
+
+// Limits of names: tenant and session ids become path components of the host
+// directory and parts of container names, and the agent socket path must fit
+// in a sockaddr_un (108 bytes).
+const maxIDLen = 64
+
+// MinMemory is the smallest memory limit container engines accept.
+const MinMemory = 6 * MiB
+
+// Spec is everything a backend needs to create one session's sandbox. It is
+// built once, from the tenant's policy, by pure options; each backend only
+// translates it (sandbox/docker into a container config). The zero value is
+// not usable: start from DefaultSpec or NewSpec.
+type Spec struct {
+	// Tenant and Session identify the sandbox: one per pair. Letters, digits
+	// and . _ @ : - only, starting with a letter or digit, at most 64 bytes.
+	Tenant  string
+	Session string
+	// Owner identifies the server that manages the sandbox; the Manager sets
+	// it, so two servers on one engine never reap each other's sandboxes.
+	Owner string
+
+	// Image is the container image; it must already be present on the engine.
+	Image string
+	// Runtime is RuntimeRunc or RuntimeRunsc.
+	Runtime string
+
+	// CPUs is the CPU quota in cores (0.5 = half a core).
+	CPUs float64
+	// MemoryBytes caps memory, swap included (no swap). tmpfs pages count
+	// towards it: the workspace and /tmp live in memory.
+	MemoryBytes int64
+	// PidsLimit caps the workload's processes and threads: on runc all users
+	// together (the pids cgroup); on runsc per uid inside the sandbox
+	// (RLIMIT_NPROC, which gVisor counts among its own tasks), the host's
+	// pids cgroup being sized for gVisor's threads (see sandbox/docker).
+	PidsLimit int64
+	// WorkspaceBytes and TmpBytes cap the writable /workspace and /tmp. Both are
+	// tmpfs: on overlay storage (fuse-overlayfs included) the engine cannot
+	// quota a directory, and tmpfs's size is the one limit every runtime
+	// (runc and gVisor) enforces. So their sum must stay below MemoryBytes.
+	WorkspaceBytes int64
+	TmpBytes       int64
+	// SpillBytes caps the spill files of the session together (the full output
+	// of commands whose output outgrew the tail). 0 disables spilling.
+	SpillBytes int64
+
+	// Network is NetworkNone.
+	Network string
+	// UID and GID own /workspace; they are the user commands run as (the
+	// agent runs as root and drops to them). Never 0.
+	UID, GID int
+
+	// Env is the agent's environment, KEY=VALUE. It is not the commands'
+	// environment: the agent builds that per call.
+	Env []string
+	// Labels are extra labels; the org.shellbox.{managed,tenant,session,owner,
+	// runtime} labels are the backend's and may not be set here.
+	Labels map[string]string
+
+	// AgentBinary is the host path of the agent binary (static), mounted
+	// read-only at AgentPath. AgentArgs are its arguments.
+	AgentBinary string
+	AgentArgs   []string
+	// HostDir is the session's host directory, mounted at HostDirMount; the
+	// Manager sets it (<StateDir>/sessions/<tenant>/<session>).
+	HostDir string
+}
+
+// Opt changes a Spec. Options are pure: they touch nothing but the Spec, so
+// they can be tested by applying them to a DefaultSpec. An option rejects a
+// bad argument with an ErrInvalid error naming the field.
+type Opt func(*Spec) error
+
+// DefaultSpec returns the hardened defaults for a session: runc, 1 CPU,
+// 1 GiB memory, 256 processes, 512 MiB workspace, 128 MiB /tmp, 64 MiB of
+// spill, no network, commands as uid/gid 1000. Image and AgentBinary have no
+// default; the Manager fills Owner and HostDir.
+func DefaultSpec(tenant, session string) Spec {
+	return Spec{
+		Tenant:         tenant,
+		Session:        session,
+		Runtime:        RuntimeRunc,
+		CPUs:           1,
+		MemoryBytes:    1 * GiB,
+		PidsLimit:      256,
+		WorkspaceBytes: 512 * MiB,
+		TmpBytes:       128 * MiB,
+		SpillBytes:     64 * MiB,
+		Network:        NetworkNone,
+		UID:            1000,
+		GID:            1000,
+	}
+}
+
+// NewSpec applies opts to DefaultSpec(tenant, session). It does not call
+// Validate: the Manager completes the Spec (Owner, HostDir) first.
+func NewSpec(tenant, session string, opts ...Opt) (Spec, error) {
+	s := DefaultSpec(tenant, session)
+	if err := Compose(opts...)(&s); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// Compose returns an option that applies opts in order, stopping at the
+// first error.
+func Compose(opts ...Opt) Opt {
+	return func(s *Spec) error {
+		for _, o := range opts {
+			if o == nil {
+				continue
+			}
+			if err := o(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// WithImage sets the image.
+func WithImage(image string) Opt {
+	return func(s *Spec) error {
+		if strings.TrimSpace(image) == "" {
+			return invalid("image", "empty")
+		}
+		s.Image = image
+		return nil
+	}
+}
+
+// WithRuntime selects RuntimeRunc or RuntimeRunsc.
+func WithRuntime(runtime string) Opt {
+	return func(s *Spec) error {
+		if err := checkRuntime(runtime); err != nil {
+			return err
+		}
+		s.Runtime = runtime
+		return nil
+	}
+}
+
+// WithCPUs sets the CPU quota in cores.
+func WithCPUs(cores float64) Opt {
+	return func(s *Spec) error {
+		if !(cores > 0) {
+			return invalid("cpus", "%v: must be positive", cores)
+		}
+		s.CPUs = cores
+		return nil
+	}
+}
+
+// WithMemory sets the memory limit in bytes.
+func WithMemory(bytes int64) Opt {
+	return func(s *Spec) error {
+		if bytes < MinMemory {
+			return invalid("memory", "%d bytes: below the minimum of %d", bytes, MinMemory)
+		}
+		s.MemoryBytes = bytes
+		return nil
+	}
+}
+
+// WithPidsLimit sets the process/thread limit.
+func WithPidsLimit(n int64) Opt {
+	return func(s *Spec) error {
+		if n < 1 {
+			return invalid("pids", "%d: must be at least 1 (a sandbox is never unlimited)", n)
+		}
+		s.PidsLimit = n
+		return nil
+	}
+}
+
+// WithWorkspaceSize sets the size of /workspace in bytes.
+func WithWorkspaceSize(bytes int64) Opt {
+	return func(s *Spec) error {
+		if bytes < 1 {
+			return invalid("workspace", "%d bytes: must be positive", bytes)
+		}
+		s.WorkspaceBytes = bytes
+		return nil
+	}
+}
+
+// WithTmpSize sets the size of /tmp in bytes.
+func WithTmpSize(bytes int64) Opt {
+	return func(s *Spec) error {
+		if bytes < 1 {
+			return invalid("tmp", "%d bytes: must be positive", bytes)
+		}
+		s.TmpBytes = bytes
+		return nil
+	}
+}
+
+// WithSpillSize sets the session's spill cap in bytes; 0 disables spilling.
+func WithSpillSize(bytes int64) Opt {
+	return func(s *Spec) error {
+		if bytes < 0 {
+			return invalid("spill", "%d bytes: must not be negative", bytes)
+		}
+		s.SpillBytes = bytes
+		return nil
+	}
+}
+
+// WithNetwork sets the network; only NetworkNone exists for now.
+func WithNetwork(network string) Opt {
+	return func(s *Spec) error {
+		if network != NetworkNone {
+			return invalid("network", "%q: only %q is supported", network, NetworkNone)
+		}
+		s.Network = network
+		return nil
+	}
+}
+
+// WithUser sets the uid and gid commands run as (and that own /workspace).
+func WithUser(uid, gid int) Opt {
+	return func(s *Spec) error {
+		if uid <= 0 || gid <= 0 {
+			return invalid("user", "%d:%d: commands never run as root (uid and gid must be positive)", uid, gid)
+		}
+		s.UID, s.GID = uid, gid
+		return nil
+	}
+}
+
+// WithEnv sets one variable of the agent's environment, replacing an
+// earlier value of the same key.
+func WithEnv(key, value string) Opt {
+	return func(s *Spec) error {
+		if key == "" || strings.ContainsAny(key, "=\x00") || strings.ContainsRune(value, 0) {
+			return invalid("env", "%q: bad variable", key)
+		}
+		s.Env = slices.DeleteFunc(slices.Clone(s.Env), func(kv string) bool {
+			return strings.HasPrefix(kv, key+"=")
+		})
+		s.Env = append(s.Env, key+"="+value)
+		return nil
+	}
+}
+
+// WithLabels adds extra labels. The reserved org.shellbox.* labels the
+// backend sets are refused.
+func WithLabels(labels map[string]string) Opt {
+	return func(s *Spec) error {
+		for k := range labels {
+			if reservedLabel(k) {
+				return invalid("labels", "%q is reserved", k)
+			}
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		} else {
+			s.Labels = maps.Clone(s.Labels)
+		}
+		maps.Copy(s.Labels, labels)
+		return nil
+	}
+}
+
+// WithAgent sets the agent binary's host path and its arguments.
+func WithAgent(binary string, args ...string) Opt {
+	return func(s *Spec) error {
+		if !filepath.IsAbs(binary) {
+			return invalid("agent", "%q: must be an absolute host path", binary)
+		}
+		s.AgentBinary = filepath.Clean(binary)
+		s.AgentArgs = slices.Clone(args)
+		return nil
+	}
+}
+
+// WithHostDir sets the session's host directory. The Manager sets it itself;
+// this is for using a Runtime directly.
+func WithHostDir(dir string) Opt {
+	return func(s *Spec) error {
+		if !filepath.IsAbs(dir) {
+			return invalid("hostdir", "%q: must be an absolute path", dir)
+		}
+		s.HostDir = filepath.Clean(dir)
+		return nil
+	}
+}
+
+// Clone returns a deep copy of s.
+func (s Spec) Clone() Spec {
+	s.Env = slices.Clone(s.Env)
+	s.Labels = maps.Clone(s.Labels)
+	s.AgentArgs = slices.Clone(s.AgentArgs)
+	return s
+}
+
+// Validate checks that s is complete and consistent. Errors are ErrInvalid
+// and name the field.
+func (s Spec) Validate() error {
+	if err := CheckID("tenant", s.Tenant); err != nil {
+		return err
+	}
+	if err := CheckID("session", s.Session); err != nil {
+		return err
+	}
+	if s.Owner == "" || strings.ContainsRune(s.Owner, 0) {
+		return invalid("owner", "empty")
+	}
+	if strings.TrimSpace(s.Image) == "" {
+		return invalid("image", "empty")
+	}
+	if err := checkRuntime(s.Runtime); err != nil {
+		return err
+	}
+	opts := []Opt{
+		WithCPUs(s.CPUs), WithMemory(s.MemoryBytes), WithPidsLimit(s.PidsLimit),
+		WithWorkspaceSize(s.WorkspaceBytes), WithTmpSize(s.TmpBytes),
+		WithSpillSize(s.SpillBytes), WithNetwork(s.Network), WithUser(s.UID, s.GID),
+		WithLabels(s.Labels), WithAgent(s.AgentBinary), WithHostDir(s.HostDir),
+	}
+	for _, kv := range s.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return invalid("env", "%q: not KEY=VALUE", kv)
+		}
+		opts = append(opts, WithEnv(k, v))
+	}
+	// The options double as field checks; they run on a scratch copy.
+	scratch := s.Clone()
+	if err := Compose(opts...)(&scratch); err != nil {
+		return err
+	}
+	if s.WorkspaceBytes+s.TmpBytes >= s.MemoryBytes {
+		return invalid("memory", "%d bytes: must exceed workspace+tmp (%d bytes), whose tmpfs pages are charged to it",
+			s.MemoryBytes, s.WorkspaceBytes+s.TmpBytes)
+	}
+	return nil
+}
+
+// CheckID checks a tenant or session id; field names it in the error.
+func CheckID(field, id string) error {
+	if id == "" {
+		return invalid(field, "empty")
+	}
+	if len(id) > maxIDLen {
+		return invalid(field, "%q: longer than %d bytes", id, maxIDLen)
+	}
+	for i, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && strings.ContainsRune("._@:-", r):
+		default:
+			return invalid(field, "%q: only letters, digits and ._@:- allowed, starting with a letter or digit", id)
+		}
+	}
+	return nil
+}
+
+func checkRuntime(r string) error {
+	if r != RuntimeRunc && r != RuntimeRunsc {
+		return invalid("runtime", "%q: must be %q or %q", r, RuntimeRunc, RuntimeRunsc)
+	}
+	return nil
+}
+
+func reservedLabel(k string) bool {
+	switch k {
+	case LabelManaged, LabelTenant, LabelSession, LabelOwner, LabelRuntime:
+		return true
+	}
+	return false
+}
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+}
