@@ -17,20 +17,31 @@
 #                   "cannot run with network enabled in root network namespace",
 #                   whatever Docker's --network. With it the sandbox has only
 #                   loopback, which is what shellbox wants anyway.
+#   --host-uds=create  required for the agent socket. The agent (PID 1 in the
+#                   sandbox) listens on /run/shellbox/agent.sock, a bind mount
+#                   of the session's host directory. With the default (none)
+#                   the socket exists only inside gVisor and the host's
+#                   connect fails with ENOENT; "create" makes the gofer create
+#                   a real host socket (its mode follows the agent's umask,
+#                   0600). "open" would let the sandbox connect to host
+#                   sockets, which it does not need: not "all".
 #   platform        the default, ptrace. --platform=kvm hangs while the sandbox
 #                   boots (sentry spins at 100% CPU, never starts) on this VM.
 #                   (systrap does not exist in this 2022 release.)
+#   --oci-seccomp   apply the container's seccomp profile (Docker's default)
+#                   inside the sandbox too; without it commands show Seccomp 0.
+#                   (The sentry itself runs under seccomp on the host either way.)
 #   no --ignore-cgroups, no --overlay: not needed; cgroup limits apply.
 #
 # Environment:
-#   SHELLBOX_RUNSC_ARGS  JSON array of runtimeArgs (default ["--network=none"])
+#   SHELLBOX_RUNSC_ARGS  JSON array of runtimeArgs (default ["--network=none","--host-uds=create"])
 #   DOCKER_DAEMON_JSON   daemon config file (default /etc/docker/daemon.json)
 #   DOCKERD_LOG          log of a dockerd this script starts (default /var/log/dockerd.log)
 #   SKIP_RUNSC=1         only make sure dockerd runs and build the test image
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-RUNSC_ARGS=${SHELLBOX_RUNSC_ARGS:-'["--network=none"]'}
+RUNSC_ARGS=${SHELLBOX_RUNSC_ARGS:-'["--network=none","--host-uds=create","--oci-seccomp"]'}
 DAEMON_JSON=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/dockerd.log}
 TEST_IMAGE=${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}
