@@ -122,6 +122,8 @@ type Result struct {
 	SpillPath string `json:"spillPath,omitempty"`
 	// SpillError says why the full output is not (wholly) available.
 	SpillError string `json:"spillError,omitempty"`
+	// OOMKilled reports that the out-of-memory killer ended the command.
+	OOMKilled bool `json:"oomKilled,omitempty"`
 }
 
 // State is where a background task is in its life.

@@ -2,7 +2,8 @@
 // process of the server, unsandboxed. It is what development uses, what the
 // conformance suite (executor/executortest) holds every other executor to, and
 // what cmd/shellbox-agent runs inside a sandbox (with Credential set to the
-// policy's user and OOMScoreAdj raised so the agent outlives its commands).
+// policy's user, tag groups, and OOMScoreAdj inherited so the agent outlives
+// its commands; see "As a sandbox's PID 1").
 //
 // # One command
 //
@@ -67,10 +68,50 @@
 // is not killed, and if it keeps a pipe open the call stops reading after a
 // short drain period instead of waiting for it.
 //
+// Tag groups (Config.TagGroups, with Credential set to a non-root user; used
+// when a command has no cgroup): this is how the agent closes that gap inside
+// a container, where the cgroupfs is read-only and it has no CAP_SYS_ADMIN.
+// Each command is started with one extra supplementary group, a gid of the
+// range unique among the live commands: its tag. Every descendant inherits
+// it, and none can drop it: setgroups(2) needs CAP_SETGID, which the command
+// lost when it switched to its non-root uid, and no-new-privileges (or the
+// absence of setuid-root binaries) keeps it from getting it back. So the tree
+// is exactly the set of live processes whose /proc/<pid>/status lists the
+// tag, setsid'd, double-forked and daemonized ones included. Signals go to
+// the process group and to every tagged process outside it (once each;
+// SIGKILL repeated until none is left, like the cgroup paths), through a
+// pidfd where the kernel has them so a reused pid is never signalled; the
+// tree is gone when no live process carries the tag. Each tree check reads
+// the status of every process in sight: cheap in a sandbox, where only the
+// agent and its commands are. A tag is reused only once its tree is gone.
+// The range must be used by no one else on the pid namespace: two executors
+// sharing one would kill each other's commands.
+//
 // Per-command cgroups are named <pid>-<starttime>-<id> after the creating
 // process, so Cleanup can tell the leftovers of a crashed server (creator gone)
 // from the cgroups of a live one, kill what still runs in them and remove them.
 // The server (or agent) calls it once at start-up.
+//
+// # As a sandbox's PID 1
+//
+// cmd/shellbox-agent runs an Executor as the sandbox's init, and three more
+// things matter there (agent.go, reap.go, oom.go):
+//
+//   - Reaping. Orphans of every command's tree are reparented to PID 1 and
+//     must be reaped, but the leaders must not be, by anyone but their
+//     supervisors. Every launch registers its leader before the reaper can
+//     see its zombie (a lock held across fork and registration), and
+//     ReapOrphans, which the agent calls on SIGCHLD, reaps every zombie child
+//     that is not a registered leader.
+//   - The OOM killer must pick a command, not the agent. OOMScoreAdjInherit
+//     raises this process's own oom_score_adj around each fork (the child is
+//     born with it) instead of writing the child's score, which a non-root
+//     command's file does not allow without CAP_DAC_OVERRIDE.
+//   - OOM reporting. With MemoryCgroup, a command whose leader died of
+//     SIGKILL (or exited 137) while the cgroup's OOM-kill counter grew is
+//     reported with Result.OOMKilled, and a last stderr line naming the
+//     memory limit. (Under gVisor there is no such counter, and a sandbox over
+//     its limit is killed whole by the host.)
 //
 // # Output and memory
 //

@@ -25,6 +25,10 @@ type Executor struct {
 	// ever moves from v2 to fallback, when clone3 into a cgroup is refused.
 	hier     atomic.Pointer[hierarchy]
 	fallback *hierarchy
+	// Agent abilities (agent.go); nil unless configured.
+	tags  *tagPool
+	oom   *oomSelf
+	memcg *memcg
 
 	mu       sync.Mutex
 	closed   bool
@@ -54,6 +58,9 @@ func New(cfg Config) (*Executor, error) {
 		finished: map[string][]string{},
 	}
 	e.hier.Store(primary)
+	if err := e.initAgent(); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -224,6 +231,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		exited:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
+		oomBase: e.oomSample(),
 	}
 	newCmd := func() *exec.Cmd {
 		return &exec.Cmd{
@@ -236,8 +244,8 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		}
 	}
 	h := e.hier.Load()
-	err = e.launch(p, newCmd(), h)
-	if err != nil && h != nil && h.v2 && e.cfg.Cgroup == CgroupAuto {
+	err = e.launchRetrying(p, newCmd, h)
+	if err != nil && h != nil && h.v2 && e.cfg.Cgroup == CgroupAuto && !errors.Is(err, syscall.EAGAIN) {
 		// clone3 into a cgroup can be refused where mkdir was not (gVisor,
 		// seccomp, a cgroup namespace). If the command starts without it, that
 		// was the reason: fall back for good.
@@ -258,7 +266,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 	go p.waitLeader()
 
 	var oomErr error
-	if e.cfg.OOMScoreAdj != 0 {
+	if e.cfg.OOMScoreAdj != 0 && !e.cfg.OOMScoreAdjInherit {
 		err := os.WriteFile("/proc/"+strconv.Itoa(p.pid)+"/oom_score_adj", []byte(strconv.Itoa(e.cfg.OOMScoreAdj)), 0)
 		if err != nil && !errors.Is(err, syscall.ESRCH) {
 			oomErr = executor.Errorf(executor.ErrUnavailable, "set oom_score_adj of %s: %w", argv[0], err)
@@ -277,6 +285,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		p.kill()
 	}
 	e.mu.Unlock()
+	p.beforeFinish = func() { e.afterExit(p) }
 	p.onDone = func() { e.retire(p, t) }
 	go p.supervise()
 	if oomErr != nil {
@@ -289,7 +298,20 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 // launch starts c as p's leader, in its own process group and, with h, its
 // own cgroup.
 func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
+	// Held from before the fork until the leader is registered, so that
+	// ReapOrphans cannot take its zombie (reap.go).
+	starting.RLock()
+	defer starting.RUnlock()
 	attr := &syscall.SysProcAttr{Setpgid: true, Credential: e.cfg.Credential}
+	var tag uint32
+	if h == nil && e.tags != nil {
+		// No cgroup: the tree is tracked by a supplementary group (tag.go).
+		var err error
+		if tag, err = e.tags.get(); err != nil {
+			return err
+		}
+		attr.Credential = withTag(e.cfg.Credential, tag)
+	}
 	var cg *cgroup
 	if h != nil {
 		var err error
@@ -308,13 +330,18 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 	bornInside := cg != nil
 	if cg != nil && !h.v2 {
 		var started bool
-		started, err = cg.startInside(c)
+		err = e.fork(func() (err error) {
+			started, err = cg.startInside(c)
+			return err
+		})
 		if errors.Is(err, errNoThreadHome) {
 			bornInside = false
 			// The thread's own cgroup is not visible under the mount: move
 			// the leader after it started, racing bash's ~1 ms start-up
 			// (see the package doc for what that can let escape).
-			if err = c.Start(); err == nil {
+			if err = e.fork(c.Start); err != nil && c.Process != nil {
+				started = true
+			} else if err == nil {
 				if err = cg.add(c.Process.Pid); err != nil {
 					err = fmt.Errorf("move into %s: %w", cg.path, err)
 					started = true
@@ -327,15 +354,24 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 			c.Wait()
 		}
 	} else {
-		err = c.Start()
+		if err = e.fork(c.Start); err != nil && c.Process != nil {
+			// Started, but the OOM score could not be restored.
+			killStarted(c.Process.Pid)
+			c.Wait()
+		}
 	}
 	if err != nil {
 		if cg != nil {
 			cg.remove()
 		}
+		if tag != 0 {
+			e.tags.put(tag)
+		}
 		return err
 	}
 	pid := c.Process.Pid
+	registerLeader(pid)
+	p.tag = tag
 	if cg != nil && cg.fd != nil {
 		cg.fd.Close()
 		cg.fd = nil

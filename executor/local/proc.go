@@ -97,6 +97,14 @@ type proc struct {
 	pipes      []*os.File // read ends
 	readers    sync.WaitGroup
 	onDone     func()
+	// Agent abilities (agent.go): the tag gid tracking the tree (0: none),
+	// the OOM-kill counter at start (-1: not watched), and the hook that
+	// frees the tag and notes an OOM kill.
+	tag          uint32
+	tagGone      bool // the tagged tree was seen gone (supervisor only)
+	oomBase      int64
+	oomKilled    bool
+	beforeFinish func()
 
 	exited chan struct{} // the leader exited; it is not reaped yet
 	killCh chan struct{} // closed by the first kill request
@@ -177,6 +185,7 @@ func (p *proc) supervise() {
 	p.terminate()
 
 	p.cmd.Wait()
+	unregisterLeader(p.pid)
 	if ps := p.cmd.ProcessState; ps != nil {
 		p.status, _ = ps.Sys().(syscall.WaitStatus)
 	}
@@ -185,6 +194,9 @@ func (p *proc) supervise() {
 		p.cg.remove()
 	}
 	p.drain()
+	if p.beforeFinish != nil {
+		p.beforeFinish()
+	}
 	p.out.finish()
 	if p.onDone != nil {
 		// Before done, so whoever waited for the end sees its bookkeeping.
@@ -231,6 +243,9 @@ func (p *proc) signalTree(sig syscall.Signal) {
 	if unix.Kill(-p.pid, sig) == unix.ESRCH {
 		unix.Kill(p.pid, sig) // the leader left its group (setpgid)
 	}
+	if p.tag != 0 {
+		tagSignalTree(p.tag, p.pid, sig)
+	}
 	if p.cg != nil {
 		pids, _ := p.cg.procs()
 		for _, pid := range pids {
@@ -250,6 +265,9 @@ func (p *proc) killAll() {
 	}
 	unix.Kill(-p.pid, unix.SIGKILL)
 	unix.Kill(p.pid, unix.SIGKILL)
+	if p.tag != 0 {
+		tagSignalTree(p.tag, p.pid, unix.SIGKILL)
+	}
 }
 
 // treeEmpty reports whether the leader has exited and nothing of its tree is
@@ -263,6 +281,12 @@ func (p *proc) treeEmpty() bool {
 	}
 	if p.cg != nil {
 		return p.cg.empty()
+	}
+	if p.tag != 0 {
+		// Once the leader exited and no live process carries the tag, none
+		// ever will again: nothing is left to fork one.
+		p.tagGone = !tagTreeAlive(p.tag)
+		return p.tagGone
 	}
 	return !groupAlive(p.pid)
 }
@@ -328,6 +352,7 @@ func (p *proc) result() executor.Result {
 		TimeoutMs: p.timeout.Milliseconds(),
 	}
 	r.ExitCode, r.Signal = exitStatus(p.status)
+	r.OOMKilled = p.oomKilled
 	if p.out.truncated() {
 		r.Truncated = true
 		r.SpillPath = p.out.spill.Path()

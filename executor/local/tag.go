@@ -1,0 +1,198 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// Tag groups: tree tracking without a cgroup.
+//
+// Inside a container the cgroupfs is read-only and the agent has no
+// CAP_SYS_ADMIN, so there are no per-command cgroups, and the process group
+// alone lets `setsid` escape. But the agent starts commands as another user
+// (Credential), and may give each one an extra supplementary group, unique
+// among the live commands: the tag. Supplementary groups are inherited by
+// every child, and dropping one takes setgroups(2), which needs CAP_SETGID:
+// the command lost it when it changed uid, and no-new-privileges keeps a
+// setuid binary from getting it back. So every descendant carries the tag,
+// setsid'd, double-forked or daemonized, and the tree is exactly the set of
+// processes whose /proc/<pid>/status lists it (plus the process group, which
+// costs nothing to signal).
+
+// GroupRange is a range of group ids: First, First+1, …, First+Count-1.
+type GroupRange struct {
+	First uint32
+	Count uint32
+}
+
+// tagPool hands out tag gids, one per live command. A tag whose tree could
+// not be emptied is never handed out again (quarantined), so a process stuck
+// in an uninterruptible sleep cannot join a later command's tree.
+type tagPool struct {
+	r    GroupRange
+	mu   sync.Mutex
+	next uint32 // offset to try first: round robin, so a gid is reused late
+	used map[uint32]bool
+}
+
+func newTagPool(r GroupRange) *tagPool {
+	if r.Count == 0 {
+		return nil
+	}
+	return &tagPool{r: r, used: map[uint32]bool{}}
+}
+
+// get returns a free tag gid.
+func (tp *tagPool) get() (uint32, error) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for i := uint32(0); i < tp.r.Count; i++ {
+		off := (tp.next + i) % tp.r.Count
+		gid := tp.r.First + off
+		if !tp.used[gid] {
+			tp.used[gid] = true
+			tp.next = (off + 1) % tp.r.Count
+			return gid, nil
+		}
+	}
+	return 0, executor.Errorf(executor.ErrLimit, "too many commands at once: all %d tag groups (TagGroups) are in use", tp.r.Count)
+}
+
+// put frees gid for reuse.
+func (tp *tagPool) put(gid uint32) {
+	tp.mu.Lock()
+	delete(tp.used, gid)
+	tp.mu.Unlock()
+}
+
+// withTag returns a copy of cred whose supplementary groups include tag.
+func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
+	c := *cred
+	c.Groups = append(slices.Clone(cred.Groups), tag)
+	return &c
+}
+
+// scanTagged lists the live processes whose supplementary groups hold tag,
+// except this process. Every process of a tagged command's tree carries the
+// tag (the process group is a subset), so this one read per process, of
+// /proc/<pid>/status, is the whole scan.
+func scanTagged(tag uint32) []int {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	self := os.Getpid()
+	var out []int
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid == self {
+			continue
+		}
+		b, err := readProcFile("/proc/" + n + "/status")
+		if err != nil {
+			continue
+		}
+		if live, groups, err := parseStatus(b); err == nil && live && slices.Contains(groups, tag) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// hasGroup reports whether the supplementary groups of pid hold gid, from
+// the Groups line of /proc/<pid>/status (readable by anyone).
+func hasGroup(pid int, gid uint32) bool {
+	b, err := readProcFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	groups, err := parseGroups(b)
+	return err == nil && slices.Contains(groups, gid)
+}
+
+// parseStatus returns whether a /proc/<pid>/status is of a live process
+// (not a zombie), and its supplementary groups.
+func parseStatus(status []byte) (live bool, groups []uint32, err error) {
+	live = true
+	if i := bytes.Index(status, []byte("\nState:")); i >= 0 {
+		if f := bytes.Fields(status[i+len("\nState:"):]); len(f) > 0 && len(f[0]) == 1 {
+			live = f[0][0] != 'Z' && f[0][0] != 'X' && f[0][0] != 'x'
+		}
+	}
+	groups, err = parseGroups(status)
+	return live, groups, err
+}
+
+// parseGroups returns the supplementary groups of a /proc/<pid>/status.
+func parseGroups(status []byte) ([]uint32, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("Groups:"))
+		if !ok {
+			continue
+		}
+		var gs []uint32
+		for _, f := range bytes.Fields(rest) {
+			g, err := strconv.ParseUint(string(f), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("malformed Groups line %q", sc.Bytes())
+			}
+			gs = append(gs, uint32(g))
+		}
+		return gs, nil
+	}
+	return nil, errors.New("no Groups line")
+}
+
+// signalTagged sends sig to pid if it still carries tag. With a pidfd the
+// check and the signal are about the same process even if pid is reused in
+// between: the pidfd is taken first, the tag checked after, and the signal
+// goes to the pidfd's process (if that one died and the pid was reused, the
+// check may read the newcomer, but the signal finds no one). Without pidfds
+// (an old kernel, gVisor) it is a plain kill, as with any pid list.
+func signalTagged(pid int, tag uint32, sig syscall.Signal) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if err == unix.ESRCH {
+			return
+		}
+		if hasGroup(pid, tag) {
+			unix.Kill(pid, sig)
+		}
+		return
+	}
+	defer unix.Close(fd)
+	if hasGroup(pid, tag) {
+		if unix.PidfdSendSignal(fd, sig, nil, 0) == unix.ENOSYS {
+			unix.Kill(pid, sig)
+		}
+	}
+}
+
+// tagSignalTree sends sig once to every process of the tree that is not in
+// the process group pgid (which signalTree signals as a group).
+func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) {
+	for _, pid := range scanTagged(tag) {
+		if st, err := readProcStat(pid); err == nil && st.pgrp != pgid {
+			signalTagged(pid, tag, sig)
+		}
+	}
+}
+
+// tagTreeAlive reports whether a live process carries tag.
+func tagTreeAlive(tag uint32) bool {
+	return len(scanTagged(tag)) > 0
+}
