@@ -1,0 +1,89 @@
+// Package agentapi is the protocol between the shellbox server and the agent
+// inside each sandbox (cmd/shellbox-agent): the executor.BashExecutor seam,
+// minus Resolve, carried over a unix socket. Server serves it over any
+// Runner (the agent serves a local.Executor); Client speaks it and is a
+// Runner itself, so a command run through the protocol behaves exactly as
+// one run by the executor behind it. The conformance suite
+// (executor/executortest) runs through it to prove that.
+//
+// # Transport
+//
+// HTTP/1.1 with JSON bodies over a unix socket, using net/http on both sides:
+// keep-alive connections, no framing of our own, and an agent that can be
+// debugged by hand:
+//
+//	curl --unix-socket /run/shellbox/agent.sock http://agent/v1/hello
+//
+// The socket's mode is 0600 (see Listen): in a sandbox the agent runs as root
+// and its commands do not, so they cannot drive it. Whoever can connect can
+// run anything as the sandbox user; that is the server, on the host, through
+// the session's host directory.
+//
+// # Versioning
+//
+// The client starts with GET /v1/hello and refuses an agent whose protocol
+// is not its own with a *VersionError:
+//
+//	agent protocol mismatch: shellbox speaks protocol 1, the agent at <socket> speaks 2 (agent version X)
+//
+// Every later request carries a Shellbox-Protocol header, which the agent
+// checks likewise. The version changes only for incompatible changes; new
+// fields and endpoints are compatible (decoders ignore unknown fields), so a
+// field added to executor.Spec must be one an older agent may ignore, or the
+// version must change.
+//
+// # Endpoints
+//
+// Bodies are JSON. executor.Spec has no JSON tags: its fields travel under
+// their Go names ("Session", "Command", "Timeout", …), durations as integer
+// nanoseconds. executor.Result, Output and Status use their JSON tags;
+// executor.KillResult its Go names ("AlreadyDone", "Status").
+//
+//	GET  /v1/hello                   → Hello {"protocol":1,"agent":"…","pwsh":false,"root":"/workspace","home":"/workspace"}
+//	POST /v1/run                     Spec → executor.Result
+//	POST /v1/calls/{call}/cancel     → 204
+//	POST /v1/start                   Spec → Started {"id":"…"}
+//	GET  /v1/tasks?session=S         → TaskList {"tasks":[{"id":…,"session":…,"status":{…}}]}
+//	GET  /v1/tasks/{id}?session=S    → TaskInfo, or 404 "no such task: <id>"
+//	POST /v1/tasks/{id}/read         {"session":S} → executor.Output (moves the task's one read cursor)
+//	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
+//	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
+//	GET  /v1/has?session=S&shell=pwsh → {"has":true}
+//
+// A task of another session answers exactly as an unknown id. Request bodies
+// are bounded (MaxSpecBytes for specs, MaxSmallBytes otherwise).
+//
+// # Errors
+//
+// A non-2xx answer has the body {"class":…,"message":…}. The message is the
+// error's text, exactly what the model reads after "Error: " (e.g. "no such
+// task: 1a2b3c"); the class maps to the executor error classes, and the
+// client rebuilds an error of that class with that text:
+//
+//	invalid      400  executor.ErrInvalid (also 404 for an unknown endpoint)
+//	not_found    404  executor.ErrNotFound
+//	aborted      499  executor.ErrAborted
+//	limit        429  executor.ErrLimit
+//	unavailable  503  executor.ErrUnavailable
+//	internal     500  an error without a class (a plain error on the client)
+//
+// # Lifetimes
+//
+// A foreground run belongs to its request: if the connection drops (the
+// server died or gave up) the agent kills the command's tree. A caller that
+// cancels does not drop the connection, though: the client names each run
+// (Shellbox-Call header) and cancels it by name with
+// POST /v1/calls/{call}/cancel, then waits on the run's own answer, which
+// comes once the tree is gone (SIGTERM, grace, SIGKILL) — so the client's Run
+// keeps executor.BashExecutor's promise that the tree is gone when it returns
+// "tool call aborted". A cancel that overtakes its run (they travel on
+// different connections) is remembered for a minute and applied on arrival.
+//
+// The command's timeout is the agent's to enforce, connection or not. A
+// background task belongs to the agent: it outlives the request that started
+// it, the client, and the server process, so a restarted server dials the
+// agent again and finds its tasks with GET /v1/tasks and GET /v1/tasks/{id};
+// their output since the last read, and their final status, are still there.
+// A wait long poll ends when the task does or when the client goes away; a
+// kill, once received, completes either way.
+package agentapi

@@ -1,0 +1,328 @@
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Runner runs the commands: in the agent, a local.Executor. Required.
+	Runner Runner
+	// Agent is the agent's build version, reported by the handshake.
+	Agent string
+	// Root and Home are the session cwd and HOME of the commands, reported by
+	// the handshake.
+	Root, Home string
+}
+
+// Server serves the protocol over a Runner. It is an http.Handler; serve it
+// with net/http on the listener of Listen. It holds no state of its own
+// beyond the names of the foreground calls in flight (for cancellation):
+// tasks live in the Runner.
+type Server struct {
+	cfg ServerConfig
+	mux *http.ServeMux
+
+	mu        sync.Mutex
+	calls     map[string]context.CancelFunc // call name → cancel of its run
+	cancelled map[string]time.Time          // cancels that arrived before their run
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// tombstoneAge is how long a cancel that arrived before its run is
+// remembered: the run's request is in flight on another connection, so it
+// arrives within moments or not at all.
+const tombstoneAge = time.Minute
+
+var callRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// NewServer returns a Server over cfg.Runner.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Runner == nil {
+		return nil, errors.New("agentapi: ServerConfig.Runner is required")
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), calls: map[string]context.CancelFunc{}, cancelled: map[string]time.Time{}}
+	s.mux.HandleFunc("GET /v1/hello", s.hello)
+	s.mux.HandleFunc("POST /v1/run", s.run)
+	s.mux.HandleFunc("POST /v1/calls/{call}/cancel", s.cancel)
+	s.mux.HandleFunc("POST /v1/start", s.start)
+	s.mux.HandleFunc("GET /v1/tasks", s.list)
+	s.mux.HandleFunc("GET /v1/tasks/{id}", s.info)
+	s.mux.HandleFunc("POST /v1/tasks/{id}/read", s.read)
+	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
+	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
+	s.mux.HandleFunc("GET /v1/has", s.has)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, Error{Class: ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})
+	})
+	return s, nil
+}
+
+// ServeHTTP checks the client's protocol version and dispatches.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if v := r.Header.Get(HeaderProtocol); v != "" && v != strconv.Itoa(Protocol) && r.URL.Path != "/v1/hello" {
+		writeError(w, executor.Errorf(executor.ErrInvalid,
+			"agent protocol mismatch: the agent speaks protocol %d (agent version %s), the client %s", Protocol, s.cfg.Agent, v))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) hello(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Hello{
+		Protocol: Protocol,
+		Agent:    s.cfg.Agent,
+		Pwsh:     s.cfg.Runner.Has(r.Context(), "", executor.Pwsh),
+		Root:     s.cfg.Root,
+		Home:     s.cfg.Home,
+	})
+}
+
+// run runs a spec in the foreground under the request's context: if the
+// client disconnects, or cancels the call by name, the command's tree is
+// killed. The command's own timeout is the Runner's, whatever the client.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	var spec executor.Spec
+	if err := decode(w, r, MaxSpecBytes, &spec); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if call := r.Header.Get(HeaderCall); call != "" {
+		if !callRE.MatchString(call) {
+			writeError(w, executor.Errorf(executor.ErrInvalid, "invalid %s header %q", HeaderCall, call))
+			return
+		}
+		s.register(call, cancel)
+		defer s.unregister(call)
+	}
+	res, err := s.cfg.Runner.Run(ctx, spec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// register names a run for cancel; a cancel that came first cancels it now.
+func (s *Server) register(call string, cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.cancelled[call]; ok {
+		delete(s.cancelled, call)
+		cancel()
+		return
+	}
+	s.calls[call] = cancel
+}
+
+func (s *Server) unregister(call string) {
+	s.mu.Lock()
+	delete(s.calls, call)
+	s.mu.Unlock()
+}
+
+// cancel cancels a foreground run by name. It answers 204 at once, whether
+// or not the run is known (it may still be on its way, or over): the run's
+// own response says how it ended.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	call := r.PathValue("call")
+	if !callRE.MatchString(call) {
+		writeError(w, executor.Errorf(executor.ErrInvalid, "invalid call name %q", call))
+		return
+	}
+	s.mu.Lock()
+	if c, ok := s.calls[call]; ok {
+		c()
+	} else {
+		now := time.Now()
+		if len(s.cancelled) >= 1024 {
+			for k, t := range s.cancelled {
+				if now.Sub(t) > tombstoneAge {
+					delete(s.cancelled, k)
+				}
+			}
+		}
+		if len(s.cancelled) < 4096 {
+			s.cancelled[call] = now
+		}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	var spec executor.Spec
+	if err := decode(w, r, MaxSpecBytes, &spec); err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := s.cfg.Runner.Start(r.Context(), spec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Started{ID: t.ID()})
+}
+
+// statuser is a task handle that can tell its status without a read.
+type statuser interface {
+	Status() executor.Status
+}
+
+func taskInfo(session string, t executor.Task) TaskInfo {
+	ti := TaskInfo{ID: t.ID(), Session: session}
+	if st, ok := t.(statuser); ok {
+		s := st.Status()
+		ti.Status = &s
+	}
+	return ti
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	l, ok := s.cfg.Runner.(TaskLister)
+	if !ok {
+		writeError(w, executor.Errorf(executor.ErrInvalid, "this agent cannot list tasks"))
+		return
+	}
+	session := r.URL.Query().Get("session")
+	if err := executor.ValidSession(session); err != nil {
+		writeError(w, err)
+		return
+	}
+	ts, err := l.ListTasks(r.Context(), session)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := TaskList{Tasks: make([]TaskInfo, 0, len(ts))}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, taskInfo(session, t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	session := r.URL.Query().Get("session")
+	t, err := s.cfg.Runner.Task(r.Context(), session, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskInfo(session, t))
+}
+
+// task finds the task a task request names: {id} in the path, the session
+// in the body.
+func (s *Server) task(w http.ResponseWriter, r *http.Request) (executor.Task, error) {
+	var ref TaskRef
+	if err := decode(w, r, MaxSmallBytes, &ref); err != nil {
+		return nil, err
+	}
+	return s.cfg.Runner.Task(r.Context(), ref.Session, r.PathValue("id"))
+}
+
+func (s *Server) read(w http.ResponseWriter, r *http.Request) {
+	t, err := s.task(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	o, err := t.Read(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// wait is a long poll: it answers when the task ends, or gives up when the
+// client does.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
+	t, err := s.task(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := t.Wait(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// kill kills the task's tree. Once the request arrived the kill completes,
+// whether or not the client stays for the answer.
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	t, err := s.task(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := t.Kill(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+func (s *Server) has(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	shell := executor.Shell(q.Get("shell"))
+	if shell != executor.Bash && shell != executor.Pwsh {
+		writeError(w, executor.Errorf(executor.ErrInvalid, "unknown shell %q", shell))
+		return
+	}
+	writeJSON(w, http.StatusOK, HasAnswer{Has: s.cfg.Runner.Has(r.Context(), q.Get("session"), shell)})
+}
+
+// decode reads the whole body (bounded), then parses it. Reading to EOF
+// matters: only then does net/http watch the connection and cancel the
+// request's context when the client goes away.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return executor.Errorf(executor.ErrLimit, "agent: request body over %d bytes", limit)
+		}
+		return executor.Errorf(executor.ErrInvalid, "agent: read request: %v", err)
+	}
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(v); err != nil {
+		return executor.Errorf(executor.ErrInvalid, "agent: bad request body: %v", err)
+	}
+	return nil
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e, status := encodeError(err)
+	writeJSON(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(Error{Class: ClassInternal, Message: "agent: encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
