@@ -1,0 +1,234 @@
+// Command shellbox-agent is the agent inside every sandbox: a static binary
+// (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent and run as the
+// sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL.
+//
+// It serves the agentapi protocol on a unix socket in the session's host
+// directory (mode 0600: the commands, which run as --uid, cannot connect)
+// over a local.Executor configured for a sandbox:
+//
+//   - commands run as --uid/--gid (no capabilities left after the switch),
+//     each in its own process group and, where the cgroupfs is writable, its
+//     own cgroup; where it is not (a container), each gets a unique
+//     supplementary "tag" group from --tag-gid-first/--tag-gid-count, which it
+//     cannot drop, so timeouts and kills reach setsid'd and daemonized
+//     descendants too;
+//   - commands are born with oom_score_adj --oom-score-adj (inherited from
+//     the agent around each fork), so the OOM killer takes a command, not the
+//     agent, and an OOM kill is reported in the result;
+//   - timeouts are enforced here, whatever becomes of the server's connection;
+//     background tasks and their bounded output live here, so a restarted
+//     server re-adopts them;
+//   - as PID 1 it reaps every orphan that is not a command leader.
+//
+// The commands' base environment is the agent's own (the image's ENV) minus
+// SHELLBOX_* variables, with HOME and DSH_HOME set to --home. Spill files go
+// to --spill-dir (root's, 0755: commands read them, cannot write them).
+//
+// SIGTERM or SIGINT stops serving, kills every command and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/executor/local"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func versionString() string {
+	v := version
+	if v == "" {
+		v = "devel"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	return v
+}
+
+type options struct {
+	socket, spillDir, root, home string
+	uid, gid                     int
+	oomScoreAdj                  int
+	tagFirst, tagCount           uint
+	cgroup                       string
+	maxFinished                  int
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	logger := log.New(stderr, "shellbox-agent: ", 0)
+	var o options
+	fs := flag.NewFlagSet("shellbox-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", "/run/shellbox/agent.sock", "unix socket to serve the protocol on (mode 0600)")
+	fs.StringVar(&o.spillDir, "spill-dir", "/run/shellbox/spill", "directory of spill files (made 0755, root's)")
+	fs.StringVar(&o.root, "root", "/workspace", "session root: the cwd of commands, and what workdirs must stay inside")
+	fs.StringVar(&o.home, "home", "/workspace", "HOME of commands")
+	fs.IntVar(&o.uid, "uid", 1000, "user commands run as")
+	fs.IntVar(&o.gid, "gid", 1000, "group commands run as")
+	fs.IntVar(&o.oomScoreAdj, "oom-score-adj", 1000, "oom_score_adj commands are born with (0: leave it)")
+	fs.UintVar(&o.tagFirst, "tag-gid-first", 2000000000, "first gid of the per-command tag groups")
+	fs.UintVar(&o.tagCount, "tag-gid-count", 65536, "number of tag gids (0: no tags; trees without a cgroup are then process groups)")
+	fs.StringVar(&o.cgroup, "cgroup", "auto", "per-command cgroups: auto, off, v1 or v2")
+	fs.IntVar(&o.maxFinished, "max-finished-tasks", local.DefaultMaxFinishedTasks, "finished background tasks kept per session")
+	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		logger.Printf("unexpected arguments: %q", fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stderr, "shellbox-agent %s (protocol %d, %s, %s/%s)\n", versionString(), agentapi.Protocol, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	}
+	if err := serve(o, logger); err != nil {
+		logger.Print(err)
+		return 1
+	}
+	return 0
+}
+
+func serve(o options, logger *log.Logger) error {
+	if os.Getpid() != 1 {
+		// Not a sandbox's init (a test, a developer): adopt the orphans
+		// anyway, so they are reaped here as they would be in a sandbox.
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go reap(ctx, logger)
+
+	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
+		return fmt.Errorf("spill dir: %w", err)
+	}
+	if err := os.Chmod(o.spillDir, 0o755); err != nil {
+		return fmt.Errorf("spill dir: %w", err)
+	}
+	cfg := local.Config{
+		Root:             o.root,
+		Home:             o.home,
+		SpillDir:         o.spillDir,
+		BaseEnv:          baseEnv(os.Environ(), o.home),
+		Cgroup:           local.CgroupMode(o.cgroup),
+		MaxFinishedTasks: o.maxFinished,
+		MemoryCgroup:     "auto",
+	}
+	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
+		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
+		if o.uid != 0 && o.tagCount > 0 {
+			cfg.TagGroups = local.GroupRange{First: uint32(o.tagFirst), Count: uint32(o.tagCount)}
+		}
+	}
+	if o.oomScoreAdj != 0 {
+		cfg.OOMScoreAdj, cfg.OOMScoreAdjInherit = o.oomScoreAdj, true
+	}
+	e, err := local.New(cfg)
+	if err != nil {
+		return err
+	}
+	if n, err := local.Cleanup(""); err != nil || n > 0 {
+		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
+	}
+	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home})
+	if err != nil {
+		return err
+	}
+	l, err := agentapi.Listen(o.socket)
+	if err != nil {
+		return err
+	}
+	tracking := e.Isolation()
+	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
+		tracking += fmt.Sprintf(" + tag groups %d+%d", cfg.TagGroups.First, cfg.TagGroups.Count)
+	}
+	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
+		versionString(), agentapi.Protocol, o.socket, o.uid, o.gid, o.root, tracking, e.MemoryCgroup())
+
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Print("stopping")
+	// The sandbox is going away: stop taking calls, end what runs, go.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	hs.Close()
+	cctx, cancel2 := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel2()
+	return e.Close(cctx)
+}
+
+// reap reaps orphaned zombies on every SIGCHLD, and every second in case
+// signals were coalesced, until ctx ends.
+func reap(ctx context.Context, logger *log.Logger) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	defer signal.Stop(ch)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+		}
+		if _, err := local.ReapOrphans(); err != nil {
+			logger.Printf("reap: %v", err)
+		}
+	}
+}
+
+// baseEnv is the commands' base environment: the agent's own minus its
+// SHELLBOX_* settings, with HOME and DSH_HOME set, and PATH and LANG
+// defaulted.
+func baseEnv(environ []string, home string) []string {
+	var out []string
+	have := map[string]bool{}
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.HasPrefix(k, "SHELLBOX_") || k == "HOME" || k == "DSH_HOME" {
+			continue
+		}
+		have[k] = true
+		out = append(out, kv)
+	}
+	if !have["PATH"] {
+		out = append(out, "PATH="+local.DefaultPath)
+	}
+	if !have["LANG"] {
+		out = append(out, "LANG=C.UTF-8")
+	}
+	return append(out, "HOME="+home, "DSH_HOME="+home)
+}
