@@ -36,6 +36,11 @@ type Harness struct {
 	// uses now (e.g. the sandbox agent's RSS). Optional: without it and
 	// without InProcess, the memory cases check the output but not memory.
 	MemoryProbe func() uint64
+
+	// EndSession, if set, is called when the case that used session on e
+	// has ended, after its checks: a sandboxed harness removes the session's
+	// sandbox there, so a suite run holds only the sandboxes of running cases.
+	EndSession func(e executor.BashExecutor, session string)
 }
 
 // FixedRoot is a Harness.Root for executors whose session cwd is one
@@ -245,6 +250,9 @@ func (s *suite) sessionAs(t *testing.T, p profile, id string) *session {
 	s.mu.Lock()
 	s.sessions[id] = ss
 	s.mu.Unlock()
+	if s.h.EndSession != nil {
+		t.Cleanup(func() { s.h.EndSession(in.exec, id) })
+	}
 	return ss
 }
 

@@ -1,0 +1,410 @@
+package sandboxed_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/tools"
+)
+
+var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+	agentDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
+}
+
+// agentBinary builds cmd/shellbox-agent statically, once per test process.
+func agentBinary(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		agentDir, agentErr = os.MkdirTemp("", "shellbox-agent-")
+		if agentErr != nil {
+			return
+		}
+		agentPath = filepath.Join(agentDir, "shellbox-agent")
+		cmd := exec.Command("go", "build", "-o", agentPath, "github.com/shellbox/shellbox/cmd/shellbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentPath
+}
+
+var imageOnce sync.Once
+
+// testImage makes sure the test image exists (it builds in seconds).
+func testImage(t testing.TB) {
+	t.Helper()
+	var err error
+	imageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
+	if err != nil {
+		t.Fatalf("test image: %v", err)
+	}
+}
+
+// requireRuntime skips (fails under CI) when the engine lacks runtime.
+func requireRuntime(t testing.TB, rt *docker.Runtime, name string) {
+	t.Helper()
+	names, err := rt.Runtimes(context.Background())
+	if err != nil {
+		t.Fatalf("engine runtimes: %v", err)
+	}
+	found := false
+	for _, n := range names {
+		found = found || n == name
+	}
+	dockertest.Require(t, found, fmt.Sprintf("the engine has no %q runtime (%v); .ci/setup-docker.sh registers runsc", name, names))
+}
+
+type rig struct {
+	rt      *docker.Runtime
+	manager *sandbox.Manager
+	exec    *sandboxed.Executor
+	opts    []sandbox.Opt
+}
+
+// newRig wires a sandboxed executor on a real engine with a per-test owner
+// and state dir; every sandbox it creates is removed when t ends.
+func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.Opt) *rig {
+	t.Helper()
+	cli := dockertest.Engine(t)
+	dockertest.RemoveLeftovers(context.Background(), cli)
+	testImage(t)
+	rt, err := docker.NewFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	requireRuntime(t, rt, runtime)
+	m, err := sandbox.NewManager(sandbox.Config{
+		Runtime:  rt,
+		StateDir: dockertest.StateDir(t),
+		Owner:    dockertest.Owner(t),
+		Ready:    sandboxed.WaitAgent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{rt: rt, manager: m}
+	r.opts = append([]sandbox.Opt{
+		sandbox.WithImage(dockertest.Image),
+		sandbox.WithRuntime(runtime),
+		sandbox.WithLabels(dockertest.Labels()),
+		sandbox.WithAgent(agentBinary(t)),
+	}, opts...)
+	if runtime == sandbox.RuntimeRunsc {
+		// gVisor counts host threads against the pids limit (~40 for the
+		// sandbox, ~10 per process): size it for that.
+		r.opts = append(r.opts, sandbox.WithPidsLimit(1024))
+	}
+	r.exec, err = sandboxed.New(sandboxed.Config{
+		Manager: m,
+		Tenant:  "t1",
+		Spec:    func(session string) (sandbox.Spec, error) { return sandbox.NewSpec("t1", session, r.opts...) },
+		Limits:  lim,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.exec.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, sb := range m.Sandboxes() {
+			if err := m.Remove(ctx, sb.Tenant, sb.Session); err != nil {
+				t.Errorf("remove sandbox %s/%s: %v", sb.Tenant, sb.Session, err)
+			}
+		}
+	})
+	return r
+}
+
+func (r *rig) endSession(_ executor.BashExecutor, session string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.exec.Forget(session)
+	r.manager.Remove(ctx, "t1", session)
+}
+
+func conformance(t *testing.T, runtime string) {
+	executortest.Run(t, executortest.Harness{
+		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
+			// Room for the suite's 100 MB spill in one session.
+			r := newRig(t, runtime, lim, sandbox.WithSpillSize(256*sandbox.MiB))
+			rigs.Store(r.exec, r)
+			return r.exec
+		},
+		Root: executortest.FixedRoot("/workspace"),
+		// DSH_HOME differs from the root so the suite can tell them apart.
+		Home: "/home/sandbox",
+		EndSession: func(e executor.BashExecutor, session string) {
+			if r, ok := rigs.Load(e); ok {
+				r.(*rig).endSession(e, session)
+			}
+		},
+	})
+}
+
+var rigs sync.Map // *sandboxed.Executor → *rig
+
+// TestConformanceRunc runs the conformance suite, unchanged, with every
+// session in its own runc container.
+func TestConformanceRunc(t *testing.T) { conformance(t, sandbox.RuntimeRunc) }
+
+// TestConformanceRunsc runs it under gVisor.
+func TestConformanceRunsc(t *testing.T) { conformance(t, sandbox.RuntimeRunsc) }
+
+func call(t *testing.T, ts *tools.Toolset, session, tool string, args any) tools.Result {
+	t.Helper()
+	b, _ := json.Marshal(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return ts.Call(ctx, tools.Invocation{Tenant: "t1", Session: session, Tool: tool, Args: b})
+}
+
+func bash(command string, extra ...any) map[string]any {
+	m := map[string]any{"command": command, "description": "hostile workload"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	return m
+}
+
+// TestHostile holds the sandbox against hostile workloads, on both runtimes;
+// after each, the same session (and the server) must still work.
+func TestHostile(t *testing.T) {
+	for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		t.Run(runtime, func(t *testing.T) { hostile(t, runtime) })
+	}
+}
+
+func hostile(t *testing.T, runtime string) {
+	lim := executor.DefaultLimits()
+	lim.Grace = 500 * time.Millisecond
+	lim.SpillLimit = 8 << 20
+	r := newRig(t, runtime, lim,
+		sandbox.WithMemory(256*sandbox.MiB),
+		sandbox.WithWorkspaceSize(32*sandbox.MiB),
+		sandbox.WithTmpSize(16*sandbox.MiB),
+		sandbox.WithSpillSize(16*sandbox.MiB))
+	ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	const s = "hostile"
+	alive := func(t *testing.T) {
+		t.Helper()
+		if got := call(t, ts, s, "bash", bash("echo alive")); got.Text != "alive" {
+			t.Fatalf("session not usable afterwards: %q", got.Text)
+		}
+	}
+	fg := func(t *testing.T, res tools.Result) *tools.Foreground {
+		t.Helper()
+		f, ok := res.Value.(*tools.Foreground)
+		if !ok {
+			t.Fatalf("not a foreground result: %q", res.Text)
+		}
+		return f
+	}
+
+	t.Run("status", func(t *testing.T) {
+		res := call(t, ts, s, "bash", bash("grep -E '^(Uid|CapEff|NoNewPrivs|Seccomp):' /proc/self/status"))
+		want := []string{`Uid:\s+1000\s`, `CapEff:\s+0000000000000000`, `NoNewPrivs:\s+1`, `Seccomp:\s+2`}
+		if runtime == sandbox.RuntimeRunsc {
+			// gVisor's /proc/self/status has no NoNewPrivs line; with
+			// --oci-seccomp it applies Docker's profile inside (Seccomp 2).
+			// Guest syscalls never reach the host kernel: the sentry that
+			// serves them is itself confined; check it on the host too.
+			want = []string{want[0], want[1], want[3]}
+			var id string
+			for _, sb := range r.manager.Sandboxes() {
+				if sb.Session == s {
+					id = sb.ID
+				}
+			}
+			info, err := dockertest.Engine(t).ContainerInspect(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.State.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, re := range []string{`NoNewPrivs:\s+1`, `Seccomp:\s+2`} {
+				if !regexp.MustCompile(re).Match(b) {
+					t.Errorf("gVisor sentry (host pid %d): want %s", info.State.Pid, re)
+				}
+			}
+		}
+		for _, re := range want {
+			if !regexp.MustCompile(re).MatchString(res.Text) {
+				t.Errorf("want %s in\n%s", re, res.Text)
+			}
+		}
+	})
+	t.Run("fork bomb", func(t *testing.T) {
+		res := call(t, ts, s, "bash", bash(`b() { b | b & }; b`, "timeoutMs", 3000))
+		t.Logf("fork bomb: %s", lastLines(res.Text, 4))
+		alive(t)
+	})
+	t.Run("memory bomb", func(t *testing.T) {
+		res := call(t, ts, s, "bash", bash(`x=$(head -c 600000000 /dev/zero | tr '\0' a); echo ${#x}`, "timeoutMs", 60000))
+		t.Logf("memory bomb: %s", lastLines(res.Text, 4))
+		if runtime == sandbox.RuntimeRunc {
+			f := fg(t, res)
+			if f.Signal != "SIGKILL" || !f.OOMKilled {
+				t.Errorf("want SIGKILL reported as OOM, got signal %q oom %v: %q", f.Signal, f.OOMKilled, lastLines(res.Text, 4))
+			}
+		} else if !res.IsError && fg(t, res).Signal == "" {
+			// gVisor: a sandbox over its memory limit dies whole (the host
+			// OOM killer takes the sentry); the call fails and the next one
+			// gets a fresh sandbox.
+			t.Errorf("memory bomb under gVisor neither failed nor was killed: %q", lastLines(res.Text, 4))
+		}
+		alive(t)
+	})
+	t.Run("fill workspace and tmp", func(t *testing.T) {
+		for _, dir := range []string{"/workspace", "/tmp"} {
+			res := call(t, ts, s, "bash", bash("head -c 100000000 /dev/zero > "+dir+"/fill; echo rc=$?; rm -f "+dir+"/fill"))
+			if !strings.Contains(res.Text, "No space left on device") || !strings.Contains(res.Text, "rc=1") {
+				t.Errorf("%s: want ENOSPC, got %q", dir, res.Text)
+			}
+		}
+		alive(t)
+	})
+	t.Run("2G of output", func(t *testing.T) {
+		var peak uint64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if v := rss(); v > peak {
+					peak = v
+				}
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-stop2G:
+					return
+				}
+			}
+		}()
+		res := call(t, ts, s, "bash", bash("head -c 2000000000 /dev/zero", "timeoutMs", 300000))
+		stop2G <- struct{}{}
+		<-done
+		f := fg(t, res)
+		if !f.Truncated || len(f.Stdout) != lim.TailBytes {
+			t.Errorf("want a %d-byte tail, truncated; got %d bytes, truncated=%v", lim.TailBytes, len(f.Stdout), f.Truncated)
+		}
+		if !strings.Contains(res.Text, "[output truncated; full output unavailable: spill limit of 8388608 bytes reached") {
+			t.Errorf("marker not honest about the cap: %q", lastLines(res.Text, 2))
+		}
+		if peak > 100<<20 {
+			t.Errorf("server RSS peaked at %d MiB (> 100 MiB)", peak>>20)
+		}
+		t.Logf("2G output: server RSS peak %d MiB; %s", peak>>20, lastLines(res.Text, 1))
+		alive(t)
+	})
+	t.Run("trap TERM loop", func(t *testing.T) {
+		res := call(t, ts, s, "bash", bash(`trap '' TERM; while :; do :; done`, "timeoutMs", 500))
+		if f := fg(t, res); !f.TimedOut || f.Signal != "SIGKILL" {
+			t.Errorf("got %q", res.Text)
+		}
+		alive(t)
+	})
+	t.Run("setsid and nohup escapes", func(t *testing.T) {
+		call(t, ts, s, "bash", bash(`setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & (setsid -f sleep 302); sleep 30`, "timeoutMs", 500))
+		res := call(t, ts, s, "bash", bash(`ps -eo args 2>/dev/null | grep -c '^sleep 30[012]' || for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done | grep -c '^sleep 30[012]'`))
+		if !strings.HasPrefix(res.Text, "0") {
+			t.Errorf("escapees survived: %q", res.Text)
+		}
+		bg := call(t, ts, s, "bash", bash(`setsid sleep 303 & sleep 300`, "run_in_background", true))
+		id := bg.Value.(*tools.Background).TaskID
+		call(t, ts, s, "bash_kill", map[string]any{"task_id": id})
+		res = call(t, ts, s, "bash", bash(`for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done | grep -c '^sleep 30[03]'`))
+		if !strings.HasPrefix(res.Text, "0") {
+			t.Errorf("escapees survived bash_kill: %q", res.Text)
+		}
+	})
+	t.Run("zombie storm", func(t *testing.T) {
+		call(t, ts, s, "bash", bash(`for i in $(seq 300); do (sleep 0.01 &) ; done; sleep 1`))
+		time.Sleep(time.Second)
+		res := call(t, ts, s, "bash", bash(`n=0; for p in /proc/[0-9]*; do grep -q '^State:.*Z' $p/status 2>/dev/null && n=$((n+1)); done; echo zombies=$n`))
+		if res.Text != "zombies=0" {
+			t.Errorf("got %q", res.Text)
+		}
+	})
+	t.Run("network egress", func(t *testing.T) {
+		res := call(t, ts, s, "bash", bash(`exec 3<>/dev/tcp/1.1.1.1/80 && echo connected || echo refused`, "timeoutMs", 10000))
+		if strings.Contains(res.Text, "connected") && !strings.Contains(res.Text, "refused") {
+			t.Errorf("egress possible: %q", res.Text)
+		}
+		res = call(t, ts, s, "bash", bash(`cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '`))
+		if strings.TrimSpace(res.Text) != "lo" && !strings.Contains(res.Text, "(no output)") {
+			t.Errorf("interfaces besides lo: %q", res.Text)
+		}
+	})
+	t.Run("workdir escapes", func(t *testing.T) {
+		call(t, ts, s, "bash", bash("ln -sfn / /workspace/root"))
+		for _, wd := range []string{"../../etc", "/etc", "root", "/workspace/root/etc"} {
+			res := call(t, ts, s, "bash", bash("pwd", "workdir", wd))
+			if !res.IsError || !strings.Contains(res.Text, "outside the session root") {
+				t.Errorf("workdir %s: %q", wd, res.Text)
+			}
+		}
+	})
+}
+
+var stop2G = make(chan struct{})
+
+// rss is this process's resident set size in bytes.
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	kb, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return kb << 10
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

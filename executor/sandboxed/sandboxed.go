@@ -1,0 +1,299 @@
+// Package sandboxed is the BashExecutor that runs every session's commands in
+// that session's own sandbox, through the agent inside it.
+//
+// It owns no processes. Resolve is pure (the same executor.Limits rules as
+// every executor, against the sandbox root, /workspace by default); Run,
+// Start, Task and Has first make sure the session's sandbox exists — the
+// sandbox.Manager creates it on first use and reuses it after — then hand the
+// resolved Spec to the sandbox's agent over its connection. The agent runs
+// the command as the sandbox user, enforces the timeout inside the sandbox
+// (so a lost connection cannot leave a command running), kills whole trees,
+// writes spill files into the session's host directory (mounted in the
+// sandbox, so paths in markers are paths the model can read), and keeps
+// background tasks: a restarted server dials the same agent and finds them.
+//
+// Connections are cached per session. A call whose connection fails drops
+// it; the next call dials again, and if the sandbox itself is gone (its
+// agent cannot be dialled) it is removed and a fresh one created. Tasks of a
+// sandbox that died are gone with it: their ids answer "no such task".
+package sandboxed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Agent is what this executor needs of a connection to a sandbox's agent:
+// the BashExecutor methods after Resolve. agentapi.Client implements it.
+type Agent interface {
+	Run(ctx context.Context, spec executor.Spec) (executor.Result, error)
+	Start(ctx context.Context, spec executor.Spec) (executor.Task, error)
+	Task(ctx context.Context, session, id string) (executor.Task, error)
+	Has(ctx context.Context, session string, shell executor.Shell) bool
+	Close() error
+}
+
+// Dialer connects to the agent of a running sandbox. ctx bounds the dial.
+type Dialer func(ctx context.Context, sb sandbox.Sandbox) (Agent, error)
+
+// Config configures an Executor. One Executor serves one tenant.
+type Config struct {
+	// Manager owns the sandboxes. Required.
+	Manager *sandbox.Manager
+	// Tenant names the tenant whose sessions this executor serves. Required.
+	Tenant string
+	// Spec builds the sandbox spec of a new session (the tenant's image,
+	// runtime and limits). Required.
+	Spec func(session string) (sandbox.Spec, error)
+	// Dial connects to a sandbox's agent (default DialAgent).
+	Dial Dialer
+	// Limits are the timeout and output defaults and caps.
+	Limits executor.Limits
+	// Root is the session cwd inside the sandbox (default /workspace).
+	Root string
+	// BaseEnv is the commands' base environment (default PATH, HOME=Root,
+	// LANG=C.UTF-8). The server's own environment never reaches a sandbox.
+	BaseEnv []string
+}
+
+// Executor runs commands in per-session sandboxes.
+type Executor struct {
+	cfg Config
+
+	mu     sync.Mutex
+	agents map[string]Agent // session → live connection
+}
+
+var _ executor.BashExecutor = (*Executor)(nil)
+
+// DefaultPath is the PATH of the default base environment.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// New checks cfg and returns an Executor. It creates nothing until the first
+// call of a session.
+func New(cfg Config) (*Executor, error) {
+	switch {
+	case cfg.Manager == nil:
+		return nil, errors.New("sandboxed: Config.Manager is required")
+	case cfg.Tenant == "":
+		return nil, errors.New("sandboxed: Config.Tenant is required")
+	case cfg.Spec == nil:
+		return nil, errors.New("sandboxed: Config.Spec is required")
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = DialAgent
+	}
+	if cfg.Limits == (executor.Limits{}) {
+		cfg.Limits = executor.DefaultLimits()
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("sandboxed: Limits: %w", err)
+	}
+	if cfg.Root == "" {
+		cfg.Root = "/workspace"
+	}
+	if cfg.BaseEnv == nil {
+		cfg.BaseEnv = []string{"PATH=" + DefaultPath, "HOME=" + cfg.Root, "LANG=C.UTF-8"}
+	}
+	return &Executor{cfg: cfg, agents: map[string]Agent{}}, nil
+}
+
+// DialAgent dials the agent socket of sb (agentapi protocol, with its
+// version handshake).
+func DialAgent(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
+	if sb.SocketPath == "" {
+		return nil, fmt.Errorf("sandbox %s has no agent socket", sb.ID)
+	}
+	return agentapi.Dial(ctx, sb.SocketPath)
+}
+
+// WaitAgent is a sandbox.Config.Ready hook: it returns once a new sandbox's
+// agent answers its handshake, or at once when the agent speaks another
+// protocol version.
+func WaitAgent(ctx context.Context, sb sandbox.Sandbox) error {
+	var last error
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		c, err := agentapi.Dial(ctx, sb.SocketPath)
+		if err == nil {
+			return c.Close()
+		}
+		last = err
+		var mismatch *agentapi.VersionError
+		if errors.As(err, &mismatch) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent of sandbox %s did not answer: %w (last: %v)", sb.ID, ctx.Err(), last)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// Resolve applies the defaults and caps; workdirs are checked lexically here
+// and confined inside the sandbox when the command starts.
+func (e *Executor) Resolve(ctx context.Context, req executor.Request) (executor.Spec, error) {
+	return e.cfg.Limits.Resolve(ctx, req, e.cfg.Root, e.cfg.BaseEnv)
+}
+
+// Run runs spec in the session's sandbox. Cancelling ctx closes the call's
+// connection; the agent then kills the command's tree.
+func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result, error) {
+	a, err := e.agent(ctx, spec.Session)
+	if err != nil {
+		if ctx.Err() != nil {
+			return executor.Result{}, executor.Aborted()
+		}
+		return executor.Result{}, err
+	}
+	res, err := a.Run(ctx, spec)
+	if err != nil && ctx.Err() != nil {
+		return executor.Result{}, executor.Aborted()
+	}
+	return res, e.check(spec.Session, a, err)
+}
+
+// Start starts a background task in the session's sandbox; the task lives
+// in the agent, not in this process.
+func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task, error) {
+	a, err := e.agent(ctx, spec.Session)
+	if err != nil {
+		return nil, err
+	}
+	t, err := a.Start(ctx, spec)
+	return t, e.check(spec.Session, a, err)
+}
+
+// Task finds a task in the session's sandbox. The sandbox is looked up (and
+// taken over, after a restart) like for any call; a session that had none
+// gets one, whose agent then answers "no such task".
+func (e *Executor) Task(ctx context.Context, session, id string) (executor.Task, error) {
+	if err := executor.ValidSession(session); err != nil {
+		return nil, executor.NoSuchTask(id)
+	}
+	a, err := e.agent(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	t, err := a.Task(ctx, session, id)
+	return t, e.check(session, a, err)
+}
+
+// Has reports whether the session's image has shell. It creates the
+// session's sandbox if needed: only the image can tell.
+func (e *Executor) Has(ctx context.Context, session string, shell executor.Shell) bool {
+	if shell == executor.Bash {
+		return true
+	}
+	a, err := e.agent(ctx, session)
+	if err != nil {
+		return false
+	}
+	return a.Has(ctx, session, shell)
+}
+
+// Close closes the connections. Sandboxes and their tasks stay: they belong
+// to the Manager, and a later process re-adopts them.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for s, a := range e.agents {
+		a.Close()
+		delete(e.agents, s)
+	}
+	return nil
+}
+
+// Forget closes and drops the session's cached connection, e.g. before its
+// sandbox is removed.
+func (e *Executor) Forget(session string) {
+	e.mu.Lock()
+	a, ok := e.agents[session]
+	delete(e.agents, session)
+	e.mu.Unlock()
+	if ok {
+		a.Close()
+	}
+}
+
+// agent returns the session's connection, creating the sandbox and dialling
+// its agent as needed. A sandbox whose agent cannot be dialled is dead: it is
+// removed and created afresh, once.
+func (e *Executor) agent(ctx context.Context, session string) (Agent, error) {
+	if err := executor.ValidSession(session); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	a, ok := e.agents[session]
+	e.mu.Unlock()
+	if ok {
+		e.cfg.Manager.Touch(e.cfg.Tenant, session)
+		return a, nil
+	}
+	spec, err := e.cfg.Spec(session)
+	if err != nil {
+		return nil, executor.Errorf(executor.ErrUnavailable, "sandbox spec for session %s: %w", session, err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		sb, err := e.cfg.Manager.Ensure(ctx, spec)
+		if err != nil {
+			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
+		}
+		a, err := e.cfg.Dial(ctx, sb)
+		if err == nil {
+			e.mu.Lock()
+			if prev, ok := e.agents[session]; ok {
+				// A concurrent call dialled first: keep one connection.
+				e.mu.Unlock()
+				a.Close()
+				return prev, nil
+			}
+			e.agents[session] = a
+			e.mu.Unlock()
+			return a, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+		// The agent is gone: the sandbox is dead. Replace it.
+		if rerr := e.cfg.Manager.Remove(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable (%v); removing it: %w", session, err, rerr)
+		}
+	}
+	return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable: %w", session, lastErr)
+}
+
+// check passes err through, dropping the session's connection when it is a
+// transport failure rather than an answer of the agent.
+func (e *Executor) check(session string, a Agent, err error) error {
+	if err == nil || classified(err) {
+		return err
+	}
+	e.mu.Lock()
+	if e.agents[session] == a {
+		delete(e.agents, session)
+	}
+	e.mu.Unlock()
+	a.Close()
+	return executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent: %w", session, err)
+}
+
+// classified reports an error the agent answered with (it carries a class),
+// as opposed to a broken connection.
+func classified(err error) bool {
+	for _, c := range []error{executor.ErrInvalid, executor.ErrNotFound, executor.ErrAborted, executor.ErrLimit} {
+		if errors.Is(err, c) {
+			return true
+		}
+	}
+	return false
+}
