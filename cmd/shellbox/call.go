@@ -41,11 +41,12 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 				return err
 			}
 			ctx := cmd.Context()
-			ts, cleanup, err := newToolset(ctx, cfg)
+			runtime, _ := cmd.Flags().GetString("runtime")
+			ts, cleanup, err := newToolset(ctx, cfg, runtime)
 			if err != nil {
 				return err
 			}
-			res := ts.Call(ctx, tools.Invocation{Session: cfg.Session, Tool: args[0], Args: raw})
+			res := ts.Call(ctx, tools.Invocation{Tenant: cfg.Tenant, Session: cfg.Session, Tool: args[0], Args: raw})
 			if bg, ok := res.Value.(*tools.Background); ok && cfg.Backend == "local" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: the local backend keeps background tasks only while this process runs: task %s is killed when it exits\n", bg.TaskID)
 			}
@@ -69,7 +70,9 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 			return nil
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed)")
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed) or docker (a hardened container per session)")
+	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
+	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default docker.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result as JSON (text, isError, typed result, notices)")
 	return cmd
@@ -92,7 +95,7 @@ func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
 
 // newToolset wires the configured backend under the tools. cleanup stops
 // watchers and releases the backend (killing the local backend's tasks).
-func newToolset(ctx context.Context, cfg Config) (*tools.Toolset, func(), error) {
+func newToolset(ctx context.Context, cfg Config, runtime string) (*tools.Toolset, func(), error) {
 	var (
 		ex    executor.BashExecutor
 		home  string
@@ -128,8 +131,15 @@ func newToolset(ctx context.Context, cfg Config) (*tools.Toolset, func(), error)
 			return nil, nil, fmt.Errorf("local backend: %w", err)
 		}
 		ex, close = e, e.Close
+	case "docker":
+		b, err := newDockerBackend(cfg, runtime)
+		if err != nil {
+			return nil, nil, err
+		}
+		ex, home = b.exec, "/workspace"
+		close = func(context.Context) error { return b.Close() }
 	default:
-		return nil, nil, fmt.Errorf("unknown backend %q (available: local)", cfg.Backend)
+		return nil, nil, fmt.Errorf("unknown backend %q (available: local, docker)", cfg.Backend)
 	}
 	ts, err := tools.New(ex, tools.Config{
 		DisableRunInBackground: !cfg.EnableRunInBackground,

@@ -18,11 +18,13 @@ import (
 // rising precedence. The README's config reference documents every key.
 type Config struct {
 	Backend               string            `mapstructure:"backend"`
+	Tenant                string            `mapstructure:"tenant"`
 	Session               string            `mapstructure:"session"`
 	EnableRunInBackground bool              `mapstructure:"enableRunInBackground"`
 	Facts                 map[string]string `mapstructure:"facts"`
 	Limits                executor.Limits   `mapstructure:"limits"`
 	Local                 LocalConfig       `mapstructure:"local"`
+	Docker                DockerConfig      `mapstructure:"docker"`
 }
 
 // LocalConfig configures the local (host process, unsandboxed) backend.
@@ -46,29 +48,34 @@ func defaultSpillDir() string {
 // newViper sets the defaults of every key (so SHELLBOX_* variables reach
 // them all) and binds flags.
 func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
-	v := viper.New()
+	// "::" separates nested keys, so map keys may hold dots (label names).
+	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
 	lim := executor.DefaultLimits()
 	v.SetDefault("backend", "local")
+	v.SetDefault("tenant", "default")
 	v.SetDefault("session", "default")
 	v.SetDefault("enableRunInBackground", true)
 	v.SetDefault("facts", map[string]string{})
-	v.SetDefault("limits.defaultTimeout", lim.DefaultTimeout)
-	v.SetDefault("limits.maxTimeout", lim.MaxTimeout)
-	v.SetDefault("limits.grace", lim.Grace)
-	v.SetDefault("limits.tailBytes", lim.TailBytes)
-	v.SetDefault("limits.bufferBytes", lim.BufferBytes)
-	v.SetDefault("limits.spillLimit", lim.SpillLimit)
-	v.SetDefault("local.root", "")
-	v.SetDefault("local.home", "")
-	v.SetDefault("local.spillDir", defaultSpillDir())
-	v.SetDefault("local.cgroup", "auto")
+	v.SetDefault("limits::defaultTimeout", lim.DefaultTimeout)
+	v.SetDefault("limits::maxTimeout", lim.MaxTimeout)
+	v.SetDefault("limits::grace", lim.Grace)
+	v.SetDefault("limits::tailBytes", lim.TailBytes)
+	v.SetDefault("limits::bufferBytes", lim.BufferBytes)
+	v.SetDefault("limits::spillLimit", lim.SpillLimit)
+	v.SetDefault("local::root", "")
+	v.SetDefault("local::home", "")
+	v.SetDefault("local::spillDir", defaultSpillDir())
+	v.SetDefault("local::cgroup", "auto")
+	for k, val := range dockerDefaults() {
+		v.SetDefault(k, val)
+	}
 
 	v.SetEnvPrefix("SHELLBOX")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.SetEnvKeyReplacer(strings.NewReplacer("::", "_"))
 	v.AutomaticEnv()
 
 	if flags != nil {
-		for key, name := range map[string]string{"backend": "backend", "session": "session"} {
+		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant"} {
 			if f := flags.Lookup(name); f != nil {
 				if err := v.BindPFlag(key, f); err != nil {
 					return nil, err
@@ -110,6 +117,9 @@ func loadConfig(flags *pflag.FlagSet, file string) (Config, error) {
 	}
 	if err := executor.ValidSession(c.Session); err != nil {
 		return Config{}, fmt.Errorf("config: session: %w", err)
+	}
+	if err := executor.ValidSession(c.Tenant); err != nil {
+		return Config{}, fmt.Errorf("config: tenant: %w", err)
 	}
 	return c, nil
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker"
+)
+
+// DockerConfig configures the docker backend: one hardened container per
+// (tenant, session), commands run through the agent inside it.
+type DockerConfig struct {
+	StateDir       string  `mapstructure:"stateDir"`
+	Owner          string  `mapstructure:"owner"`
+	Image          string  `mapstructure:"image"`
+	Runtime        string  `mapstructure:"runtime"`
+	Agent          string  `mapstructure:"agent"`
+	CPUs           float64 `mapstructure:"cpus"`
+	MemoryBytes    int64   `mapstructure:"memoryBytes"`
+	PidsLimit      int64   `mapstructure:"pidsLimit"`
+	WorkspaceBytes int64   `mapstructure:"workspaceBytes"`
+	TmpBytes       int64   `mapstructure:"tmpBytes"`
+	SpillBytes     int64   `mapstructure:"spillBytes"`
+	// Labels are extra labels on every sandbox (e.g. for an operator's
+	// inventory); shellbox's own org.shellbox.* labels cannot be set.
+	Labels map[string]string `mapstructure:"labels"`
+}
+
+func dockerDefaults() map[string]any {
+	d := sandbox.DefaultSpec("t", "s")
+	owner := "shellbox"
+	if h, err := os.Hostname(); err == nil && sandbox.CheckID("owner", "shellbox-"+h) == nil {
+		owner = "shellbox-" + h
+	}
+	return map[string]any{
+		"docker::stateDir":       "/var/lib/shellbox",
+		"docker::owner":          owner,
+		"docker::image":          "shellbox-sandbox:bookworm",
+		"docker::runtime":        d.Runtime,
+		"docker::agent":          "",
+		"docker::cpus":           d.CPUs,
+		"docker::memoryBytes":    d.MemoryBytes,
+		"docker::pidsLimit":      d.PidsLimit,
+		"docker::workspaceBytes": d.WorkspaceBytes,
+		"docker::tmpBytes":       d.TmpBytes,
+		"docker::spillBytes":     d.SpillBytes,
+		"docker::labels":         map[string]string{},
+	}
+}
+
+// agentBinary finds the static agent binary: the configured path, else
+// shellbox-agent next to this executable, else on PATH.
+func agentBinary(configured string) (string, error) {
+	if configured != "" {
+		p, err := filepath.Abs(configured)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("docker.agent: %w", err)
+		}
+		return p, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "shellbox-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("shellbox-agent"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("the shellbox-agent binary was not found next to shellbox or on PATH; build it with " +
+		"`CGO_ENABLED=0 go build -o \"$(dirname \"$(command -v shellbox)\")/shellbox-agent\" ./cmd/shellbox-agent` or set docker.agent")
+}
+
+// dockerBackend is the docker backend's parts, for call and sessions.
+type dockerBackend struct {
+	rt      *docker.Runtime
+	manager *sandbox.Manager
+	exec    *sandboxed.Executor
+}
+
+func (b *dockerBackend) Close() error {
+	var err error
+	if b.exec != nil {
+		err = b.exec.Close()
+	}
+	return errors.Join(err, b.rt.Close())
+}
+
+// newDockerBackend wires runtime, manager and executor. runtime overrides
+// docker.runtime when non-empty (the --runtime flag).
+func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
+	dc := cfg.Docker
+	if runtime != "" {
+		dc.Runtime = runtime
+	}
+	rt, err := docker.NewFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("docker backend: %w", err)
+	}
+	m, err := sandbox.NewManager(sandbox.Config{
+		Runtime:  rt,
+		StateDir: dc.StateDir,
+		Owner:    dc.Owner,
+		Ready:    sandboxed.WaitAgent,
+	})
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("docker backend: %w", err)
+	}
+	b := &dockerBackend{rt: rt, manager: m}
+	agent, agentErr := agentBinary(dc.Agent)
+	specFor := func(session string) (sandbox.Spec, error) {
+		if agentErr != nil {
+			return sandbox.Spec{}, agentErr
+		}
+		return sandbox.NewSpec(cfg.Tenant, session,
+			sandbox.WithImage(dc.Image),
+			sandbox.WithRuntime(dc.Runtime),
+			sandbox.WithCPUs(dc.CPUs),
+			sandbox.WithMemory(dc.MemoryBytes),
+			sandbox.WithPidsLimit(dc.PidsLimit),
+			sandbox.WithWorkspaceSize(dc.WorkspaceBytes),
+			sandbox.WithTmpSize(dc.TmpBytes),
+			sandbox.WithSpillSize(dc.SpillBytes),
+			sandbox.WithLabels(dc.Labels),
+			sandbox.WithAgent(agent),
+		)
+	}
+	ex, err := sandboxed.New(sandboxed.Config{
+		Manager: m,
+		Tenant:  cfg.Tenant,
+		Spec:    specFor,
+		Limits:  cfg.Limits,
+	})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.exec = ex
+	return b, nil
+}
+
+var _ executor.BashExecutor = (*sandboxed.Executor)(nil)

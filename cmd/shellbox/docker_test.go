@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+)
+
+// buildBinaries builds shellbox and, next to it, the static agent, as an
+// operator would install them.
+func buildBinaries(t *testing.T) (shellbox string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{"shellbox", "github.com/shellbox/shellbox/cmd/shellbox", "1"},
+		{"shellbox-agent", "github.com/shellbox/shellbox/cmd/shellbox-agent", "0"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return filepath.Join(dir, "shellbox")
+}
+
+// TestDockerRestartSurvival: a background task keeps running in its sandbox
+// while the processes that talk to it come and go — one of them killed with
+// SIGKILL in the middle of a call — and a new process reads its output and
+// final status. Every `shellbox call` is a fresh process, so each one
+// re-adopts the session's sandbox.
+func TestDockerRestartSurvival(t *testing.T) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveLeftovers(context.Background(), cli)
+	if err := images.BuildTest(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinaries(t)
+	state := dockertest.StateDir(t)
+	owner := dockertest.Owner(t)
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
+tenant: acme
+session: restart
+docker:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+`, state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
+
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--config", cfg}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if errb.Len() > 0 {
+			t.Logf("stderr of %v: %s", args, errb.String())
+		}
+		return strings.TrimSuffix(out.String(), "\n"), code
+	}
+	t.Cleanup(func() { run("sessions", "rm", "--tenant", "acme", "restart") })
+
+	out, code := run("call", "bash", `{"command":"for i in 1 2 3; do echo tick $i; sleep 1; done; exit 3","description":"tick three times","run_in_background":true}`)
+	m := regexp.MustCompile(`^started background task (\S+)$`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("start: %q (exit %d)", out, code)
+	}
+	id := m[1]
+
+	// A second process holds the session in a long call and is killed -9.
+	victim := exec.Command(bin, "--config", cfg, "call", "bash", `{"command":"sleep 120","description":"hold the session"}`)
+	victim.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	victim.Process.Signal(syscall.SIGKILL)
+	victim.Wait()
+
+	// A new process finds the task, its output and its final status.
+	deadline := time.Now().Add(60 * time.Second)
+	var got strings.Builder
+	for {
+		out, code = run("call", "bash_output", fmt.Sprintf(`{"task_id":%q}`, id))
+		if code != 0 {
+			t.Fatalf("bash_output: %q (exit %d)", out, code)
+		}
+		got.WriteString(out + "\n")
+		if strings.HasSuffix(out, "status: completed, exit code: 3") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	text := got.String()
+	for _, want := range []string{"tick 1", "tick 2", "tick 3", "status: completed, exit code: 3"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("reads after restart lack %q:\n%s", want, text)
+		}
+	}
+	// The killed client's command did not outlive its connection.
+	out, _ = run("call", "bash", `{"command":"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 120' || true","description":"look for the victim"}`)
+	if out != "0" {
+		t.Errorf("the SIGKILLed client's command still runs: %q", out)
+	}
+
+	out, _ = run("sessions", "ls")
+	if !regexp.MustCompile(`(?m)^acme\s+restart\s+runc\s+running`).MatchString(out) {
+		t.Errorf("sessions ls: %q", out)
+	}
+	if out, code = run("sessions", "rm", "--tenant", "acme", "restart"); code != 0 || out != "removed acme/restart" {
+		t.Errorf("sessions rm: %q (exit %d)", out, code)
+	}
+	if out, _ = run("sessions", "ls"); strings.Contains(out, "restart") {
+		t.Errorf("still listed after rm: %q", out)
+	}
+}

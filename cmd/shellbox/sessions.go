@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shellbox/shellbox/images"
+)
+
+func newSessionsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List and delete the sandboxes of the docker backend",
+	}
+	cmd.PersistentFlags().String("tenant", "default", "tenant whose sessions to act on")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List this owner's sandboxes (all tenants)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := dockerFromFlags(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			list, err := b.rt.List(cmd.Context(), b.owner)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TENANT\tSESSION\tRUNTIME\tSTATE\tCREATED\tCONTAINER")
+			for _, sb := range list {
+				id := sb.ID
+				if len(id) > 12 {
+					id = id[:12]
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.Tenant, sb.Session, sb.Runtime, sb.State,
+					sb.Created.Local().Format(time.DateTime), id)
+			}
+			return w.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm SESSION...",
+		Short: "Delete sessions' sandboxes, their background tasks and host directories",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := dockerFromFlags(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			failed := false
+			for _, s := range args {
+				if err := b.manager.Remove(cmd.Context(), b.tenant, s); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: session %s/%s: %v\n", b.tenant, s, err)
+					failed = true
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s/%s\n", b.tenant, s)
+			}
+			if failed {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, rm)
+	return cmd
+}
+
+// sessionsBackend adds the owner and tenant to the docker backend.
+type sessionsBackend struct {
+	*dockerBackend
+	owner, tenant string
+}
+
+func dockerFromFlags(cmd *cobra.Command) (sessionsBackend, error) {
+	file, _ := cmd.Flags().GetString("config")
+	cfg, err := loadConfig(cmd.Flags(), file)
+	if err != nil {
+		return sessionsBackend{}, err
+	}
+	b, err := newDockerBackend(cfg, "")
+	if err != nil {
+		return sessionsBackend{}, err
+	}
+	return sessionsBackend{b, cfg.Docker.Owner, cfg.Tenant}, nil
+}
+
+func newImageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build sandbox images without a registry",
+	}
+	var test bool
+	var opts images.Options
+	build := &cobra.Command{
+		Use:   "build",
+		Short: "Build the default sandbox image offline (debootstrap + docker import), or the test image",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			progress := cmd.ErrOrStderr()
+			if test {
+				return images.BuildTest(cmd.Context(), progress)
+			}
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("the offline build runs debootstrap, which needs root")
+			}
+			return images.BuildOffline(cmd.Context(), opts, progress)
+		},
+	}
+	build.Flags().BoolVar(&test, "test", false, "build the small test image from this host's binaries instead")
+	build.Flags().StringVar(&opts.Tag, "tag", images.SandboxImage, "image tag")
+	build.Flags().StringVar(&opts.Mirror, "mirror", "", "Debian mirror URL (default: this host's apt source, or $"+images.MirrorEnv+")")
+	cmd.AddCommand(build)
+	return cmd
+}
