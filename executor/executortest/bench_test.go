@@ -32,7 +32,7 @@ func BenchmarkForegroundTrue(b *testing.B) {
 		}
 		reportPercentiles(b, lat)
 	})
-	for _, mode := range []local.CgroupMode{local.CgroupAuto, local.CgroupOff} {
+	for _, mode := range []local.CgroupMode{local.CgroupAuto, local.CgroupV1, local.CgroupOff} {
 		b.Run("tools+local/cgroup="+string(mode), func(b *testing.B) {
 			e, err := local.New(local.Config{Root: b.TempDir(), SpillDir: b.TempDir(), Cgroup: mode})
 			if err != nil {
