@@ -28,6 +28,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 )
 
 // What the Docker tests share: the engine gate, the agent build, and
@@ -48,34 +49,17 @@ const (
 	sessionID = "s1"
 )
 
-// inCI: the gates fail instead of skipping.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-func require(t testing.TB, ok bool, reason string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if inCI() {
-		t.Fatalf("CI=true, so not skipping: %s", reason)
-	}
-	t.Skip(reason)
-}
+// require skips (fails under CI=true) unless ok: the gate every engine test
+// in the project shares.
+func require(t testing.TB, ok bool, reason string) { t.Helper(); dockertest.Require(t, ok, reason) }
 
 // engine returns a client of the local Docker engine, or skips (fails under
 // CI=true) when `docker info` would fail.
 func engine(t testing.TB) *client.Client {
 	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = cli.Info(ctx)
-		cancel()
-	}
-	require(t, err == nil, fmt.Sprintf("no Docker engine reachable (docker info fails: %v); start dockerd, or run .ci/setup-docker.sh", err))
-	t.Cleanup(func() { cli.Close() })
+	cli := dockertest.Engine(t)
 	ctx := context.Background()
-	_, err = cli.ImageInspect(ctx, testImage)
+	_, err := cli.ImageInspect(ctx, testImage)
 	require(t, err == nil, fmt.Sprintf("image %s missing (%v): run bash images/testimage/build.sh", testImage, err))
 	sweep(cli)
 	return cli
