@@ -42,33 +42,17 @@ func (h *hierarchy) String() string {
 // mounts lists the cgroup2 mounts and the v1 mount of each controller
 // shellbox can use, from /proc/self/mountinfo.
 func mounts() (v2 []mount, v1 map[string]mount, err error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
+	all, err := cgroupMounts()
 	v1 = map[string]mount{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint opts [tags] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
+	for _, cm := range all {
+		if cm.v2 {
+			v2 = append(v2, cm.mount)
 			continue
 		}
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(sf) < 3 {
-			continue
-		}
-		m := mount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3])}
-		switch sf[0] {
-		case "cgroup2":
-			v2 = append(v2, m)
-		case "cgroup":
-			for _, o := range strings.Split(sf[2], ",") {
-				if o == "freezer" || o == "pids" {
-					if _, dup := v1[o]; !dup {
-						v1[o] = m
-					}
+		for _, o := range cm.opts {
+			if o == "freezer" || o == "pids" {
+				if _, dup := v1[o]; !dup {
+					v1[o] = cm.mount
 				}
 			}
 		}
@@ -79,7 +63,43 @@ func mounts() (v2 []mount, v1 map[string]mount, err error) {
 			v2[0], v2[i] = v2[i], v2[0]
 		}
 	}
-	return v2, v1, sc.Err()
+	return v2, v1, err
+}
+
+// cgroupMount is one cgroupfs mount of /proc/self/mountinfo: cgroup2, or a
+// v1 hierarchy with its options (the controllers among them).
+type cgroupMount struct {
+	mount
+	v2   bool
+	opts []string
+}
+
+// cgroupMounts lists the cgroup and cgroup2 mounts of this process.
+func cgroupMounts() ([]cgroupMount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []cgroupMount
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [tags] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, sf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(sf) < 3 || (sf[0] != "cgroup" && sf[0] != "cgroup2") {
+			continue
+		}
+		out = append(out, cgroupMount{
+			mount: mount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3])},
+			v2:    sf[0] == "cgroup2",
+			opts:  strings.Split(sf[2], ","),
+		})
+	}
+	return out, sc.Err()
 }
 
 // unescapeMount undoes the octal escapes of mountinfo (\040 for a space).

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -130,30 +129,19 @@ func findMemcg() *memcg {
 			v1path = f[2]
 		}
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := cgroupMounts()
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var v2cands []*memcg
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(sf) < 3 {
-			continue
-		}
-		m := mount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3])}
+	for _, cm := range all {
 		switch {
-		case sf[0] == "cgroup" && v1path != "" && slices.Contains(strings.Split(sf[2], ","), "memory"):
-			if dir, ok := underMount(m, v1path); ok && exists(filepath.Join(dir, "memory.oom_control")) {
+		case !cm.v2 && v1path != "" && slices.Contains(cm.opts, "memory"):
+			if dir, ok := underMount(cm.mount, v1path); ok && exists(filepath.Join(dir, "memory.oom_control")) {
 				return &memcg{dir: dir}
 			}
-		case sf[0] == "cgroup2" && haveV2:
-			if dir, ok := underMount(m, v2path); ok && exists(filepath.Join(dir, "memory.events")) {
+		case cm.v2 && haveV2:
+			if dir, ok := underMount(cm.mount, v2path); ok && exists(filepath.Join(dir, "memory.events")) {
 				v2cands = append(v2cands, &memcg{dir: dir, v2: true})
 			}
 		}
