@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -46,7 +46,7 @@ func BenchmarkColdSession(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			percentiles(b, lat)
+			executortest.ReportPercentiles(b, lat)
 		})
 	}
 }
@@ -75,17 +75,7 @@ func BenchmarkWarmCall(b *testing.B) {
 					b.Fatalf("got %q", res.Text)
 				}
 			}
-			percentiles(b, lat)
+			executortest.ReportPercentiles(b, lat)
 		})
 	}
-}
-
-func percentiles(b *testing.B, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,40 +22,10 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-var (
-	agentOnce sync.Once
-	agentPath string
-	agentErr  error
-	agentDir  string
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if agentDir != "" {
-		os.RemoveAll(agentDir)
-	}
+	dockertest.RemoveAgent()
 	os.Exit(code)
-}
-
-// agentBinary builds cmd/shellbox-agent statically, once per test process.
-func agentBinary(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		agentDir, agentErr = os.MkdirTemp("", "shellbox-agent-")
-		if agentErr != nil {
-			return
-		}
-		agentPath = filepath.Join(agentDir, "shellbox-agent")
-		cmd := exec.Command("go", "build", "-o", agentPath, "github.com/shellbox/shellbox/cmd/shellbox-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("build agent: %v\n%s", err, out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
-	}
-	return agentPath
 }
 
 var imageOnce sync.Once
@@ -120,7 +88,7 @@ func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.O
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),
 		sandbox.WithLabels(dockertest.Labels()),
-		sandbox.WithAgent(agentBinary(t)),
+		sandbox.WithAgent(dockertest.Agent(t)),
 	}, opts...)
 	if runtime == sandbox.RuntimeRunsc {
 		// gVisor counts host threads against the pids limit (~40 for the

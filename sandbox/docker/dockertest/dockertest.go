@@ -277,6 +277,43 @@ func EnsureImage(t testing.TB, cli client.APIClient) string {
 }
 
 var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+)
+
+// Agent builds the real agent, cmd/shellbox-agent, statically (as every
+// sandbox needs it), once per test process, and returns its path. The
+// directory is removed by the OS's temp cleaning or RemoveAgent.
+func Agent(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "shellbox-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentPath = filepath.Join(dir, "shellbox-agent")
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", agentPath, "github.com/shellbox/shellbox/cmd/shellbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentPath
+}
+
+// RemoveAgent removes what Agent built; call it from TestMain after m.Run.
+func RemoveAgent() {
+	if agentPath != "" {
+		os.RemoveAll(filepath.Dir(agentPath))
+	}
+}
+
+var (
 	standInOnce sync.Once
 	standInPath string
 	standInErr  error
