@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"sort"
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -30,7 +30,7 @@ func BenchmarkForegroundTrue(b *testing.B) {
 			}
 			lat = append(lat, time.Since(t0))
 		}
-		reportPercentiles(b, lat)
+		executortest.ReportPercentiles(b, lat)
 	})
 	for _, mode := range []local.CgroupMode{local.CgroupAuto, local.CgroupV1, local.CgroupOff} {
 		b.Run("tools+local/cgroup="+string(mode), func(b *testing.B) {
@@ -55,19 +55,7 @@ func BenchmarkForegroundTrue(b *testing.B) {
 					b.Fatalf("got %q", r.Text)
 				}
 			}
-			reportPercentiles(b, lat)
+			executortest.ReportPercentiles(b, lat)
 		})
 	}
-}
-
-func reportPercentiles(b *testing.B, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	pct := func(p float64) float64 {
-		return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
 }
