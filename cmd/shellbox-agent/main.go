@@ -40,6 +40,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -73,7 +74,34 @@ type options struct {
 }
 
 func main() {
+	reserveThreads(reservedThreads)
 	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// reservedThreads is how many OS threads the agent creates at start: enough
+// for every concurrent command's blocking wait plus the server's own.
+const reservedThreads = 96
+
+// reserveThreads makes the Go runtime create n OS threads now, while it can.
+// The pids limit counts the agent's threads with the commands' processes:
+// under a fork storm inside the sandbox the runtime could not create one
+// later and would die ("newosproc"), taking the sandbox with it. The
+// goroutines unlock before they end, so the threads stay, idle, in the
+// runtime's pool.
+func reserveThreads(n int) {
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	release.Done()
 }
 
 func run(args []string, stderr io.Writer) int {
