@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 )
 
 // BenchmarkForeground compares, in one run, a foreground `bash -c true`
@@ -53,7 +54,7 @@ func BenchmarkForeground(b *testing.B) {
 			})
 		})
 		b.Run("execapi-"+rt, func(b *testing.B) {
-			p50["execapi-"+rt] = measure(b, func() error { return execTrue(ctx, cli, sb.id) })
+			p50["execapi-"+rt] = measure(b, func() error { return dockertest.ExecTrue(ctx, cli, sb.id, "1000:1000", workspace) })
 		})
 		// The floor: what `bash -c true` costs inside the sandbox, forked by
 		// bash itself (the container's storage and runtime, no agent).

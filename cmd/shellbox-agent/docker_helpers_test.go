@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -397,38 +396,4 @@ func startInHelper(t testing.TB, socket, command string) (string, *exec.Cmd) {
 		t.Fatalf("helper: %v", err)
 	}
 	return strings.TrimSpace(line), cmd
-}
-
-// execTrue runs `bash -c true` as the sandbox user through Docker's exec
-// API: create, attach (which starts it), read to EOF, inspect for the exit
-// code (polled: the exec may still count as running right after EOF).
-func execTrue(ctx context.Context, cli *client.Client, id string) error {
-	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{
-		User: "1000:1000", Cmd: []string{"bash", "-c", "true"}, AttachStdout: true, AttachStderr: true, WorkingDir: workspace,
-	})
-	if err != nil {
-		return err
-	}
-	hr, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return err
-	}
-	_, err = stdcopy.StdCopy(io.Discard, io.Discard, hr.Reader)
-	hr.Close()
-	if err != nil {
-		return err
-	}
-	for {
-		ins, err := cli.ContainerExecInspect(ctx, ex.ID)
-		if err != nil {
-			return err
-		}
-		if !ins.Running {
-			if ins.ExitCode != 0 {
-				return fmt.Errorf("exit code %d", ins.ExitCode)
-			}
-			return nil
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 }

@@ -8,13 +8,15 @@ import (
 
 // ReportPercentiles adds the p50 and p99 of per-call latencies to a
 // benchmark's metrics (p50-ms, p99-ms), so runs of different executors
-// compare side by side. It sorts lat.
-func ReportPercentiles(b *testing.B, lat []time.Duration) {
+// compare side by side, and returns the p50. It sorts lat.
+func ReportPercentiles(b *testing.B, lat []time.Duration) time.Duration {
 	if len(lat) == 0 {
-		return
+		return 0
 	}
 	slices.Sort(lat)
-	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.50), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
+	at := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(at(0.50)), "p50-ms")
+	b.ReportMetric(ms(at(0.99)), "p99-ms")
+	return at(0.50)
 }
