@@ -252,6 +252,19 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 	}
 }
 
+// Inspect returns the session's sandbox as the runtime sees it now (its
+// state, whether it was OOM-killed), whether or not this Manager knows it;
+// ErrNotFound when there is none.
+func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox, error) {
+	if err := CheckID("tenant", tenant); err != nil {
+		return Sandbox{}, err
+	}
+	if err := CheckID("session", session); err != nil {
+		return Sandbox{}, err
+	}
+	return m.cfg.Runtime.Get(ctx, tenant, session)
+}
+
 // Reap removes the sandboxes not used for idleTTL or longer and returns
 // them. Only sandboxes the Manager knows (created or adopted by it) are
 // considered. Removal runs under Config.RemoveTimeout each, even if ctx ends.

@@ -31,7 +31,11 @@ type Sandbox struct {
 	HostDir    string
 	SocketPath string
 	State      State
-	Created    time.Time
+	// OOMKilled reports that the engine saw the sandbox's memory cgroup kill
+	// its main process (under gVisor that is the whole sandbox: the host's
+	// OOM killer takes the sentry).
+	OOMKilled bool
+	Created   time.Time
 	// LastUsed is when the Manager last handed the sandbox out (Ensure,
 	// Touch). Zero in values coming straight from a Runtime.
 	LastUsed time.Time

@@ -157,7 +157,50 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 	if err != nil && ctx.Err() != nil {
 		return executor.Result{}, executor.Aborted()
 	}
+	if err != nil && !classified(err) {
+		if r, ok := e.diedOfOOM(ctx, spec); ok {
+			e.check(spec.Session, a, err)
+			return r, nil
+		}
+	}
 	return res, e.check(spec.Session, a, err)
+}
+
+// oomWait bounds how long a broken call waits for the engine to see its
+// sandbox exit.
+const oomWait = 3 * time.Second
+
+// diedOfOOM reports, after a call's connection broke, whether the session's
+// sandbox died of its memory limit, and if so the call's result: killed by
+// SIGKILL, OOMKilled, with a stderr line saying what happened. Under gVisor
+// a sandbox over its memory limit dies whole (the host's OOM killer takes the
+// sentry, which holds every process of the sandbox), unlike runc where the
+// kernel kills a command and the agent reports it. The session's next call
+// gets a fresh sandbox.
+func (e *Executor) diedOfOOM(ctx context.Context, spec executor.Spec) (executor.Result, bool) {
+	ctx, cancel := context.WithTimeout(ctx, oomWait)
+	defer cancel()
+	for {
+		sb, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, spec.Session)
+		if err != nil {
+			return executor.Result{}, false
+		}
+		if sb.State != sandbox.StateRunning {
+			if !sb.OOMKilled {
+				return executor.Result{}, false
+			}
+			note := "shellbox: the sandbox ran out of memory and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n"
+			if s, err := e.cfg.Spec(spec.Session); err == nil && s.MemoryBytes > 0 {
+				note = fmt.Sprintf("shellbox: the sandbox ran out of memory (memory limit: %d bytes) and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n", s.MemoryBytes)
+			}
+			return executor.Result{Stderr: note, Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds()}, true
+		}
+		select {
+		case <-ctx.Done():
+			return executor.Result{}, false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Start starts a background task in the session's sandbox; the task lives

@@ -259,6 +259,7 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 	}
 	if info.State != nil {
 		sb.State = state(info.State.Status)
+		sb.OOMKilled = info.State.OOMKilled
 	}
 	sb.HostDir = hostDirOf(info.Mounts)
 	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
