@@ -38,6 +38,7 @@ type Spill struct {
 	path    string   // set once the file was created
 	written int64    // bytes produced
 	kept    int64    // bytes accepted (in head or in the file), <= limit
+	filed   int64    // bytes that reached the file
 	wanted  bool     // materialisation was asked for or the threshold crossed
 	err     error    // first failure; output is dropped after it
 	closed  bool
@@ -104,6 +105,9 @@ func (s *Spill) Materialize() error {
 func (s *Spill) open() {
 	s.f, s.err = create(s.dir, s.name)
 	if s.err != nil {
+		if errors.Is(s.err, syscall.ENOSPC) {
+			s.err = fmt.Errorf("%s; no spill file was written (%w)", spaceFull(s.dir), s.err)
+		}
 		s.head = nil
 		return
 	}
@@ -117,9 +121,25 @@ func (s *Spill) write(p []byte) {
 	if len(p) == 0 || s.f == nil || s.err != nil {
 		return
 	}
-	if _, err := s.f.Write(p); err != nil {
+	n, err := s.f.Write(p)
+	s.filed += int64(n)
+	if err != nil {
 		s.err = err
+		if errors.Is(err, syscall.ENOSPC) {
+			// The volume the spill files share is full: name its size, so
+			// the model (and the operator) know which limit was hit.
+			s.err = fmt.Errorf("%s; the first %d bytes are in %s", spaceFull(s.dir), s.filed, s.path)
+		}
 	}
+}
+
+// spaceFull names the full spill volume of dir and its size when known.
+func spaceFull(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err == nil && st.Blocks > 0 {
+		return fmt.Sprintf("the session's spill space of %d bytes is full", int64(st.Blocks)*int64(st.Bsize))
+	}
+	return "the session's spill space is full"
 }
 
 // Path is the spill file, or "" when none was created (small output, or the

@@ -199,3 +199,44 @@ func TestSpillWriteAfterClose(t *testing.T) {
 		t.Errorf("Written() = %d, want 4", s.Written())
 	}
 }
+
+// TestSpillSpaceFull fills a small tmpfs (the spill volume a sandbox gets):
+// the error names the volume's size and where the kept bytes are. It needs
+// the right to mount (root, as in CI).
+func TestSpillSpaceFull(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Skipf("cannot mount a tmpfs here (%v): run as root", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+
+	s := NewSpill(dir, "a.log", 1<<20, 10)
+	chunk := bytes.Repeat([]byte("x"), 4096)
+	for range 40 { // 160 KiB into 64 KiB
+		s.Write(chunk)
+	}
+	s.Close()
+	st, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("the session's spill space of 65536 bytes is full; the first %d bytes are in %s", st.Size(), s.Path())
+	if got := s.Err(); got != want {
+		t.Errorf("Err() = %q, want %q", got, want)
+	}
+	if s.Written() != 40*4096 {
+		t.Errorf("Written() = %d", s.Written())
+	}
+
+	// A second call in the full volume cannot even create its file.
+	s2 := NewSpill(dir, "b.log", 1<<20, 0)
+	s2.Write(chunk)
+	s2.Close()
+	if got := s2.Err(); !strings.HasPrefix(got, "the session's spill space of 65536 bytes is full; no spill file was written") &&
+		!strings.HasPrefix(got, "the session's spill space of 65536 bytes is full; the first 0 bytes") {
+		t.Errorf("second spill: Err() = %q", got)
+	}
+}
