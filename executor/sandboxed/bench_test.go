@@ -36,14 +36,14 @@ func BenchmarkColdSession(b *testing.B) {
 				session := fmt.Sprintf("cold-%d", i)
 				i++
 				t0 := time.Now()
-				res := ts.Call(context.Background(), tools.Invocation{Tenant: "t1", Session: session, Tool: "bash", Args: args})
+				res := ts.Call(context.Background(), tools.Invocation{Tenant: tenant, Session: session, Tool: "bash", Args: args})
 				lat = append(lat, time.Since(t0))
 				if res.Text != "(no output)" {
 					b.Fatalf("got %q", res.Text)
 				}
 				b.StopTimer()
 				r.exec.Forget(session)
-				if err := r.manager.Remove(context.Background(), "t1", session); err != nil {
+				if err := r.manager.Remove(context.Background(), tenant, session); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
@@ -85,7 +85,7 @@ func BenchmarkWarmCall(b *testing.B) {
 		}
 		args := json.RawMessage(`{"command":"true","description":"do nothing"}`)
 		session := "warm-" + runtime
-		inv := tools.Invocation{Tenant: "t1", Session: session, Tool: "bash", Args: args}
+		inv := tools.Invocation{Tenant: tenant, Session: session, Tool: "bash", Args: args}
 		if res := ts.Call(context.Background(), inv); res.Text != "(no output)" {
 			b.Fatalf("got %q", res.Text)
 		}

@@ -3,6 +3,7 @@ package sandboxed_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -63,6 +64,10 @@ type rig struct {
 
 // newRig wires a sandboxed executor on a real engine with a per-test owner
 // and state dir; every sandbox it creates is removed when t ends.
+// tenant is this test process's tenant: unique on the engine, so packages
+// testing at the same time never share a sandbox name.
+var tenant = dockertest.Tenant("t1")
+
 func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.Opt) *rig {
 	t.Helper()
 	cli := dockertest.Engine(t)
@@ -97,8 +102,8 @@ func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.O
 	}
 	r.exec, err = sandboxed.New(sandboxed.Config{
 		Manager: m,
-		Tenant:  "t1",
-		Spec:    func(session string) (sandbox.Spec, error) { return sandbox.NewSpec("t1", session, r.opts...) },
+		Tenant:  tenant,
+		Spec:    func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) },
 		Limits:  lim,
 	})
 	if err != nil {
@@ -121,7 +126,7 @@ func (r *rig) endSession(_ executor.BashExecutor, session string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	r.exec.Forget(session)
-	r.manager.Remove(ctx, "t1", session)
+	r.manager.Remove(ctx, tenant, session)
 }
 
 func conformance(t *testing.T, runtime string) {
@@ -157,7 +162,7 @@ func call(t *testing.T, ts *tools.Toolset, session, tool string, args any) tools
 	b, _ := json.Marshal(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	return ts.Call(ctx, tools.Invocation{Tenant: "t1", Session: session, Tool: tool, Args: b})
+	return ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: b})
 }
 
 func bash(command string, extra ...any) map[string]any {
@@ -372,4 +377,25 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestTaskWithoutSandbox: bash_output and bash_kill in a session that never
+// ran anything answer "no such task" and create no sandbox (a bogus task id
+// must not cost a container).
+func TestTaskWithoutSandbox(t *testing.T) {
+	r := newRig(t, sandbox.RuntimeRunc, executor.DefaultLimits())
+	ts, err := tools.New(r.exec, tools.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	for _, tool := range []string{"bash_output", "bash_kill"} {
+		res := call(t, ts, "never-ran", tool, map[string]any{"task_id": "b1234"})
+		if res.Text != "Error: no such task: b1234" || !res.IsError {
+			t.Errorf("%s: got %q", tool, res.Text)
+		}
+	}
+	if _, err := r.manager.Inspect(context.Background(), tenant, "never-ran"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a sandbox was created for the session: %v", err)
+	}
 }

@@ -215,11 +215,16 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 }
 
 // Task finds a task in the session's sandbox. The sandbox is looked up (and
-// taken over, after a restart) like for any call; a session that had none
-// gets one, whose agent then answers "no such task".
+// taken over, after a restart) like for any call; a session without a
+// sandbox has no tasks, and asking for one creates no sandbox.
 func (e *Executor) Task(ctx context.Context, session, id string) (executor.Task, error) {
 	if err := executor.ValidSession(session); err != nil {
 		return nil, executor.NoSuchTask(id)
+	}
+	if !e.connected(session) && !e.cfg.Manager.Touch(e.cfg.Tenant, session) {
+		if _, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, session); errors.Is(err, sandbox.ErrNotFound) {
+			return nil, executor.NoSuchTask(id)
+		}
 	}
 	a, err := e.agent(ctx, session)
 	if err != nil {
@@ -240,6 +245,14 @@ func (e *Executor) Has(ctx context.Context, session string, shell executor.Shell
 		return false
 	}
 	return a.Has(ctx, session, shell)
+}
+
+// connected reports whether the session has a live connection.
+func (e *Executor) connected(session string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.agents[session]
+	return ok
 }
 
 // Close closes the connections. Sandboxes and their tasks stay: they belong

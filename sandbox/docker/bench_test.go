@@ -50,7 +50,7 @@ func BenchmarkCreate(b *testing.B) {
 				}
 				ensures = append(ensures, time.Since(start))
 				b.StopTimer()
-				if err := m.Remove(ctx, "t1", session); err != nil {
+				if err := m.Remove(ctx, tenant, session); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()

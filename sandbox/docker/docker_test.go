@@ -82,12 +82,12 @@ func TestHardeningApplied(t *testing.T) {
 			{"Entrypoint", strings.Join(cfg.Entrypoint, " "), sandbox.AgentPath},
 			{"Tmpfs /tmp", hc.Tmpfs["/tmp"], fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", 16*sandbox.MiB)},
 			{"Tmpfs /workspace", hc.Tmpfs["/workspace"], fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=1000,gid=1000,mode=0755", 32*sandbox.MiB)},
-			{"label tenant", cfg.Labels[sandbox.LabelTenant], "t1"},
+			{"label tenant", cfg.Labels[sandbox.LabelTenant], tenant},
 			{"label session", cfg.Labels[sandbox.LabelSession], "hardening"},
 			{"label owner", cfg.Labels[sandbox.LabelOwner], e.owner},
 			{"label managed", cfg.Labels[sandbox.LabelManaged], "true"},
 			{"label test", cfg.Labels[dockertest.LabelTest], "1"},
-			{"Name", info.Name, "/" + docker.ContainerName("t1", "hardening")},
+			{"Name", info.Name, "/" + docker.ContainerName(tenant, "hardening")},
 		}
 		for _, c := range checks {
 			if c.got != c.want {
@@ -303,7 +303,7 @@ func TestMemoryBomb(t *testing.T) {
 			}
 			t.Logf("runsc: the host OOM killer ended the sandbox (exit %d): contained, but the agent must cap commands (RLIMIT_AS) to keep a gVisor sandbox alive",
 				info.State.ExitCode)
-			if err := e.m.Remove(context.Background(), "t1", "membomb"); err != nil {
+			if err := e.m.Remove(context.Background(), tenant, "membomb"); err != nil {
 				t.Fatal(err)
 			}
 			sb = e.ensure(spec)
@@ -389,10 +389,10 @@ func TestEnsureReuses(t *testing.T) {
 	if !second.LastUsed.After(first.LastUsed) {
 		t.Errorf("LastUsed not advanced: %v then %v", first.LastUsed, second.LastUsed)
 	}
-	if first.State != sandbox.StateRunning || first.SocketPath != filepath.Join(e.stateDir, "sessions", "t1", "reuse", "agent.sock") {
+	if first.State != sandbox.StateRunning || first.SocketPath != filepath.Join(e.stateDir, "sessions", tenant, "reuse", "agent.sock") {
 		t.Errorf("sandbox: %+v", first)
 	}
-	got, err := e.rt.Get(context.Background(), "t1", "reuse")
+	got, err := e.rt.Get(context.Background(), tenant, "reuse")
 	if err != nil || got.ID != first.ID {
 		t.Errorf("Get = %+v, %v", got, err)
 	}
@@ -442,10 +442,10 @@ func TestRemove(t *testing.T) {
 	e := newEnv(t, sandbox.RuntimeRunc)
 	sb := e.ensure(e.spec("remove"))
 	ctx := context.Background()
-	if err := e.m.Remove(ctx, "t1", "remove"); err != nil {
+	if err := e.m.Remove(ctx, tenant, "remove"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.rt.Get(ctx, "t1", "remove"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := e.rt.Get(ctx, tenant, "remove"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Get after Remove: %v, want ErrNotFound", err)
 	}
 	if _, err := e.cli.ContainerInspect(ctx, sb.ID); err == nil {
@@ -454,7 +454,7 @@ func TestRemove(t *testing.T) {
 	if _, err := os.Lstat(sb.HostDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir still there: %v", err)
 	}
-	if err := e.m.Remove(ctx, "t1", "remove"); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := e.m.Remove(ctx, tenant, "remove"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("second Remove: %v, want ErrNotFound", err)
 	}
 	if sb2 := e.ensure(e.spec("remove")); sb2.ID == sb.ID {
@@ -470,7 +470,7 @@ func TestReap(t *testing.T) {
 	idle := e.ensure(e.spec("idle"))
 	busy := e.ensure(e.spec("busy"))
 	now = now.Add(10 * time.Minute)
-	if !e.m.Touch("t1", "busy") {
+	if !e.m.Touch(tenant, "busy") {
 		t.Fatal("Touch: unknown sandbox")
 	}
 	reaped, err := e.m.Reap(context.Background(), 5*time.Minute)
@@ -481,13 +481,13 @@ func TestReap(t *testing.T) {
 		t.Fatalf("reaped %+v, want only %s", reaped, idle.ID)
 	}
 	ctx := context.Background()
-	if _, err := e.rt.Get(ctx, "t1", "idle"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := e.rt.Get(ctx, tenant, "idle"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("idle sandbox still there: %v", err)
 	}
 	if _, err := os.Lstat(idle.HostDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("idle host dir still there: %v", err)
 	}
-	if got, err := e.rt.Get(ctx, "t1", "busy"); err != nil || got.ID != busy.ID || got.State != sandbox.StateRunning {
+	if got, err := e.rt.Get(ctx, tenant, "busy"); err != nil || got.ID != busy.ID || got.State != sandbox.StateRunning {
 		t.Errorf("busy sandbox: %+v, %v", got, err)
 	}
 }
@@ -502,7 +502,7 @@ func TestAdopt(t *testing.T) {
 	if err := e.cli.ContainerKill(ctx, dead.ID, "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	orphanDir := e.m.HostDir("t1", "orphan")
+	orphanDir := e.m.HostDir(tenant, "orphan")
 	if err := os.MkdirAll(filepath.Join(orphanDir, sandbox.SpillName), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +581,7 @@ func TestReadyFailure(t *testing.T) {
 	if list, _ := e.rt.List(context.Background(), e.owner); len(list) != 0 {
 		t.Errorf("left behind: %+v", list)
 	}
-	if _, err := os.Lstat(e.m.HostDir("t1", "unready")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.m.HostDir(tenant, "unready")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir left behind: %v", err)
 	}
 }
@@ -602,24 +602,24 @@ func TestCreateErrors(t *testing.T) {
 	if _, err := e.m.Ensure(ctx, spec); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "does not pull") {
 		t.Errorf("missing image: %v, want ErrUnavailable", err)
 	}
-	if _, err := os.Lstat(e.m.HostDir("t1", "noimage")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.m.HostDir(tenant, "noimage")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir left behind after a failed create: %v", err)
 	}
 
 	// A container shellbox did not make, under a sandbox's name.
-	name := docker.ContainerName("t1", "squatted")
+	name := docker.ContainerName(tenant, "squatted")
 	if _, err := e.cli.ContainerCreate(ctx, &container.Config{Image: e.image, Labels: map[string]string{dockertest.LabelTest: "1", sandbox.LabelOwner: e.owner}}, nil, nil, nil, name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.rt.Remove(context.Background(), name) })
-	if _, err := e.rt.Get(ctx, "t1", "squatted"); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := e.rt.Get(ctx, tenant, "squatted"); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("Get of a foreign container: %v, want ErrConflict", err)
 	}
 
 	if err := e.rt.Remove(ctx, "0123456789ab-no-such-container"); err != nil {
 		t.Errorf("Remove of a missing container: %v, want nil", err)
 	}
-	if _, err := e.rt.Get(ctx, "t1", "never"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := e.rt.Get(ctx, tenant, "never"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("Get of a missing sandbox: %v, want ErrNotFound", err)
 	}
 }

@@ -131,11 +131,15 @@ func (e *env) ready(ctx context.Context, sb sandbox.Sandbox) error {
 	}
 }
 
-// spec returns a spec for session in tenant "t1" on the env's runtime,
+// tenant is this test process's tenant: unique on the engine, so packages
+// testing at the same time never share a sandbox name.
+var tenant = dockertest.Tenant("t1")
+
+// spec returns a spec for session in tenant tenant on the env's runtime,
 // labelled as a test's, with the stand-in as agent.
 func (e *env) spec(session string, opts ...sandbox.Opt) sandbox.Spec {
 	e.t.Helper()
-	s, err := sandbox.NewSpec("t1", session, sandbox.Compose(
+	s, err := sandbox.NewSpec(tenant, session, sandbox.Compose(
 		sandbox.WithImage(e.image),
 		sandbox.WithRuntime(e.runtime),
 		sandbox.WithAgent(e.agent),

@@ -94,6 +94,12 @@ func RunID() string {
 	return runID
 }
 
+// Tenant returns base made unique to this test process (base-p<pid>). A
+// sandbox is named by its tenant and session on the whole engine, so test
+// packages that run at the same time (go test runs packages in parallel)
+// must not share a tenant, or their sessions collide.
+func Tenant(base string) string { return fmt.Sprintf("%s-p%d", base, os.Getpid()) }
+
 // Owner returns an owner id for one test: the run id plus a random suffix,
 // so the Managers of parallel tests never adopt each other's sandboxes.
 func Owner(t testing.TB) string {
