@@ -190,8 +190,11 @@ func (p *proc) supervise() {
 		p.status, _ = ps.Sys().(syscall.WaitStatus)
 	}
 	if p.cg != nil {
-		// An error leaves the cgroup for Cleanup; the call's result stands.
-		p.cg.remove()
+		// The leader is reaped and the tree gone: nothing refers to the
+		// cgroup any more, so it can go back to the pool (cgroupPool). An
+		// error leaves it for Cleanup; the call's result stands.
+		p.cg.release()
+		p.cg = nil
 	}
 	p.drain()
 	if p.beforeFinish != nil {
