@@ -21,7 +21,8 @@
 // A supervisor goroutine per command owns its lifetime. It waits for the
 // leader to exit without reaping it (waitid WNOWAIT): the zombie keeps the
 // leader's pid and process-group id from being reused, so signalling them stays
-// safe until the tree is gone. Then:
+// safe until the tree is gone (with the process group alone, the group's
+// members keep its id; see below). Then:
 //
 //   - timeout, Kill or a cancelled foreground ctx ends the whole tree: SIGTERM
 //     to every process of the cgroup, to the process group and to the leader,
@@ -62,11 +63,17 @@
 //
 // Process group only (Cgroup "off", no cgroupfs, no rights, e.g. non-root):
 // signals go to the leader's process group, and the tree counts as gone when
-// no live process is left in the group. That ends everything that stays in the
-// group (pipelines, `&` jobs, nohup, subshells), but a process that calls
-// setsid or setpgid (`setsid cmd &`, daemons) leaves the group and escapes: it
-// is not killed, and if it keeps a pipe open the call stops reading after a
-// short drain period instead of waiting for it.
+// no live process is left in the group. Here the leader is reaped as soon as
+// it exits, and kill(-pgid, 0) failing with ESRCH says the group is empty in
+// one system call; only a group that is not is scanned for in /proc (zombies
+// do not count). The group's id cannot be handed out again while any process
+// is in it, so the signals reach no one else (see proc.treeEmpty for the one
+// window left). That ends everything that stays in the group (pipelines, `&`
+// jobs, nohup, subshells), but a process that calls setsid or setpgid
+// (`setsid cmd &`, daemons) leaves the group and escapes, as it always did:
+// it is not killed, it does not keep the call waiting (the group may well be
+// empty while it runs), and if it keeps a pipe open the call stops reading
+// after a short drain period instead of waiting for it.
 //
 // Tag groups (Config.TagGroups, with Credential set to a non-root user; used
 // when a command has no cgroup): this is how the agent closes that gap inside
