@@ -247,6 +247,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		timeout: timeout,
 		out:     out,
 		pipes:   pipes,
+		eof:     make(chan struct{}, len(pipes)),
 		exited:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
@@ -279,7 +280,6 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
 	}
 
-	p.readers.Add(2)
 	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill})
 	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill})
 	go p.waitLeader()

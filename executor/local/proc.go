@@ -94,8 +94,8 @@ type proc struct {
 	grace      time.Duration
 	timeout    time.Duration // 0: none
 	out        *outputs
-	pipes      []*os.File // read ends
-	readers    sync.WaitGroup
+	pipes      []*os.File    // read ends
+	eof        chan struct{} // one send per pipe at its EOF (buffered)
 	onDone     func()
 	// Agent abilities (agent.go): the tag gid tracking the tree (0: none),
 	// the OOM-kill counter at start (-1: not watched), and the hook that
@@ -136,7 +136,7 @@ func (p *proc) kill() (alreadyDone bool) {
 
 // pump copies one pipe into its sink until EOF (or the drain deadline).
 func (p *proc) pump(r *os.File, w sink) {
-	defer p.readers.Done()
+	defer func() { p.eof <- struct{}{} }()
 	buf := make([]byte, readBufSize)
 	for {
 		n, err := r.Read(buf)
@@ -337,20 +337,25 @@ func (p *proc) waitEmpty(d time.Duration) bool {
 // writer is too and EOF is immediate; a writer that escaped the tree only
 // delays the call by drainTimeout, after which reading stops.
 func (p *proc) drain() {
-	eof := make(chan struct{})
-	go func() {
-		p.readers.Wait()
-		close(eof)
-	}()
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
-	select {
-	case <-eof:
-	case <-t.C:
-		for _, r := range p.pipes {
-			r.SetReadDeadline(time.Now())
+	var t *time.Timer
+	for range p.pipes {
+		select {
+		case <-p.eof:
+			continue
+		default:
 		}
-		<-eof
+		if t == nil {
+			t = time.NewTimer(drainTimeout)
+			defer t.Stop()
+		}
+		select {
+		case <-p.eof:
+		case <-t.C:
+			for _, r := range p.pipes {
+				r.SetReadDeadline(time.Now())
+			}
+			<-p.eof
+		}
 	}
 	for _, r := range p.pipes {
 		r.Close()
