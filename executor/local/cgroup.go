@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,7 +25,8 @@ type hierarchy struct {
 	v2     bool
 	ctrl   string // v1: "freezer" or "pids"
 	mount  mount
-	parent string // <mount>/<CgroupParent>
+	parent string      // <mount>/<CgroupParent>
+	pool   *cgroupPool // nil: no reuse, every cgroup is removed
 }
 
 // mount is a cgroupfs mount: where it is, and which cgroup of the hierarchy
@@ -140,7 +143,7 @@ func detect(mode CgroupMode, parent string) (primary, fallback *hierarchy, err e
 	if mode != CgroupV2 {
 		for _, ctrl := range []string{"freezer", "pids"} {
 			if m, ok := v1[ctrl]; ok {
-				h := &hierarchy{ctrl: ctrl, mount: m, parent: filepath.Join(m.dir, parent)}
+				h := &hierarchy{ctrl: ctrl, mount: m, parent: filepath.Join(m.dir, parent), pool: &cgroupPool{}}
 				if err := h.probe(); err != nil {
 					errs = append(errs, err)
 					continue
@@ -152,7 +155,7 @@ func detect(mode CgroupMode, parent string) (primary, fallback *hierarchy, err e
 	}
 	if mode != CgroupV1 {
 		for _, m := range v2 {
-			h := &hierarchy{v2: true, mount: m, parent: filepath.Join(m.dir, parent)}
+			h := &hierarchy{v2: true, mount: m, parent: filepath.Join(m.dir, parent), pool: &cgroupPool{}}
 			if err := h.probe(); err != nil {
 				errs = append(errs, err)
 				continue
@@ -191,13 +194,181 @@ func (h *hierarchy) probe() error {
 	return unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK)
 }
 
-// cgroup is one command's cgroup.
+// cgroup is one per-command cgroup. It is used by one command at a time:
+// taken from its hierarchy's pool (or made) by launch, owned by that
+// command's supervisor, and given back (release) once the command's tree is
+// gone, or removed.
 type cgroup struct {
 	h    *hierarchy
 	path string
-	fd   *os.File // v2: the directory, for CLONE_INTO_CGROUP; closed after start
+	// Open for as long as the cgroup exists (-1 when not open, as for the
+	// cgroups Cleanup finds): dir is the directory (CLONE_INTO_CGROUP on v2,
+	// and its link count, which tells whether it has child cgroups); state
+	// is cgroup.events on v2 (populated, frozen), read with pread so that a
+	// check costs one system call. v1 has no cgroup.events, and its
+	// cgroup.procs cannot be kept open: the kernel caches the pid list of an
+	// open file for about a second, so a second read could miss a process.
+	dir, state int
+	// killed: kill ran on it (cgroup.kill, or a freeze), so it is never
+	// reused (see cgroupPool).
+	killed bool
 }
 
+// maxIdleCgroups bounds the empty cgroups a hierarchy keeps for reuse.
+const maxIdleCgroups = 8
+
+// cgroupPool keeps the empty cgroups of finished commands for the next ones:
+// making and removing a cgroup (mkdir, open, rmdir) is a good part of a short
+// command's overhead. A cgroup enters the pool only from its supervisor,
+// after the command's leader has been reaped and its whole tree is gone
+// (the kill loop has returned), so nothing refers to it any more; and only
+// if it is in the state of a new one:
+//
+//   - it was never killed: no cgroup.kill was written to it (some kernels,
+//     6.18 among them, SIGKILL at birth every process cloned with
+//     CLONE_INTO_CGROUP into a cgroup that was ever killed that way) and, on
+//     v1, it was never frozen;
+//   - it is empty (v2: cgroup.events says populated 0, which counts child
+//     cgroups too; v1: cgroup.procs is empty), not frozen (v2: frozen 0; v1
+//     freezer: freezer.state THAWED), and has no child cgroups (a command
+//     with the rights may have made some).
+//
+// The state checks run again when a cgroup is taken from the pool, and a
+// cgroup that fails any check, or whose state cannot be read, is removed,
+// never reused. Commands that run as root could still rewrite the control
+// files of their own cgroup (pids.max, say) in ways these checks do not see;
+// such a command can do as much to the server itself. The pool holds at most
+// maxIdleCgroups, each with its descriptors open; Executor.Close drains
+// the pools and removes their cgroups.
+type cgroupPool struct {
+	mu     sync.Mutex
+	closed bool
+	idle   []*cgroup
+}
+
+// take returns an idle cgroup, nil when there is none.
+func (p *cgroupPool) take() *cgroup {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	c := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
+	return c
+}
+
+// put keeps c for reuse; false when the pool is closed or full.
+func (p *cgroupPool) put(c *cgroup) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= maxIdleCgroups {
+		return false
+	}
+	p.idle = append(p.idle, c)
+	return true
+}
+
+// drain closes the pool (cgroups released later are removed) and removes
+// the idle cgroups.
+func (p *cgroupPool) drain() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	var errs []error
+	for _, c := range idle {
+		if err := c.remove(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// get returns an empty cgroup for one command: an idle one that still
+// checks out, else a new one.
+func (h *hierarchy) get() (*cgroup, error) {
+	for {
+		c := h.pool.take()
+		if c == nil {
+			break
+		}
+		if c.reusable() {
+			return c, nil
+		}
+		c.remove() // an error leaves it for Cleanup
+	}
+	return h.create(cgroupName(newID()))
+}
+
+// release gives back the cgroup of a command whose leader was reaped and
+// whose tree is gone: to the pool if it is as good as new, else it is
+// removed. The caller must not use c afterwards.
+func (c *cgroup) release() error {
+	if !c.killed && c.reusable() && c.h.pool.put(c) {
+		return nil
+	}
+	return c.remove()
+}
+
+// reusable reports whether c is in the state of a new cgroup: empty, not
+// frozen, without child cgroups. Anything it cannot read counts as not.
+func (c *cgroup) reusable() bool {
+	if c.dir < 0 || c.h.v2 && c.state < 0 {
+		return false
+	}
+	var st unix.Stat_t
+	// A kernfs directory's link count is 2 plus its subdirectories.
+	if unix.Fstat(c.dir, &st) != nil || st.Nlink != 2 {
+		return false
+	}
+	if c.h.v2 {
+		var buf [128]byte
+		b, err := pread(c.state, buf[:])
+		return err == nil && eventsEmpty(b) && !bytes.Contains(b, []byte("frozen 1"))
+	}
+	if !c.empty() {
+		return false
+	}
+	if c.h.ctrl == "freezer" {
+		b, err := readProcFile(filepath.Join(c.path, "freezer.state"))
+		return err == nil && strings.TrimSpace(string(b)) == "THAWED"
+	}
+	return true
+}
+
+// eventsEmpty reports whether a cgroup.events says populated 0.
+func eventsEmpty(b []byte) bool {
+	return bytes.HasPrefix(b, []byte("populated 0\n")) || bytes.Contains(b, []byte("\npopulated 0\n"))
+}
+
+// pread reads a small control file from its start into buf.
+func pread(fd int, buf []byte) ([]byte, error) {
+	for {
+		n, err := unix.Pread(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}
+
+// create makes a new cgroup named name and opens it.
 func (h *hierarchy) create(name string) (*cgroup, error) {
 	dir := filepath.Join(h.parent, name)
 	err := os.Mkdir(dir, 0o755)
@@ -210,12 +381,13 @@ func (h *hierarchy) create(name string) (*cgroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
-	c := &cgroup{h: h, path: dir}
-	if h.v2 {
-		if c.fd, err = os.Open(dir); err != nil {
-			os.Remove(dir)
-			return nil, fmt.Errorf("open cgroup: %w", err)
-		}
+	c := &cgroup{h: h, path: dir, dir: -1, state: -1}
+	if c.dir, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil && h.v2 {
+		c.state, err = unix.Openat(c.dir, "cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		c.remove()
+		return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
 	}
 	return c, nil
 }
@@ -318,11 +490,20 @@ func (c *cgroup) procs() ([]int, error) {
 	return pids, nil
 }
 
-// empty reports whether no process is left. A cgroup that cannot be read
-// counts as not empty: the kill loop keeps trying.
+// empty reports whether no process is left (on v2, none in child cgroups
+// either). A cgroup that cannot be read counts as not empty: the kill loop
+// keeps trying.
 func (c *cgroup) empty() bool {
-	pids, err := c.procs()
-	return err == nil && len(pids) == 0
+	if c.state >= 0 {
+		var buf [128]byte
+		b, err := pread(c.state, buf[:])
+		return err == nil && eventsEmpty(b)
+	}
+	b, err := readProcFile(filepath.Join(c.path, "cgroup.procs"))
+	if errors.Is(err, unix.ENOENT) {
+		return true // a cgroup that is gone is empty
+	}
+	return err == nil && len(bytes.TrimSpace(b)) == 0
 }
 
 // signal sends sig to every process in the cgroup. A process may exit (and,
@@ -345,6 +526,7 @@ func (c *cgroup) signal(sig syscall.Signal) {
 // first, so nothing can fork between the listing and the signals, then thawed
 // so the signals are delivered. Callers loop until the cgroup is empty.
 func (c *cgroup) kill() {
+	c.killed = true
 	switch {
 	case c.h.v2:
 		if os.WriteFile(filepath.Join(c.path, "cgroup.kill"), []byte("1"), 0) == nil {
@@ -373,12 +555,14 @@ func (c *cgroup) kill() {
 	}
 }
 
-// remove removes the (empty) cgroup. The kernel may report it busy for a
-// moment after its last process exited, so it retries briefly.
+// remove closes and removes the (empty) cgroup. The kernel may report it
+// busy for a moment after its last process exited, so it retries briefly.
 func (c *cgroup) remove() error {
-	if c.fd != nil {
-		c.fd.Close()
-		c.fd = nil
+	for _, fd := range []*int{&c.state, &c.dir} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
 	}
 	var err error
 	for d := time.Millisecond; d < 500*time.Millisecond; d *= 2 {
@@ -460,7 +644,7 @@ func Cleanup(parent string) (int, error) {
 			if !e.IsDir() || !ok || alive(pid, start) {
 				continue
 			}
-			c := &cgroup{h: h, path: filepath.Join(h.parent, e.Name())}
+			c := &cgroup{h: h, path: filepath.Join(h.parent, e.Name()), dir: -1, state: -1}
 			deadline := time.Now().Add(killBound)
 			for !c.empty() && time.Now().Before(deadline) {
 				c.kill()

@@ -21,7 +21,8 @@
 // A supervisor goroutine per command owns its lifetime. It waits for the
 // leader to exit without reaping it (waitid WNOWAIT): the zombie keeps the
 // leader's pid and process-group id from being reused, so signalling them stays
-// safe until the tree is gone. Then:
+// safe until the tree is gone (with the process group alone, the group's
+// members keep its id; see below). Then:
 //
 //   - timeout, Kill or a cancelled foreground ctx ends the whole tree: SIGTERM
 //     to every process of the cgroup, to the process group and to the leader,
@@ -30,9 +31,9 @@
 //   - when the leader exits on its own, whatever it left running (`sleep 100 &`,
 //     a daemon) is ended the same way, so no call leaves processes behind;
 //   - then the leader is reaped (its status is exact: an exit code, or the
-//     signal's name with ExitCode -1, never 128+n), the cgroup removed, and the
-//     pipes drained to EOF, so no output is lost and no grandchild holding a
-//     pipe can hang the call.
+//     signal's name with ExitCode -1, never 128+n), the cgroup given back
+//     (see "Cgroup reuse"), and the pipes drained to EOF, so no output is
+//     lost and no grandchild holding a pipe can hang the call.
 //
 // # What "the whole tree" means
 //
@@ -62,11 +63,17 @@
 //
 // Process group only (Cgroup "off", no cgroupfs, no rights, e.g. non-root):
 // signals go to the leader's process group, and the tree counts as gone when
-// no live process is left in the group. That ends everything that stays in the
-// group (pipelines, `&` jobs, nohup, subshells), but a process that calls
-// setsid or setpgid (`setsid cmd &`, daemons) leaves the group and escapes: it
-// is not killed, and if it keeps a pipe open the call stops reading after a
-// short drain period instead of waiting for it.
+// no live process is left in the group. Here the leader is reaped as soon as
+// it exits, and kill(-pgid, 0) failing with ESRCH says the group is empty in
+// one system call; only a group that is not is scanned for in /proc (zombies
+// do not count). The group's id cannot be handed out again while any process
+// is in it, so the signals reach no one else (see proc.treeEmpty for the one
+// window left). That ends everything that stays in the group (pipelines, `&`
+// jobs, nohup, subshells), but a process that calls setsid or setpgid
+// (`setsid cmd &`, daemons) leaves the group and escapes, as it always did:
+// it is not killed, it does not keep the call waiting (the group may well be
+// empty while it runs), and if it keeps a pipe open the call stops reading
+// after a short drain period instead of waiting for it.
 //
 // Tag groups (Config.TagGroups, with Credential set to a non-root user; used
 // when a command has no cgroup): this is how the agent closes that gap inside
@@ -87,10 +94,31 @@
 // The range must be used by no one else on the pid namespace: two executors
 // sharing one would kill each other's commands.
 //
-// Per-command cgroups are named <pid>-<starttime>-<id> after the creating
-// process, so Cleanup can tell the leftovers of a crashed server (creator gone)
-// from the cgroups of a live one, kill what still runs in them and remove them.
-// The server (or agent) calls it once at start-up.
+// Per-command cgroups are named <pid>-<starttime>-<random id> after the
+// creating process, so Cleanup can tell the leftovers of a crashed server
+// (creator gone) from the cgroups of a live one, kill what still runs in them
+// and remove them. The server (or agent) calls it once at start-up.
+//
+// # Cgroup reuse
+//
+// Making and removing a cgroup per command (mkdir, open, rmdir) is a good
+// part of a short command's overhead, so each hierarchy keeps up to
+// maxIdleCgroups empty cgroups, with their directory (and, on v2,
+// cgroup.events) still open, for the next commands (cgroupPool). The safety
+// argument: a cgroup is owned by one command's supervisor from launch to
+// release, and nothing else ever signals or kills it; the supervisor releases
+// it only after the kill loop has returned, the leader has been reaped and
+// the tree is gone, so no stale signal or cgroup.kill can reach it from the
+// pool. It goes to the pool only if it is as good as new: never killed
+// (cgroup.kill or a freeze ran on it: some kernels, 6.18 among them, SIGKILL
+// at birth a process cloned with CLONE_INTO_CGROUP into a cgroup that was ever
+// killed that way, so a killed cgroup is always removed), empty (v2: populated
+// 0, which counts child cgroups), not frozen (v2: frozen 0; v1 freezer:
+// THAWED), and without child cgroups. The same state checks run again when
+// it is taken from the pool; a cgroup that fails one, or whose state cannot
+// be read, is removed, never reused. Executor.Close drains the pools of every
+// hierarchy it used and removes their cgroups; a command released after that
+// has its cgroup removed.
 //
 // # As a sandbox's PID 1
 //

@@ -24,6 +24,7 @@ type Executor struct {
 	// hier is where per-command cgroups go (nil: process group only). It only
 	// ever moves from v2 to fallback, when clone3 into a cgroup is refused.
 	hier     atomic.Pointer[hierarchy]
+	primary  *hierarchy // what hier started as, for Close to drain its pool
 	fallback *hierarchy
 	// Agent abilities (agent.go); nil unless configured.
 	tags  *tagPool
@@ -52,6 +53,7 @@ func New(cfg Config) (*Executor, error) {
 	}
 	e := &Executor{
 		cfg:      cfg,
+		primary:  primary,
 		fallback: fallback,
 		running:  map[*proc]struct{}{},
 		tasks:    map[string]*task{},
@@ -149,8 +151,10 @@ func (e *Executor) Task(_ context.Context, session, id string) (executor.Task, e
 }
 
 // Close kills every running command, foreground and background, removes
-// their cgroups, and refuses new ones. It waits for the trees to be gone
-// until ctx is done; the kills finish regardless.
+// their cgroups and the idle ones kept for reuse, and refuses new commands.
+// It waits for the trees to be gone until ctx is done; the kills finish
+// regardless, and the cgroups of commands still being killed are removed
+// when they are gone.
 func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -162,14 +166,29 @@ func (e *Executor) Close(ctx context.Context) error {
 	for _, p := range procs {
 		p.kill()
 	}
+	var err error
+wait:
 	for _, p := range procs {
 		select {
 		case <-p.done:
 		case <-ctx.Done():
-			return fmt.Errorf("local: close: %d commands still being killed: %w", len(procs), ctx.Err())
+			err = fmt.Errorf("local: close: %d commands still being killed: %w", len(procs), ctx.Err())
+			break wait
 		}
 	}
-	return nil
+	// Closed pools remove what is released to them from now on.
+	var errs []error
+	for _, h := range []*hierarchy{e.primary, e.fallback, e.hier.Load()} {
+		if h != nil {
+			if err := h.pool.drain(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(err, fmt.Errorf("local: close: remove idle cgroups: %w", errors.Join(errs...)))
+	}
+	return err
 }
 
 // checkSpec rejects a spec that cannot be run as given.
@@ -228,6 +247,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		timeout: timeout,
 		out:     out,
 		pipes:   pipes,
+		eof:     make(chan struct{}, len(pipes)),
 		exited:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
@@ -260,7 +280,6 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
 	}
 
-	p.readers.Add(2)
 	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill})
 	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill})
 	go p.waitLeader()
@@ -315,14 +334,14 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 	var cg *cgroup
 	if h != nil {
 		var err error
-		if cg, err = h.create(cgroupName(p.id)); err != nil {
+		if cg, err = h.get(); err != nil {
 			return err
 		}
 		if h.v2 {
 			// CLONE_INTO_CGROUP: the child is born in the cgroup; there is no
 			// moment at which it or anything it forks is outside it.
 			attr.UseCgroupFD = true
-			attr.CgroupFD = int(cg.fd.Fd())
+			attr.CgroupFD = cg.dir
 		}
 	}
 	c.SysProcAttr = attr
@@ -362,6 +381,8 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 	}
 	if err != nil {
 		if cg != nil {
+			// Whatever started in it was killed, but not through the cgroup:
+			// its state is not known, so it is not reused.
 			cg.remove()
 		}
 		if tag != 0 {
@@ -372,10 +393,6 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 	pid := c.Process.Pid
 	registerLeader(pid)
 	p.tag = tag
-	if cg != nil && cg.fd != nil {
-		cg.fd.Close()
-		cg.fd = nil
-	}
 	p.cmd, p.pid, p.cg, p.bornInside = c, pid, cg, bornInside
 	return nil
 }

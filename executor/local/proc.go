@@ -94,8 +94,8 @@ type proc struct {
 	grace      time.Duration
 	timeout    time.Duration // 0: none
 	out        *outputs
-	pipes      []*os.File // read ends
-	readers    sync.WaitGroup
+	pipes      []*os.File    // read ends
+	eof        chan struct{} // one send per pipe at its EOF (buffered)
 	onDone     func()
 	// Agent abilities (agent.go): the tag gid tracking the tree (0: none),
 	// the OOM-kill counter at start (-1: not watched), and the hook that
@@ -116,6 +116,7 @@ type proc struct {
 
 	status   syscall.WaitStatus
 	timedOut bool
+	reaped   bool // the leader was reaped (supervisor only)
 }
 
 // kill asks the supervisor to end the tree. It reports whether the command
@@ -135,7 +136,7 @@ func (p *proc) kill() (alreadyDone bool) {
 
 // pump copies one pipe into its sink until EOF (or the drain deadline).
 func (p *proc) pump(r *os.File, w sink) {
-	defer p.readers.Done()
+	defer func() { p.eof <- struct{}{} }()
 	buf := make([]byte, readBufSize)
 	for {
 		n, err := r.Read(buf)
@@ -184,14 +185,13 @@ func (p *proc) supervise() {
 	// Whatever the leader left running goes the same way.
 	p.terminate()
 
-	p.cmd.Wait()
-	unregisterLeader(p.pid)
-	if ps := p.cmd.ProcessState; ps != nil {
-		p.status, _ = ps.Sys().(syscall.WaitStatus)
-	}
+	p.reap()
 	if p.cg != nil {
-		// An error leaves the cgroup for Cleanup; the call's result stands.
-		p.cg.remove()
+		// The leader is reaped and the tree gone: nothing refers to the
+		// cgroup any more, so it can go back to the pool (cgroupPool). An
+		// error leaves it for Cleanup; the call's result stands.
+		p.cg.release()
+		p.cg = nil
 	}
 	p.drain()
 	if p.beforeFinish != nil {
@@ -207,6 +207,20 @@ func (p *proc) supervise() {
 	p.finished = true
 	close(p.done)
 	p.mu.Unlock()
+}
+
+// reap reaps the exited leader, once, and records its status. Until then
+// its zombie keeps its pid and process-group id from being reused.
+func (p *proc) reap() {
+	if p.reaped {
+		return
+	}
+	p.reaped = true
+	p.cmd.Wait()
+	unregisterLeader(p.pid)
+	if ps := p.cmd.ProcessState; ps != nil {
+		p.status, _ = ps.Sys().(syscall.WaitStatus)
+	}
 }
 
 // terminate ends the whole tree in two phases: SIGTERM to all of it, up to
@@ -240,7 +254,7 @@ func (p *proc) signalTree(sig syscall.Signal) {
 		p.cg.signal(sig)
 		return
 	}
-	if unix.Kill(-p.pid, sig) == unix.ESRCH {
+	if unix.Kill(-p.pid, sig) == unix.ESRCH && !p.reaped {
 		unix.Kill(p.pid, sig) // the leader left its group (setpgid)
 	}
 	if p.tag != 0 {
@@ -264,7 +278,9 @@ func (p *proc) killAll() {
 		p.cg.kill()
 	}
 	unix.Kill(-p.pid, unix.SIGKILL)
-	unix.Kill(p.pid, unix.SIGKILL)
+	if !p.reaped {
+		unix.Kill(p.pid, unix.SIGKILL)
+	}
 	if p.tag != 0 {
 		tagSignalTree(p.tag, p.pid, unix.SIGKILL)
 	}
@@ -273,6 +289,16 @@ func (p *proc) killAll() {
 // treeEmpty reports whether the leader has exited and nothing of its tree is
 // left: the cgroup is empty, or, without one, no live process is in the
 // process group.
+//
+// With the process group alone, the leader is reaped as soon as it has
+// exited, so that kill(-pgid, 0) can tell in one system call whether any
+// process, zombies included, is left in the group (ESRCH: none); only when
+// some is does a /proc scan look for a live one. The group's id stays
+// reserved while any process is in the group, so signals to it reach no one
+// else; once the group is empty, ESRCH ends the loop. What remains is a
+// window of one poll between seeing the group non-empty and signalling it
+// again, in which it would have to empty and its id be handed out to a new
+// group: the pid counter would have to go all the way round in that time.
 func (p *proc) treeEmpty() bool {
 	select {
 	case <-p.exited:
@@ -288,7 +314,8 @@ func (p *proc) treeEmpty() bool {
 		p.tagGone = !tagTreeAlive(p.tag)
 		return p.tagGone
 	}
-	return !groupAlive(p.pid)
+	p.reap()
+	return unix.Kill(-p.pid, 0) == unix.ESRCH || !groupAlive(p.pid)
 }
 
 // waitEmpty polls until the tree is gone or d has passed.
@@ -310,20 +337,25 @@ func (p *proc) waitEmpty(d time.Duration) bool {
 // writer is too and EOF is immediate; a writer that escaped the tree only
 // delays the call by drainTimeout, after which reading stops.
 func (p *proc) drain() {
-	eof := make(chan struct{})
-	go func() {
-		p.readers.Wait()
-		close(eof)
-	}()
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
-	select {
-	case <-eof:
-	case <-t.C:
-		for _, r := range p.pipes {
-			r.SetReadDeadline(time.Now())
+	var t *time.Timer
+	for range p.pipes {
+		select {
+		case <-p.eof:
+			continue
+		default:
 		}
-		<-eof
+		if t == nil {
+			t = time.NewTimer(drainTimeout)
+			defer t.Stop()
+		}
+		select {
+		case <-p.eof:
+		case <-t.C:
+			for _, r := range p.pipes {
+				r.SetReadDeadline(time.Now())
+			}
+			<-p.eof
+		}
 	}
 	for _, r := range p.pipes {
 		r.Close()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shellbox/shellbox/executor"
 )
 
@@ -33,6 +35,9 @@ func (w *workdir) Close() error { return w.f.Close() }
 func openWorkdir(root, wd string) (*workdir, error) {
 	if !executor.Within(wd, root) {
 		return nil, executor.WorkdirOutside(wd, root)
+	}
+	if wd == root {
+		return openRootDir(root)
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
@@ -103,6 +108,27 @@ func openWorkdir(root, wd string) (*workdir, error) {
 	if !executor.Within(real, realRoot) {
 		f.Close()
 		return nil, executor.WorkdirOutside(wd, root)
+	}
+	return &workdir{f: f, real: real}, nil
+}
+
+// openRootDir opens the session root itself as the workdir, the common case:
+// the root is the executor's own configuration, so there is nothing to
+// confine and the os.Root walk is skipped. It is opened as os.OpenRoot would
+// open it (following symlinks in its path), and PWD is its real path.
+func openRootDir(root string) (*workdir, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if missing(err) {
+			return nil, executor.WorkdirMissing(root)
+		}
+		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", root, err)
+	}
+	f := os.NewFile(uintptr(fd), root)
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		f.Close()
+		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", root, err)
 	}
 	return &workdir{f: f, real: real}, nil
 }
