@@ -23,6 +23,9 @@ const (
 	// Only a process outside the tree (one that escaped the process group when
 	// no cgroup tracks it) can hold a pipe that long.
 	drainTimeout = 500 * time.Millisecond
+	// drainBound bounds the drain when the pipes keep holding unread bytes
+	// (an escaped writer that never stops).
+	drainBound = 10 * time.Second
 	// readBufSize is the read size of each pipe.
 	readBufSize = 64 << 10
 )
@@ -334,9 +337,13 @@ func (p *proc) waitEmpty(d time.Duration) bool {
 }
 
 // drain waits for EOF on both pipes. The tree is gone, so normally every
-// writer is too and EOF is immediate; a writer that escaped the tree only
-// delays the call by drainTimeout, after which reading stops.
+// writer is too and EOF comes as soon as the readers have read what the
+// pipes hold. A writer that escaped the tree only delays the call: once
+// drainTimeout has passed with nothing left unread in the pipes, reading
+// stops. Unread bytes extend the wait (readers starved of CPU on a loaded
+// machine must not lose output that is already written), up to drainBound.
 func (p *proc) drain() {
+	start := time.Now()
 	var t *time.Timer
 	for range p.pipes {
 		select {
@@ -348,9 +355,14 @@ func (p *proc) drain() {
 			t = time.NewTimer(drainTimeout)
 			defer t.Stop()
 		}
+	wait:
 		select {
 		case <-p.eof:
 		case <-t.C:
+			if p.unread() && time.Since(start) < drainBound {
+				t.Reset(drainTimeout / 10)
+				goto wait
+			}
 			for _, r := range p.pipes {
 				r.SetReadDeadline(time.Now())
 			}
@@ -360,6 +372,23 @@ func (p *proc) drain() {
 	for _, r := range p.pipes {
 		r.Close()
 	}
+}
+
+// unread reports whether a pipe still holds bytes its reader has not read
+// (FIONREAD, which Linux spells TIOCINQ).
+func (p *proc) unread() bool {
+	for _, r := range p.pipes {
+		rc, err := r.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // exitStatus is the exact way a process ended: an exit code, or the name of
