@@ -257,7 +257,9 @@ func TestV2FallbackWhenCloneRefused(t *testing.T) {
 // TestV1MovedAfterStart covers the v1 fallback for a server whose own cgroup
 // is not visible under the mount: the leader is moved in right after it
 // starts. What it forks after that is tracked; signals still reach every
-// process once.
+// process once. The command waits a second before forking: what it forked
+// before the move would not be tracked (the mode's documented window), and a
+// loaded machine can take a while to move it.
 func TestV1MovedAfterStart(t *testing.T) {
 	t.Parallel()
 	if _, _, err := detect(CgroupV1, "shellbox-test"); err != nil {
@@ -269,7 +271,7 @@ func TestV1MovedAfterStart(t *testing.T) {
 	e.hier.Store(&h)
 
 	res := run(t, e, executor.Request{
-		Command: "sleep 0.2; setsid sh -c 'echo $$ > pid; exec sleep 100' & " + waitPidFile("pid") + "; trap 'echo caught; exit 0' TERM; sleep 100 & wait",
+		Command: "sleep 1; setsid sh -c 'echo $$ > pid; exec sleep 100' & " + waitPidFile("pid") + "; trap 'echo caught; exit 0' TERM; sleep 100 & wait",
 		Timeout: 3 * time.Second,
 	})
 	if !res.TimedOut || res.Stdout != "caught\n" || res.ExitCode != 0 {
