@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/shellbox/shellbox/executor"
@@ -18,6 +19,8 @@ type fakeExec struct {
 	last    executor.Spec
 	tasks   map[string]*fakeTask
 	started int
+	// instant makes started tasks end at once (exit 0), before Start returns.
+	instant bool
 }
 
 var _ executor.BashExecutor = (*fakeExec)(nil)
@@ -50,10 +53,13 @@ func (f *fakeExec) Start(ctx context.Context, spec executor.Spec) (executor.Task
 		return nil, f.err
 	}
 	f.started++
-	id := "t" + string(rune('0'+f.started))
+	id := fmt.Sprintf("t%d", f.started)
 	t := &fakeTask{id: id, session: spec.Session, done: make(chan struct{}),
 		out: executor.Output{Status: executor.Status{State: executor.Running}}}
 	f.tasks[id] = t
+	if f.instant {
+		t.end(executor.Result{}, executor.Status{State: executor.Completed})
+	}
 	return t, nil
 }
 

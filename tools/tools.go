@@ -196,7 +196,13 @@ func (t *Toolset) Call(ctx context.Context, inv Invocation) Result {
 	default:
 		r = errorResult(fmt.Sprintf("unknown tool: %s", clip(inv.Tool)))
 	}
-	r.Notices = t.drain(inv.Session)
+	// A task that ended before its own start was answered keeps its notice
+	// for the session's next result: the model has not seen its id yet.
+	keep := ""
+	if bg, ok := r.Value.(*Background); ok {
+		keep = bg.TaskID
+	}
+	r.Notices = t.drain(inv.Session, keep)
 	return r
 }
 
@@ -374,13 +380,28 @@ func (t *Toolset) saw(session, id string) {
 	}
 }
 
-// drain returns and forgets session's pending notices.
-func (t *Toolset) drain(session string) []Notice {
+// drain returns and forgets session's pending notices, but for the one of
+// task keep (if queued), which stays pending.
+func (t *Toolset) drain(session, keep string) []Notice {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.notices[session]
 	delete(t.notices, session)
-	return q
+	if keep == "" {
+		return q
+	}
+	out := q[:0:0]
+	for _, n := range q {
+		if n.TaskID == keep {
+			t.notices[session] = []Notice{n}
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // statusOf is the task status a final Result implies.

@@ -224,6 +224,35 @@ func TestBackgroundAndNotices(t *testing.T) {
 	}
 }
 
+// TestNoticeOfInstantTask: a task that ends before its start is answered
+// gets its notice on the session's next result, never on the ack that
+// carries its id.
+func TestNoticeOfInstantTask(t *testing.T) {
+	f := newFake()
+	f.instant = true
+	noticed := make(chan string, 1)
+	ts := newSet(t, f, Config{OnNotice: func(s string, n Notice) { noticed <- n.TaskID }})
+	for i := 0; i < 200; i++ {
+		r := call(t, ts, "bash", `{"command":"true","description":"instant","run_in_background":true}`)
+		bg, ok := r.Value.(*Background)
+		if !ok {
+			t.Fatalf("not a background result: %q", r.Text)
+		}
+		for _, n := range r.Notices {
+			if n.TaskID == bg.TaskID {
+				t.Fatalf("the ack of %s carries its own notice", bg.TaskID)
+			}
+		}
+		if id := <-noticed; id != bg.TaskID {
+			t.Fatalf("noticed %s, want %s", id, bg.TaskID)
+		}
+		r = call(t, ts, "bash", `{"command":"true","description":"noop"}`)
+		if len(r.Notices) != 1 || r.Notices[0].TaskID != bg.TaskID {
+			t.Fatalf("next result's notices: %+v, want %s's", r.Notices, bg.TaskID)
+		}
+	}
+}
+
 type denyGate struct{}
 
 func (denyGate) Check(ctx context.Context, c Call) (executor.Request, error) {
