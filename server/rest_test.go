@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -325,5 +326,47 @@ func TestMetricsAndRequestIDs(t *testing.T) {
 		return resp.Header.Get("X-Request-Id")
 	}()) {
 		t.Fatal("no generated request id")
+	}
+}
+
+// TestCancelAbortsCommand: a client that goes away mid-call aborts the
+// command on the server, tree and all (the conformance case that checks this
+// in process cannot observe it through HTTP).
+func TestCancelAbortsCommand(t *testing.T) {
+	r := newRig(t, nil)
+	pidFile := "cancel.pid"
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", r.ts.URL+"/v1/sessions/s1/tools/bash",
+		strings.NewReader(`{"command":"trap '' TERM; sleep 300 & echo $! > `+pidFile+`; wait","description":"ignore TERM"}`))
+	req.Header.Set("Authorization", "Bearer "+tokenAcme)
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := r.ts.Client().Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	root := r.b.dir + "/acme/root/"
+	var pid string
+	for deadline := time.Now().Add(20 * time.Second); pid == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		b, _ := os.ReadFile(root + pidFile)
+		pid = strings.TrimSpace(string(b))
+	}
+	cancel()
+	<-done
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat("/proc/" + pid); err != nil {
+			break
+		}
+		if b, _ := os.ReadFile("/proc/" + pid + "/stat"); strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %s outlived its cancelled call", pid)
+		}
 	}
 }
