@@ -66,7 +66,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 	}, []string{"method"})
 	m.createLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "shellbox_sandbox_create_duration_seconds", Help: "Latency of creating a session (POST /v1/sessions, or a backend's report), by tenant.",
+		Name: "shellbox_sandbox_create_duration_seconds", Help: "Latency of creating a sandbox, as the backend reports it, by tenant.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 120},
 	}, []string{"tenant"})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
@@ -205,4 +205,10 @@ func (o observedGate) Check(ctx context.Context, c tools.Call) (req executor.Req
 	}
 	o.m.policyDecision(o.tenant, decision)
 	return req, err
+}
+
+// ObserveSandboxCreate records how long creating one of the tenant's
+// sandboxes took; a backend calls it.
+func (s *Server) ObserveSandboxCreate(tenant string, d time.Duration) {
+	s.metrics.sandboxCreated(tenant, d)
 }

@@ -46,6 +46,26 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 
 // readRaw reads the body and checks it is well-formed JSON (or empty).
 func (s *Server) readRaw(w http.ResponseWriter, r *http.Request) (json.RawMessage, bool) {
+	raw, ok := s.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	if len(raw) > 0 && !json.Valid(raw) {
+		s.countError("malformed_json")
+		writeError(w, http.StatusBadRequest, "malformed_json", malformed(raw))
+		return nil, false
+	}
+	return raw, true
+}
+
+func malformed(raw []byte) string {
+	var v any
+	err := json.Unmarshal(raw, &v)
+	return "malformed JSON body: " + err.Error()
+}
+
+// readBody reads a body declared JSON, within the body limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, bool) {
 	if !requireJSON(w, r) {
 		s.countError("unsupported_media_type")
 		return nil, false
@@ -59,13 +79,6 @@ func (s *Server) readRaw(w http.ResponseWriter, r *http.Request) (json.RawMessag
 			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "bad_body", "reading the request body: "+err.Error())
-		return nil, false
-	}
-	if len(raw) > 0 && !json.Valid(raw) {
-		s.countError("malformed_json")
-		var v any
-		err := json.Unmarshal(raw, &v)
-		writeError(w, http.StatusBadRequest, "malformed_json", "malformed JSON body: "+err.Error())
 		return nil, false
 	}
 	return raw, true
@@ -98,7 +111,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	setLogAttr(r.Context(), "session", id)
 	setLogAttr(r.Context(), "tool", clip(tool, 64))
-	raw, ok := s.readRaw(w, r)
+	raw, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
@@ -117,7 +130,13 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := toolResponse(res)
 	status := http.StatusOK
-	if notFound(res) {
+	if len(raw) > 0 && !json.Valid(raw) {
+		// The tool's own text rides along (the arguments error a model
+		// would read), under the API's 400.
+		status = http.StatusBadRequest
+		s.countError("malformed_json")
+		resp.Error = &errorBody{Code: "malformed_json", Message: malformed(raw)}
+	} else if notFound(res) {
 		status = http.StatusNotFound
 		resp.Error = &errorBody{Code: "no_such_task", Message: res.Value.(*tools.ErrorValue).Message}
 	}
@@ -183,13 +202,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := tenantOf(r.Context())
-	start := time.Now()
 	info, err := s.cfg.Backend.CreateSession(r.Context(), tenant, req.ID, req.SessionOptions)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	s.metrics.sandboxCreated(tenant, time.Since(start))
 	writeJSON(w, http.StatusCreated, info)
 }
 
