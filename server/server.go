@@ -164,33 +164,52 @@ func (s *Server) onApproval(a Approval) {
 	s.events.publish(Event{Type: EventApproval, Tenant: a.Tenant, Session: a.Session, Approval: &ac, Time: time.Now().UTC()})
 }
 
-// Handler is the whole HTTP API.
+// route is one REST route: a ServeMux pattern ("METHOD /path").
+type route struct {
+	pattern string
+	public  bool // served without a token
+	h       http.Handler
+}
+
+// routes are the REST routes, as documented in openapi.json (/mcp apart).
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /healthz", true, http.HandlerFunc(s.healthz)},
+		{"GET /readyz", true, http.HandlerFunc(s.readyz)},
+		{"GET /metrics", true, s.metrics.handler()},
+		{"GET /openapi.json", true, http.HandlerFunc(serveOpenAPI)},
+		{"GET /v1/tools", false, http.HandlerFunc(s.listTools)},
+		{"GET /v1/sessions", false, http.HandlerFunc(s.listSessions)},
+		{"POST /v1/sessions", false, http.HandlerFunc(s.createSession)},
+		{"GET /v1/sessions/{id}", false, http.HandlerFunc(s.getSession)},
+		{"DELETE /v1/sessions/{id}", false, http.HandlerFunc(s.deleteSession)},
+		{"POST /v1/sessions/{id}/tools/{tool}", false, http.HandlerFunc(s.callTool)},
+		{"GET /v1/sessions/{id}/events", false, http.HandlerFunc(s.sessionEvents)},
+		{"GET /v1/events", false, http.HandlerFunc(s.tenantEvents)},
+		{"GET /v1/approvals", false, http.HandlerFunc(s.listApprovals)},
+		{"GET /v1/approvals/{id}", false, http.HandlerFunc(s.getApproval)},
+		{"POST /v1/approvals/{id}/approve", false, s.decideApproval(true)},
+		{"POST /v1/approvals/{id}/deny", false, s.decideApproval(false)},
+	}
+}
+
+// Handler is the whole HTTP API: the REST routes, /mcp, and a JSON 404 for
+// anything else. Everything but the public routes needs a token.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", s.metrics.handler())
-	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
-
 	api := http.NewServeMux()
-	api.HandleFunc("GET /v1/sessions", s.listSessions)
-	api.HandleFunc("POST /v1/sessions", s.createSession)
-	api.HandleFunc("GET /v1/sessions/{id}", s.getSession)
-	api.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
-	api.HandleFunc("POST /v1/sessions/{id}/tools/{tool}", s.callTool)
-	api.HandleFunc("GET /v1/sessions/{id}/events", s.sessionEvents)
-	api.HandleFunc("GET /v1/events", s.tenantEvents)
-	api.HandleFunc("GET /v1/tools", s.listTools)
-	api.HandleFunc("GET /v1/approvals", s.listApprovals)
-	api.HandleFunc("GET /v1/approvals/{id}", s.getApproval)
-	api.HandleFunc("POST /v1/approvals/{id}/approve", s.decideApproval(true))
-	api.HandleFunc("POST /v1/approvals/{id}/deny", s.decideApproval(false))
+	for _, r := range s.routes() {
+		if r.public {
+			mux.Handle(r.pattern, r.h)
+		} else {
+			api.Handle(r.pattern, r.h)
+		}
+	}
 	api.Handle("/mcp", s.mcpHandler())
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, clip(r.URL.Path, 200)))
 	})
-	protected := s.authenticate(s.rateLimit(s.limitBody(api)))
-	mux.Handle("/", protected)
+	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
 	return s.logRequests(s.recoverPanics(mux))
 }
 
