@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,19 +35,48 @@ type stdioKey struct{}
 // stdioIdentity is the tenant and session of a stdio MCP server.
 type stdioIdentity struct{ tenant, session string }
 
-func (s *Server) newMCPServer() *mcp.Server {
+// mcpServer returns the MCP server offering defs, creating it once.
+func (s *Server) mcpServer(defs []tools.Definition) *mcp.Server {
+	names := make([]string, len(defs))
+	for i, d := range defs {
+		names[i] = d.Name
+	}
+	key := strings.Join(names, ",")
+	s.mcpMu.Lock()
+	defer s.mcpMu.Unlock()
+	if srv, ok := s.mcpSrvs[key]; ok {
+		return srv
+	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "shellbox", Version: s.cfg.Version}, &mcp.ServerOptions{
 		Logger:   s.log,
 		PageSize: 100,
 	})
-	defs := s.cfg.Tools
-	if len(defs) == 0 {
-		defs = DefaultTools()
-	}
 	for _, d := range defs {
 		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.mcpTool(d.Name))
 	}
+	s.mcpSrvs[key] = srv
 	return srv
+}
+
+// mcpServerFor picks the MCP server of a new MCP session: the tools the
+// tenant's Toolset offers the named session (pwsh only where its image has
+// it, which may create the sandbox), or every tool when the session is
+// named by its MCP session id, not yet known here.
+func (s *Server) mcpServerFor(r *http.Request) *mcp.Server {
+	return s.mcpServer(s.definitions(r.Context(), tenantOf(r.Context()), r.Header.Get(SessionHeader)))
+}
+
+// definitions are the tools of the tenant's session ("" = every tool the
+// tenant's Toolset has).
+func (s *Server) definitions(ctx context.Context, tenant, session string) []tools.Definition {
+	ts, err := s.cfg.Backend.Toolset(ctx, tenant)
+	if err != nil {
+		return DefaultTools()
+	}
+	if session == "" || validSession(session) != nil {
+		return ts.AllDefinitions()
+	}
+	return ts.Definitions(ctx, session)
 }
 
 // DefaultTools are the tools with run_in_background enabled, pwsh included
@@ -201,7 +231,8 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 // session.
 func (s *Server) ServeStdio(ctx context.Context, tenant, session string, in io.ReadCloser, out io.WriteCloser) error {
 	ctx = context.WithValue(ctx, stdioKey{}, stdioIdentity{tenant: tenant, session: session})
-	ss, err := s.mcpSrv.Connect(ctx, &mcp.IOTransport{Reader: in, Writer: out}, nil)
+	srv := s.mcpServer(s.definitions(ctx, tenant, session))
+	ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: in, Writer: out}, nil)
 	if err != nil {
 		return err
 	}

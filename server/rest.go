@@ -164,13 +164,24 @@ func (s *Server) writeCallErr(w http.ResponseWriter, err error) {
 	}
 }
 
+// listTools lists the tools: of one session with ?session= (pwsh only
+// where its image has it), else every tool the tenant's Toolset has.
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.cfg.Backend.Toolset(r.Context(), tenantOf(r.Context()))
+	tenant := tenantOf(r.Context())
+	ts, err := s.cfg.Backend.Toolset(r.Context(), tenant)
 	if err != nil {
 		s.writeCallErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tools": ts.AllDefinitions()})
+	defs := ts.AllDefinitions()
+	if session := r.URL.Query().Get("session"); session != "" {
+		if err := validSession(session); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_session", err.Error())
+			return
+		}
+		defs = ts.Definitions(r.Context(), session)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": defs})
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {

@@ -37,8 +37,6 @@ type Config struct {
 	MCPSessionTimeout time.Duration
 	// Logger receives one JSON line per request (default: discard).
 	Logger *slog.Logger
-	// Tools are the tools MCP clients are offered (default DefaultTools).
-	Tools []tools.Definition
 	// Version is reported by /healthz and the MCP server info.
 	Version string
 }
@@ -77,7 +75,10 @@ type Server struct {
 	log     *slog.Logger
 
 	mcpHTTP *mcp.StreamableHTTPHandler
-	mcpSrv  *mcp.Server
+	// mcpSrvs are the MCP servers, one per tool list (keyed by the tools'
+	// names): a session is offered the tools its Toolset lists for it.
+	mcpMu   sync.Mutex
+	mcpSrvs map[string]*mcp.Server
 
 	// inflight counts tool calls running, for Drain.
 	inflight sync.WaitGroup
@@ -138,8 +139,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
-	s.mcpSrv = s.newMCPServer()
-	s.mcpHTTP = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcpSrv },
+	s.mcpSrvs = map[string]*mcp.Server{}
+	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor,
 		&mcp.StreamableHTTPOptions{
 			SessionTimeout:      cfg.MCPSessionTimeout,
 			MaxRequestBodyBytes: cfg.MaxBodyBytes,
@@ -284,8 +285,16 @@ func (s *Server) Drain(ctx context.Context) error {
 		err = fmt.Errorf("tool calls still running at the shutdown deadline: %w", ctx.Err())
 	}
 	s.events.close()
-	for ss := range s.mcpSrv.Sessions() {
-		ss.Close()
+	s.mcpMu.Lock()
+	srvs := make([]*mcp.Server, 0, len(s.mcpSrvs))
+	for _, srv := range s.mcpSrvs {
+		srvs = append(srvs, srv)
+	}
+	s.mcpMu.Unlock()
+	for _, srv := range srvs {
+		for ss := range srv.Sessions() {
+			ss.Close()
+		}
 	}
 	if s.cancelApprovals != nil {
 		s.cancelApprovals()

@@ -56,6 +56,7 @@ func RESTTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.
 // MCPSkips are the cases MCP cannot express as tool results; the server
 // tests check what MCP does with them instead.
 var MCPSkips = map[string]string{
+	"pwsh/pwsh":              "MCP offers pwsh only to sessions whose image has it; elsewhere calling it is an unknown tool, a protocol error (client TestMCPToolsAndResults)",
 	"tree/cancel_kills_tree": RESTSkips["tree/cancel_kills_tree"],
 	"args/unknown_tool":      "MCP answers an unknown tool with a protocol error (TestMCPUnknownTool)",
 	"args/invalid_session":   "MCP names the session in a header; an invalid name is refused with 400 before MCP (TestMCPBadSessionHeader)",
