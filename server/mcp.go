@@ -174,8 +174,6 @@ type mcpWatch struct {
 	queue    chan Event
 }
 
-var mcpWatches sync.Map // *mcp.ServerSession → *mcpWatch
-
 // watchMCP subscribes the MCP session to the sandbox session's events, once:
 // each notice becomes a notifications/message (logger "shellbox", data the
 // event). Delivery goes through a bounded queue and its own goroutine, so
@@ -184,7 +182,7 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 	if ss == nil {
 		return
 	}
-	v, loaded := mcpWatches.LoadOrStore(ss, &mcpWatch{sessions: map[string]bool{}, queue: make(chan Event, s.cfg.EventBuffer)})
+	v, loaded := s.mcpWatches.LoadOrStore(ss, &mcpWatch{sessions: map[string]bool{}, queue: make(chan Event, s.cfg.EventBuffer)})
 	w := v.(*mcpWatch)
 	key := tenant + "/" + session
 	w.mu.Lock()
@@ -210,7 +208,7 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 		ss.Wait()
 		cancel()
 		close(done)
-		mcpWatches.Delete(ss)
+		s.mcpWatches.Delete(ss)
 	}()
 	go func() {
 		for {

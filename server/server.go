@@ -79,6 +79,9 @@ type Server struct {
 	// names): a session is offered the tools its Toolset lists for it.
 	mcpMu   sync.Mutex
 	mcpSrvs map[string]*mcp.Server
+	// mcpWatches are the notice subscriptions of MCP sessions,
+	// *mcp.ServerSession → *mcpWatch.
+	mcpWatches sync.Map
 
 	// inflight counts tool calls running, for Drain.
 	inflight sync.WaitGroup
