@@ -279,10 +279,14 @@ func (b *serveBackend) DeleteSession(ctx context.Context, tenant, session string
 	b.mu.Unlock()
 	tb.forget(session)
 	err = b.manager.Remove(ctx, tenant, session)
-	if errors.Is(err, sandbox.ErrNotFound) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandbox.ErrNotFound):
 		return server.NoSuchSession(session)
+	default:
+		return server.Errorf(server.ErrUnavailable, "removing session %s: %v", session, err)
 	}
-	return err
 }
 
 func (b *serveBackend) Ready(ctx context.Context) error {
