@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shellbox/shellbox/tools"
 )
 
 func TestToolCallREST(t *testing.T) {
@@ -368,5 +370,40 @@ func TestCancelAbortsCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("pid %s outlived its cancelled call", pid)
 		}
+	}
+}
+
+// TestSlowSSESubscriberDropped: a reader that stops reading is dropped with
+// a final "dropped" event instead of holding events (or the publisher) up.
+func TestSlowSSESubscriberDropped(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.EventBuffer = 4 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", r.ts.URL+"/v1/sessions/s1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tokenAcme)
+	resp, err := r.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// Not reading: the socket fills, the handler blocks, its queue fills.
+	n := tools.Notice{TaskID: strings.Repeat("x", 200), Text: "background task x completed, exit code: 0"}
+	start := time.Now()
+	for i := 0; i < 50000; i++ {
+		r.srv.Notify("acme", "s1", n)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Logf("publishing took %s", d) // never blocks on the reader; only logged
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	last := ""
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event: ") {
+			last = sc.Text()
+		}
+	}
+	if last != "event: dropped" {
+		t.Fatalf("the stream ended with %q, want a dropped event", last)
 	}
 }
