@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // served is a `shellbox serve` running in this process.
@@ -179,5 +183,46 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if _, err := cfg.sessionImage("acme", "python:3"); err == nil {
 		t.Fatal("an image outside the tenant's list was allowed")
+	}
+}
+
+// TestMCPCommand: `shellbox mcp` serves the tools over stdin/stdout to the
+// official MCP client, as the configured tenant and session.
+func TestMCPCommand(t *testing.T) {
+	isolate(t)
+	cr, sw := io.Pipe() // server's stdout → client
+	sr, cw := io.Pipe() // client → server's stdin
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"mcp", "--session", "stdio1"}, sr, sw, io.Discard)
+		sw.Close()
+	}()
+	c := mcp.NewClient(&mcp.Implementation{Name: "stdio", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: cr, Writer: cw}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil || len(list.Tools) < 3 {
+		t.Fatalf("tools: %v %+v", err, list)
+	}
+	r, err := client.CallMCP(ctx, cs, "bash", json.RawMessage(`{"command":"echo $DSH_SESSION_ID; exit 2","description":"print session"}`))
+	if err != nil || r.Text != "stdio1\n[exit code: 2]" || r.IsError {
+		t.Fatalf("call: %v %+v", err, r)
+	}
+	if fg, ok := r.Value.(*tools.Foreground); !ok || fg.ExitCode != 2 {
+		t.Fatalf("typed: %#v", r.Value)
+	}
+	cs.Close()
+	cw.Close()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("shellbox mcp exited %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("shellbox mcp did not exit when its client left")
 	}
 }
