@@ -35,6 +35,18 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 			if err != nil {
 				return err
 			}
+			c, err := remote(cmd)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				session, _ := cmd.Flags().GetString("session")
+				res, err := c.Call(cmd.Context(), session, args[0], raw)
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, res, asJSON)
+			}
 			file, _ := cmd.Flags().GetString("config")
 			cfg, err := loadConfig(cmd.Flags(), file)
 			if err != nil {
@@ -51,31 +63,38 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: the local backend keeps background tasks only while this process runs: task %s is killed when it exits\n", bg.TaskID)
 			}
 			cleanup()
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(out, res.Text)
-				for _, n := range res.Notices {
-					fmt.Fprintf(cmd.ErrOrStderr(), "notice: %s\n", n.Text)
-				}
-			}
-			if res.IsError {
-				return exitError{1}
-			}
-			return nil
+			return printResult(cmd, res, asJSON)
 		},
 	}
+	addRemoteFlags(cmd)
 	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed) or docker (a hardened container per session)")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
 	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default docker.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result as JSON (text, isError, typed result, notices)")
 	return cmd
+}
+
+// printResult prints a tool result: the model text on stdout and notices on
+// stderr, or the whole result as JSON; an error result exits 1.
+func printResult(cmd *cobra.Command, res tools.Result, asJSON bool) error {
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(out, res.Text)
+		for _, n := range res.Notices {
+			fmt.Fprintf(cmd.ErrOrStderr(), "notice: %s\n", n.Text)
+		}
+	}
+	if res.IsError {
+		return exitError{1}
+	}
+	return nil
 }
 
 // callArgs returns the JSON arguments from the command line or stdin.

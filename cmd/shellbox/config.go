@@ -25,6 +25,7 @@ type Config struct {
 	Limits                executor.Limits   `mapstructure:"limits"`
 	Local                 LocalConfig       `mapstructure:"local"`
 	Docker                DockerConfig      `mapstructure:"docker"`
+	Server                ServerConfig      `mapstructure:"server"`
 }
 
 // LocalConfig configures the local (host process, unsandboxed) backend.
@@ -69,13 +70,16 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	for k, val := range dockerDefaults() {
 		v.SetDefault(k, val)
 	}
+	for k, val := range serverDefaults() {
+		v.SetDefault(k, val)
+	}
 
 	v.SetEnvPrefix("SHELLBOX")
 	v.SetEnvKeyReplacer(strings.NewReplacer("::", "_"))
 	v.AutomaticEnv()
 
 	if flags != nil {
-		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant"} {
+		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant", "server::listen": "listen"} {
 			if f := flags.Lookup(name); f != nil {
 				if err := v.BindPFlag(key, f); err != nil {
 					return nil, err
@@ -120,6 +124,9 @@ func loadConfig(flags *pflag.FlagSet, file string) (Config, error) {
 	}
 	if err := executor.ValidSession(c.Tenant); err != nil {
 		return Config{}, fmt.Errorf("config: tenant: %w", err)
+	}
+	if err := c.Server.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: server: %w", err)
 	}
 	return c, nil
 }

@@ -122,18 +122,7 @@ func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
 		}
-		return sandbox.NewSpec(cfg.Tenant, session,
-			sandbox.WithImage(dc.Image),
-			sandbox.WithRuntime(dc.Runtime),
-			sandbox.WithCPUs(dc.CPUs),
-			sandbox.WithMemory(dc.MemoryBytes),
-			sandbox.WithPidsLimit(dc.PidsLimit),
-			sandbox.WithWorkspaceSize(dc.WorkspaceBytes),
-			sandbox.WithTmpSize(dc.TmpBytes),
-			sandbox.WithSpillSize(dc.SpillBytes),
-			sandbox.WithLabels(dc.Labels),
-			sandbox.WithAgent(agent),
-		)
+		return dockerSpec(dc, cfg.Tenant, session, agent)
 	}
 	ex, err := sandboxed.New(sandboxed.Config{
 		Manager: m,
@@ -150,3 +139,20 @@ func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
 }
 
 var _ executor.BashExecutor = (*sandboxed.Executor)(nil)
+
+// dockerSpec is the sandbox spec of a new session of tenant: docker.* with
+// the agent binary at agent.
+func dockerSpec(dc DockerConfig, tenant, session, agent string) (sandbox.Spec, error) {
+	return sandbox.NewSpec(tenant, session,
+		sandbox.WithImage(dc.Image),
+		sandbox.WithRuntime(dc.Runtime),
+		sandbox.WithCPUs(dc.CPUs),
+		sandbox.WithMemory(dc.MemoryBytes),
+		sandbox.WithPidsLimit(dc.PidsLimit),
+		sandbox.WithWorkspaceSize(dc.WorkspaceBytes),
+		sandbox.WithTmpSize(dc.TmpBytes),
+		sandbox.WithSpillSize(dc.SpillBytes),
+		sandbox.WithLabels(dc.Labels),
+		sandbox.WithAgent(agent),
+	)
+}

@@ -14,14 +14,21 @@ import (
 func newSessionsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "List and delete the sandboxes of the docker backend",
+		Short: "List and delete sessions: the docker backend's sandboxes, or a server's (--server)",
 	}
-	cmd.PersistentFlags().String("tenant", "default", "tenant whose sessions to act on")
+	cmd.PersistentFlags().String("tenant", "default", "tenant whose sessions to act on (local engine; with --server the token's tenant)")
+	addRemoteFlags(cmd)
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List this owner's sandboxes (all tenants)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c, err := remote(cmd); err != nil || c != nil {
+				if err != nil {
+					return err
+				}
+				return remoteSessionsLs(cmd, c)
+			}
 			b, err := dockerFromFlags(cmd)
 			if err != nil {
 				return err
@@ -49,6 +56,25 @@ func newSessionsCmd() *cobra.Command {
 		Short: "Delete sessions' sandboxes, their background tasks and host directories",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := remote(cmd)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				failed := false
+				for _, s := range args {
+					if err := c.DeleteSession(cmd.Context(), s); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: session %s: %v\n", s, err)
+						failed = true
+						continue
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", s)
+				}
+				if failed {
+					return exitError{1}
+				}
+				return nil
+			}
 			b, err := dockerFromFlags(cmd)
 			if err != nil {
 				return err

@@ -17,6 +17,10 @@
 //		// can be asserted); otherwise MemoryProbe, if set, measures it.
 //		InProcess   bool
 //		MemoryProbe func() uint64
+//		// Transport carries the calls through an API (REST, MCP) instead of
+//		// calling the Toolset; Skip names cases it cannot express.
+//		Transport func(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result
+//		Skip      map[string]string
 //	}
 //	func Run(t *testing.T, h Harness)
 //

@@ -1,6 +1,7 @@
 package executortest
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"sync"
@@ -41,6 +42,18 @@ type Harness struct {
 	// has ended, after its checks: a sandboxed harness removes the session's
 	// sandbox there, so a suite run holds only the sandboxes of running cases.
 	EndSession func(e executor.BashExecutor, session string)
+
+	// Transport, if set, carries every call of the suite to ts through a
+	// transport (the server's REST API, MCP) instead of calling ts.Call, so
+	// the same cases hold the transport to the same contract. Run calls it
+	// once per limits profile, after New, with that profile's Toolset; the
+	// returned function must return the Result the transport delivered,
+	// typed Value included, and honour ctx like ts.Call does.
+	Transport func(t *testing.T, ts *tools.Toolset) func(ctx context.Context, inv tools.Invocation) tools.Result
+
+	// Skip names the cases ("group/name") the transport cannot express, each
+	// with the reason, e.g. a call MCP refuses at the protocol level.
+	Skip map[string]string
 }
 
 // FixedRoot is a Harness.Root for executors whose session cwd is one
@@ -118,6 +131,8 @@ type instance struct {
 	exec  executor.BashExecutor
 	tools *tools.Toolset
 	lim   executor.Limits
+	// call makes a tool call: tools.Call, or through Harness.Transport.
+	call func(ctx context.Context, inv tools.Invocation) tools.Result
 }
 
 // suite is one Run: the harness, an instance per profile, and the sessions
@@ -170,14 +185,21 @@ func Run(t *testing.T, h Harness) {
 		// Registered after New's cleanups, so it runs before them: the
 		// watchers stop before the executor goes.
 		t.Cleanup(ts.Close)
-		s.insts[p] = &instance{exec: e, tools: ts, lim: lim}
+		in := &instance{exec: e, tools: ts, lim: lim, call: ts.Call}
+		if h.Transport != nil {
+			in.call = h.Transport(t, ts)
+		}
+		s.insts[p] = in
 	}
 
 	// The memory cases run first and alone, so the heap they sample is
 	// theirs; the parallel groups start when Run's caller returns.
 	t.Run("memory", func(t *testing.T) {
 		for _, sc := range memoryScenarios() {
-			t.Run(sc.name, func(t *testing.T) { s.runScenario(t, "memory", sc) })
+			t.Run(sc.name, func(t *testing.T) {
+				s.skip(t, "memory/"+sc.name)
+				s.runScenario(t, "memory", sc)
+			})
 		}
 	})
 	for _, g := range groups() {
@@ -186,16 +208,25 @@ func Run(t *testing.T, h Harness) {
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
+					s.skip(t, g.name+"/"+c.name)
 					s.runCase(t, g.name, c)
 				})
 			}
 			for _, sc := range g.scenarios {
 				t.Run(sc.name, func(t *testing.T) {
 					t.Parallel()
+					s.skip(t, g.name+"/"+sc.name)
 					s.runScenario(t, g.name, sc)
 				})
 			}
 		})
+	}
+}
+
+// skip skips the case when the harness says its transport cannot express it.
+func (s *suite) skip(t *testing.T, name string) {
+	if why, ok := s.h.Skip[name]; ok {
+		t.Skipf("skipped by the harness: %s", why)
 	}
 }
 

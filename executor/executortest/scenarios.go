@@ -50,7 +50,7 @@ func parallelSameSession(s *session) {
 			ctx, cancel := context.WithTimeout(context.Background(), callBound)
 			defer cancel()
 			args := bashArgs(fmt.Sprintf("sleep 0.2; echo out%d; echo err%d >&2; exit %d", i, i, i+1))
-			results[i] = s.in.tools.Call(ctx, tools.Invocation{Session: s.id, Tool: tools.ToolBash, Args: json.RawMessage(args)})
+			results[i] = s.in.call(ctx, tools.Invocation{Session: s.id, Tool: tools.ToolBash, Args: json.RawMessage(args)})
 		})
 	}
 	wg.Wait()

@@ -83,7 +83,7 @@ func (s *session) callCtx(ctx context.Context, tool, args string) tools.Result {
 	s.t.Helper()
 	done := make(chan tools.Result, 1)
 	go func() {
-		done <- s.in.tools.Call(ctx, tools.Invocation{Session: s.id, Tool: tool, Args: json.RawMessage(args)})
+		done <- s.in.call(ctx, tools.Invocation{Session: s.id, Tool: tool, Args: json.RawMessage(args)})
 	}()
 	var r tools.Result
 	select {

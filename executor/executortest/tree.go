@@ -82,7 +82,7 @@ func cancelKillsTree(s *session) {
 	defer cancel()
 	done := make(chan tools.Result, 1)
 	go func() {
-		done <- s.in.tools.Call(ctx, tools.Invocation{Session: s.id, Tool: tools.ToolBash, Args: json.RawMessage(args)})
+		done <- s.in.call(ctx, tools.Invocation{Session: s.id, Tool: tools.ToolBash, Args: json.RawMessage(args)})
 	}()
 	s.waitFiles(ready)
 	cancel()

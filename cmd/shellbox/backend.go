@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// serveBackend is the server.Backend of `shellbox serve` and `shellbox
+// mcp`: one executor and Toolset per tenant, over the docker backend (all
+// tenants share one sandbox.Manager) or the local one (host processes,
+// unsandboxed, for development).
+type serveBackend struct {
+	cfg Config
+	log *slog.Logger
+
+	// Set before the first call (they are the server's; it needs the
+	// backend first).
+	notify func(tenant, session string, n tools.Notice)
+	gate   func(tenant string) tools.Gate
+	// created reports a sandbox creation's latency to the metrics.
+	created func(tenant string, d time.Duration)
+
+	// docker
+	rt       *docker.Runtime
+	manager  *sandbox.Manager
+	agent    string
+	agentErr error
+
+	mu      sync.Mutex
+	tenants map[string]*tenantBackend
+	// opts are the options sessions were created with (docker), by
+	// tenant/session; a session without any takes the tenant's defaults.
+	opts map[string]server.SessionOptions
+}
+
+type tenantBackend struct {
+	tools *tools.Toolset
+	exec  executor.BashExecutor
+	close func(context.Context) error
+	// forget drops a session's cached connection (docker).
+	forget func(session string)
+	// seen lists the sessions used (local).
+	seen *sessionSet
+}
+
+var _ server.Backend = (*serveBackend)(nil)
+
+func newServeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*serveBackend, error) {
+	b := &serveBackend{cfg: cfg, log: log, tenants: map[string]*tenantBackend{}, opts: map[string]server.SessionOptions{}}
+	switch cfg.Backend {
+	case "local":
+		return b, nil
+	case "docker":
+	default:
+		return nil, fmt.Errorf("unknown backend %q (available: local, docker)", cfg.Backend)
+	}
+	rt, err := docker.NewFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("docker backend: %w", err)
+	}
+	m, err := sandbox.NewManager(sandbox.Config{
+		Runtime:  timedRuntime{Runtime: rt, b: b},
+		StateDir: cfg.Docker.StateDir,
+		Owner:    cfg.Docker.Owner,
+		Ready:    sandboxed.WaitAgent,
+		Logger:   log,
+	})
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("docker backend: %w", err)
+	}
+	b.rt, b.manager = rt, m
+	b.agent, b.agentErr = agentBinary(cfg.Docker.Agent)
+	// Sandboxes (and their background tasks) of a previous process of this
+	// owner are taken over; dead ones and orphaned directories removed.
+	rep, err := m.Adopt(ctx)
+	if err != nil {
+		log.Warn("adopting sandboxes", "err", err)
+	}
+	log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed))
+	return b, nil
+}
+
+// timedRuntime reports how long creating a sandbox takes.
+type timedRuntime struct {
+	*docker.Runtime
+	b *serveBackend
+}
+
+func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	start := time.Now()
+	sb, err := t.Runtime.Create(ctx, spec)
+	if err == nil && t.b.created != nil {
+		t.b.created(spec.Tenant, time.Since(start))
+	}
+	return sb, err
+}
+
+// tenant returns the tenant's executor and Toolset, creating them on first
+// use.
+func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if tb, ok := b.tenants[name]; ok {
+		return tb, nil
+	}
+	tb := &tenantBackend{}
+	home := "/workspace"
+	switch b.cfg.Backend {
+	case "local":
+		root := b.cfg.Local.Root
+		if root == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return nil, err
+			}
+			root = wd
+		}
+		root = filepath.Join(root, name)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, fmt.Errorf("local backend: %w", err)
+		}
+		spill, err := filepath.Abs(filepath.Join(b.cfg.Local.SpillDir, name))
+		if err != nil {
+			return nil, err
+		}
+		home = root
+		e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: b.cfg.Limits, Cgroup: local.CgroupMode(b.cfg.Local.Cgroup)})
+		if err != nil {
+			return nil, fmt.Errorf("local backend: %w", err)
+		}
+		tb.seen = &sessionSet{m: map[string]time.Time{}}
+		tb.exec, tb.close = recording{e, tb.seen}, e.Close
+	case "docker":
+		e, err := sandboxed.New(sandboxed.Config{
+			Manager: b.manager,
+			Tenant:  name,
+			Spec:    func(session string) (sandbox.Spec, error) { return b.spec(name, session) },
+			Limits:  b.cfg.Limits,
+		})
+		if err != nil {
+			return nil, err
+		}
+		tb.exec, tb.forget = e, e.Forget
+		tb.close = func(context.Context) error { return e.Close() }
+	}
+	var gate tools.Gate
+	if b.gate != nil {
+		gate = b.gate(name)
+	}
+	ts, err := tools.New(tb.exec, tools.Config{
+		DisableRunInBackground: !b.cfg.EnableRunInBackground,
+		Home:                   home,
+		Facts:                  b.cfg.Facts,
+		Gate:                   gate,
+		OnNotice: func(session string, n tools.Notice) {
+			if b.notify != nil {
+				b.notify(name, session, n)
+			}
+		},
+	})
+	if err != nil {
+		tb.close(context.Background())
+		return nil, err
+	}
+	tb.tools = ts
+	b.tenants[name] = tb
+	return tb, nil
+}
+
+// spec is the sandbox spec of a new docker session: the options it was
+// created with, else the tenant's defaults.
+func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
+	if b.agentErr != nil {
+		return sandbox.Spec{}, b.agentErr
+	}
+	b.mu.Lock()
+	o := b.opts[tenant+"/"+session]
+	b.mu.Unlock()
+	dc := b.cfg.Docker
+	var err error
+	if dc.Image, err = b.cfg.sessionImage(tenant, o.Image); err != nil {
+		return sandbox.Spec{}, err
+	}
+	if dc.Runtime, err = b.cfg.sessionRuntime(tenant, o.Runtime); err != nil {
+		return sandbox.Spec{}, err
+	}
+	return dockerSpec(dc, tenant, session, b.agent)
+}
+
+func (b *serveBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {
+	tb, err := b.tenant(tenant)
+	if err != nil {
+		return nil, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
+	}
+	return tb.tools, nil
+}
+
+func (b *serveBackend) Sessions(_ context.Context, tenant string) ([]server.SessionInfo, error) {
+	var out []server.SessionInfo
+	if b.manager == nil {
+		tb, err := b.tenant(tenant)
+		if err != nil {
+			return nil, err
+		}
+		for id, created := range tb.seen.list() {
+			out = append(out, server.SessionInfo{ID: id, Tenant: tenant, State: "running", Created: created})
+		}
+		return out, nil
+	}
+	for _, sb := range b.manager.Sandboxes() {
+		if sb.Tenant == tenant {
+			out = append(out, server.SessionInfo{ID: sb.Session, Tenant: tenant, Image: sb.Image, Runtime: sb.Runtime,
+				State: string(sb.State), Created: sb.Created})
+		}
+	}
+	return out, nil
+}
+
+func (b *serveBackend) CreateSession(ctx context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
+	tb, err := b.tenant(tenant)
+	if err != nil {
+		return server.SessionInfo{}, err
+	}
+	if b.manager == nil {
+		if opts.Image != "" || opts.Runtime != "" {
+			return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend runs no images or runtimes")
+		}
+		created := tb.seen.add(session)
+		return server.SessionInfo{ID: session, Tenant: tenant, State: "running", Created: created}, nil
+	}
+	if _, err := b.cfg.sessionImage(tenant, opts.Image); err != nil {
+		return server.SessionInfo{}, err
+	}
+	if _, err := b.cfg.sessionRuntime(tenant, opts.Runtime); err != nil {
+		return server.SessionInfo{}, err
+	}
+	b.mu.Lock()
+	b.opts[tenant+"/"+session] = opts
+	b.mu.Unlock()
+	spec, err := b.spec(tenant, session)
+	if err != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrInvalid, "%v", err)
+	}
+	sb, err := b.manager.Ensure(ctx, spec)
+	if err != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "sandbox for session %s: %v", session, err)
+	}
+	return server.SessionInfo{ID: session, Tenant: tenant, Image: sb.Image, Runtime: sb.Runtime, State: string(sb.State), Created: sb.Created}, nil
+}
+
+func (b *serveBackend) DeleteSession(ctx context.Context, tenant, session string) error {
+	tb, err := b.tenant(tenant)
+	if err != nil {
+		return err
+	}
+	if b.manager == nil {
+		if !tb.seen.remove(session) {
+			return server.NoSuchSession(session)
+		}
+		return nil
+	}
+	b.mu.Lock()
+	delete(b.opts, tenant+"/"+session)
+	b.mu.Unlock()
+	tb.forget(session)
+	err = b.manager.Remove(ctx, tenant, session)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandbox.ErrNotFound):
+		return server.NoSuchSession(session)
+	default:
+		return server.Errorf(server.ErrUnavailable, "removing session %s: %v", session, err)
+	}
+}
+
+func (b *serveBackend) Ready(ctx context.Context) error {
+	if b.rt == nil {
+		return nil
+	}
+	if err := b.rt.Ping(ctx); err != nil {
+		return fmt.Errorf("docker engine: %w", err)
+	}
+	return nil
+}
+
+// Close stops the Toolsets' watchers and closes the executors: connections
+// for docker (sandboxes and tasks keep running, for the next process), the
+// tasks themselves for local.
+func (b *serveBackend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, tb := range b.tenants {
+		tb.tools.Close()
+		errs = append(errs, tb.close(ctx))
+	}
+	if b.rt != nil {
+		errs = append(errs, b.rt.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// recording is a local executor that remembers the sessions it served.
+type recording struct {
+	*local.Executor
+	seen *sessionSet
+}
+
+func (r recording) Resolve(ctx context.Context, req executor.Request) (executor.Spec, error) {
+	spec, err := r.Executor.Resolve(ctx, req)
+	if err == nil {
+		r.seen.add(req.Session)
+	}
+	return spec, err
+}
+
+type sessionSet struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (s *sessionSet) add(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.m[id]; ok {
+		return t
+	}
+	t := time.Now().UTC()
+	s.m[id] = t
+	return t
+}
+
+func (s *sessionSet) remove(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[id]
+	delete(s.m, id)
+	return ok
+}
+
+func (s *sessionSet) list() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.m))
+	for k, v := range s.m {
+		out[k] = v
+	}
+	return out
+}

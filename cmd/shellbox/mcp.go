@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shellbox/shellbox/server"
+)
+
+func newMCPCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the tools over MCP on stdin/stdout, for a local harness",
+		Long: `Serve the tools over MCP (JSON-RPC on stdin/stdout) as the configured tenant
+and session, on the configured backend. No token: whoever can start this
+process is the tenant. Logs go to stderr as JSON.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			file, _ := cmd.Flags().GetString("config")
+			cfg, err := loadConfig(cmd.Flags(), file)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			ctx := cmd.Context()
+			b, err := newServeBackend(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.Grace+5*time.Second)
+				defer cancel()
+				b.Close(cctx)
+			}()
+			srv, err := server.New(server.Config{Backend: b, Logger: log, Version: versionString()})
+			if err != nil {
+				return err
+			}
+			b.notify = srv.Notify
+			b.created = srv.ObserveSandboxCreate
+			in, out := cmd.InOrStdin(), cmd.OutOrStdout()
+			return srv.ServeStdio(ctx, cfg.Tenant, cfg.Session, readCloser{in}, writeCloser{out})
+		},
+	}
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed) or docker")
+	cmd.Flags().String("tenant", "default", "tenant the session belongs to")
+	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
+	return cmd
+}
+
+type readCloser struct {
+	r interface{ Read([]byte) (int, error) }
+}
+
+func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (r readCloser) Close() error               { return nil }
+
+type writeCloser struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
+func (w writeCloser) Close() error                { return nil }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shellbox/shellbox/server"
+)
+
+func newServeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the tools over MCP (/mcp) and a REST API to authenticated tenants",
+		Long: `Serve the tools on one HTTP listener: MCP over streamable HTTP at /mcp, the
+REST API under /v1 (OpenAPI document at /openapi.json), /healthz, /readyz and
+Prometheus /metrics. Tenants and their bearer-token hashes come from the
+config (server.tenants); see the README's Server section.
+
+SIGTERM or SIGINT: stop accepting, let tool calls in flight finish within
+server.shutdownTimeout, and exit leaving sandboxes and background tasks
+running for the next process to adopt.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			file, _ := cmd.Flags().GetString("config")
+			cfg, err := loadConfig(cmd.Flags(), file)
+			if err != nil {
+				return err
+			}
+			if len(cfg.Server.Tenants) == 0 {
+				return errors.New("config: server.tenants is empty: no one could authenticate (make a token with `shellbox token`)")
+			}
+			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			return serve(cmd.Context(), cfg, log)
+		},
+	}
+	cmd.Flags().String("backend", "local", "where commands run: docker (a hardened container per session) or local (host processes, unsandboxed)")
+	cmd.Flags().String("listen", "127.0.0.1:8080", "address to listen on (server.listen)")
+	return cmd
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serve runs the server until ctx is done, then shuts down gracefully.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	b, err := newServeBackend(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	tenants := map[string]server.TenantConfig{}
+	for name, t := range cfg.Server.Tenants {
+		tenants[name] = t.TenantConfig
+	}
+	srv, err := server.New(server.Config{
+		Backend:           b,
+		Tenants:           tenants,
+		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
+		EventBuffer:       cfg.Server.EventBuffer,
+		MCPSessionTimeout: cfg.Server.MCPSessionTimeout,
+		Logger:            log,
+		Version:           versionString(),
+	})
+	if err != nil {
+		b.Close(context.Background())
+		return err
+	}
+	b.notify = srv.Notify
+	b.created = srv.ObserveSandboxCreate
+	// The policies adapter plugs in here: b.gate = func(tenant) tools.Gate
+	// { return srv.ObserveGate(tenant, <the tenant's policy gate>) }. Until
+	// then every call is allowed.
+
+	life, stopLife := context.WithCancel(context.Background())
+	defer stopLife()
+	if b.manager != nil && cfg.Server.IdleTTL > 0 {
+		go b.manager.ReapEvery(life, cfg.Server.IdleTTL, max(cfg.Server.IdleTTL/4, time.Second))
+	}
+
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		b.Close(context.Background())
+		return err
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Requests do not inherit the process's signal context: a SIGTERM
+		// must not abort the calls it lets finish.
+		BaseContext: func(net.Listener) context.Context { return context.Background() },
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "backend", cfg.Backend, "tenants", len(tenants), "version", versionString())
+
+	select {
+	case err := <-served:
+		b.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "deadline", cfg.Server.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- srv.Drain(sctx) }()
+	shutErr := hs.Shutdown(sctx)
+	drainErr := <-drained
+	if shutErr != nil {
+		// Streams or calls outlived the deadline: cut them.
+		hs.Close()
+	}
+	stopLife()
+	closeErr := b.Close(context.Background())
+	log.Info("stopped", "drain", errString(drainErr), "shutdown", errString(shutErr))
+	return closeErr
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/server/servertest"
+	"github.com/shellbox/shellbox/tools"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	dockertest.RemoveAgent()
+	os.Exit(code)
+}
+
+var testImageOnce sync.Once
+
+// dockerConformance runs the conformance suite with every session in its
+// own runc sandbox, every call carried by transport through a real server.
+func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveLeftovers(context.Background(), cli)
+	var err error
+	testImageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := docker.NewFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, StateDir: dockertest.StateDir(t), Owner: dockertest.Owner(t), Ready: sandboxed.WaitAgent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, sb := range m.Sandboxes() {
+			m.Remove(ctx, sb.Tenant, sb.Session)
+		}
+	})
+	agent := dockertest.Agent(t)
+	executortest.Run(t, executortest.Harness{
+		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
+			e, err := sandboxed.New(sandboxed.Config{
+				Manager: m,
+				Tenant:  "acme",
+				Spec: func(session string) (sandbox.Spec, error) {
+					return sandbox.NewSpec("acme", session, sandbox.WithImage(dockertest.Image), sandbox.WithRuntime(sandbox.RuntimeRunc),
+						sandbox.WithLabels(dockertest.Labels()), sandbox.WithAgent(agent), sandbox.WithSpillSize(256*sandbox.MiB))
+				},
+				Limits: lim,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			return e
+		},
+		Root: executortest.FixedRoot("/workspace"),
+		Home: "/home/sandbox",
+		EndSession: func(e executor.BashExecutor, session string) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			e.(*sandboxed.Executor).Forget(session)
+			m.Remove(ctx, "acme", session)
+		},
+		Transport: transport,
+		Skip:      skip,
+	})
+}
+
+// TestDockerConformanceREST: the conformance cases through the REST API by
+// plain HTTP (server/client), against Docker sandboxes.
+func TestDockerConformanceREST(t *testing.T) {
+	dockerConformance(t, servertest.RESTTransport, servertest.RESTSkips)
+}
+
+// TestDockerConformanceMCP: the same through /mcp with the official MCP Go
+// SDK client.
+func TestDockerConformanceMCP(t *testing.T) {
+	dockerConformance(t, servertest.MCPTransport, servertest.MCPSkips)
+}
+
+// serveProcess is a `shellbox serve` process.
+type serveProcess struct {
+	cmd  *exec.Cmd
+	url  string
+	logs chan string
+	done chan error
+}
+
+func startServeProcess(t *testing.T, bin, cfg string) *serveProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProcess{cmd: cmd, logs: make(chan string, 1024), done: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var l struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "listening" {
+				addr <- l.Addr
+			}
+			select {
+			case p.logs <- sc.Text():
+			default:
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case a := <-addr:
+		p.url = "http://" + a
+	case err := <-p.done:
+		t.Fatalf("serve exited: %v", err)
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("serve did not listen")
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *serveProcess) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("serve after SIGTERM: %v", err)
+		}
+		p.done <- nil // for Cleanup
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+}
+
+// TestServeRestart: SIGTERM the server with a background task running, in
+// the middle of a foreground call; the call finishes, and a new server
+// process serves bash_output for the task with its output and final status.
+func TestServeRestart(t *testing.T) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveLeftovers(context.Background(), cli)
+	var err error
+	testImageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinaries(t)
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
+docker:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+server:
+  shutdownTimeout: 30s
+  tenants:
+    acme:
+      tokens: [%q]
+`, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, server.HashToken(testToken))), 0o644)
+
+	first := startServeProcess(t, bin, cfg)
+	ctx := context.Background()
+	c := client.New(first.url, testToken, nil)
+	r, err := c.Call(ctx, "restart", "bash", json.RawMessage(`{"command":"for i in 1 2 3 4; do echo tick $i; sleep 1; done; exit 3","description":"tick","run_in_background":true}`))
+	if err != nil || r.IsError {
+		t.Fatalf("start: %v %q", err, r.Text)
+	}
+	id := r.Value.(*tools.Background).TaskID
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rt, err := docker.NewFromEnv()
+		if err != nil {
+			return
+		}
+		defer rt.Close()
+		if sb, err := rt.Get(ctx, "acme", "restart"); err == nil {
+			rt.Remove(ctx, sb.ID)
+		}
+	})
+	// A foreground call in flight when SIGTERM arrives finishes.
+	fg := make(chan tools.Result, 1)
+	go func() {
+		r, err := c.Call(ctx, "restart", "bash", json.RawMessage(`{"command":"sleep 1.5; echo finished","description":"in flight"}`))
+		if err != nil {
+			r.Text = "call error: " + err.Error()
+		}
+		fg <- r
+	}()
+	time.Sleep(500 * time.Millisecond)
+	first.stop(t)
+	if r := <-fg; r.Text != "finished" {
+		t.Fatalf("the call in flight at SIGTERM: %q", r.Text)
+	}
+
+	second := startServeProcess(t, bin, cfg)
+	c = client.New(second.url, testToken, nil)
+	var got strings.Builder
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r, err := c.Call(ctx, "restart", "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, id)))
+		if err != nil || r.IsError {
+			t.Fatalf("bash_output after restart: %v %q", err, r.Text)
+		}
+		got.WriteString(r.Text + "\n")
+		if strings.HasSuffix(r.Text, "status: completed, exit code: 3") || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range []string{"tick 1", "tick 2", "tick 3", "tick 4", "status: completed, exit code: 3"} {
+		if !strings.Contains(got.String(), want) {
+			t.Fatalf("reads after restart lack %q:\n%s", want, got.String())
+		}
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "restart" {
+		t.Fatalf("sessions after restart: %v %+v", err, list)
+	}
+	if err := c.DeleteSession(ctx, "restart"); err != nil {
+		t.Fatal(err)
+	}
+	second.stop(t)
+}

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Approvals is the optional seam to a policy engine's pending "ask"
+// decisions. Implementations must be safe for concurrent use.
+type Approvals interface {
+	// List returns the tenant's approvals, pending and decided, that the
+	// engine still keeps.
+	List(tenant string) []Approval
+	// Decide approves or denies one of the tenant's pending approvals. An
+	// unknown id, or one of another tenant, is an error satisfying
+	// errors.Is(err, ErrNoSuchApproval) with text "no such approval: <id>";
+	// one already decided wraps ErrInvalid.
+	Decide(tenant, id string, approve bool, approver, reason string) (Approval, error)
+	// Subscribe calls fn with every approval that is created or changes
+	// state, for every tenant, until cancel is called. fn must not block.
+	Subscribe(fn func(Approval)) (cancel func())
+}
+
+// Approval is one request for a human decision on a tool call.
+type Approval struct {
+	ID             string    `json:"id"`
+	Tenant         string    `json:"tenant"`
+	Session        string    `json:"session"`
+	Tool           string    `json:"tool"`
+	Command        string    `json:"command"`
+	Workdir        string    `json:"workdir"`
+	Rule           string    `json:"rule"`
+	Reason         string    `json:"reason"`
+	Justification  string    `json:"justification"`
+	Permissions    []string  `json:"permissions"`
+	State          string    `json:"state"` // pending | approved | denied | expired
+	Approver       string    `json:"approver"`
+	DecisionReason string    `json:"decisionReason"`
+	Created        time.Time `json:"created"`
+	Deadline       time.Time `json:"deadline"`
+	Decided        time.Time `json:"decided,omitzero"`
+}
+
+// Approval states.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+	ApprovalExpired  = "expired"
+)
+
+// ErrNoSuchApproval is the class of an unknown (or foreign) approval id.
+var ErrNoSuchApproval = errors.New("no such approval")
+
+// NoSuchApproval is the one answer for an approval id the tenant cannot see.
+func NoSuchApproval(id string) error {
+	return &classedError{class: ErrNoSuchApproval, msg: "no such approval: " + id}
+}
+
+// NoSuchSession is the one answer for a session id the tenant cannot see.
+func NoSuchSession(id string) error {
+	return &classedError{class: ErrNoSuchSession, msg: "no such session: " + id}
+}
+
+// classedError is an error whose text is its message alone while errors.Is
+// finds its class.
+type classedError struct {
+	class error
+	msg   string
+}
+
+func (e *classedError) Error() string        { return e.msg }
+func (e *classedError) Is(target error) bool { return target == e.class }
+
+// Errorf returns an error of class whose text is the formatted message alone.
+func Errorf(class error, format string, a ...any) error {
+	return &classedError{class: class, msg: fmt.Sprintf(format, a...)}
+}

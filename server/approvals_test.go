@@ -1,0 +1,139 @@
+package server
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeApprovals is an in-memory Approvals for tests.
+type fakeApprovals struct {
+	mu   sync.Mutex
+	list []Approval
+	subs map[int]func(Approval)
+	next int
+}
+
+func newFakeApprovals() *fakeApprovals { return &fakeApprovals{subs: map[int]func(Approval){}} }
+
+func (f *fakeApprovals) add(a Approval) {
+	a.Created = time.Now().UTC()
+	f.mu.Lock()
+	f.list = append(f.list, a)
+	subs := f.snapshot()
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(a)
+	}
+}
+
+func (f *fakeApprovals) snapshot() []func(Approval) {
+	var out []func(Approval)
+	for _, fn := range f.subs {
+		out = append(out, fn)
+	}
+	return out
+}
+
+func (f *fakeApprovals) get(id string) Approval {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.list {
+		if a.ID == id {
+			return a
+		}
+	}
+	return Approval{}
+}
+
+func (f *fakeApprovals) List(tenant string) []Approval {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Approval
+	for _, a := range f.list {
+		if a.Tenant == tenant {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (f *fakeApprovals) Decide(tenant, id string, approve bool, approver, reason string) (Approval, error) {
+	f.mu.Lock()
+	var out Approval
+	found := false
+	for i, a := range f.list {
+		if a.ID != id || a.Tenant != tenant {
+			continue
+		}
+		if a.State != ApprovalPending {
+			f.mu.Unlock()
+			return Approval{}, Errorf(ErrInvalid, "approval %s is already %s", id, a.State)
+		}
+		a.State, a.Approver, a.DecisionReason, a.Decided = ApprovalDenied, approver, reason, time.Now().UTC()
+		if approve {
+			a.State = ApprovalApproved
+		}
+		f.list[i] = a
+		out, found = a, true
+	}
+	subs := f.snapshot()
+	f.mu.Unlock()
+	if !found {
+		return Approval{}, NoSuchApproval(id)
+	}
+	for _, fn := range subs {
+		fn(out)
+	}
+	return out, nil
+}
+
+func (f *fakeApprovals) Subscribe(fn func(Approval)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	k := f.next
+	f.subs[k] = fn
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs, k)
+	}
+}
+
+func TestApprovals(t *testing.T) {
+	fa := newFakeApprovals()
+	r := newRig(t, func(c *Config) { c.Approvals = fa })
+	events, stop := sse(t, r, "/v1/events", tokenAcme)
+	defer stop()
+	fa.add(Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "curl example.com", State: ApprovalPending, Permissions: []string{"network"}})
+	fa.add(Approval{ID: "a2", Tenant: "acme", Session: "s1", Tool: "bash", Command: "rm x", State: ApprovalPending})
+	if e := <-events; e["type"] != "approval" || e["approval"].(map[string]any)["id"] != "a1" {
+		t.Fatalf("event: %v", e)
+	}
+	<-events
+	code, m := r.json("GET", "/v1/approvals?state=pending", tokenAcme, nil)
+	if code != 200 || len(m["approvals"].([]any)) != 2 {
+		t.Fatalf("list: %d %v", code, m)
+	}
+	code, m = r.json("POST", "/v1/approvals/a1/approve", tokenAcme, map[string]string{"approver": "alice", "reason": "ok"})
+	if code != 200 || m["state"] != "approved" || m["approver"] != "alice" || m["decisionReason"] != "ok" {
+		t.Fatalf("approve: %d %v", code, m)
+	}
+	if e := <-events; e["approval"].(map[string]any)["state"] != "approved" {
+		t.Fatalf("decision event: %v", e)
+	}
+	code, m = r.json("POST", "/v1/approvals/a2/deny", tokenAcme, nil)
+	if code != 200 || m["state"] != "denied" || m["approver"] != "tenant:acme" {
+		t.Fatalf("deny: %d %v", code, m)
+	}
+	code, m = r.json("POST", "/v1/approvals/a2/approve", tokenAcme, nil)
+	if code != http.StatusBadRequest || errCode(m) != "invalid" {
+		t.Fatalf("decide twice: %d %v", code, m)
+	}
+	code, m = r.json("GET", "/v1/approvals/a1", tokenAcme, nil)
+	if code != 200 || m["state"] != "approved" {
+		t.Fatalf("get: %d %v", code, m)
+	}
+}

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Backend is where tool calls run: the server's only way to reach sandboxes.
+// Implementations must be safe for concurrent use and keep tenants apart:
+// every method acts on the named tenant's sessions alone.
+type Backend interface {
+	// Toolset returns the tenant's Toolset, the same one on every call. Its
+	// background completion notices must be handed to the Server's Notify.
+	Toolset(ctx context.Context, tenant string) (*tools.Toolset, error)
+	// Sessions lists the tenant's sessions.
+	Sessions(ctx context.Context, tenant string) ([]SessionInfo, error)
+	// CreateSession creates the tenant's session now (its sandbox, with
+	// opts) instead of on its first tool call. Creating a session that
+	// exists returns it. Options outside the tenant's policy are an error
+	// wrapping ErrNotAllowed; bad values one wrapping ErrInvalid.
+	CreateSession(ctx context.Context, tenant, session string, opts SessionOptions) (SessionInfo, error)
+	// DeleteSession removes the tenant's session, its sandbox and its
+	// background tasks. An unknown session is an error wrapping
+	// ErrNoSuchSession.
+	DeleteSession(ctx context.Context, tenant, session string) error
+	// Ready reports whether the backend can serve (the engine answers).
+	Ready(ctx context.Context) error
+}
+
+// SessionInfo describes one session.
+type SessionInfo struct {
+	ID      string    `json:"id"`
+	Tenant  string    `json:"tenant"`
+	Image   string    `json:"image,omitempty"`
+	Runtime string    `json:"runtime,omitempty"`
+	State   string    `json:"state,omitempty"`
+	Created time.Time `json:"created,omitzero"`
+}
+
+// SessionOptions are what a client may choose for a new session, within the
+// tenant's policy. Empty fields take the tenant's defaults.
+type SessionOptions struct {
+	Image   string `json:"image,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// Error classes a Backend or Approvals implementation wraps; the server maps
+// them to HTTP statuses (404, 403, 400, 503).
+var (
+	ErrNoSuchSession = errors.New("no such session")
+	ErrNotAllowed    = errors.New("not allowed by policy")
+	ErrInvalid       = errors.New("invalid request")
+	ErrUnavailable   = errors.New("unavailable")
+)

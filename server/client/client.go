@@ -1,0 +1,276 @@
+// Package client is the Go client of `shellbox serve`: the REST API (tool
+// calls, sessions, approvals, events) and helpers for its MCP endpoint. The
+// CLI's client mode is built on it.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Client talks to one server as one tenant (its token's).
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client of the server at baseURL (e.g. http://host:8080)
+// authenticating with token. hc nil means http.DefaultClient.
+func New(baseURL, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: strings.TrimSuffix(baseURL, "/"), token: token, http: hc}
+}
+
+// Error is a non-2xx answer: its status and the server's error object.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("server answered %d", e.Status)
+	}
+	return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code)
+}
+
+// maxResponse bounds what the client reads of one answer.
+const maxResponse = 64 << 20
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	resp, err := c.send(ctx, method, path, rd)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return errorOf(resp.StatusCode, b)
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return c.http.Do(req)
+}
+
+func errorOf(status int, b []byte) error {
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+		return &Error{Status: status, Message: strings.TrimSpace(string(b))}
+	}
+	return &Error{Status: status, Code: e.Error.Code, Message: e.Error.Message}
+}
+
+// Call runs one tool call in the session. The Result is exactly what an
+// in-process Toolset.Call returns (typed Value included), error results too;
+// the error is non-nil only when the call did not run (auth, limits, the
+// server going away).
+func (c *Client) Call(ctx context.Context, session, tool string, args json.RawMessage) (tools.Result, error) {
+	path := "/v1/sessions/" + url.PathEscape(session) + "/tools/" + url.PathEscape(tool)
+	resp, err := c.send(ctx, http.MethodPost, path, bytes.NewReader(args))
+	if err != nil {
+		return tools.Result{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return tools.Result{}, err
+	}
+	var body struct {
+		Text    *string         `json:"text"`
+		IsError bool            `json:"isError"`
+		Result  json.RawMessage `json:"result"`
+		Notices []tools.Notice  `json:"notices"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil || body.Text == nil {
+		if resp.StatusCode/100 == 2 {
+			return tools.Result{}, fmt.Errorf("malformed tool response: %q", clip(b))
+		}
+		return tools.Result{}, errorOf(resp.StatusCode, b)
+	}
+	v, err := DecodeValue(body.Result)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	return tools.Result{Text: *body.Text, IsError: body.IsError, Value: v, Notices: body.Notices}, nil
+}
+
+// DecodeValue turns a tool result's JSON "result" into its typed value
+// (*tools.Foreground, *tools.Background, *tools.TaskOutput, *tools.TaskKill
+// or *tools.ErrorValue) by its kind.
+func DecodeValue(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var k struct{ Kind string }
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return nil, fmt.Errorf("tool result: %w", err)
+	}
+	var v any
+	switch k.Kind {
+	case "foreground":
+		v = new(tools.Foreground)
+	case "background":
+		v = new(tools.Background)
+	case "output":
+		v = new(tools.TaskOutput)
+	case "kill":
+		v = new(tools.TaskKill)
+	case "error":
+		v = new(tools.ErrorValue)
+	default:
+		return nil, fmt.Errorf("tool result of unknown kind %q", k.Kind)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("tool result: %w", err)
+	}
+	return v, nil
+}
+
+// Tools lists the tool definitions.
+func (c *Client) Tools(ctx context.Context) ([]tools.Definition, error) {
+	var out struct{ Tools []tools.Definition }
+	err := c.do(ctx, http.MethodGet, "/v1/tools", nil, &out)
+	return out.Tools, err
+}
+
+// Sessions lists the tenant's sessions.
+func (c *Client) Sessions(ctx context.Context) ([]server.SessionInfo, error) {
+	var out struct{ Sessions []server.SessionInfo }
+	err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, &out)
+	return out.Sessions, err
+}
+
+// CreateSession creates a session now, with options within the policy.
+func (c *Client) CreateSession(ctx context.Context, id string, opts server.SessionOptions) (server.SessionInfo, error) {
+	var out server.SessionInfo
+	err := c.do(ctx, http.MethodPost, "/v1/sessions", server.CreateSessionRequest{ID: id, SessionOptions: opts}, &out)
+	return out, err
+}
+
+// Session returns one session.
+func (c *Client) Session(ctx context.Context, id string) (server.SessionInfo, error) {
+	var out server.SessionInfo
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// DeleteSession removes a session, its sandbox and its tasks.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, nil)
+}
+
+// Approvals lists the tenant's approvals; state "" means all.
+func (c *Client) Approvals(ctx context.Context, state string) ([]server.Approval, error) {
+	var out struct{ Approvals []server.Approval }
+	path := "/v1/approvals"
+	if state != "" {
+		path += "?state=" + url.QueryEscape(state)
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
+	return out.Approvals, err
+}
+
+// Decide approves or denies an approval.
+func (c *Client) Decide(ctx context.Context, id string, approve bool, approver, reason string) (server.Approval, error) {
+	verb := "deny"
+	if approve {
+		verb = "approve"
+	}
+	var out server.Approval
+	err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/"+verb,
+		server.DecisionRequest{Approver: approver, Reason: reason}, &out)
+	return out, err
+}
+
+// ErrDropped: the server dropped the stream because the reader fell behind.
+var ErrDropped = errors.New("event stream dropped by the server: the reader fell behind")
+
+// Events follows the event stream of a session (all the tenant's sessions
+// when session is "") and calls fn with each event until ctx is done, fn
+// returns an error, or the stream ends. It returns ErrDropped after the
+// server's "dropped" event, and nil when the server closed the stream.
+func (c *Client) Events(ctx context.Context, session string, fn func(server.Event) error) error {
+	path := "/v1/events"
+	if session != "" {
+		path = "/v1/sessions/" + url.PathEscape(session) + "/events"
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return errorOf(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e server.Event
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			return fmt.Errorf("event: %w", err)
+		}
+		if e.Type == server.EventDropped {
+			return ErrDropped
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return sc.Err()
+}
+
+func clip(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

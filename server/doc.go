@@ -1,0 +1,19 @@
+// Package server is `shellbox serve`: one HTTP listener that serves the
+// tools to agent harnesses over MCP (streamable HTTP at /mcp; stdio for a
+// local harness) and a REST JSON API (sessions, tool calls, events as
+// server-sent events, approvals), with bearer-token tenants, limits,
+// Prometheus metrics and health endpoints.
+//
+// It imports no backend. Everything it runs goes through two seams: Backend
+// (a tenant's Toolset and its sessions) and, optionally, Approvals (the
+// permission requests a policy is waiting on). cmd/shellbox implements
+// Backend over the docker and local executors.
+//
+// Tenancy: the tenant of a request is the one its bearer token maps to, never
+// a name the client sends. A tenant's ids (sessions, tasks, approvals) are
+// looked up within that tenant only, so another tenant's id answers exactly
+// as an unknown one: 404 with "no such session|task|approval: <id>".
+//
+// Errors are turned into HTTP statuses here and nowhere else: every non-2xx
+// answer is a JSON body {"error": {"code": "...", "message": "..."}}.
+package server

@@ -1,0 +1,306 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Backend runs the tools. Required.
+	Backend Backend
+	// Approvals, if set, serves the approvals endpoints and events; without
+	// it the endpoints list nothing and every id is unknown.
+	Approvals Approvals
+	// Tenants maps tenant names to their tokens and limits. A request's
+	// tenant is the one its token belongs to. Required for HTTP.
+	Tenants map[string]TenantConfig
+	// MaxBodyBytes bounds every request body (default 1 MiB).
+	MaxBodyBytes int64
+	// EventBuffer bounds each event-stream subscriber's queue (default 256).
+	// A subscriber that falls that far behind is dropped with a final
+	// "dropped" event.
+	EventBuffer int
+	// MCPSessionTimeout closes MCP sessions idle that long (default 1 h).
+	// Sandboxes are unaffected: reconnecting with the same session name
+	// reaches the same one.
+	MCPSessionTimeout time.Duration
+	// Logger receives one JSON line per request (default: discard).
+	Logger *slog.Logger
+	// Version is reported by /healthz and the MCP server info.
+	Version string
+}
+
+// TenantConfig is one tenant's tokens and limits.
+type TenantConfig struct {
+	// Tokens are sha256:<hex> hashes of the tenant's bearer tokens.
+	Tokens []string `mapstructure:"tokens" json:"tokens"`
+	// MaxConcurrentCalls bounds the tenant's tool calls in flight (default 16).
+	MaxConcurrentCalls int `mapstructure:"maxConcurrentCalls" json:"maxConcurrentCalls"`
+	// RatePerSecond and Burst bound the tenant's requests (default 50/s,
+	// burst 100).
+	RatePerSecond float64 `mapstructure:"ratePerSecond" json:"ratePerSecond"`
+	Burst         int     `mapstructure:"burst" json:"burst"`
+}
+
+// Defaults of TenantConfig and Config.
+const (
+	DefaultMaxConcurrentCalls = 16
+	DefaultRatePerSecond      = 50
+	DefaultBurst              = 100
+	DefaultMaxBodyBytes       = 1 << 20
+	DefaultEventBuffer        = 256
+)
+
+// nameRE is what tenant and session names look like (executor.ValidSession).
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Server serves the tools over HTTP (REST and MCP) and stdio (MCP).
+type Server struct {
+	cfg     Config
+	tokens  tokens
+	limits  map[string]*tenantLimits
+	metrics *metrics
+	events  *hub
+	log     *slog.Logger
+
+	mcpHTTP *mcp.StreamableHTTPHandler
+	// mcpSrvs are the MCP servers, one per tool list (keyed by the tools'
+	// names): a session is offered the tools its Toolset lists for it.
+	mcpMu   sync.Mutex
+	mcpSrvs map[string]*mcp.Server
+	// mcpWatches are the notice subscriptions of MCP sessions,
+	// *mcp.ServerSession → *mcpWatch.
+	mcpWatches sync.Map
+
+	// inflight counts tool calls running, for Drain.
+	inflight sync.WaitGroup
+	mu       sync.Mutex
+	draining bool
+
+	cancelApprovals func()
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("server: Config.Backend is required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = DefaultEventBuffer
+	}
+	if cfg.MCPSessionTimeout <= 0 {
+		cfg.MCPSessionTimeout = time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{cfg: cfg, limits: map[string]*tenantLimits{}, log: cfg.Logger}
+	seen := map[[32]byte]string{}
+	for name, tc := range cfg.Tenants {
+		if !nameRE.MatchString(name) {
+			return nil, fmt.Errorf("server: tenant %q: want 1-64 letters, digits, '.', '_' or '-'", name)
+		}
+		if tc.MaxConcurrentCalls <= 0 {
+			tc.MaxConcurrentCalls = DefaultMaxConcurrentCalls
+		}
+		if tc.RatePerSecond <= 0 {
+			tc.RatePerSecond = DefaultRatePerSecond
+		}
+		if tc.Burst <= 0 {
+			tc.Burst = DefaultBurst
+		}
+		cfg.Tenants[name] = tc
+		for _, h := range tc.Tokens {
+			sum, err := parseTokenHash(h)
+			if err != nil {
+				return nil, fmt.Errorf("server: tenant %s: %w", name, err)
+			}
+			if other, dup := seen[sum]; dup {
+				return nil, fmt.Errorf("server: tenants %s and %s share a token hash", other, name)
+			}
+			seen[sum] = name
+			s.tokens = append(s.tokens, tokenEntry{sum: sum, tenant: name})
+		}
+		s.limits[name] = newTenantLimits(name, tc)
+	}
+	s.metrics = newMetrics(s)
+	s.events = newHub(cfg.EventBuffer)
+	s.mcpSrvs = map[string]*mcp.Server{}
+	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor,
+		&mcp.StreamableHTTPOptions{
+			SessionTimeout:      cfg.MCPSessionTimeout,
+			MaxRequestBodyBytes: cfg.MaxBodyBytes,
+			Logger:              cfg.Logger,
+		})
+	if cfg.Approvals != nil {
+		s.cancelApprovals = cfg.Approvals.Subscribe(s.onApproval)
+	}
+	return s, nil
+}
+
+// Notify delivers a background completion notice of the tenant's session to
+// the session's event streams (SSE subscribers, MCP clients). It never
+// blocks: it is meant for tools.Config.OnNotice.
+func (s *Server) Notify(tenant, session string, n tools.Notice) {
+	s.metrics.taskDone(tenant, n.TaskID)
+	s.events.publish(Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()})
+}
+
+func (s *Server) onApproval(a Approval) {
+	ac := a
+	s.events.publish(Event{Type: EventApproval, Tenant: a.Tenant, Session: a.Session, Approval: &ac, Time: time.Now().UTC()})
+}
+
+// route is one REST route: a ServeMux pattern ("METHOD /path").
+type route struct {
+	pattern string
+	public  bool // served without a token
+	h       http.Handler
+}
+
+// routes are the REST routes, as documented in openapi.json (/mcp apart).
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /healthz", true, http.HandlerFunc(s.healthz)},
+		{"GET /readyz", true, http.HandlerFunc(s.readyz)},
+		{"GET /metrics", true, s.metrics.handler()},
+		{"GET /openapi.json", true, http.HandlerFunc(serveOpenAPI)},
+		{"GET /v1/tools", false, http.HandlerFunc(s.listTools)},
+		{"GET /v1/sessions", false, http.HandlerFunc(s.listSessions)},
+		{"POST /v1/sessions", false, http.HandlerFunc(s.createSession)},
+		{"GET /v1/sessions/{id}", false, http.HandlerFunc(s.getSession)},
+		{"DELETE /v1/sessions/{id}", false, http.HandlerFunc(s.deleteSession)},
+		{"POST /v1/sessions/{id}/tools/{tool}", false, http.HandlerFunc(s.callTool)},
+		{"GET /v1/sessions/{id}/events", false, http.HandlerFunc(s.sessionEvents)},
+		{"GET /v1/events", false, http.HandlerFunc(s.tenantEvents)},
+		{"GET /v1/approvals", false, http.HandlerFunc(s.listApprovals)},
+		{"GET /v1/approvals/{id}", false, http.HandlerFunc(s.getApproval)},
+		{"POST /v1/approvals/{id}/approve", false, s.decideApproval(true)},
+		{"POST /v1/approvals/{id}/deny", false, s.decideApproval(false)},
+	}
+}
+
+// Handler is the whole HTTP API: the REST routes, /mcp, and a JSON 404 for
+// anything else. Everything but the public routes needs a token.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	api := http.NewServeMux()
+	for _, r := range s.routes() {
+		if r.public {
+			mux.Handle(r.pattern, r.h)
+		} else {
+			api.Handle(r.pattern, r.h)
+		}
+	}
+	api.Handle("/mcp", s.mcpHandler())
+	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, clip(r.URL.Path, 200)))
+	})
+	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
+	return s.logRequests(s.recoverPanics(mux))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if s.isDraining() {
+		writeError(w, http.StatusServiceUnavailable, "draining", "the server is shutting down")
+		return
+	}
+	if err := s.cfg.Backend.Ready(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// recoverPanics turns a handler panic into a 500 JSON error (and a log line
+// with the panic value, never the request body).
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "panic", fmt.Sprint(v), "path", r.URL.Path)
+				s.countError("internal")
+				writeError(w, http.StatusInternalServerError, "internal", "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// beginCall registers a tool call with Drain; false when draining.
+func (s *Server) beginCall() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// Drain is the server's part of a graceful shutdown: new tool calls are
+// refused (503), calls in flight may finish until ctx is done, then event
+// streams and MCP sessions are closed. Sandboxes and background tasks are
+// left running for the next process to adopt. Call it alongside
+// http.Server.Shutdown, which stops accepting connections.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("tool calls still running at the shutdown deadline: %w", ctx.Err())
+	}
+	s.events.close()
+	s.mcpMu.Lock()
+	srvs := make([]*mcp.Server, 0, len(s.mcpSrvs))
+	for _, srv := range s.mcpSrvs {
+		srvs = append(srvs, srv)
+	}
+	s.mcpMu.Unlock()
+	for _, srv := range srvs {
+		for ss := range srv.Sessions() {
+			ss.Close()
+		}
+	}
+	if s.cancelApprovals != nil {
+		s.cancelApprovals()
+	}
+	return err
+}

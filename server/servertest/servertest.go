@@ -1,0 +1,181 @@
+// Package servertest runs a real server.Server for tests and benchmarks:
+// a Backend over executor/local (no engine needed) and an httptest
+// listener with two tenants.
+package servertest
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Tokens of the two tenants Start configures.
+const (
+	TokenAcme = "acme-test-token"
+	TokenBeta = "beta-test-token"
+)
+
+// LocalBackend is a server.Backend over executor/local: one executor and
+// Toolset per tenant, each tenant with its own root and spill directory.
+// Sessions are those created through CreateSession.
+type LocalBackend struct {
+	Dir    string
+	Limits executor.Limits
+	// Notify receives the Toolsets' completion notices (server.Notify).
+	Notify func(tenant, session string, n tools.Notice)
+	// Toolsets, if set, supplies a tenant's Toolset instead (the
+	// conformance suite hands in its own).
+	Toolsets func(tenant string) *tools.Toolset
+
+	mu       sync.Mutex
+	sets     map[string]*tools.Toolset
+	execs    []*local.Executor
+	sessions map[string]map[string]server.SessionInfo
+}
+
+// NewLocalBackend returns a backend whose files live under t.TempDir() and
+// whose executors are closed when t ends.
+func NewLocalBackend(t testing.TB) *LocalBackend {
+	lim := executor.DefaultLimits()
+	lim.Grace = 300 * time.Millisecond
+	b := &LocalBackend{Dir: t.TempDir(), Limits: lim, sets: map[string]*tools.Toolset{},
+		sessions: map[string]map[string]server.SessionInfo{}}
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *LocalBackend) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ts := range b.sets {
+		ts.Close()
+	}
+	for _, e := range b.execs {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		e.Close(ctx)
+		cancel()
+	}
+}
+
+// Toolset implements server.Backend.
+func (b *LocalBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {
+	if b.Toolsets != nil {
+		return b.Toolsets(tenant), nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ts, ok := b.sets[tenant]; ok {
+		return ts, nil
+	}
+	root := filepath.Join(b.Dir, tenant, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	e, err := local.New(local.Config{Root: root, SpillDir: filepath.Join(b.Dir, tenant, "spill"), Limits: b.Limits})
+	if err != nil {
+		return nil, err
+	}
+	b.execs = append(b.execs, e)
+	ts, err := tools.New(e, tools.Config{Home: root, OnNotice: func(session string, n tools.Notice) {
+		if b.Notify != nil {
+			b.Notify(tenant, session, n)
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	b.sets[tenant] = ts
+	return ts, nil
+}
+
+// Sessions implements server.Backend.
+func (b *LocalBackend) Sessions(_ context.Context, tenant string) ([]server.SessionInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []server.SessionInfo
+	for _, si := range b.sessions[tenant] {
+		out = append(out, si)
+	}
+	return out, nil
+}
+
+// CreateSession implements server.Backend. Images are not supported.
+func (b *LocalBackend) CreateSession(_ context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
+	if opts.Image != "" || opts.Runtime != "" {
+		return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend has no images or runtimes")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions[tenant] == nil {
+		b.sessions[tenant] = map[string]server.SessionInfo{}
+	}
+	si, ok := b.sessions[tenant][session]
+	if !ok {
+		si = server.SessionInfo{ID: session, Tenant: tenant, State: "running", Created: time.Now().UTC()}
+		b.sessions[tenant][session] = si
+	}
+	return si, nil
+}
+
+// DeleteSession implements server.Backend.
+func (b *LocalBackend) DeleteSession(_ context.Context, tenant, session string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.sessions[tenant][session]; !ok {
+		return server.NoSuchSession(session)
+	}
+	delete(b.sessions[tenant], session)
+	return nil
+}
+
+// Ready implements server.Backend.
+func (b *LocalBackend) Ready(context.Context) error { return nil }
+
+// Server is a running server.
+type Server struct {
+	*server.Server
+	URL  string
+	HTTP *httptest.Server
+}
+
+// Start serves backend on a local listener with the tenants "acme" and
+// "beta" (tokens TokenAcme, TokenBeta); mut may change the config first.
+// The server is drained and closed when t ends.
+func Start(t testing.TB, backend server.Backend, mut func(*server.Config)) *Server {
+	t.Helper()
+	cfg := server.Config{
+		Backend: backend,
+		Tenants: map[string]server.TenantConfig{
+			"acme": {Tokens: []string{server.HashToken(TokenAcme)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6},
+			"beta": {Tokens: []string{server.HashToken(TokenBeta)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6},
+		},
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb, ok := backend.(*LocalBackend); ok && lb.Notify == nil {
+		lb.Notify = srv.Notify
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Drain(ctx)
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return &Server{Server: srv, URL: hs.URL, HTTP: hs}
+}

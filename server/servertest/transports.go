@@ -1,0 +1,109 @@
+package servertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Transports for executortest.Harness.Transport: the conformance suite's
+// calls carried through a real server by real clients.
+
+// RESTSkips are the cases a remote caller cannot observe as the suite does.
+var RESTSkips = map[string]string{
+	"tree/cancel_kills_tree": "a cancelled HTTP call returns at once on the client; the server aborts the command after it (server TestCancelAbortsCommand)",
+}
+
+// serve starts a server whose every tenant uses ts (the conformance
+// suite's, over whatever executor it was built on).
+func serve(t testing.TB, ts *tools.Toolset) *Server {
+	b := NewLocalBackend(t)
+	b.Toolsets = func(string) *tools.Toolset { return ts }
+	return Start(t, b, nil)
+}
+
+// transportResult is what a call that did not get through returns: the
+// aborted text when the caller gave up (the server aborted the command),
+// else a text that fails the case.
+func transportResult(ctx context.Context, err error) tools.Result {
+	msg := "transport failure: " + err.Error()
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		msg = "tool call aborted"
+	}
+	return tools.Result{Text: tools.RenderError(msg), IsError: true, Value: &tools.ErrorValue{Kind: "error", Message: msg}}
+}
+
+// RESTTransport carries suite calls over POST /v1/sessions/{id}/tools/{tool}.
+func RESTTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
+	c := client.New(serve(t, ts).URL, TokenAcme, nil)
+	return func(ctx context.Context, inv tools.Invocation) tools.Result {
+		r, err := c.Call(ctx, inv.Session, inv.Tool, inv.Args)
+		if err != nil {
+			return transportResult(ctx, err)
+		}
+		return r
+	}
+}
+
+// MCPSkips are the cases MCP cannot express as tool results; the server
+// tests check what MCP does with them instead.
+var MCPSkips = map[string]string{
+	"pwsh/pwsh":              "MCP offers pwsh only to sessions whose image has it; elsewhere calling it is an unknown tool, a protocol error (client TestMCPToolsAndResults)",
+	"tree/cancel_kills_tree": RESTSkips["tree/cancel_kills_tree"],
+	"args/unknown_tool":      "MCP answers an unknown tool with a protocol error (TestMCPUnknownTool)",
+	"args/invalid_session":   "MCP names the session in a header; an invalid name is refused with 400 before MCP (TestMCPBadSessionHeader)",
+}
+
+// MCPTransport carries suite calls over /mcp, one MCP session per sandbox
+// session, named with the Shellbox-Session header.
+func MCPTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
+	url := serve(t, ts).URL + "/mcp"
+	var mu sync.Mutex
+	sessions := map[string]*mcp.ClientSession{}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, cs := range sessions {
+			cs.Close()
+		}
+	})
+	get := func(session string) (*mcp.ClientSession, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cs, ok := sessions[session]; ok {
+			return cs, nil
+		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cs, err := c.Connect(ctx, client.MCPTransport(url, TokenAcme, session, nil), nil)
+		if err != nil {
+			return nil, err
+		}
+		sessions[session] = cs
+		return cs, nil
+	}
+	return func(ctx context.Context, inv tools.Invocation) tools.Result {
+		cs, err := get(inv.Session)
+		if err != nil {
+			return transportResult(ctx, err)
+		}
+		args := inv.Args
+		if len(args) > 0 && !json.Valid(args) {
+			return transportResult(ctx, errors.New("MCP cannot carry malformed JSON"))
+		}
+		r, err := client.CallMCP(ctx, cs, inv.Tool, args)
+		if err != nil {
+			return transportResult(ctx, err)
+		}
+		return r
+	}
+}
