@@ -64,6 +64,11 @@ func Parse(file string, src []byte) (p *Policy, err error) {
 			p, err = nil, &LoadError{File: file, Problems: []Problem{{File: file, Msg: fmt.Sprintf("internal error: %v", r)}}}
 		}
 	}()
+	return parse(file, src)
+}
+
+// parse is Parse without the recover, for the fuzzer.
+func parse(file string, src []byte) (*Policy, error) {
 	l := &located{file: file, lines: map[string]int{}}
 	tenant := TenantOf(file)
 	if err := sandbox.CheckID("tenant", tenant); err != nil {
@@ -105,7 +110,11 @@ func Parse(file string, src []byte) (p *Policy, err error) {
 		return nil, l.err()
 	}
 
-	p = compile(l, tenant, &fs)
+	p := compile(l, tenant, &fs)
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	checkExamples(l, p, &fs)
 	if err := l.err(); err != nil {
 		return nil, err
 	}

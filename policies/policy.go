@@ -413,7 +413,7 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 		case c == "" || strings.Contains(c, "/"):
 			l.addf(k, "%q: give a command name (its basename), not a path", c)
 			ok = false
-		case strings.ContainsAny(c, `*?[\`):
+		case strings.ContainsAny(c, "*?") || strings.Contains(c, "[") && strings.Contains(c, "]"):
 			re, err := globRegexp(c)
 			if err != nil {
 				l.addf(k, "%v", err)
