@@ -28,7 +28,7 @@ type SimpleCommand struct {
 	// Text is the command as written (clipped), for explanations.
 	Text string
 	// Via names the wrapper that runs it ("bash -c", "sudo", ...), "" at
-	// the top level.
+	// the top level; the innermost one when wrappers nest.
 	Via string
 	// Wrapper reports that the command only runs other commands (env, sudo,
 	// bash -c, ...): those are rule-checked on their own, so a wrapper that
@@ -195,7 +195,7 @@ func (a *analyzer) wrapped(sc SimpleCommand, lits []bool, stdin *syntax.Redirect
 		}
 	case runsArgv, runsExec:
 		for _, inner := range in.argvs {
-			isc := SimpleCommand{Argv: inner.argv, Text: sc.Text, Via: via}
+			isc := SimpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
 			if !inner.lits[0] || isPatternString(inner.argv[0]) {
 				isc.Dynamic = true
 				if err := a.add(isc); err != nil {

@@ -108,19 +108,27 @@ func (p *Policy) decideCommand(sc *SimpleCommand, okCall []bool, take func(verdi
 	if sc.Dynamic {
 		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
 			Reason:  fmt.Sprintf("the command name %s is not a literal: a static policy cannot tell what runs", quoteName(sc)),
-			Command: sc.Text})
+			Command: sc.display()})
 		return
 	}
 	matched := false
 	for i, r := range p.rules {
 		if okCall[i] && r.perCommand && r.matchCommand(sc) {
 			matched = true
-			take(r.verdict(sc.Text))
+			take(r.verdict(sc.display()))
 		}
 	}
 	if !matched && !sc.Wrapper {
-		take(p.defaultVerdict(sc.Text))
+		take(p.defaultVerdict(sc.display()))
 	}
+}
+
+// display is the simple command as explanations show it.
+func (sc *SimpleCommand) display() string {
+	if sc.Via == "" {
+		return sc.Text
+	}
+	return sc.Text + " (via " + sc.Via + ")"
 }
 
 func quoteName(sc *SimpleCommand) string {
