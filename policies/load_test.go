@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 const goodPolicy = `# a small policy
@@ -192,5 +194,35 @@ func TestGlobRegexp(t *testing.T) {
 		if got := re.MatchString(c.s); got != c.want {
 			t.Errorf("glob %q on %q = %v, want %v", c.glob, c.s, got, c.want)
 		}
+	}
+}
+
+func TestPolicySettingsHelpers(t *testing.T) {
+	p, err := Parse("/p/acme.yaml", []byte(goodPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, err := p.Image("", "fallback"); err != nil || img != "img:b" {
+		t.Errorf("Image = %q, %v", img, err)
+	}
+	if _, err := p.Image("evil:latest", ""); err == nil || err.Error() != `image "evil:latest" is not allowed by policy acme (sandbox.images: img:a, img:b)` {
+		t.Errorf("err = %v", err)
+	}
+	if err := p.CheckSessions(3); err == nil || err.Error() != "session limit reached: limits.sessions = 3 (policy acme)" {
+		t.Errorf("err = %v", err)
+	}
+	if err := p.CheckBackgroundTasks(1); err != nil {
+		t.Error(err)
+	}
+	if err := p.CheckBackgroundTasks(2); err == nil || !strings.Contains(err.Error(), "limits.backgroundTasks = 2") {
+		t.Errorf("err = %v", err)
+	}
+	spec, err := sandbox.NewSpec("acme", "s1", p.SpecOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Runtime != "runsc" || spec.CPUs != 0.5 || spec.MemoryBytes != 2<<30 || spec.PidsLimit != 1024 ||
+		spec.WorkspaceBytes != 256<<20 || spec.TmpBytes != 64<<20 || spec.SpillBytes != 128<<20 || spec.UID != 2000 {
+		t.Errorf("spec = %+v", spec)
 	}
 }

@@ -606,3 +606,56 @@ func globRegexp(g string) (*regexp.Regexp, error) {
 	}
 	return re, nil
 }
+
+// Image returns the image a session of this tenant runs: requested if
+// given, else the policy's default image, else fallback (the backend's
+// configured image). It must be in Images when Images is not empty; the
+// error names the setting.
+func (p *Policy) Image(requested, fallback string) (string, error) {
+	img := requested
+	if img == "" {
+		img = p.DefaultImage
+	}
+	if img == "" {
+		img = fallback
+	}
+	if len(p.Images) > 0 && !slices.Contains(p.Images, img) {
+		return "", fmt.Errorf("image %q is not allowed by policy %s (sandbox.images: %s)", img, p.Tenant, strings.Join(p.Images, ", "))
+	}
+	return img, nil
+}
+
+// SpecOptions are the sandbox spec options of the policy's settings:
+// runtime, CPUs, memory, pids, disk, tmp, spill and user. Image is separate
+// (Image); so is the network, which the sandbox backends give as none only:
+// a policy's allowlist is stricter-than-asked until they can do more.
+func (p *Policy) SpecOptions() []sandbox.Opt {
+	return []sandbox.Opt{
+		sandbox.WithRuntime(p.Runtime),
+		sandbox.WithCPUs(p.CPUs),
+		sandbox.WithMemory(p.MemoryBytes),
+		sandbox.WithPidsLimit(p.PidsLimit),
+		sandbox.WithWorkspaceSize(p.DiskBytes),
+		sandbox.WithTmpSize(p.TmpBytes),
+		sandbox.WithSpillSize(p.SpillBytes),
+		sandbox.WithUser(p.User.UID, p.User.GID),
+	}
+}
+
+// CheckSessions reports whether a new session fits when the tenant has n
+// already; the error names the limit and its value.
+func (p *Policy) CheckSessions(n int) error {
+	if n >= p.MaxSessions {
+		return fmt.Errorf("session limit reached: limits.sessions = %d (policy %s)", p.MaxSessions, p.Tenant)
+	}
+	return nil
+}
+
+// CheckBackgroundTasks reports whether a new background task fits when the
+// session runs n already; the error names the limit and its value.
+func (p *Policy) CheckBackgroundTasks(n int) error {
+	if n >= p.MaxBackgroundTasks {
+		return fmt.Errorf("background task limit reached: limits.backgroundTasks = %d (policy %s)", p.MaxBackgroundTasks, p.Tenant)
+	}
+	return nil
+}
