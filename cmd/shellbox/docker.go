@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
 )
@@ -96,9 +99,28 @@ func (b *dockerBackend) Close() error {
 }
 
 // newDockerBackend wires runtime, manager and executor. runtime overrides
-// docker.runtime when non-empty (the --runtime flag).
-func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
+// docker.runtime when non-empty (the --runtime flag). pol, if set, is the
+// tenant's policy: its sandbox settings replace docker.*, its image
+// allowlist and runtime bind the flag and the configuration, and warn hears
+// what the backend cannot give it.
+func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
 	dc := cfg.Docker
+	var polOpts []sandbox.Opt
+	if pol != nil {
+		if runtime != "" && runtime != pol.Runtime {
+			return nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, pol.Tenant, pol.Runtime)
+		}
+		img, err := pol.Image("", dc.Image)
+		if err != nil {
+			return nil, err
+		}
+		dc.Image, runtime = img, pol.Runtime
+		polOpts = pol.SpecOptions()
+		if !pol.Network.None() && warn != nil {
+			fmt.Fprintf(warn, "shellbox: policy %s allows network to %s, but the docker backend gives sandboxes no network yet: this one has none\n",
+				pol.Tenant, strings.Join(pol.Network.Allow, ", "))
+		}
+	}
 	if runtime != "" {
 		dc.Runtime = runtime
 	}
@@ -133,6 +155,7 @@ func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
 			sandbox.WithSpillSize(dc.SpillBytes),
 			sandbox.WithLabels(dc.Labels),
 			sandbox.WithAgent(agent),
+			sandbox.Compose(polOpts...),
 		)
 	}
 	ex, err := sandboxed.New(sandboxed.Config{

@@ -55,6 +55,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("config", "", "config file (default: ./shellbox.yaml, then $XDG_CONFIG_HOME/shellbox/shellbox.yaml)")
-	root.AddCommand(newCallCmd(), newToolsCmd(), newSessionsCmd(), newImageCmd(), newVersionCmd())
+	root.AddCommand(newCallCmd(), newToolsCmd(), newSessionsCmd(), newImageCmd(), newVersionCmd(),
+		newPolicyCmd(), newAuditCmd())
 	return root
 }
