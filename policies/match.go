@@ -112,10 +112,25 @@ func (p *Policy) decideCommand(sc *SimpleCommand, okCall []bool, take func(verdi
 		return
 	}
 	matched := false
-	for i, r := range p.rules {
-		if okCall[i] && r.perCommand && r.matchCommand(sc) {
+	try := func(i int) {
+		if r := p.rules[i]; okCall[i] && r.matchCommand(sc) {
 			matched = true
 			take(r.verdict(sc.display()))
+		}
+	}
+	// Candidates in rule order: the rules indexed under the command's name
+	// merged with the generic ones.
+	named, generic := p.byName[sc.name], p.generic
+	if len(sc.Argv) == 0 {
+		named = nil
+	}
+	for len(named) > 0 || len(generic) > 0 {
+		if len(generic) == 0 || (len(named) > 0 && named[0] < generic[0]) {
+			try(named[0])
+			named = named[1:]
+		} else {
+			try(generic[0])
+			generic = generic[1:]
 		}
 	}
 	if !matched && !sc.Wrapper {

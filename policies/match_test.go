@@ -217,3 +217,28 @@ func TestAnalyzeBounds(t *testing.T) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Among equally strict decisions the first rule in file order is reported,
+// whether it is found through the name index or not.
+func TestFirstRuleWinsAmongEquals(t *testing.T) {
+	src := `default: allow
+rules:
+  - {name: by-args, decision: deny, match: {args: ["-rf"]}}
+  - {name: by-name, decision: deny, match: {command: [rm]}}
+  - {name: by-prefix, decision: deny, match: {prefix: ["rm -rf"]}}
+  - {name: by-glob, decision: ask, match: {command: ["r?"]}}
+`
+	p, err := Parse("/p/t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := p.evaluate(call{tool: "bash", command: "rm -rf x"}); v.Rule != "by-args" {
+		t.Errorf("rule = %s, want by-args", v.Rule)
+	}
+	if v := p.evaluate(call{tool: "bash", command: "rm x"}); v.Rule != "by-name" {
+		t.Errorf("rule = %s, want by-name", v.Rule)
+	}
+	if v := p.evaluate(call{tool: "bash", command: "rg x"}); v.Rule != "by-glob" || v.Decision != Ask {
+		t.Errorf("rule = %s, want by-glob", v.Rule)
+	}
+}

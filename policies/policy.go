@@ -124,7 +124,12 @@ type Policy struct {
 	MaxSessions        int
 	IdleTTL            time.Duration
 
-	rules       []*rule
+	rules []*rule
+	// byName indexes the per-command rules that can only match a command
+	// of that basename; generic lists the other per-command rules. Both
+	// hold indexes into rules, ascending.
+	byName      map[string][]int
+	generic     []int
 	escDefault  Decision
 	escalations []*escalation
 }
@@ -213,6 +218,7 @@ func compile(l *located, tenant string, f *fileSchema) *Policy {
 		names[r.Name] = i
 		p.rules = append(p.rules, r)
 	}
+	p.index()
 	decision("escalations.default", f.Escalations.Default, &p.escDefault)
 	for i := range f.Escalations.Rules {
 		key := fmt.Sprintf("escalations.rules[%d]", i)
@@ -227,6 +233,32 @@ func compile(l *located, tenant string, f *fileSchema) *Policy {
 		p.escalations = append(p.escalations, e)
 	}
 	return p
+}
+
+// index builds byName and generic, so a simple command is matched only
+// against the rules that can match it.
+func (p *Policy) index() {
+	p.byName = map[string][]int{}
+	add := func(name string, i int) {
+		if l := p.byName[name]; len(l) == 0 || l[len(l)-1] != i {
+			p.byName[name] = append(l, i)
+		}
+	}
+	for i, r := range p.rules {
+		switch {
+		case !r.perCommand:
+		case r.names != nil && r.nameGlobs == nil:
+			for n := range r.names {
+				add(n, i)
+			}
+		case r.names == nil && r.nameGlobs == nil && r.prefixes != nil:
+			for _, pfx := range r.prefixes {
+				add(pfx[0], i)
+			}
+		default:
+			p.generic = append(p.generic, i)
+		}
+	}
 }
 
 func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
@@ -376,16 +408,16 @@ type rule struct {
 	index    int
 
 	// Per simple command.
-	names      map[string]bool  // argv0 basenames, literal
-	nameGlobs  []*regexp.Regexp // argv0 basenames, globs
-	prefixes   [][]string       // argv prefixes, argv0 by basename
-	args       []*regexp.Regexp // any argument (argv[1:]) matches one
-	argsRegex  []*regexp.Regexp
-	redirects  []*regexp.Regexp
+	names      map[string]bool // argv0 basenames, literal
+	nameGlobs  []matcher       // argv0 basenames, globs
+	prefixes   [][]string      // argv prefixes, argv0 by basename
+	args       []matcher       // any argument (argv[1:]) matches one
+	argsRegex  []matcher
+	redirects  []matcher
 	perCommand bool
 
 	// Per call.
-	workdirs   []*regexp.Regexp
+	workdirs   []matcher
 	tools      []string
 	background *bool
 	text       *regexp.Regexp
@@ -414,13 +446,13 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 			l.addf(k, "%q: give a command name (its basename), not a path", c)
 			ok = false
 		case strings.ContainsAny(c, "*?") || strings.Contains(c, "[") && strings.Contains(c, "]"):
-			re, err := globRegexp(c)
+			m, err := globMatcher(c)
 			if err != nil {
 				l.addf(k, "%v", err)
 				ok = false
 				continue
 			}
-			r.nameGlobs = append(r.nameGlobs, re)
+			r.nameGlobs = append(r.nameGlobs, m)
 		default:
 			if r.names == nil {
 				r.names = map[string]bool{}
@@ -438,16 +470,16 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 		words[0] = path.Base(words[0])
 		r.prefixes = append(r.prefixes, words)
 	}
-	globs := func(field string, in []string) []*regexp.Regexp {
-		var out []*regexp.Regexp
+	globs := func(field string, in []string) []matcher {
+		var out []matcher
 		for i, g := range in {
-			re, err := globRegexp(g)
+			m, err := globMatcher(g)
 			if err != nil {
 				l.addf(fmt.Sprintf("%s.match.%s[%d]", key, field, i), "%v", err)
 				ok = false
 				continue
 			}
-			out = append(out, re)
+			out = append(out, m)
 		}
 		return out
 	}
@@ -461,7 +493,7 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 			ok = false
 			continue
 		}
-		r.argsRegex = append(r.argsRegex, re)
+		r.argsRegex = append(r.argsRegex, regexMatcher(re))
 	}
 	if m.Text != "" {
 		re, err := regexp.Compile(m.Text)
@@ -542,6 +574,42 @@ func checkName(name string) error {
 		return fmt.Errorf("%q is reserved for built-in decisions", name)
 	}
 	return nil
+}
+
+// matcher matches strings against a glob or a regexp, with the cheap checks
+// first: a glob without wildcards is a string comparison, and a regexp
+// needs its literal prefix somewhere in the string before it runs.
+type matcher struct {
+	re    *regexp.Regexp
+	lit   string // the whole pattern, when literal
+	isLit bool
+	need  string // a substring every match contains
+}
+
+func (m matcher) MatchString(s string) bool {
+	if m.isLit {
+		return s == m.lit
+	}
+	if m.need != "" && !strings.Contains(s, m.need) {
+		return false
+	}
+	return m.re.MatchString(s)
+}
+
+func globMatcher(g string) (matcher, error) {
+	if !strings.ContainsAny(g, `*?[\`) {
+		return matcher{lit: g, isLit: true}, nil
+	}
+	re, err := globRegexp(g)
+	if err != nil {
+		return matcher{}, err
+	}
+	return regexMatcher(re), nil
+}
+
+func regexMatcher(re *regexp.Regexp) matcher {
+	prefix, _ := re.LiteralPrefix()
+	return matcher{re: re, need: prefix}
 }
 
 // globRegexp compiles a shell-style glob into an anchored regexp: * matches
