@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
@@ -105,7 +108,10 @@ func (b *dockerBackend) Close() error {
 // what the backend cannot give it.
 func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
 	dc := cfg.Docker
-	var polOpts []sandbox.Opt
+	var (
+		polOpts   []sandbox.Opt
+		agentArgs []string
+	)
 	if pol != nil {
 		if runtime != "" && runtime != pol.Runtime {
 			return nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, pol.Tenant, pol.Runtime)
@@ -116,6 +122,9 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		}
 		dc.Image, runtime = img, pol.Runtime
 		polOpts = pol.SpecOptions()
+		// The agent drops to the policy's user for commands (Spec.UID only
+		// owns /workspace).
+		agentArgs = []string{"--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)}
 		if !pol.Network.None() && warn != nil {
 			fmt.Fprintf(warn, "shellbox: policy %s allows network to %s, but the docker backend gives sandboxes no network yet: this one has none\n",
 				pol.Tenant, strings.Join(pol.Network.Allow, ", "))
@@ -144,6 +153,11 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
 		}
+		if pol != nil {
+			if err := checkSessionQuota(rt, dc.Owner, cfg.Tenant, pol, session); err != nil {
+				return sandbox.Spec{}, err
+			}
+		}
 		return sandbox.NewSpec(cfg.Tenant, session,
 			sandbox.WithImage(dc.Image),
 			sandbox.WithRuntime(dc.Runtime),
@@ -154,7 +168,7 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 			sandbox.WithTmpSize(dc.TmpBytes),
 			sandbox.WithSpillSize(dc.SpillBytes),
 			sandbox.WithLabels(dc.Labels),
-			sandbox.WithAgent(agent),
+			sandbox.WithAgent(agent, agentArgs...),
 			sandbox.Compose(polOpts...),
 		)
 	}
@@ -170,6 +184,29 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 	}
 	b.exec = ex
 	return b, nil
+}
+
+// checkSessionQuota refuses a new session past the policy's
+// limits.sessions: the tenant's sandboxes of this owner are counted, the
+// session's own (being re-adopted) excepted.
+func checkSessionQuota(rt sandbox.Runtime, owner, tenant string, pol *policies.Policy, session string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := rt.List(ctx, owner)
+	if err != nil {
+		return fmt.Errorf("count the tenant's sessions: %w", err)
+	}
+	n := 0
+	for _, sb := range list {
+		if sb.Tenant != tenant {
+			continue
+		}
+		if sb.Session == session {
+			return nil // exists: not a new session
+		}
+		n++
+	}
+	return pol.CheckSessions(n)
 }
 
 var _ executor.BashExecutor = (*sandboxed.Executor)(nil)
