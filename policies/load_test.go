@@ -226,3 +226,47 @@ func TestPolicySettingsHelpers(t *testing.T) {
 		t.Errorf("spec = %+v", spec)
 	}
 }
+
+// A policy proves its intent at load: an example or test that fails makes
+// the file fail, located.
+func TestExamplesSelfTest(t *testing.T) {
+	cases := []struct {
+		name, src, want string
+	}{
+		{"match fails", `rules:
+  - name: no-rm
+    decision: deny
+    match: {command: [rm]}
+    examples:
+      match: ["rm x", "shred x"]
+`, `acme.yaml:6: rules[0].examples.match[1]: rule no-rm does not match "shred x"`},
+		{"not_match fails", `rules:
+  - name: no-rm
+    decision: deny
+    match: {command: [rm]}
+    examples:
+      not_match: ["ls", "sudo rm x"]
+`, `acme.yaml:6: rules[0].examples.not_match[1]: rule no-rm matches "sudo rm x", which it should not`},
+		{"unparseable example", `rules:
+  - name: no-rm
+    decision: deny
+    match: {command: [rm]}
+    examples: {match: ["rm 'x"]}
+`, `acme.yaml:5: rules[0].examples.match[0]: "rm 'x" cannot be parsed`},
+		{"test fails", `default: allow
+rules:
+  - {name: no-rm, decision: deny, match: {command: [rm]}}
+tests:
+  - {command: "ls", decision: allow}
+  - {command: "env rm x", decision: allow}
+`, `acme.yaml:6: tests[1]: "env rm x" is deny (rule no-rm: matched rule no-rm), want allow`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("/p/acme.yaml", []byte(c.src))
+			if err == nil || !strings.Contains(err.Error(), "/p/"+c.want) {
+				t.Errorf("err = %v\nwant %s", err, c.want)
+			}
+		})
+	}
+}
