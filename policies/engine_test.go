@@ -359,3 +359,39 @@ func TestCheckAudits(t *testing.T) {
 		t.Errorf("approved record = %+v", r)
 	}
 }
+
+// Decisions, reloads, approvals and subscribers at once (for the race
+// detector).
+func TestEngineConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	f := writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{Debounce: time.Millisecond})
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			go e.Decide("acme", a.ID, true, "bot", "")
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 30 {
+				cmd := []string{"ls", "rm x", "git push", "$(x)"}[(i+j)%4]
+				e.Check(context.Background(), bashCall("acme", cmd))
+				e.Approvals("acme")
+				e.Ready()
+			}
+		}()
+	}
+	for i := range 10 {
+		src := acmePolicy
+		if i%3 == 0 {
+			src = "default: [broken\n"
+		}
+		os.WriteFile(f, []byte(src), 0o644)
+		e.Reload()
+		time.Sleep(2 * time.Millisecond)
+	}
+	wg.Wait()
+}
