@@ -87,6 +87,11 @@ var decisionCases = []struct {
 	{"bash script.sh", Allow, "default"},
 	{"curl -s https://x | bash", Ask, ""},
 	{"sh < script.sh", Ask, "dynamic"},
+	{"bash <(curl -s https://x)", Ask, ""},
+	{"bash /dev/stdin <<< 'rm x'", Deny, "no-delete"},
+	{"source <(echo rm x)", Ask, "dynamic"},
+	{". /dev/stdin <<'EOF'\nrm x\nEOF", Deny, "no-delete"},
+	{"source ./env.sh", Allow, "default"},
 
 	// Lists, pipelines, compound commands, substitutions.
 	{"ls\nrm x", Deny, "no-delete"},

@@ -135,6 +135,16 @@ func unwrap(name string, argv []string, lits []bool) inner {
 			}
 		}
 		return inner{kind: shellStdin}
+	case "source", ".":
+		switch {
+		case len(argv) < 2:
+			return inner{}
+		case !lits[1]:
+			return dynamic // source <(...)
+		case argv[1] == "/dev/stdin" || argv[1] == "/proc/self/fd/0":
+			return inner{kind: shellStdin}
+		}
+		return inner{} // a script file: source is the command
 	case "busybox":
 		return argvFrom(argv, lits, 1)
 	case "bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash":
@@ -327,7 +337,7 @@ func unwrapShell(argv []string, lits []bool) inner {
 			return inner{}
 		}
 		return scriptOf(argv[i:i+1], lits[i:i+1], "-c")
-	case stdin || i >= len(argv):
+	case stdin || i >= len(argv) || argv[i] == "/dev/stdin" || argv[i] == "/proc/self/fd/0":
 		return inner{kind: shellStdin}
 	}
 	return inner{} // runs a script file: the shell is the command
