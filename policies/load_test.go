@@ -142,6 +142,7 @@ func TestLoadFileErrors(t *testing.T) {
 		{"reserved name", "rules:\n  - {name: default, decision: deny, match: {command: [rm]}}\n", []string{`acme.yaml:2: rules[0].name: "default" is reserved`}},
 		{"empty match", "rules:\n  - {name: a, decision: deny}\n", []string{"acme.yaml:2: rules[0].match: a rule must match something"}},
 		{"path as command", "rules:\n  - {name: a, decision: deny, match: {command: [/bin/rm]}}\n", []string{`acme.yaml:2: rules[0].match.command[0]: "/bin/rm": give a command name`}},
+		{"pwsh command matcher", "rules:\n  - name: a\n    decision: deny\n    match: {tool: [pwsh], command: [Remove-Item]}\n", []string{"acme.yaml:4: rules[0].match: command, prefix, args, argsRegex and redirect never match a pwsh call"}},
 		{"duplicate key", "default: allow\ndefault: deny\n", []string{"acme.yaml:2: default: key given twice"}},
 		{"yaml syntax", "rules: [\n", []string{"acme.yaml:1: invalid YAML: did not find expected node content"}},
 		{"bad network", "sandbox:\n  network:\n    allow: [mirror]\n", []string{`acme.yaml:3: sandbox.network.allow[0]: "mirror" is not host:port`}},

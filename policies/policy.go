@@ -513,6 +513,10 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 	r.background = m.Background
 	r.perCommand = len(m.Command) > 0 || len(m.Prefix) > 0 || len(m.Args) > 0 ||
 		len(m.ArgsRegex) > 0 || len(m.Redirect) > 0
+	if r.perCommand && len(m.Tool) > 0 && !slices.Contains(m.Tool, "bash") {
+		l.addf(key+".match", "command, prefix, args, argsRegex and redirect never match a pwsh call (PowerShell is not parsed); match pwsh with text")
+		ok = false
+	}
 	if !r.perCommand && len(m.Workdir) == 0 && len(m.Tool) == 0 && m.Background == nil && m.Text == "" {
 		l.addf(key+".match", "a rule must match something (to decide every command, set default)")
 		ok = false
