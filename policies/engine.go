@@ -408,6 +408,9 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 	}
 	id := pd.a.ID
 	rec.Approval = id
+	// The ask itself is a decision: the log shows the call held even if
+	// nothing ever decides it (a crash).
+	_ = e.audit(rec, v)
 	timer := time.NewTimer(p.AskTimeout)
 	defer timer.Stop()
 	select {

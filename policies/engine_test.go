@@ -344,8 +344,11 @@ func TestCheckAudits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 3 {
+	if len(recs) != 4 {
 		t.Fatalf("%d records", len(recs))
+	}
+	if r := recs[2]; r.Decision != Ask || r.Rule != "push" || r.Approver != "" || !strings.HasPrefix(r.Approval, "ap_") {
+		t.Errorf("ask record = %+v", r)
 	}
 	if recs[0].Decision != Allow || recs[0].Rule != "default" || recs[0].Session != "s1" || recs[0].Tool != "bash" {
 		t.Errorf("allow record = %+v", recs[0])
@@ -353,8 +356,8 @@ func TestCheckAudits(t *testing.T) {
 	if recs[1].Decision != Deny || recs[1].Rule != "no-rm" || recs[1].SimpleCommand != "rm x" {
 		t.Errorf("deny record = %+v", recs[1])
 	}
-	r := recs[2]
-	if r.Decision != Allow || r.Rule != "push" || r.Approver != "alice" || !strings.HasPrefix(r.Approval, "ap_") ||
+	r := recs[3]
+	if r.Decision != Allow || r.Rule != "push" || r.Approver != "alice" || r.Approval != recs[2].Approval ||
 		r.Justification != "push over the network" || len(r.Escalation) != 1 || r.Time.IsZero() {
 		t.Errorf("approved record = %+v", r)
 	}
