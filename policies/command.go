@@ -10,11 +10,11 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// SimpleCommand is one command a call would run, as rules see it: every
+// simpleCommand is one command a call would run, as rules see it: every
 // simple command of pipelines, lists, subshells, functions and substitutions,
 // and the commands that wrappers (bash -c, eval, env, xargs, find -exec,
 // sudo, ...) run.
-type SimpleCommand struct {
+type simpleCommand struct {
 	// Argv holds the words with quotes and escapes removed. A word that is
 	// not a literal ($x, $(...)) is kept as written.
 	Argv []string
@@ -53,7 +53,7 @@ var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant
 
 // analyze parses a bash command into its simple commands. An error means the
 // command cannot be read statically (the unparseable decision applies).
-func analyze(command string) (cmds []SimpleCommand, err error) {
+func analyze(command string) (cmds []simpleCommand, err error) {
 	if len(command) > maxCommandBytes {
 		return nil, fmt.Errorf("%w: longer than %d bytes", errTooComplex, maxCommandBytes)
 	}
@@ -65,10 +65,10 @@ func analyze(command string) (cmds []SimpleCommand, err error) {
 }
 
 type analyzer struct {
-	cmds []SimpleCommand
+	cmds []simpleCommand
 }
 
-func (a *analyzer) add(sc SimpleCommand) error {
+func (a *analyzer) add(sc simpleCommand) error {
 	if len(a.cmds) >= maxSimpleCmds {
 		return fmt.Errorf("%w: more than %d simple commands", errTooComplex, maxSimpleCmds)
 	}
@@ -138,11 +138,11 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 		if len(redirs) > 0 {
 			// A redirection on its own (> file) or on a compound command:
 			// only redirect rules can match it.
-			return a.add(SimpleCommand{Redirects: redirs, Text: text(src, st), Via: via, Wrapper: true})
+			return a.add(simpleCommand{Redirects: redirs, Text: text(src, st), Via: via, Wrapper: true})
 		}
 		return nil
 	}
-	sc := SimpleCommand{Redirects: redirs, Text: text(src, call), Via: via}
+	sc := simpleCommand{Redirects: redirs, Text: text(src, call), Via: via}
 	lits := make([]bool, len(call.Args))
 	for i, w := range call.Args {
 		v, lit := wordValue(src, w)
@@ -164,7 +164,7 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 }
 
 // wrapped adds sc and, if sc is a wrapper, the commands it runs.
-func (a *analyzer) wrapped(sc SimpleCommand, lits []bool, stdin *syntax.Redirect, src string, depth int) error {
+func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect, src string, depth int) error {
 	name := path.Base(sc.Argv[0])
 	in := unwrap(name, sc.Argv, lits)
 	if in.kind == notWrapper {
@@ -182,11 +182,11 @@ func (a *analyzer) wrapped(sc SimpleCommand, lits []bool, stdin *syntax.Redirect
 		via = name + " " + in.via
 	}
 	if depth+1 > maxWrapperDepth {
-		return a.add(SimpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
+		return a.add(simpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
 	}
 	switch in.kind {
 	case dynamicInner:
-		return a.add(SimpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
+		return a.add(simpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
 	case runsScript:
 		for _, s := range in.scripts {
 			if err := a.script(s, depth+1, via); err != nil {
@@ -195,7 +195,7 @@ func (a *analyzer) wrapped(sc SimpleCommand, lits []bool, stdin *syntax.Redirect
 		}
 	case runsArgv, runsExec:
 		for _, inner := range in.argvs {
-			isc := SimpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
+			isc := simpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
 			if !inner.lits[0] || isPatternString(inner.argv[0]) {
 				isc.Dynamic = true
 				if err := a.add(isc); err != nil {

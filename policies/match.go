@@ -104,7 +104,7 @@ func (p *Policy) decide(c call) verdict {
 	return best
 }
 
-func (p *Policy) decideCommand(sc *SimpleCommand, okCall []bool, take func(verdict)) {
+func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdict)) {
 	if sc.Dynamic {
 		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
 			Reason:  fmt.Sprintf("the command name %s is not a literal: a static policy cannot tell what runs", quoteName(sc)),
@@ -139,14 +139,14 @@ func (p *Policy) decideCommand(sc *SimpleCommand, okCall []bool, take func(verdi
 }
 
 // display is the simple command as explanations show it.
-func (sc *SimpleCommand) display() string {
+func (sc *simpleCommand) display() string {
 	if sc.Via == "" {
 		return sc.Text
 	}
 	return sc.Text + " (via " + sc.Via + ")"
 }
 
-func quoteName(sc *SimpleCommand) string {
+func quoteName(sc *simpleCommand) string {
 	if len(sc.Argv) == 0 {
 		return "(none)"
 	}
@@ -209,7 +209,7 @@ func (r *rule) matchCall(c call, wd string) bool {
 }
 
 // matchCommand checks the per-command matchers; all given must hold.
-func (r *rule) matchCommand(sc *SimpleCommand) bool {
+func (r *rule) matchCommand(sc *simpleCommand) bool {
 	if r.names != nil || r.nameGlobs != nil {
 		if len(sc.Argv) == 0 || !(r.names[sc.name] || anyMatch(r.nameGlobs, sc.name)) {
 			return false
@@ -239,7 +239,7 @@ func (r *rule) matchCommand(sc *SimpleCommand) bool {
 	return true
 }
 
-func (r *rule) matchPrefix(sc *SimpleCommand) bool {
+func (r *rule) matchPrefix(sc *simpleCommand) bool {
 	for _, pfx := range r.prefixes {
 		if len(sc.Argv) < len(pfx) || sc.name != pfx[0] {
 			continue
