@@ -58,6 +58,59 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 		return nil, fmt.Errorf("%w: longer than %d bytes", errTooComplex, maxCommandBytes)
 	}
 	a := &analyzer{}
+	if words, ok := plainWords(command); ok {
+		// A plain word list needs no parser (which allocates its nodes in
+		// batches, and costs most of a decision); FuzzDecide checks that
+		// both paths agree.
+		lits := make([]bool, len(words))
+		for i := range lits {
+			lits[i] = true
+		}
+		sc := simpleCommand{Argv: words, Text: clip(strings.TrimSpace(command), maxTextBytes)}
+		if err := a.wrapped(sc, lits, nil, command, 0); err != nil {
+			return nil, err
+		}
+		return a.cmds, nil
+	}
+	if err := a.script(command, 0, ""); err != nil {
+		return nil, err
+	}
+	return a.cmds, nil
+}
+
+// plainWords splits command into words if it is one simple command of
+// plain words: only characters the shell gives no meaning to (no quotes,
+// escapes, expansions, globs, operators, comments or newlines), not an
+// assignment, not a reserved word or declaration.
+func plainWords(command string) ([]string, bool) {
+	if len(command) > 4096 {
+		return nil, false
+	}
+	for i := 0; i < len(command); i++ {
+		c := command[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == ' ', c == '\t':
+		case strings.IndexByte("-_./,:=+@%", c) >= 0:
+		default:
+			return nil, false
+		}
+	}
+	words := strings.Fields(command)
+	if len(words) == 0 || strings.Contains(words[0], "=") {
+		return nil, false
+	}
+	switch words[0] {
+	case "if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "in",
+		"function", "select", "time", "coproc", "declare", "local", "export", "readonly", "typeset", "nameref", "let":
+		return nil, false
+	}
+	return words, true
+}
+
+// analyzeParsed is analyze without the plain-words fast path, for tests.
+func analyzeParsed(command string) ([]simpleCommand, error) {
+	a := &analyzer{}
 	if err := a.script(command, 0, ""); err != nil {
 		return nil, err
 	}

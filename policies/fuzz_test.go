@@ -3,6 +3,7 @@ package policies
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -39,8 +40,19 @@ func FuzzDecide(f *testing.F) {
 	for _, c := range decisionCases {
 		f.Add(c.cmd)
 	}
+	for _, c := range []string{"ls -la", "git status", "sudo -u x rm y", "timeout 5 nice -n 3 rm -- x", "env A=1 B=2 ls",
+		"xargs -n 1 rm", "eval rm x", "bash -c ls", "make  -j4\t all", "if", "export A=1", "a=b c"} {
+		f.Add(c)
+	}
 	p := loadExample(f, "ci-agent")
 	f.Fuzz(func(t *testing.T, cmd string) {
+		if _, ok := plainWords(cmd); ok {
+			fast, err1 := analyze(cmd)
+			slow, err2 := analyzeParsed(cmd)
+			if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%q: plain words\n%+v (%v)\nparsed\n%+v (%v)", cmd, fast, err1, slow, err2)
+			}
+		}
 		v := p.evaluate(call{tool: "bash", command: cmd})
 		switch v.Decision {
 		case Allow, Ask, Deny:
