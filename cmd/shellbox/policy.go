@@ -43,6 +43,10 @@ is any; exits 0 and says how many policies loaded otherwise.`,
 			if len(bad) > 0 {
 				return exitError{1}
 			}
+			if len(good) == 0 {
+				fmt.Fprintf(out, "%s: no policy files (<tenant>.yaml)\n", args[0])
+				return exitError{1}
+			}
 			tenants := make([]string, 0, len(good))
 			for t := range good {
 				tenants = append(tenants, t)

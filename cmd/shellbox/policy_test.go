@@ -21,6 +21,13 @@ func TestPolicyCheck(t *testing.T) {
 	if code != 1 || out != want {
 		t.Fatalf("got %q (exit %d), want %q", out, code, want)
 	}
+	empty := t.TempDir()
+	if out, _, code = cli(t, "", "policy", "check", empty); code != 1 || out != empty+": no policy files (<tenant>.yaml)\n" {
+		t.Errorf("empty dir: %q (exit %d)", out, code)
+	}
+	if _, errs, code := cli(t, "", "policy", "check", filepath.Join(empty, "missing")); code != 2 || !strings.Contains(errs, "no such file or directory") {
+		t.Errorf("missing dir: %q (exit %d)", errs, code)
+	}
 }
 
 var testDir string
