@@ -41,6 +41,10 @@ type simpleCommand struct {
 // Bounds of the analysis. A command beyond them is unparseable.
 const (
 	maxCommandBytes  = 256 << 10
+	maxNesting       = 256      // ( { $( ` unclosed at once
+	maxOperators     = 20000    // | ; & < > and newlines
+	maxPipes         = 2000     // | and & (pipelines and lists nest in the parser)
+	maxInnerBytes    = 64 << 10 // a script a wrapper runs (eval chains re-parse)
 	maxSimpleCmds    = 2000
 	maxWrapperDepth  = 4
 	maxTextBytes     = 200
@@ -56,6 +60,9 @@ var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant
 func analyze(command string) (cmds []simpleCommand, err error) {
 	if len(command) > maxCommandBytes {
 		return nil, fmt.Errorf("%w: longer than %d bytes", errTooComplex, maxCommandBytes)
+	}
+	if err := checkShape(command); err != nil {
+		return nil, err
 	}
 	a := &analyzer{}
 	if words, ok := plainWords(command); ok {
@@ -76,6 +83,37 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 		return nil, err
 	}
 	return a.cmds, nil
+}
+
+// checkShape bounds the parser's work before it starts: its cost grows
+// with nesting and with the number of operators, and a decision must stay
+// cheap whatever a model sends. The count ignores quoting, so it
+// over-estimates; a command past the bounds is unparseable (asks).
+func checkShape(command string) error {
+	depth, maxDepth, ops, pipes := 0, 0, 0, 0
+	for i := 0; i < len(command); i++ {
+		switch command[i] {
+		case '(', '{', '`':
+			depth++
+			maxDepth = max(maxDepth, depth)
+		case ')', '}':
+			depth = max(depth-1, 0)
+		case '|', '&':
+			pipes++
+			ops++
+		case ';', '\n', '<', '>':
+			ops++
+		}
+	}
+	switch {
+	case maxDepth > maxNesting:
+		return fmt.Errorf("%w: nested more than %d deep", errTooComplex, maxNesting)
+	case pipes > maxPipes:
+		return fmt.Errorf("%w: more than %d | and &", errTooComplex, maxPipes)
+	case ops > maxOperators:
+		return fmt.Errorf("%w: more than %d operators and lines", errTooComplex, maxOperators)
+	}
+	return nil
 }
 
 // plainWords splits command into words if it is one simple command of
@@ -134,6 +172,14 @@ func (a *analyzer) add(sc simpleCommand) error {
 
 // script parses src and adds its simple commands.
 func (a *analyzer) script(src string, depth int, via string) (err error) {
+	if depth > 0 {
+		if len(src) > maxInnerBytes {
+			return fmt.Errorf("%s: %w: a script longer than %d bytes", via, errTooComplex, maxInnerBytes)
+		}
+		if err := checkShape(src); err != nil {
+			return fmt.Errorf("%s: %w", via, err)
+		}
+	}
 	p := parsers.Get().(*syntax.Parser)
 	f, err := p.Parse(strings.NewReader(src), "")
 	// A parser that failed may hold state from the half-parsed input; only

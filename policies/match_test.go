@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -223,6 +224,16 @@ func TestDecisionStrictDefault(t *testing.T) {
 func TestAnalyzeBounds(t *testing.T) {
 	if _, err := analyze(strings.Repeat("a;", maxSimpleCmds+1)); err == nil {
 		t.Error("no error for too many simple commands")
+	}
+	for _, cmd := range []string{
+		strings.Repeat("(", maxNesting+1) + "ls" + strings.Repeat(")", maxNesting+1),
+		strings.Repeat("ls|", maxPipes+1) + "ls",
+		strings.Repeat("eval ", 20000) + "ls",
+		strings.Repeat("x", maxCommandBytes+1),
+	} {
+		if _, err := analyze(cmd); !errors.Is(err, errTooComplex) {
+			t.Errorf("%.20q...: err = %v, want too complex", cmd, err)
+		}
 	}
 	deep := "rm x"
 	for range maxWrapperDepth + 2 {
