@@ -302,7 +302,13 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 				}
 				continue
 			}
-			if err := a.wrapped(isc, inner.lits, nil, src, depth+1); err != nil {
+			// The inner command reads the wrapper's standard input, except
+			// under xargs and find, which give it none of theirs.
+			innerStdin := stdin
+			if in.kind == runsExec || name == "xargs" {
+				innerStdin = nil
+			}
+			if err := a.wrapped(isc, inner.lits, innerStdin, src, depth+1); err != nil {
 				return err
 			}
 		}

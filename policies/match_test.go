@@ -137,6 +137,8 @@ var decisionCases = []struct {
 	{"bash <<EOF\nrm -rf /\nEOF", Deny, "no-delete"},
 	{"sh <<< 'rm x'", Deny, "no-delete"},
 	{"bash <<EOF\n$(cat cmds)\nEOF", Ask, ""},
+	{"nice bash <<'EOF'\nrm x\nEOF", Deny, "no-delete"},
+	{"xargs bash <<'EOF'\nrm x\nEOF", Ask, "dynamic"},
 
 	// Arguments, prefixes, redirects.
 	{"git push origin main", Ask, "push-needs-approval"},
