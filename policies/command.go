@@ -30,6 +30,9 @@ type simpleCommand struct {
 	// Via names the wrapper that runs it ("bash -c", "sudo", ...), "" at
 	// the top level; the innermost one when wrappers nest.
 	Via string
+	// why says what makes a Dynamic command unreadable, when it is not its
+	// name.
+	why string
 	// Wrapper reports that the command only runs other commands (env, sudo,
 	// bash -c, ...): those are rule-checked on their own, so a wrapper that
 	// no rule matches does not take the default.
@@ -254,6 +257,7 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 		// its name says.
 		if as.Name != nil && hijacks(as.Name.Value) {
 			sc.Dynamic = true
+			sc.why = fmt.Sprintf("%s assigned in front of a command changes which program runs", as.Name.Value)
 		}
 	}
 	if sc.Dynamic {
@@ -281,11 +285,12 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 		via = name + " " + in.via
 	}
 	if depth+1 > maxWrapperDepth {
-		return a.add(simpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
+		return a.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via,
+			why: fmt.Sprintf("wrappers nest deeper than %d levels", maxWrapperDepth)})
 	}
 	switch in.kind {
 	case dynamicInner:
-		return a.add(simpleCommand{Argv: []string{in.describe()}, Dynamic: true, Text: sc.Text, Via: via})
+		return a.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via, why: "`" + via + "` " + in.why})
 	case runsScript:
 		for _, s := range in.scripts {
 			if err := a.script(s, depth+1, via); err != nil {
@@ -319,7 +324,7 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 // stdinScript is what a shell without -c runs: a here-document or here-string
 // it can read, else a script rules cannot see.
 func stdinScript(src string, r *syntax.Redirect) inner {
-	dyn := inner{kind: dynamicInner, via: "(script on standard input)"}
+	dyn := inner{kind: dynamicInner, why: "runs a script from standard input that the command does not show"}
 	if r == nil {
 		return dyn
 	}

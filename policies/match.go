@@ -106,9 +106,12 @@ func (p *Policy) decide(c call) verdict {
 
 func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdict)) {
 	if sc.Dynamic {
+		why := sc.why
+		if why == "" {
+			why = fmt.Sprintf("the command name %s is not a literal", quoteName(sc))
+		}
 		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
-			Reason:  fmt.Sprintf("the command name %s is not a literal: a static policy cannot tell what runs", quoteName(sc)),
-			Command: sc.display()})
+			Reason: why + ": a static policy cannot tell what runs", Command: sc.display()})
 		return
 	}
 	matched := false

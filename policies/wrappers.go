@@ -32,16 +32,11 @@ type inner struct {
 	argvs   []argvLits
 	scripts []string
 	via     string // shown after the wrapper's name: "-c", "-exec"
+	why     string // dynamicInner: what rules cannot see, after the wrapper's name
 }
 
-func (in inner) describe() string {
-	if in.via != "" {
-		return in.via
-	}
-	return "(not a literal)"
-}
-
-var dynamic = inner{kind: dynamicInner, via: "(not a literal)"}
+// dynamic: a word that decides what the wrapper runs is not a literal.
+var dynamic = inner{kind: dynamicInner, why: "runs a command given by a word that is not a literal"}
 
 func argvFrom(argv []string, lits []bool, i int) inner {
 	if i >= len(argv) {
@@ -213,7 +208,7 @@ func scriptOf(words []string, lits []bool, via string) inner {
 	}
 	for _, l := range lits {
 		if !l {
-			return inner{kind: dynamicInner, via: via + " (not a literal)"}
+			return inner{kind: dynamicInner, via: via, why: "runs a script that is not a literal"}
 		}
 	}
 	return inner{kind: runsScript, scripts: []string{strings.Join(words, " ")}, via: via}
@@ -263,7 +258,7 @@ func envCommand(argv []string, lits []bool, i int) inner {
 			break
 		}
 		if hijacks(k) {
-			return dynamic
+			return inner{kind: dynamicInner, why: "sets " + k + ", which changes which program runs"}
 		}
 	}
 	return argvFrom(argv, lits, i)
@@ -301,7 +296,7 @@ func unwrapShell(argv []string, lits []bool) inner {
 	i := 1
 	for i < len(argv) {
 		if !lits[i] {
-			return dynamic
+			return inner{kind: dynamicInner, why: "runs a script given by a word that is not a literal"}
 		}
 		a := argv[i]
 		if a == "--" || a == "-" {
