@@ -199,7 +199,7 @@ func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
 	if dc.Runtime, err = b.cfg.sessionRuntime(tenant, o.Runtime); err != nil {
 		return sandbox.Spec{}, err
 	}
-	return dockerSpec(dc, tenant, session, b.agent)
+	return dockerSpec(dc, tenant, session, b.agent, nil)
 }
 
 func (b *serveBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {

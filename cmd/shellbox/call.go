@@ -13,6 +13,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -54,7 +55,20 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 			}
 			ctx := cmd.Context()
 			runtime, _ := cmd.Flags().GetString("runtime")
-			ts, cleanup, err := newToolset(ctx, cfg, runtime)
+			var pol *policies.Policy
+			var gate tools.Gate
+			if cfg.Policies.Dir != "" {
+				// The tenant's policy decides the call and sets the limits
+				// and the sandbox; an ask is denied (no approver here).
+				e, p, closePolicies, err := policyFor(cfg)
+				if err != nil {
+					return err
+				}
+				defer closePolicies()
+				pol, gate = p, e
+				cfg.Limits = p.Limits
+			}
+			ts, cleanup, err := newToolset(ctx, cfg, runtime, gate, pol, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -71,6 +85,7 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
 	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default docker.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
+	cmd.Flags().String("policies", "", "policies directory: the tenant's policy decides the call (default policies.dir)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result as JSON (text, isError, typed result, notices)")
 	return cmd
 }
@@ -112,9 +127,11 @@ func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// newToolset wires the configured backend under the tools. cleanup stops
-// watchers and releases the backend (killing the local backend's tasks).
-func newToolset(ctx context.Context, cfg Config, runtime string) (*tools.Toolset, func(), error) {
+// newToolset wires the configured backend under the tools, behind gate (nil:
+// no policy). pol, if set, supplies the sandbox settings of the docker
+// backend. cleanup stops watchers and releases the backend (killing the
+// local backend's tasks).
+func newToolset(ctx context.Context, cfg Config, runtime string, gate tools.Gate, pol *policies.Policy, warn io.Writer) (*tools.Toolset, func(), error) {
 	var (
 		ex    executor.BashExecutor
 		home  string
@@ -151,7 +168,7 @@ func newToolset(ctx context.Context, cfg Config, runtime string) (*tools.Toolset
 		}
 		ex, close = e, e.Close
 	case "docker":
-		b, err := newDockerBackend(cfg, runtime)
+		b, err := newDockerBackend(cfg, runtime, pol, warn)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -164,6 +181,7 @@ func newToolset(ctx context.Context, cfg Config, runtime string) (*tools.Toolset
 		DisableRunInBackground: !cfg.EnableRunInBackground,
 		Home:                   home,
 		Facts:                  cfg.Facts,
+		Gate:                   gate,
 	})
 	if err != nil {
 		close(ctx)

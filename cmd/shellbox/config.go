@@ -26,6 +26,21 @@ type Config struct {
 	Local                 LocalConfig       `mapstructure:"local"`
 	Docker                DockerConfig      `mapstructure:"docker"`
 	Server                ServerConfig      `mapstructure:"server"`
+	Policies              PoliciesConfig    `mapstructure:"policies"`
+	Audit                 AuditConfig       `mapstructure:"audit"`
+}
+
+// PoliciesConfig locates the per-tenant policy files.
+type PoliciesConfig struct {
+	// Dir holds <tenant>.yaml files; empty runs every call unchecked.
+	Dir string `mapstructure:"dir"`
+}
+
+// AuditConfig configures the audit log of policy decisions.
+type AuditConfig struct {
+	File     string `mapstructure:"file"`
+	MaxBytes int64  `mapstructure:"maxBytes"`
+	MaxFiles int    `mapstructure:"maxFiles"`
 }
 
 // LocalConfig configures the local (host process, unsandboxed) backend.
@@ -36,14 +51,17 @@ type LocalConfig struct {
 	Cgroup   string `mapstructure:"cgroup"`
 }
 
-func defaultSpillDir() string {
+func defaultSpillDir() string { return stateFile("spill") }
+
+// stateFile is name in shellbox's state directory.
+func stateFile(name string) string {
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "shellbox", "spill")
+		return filepath.Join(d, "shellbox", name)
 	}
 	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "state", "shellbox", "spill")
+		return filepath.Join(h, ".local", "state", "shellbox", name)
 	}
-	return filepath.Join(os.TempDir(), "shellbox-spill")
+	return filepath.Join(os.TempDir(), "shellbox-"+name)
 }
 
 // newViper sets the defaults of every key (so SHELLBOX_* variables reach
@@ -67,6 +85,10 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	v.SetDefault("local::home", "")
 	v.SetDefault("local::spillDir", defaultSpillDir())
 	v.SetDefault("local::cgroup", "auto")
+	v.SetDefault("policies::dir", "")
+	v.SetDefault("audit::file", stateFile("audit.log"))
+	v.SetDefault("audit::maxBytes", 64<<20)
+	v.SetDefault("audit::maxFiles", 5)
 	for k, val := range dockerDefaults() {
 		v.SetDefault(k, val)
 	}
@@ -79,7 +101,7 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	v.AutomaticEnv()
 
 	if flags != nil {
-		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant", "server::listen": "listen"} {
+		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant", "server::listen": "listen", "policies::dir": "policies"} {
 			if f := flags.Lookup(name); f != nil {
 				if err := v.BindPFlag(key, f); err != nil {
 					return nil, err

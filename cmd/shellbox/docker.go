@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
 )
@@ -96,9 +102,34 @@ func (b *dockerBackend) Close() error {
 }
 
 // newDockerBackend wires runtime, manager and executor. runtime overrides
-// docker.runtime when non-empty (the --runtime flag).
-func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
+// docker.runtime when non-empty (the --runtime flag). pol, if set, is the
+// tenant's policy: its sandbox settings replace docker.*, its image
+// allowlist and runtime bind the flag and the configuration, and warn hears
+// what the backend cannot give it.
+func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
 	dc := cfg.Docker
+	var (
+		polOpts   []sandbox.Opt
+		agentArgs []string
+	)
+	if pol != nil {
+		if runtime != "" && runtime != pol.Runtime {
+			return nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, pol.Tenant, pol.Runtime)
+		}
+		img, err := pol.Image("", dc.Image)
+		if err != nil {
+			return nil, err
+		}
+		dc.Image, runtime = img, pol.Runtime
+		polOpts = pol.SpecOptions()
+		// The agent drops to the policy's user for commands (Spec.UID only
+		// owns /workspace).
+		agentArgs = []string{"--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)}
+		if !pol.Network.None() && warn != nil {
+			fmt.Fprintf(warn, "shellbox: policy %s allows network to %s, but the docker backend gives sandboxes no network yet: this one has none\n",
+				pol.Tenant, strings.Join(pol.Network.Allow, ", "))
+		}
+	}
 	if runtime != "" {
 		dc.Runtime = runtime
 	}
@@ -122,7 +153,12 @@ func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
 		}
-		return dockerSpec(dc, cfg.Tenant, session, agent)
+		if pol != nil {
+			if err := checkSessionQuota(rt, dc.Owner, cfg.Tenant, pol, session); err != nil {
+				return sandbox.Spec{}, err
+			}
+		}
+		return dockerSpec(dc, cfg.Tenant, session, agent, agentArgs, polOpts...)
 	}
 	ex, err := sandboxed.New(sandboxed.Config{
 		Manager: m,
@@ -138,11 +174,34 @@ func newDockerBackend(cfg Config, runtime string) (*dockerBackend, error) {
 	return b, nil
 }
 
+// checkSessionQuota refuses a new session past the policy's
+// limits.sessions: the tenant's sandboxes of this owner are counted, the
+// session's own (being re-adopted) excepted.
+func checkSessionQuota(rt sandbox.Runtime, owner, tenant string, pol *policies.Policy, session string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := rt.List(ctx, owner)
+	if err != nil {
+		return fmt.Errorf("count the tenant's sessions: %w", err)
+	}
+	n := 0
+	for _, sb := range list {
+		if sb.Tenant != tenant {
+			continue
+		}
+		if sb.Session == session {
+			return nil // exists: not a new session
+		}
+		n++
+	}
+	return pol.CheckSessions(n)
+}
+
 var _ executor.BashExecutor = (*sandboxed.Executor)(nil)
 
 // dockerSpec is the sandbox spec of a new session of tenant: docker.* with
 // the agent binary at agent.
-func dockerSpec(dc DockerConfig, tenant, session, agent string) (sandbox.Spec, error) {
+func dockerSpec(dc DockerConfig, tenant, session, agent string, agentArgs []string, extra ...sandbox.Opt) (sandbox.Spec, error) {
 	return sandbox.NewSpec(tenant, session,
 		sandbox.WithImage(dc.Image),
 		sandbox.WithRuntime(dc.Runtime),
@@ -153,6 +212,7 @@ func dockerSpec(dc DockerConfig, tenant, session, agent string) (sandbox.Spec, e
 		sandbox.WithTmpSize(dc.TmpBytes),
 		sandbox.WithSpillSize(dc.SpillBytes),
 		sandbox.WithLabels(dc.Labels),
-		sandbox.WithAgent(agent),
+		sandbox.WithAgent(agent, agentArgs...),
+		sandbox.Compose(extra...),
 	)
 }

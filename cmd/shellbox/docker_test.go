@@ -135,3 +135,66 @@ docker:
 		t.Errorf("still listed after rm: %q", out)
 	}
 }
+
+// TestDockerPolicySandbox: the tenant's policy sets the sandbox (user,
+// runtime) and caps the tenant's sessions, naming the limit.
+func TestDockerPolicySandbox(t *testing.T) {
+	cli := dockertest.Engine(t)
+	dockertest.RemoveLeftovers(context.Background(), cli)
+	if err := images.BuildTest(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinaries(t)
+	state := dockertest.StateDir(t)
+	owner := dockertest.Owner(t)
+	pols := t.TempDir()
+	os.WriteFile(filepath.Join(pols, "polt.yaml"), []byte(fmt.Sprintf(`default: allow
+sandbox:
+  images: [%s]
+  runtime: runc
+  user: {uid: 1234, gid: 1234}
+limits: {sessions: 1}
+`, dockertest.Image)), 0o644)
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
+tenant: polt
+policies:
+  dir: %s
+audit:
+  file: %s
+docker:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+`, pols, filepath.Join(t.TempDir(), "audit.log"), state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--config", cfg}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(out.String(), "\n"), errb.String(), code
+	}
+	t.Cleanup(func() { run("sessions", "rm", "--tenant", "polt", "p1") })
+
+	if out, errs, code := run("call", "--session", "p1", "bash", `{"command":"id -u","description":"show uid"}`); out != "1234" || code != 0 {
+		t.Fatalf("id -u: %q %q (exit %d)", out, errs, code)
+	}
+	if out, _, code := run("call", "--session", "p2", "bash", `{"command":"true","description":"second session"}`); code != 1 ||
+		!strings.Contains(out, "session limit reached: limits.sessions = 1 (policy polt)") {
+		t.Errorf("second session: %q (exit %d)", out, code)
+	}
+	if _, errs, code := run("call", "--session", "p1", "--runtime", "runsc", "bash", `{"command":"true","description":"x"}`); code != 2 ||
+		!strings.Contains(errs, "runtime runsc is not allowed by policy polt (sandbox.runtime: runc)") {
+		t.Errorf("runtime: %q (exit %d)", errs, code)
+	}
+}

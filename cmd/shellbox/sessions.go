@@ -111,7 +111,7 @@ func dockerFromFlags(cmd *cobra.Command) (sessionsBackend, error) {
 	if err != nil {
 		return sessionsBackend{}, err
 	}
-	b, err := newDockerBackend(cfg, "")
+	b, err := newDockerBackend(cfg, "", nil, nil)
 	if err != nil {
 		return sessionsBackend{}, err
 	}

@@ -1,0 +1,277 @@
+package policies
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Record is one audited decision: one JSON line of the audit log.
+type Record struct {
+	Time          time.Time `json:"time"`
+	Tenant        string    `json:"tenant"`
+	Session       string    `json:"session"`
+	Tool          string    `json:"tool"`
+	Command       string    `json:"command"`
+	Workdir       string    `json:"workdir,omitempty"`
+	Background    bool      `json:"background,omitempty"`
+	Decision      Decision  `json:"decision"`
+	Rule          string    `json:"rule"`
+	Reason        string    `json:"reason,omitempty"`
+	SimpleCommand string    `json:"simpleCommand,omitempty"`
+	// Escalation lists the sandbox_permissions asked for, Justification why.
+	Escalation    []string `json:"escalation,omitempty"`
+	Justification string   `json:"justification,omitempty"`
+	// Approval, Approver: set when an ask was decided (or expired).
+	Approval string `json:"approval,omitempty"`
+	Approver string `json:"approver,omitempty"`
+}
+
+// Bounds of one audit line: fields are clipped so a line stays under
+// maxAuditLine whatever the command.
+const (
+	maxAuditLine    = 64 << 10
+	maxAuditCommand = 16 << 10
+	maxAuditText    = 2 << 10
+	maxAuditField   = 256
+	maxAuditPerms   = 16
+)
+
+func (r Record) clipped() Record {
+	r.Tenant, r.Session, r.Tool = clip(r.Tenant, maxAuditField), clip(r.Session, maxAuditField), clip(r.Tool, maxAuditField)
+	r.Rule, r.Approval, r.Approver = clip(r.Rule, maxAuditField), clip(r.Approval, maxAuditField), clip(r.Approver, maxAuditField)
+	r.Command = clip(r.Command, maxAuditCommand)
+	r.Workdir = clip(r.Workdir, maxAuditText)
+	r.Reason, r.SimpleCommand = clip(r.Reason, maxAuditText), clip(r.SimpleCommand, maxAuditText)
+	r.Justification = clip(r.Justification, maxAuditText)
+	if len(r.Escalation) > maxAuditPerms {
+		r.Escalation = r.Escalation[:maxAuditPerms]
+	}
+	perms := make([]string, len(r.Escalation))
+	for i, p := range r.Escalation {
+		perms[i] = clip(p, maxAuditField)
+	}
+	r.Escalation = perms
+	return r
+}
+
+// AuditOptions bound the audit log.
+type AuditOptions struct {
+	// MaxBytes rotates the log when a line would take it past this size
+	// (default 64 MiB).
+	MaxBytes int64
+	// MaxFiles is how many rotated files are kept: FILE.1 (newest) to
+	// FILE.<MaxFiles> (default 5).
+	MaxFiles int
+}
+
+// Audit appends decisions to a JSON-lines file, one fsync per line, and
+// rotates it by size. It is safe for concurrent use.
+type Audit struct {
+	path string
+	opts AuditOptions
+
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+}
+
+// OpenAudit opens (creating) the audit log at path.
+func OpenAudit(path string, opts AuditOptions) (*Audit, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 64 << 20
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = 5
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	a := &Audit{path: path, opts: opts}
+	if err := a.open(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Audit) open() error {
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit: %w", err)
+	}
+	a.f, a.size = f, fi.Size()
+	return nil
+}
+
+// Path is the log's file.
+func (a *Audit) Path() string { return a.path }
+
+// Write appends r as one line and syncs it to disk before returning.
+func (a *Audit) Write(r Record) error {
+	line, err := json.Marshal(r.clipped())
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	line = append(line, '\n')
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return errors.New("audit: closed")
+	}
+	if a.size > 0 && a.size+int64(len(line)) > a.opts.MaxBytes {
+		if err := a.rotate(); err != nil {
+			return err
+		}
+	}
+	n, err := a.f.Write(line)
+	a.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := a.f.Sync(); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// rotate shifts FILE.i to FILE.i+1 (dropping the oldest) and FILE to
+// FILE.1, then starts a new FILE.
+func (a *Audit) rotate() error {
+	if err := a.f.Close(); err != nil {
+		return fmt.Errorf("audit: rotate: %w", err)
+	}
+	a.f = nil
+	_ = os.Remove(fmt.Sprintf("%s.%d", a.path, a.opts.MaxFiles))
+	for i := a.opts.MaxFiles - 1; i >= 1; i-- {
+		from := fmt.Sprintf("%s.%d", a.path, i)
+		if err := os.Rename(from, fmt.Sprintf("%s.%d", a.path, i+1)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("audit: rotate: %w", err)
+		}
+	}
+	if err := os.Rename(a.path, a.path+".1"); err != nil {
+		return fmt.Errorf("audit: rotate: %w", err)
+	}
+	if err := a.open(); err != nil {
+		return err
+	}
+	// The renames must be durable too, or a crash could lose a file.
+	if d, err := os.Open(filepath.Dir(a.path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Close closes the log.
+func (a *Audit) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return nil
+	}
+	err := a.f.Close()
+	a.f = nil
+	return err
+}
+
+// ReadAudit returns the last n records of the audit log at path (rotated
+// files included, oldest first), of tenant only if tenant is not empty.
+// Lines that are not records are skipped and counted in skipped.
+func ReadAudit(path string, n int, tenant string) (recs []Record, skipped int, err error) {
+	if n <= 0 {
+		return nil, 0, nil
+	}
+	files, err := auditFiles(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	ring := make([]Record, 0, min(n, 1024))
+	start := 0 // ring is full once len == n; start is its oldest
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // rotated away while we read
+			}
+			return nil, skipped, fmt.Errorf("audit: %w", err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), maxAuditLine+1)
+		for sc.Scan() {
+			var r Record
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				skipped++
+				continue
+			}
+			if tenant != "" && r.Tenant != tenant {
+				continue
+			}
+			if len(ring) < n {
+				ring = append(ring, r)
+			} else {
+				ring[start] = r
+				start = (start + 1) % n
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, skipped, fmt.Errorf("audit: %s: %w", file, err)
+		}
+	}
+	return append(ring[start:], ring[:start]...), skipped, nil
+}
+
+// auditFiles lists path's rotated files oldest first, then path.
+func auditFiles(path string) ([]string, error) {
+	matches, err := filepath.Glob(globEscape(path) + ".*")
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	type rotated struct {
+		file string
+		n    int
+	}
+	var rs []rotated
+	for _, m := range matches {
+		if k, err := strconv.Atoi(strings.TrimPrefix(m, path+".")); err == nil && k > 0 {
+			rs = append(rs, rotated{m, k})
+		}
+	}
+	slices.SortFunc(rs, func(a, b rotated) int { return b.n - a.n })
+	out := make([]string, 0, len(rs)+1)
+	for _, r := range rs {
+		out = append(out, r.file)
+	}
+	if _, err := os.Stat(path); err == nil {
+		out = append(out, path)
+	} else if len(out) == 0 {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return out, nil
+}
+
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

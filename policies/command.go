@@ -1,0 +1,474 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// simpleCommand is one command a call would run, as rules see it: every
+// simple command of pipelines, lists, subshells, functions and substitutions,
+// and the commands that wrappers (bash -c, eval, env, xargs, find -exec,
+// sudo, ...) run.
+type simpleCommand struct {
+	// Argv holds the words with quotes and escapes removed. A word that is
+	// not a literal ($x, $(...)) is kept as written.
+	Argv []string
+	// Dynamic reports that the command name is not a literal: a substitution,
+	// a variable, a glob, or a shell reading a script rules cannot see. A
+	// static policy cannot tell what runs; the tenant's unparseable decision
+	// applies.
+	Dynamic bool
+	// Redirects are the targets of the command's file redirections.
+	Redirects []string
+	// Text is the command as written (clipped), for explanations.
+	Text string
+	// Via names the wrapper that runs it ("bash -c", "sudo", ...), "" at
+	// the top level; the innermost one when wrappers nest.
+	Via string
+	// why says what makes a Dynamic command unreadable, when it is not its
+	// name.
+	why string
+	// Wrapper reports that the command only runs other commands (env, sudo,
+	// bash -c, ...): those are rule-checked on their own, so a wrapper that
+	// no rule matches does not take the default.
+	Wrapper bool
+
+	name string // basename of Argv[0]
+}
+
+// Bounds of the analysis. A command beyond them is unparseable.
+const (
+	maxCommandBytes  = 256 << 10
+	maxNesting       = 256      // ( { $( ` unclosed at once
+	maxOperators     = 20000    // | ; & < > and newlines
+	maxPipes         = 2000     // | and & (pipelines and lists nest in the parser)
+	maxInnerBytes    = 64 << 10 // a script a wrapper runs (eval chains re-parse)
+	maxSimpleCmds    = 2000
+	maxWrapperDepth  = 4
+	maxTextBytes     = 200
+	maxRedirectBytes = 4 << 10
+)
+
+var errTooComplex = errors.New("too complex to analyse")
+
+var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+
+// analyze parses a bash command into its simple commands. An error means the
+// command cannot be read statically (the unparseable decision applies).
+func analyze(command string) (cmds []simpleCommand, err error) {
+	if len(command) > maxCommandBytes {
+		return nil, fmt.Errorf("%w: longer than %d bytes", errTooComplex, maxCommandBytes)
+	}
+	if err := checkShape(command); err != nil {
+		return nil, err
+	}
+	a := &analyzer{}
+	if words, ok := plainWords(command); ok {
+		// A plain word list needs no parser (which allocates its nodes in
+		// batches, and costs most of a decision); FuzzDecide checks that
+		// both paths agree.
+		lits := make([]bool, len(words))
+		for i := range lits {
+			lits[i] = true
+		}
+		sc := simpleCommand{Argv: words, Text: clip(strings.TrimSpace(command), maxTextBytes)}
+		if err := a.wrapped(sc, lits, nil, command, 0); err != nil {
+			return nil, err
+		}
+		return a.cmds, nil
+	}
+	if err := a.script(command, 0, ""); err != nil {
+		return nil, err
+	}
+	return a.cmds, nil
+}
+
+// checkShape bounds the parser's work before it starts: its cost grows
+// with nesting and with the number of operators, and a decision must stay
+// cheap whatever a model sends. The count ignores quoting, so it
+// over-estimates; a command past the bounds is unparseable (asks).
+func checkShape(command string) error {
+	depth, maxDepth, ops, pipes := 0, 0, 0, 0
+	for i := 0; i < len(command); i++ {
+		switch command[i] {
+		case '(', '{', '`':
+			depth++
+			maxDepth = max(maxDepth, depth)
+		case ')', '}':
+			depth = max(depth-1, 0)
+		case '|', '&':
+			pipes++
+			ops++
+		case ';', '\n', '<', '>':
+			ops++
+		}
+	}
+	switch {
+	case maxDepth > maxNesting:
+		return fmt.Errorf("%w: nested more than %d deep", errTooComplex, maxNesting)
+	case pipes > maxPipes:
+		return fmt.Errorf("%w: more than %d | and &", errTooComplex, maxPipes)
+	case ops > maxOperators:
+		return fmt.Errorf("%w: more than %d operators and lines", errTooComplex, maxOperators)
+	}
+	return nil
+}
+
+// plainWords splits command into words if it is one simple command of
+// plain words: only characters the shell gives no meaning to (no quotes,
+// escapes, expansions, globs, operators, comments or newlines), not an
+// assignment, not a reserved word or declaration.
+func plainWords(command string) ([]string, bool) {
+	if len(command) > 4096 {
+		return nil, false
+	}
+	for i := 0; i < len(command); i++ {
+		c := command[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == ' ', c == '\t':
+		case strings.IndexByte("-_./,:=+@%", c) >= 0:
+		default:
+			return nil, false
+		}
+	}
+	words := strings.Fields(command)
+	if len(words) == 0 || strings.Contains(words[0], "=") {
+		return nil, false
+	}
+	switch words[0] {
+	case "if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "in",
+		"function", "select", "time", "coproc", "declare", "local", "export", "readonly", "typeset", "nameref", "let":
+		return nil, false
+	}
+	return words, true
+}
+
+// analyzeParsed is analyze without the plain-words fast path, for tests.
+func analyzeParsed(command string) ([]simpleCommand, error) {
+	a := &analyzer{}
+	if err := a.script(command, 0, ""); err != nil {
+		return nil, err
+	}
+	return a.cmds, nil
+}
+
+type analyzer struct {
+	cmds []simpleCommand
+}
+
+func (a *analyzer) add(sc simpleCommand) error {
+	if len(a.cmds) >= maxSimpleCmds {
+		return fmt.Errorf("%w: more than %d simple commands", errTooComplex, maxSimpleCmds)
+	}
+	if len(sc.Argv) > 0 {
+		sc.name = path.Base(sc.Argv[0])
+	}
+	a.cmds = append(a.cmds, sc)
+	return nil
+}
+
+// script parses src and adds its simple commands.
+func (a *analyzer) script(src string, depth int, via string) (err error) {
+	if depth > 0 {
+		if len(src) > maxInnerBytes {
+			return fmt.Errorf("%s: %w: a script longer than %d bytes", via, errTooComplex, maxInnerBytes)
+		}
+		if err := checkShape(src); err != nil {
+			return fmt.Errorf("%s: %w", via, err)
+		}
+	}
+	p := parsers.Get().(*syntax.Parser)
+	f, err := p.Parse(strings.NewReader(src), "")
+	// A parser that failed may hold state from the half-parsed input; only
+	// clean ones are reused.
+	if err == nil {
+		parsers.Put(p)
+	}
+	if err != nil {
+		if depth > 0 {
+			return fmt.Errorf("%s: %w", via, err)
+		}
+		return err
+	}
+	var werr error
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if werr != nil {
+			return false
+		}
+		st, ok := n.(*syntax.Stmt)
+		if !ok {
+			return true
+		}
+		werr = a.stmt(src, st, depth, via)
+		return werr == nil
+	})
+	return werr
+}
+
+// stmt adds the simple command of st, if it is one, with its redirections
+// and what it wraps. Walk goes on into st's children (substitutions, bodies).
+func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) error {
+	var redirs []string
+	var stdin *syntax.Redirect // where a shell without -c would read its script
+	for _, r := range st.Redirs {
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc:
+			stdin = r
+			continue
+		case syntax.RdrIn:
+			stdin = r
+		case syntax.DplIn, syntax.DplOut:
+			if r.Word != nil {
+				if v, lit := wordValue(src, r.Word); lit && (v == "-" || isDigits(v)) {
+					continue
+				}
+			}
+		}
+		if r.Word != nil {
+			v, _ := wordValue(src, r.Word)
+			redirs = append(redirs, clip(v, maxRedirectBytes))
+		}
+	}
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Args) == 0 {
+		if len(redirs) > 0 {
+			// A redirection on its own (> file) or on a compound command:
+			// only redirect rules can match it.
+			return a.add(simpleCommand{Redirects: redirs, Text: text(src, st), Via: via, Wrapper: true})
+		}
+		return nil
+	}
+	sc := simpleCommand{Redirects: redirs, Text: text(src, call), Via: via}
+	lits := make([]bool, len(call.Args))
+	for i, w := range call.Args {
+		v, lit := wordValue(src, w)
+		sc.Argv = append(sc.Argv, v)
+		lits[i] = lit
+	}
+	sc.Dynamic = !lits[0] || isPattern(call.Args[0])
+	for _, as := range call.Assigns {
+		// A command run with its lookup or loader changed is not the command
+		// its name says.
+		if as.Name != nil && hijacks(as.Name.Value) {
+			sc.Dynamic = true
+			sc.why = fmt.Sprintf("%s assigned in front of a command changes which program runs", as.Name.Value)
+		}
+	}
+	if sc.Dynamic {
+		return a.add(sc)
+	}
+	return a.wrapped(sc, lits, stdin, src, depth)
+}
+
+// wrapped adds sc and, if sc is a wrapper, the commands it runs.
+func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect, src string, depth int) error {
+	name := path.Base(sc.Argv[0])
+	in := unwrap(name, sc.Argv, lits)
+	if in.kind == notWrapper {
+		return a.add(sc)
+	}
+	if in.kind == shellStdin {
+		in = stdinScript(src, stdin)
+	}
+	sc.Wrapper = in.kind != runsExec // find -exec: find itself acts too
+	if err := a.add(sc); err != nil {
+		return err
+	}
+	via := name
+	if in.via != "" {
+		via = name + " " + in.via
+	}
+	if depth+1 > maxWrapperDepth {
+		return a.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via,
+			why: fmt.Sprintf("wrappers nest deeper than %d levels", maxWrapperDepth)})
+	}
+	switch in.kind {
+	case dynamicInner:
+		return a.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via, why: "`" + via + "` " + in.why})
+	case runsScript:
+		for _, s := range in.scripts {
+			if err := a.script(s, depth+1, via); err != nil {
+				return err
+			}
+		}
+	case runsArgv, runsExec:
+		for _, inner := range in.argvs {
+			isc := simpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
+			if !inner.lits[0] || isPatternString(inner.argv[0]) {
+				isc.Dynamic = true
+				if err := a.add(isc); err != nil {
+					return err
+				}
+				continue
+			}
+			// The inner command reads the wrapper's standard input, except
+			// under xargs and find, which give it none of theirs.
+			innerStdin := stdin
+			if in.kind == runsExec || name == "xargs" {
+				innerStdin = nil
+			}
+			if err := a.wrapped(isc, inner.lits, innerStdin, src, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stdinScript is what a shell without -c runs: a here-document or here-string
+// it can read, else a script rules cannot see.
+func stdinScript(src string, r *syntax.Redirect) inner {
+	dyn := inner{kind: dynamicInner, why: "runs a script from standard input that the command does not show"}
+	if r == nil {
+		return dyn
+	}
+	var (
+		v   string
+		lit bool
+	)
+	switch {
+	case (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.Hdoc != nil:
+		v, lit = hdocValue(src, r.Hdoc)
+	case r.Op == syntax.WordHdoc && r.Word != nil:
+		v, lit = wordValue(src, r.Word)
+	}
+	if !lit {
+		return dyn
+	}
+	return inner{kind: runsScript, scripts: []string{v}, via: "<<"}
+}
+
+// hdocValue is a here-document body's text: parts other than literals make it
+// unknowable (the shell expands them before running it).
+func hdocValue(src string, w *syntax.Word) (string, bool) {
+	var b strings.Builder
+	for _, p := range w.Parts {
+		l, ok := p.(*syntax.Lit)
+		if !ok {
+			return source(src, w), false
+		}
+		b.WriteString(l.Value)
+	}
+	return b.String(), true
+}
+
+// wordValue is w with quotes and escapes removed, and whether it is a
+// literal. A non-literal word is returned as written.
+func wordValue(src string, w *syntax.Word) (string, bool) {
+	var b strings.Builder
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			b.WriteString(unescape(p.Value, false))
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				return source(src, w), false // $'...': ANSI-C escapes
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				l, ok := q.(*syntax.Lit)
+				if !ok {
+					return source(src, w), false
+				}
+				b.WriteString(unescape(l.Value, true))
+			}
+		default:
+			return source(src, w), false
+		}
+	}
+	return b.String(), true
+}
+
+// unescape removes backslash quoting: outside double quotes a backslash
+// quotes any character; inside, only $ ` " \ and newline.
+func unescape(s string, dq bool) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		n := s[i+1]
+		switch {
+		case n == '\n':
+			i++ // line continuation
+		case !dq || strings.IndexByte("$`\"\\", n) >= 0:
+			b.WriteByte(n)
+			i++
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// isPattern reports whether a command-name word would be expanded by the
+// shell as a glob or a brace expansion, so the name is not what it reads.
+func isPattern(w *syntax.Word) bool {
+	for _, p := range w.Parts {
+		if l, ok := p.(*syntax.Lit); ok && isPatternString(l.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+func isPatternString(s string) bool {
+	if strings.ContainsAny(s, "*?") {
+		return true
+	}
+	if i := strings.IndexByte(s, '['); i >= 0 && strings.IndexByte(s[i+1:], ']') >= 0 {
+		return true
+	}
+	if i := strings.IndexByte(s, '{'); i >= 0 {
+		rest := s[i+1:]
+		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
+			return true
+		}
+	}
+	return false
+}
+
+// hijacks reports whether assigning name before a command changes which
+// program runs or what it loads.
+func hijacks(name string) bool {
+	switch name {
+	case "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS":
+		return true
+	}
+	return false
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// source is n as written in src.
+func source(src string, n syntax.Node) string {
+	s, e := int(n.Pos().Offset()), int(n.End().Offset())
+	if s < 0 || e > len(src) || s > e {
+		return ""
+	}
+	return src[s:e]
+}
+
+func text(src string, n syntax.Node) string { return clip(source(src, n), maxTextBytes) }

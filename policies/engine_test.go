@@ -1,0 +1,400 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/tools"
+)
+
+const acmePolicy = `default: allow
+askTimeout: 200ms
+limits: {defaultTimeout: 10s, maxTimeout: 20s}
+rules:
+  - name: no-rm
+    decision: deny
+    reason: deleting files is not allowed
+    match: {command: [rm]}
+  - name: push
+    decision: ask
+    reason: pushing needs approval
+    match: {prefix: ["git push"]}
+escalations:
+  default: deny
+  rules:
+    - {name: net, permissions: [network], decision: allow}
+`
+
+func bashCall(tenant, cmd string) tools.Call {
+	return tools.Call{Tenant: tenant, Session: "s1", Tool: "bash",
+		Request: executor.Request{Session: "s1", Shell: executor.Bash, Command: cmd}}
+}
+
+func openEngine(t *testing.T, dir string, opts Options) *Engine {
+	t.Helper()
+	e, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestCheckAllowDenyAndLimits(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	req, err := e.Check(context.Background(), bashCall("acme", "ls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Timeout != 10*time.Second {
+		t.Errorf("timeout = %s, want the policy default 10s", req.Timeout)
+	}
+	c := bashCall("acme", "ls")
+	c.Request.Timeout = time.Hour
+	if req, _ := e.Check(context.Background(), c); req.Timeout != 20*time.Second {
+		t.Errorf("timeout = %s, want the policy cap 20s", req.Timeout)
+	}
+	_, err = e.Check(context.Background(), bashCall("acme", "cd x && /bin/rm -rf y"))
+	if err == nil || err.Error() != "denied by policy acme/no-rm: deleting files is not allowed" || !errors.Is(err, ErrDenied) {
+		t.Errorf("err = %v", err)
+	}
+	c = bashCall("acme", "curl x")
+	c.Request.Permissions, c.Justification = []string{"network"}, "fetch deps"
+	if req, err := e.Check(context.Background(), c); err != nil || len(req.Permissions) != 1 {
+		t.Errorf("granted escalation: req %+v, err %v", req, err)
+	}
+	c.Request.Permissions = []string{"network", "docker"}
+	if _, err := e.Check(context.Background(), c); err == nil || !strings.Contains(err.Error(), "denied by policy acme/escalations:") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := e.Check(context.Background(), tools.Call{Tenant: "acme", Tool: "pwsh", Request: executor.Request{Command: "ls"}}); err == nil ||
+		err.Error() != "denied by policy acme/tools: the pwsh tool is disabled for this tenant (tools.pwsh: false)" {
+		t.Errorf("pwsh: err = %v", err)
+	}
+}
+
+func TestPolicyDefaultTenantFallback(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	if _, err := e.Policy("other"); !errors.Is(err, ErrNoPolicy) || !strings.Contains(err.Error(), "no other.yaml and no default.yaml") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := e.Policy("../x"); !errors.Is(err, ErrNoPolicy) {
+		t.Errorf("bad tenant id: err = %v", err)
+	}
+	writePolicy(t, dir, "default", "default: deny\n")
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Policy("other")
+	if err != nil || p.Tenant != "default" {
+		t.Fatalf("p = %v, err = %v", p, err)
+	}
+	if _, err := e.Check(context.Background(), bashCall("other", "ls")); err == nil ||
+		err.Error() != "denied by policy default/default: no rule matches; the tenant's default is deny" {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestAskApproveDenyExpire(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	writePolicy(t, dir, "beta", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	var mu sync.Mutex
+	var seen []string
+	pendingCh := make(chan Approval, 10)
+	cancel := e.Subscribe(func(a Approval) {
+		mu.Lock()
+		seen = append(seen, a.State)
+		mu.Unlock()
+		if a.State == Pending {
+			pendingCh <- a
+		}
+	})
+	defer cancel()
+
+	run := func(decide func(a Approval)) error {
+		done := make(chan error, 1)
+		go func() {
+			c := bashCall("acme", "git push origin main")
+			c.Justification = "ship it"
+			_, err := e.Check(context.Background(), c)
+			done <- err
+		}()
+		a := <-pendingCh
+		if a.Rule != "push" || a.Reason != "pushing needs approval" || a.Justification != "ship it" || a.Tenant != "acme" {
+			t.Errorf("pending approval = %+v", a)
+		}
+		if got := e.Approvals("acme"); len(got) == 0 || got[0].ID != a.ID || got[0].State != Pending {
+			t.Errorf("Approvals = %+v", got)
+		}
+		decide(a)
+		return <-done
+	}
+
+	// Approved: the call runs.
+	if err := run(func(a Approval) {
+		if _, err := e.Decide("beta", a.ID, true, "mallory", ""); !errors.Is(err, ErrNoSuchApproval) || err.Error() != "no such approval: "+a.ID {
+			t.Errorf("another tenant's id: err = %v", err)
+		}
+		if _, err := e.Decide("acme", a.ID, true, "alice", "looks fine"); err != nil {
+			t.Error(err)
+		}
+		if _, err := e.Decide("acme", a.ID, false, "bob", ""); !errors.Is(err, ErrAlreadyDecided) {
+			t.Errorf("second decision: err = %v", err)
+		}
+	}); err != nil {
+		t.Errorf("approved call: %v", err)
+	}
+	// Denied by the approver.
+	err := run(func(a Approval) { e.Decide("acme", a.ID, false, "bob", "not today") })
+	if err == nil || err.Error() != "denied by policy acme/push: denied by approver bob: not today" {
+		t.Errorf("denied: err = %v", err)
+	}
+	// Nobody answers: denied after askTimeout (200ms).
+	err = run(func(Approval) {})
+	if err == nil || err.Error() != "denied by policy acme/push: approval required: no approver answered within 200ms (askTimeout)" {
+		t.Errorf("expired: err = %v", err)
+	}
+	if _, err := e.Decide("acme", "ap_nope", true, "x", ""); !errors.Is(err, ErrNoSuchApproval) {
+		t.Errorf("unknown id: err = %v", err)
+	}
+	list := e.Approvals("acme")
+	if len(list) != 3 || list[0].State != Expired || list[1].State != Denied || list[2].State != Approved || list[2].Approver != "alice" {
+		t.Errorf("history = %+v", list)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(seen, ",") != "pending,approved,pending,denied,pending,expired" {
+		t.Errorf("notifications = %v", seen)
+	}
+}
+
+func TestAskCallerGoesAway(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			cancel()
+		}
+	})
+	_, err := e.Check(ctx, bashCall("acme", "git push"))
+	if !errors.Is(err, executor.ErrAborted) {
+		t.Errorf("err = %v", err)
+	}
+	if l := e.Approvals("acme"); len(l) != 1 || l[0].State != Expired || l[0].DecisionReason != "the call was aborted" {
+		t.Errorf("approvals = %+v", l)
+	}
+}
+
+func TestAskNoApprover(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true, NoApprover: true})
+	_, err := e.Check(context.Background(), bashCall("acme", "git push"))
+	if err == nil || err.Error() != "denied by policy acme/push: approval required (no approver in a one-shot call): pushing needs approval" {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestAskPendingBound(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true, MaxPending: 1})
+	held := make(chan Approval, 1)
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			held <- a
+		}
+	})
+	go e.Check(context.Background(), bashCall("acme", "git push"))
+	a := <-held
+	_, err := e.Check(context.Background(), bashCall("acme", "git push"))
+	if err == nil || !strings.Contains(err.Error(), "too many pending approvals for tenant acme (limit 1)") {
+		t.Errorf("err = %v", err)
+	}
+	e.Decide("acme", a.ID, false, "x", "")
+}
+
+// A file's edit takes effect without a restart; a broken edit keeps the last
+// good policy in force and says why; a fixed file loads again.
+func TestHotReloadAndLastGood(t *testing.T) {
+	dir := t.TempDir()
+	f := writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{Debounce: 20 * time.Millisecond})
+	decision := func(cmd string) Decision {
+		x, err := e.Explain("acme", "bash", cmd, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.Decision
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if decision("ls") != Allow {
+		t.Fatal("ls not allowed at start")
+	}
+
+	// An edit, written in place.
+	if err := os.WriteFile(f, []byte(strings.Replace(acmePolicy, "default: allow", "default: deny", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the edit", func() bool { return decision("ls") == Deny })
+
+	// A broken edit, by rename as editors do: the last good policy stays.
+	tmp := filepath.Join(dir, ".acme.yaml.swp")
+	os.WriteFile(tmp, []byte("default: allow\nrules: [{name: x, decision: deny, match: {argsRegex: ['(']}}]\n"), 0o644)
+	if err := os.Rename(tmp, f); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the rejection", func() bool { return e.Ready() != nil })
+	if err := e.Ready(); !strings.Contains(err.Error(), "acme.yaml:2: rules[0].match.argsRegex[0]: bad regular expression") {
+		t.Errorf("Ready = %v", err)
+	}
+	if decision("ls") != Deny {
+		t.Error("the broken edit replaced the last good policy")
+	}
+
+	// Fixed: loads again.
+	os.WriteFile(f, []byte(acmePolicy), 0o644)
+	waitFor("the fix", func() bool { return e.Ready() == nil && decision("ls") == Allow })
+
+	// A new tenant appears; a removed one goes.
+	writePolicy(t, dir, "beta", "default: deny\n")
+	waitFor("the new tenant", func() bool { _, err := e.Policy("beta"); return err == nil })
+	os.Remove(f)
+	waitFor("the removal", func() bool { _, err := e.Policy("acme"); return err != nil })
+}
+
+func TestOpenWithBrokenFile(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	writePolicy(t, dir, "bad", "defualt: allow\n")
+	e := openEngine(t, dir, Options{NoWatch: true})
+	if err := e.Ready(); err == nil || !strings.Contains(err.Error(), "bad.yaml:1: defualt: unknown key") {
+		t.Errorf("Ready = %v", err)
+	}
+	if _, err := e.Policy("bad"); !errors.Is(err, ErrNoPolicy) {
+		t.Errorf("a broken file's tenant has a policy: %v", err)
+	}
+	if _, err := e.Policy("acme"); err != nil {
+		t.Error(err)
+	}
+	if _, err := Open(filepath.Join(dir, "missing"), Options{}); err == nil {
+		t.Error("Open of a missing directory succeeded")
+	}
+}
+
+func TestExplain(t *testing.T) {
+	e := openEngine(t, "examples", Options{NoWatch: true})
+	x, err := e.Explain("ci-agent", "bash", "ls && sudo rm -rf /", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Decision != Deny || x.Rule != "no-privilege" || x.SimpleCommand != "sudo rm -rf /" {
+		t.Errorf("explanation = %+v", x)
+	}
+}
+
+// Every decision is audited: allowed, denied, asked and decided.
+func TestCheckAudits(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAudit(path, AuditOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	e := openEngine(t, dir, Options{NoWatch: true, Audit: a})
+	e.Subscribe(func(ap Approval) {
+		if ap.State == Pending {
+			go e.Decide("acme", ap.ID, true, "alice", "ok")
+		}
+	})
+	e.Check(context.Background(), bashCall("acme", "ls"))
+	e.Check(context.Background(), bashCall("acme", "rm x"))
+	c := bashCall("acme", "git push")
+	c.Request.Permissions, c.Justification = []string{"network"}, "push over the network"
+	if _, err := e.Check(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := ReadAudit(path, 10, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 4 {
+		t.Fatalf("%d records", len(recs))
+	}
+	if r := recs[2]; r.Decision != Ask || r.Rule != "push" || r.Approver != "" || !strings.HasPrefix(r.Approval, "ap_") {
+		t.Errorf("ask record = %+v", r)
+	}
+	if recs[0].Decision != Allow || recs[0].Rule != "default" || recs[0].Session != "s1" || recs[0].Tool != "bash" {
+		t.Errorf("allow record = %+v", recs[0])
+	}
+	if recs[1].Decision != Deny || recs[1].Rule != "no-rm" || recs[1].SimpleCommand != "rm x" {
+		t.Errorf("deny record = %+v", recs[1])
+	}
+	r := recs[3]
+	if r.Decision != Allow || r.Rule != "push" || r.Approver != "alice" || r.Approval != recs[2].Approval ||
+		r.Justification != "push over the network" || len(r.Escalation) != 1 || r.Time.IsZero() {
+		t.Errorf("approved record = %+v", r)
+	}
+}
+
+// Decisions, reloads, approvals and subscribers at once (for the race
+// detector).
+func TestEngineConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	f := writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{Debounce: time.Millisecond})
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			go e.Decide("acme", a.ID, true, "bot", "")
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 30 {
+				cmd := []string{"ls", "rm x", "git push", "$(x)"}[(i+j)%4]
+				e.Check(context.Background(), bashCall("acme", cmd))
+				e.Approvals("acme")
+				e.Ready()
+			}
+		}()
+	}
+	for i := range 10 {
+		src := acmePolicy
+		if i%3 == 0 {
+			src = "default: [broken\n"
+		}
+		os.WriteFile(f, []byte(src), 0o644)
+		e.Reload()
+		time.Sleep(2 * time.Millisecond)
+	}
+	wg.Wait()
+}

@@ -1,0 +1,62 @@
+package policies
+
+import (
+	"reflect"
+	"testing"
+)
+
+// FuzzLoad: no file, however broken, panics the loader; a file it accepts
+// decides any command without panicking.
+func FuzzLoad(f *testing.F) {
+	// Small seeds: the fuzzer minimizes every new interesting input by
+	// running it many times, and a whole example file makes that take the
+	// whole run. The examples are covered by TestExamplesLoad.
+	f.Add([]byte(goodPolicy))
+	f.Add([]byte("default: allow\nrules:\n  - {name: a, decision: deny, match: {command: [rm], prefix: [git push]}, examples: {match: [rm x], not_match: [ls]}}\n"))
+	f.Add([]byte("tests: [{command: 'ls', tool: pwsh, decision: allow, permissions: [network]}]\nescalations: {default: ask, rules: [{name: n, permissions: ['net*'], decision: allow}]}\n"))
+	f.Add([]byte("rules:\n  - {name: a, decision: deny, match: {args: ['[a'], argsRegex: ['(']}}\n"))
+	f.Add([]byte("a: &x [1]\nb: *x\n"))
+	f.Add([]byte("sandbox: {memory: 99999999999999999999TiB}\n"))
+	f.Add([]byte("limits: {defaultTimeout: -5s}\ntests: [{command: 'rm x', decision: allow}]\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		p, err := parse("/p/fz.yaml", src)
+		if err != nil {
+			if _, ok := err.(*LoadError); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		p.evaluate(call{tool: "bash", command: "ls | xargs rm; $(x)", permissions: []string{"network"}})
+	})
+}
+
+// FuzzDecide: no command panics the matcher, and a command that cannot be
+// read statically is never allowed by a policy whose default is allow.
+func FuzzDecide(f *testing.F) {
+	for _, c := range decisionCases {
+		f.Add(c.cmd)
+	}
+	for _, c := range []string{"ls -la", "git status", "sudo -u x rm y", "timeout 5 nice -n 3 rm -- x", "env A=1 B=2 ls",
+		"xargs -n 1 rm", "eval rm x", "bash -c ls", "make  -j4\t all", "if", "export A=1", "a=b c"} {
+		f.Add(c)
+	}
+	p := loadExample(f, "ci-agent")
+	f.Fuzz(func(t *testing.T, cmd string) {
+		if _, ok := plainWords(cmd); ok {
+			fast, err1 := analyze(cmd)
+			slow, err2 := analyzeParsed(cmd)
+			if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%q: plain words\n%+v (%v)\nparsed\n%+v (%v)", cmd, fast, err1, slow, err2)
+			}
+		}
+		v := p.evaluate(call{tool: "bash", command: cmd})
+		switch v.Decision {
+		case Allow, Ask, Deny:
+		default:
+			t.Fatalf("%q: decision %q", cmd, v.Decision)
+		}
+		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable) {
+			t.Fatalf("%q: allowed by %s", cmd, v.Rule)
+		}
+	})
+}

@@ -1,0 +1,367 @@
+package policies
+
+import (
+	"fmt"
+	"path"
+	"slices"
+)
+
+// call is what a decision is about.
+type call struct {
+	tool        string // "bash" or "pwsh"
+	command     string
+	workdir     string
+	background  bool
+	permissions []string
+}
+
+// verdict is a decision and where it came from.
+type verdict struct {
+	Decision Decision
+	Rule     string
+	Reason   string
+	// Command is the simple command that decided (as written), or the whole
+	// command for a call-level decision.
+	Command string
+	// Permission is set when an escalation rule decided.
+	Permission string
+}
+
+// stricter reports whether v should replace cur: strictly stricter only, so
+// among equals the first (in command order, then rule order) stays.
+func (v verdict) stricter(cur verdict) bool { return v.Decision.rank() > cur.Decision.rank() }
+
+// evaluate is the whole decision on c: the tool and background switches,
+// then the rules.
+func (p *Policy) evaluate(c call) verdict {
+	cmd := clip(c.command, maxTextBytes)
+	switch {
+	case c.tool == "bash" && !p.Tools.Bash, c.tool == "pwsh" && !p.Tools.Pwsh:
+		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd,
+			Reason: fmt.Sprintf("the %s tool is disabled for this tenant (tools.%s: false)", c.tool, c.tool)}
+	case c.tool != "bash" && c.tool != "pwsh":
+		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd, Reason: fmt.Sprintf("unknown tool %q", clip(c.tool, 40))}
+	case c.background && !p.Tools.Background:
+		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd,
+			Reason: "background tasks are disabled for this tenant (tools.background: false)"}
+	}
+	return p.decide(c)
+}
+
+// decide evaluates c against the policy: every simple command against every
+// rule, strictest wins; a simple command no rule matches takes the default;
+// then the escalations. It never panics on any input (fuzzed) and does no
+// I/O.
+func (p *Policy) decide(c call) verdict {
+	best := verdict{Decision: "", Rule: ""}
+	first := true
+	take := func(v verdict) {
+		if first || v.stricter(best) {
+			best, first = v, false
+		}
+	}
+
+	// Call-level matchers are the same for every simple command.
+	wd := c.workdir
+	if wd == "" {
+		wd = "."
+	}
+	wd = path.Clean(wd)
+	okCall := make([]bool, len(p.rules))
+	for i, r := range p.rules {
+		okCall[i] = r.matchCall(c, wd)
+		if okCall[i] && !r.perCommand {
+			take(r.verdict(clip(c.command, maxTextBytes)))
+		}
+	}
+
+	if c.tool == "bash" {
+		cmds, err := analyze(c.command)
+		switch {
+		case err != nil:
+			take(verdict{Decision: p.Unparseable, Rule: RuleUnparseable,
+				Reason:  fmt.Sprintf("the command cannot be read statically (%s)", clip(err.Error(), 200)),
+				Command: clip(c.command, maxTextBytes)})
+		case len(cmds) == 0 && first:
+			take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+		}
+		for i := range cmds {
+			p.decideCommand(&cmds[i], okCall, take)
+		}
+	} else if first {
+		// pwsh is not parsed: only call-level rules (tool, text, workdir,
+		// background) can match it; else the default decides the call.
+		take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+	}
+
+	if first {
+		// Only redirections or wrappers, and no rule said anything.
+		take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+	}
+	for _, perm := range c.permissions {
+		take(p.decideEscalation(perm))
+	}
+	return best
+}
+
+func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdict)) {
+	if sc.Dynamic {
+		why := sc.why
+		if why == "" {
+			why = fmt.Sprintf("the command name %s is not a literal", quoteName(sc))
+		}
+		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
+			Reason: why + ": a static policy cannot tell what runs", Command: sc.display()})
+		return
+	}
+	matched := false
+	try := func(i int) {
+		if r := p.rules[i]; okCall[i] && r.matchCommand(sc) {
+			matched = true
+			take(r.verdict(sc.display()))
+		}
+	}
+	// Candidates in rule order: the rules indexed under the command's name
+	// merged with the generic ones.
+	named, generic := p.byName[sc.name], p.generic
+	if len(sc.Argv) == 0 {
+		named = nil
+	}
+	for len(named) > 0 || len(generic) > 0 {
+		if len(generic) == 0 || (len(named) > 0 && named[0] < generic[0]) {
+			try(named[0])
+			named = named[1:]
+		} else {
+			try(generic[0])
+			generic = generic[1:]
+		}
+	}
+	if !matched && !sc.Wrapper {
+		take(p.defaultVerdict(sc.display()))
+	}
+}
+
+// display is the simple command as explanations show it.
+func (sc *simpleCommand) display() string {
+	if sc.Via == "" {
+		return sc.Text
+	}
+	return sc.Text + " (via " + sc.Via + ")"
+}
+
+func quoteName(sc *simpleCommand) string {
+	if len(sc.Argv) == 0 {
+		return "(none)"
+	}
+	return "`" + clip(sc.Argv[0], 80) + "`"
+}
+
+func (p *Policy) defaultVerdict(cmd string) verdict {
+	return verdict{Decision: p.Default, Rule: RuleDefault,
+		Reason: fmt.Sprintf("no rule matches; the tenant's default is %s", p.Default), Command: cmd}
+}
+
+func (p *Policy) decideEscalation(perm string) verdict {
+	var best verdict
+	found := false
+	for _, e := range p.escalations {
+		for _, re := range e.permissions {
+			if re.MatchString(perm) {
+				v := verdict{Decision: e.Decision, Rule: e.Name, Reason: e.Reason, Permission: perm}
+				if v.Reason == "" {
+					v.Reason = fmt.Sprintf("sandbox permission %q (rule %s)", perm, e.Name)
+				}
+				if !found || v.stricter(best) {
+					best, found = v, true
+				}
+				break
+			}
+		}
+	}
+	if !found {
+		best = verdict{Decision: p.escDefault, Rule: RuleEscalation, Permission: perm,
+			Reason: fmt.Sprintf("sandbox permission %q: no escalation rule matches; the default is %s", perm, p.escDefault)}
+	}
+	best.Command = "sandbox_permissions: " + clip(perm, 80)
+	return best
+}
+
+func (r *rule) verdict(cmd string) verdict {
+	reason := r.Reason
+	if reason == "" {
+		reason = "matched rule " + r.Name
+	}
+	return verdict{Decision: r.Decision, Rule: r.Name, Reason: reason, Command: cmd}
+}
+
+// matchCall checks the call-level matchers: tool, workdir, background, text.
+func (r *rule) matchCall(c call, wd string) bool {
+	if len(r.tools) > 0 && !slices.Contains(r.tools, c.tool) {
+		return false
+	}
+	if r.background != nil && *r.background != c.background {
+		return false
+	}
+	if len(r.workdirs) > 0 && !anyMatch(r.workdirs, wd) {
+		return false
+	}
+	if r.text != nil && !r.text.MatchString(c.command) {
+		return false
+	}
+	return true
+}
+
+// matchCommand checks the per-command matchers; all given must hold.
+func (r *rule) matchCommand(sc *simpleCommand) bool {
+	if r.names != nil || r.nameGlobs != nil {
+		if len(sc.Argv) == 0 || !(r.names[sc.name] || anyMatch(r.nameGlobs, sc.name)) {
+			return false
+		}
+	}
+	if r.prefixes != nil && !r.matchPrefix(sc) {
+		return false
+	}
+	if r.args != nil && !argsMatch(r.args, sc.Argv) {
+		return false
+	}
+	if r.argsRegex != nil && !argsMatchRegex(r, sc.Argv) {
+		return false
+	}
+	if r.redirects != nil {
+		ok := false
+		for _, t := range sc.Redirects {
+			if anyMatch(r.redirects, t) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *rule) matchPrefix(sc *simpleCommand) bool {
+	for _, pfx := range r.prefixes {
+		if len(sc.Argv) < len(pfx) || sc.name != pfx[0] {
+			continue
+		}
+		ok := true
+		for i := 1; i < len(pfx); i++ {
+			if sc.Argv[i] != pfx[i] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func argsMatch[T interface{ MatchString(string) bool }](res []T, argv []string) bool {
+	if len(argv) < 2 {
+		return false
+	}
+	for _, a := range argv[1:] {
+		for _, re := range res {
+			if re.MatchString(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func argsMatchRegex(r *rule, argv []string) bool { return argsMatch(r.argsRegex, argv) }
+
+func anyMatch[T interface{ MatchString(string) bool }](res []T, s string) bool {
+	for _, re := range res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleMatches reports whether rule r matches command (for examples): call
+// level matchers other than text are taken as met, since an example is only
+// a command.
+func (p *Policy) ruleMatches(r *rule, command string) (bool, error) {
+	if r.text != nil && !r.text.MatchString(command) {
+		return false, nil
+	}
+	if !r.perCommand {
+		return true, nil
+	}
+	tool := "bash"
+	if len(r.tools) > 0 {
+		tool = r.tools[0]
+	}
+	if tool != "bash" {
+		return false, nil
+	}
+	cmds, err := analyze(command)
+	if err != nil {
+		return false, err
+	}
+	for i := range cmds {
+		if !cmds[i].Dynamic && r.matchCommand(&cmds[i]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// checkExamples proves the policy's intent at load: every rule's examples
+// and every test.
+func checkExamples(l *located, p *Policy, f *fileSchema) {
+	byName := map[string]*rule{}
+	for _, r := range p.rules {
+		byName[r.Name] = r
+	}
+	for i := range f.Rules {
+		r := byName[f.Rules[i].Name]
+		if r == nil || r.index != i {
+			continue
+		}
+		for j, ex := range r.examples.Match {
+			key := fmt.Sprintf("rules[%d].examples.match[%d]", i, j)
+			ok, err := p.ruleMatches(r, ex)
+			switch {
+			case err != nil:
+				l.addf(key, "%q cannot be parsed: %v", clip(ex, 80), err)
+			case !ok:
+				l.addf(key, "rule %s does not match %q", r.Name, clip(ex, 80))
+			}
+		}
+		for j, ex := range r.examples.NotMatch {
+			key := fmt.Sprintf("rules[%d].examples.not_match[%d]", i, j)
+			if ok, _ := p.ruleMatches(r, ex); ok {
+				l.addf(key, "rule %s matches %q, which it should not", r.Name, clip(ex, 80))
+			}
+		}
+	}
+	for i, t := range f.Tests {
+		key := fmt.Sprintf("tests[%d]", i)
+		want, ok := parseDecision(t.Decision)
+		if !ok {
+			l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", t.Decision)
+			continue
+		}
+		tool := t.Tool
+		if tool == "" {
+			tool = "bash"
+		}
+		if tool != "bash" && tool != "pwsh" {
+			l.addf(key+".tool", "%q: must be bash or pwsh", t.Tool)
+			continue
+		}
+		v := p.evaluate(call{tool: tool, command: t.Command, workdir: t.Workdir, background: t.Background, permissions: t.Permissions})
+		if v.Decision != want {
+			l.addf(key, "%q is %s (rule %s: %s), want %s", clip(t.Command, 80), v.Decision, v.Rule, v.Reason, want)
+		}
+	}
+}

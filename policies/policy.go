@@ -1,0 +1,733 @@
+package policies
+
+import (
+	"fmt"
+	"net"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Decision is what a policy says about a call.
+type Decision string
+
+const (
+	Allow Decision = "allow"
+	Ask   Decision = "ask"
+	Deny  Decision = "deny"
+)
+
+// rank orders decisions by strictness: the strictest wins.
+func (d Decision) rank() int {
+	switch d {
+	case Allow:
+		return 0
+	case Ask:
+		return 1
+	}
+	return 2 // deny, and anything unknown is treated as deny
+}
+
+// Stricter returns the stricter of d and o.
+func (d Decision) Stricter(o Decision) Decision {
+	if o.rank() > d.rank() {
+		return o
+	}
+	return d
+}
+
+func parseDecision(s string) (Decision, bool) {
+	switch d := Decision(s); d {
+	case Allow, Ask, Deny:
+		return d, true
+	}
+	return "", false
+}
+
+// Names of the built-in rules a decision can come from. Policy rules may not
+// use them.
+const (
+	RuleDefault     = "default"     // no rule matched a simple command
+	RuleUnparseable = "unparseable" // the command could not be parsed
+	RuleDynamic     = "dynamic"     // a command name that is not a literal
+	RuleTool        = "tools"       // the tool (or background) is disabled
+	RuleEscalation  = "escalations" // escalations.default for a permission
+	RuleApprover    = "approver"    // an approver denied, or nobody answered
+)
+
+// Tools are the tools a tenant may use.
+type Tools struct {
+	Bash       bool `json:"bash"`
+	Pwsh       bool `json:"pwsh"`
+	Background bool `json:"background"`
+}
+
+// Network is the sandbox's network: none when Allow is empty, else the
+// host:port destinations it may reach.
+type Network struct {
+	Allow []string `json:"allow,omitempty"`
+}
+
+// None reports whether the sandbox gets no network.
+func (n Network) None() bool { return len(n.Allow) == 0 }
+
+// Mount is a host directory a session may have mounted.
+type Mount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// User is who commands run as inside the sandbox.
+type User struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+}
+
+// Policy is one tenant's loaded, validated policy. It is immutable: a reload
+// builds a new one.
+type Policy struct {
+	Tenant string
+	File   string
+	// Default decides a simple command no rule matches; Unparseable a command
+	// that cannot be parsed or whose command name is not a literal (never
+	// allow).
+	Default     Decision
+	Unparseable Decision
+	// AskTimeout is how long an ask waits for an approver before it is
+	// denied.
+	AskTimeout time.Duration
+
+	Tools        Tools
+	Images       []string // allowed images; empty: only DefaultImage (or the backend's)
+	DefaultImage string   // "" leaves the backend's configured image
+	Runtime      string
+	CPUs         float64
+	MemoryBytes  int64
+	PidsLimit    int64
+	DiskBytes    int64 // size of /workspace
+	TmpBytes     int64 // size of /tmp
+	SpillBytes   int64 // the session's spill files together
+	Network      Network
+	Mounts       []Mount
+	User         User
+
+	// Limits are the executor's defaults and caps for this tenant's calls.
+	Limits             executor.Limits
+	MaxBackgroundTasks int
+	MaxSessions        int
+	IdleTTL            time.Duration
+
+	rules []*rule
+	// byName indexes the per-command rules that can only match a command
+	// of that basename; generic lists the other per-command rules. Both
+	// hold indexes into rules, ascending.
+	byName      map[string][]int
+	generic     []int
+	escDefault  Decision
+	escalations []*escalation
+}
+
+// Rules lists the names of the policy's rules, in file order.
+func (p *Policy) Rules() []string {
+	out := make([]string, len(p.rules))
+	for i, r := range p.rules {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// Defaults of a file that says nothing.
+const (
+	defaultAskTimeout      = 5 * time.Minute
+	defaultBackgroundTasks = 8
+	defaultSessions        = 16
+	defaultIdleTTL         = 30 * time.Minute
+)
+
+// compile turns a decoded file into a Policy, reporting every problem with
+// its line.
+func compile(l *located, tenant string, f *fileSchema) *Policy {
+	spec := sandbox.DefaultSpec(tenant, "s")
+	lim := executor.DefaultLimits()
+	p := &Policy{
+		Tenant: tenant, File: l.file,
+		Default: Ask, Unparseable: Ask, AskTimeout: defaultAskTimeout,
+		Tools:   Tools{Bash: true, Pwsh: false, Background: true},
+		Runtime: spec.Runtime, CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes,
+		PidsLimit: spec.PidsLimit, DiskBytes: spec.WorkspaceBytes, TmpBytes: spec.TmpBytes,
+		SpillBytes: spec.SpillBytes, User: User{UID: spec.UID, GID: spec.GID},
+		Limits: lim, MaxBackgroundTasks: defaultBackgroundTasks, MaxSessions: defaultSessions,
+		IdleTTL: defaultIdleTTL, escDefault: Ask,
+	}
+	if f.Version != 0 && f.Version != 1 {
+		l.addf("version", "unsupported version %d (this shellbox reads version 1)", f.Version)
+	}
+	decision := func(key, s string, into *Decision) {
+		if s == "" {
+			return
+		}
+		d, ok := parseDecision(s)
+		if !ok {
+			l.addf(key, "%q is not a decision (allow, ask or deny)", s)
+			return
+		}
+		*into = d
+	}
+	decision("default", f.Default, &p.Default)
+	decision("unparseable", f.Unparseable, &p.Unparseable)
+	if p.Unparseable == Allow {
+		l.addf("unparseable", "allow is not permitted: a command that cannot be read statically is never allowed (use ask or deny)")
+	}
+	if f.AskTimeout != 0 {
+		if f.AskTimeout < 0 {
+			l.addf("askTimeout", "must be positive, got %s", f.AskTimeout)
+		}
+		p.AskTimeout = f.AskTimeout
+	}
+
+	setBool := func(b *bool, into *bool) {
+		if b != nil {
+			*into = *b
+		}
+	}
+	setBool(f.Tools.Bash, &p.Tools.Bash)
+	setBool(f.Tools.Pwsh, &p.Tools.Pwsh)
+	setBool(f.Tools.Background, &p.Tools.Background)
+
+	compileSandbox(l, p, &f.Sandbox)
+	compileLimits(l, p, &f.Limits)
+
+	names := map[string]int{}
+	for i := range f.Rules {
+		key := fmt.Sprintf("rules[%d]", i)
+		r := compileRule(l, key, &f.Rules[i])
+		if r == nil {
+			continue
+		}
+		r.index = i
+		if j, dup := names[r.Name]; dup {
+			l.addf(key+".name", "rule %q is already defined at rules[%d]", r.Name, j)
+		}
+		names[r.Name] = i
+		p.rules = append(p.rules, r)
+	}
+	p.index()
+	decision("escalations.default", f.Escalations.Default, &p.escDefault)
+	for i := range f.Escalations.Rules {
+		key := fmt.Sprintf("escalations.rules[%d]", i)
+		e := compileEscalation(l, key, &f.Escalations.Rules[i])
+		if e == nil {
+			continue
+		}
+		if j, dup := names[e.Name]; dup {
+			l.addf(key+".name", "rule %q is already defined (rules and escalations share names; first at index %d)", e.Name, j)
+		}
+		names[e.Name] = i
+		p.escalations = append(p.escalations, e)
+	}
+	return p
+}
+
+// index builds byName and generic, so a simple command is matched only
+// against the rules that can match it.
+func (p *Policy) index() {
+	p.byName = map[string][]int{}
+	add := func(name string, i int) {
+		if l := p.byName[name]; len(l) == 0 || l[len(l)-1] != i {
+			p.byName[name] = append(l, i)
+		}
+	}
+	for i, r := range p.rules {
+		switch {
+		case !r.perCommand:
+		case r.names != nil && r.nameGlobs == nil:
+			for n := range r.names {
+				add(n, i)
+			}
+		case r.names == nil && r.nameGlobs == nil && r.prefixes != nil:
+			for _, pfx := range r.prefixes {
+				add(pfx[0], i)
+			}
+		default:
+			p.generic = append(p.generic, i)
+		}
+	}
+}
+
+func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
+	for i, img := range s.Images {
+		if strings.TrimSpace(img) == "" || strings.ContainsAny(img, " \t\n") {
+			l.addf(fmt.Sprintf("sandbox.images[%d]", i), "%q is not an image reference", img)
+		}
+	}
+	p.Images = slices.Clone(s.Images)
+	p.DefaultImage = s.DefaultImage
+	if p.DefaultImage == "" && len(p.Images) > 0 {
+		p.DefaultImage = p.Images[0]
+	}
+	if s.DefaultImage != "" && len(p.Images) > 0 && !slices.Contains(p.Images, s.DefaultImage) {
+		l.addf("sandbox.defaultImage", "%q is not in sandbox.images", s.DefaultImage)
+	}
+	if s.Runtime != "" {
+		if s.Runtime != sandbox.RuntimeRunc && s.Runtime != sandbox.RuntimeRunsc {
+			l.addf("sandbox.runtime", "%q: must be %s or %s", s.Runtime, sandbox.RuntimeRunc, sandbox.RuntimeRunsc)
+		}
+		p.Runtime = s.Runtime
+	}
+	if s.CPUs != 0 {
+		if s.CPUs < 0 {
+			l.addf("sandbox.cpus", "must be positive, got %v", s.CPUs)
+		}
+		p.CPUs = s.CPUs
+	}
+	if s.Memory != 0 {
+		if int64(s.Memory) < sandbox.MinMemory {
+			l.addf("sandbox.memory", "%d bytes is below the minimum of %d", s.Memory, sandbox.MinMemory)
+		}
+		p.MemoryBytes = int64(s.Memory)
+	}
+	if s.Pids != 0 {
+		if s.Pids < 0 {
+			l.addf("sandbox.pids", "must be positive, got %d", s.Pids)
+		}
+		p.PidsLimit = s.Pids
+	}
+	if s.Disk != 0 {
+		p.DiskBytes = int64(s.Disk)
+	}
+	if s.Tmp != 0 {
+		p.TmpBytes = int64(s.Tmp)
+	}
+	if p.DiskBytes+p.TmpBytes >= p.MemoryBytes {
+		l.addf("sandbox.memory", "%d bytes must exceed sandbox.disk + sandbox.tmp (%d bytes): the tmpfs pages of /workspace and /tmp are charged to memory",
+			p.MemoryBytes, p.DiskBytes+p.TmpBytes)
+	}
+	for i, hp := range s.Network.Allow {
+		key := fmt.Sprintf("sandbox.network.allow[%d]", i)
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil || host == "" {
+			l.addf(key, "%q is not host:port", hp)
+			continue
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			l.addf(key, "%q: port must be 1-65535", hp)
+		}
+	}
+	p.Network.Allow = slices.Clone(s.Network.Allow)
+	targets := map[string]bool{}
+	for i, m := range s.Mounts {
+		key := fmt.Sprintf("sandbox.mounts[%d]", i)
+		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
+			l.addf(key, "source and target must be absolute paths")
+		}
+		tgt := path.Clean(m.Target)
+		if tgt == "/" || executor.Within(tgt, sandbox.HostDirMount) || executor.Within(sandbox.HostDirMount, tgt) ||
+			executor.Within(tgt, "/.shellbox") {
+			l.addf(key+".target", "%q overlaps a path shellbox manages", m.Target)
+		}
+		if targets[tgt] {
+			l.addf(key+".target", "%q is mounted twice", m.Target)
+		}
+		targets[tgt] = true
+		ro := true
+		if m.ReadOnly != nil {
+			ro = *m.ReadOnly
+		}
+		p.Mounts = append(p.Mounts, Mount{Source: path.Clean(m.Source), Target: tgt, ReadOnly: ro})
+	}
+	if s.User.UID != 0 || s.User.GID != 0 {
+		if s.User.UID <= 0 || s.User.GID <= 0 {
+			l.addf("sandbox.user", "%d:%d: commands never run as root (uid and gid must both be positive)", s.User.UID, s.User.GID)
+		}
+		p.User = User{UID: s.User.UID, GID: s.User.GID}
+	}
+}
+
+func compileLimits(l *located, p *Policy, s *limitsSchema) {
+	lim := &p.Limits
+	setD := func(key string, v time.Duration, into *time.Duration) {
+		if v != 0 {
+			if v < 0 {
+				l.addf(key, "must be positive, got %s", v)
+			}
+			*into = v
+		}
+	}
+	setD("limits.defaultTimeout", s.DefaultTimeout, &lim.DefaultTimeout)
+	setD("limits.maxTimeout", s.MaxTimeout, &lim.MaxTimeout)
+	setD("limits.grace", s.Grace, &lim.Grace)
+	setD("limits.idleTTL", s.IdleTTL, &p.IdleTTL)
+	if lim.MaxTimeout < lim.DefaultTimeout {
+		key := "limits.maxTimeout"
+		if s.MaxTimeout == 0 {
+			key = "limits.defaultTimeout"
+		}
+		l.addf(key, "maxTimeout (%s) is below defaultTimeout (%s)", lim.MaxTimeout, lim.DefaultTimeout)
+	}
+	setInt := func(key string, v Bytes, into *int) {
+		if v != 0 {
+			if v > 1<<40 {
+				l.addf(key, "%d bytes is too large", v)
+			}
+			*into = int(v)
+		}
+	}
+	setInt("limits.tailBytes", s.TailBytes, &lim.TailBytes)
+	setInt("limits.bufferBytes", s.BufferBytes, &lim.BufferBytes)
+	if s.SpillLimit != 0 {
+		lim.SpillLimit = int64(s.SpillLimit)
+	}
+	if s.SpillBytes != 0 {
+		p.SpillBytes = int64(s.SpillBytes)
+	}
+	setN := func(key string, v int, into *int) {
+		if v != 0 {
+			if v < 0 {
+				l.addf(key, "must be positive, got %d", v)
+			}
+			*into = v
+		}
+	}
+	setN("limits.backgroundTasks", s.BackgroundTasks, &p.MaxBackgroundTasks)
+	setN("limits.sessions", s.Sessions, &p.MaxSessions)
+}
+
+// rule is one compiled rule. Within a rule every given matcher must hold;
+// within a matcher's list, any entry may.
+type rule struct {
+	Name     string
+	Decision Decision
+	Reason   string
+	index    int
+
+	// Per simple command.
+	names      map[string]bool // argv0 basenames, literal
+	nameGlobs  []matcher       // argv0 basenames, globs
+	prefixes   [][]string      // argv prefixes, argv0 by basename
+	args       []matcher       // any argument (argv[1:]) matches one
+	argsRegex  []matcher
+	redirects  []matcher
+	perCommand bool
+
+	// Per call.
+	workdirs   []matcher
+	tools      []string
+	background *bool
+	text       *regexp.Regexp
+
+	examples examplesSchema
+}
+
+func compileRule(l *located, key string, s *ruleSchema) *rule {
+	r := &rule{Name: s.Name, Reason: s.Reason, examples: s.Examples}
+	ok := true
+	if err := checkName(s.Name); err != nil {
+		l.addf(key+".name", "%v", err)
+		ok = false
+	}
+	d, valid := parseDecision(s.Decision)
+	if !valid {
+		l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", s.Decision)
+		ok = false
+	}
+	r.Decision = d
+	m := &s.Match
+	for i, c := range m.Command {
+		k := fmt.Sprintf("%s.match.command[%d]", key, i)
+		switch {
+		case c == "" || strings.Contains(c, "/"):
+			l.addf(k, "%q: give a command name (its basename), not a path", c)
+			ok = false
+		case strings.ContainsAny(c, "*?") || strings.Contains(c, "[") && strings.Contains(c, "]"):
+			m, err := globMatcher(c)
+			if err != nil {
+				l.addf(k, "%v", err)
+				ok = false
+				continue
+			}
+			r.nameGlobs = append(r.nameGlobs, m)
+		default:
+			if r.names == nil {
+				r.names = map[string]bool{}
+			}
+			r.names[c] = true
+		}
+	}
+	for i, pfx := range m.Prefix {
+		words := strings.Fields(pfx)
+		if len(words) == 0 {
+			l.addf(fmt.Sprintf("%s.match.prefix[%d]", key, i), "empty prefix")
+			ok = false
+			continue
+		}
+		words[0] = path.Base(words[0])
+		r.prefixes = append(r.prefixes, words)
+	}
+	globs := func(field string, in []string) []matcher {
+		var out []matcher
+		for i, g := range in {
+			m, err := globMatcher(g)
+			if err != nil {
+				l.addf(fmt.Sprintf("%s.match.%s[%d]", key, field, i), "%v", err)
+				ok = false
+				continue
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	r.args = globs("args", m.Args)
+	r.redirects = globs("redirect", m.Redirect)
+	r.workdirs = globs("workdir", m.Workdir)
+	for i, x := range m.ArgsRegex {
+		re, err := regexp.Compile(x)
+		if err != nil {
+			l.addf(fmt.Sprintf("%s.match.argsRegex[%d]", key, i), "bad regular expression: %v", err)
+			ok = false
+			continue
+		}
+		r.argsRegex = append(r.argsRegex, regexMatcher(re))
+	}
+	if m.Text != "" {
+		re, err := regexp.Compile(m.Text)
+		if err != nil {
+			l.addf(key+".match.text", "bad regular expression: %v", err)
+			ok = false
+		}
+		r.text = re
+	}
+	for i, t := range m.Tool {
+		if t != "bash" && t != "pwsh" {
+			l.addf(fmt.Sprintf("%s.match.tool[%d]", key, i), "%q: must be bash or pwsh", t)
+			ok = false
+		}
+	}
+	r.tools = m.Tool
+	r.background = m.Background
+	r.perCommand = len(m.Command) > 0 || len(m.Prefix) > 0 || len(m.Args) > 0 ||
+		len(m.ArgsRegex) > 0 || len(m.Redirect) > 0
+	if r.perCommand && len(m.Tool) > 0 && !slices.Contains(m.Tool, "bash") {
+		l.addf(key+".match", "command, prefix, args, argsRegex and redirect never match a pwsh call (PowerShell is not parsed); match pwsh with text")
+		ok = false
+	}
+	if !r.perCommand && len(m.Workdir) == 0 && len(m.Tool) == 0 && m.Background == nil && m.Text == "" {
+		l.addf(key+".match", "a rule must match something (to decide every command, set default)")
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	return r
+}
+
+// escalation is one compiled escalation rule.
+type escalation struct {
+	Name        string
+	Decision    Decision
+	Reason      string
+	permissions []*regexp.Regexp
+}
+
+func compileEscalation(l *located, key string, s *escalationSchema) *escalation {
+	e := &escalation{Name: s.Name, Reason: s.Reason}
+	ok := true
+	if err := checkName(s.Name); err != nil {
+		l.addf(key+".name", "%v", err)
+		ok = false
+	}
+	d, valid := parseDecision(s.Decision)
+	if !valid {
+		l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", s.Decision)
+		ok = false
+	}
+	e.Decision = d
+	if len(s.Permissions) == 0 {
+		l.addf(key+".permissions", "name at least one permission (globs allowed)")
+		ok = false
+	}
+	for i, g := range s.Permissions {
+		re, err := globRegexp(g)
+		if err != nil || g == "" {
+			l.addf(fmt.Sprintf("%s.permissions[%d]", key, i), "bad permission pattern %q", g)
+			ok = false
+			continue
+		}
+		e.permissions = append(e.permissions, re)
+	}
+	if !ok {
+		return nil
+	}
+	return e
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func checkName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%q: rule names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	switch name {
+	case RuleDefault, RuleUnparseable, RuleDynamic, RuleTool, RuleEscalation, RuleApprover:
+		return fmt.Errorf("%q is reserved for built-in decisions", name)
+	}
+	return nil
+}
+
+// matcher matches strings against a glob or a regexp, with the cheap checks
+// first: a glob without wildcards is a string comparison, and a regexp
+// needs its literal prefix somewhere in the string before it runs.
+type matcher struct {
+	re    *regexp.Regexp
+	lit   string // the whole pattern, when literal
+	isLit bool
+	need  string // a substring every match contains
+}
+
+func (m matcher) MatchString(s string) bool {
+	if m.isLit {
+		return s == m.lit
+	}
+	if m.need != "" && !strings.Contains(s, m.need) {
+		return false
+	}
+	return m.re.MatchString(s)
+}
+
+func globMatcher(g string) (matcher, error) {
+	if !strings.ContainsAny(g, `*?[\`) {
+		return matcher{lit: g, isLit: true}, nil
+	}
+	re, err := globRegexp(g)
+	if err != nil {
+		return matcher{}, err
+	}
+	return regexMatcher(re), nil
+}
+
+func regexMatcher(re *regexp.Regexp) matcher {
+	prefix, _ := re.LiteralPrefix()
+	return matcher{re: re, need: prefix}
+}
+
+// globRegexp compiles a shell-style glob into an anchored regexp: * matches
+// any run of characters (slashes included), ? one character, [...] a class
+// ([!...] or [^...] negated), and \ quotes the next character.
+func globRegexp(g string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`^(?s:`)
+	for i := 0; i < len(g); i++ {
+		switch c := g[i]; c {
+		case '*':
+			b.WriteString(`.*`)
+		case '?':
+			b.WriteString(`.`)
+		case '\\':
+			if i+1 == len(g) {
+				return nil, fmt.Errorf("bad glob %q: trailing backslash", g)
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
+		case '[':
+			end := strings.IndexByte(g[i+1:], ']')
+			if end == 0 { // []...] : a leading ] is literal
+				if e2 := strings.IndexByte(g[i+2:], ']'); e2 >= 0 {
+					end = e2 + 1
+				} else {
+					end = -1
+				}
+			}
+			if end < 0 {
+				return nil, fmt.Errorf("bad glob %q: unterminated [", g)
+			}
+			class := g[i+1 : i+1+end]
+			i += end + 1
+			neg := false
+			if class != "" && (class[0] == '!' || class[0] == '^') {
+				neg, class = true, class[1:]
+			}
+			if class == "" {
+				return nil, fmt.Errorf("bad glob %q: empty class", g)
+			}
+			b.WriteByte('[')
+			if neg {
+				b.WriteByte('^')
+			}
+			for _, r := range class {
+				if r == '-' {
+					b.WriteRune(r)
+					continue
+				}
+				b.WriteString(regexp.QuoteMeta(string(r)))
+			}
+			b.WriteByte(']')
+		default:
+			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
+		}
+	}
+	b.WriteString(`)$`)
+	re, err := regexp.Compile(b.String())
+	if err != nil {
+		return nil, fmt.Errorf("bad glob %q: %v", g, err)
+	}
+	return re, nil
+}
+
+// Image returns the image a session of this tenant runs: requested if
+// given, else the policy's default image, else fallback (the backend's
+// configured image). It must be in Images when Images is not empty; the
+// error names the setting.
+func (p *Policy) Image(requested, fallback string) (string, error) {
+	img := requested
+	if img == "" {
+		img = p.DefaultImage
+	}
+	if img == "" {
+		img = fallback
+	}
+	if len(p.Images) > 0 && !slices.Contains(p.Images, img) {
+		return "", fmt.Errorf("image %q is not allowed by policy %s (sandbox.images: %s)", img, p.Tenant, strings.Join(p.Images, ", "))
+	}
+	return img, nil
+}
+
+// SpecOptions are the sandbox spec options of the policy's settings:
+// runtime, CPUs, memory, pids, disk, tmp, spill and user. Image is separate
+// (Image); so is the network, which the sandbox backends give as none only:
+// a policy's allowlist is stricter-than-asked until they can do more.
+func (p *Policy) SpecOptions() []sandbox.Opt {
+	return []sandbox.Opt{
+		sandbox.WithRuntime(p.Runtime),
+		sandbox.WithCPUs(p.CPUs),
+		sandbox.WithMemory(p.MemoryBytes),
+		sandbox.WithPidsLimit(p.PidsLimit),
+		sandbox.WithWorkspaceSize(p.DiskBytes),
+		sandbox.WithTmpSize(p.TmpBytes),
+		sandbox.WithSpillSize(p.SpillBytes),
+		sandbox.WithUser(p.User.UID, p.User.GID),
+	}
+}
+
+// CheckSessions reports whether a new session fits when the tenant has n
+// already; the error names the limit and its value.
+func (p *Policy) CheckSessions(n int) error {
+	if n >= p.MaxSessions {
+		return fmt.Errorf("session limit reached: limits.sessions = %d (policy %s)", p.MaxSessions, p.Tenant)
+	}
+	return nil
+}
+
+// CheckBackgroundTasks reports whether a new background task fits when the
+// session runs n already; the error names the limit and its value.
+func (p *Policy) CheckBackgroundTasks(n int) error {
+	if n >= p.MaxBackgroundTasks {
+		return fmt.Errorf("background task limit reached: limits.backgroundTasks = %d (policy %s)", p.MaxBackgroundTasks, p.Tenant)
+	}
+	return nil
+}

@@ -1,0 +1,339 @@
+package policies
+
+import (
+	"strings"
+)
+
+// Wrappers: commands that run other commands. Rules see what they run, so
+// `sudo rm`, `env rm`, `xargs rm`, `find . -exec rm {} +` and `bash -c "rm"`
+// are all an rm to a rule that names rm. Option parsing follows the GNU and
+// sudo manuals closely enough to find the command operand; a word that is not
+// a literal where an option or the command could be makes the inner command
+// dynamic (never allowed by a static rule).
+
+type innerKind int
+
+const (
+	notWrapper   innerKind = iota
+	runsArgv               // runs an argv (env, sudo, nice, timeout, xargs, ...)
+	runsExec               // find -exec: runs argvs and acts itself
+	runsScript             // runs shell scripts (bash -c, eval, su -c, alias values)
+	shellStdin             // a shell reading its script from standard input
+	dynamicInner           // runs something rules cannot see
+)
+
+type argvLits struct {
+	argv []string
+	lits []bool
+}
+
+type inner struct {
+	kind    innerKind
+	argvs   []argvLits
+	scripts []string
+	via     string // shown after the wrapper's name: "-c", "-exec"
+	why     string // dynamicInner: what rules cannot see, after the wrapper's name
+}
+
+// dynamic: a word that decides what the wrapper runs is not a literal.
+var dynamic = inner{kind: dynamicInner, why: "runs a command given by a word that is not a literal"}
+
+func argvFrom(argv []string, lits []bool, i int) inner {
+	if i >= len(argv) {
+		return inner{}
+	}
+	return inner{kind: runsArgv, argvs: []argvLits{{argv[i:], lits[i:]}}}
+}
+
+// unwrap says what the command argv (whose basename is name) runs.
+func unwrap(name string, argv []string, lits []bool) inner {
+	switch name {
+	case "env":
+		return unwrapEnv(argv, lits)
+	case "command":
+		for i := 1; i < len(argv) && strings.HasPrefix(argv[i], "-"); i++ {
+			if strings.ContainsAny(argv[i], "vV") {
+				return inner{} // command -v: a lookup, runs nothing
+			}
+		}
+		return afterOpts(argv, lits, "", nil)
+	case "exec":
+		return afterOpts(argv, lits, "a", nil)
+	case "builtin", "nohup":
+		return afterOpts(argv, lits, "", nil)
+	case "setsid":
+		return afterOpts(argv, lits, "", nil)
+	case "time":
+		return afterOpts(argv, lits, "fo", []string{"--format", "--output"})
+	case "stdbuf":
+		return afterOpts(argv, lits, "ioe", []string{"--input", "--output", "--error"})
+	case "nice":
+		return afterOpts(argv, lits, "n", []string{"--adjustment"})
+	case "ionice":
+		return afterOpts(argv, lits, "cnp", []string{"--class", "--classdata", "--pid"})
+	case "timeout":
+		i, ok := skipOpts(argv, lits, "ks", []string{"--kill-after", "--signal"})
+		if !ok {
+			return dynamic
+		}
+		return argvFrom(argv, lits, i+1) // after the duration
+	case "sudo":
+		return afterOpts(argv, lits, "ugCDprtUTR", []string{"--user", "--group", "--close-from", "--chdir",
+			"--prompt", "--role", "--type", "--other-user", "--command-timeout", "--host"})
+	case "doas":
+		return afterOpts(argv, lits, "uC", nil)
+	case "xargs":
+		i, ok := skipOpts(argv, lits, "adEILnPs", []string{"--arg-file", "--delimiter", "--eof", "--replace",
+			"--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var"})
+		if !ok {
+			return dynamic
+		}
+		if i >= len(argv) {
+			return inner{kind: runsArgv, argvs: []argvLits{{[]string{"echo"}, []bool{true}}}}
+		}
+		return argvFrom(argv, lits, i)
+	case "find":
+		return unwrapFind(argv, lits)
+	case "eval":
+		return scriptOf(argv[1:], lits[1:], "")
+	case "watch":
+		i, ok := skipOpts(argv, lits, "n", []string{"--interval"})
+		if !ok {
+			return dynamic
+		}
+		return scriptOf(argv[i:], lits[i:], "")
+	case "alias":
+		var in inner
+		for i, a := range argv[1:] {
+			if !lits[i+1] {
+				return dynamic
+			}
+			if _, v, ok := strings.Cut(a, "="); ok {
+				in.kind = runsScript
+				in.scripts = append(in.scripts, v)
+			}
+		}
+		return in
+	case "su", "runuser":
+		for i := 1; i < len(argv); i++ {
+			if !lits[i] {
+				return dynamic
+			}
+			a := argv[i]
+			switch {
+			case a == "-c" || a == "--command":
+				if i+1 < len(argv) {
+					return scriptOf(argv[i+1:i+2], lits[i+1:i+2], "-c")
+				}
+			case strings.HasPrefix(a, "--command="):
+				return inner{kind: runsScript, scripts: []string{strings.TrimPrefix(a, "--command=")}, via: "-c"}
+			}
+		}
+		return inner{kind: shellStdin}
+	case "source", ".":
+		switch {
+		case len(argv) < 2:
+			return inner{}
+		case !lits[1]:
+			return dynamic // source <(...)
+		case argv[1] == "/dev/stdin" || argv[1] == "/proc/self/fd/0":
+			return inner{kind: shellStdin}
+		}
+		return inner{} // a script file: source is the command
+	case "busybox":
+		return argvFrom(argv, lits, 1)
+	case "bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash":
+		return unwrapShell(argv, lits)
+	}
+	return inner{}
+}
+
+func afterOpts(argv []string, lits []bool, shortArg string, longArg []string) inner {
+	i, ok := skipOpts(argv, lits, shortArg, longArg)
+	if !ok {
+		return dynamic
+	}
+	return argvFrom(argv, lits, i)
+}
+
+// skipOpts returns the index of the first operand after the options of argv.
+// shortArg lists the short options that take an argument, longArg the long
+// ones (which may also be written --opt=value). ok is false when a word that
+// is not a literal stands where an option or the operand could be.
+func skipOpts(argv []string, lits []bool, shortArg string, longArg []string) (int, bool) {
+	i := 1
+	for i < len(argv) {
+		if !lits[i] {
+			return i, false
+		}
+		a := argv[i]
+		switch {
+		case a == "--":
+			return i + 1, true
+		case strings.HasPrefix(a, "--"):
+			i++
+			if !strings.Contains(a, "=") && contains(longArg, a) {
+				i++
+			}
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			i++
+			for j := 1; j < len(a); j++ {
+				if strings.IndexByte(shortArg, a[j]) >= 0 {
+					if j == len(a)-1 {
+						i++ // the argument is the next word
+					}
+					break // else it is attached: -n10
+				}
+			}
+		default:
+			return i, true
+		}
+	}
+	return i, true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// scriptOf joins words into one script, as eval does.
+func scriptOf(words []string, lits []bool, via string) inner {
+	if len(words) == 0 {
+		return inner{}
+	}
+	for _, l := range lits {
+		if !l {
+			return inner{kind: dynamicInner, via: via, why: "runs a script that is not a literal"}
+		}
+	}
+	return inner{kind: runsScript, scripts: []string{strings.Join(words, " ")}, via: via}
+}
+
+func unwrapEnv(argv []string, lits []bool) inner {
+	i := 1
+	for i < len(argv) {
+		if !lits[i] {
+			return dynamic
+		}
+		a := argv[i]
+		switch {
+		case a == "--":
+			i++
+			return envCommand(argv, lits, i)
+		case a == "-S" || a == "--split-string":
+			if i+1 < len(argv) {
+				return scriptOf(argv[i+1:], lits[i+1:], "-S")
+			}
+			return inner{}
+		case strings.HasPrefix(a, "--split-string="):
+			rest := append([]string{strings.TrimPrefix(a, "--split-string=")}, argv[i+1:]...)
+			return scriptOf(rest, lits[i:], "-S")
+		case strings.HasPrefix(a, "-S"):
+			rest := append([]string{strings.TrimPrefix(a, "-S")}, argv[i+1:]...)
+			return scriptOf(rest, lits[i:], "-S")
+		case a == "-u" || a == "-C" || a == "--unset" || a == "--chdir":
+			i += 2
+		case strings.HasPrefix(a, "-"):
+			i++
+		default:
+			return envCommand(argv, lits, i)
+		}
+	}
+	return inner{}
+}
+
+// envCommand skips env's NAME=VALUE operands.
+func envCommand(argv []string, lits []bool, i int) inner {
+	for ; i < len(argv); i++ {
+		if !lits[i] {
+			return dynamic
+		}
+		k, _, ok := strings.Cut(argv[i], "=")
+		if !ok || k == "" {
+			break
+		}
+		if hijacks(k) {
+			return inner{kind: dynamicInner, why: "sets " + k + ", which changes which program runs"}
+		}
+	}
+	return argvFrom(argv, lits, i)
+}
+
+func unwrapFind(argv []string, lits []bool) inner {
+	in := inner{kind: runsExec, via: "-exec"}
+	for i := 1; i < len(argv); i++ {
+		switch argv[i] {
+		case "-exec", "-execdir", "-ok", "-okdir":
+		default:
+			continue
+		}
+		j := i + 1
+		for j < len(argv) && !(lits[j] && (argv[j] == ";" || argv[j] == "+")) {
+			j++
+		}
+		if j > i+1 {
+			cmd := argvLits{argv[i+1 : j], append([]bool(nil), lits[i+1:j]...)}
+			if strings.Contains(cmd.argv[0], "{}") {
+				cmd.lits[0] = false // runs the files it finds
+			}
+			in.argvs = append(in.argvs, cmd)
+		}
+		i = j
+	}
+	if len(in.argvs) == 0 {
+		return inner{}
+	}
+	return in
+}
+
+func unwrapShell(argv []string, lits []bool) inner {
+	hasC, stdin := false, false
+	i := 1
+	for i < len(argv) {
+		if !lits[i] {
+			return inner{kind: dynamicInner, why: "runs a script given by a word that is not a literal"}
+		}
+		a := argv[i]
+		if a == "--" || a == "-" {
+			i++
+			break
+		}
+		if strings.HasPrefix(a, "--") {
+			i++
+			if a == "--rcfile" || a == "--init-file" {
+				i++
+			}
+			continue
+		}
+		if len(a) > 1 && (a[0] == '-' || a[0] == '+') {
+			i++
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'c':
+					hasC = true
+				case 's':
+					stdin = true
+				case 'o', 'O':
+					i++
+				}
+			}
+			continue
+		}
+		break
+	}
+	switch {
+	case hasC:
+		if i >= len(argv) {
+			return inner{}
+		}
+		return scriptOf(argv[i:i+1], lits[i:i+1], "-c")
+	case stdin || i >= len(argv) || argv[i] == "/dev/stdin" || argv[i] == "/proc/self/fd/0":
+		return inner{kind: shellStdin}
+	}
+	return inner{} // runs a script file: the shell is the command
+}
