@@ -159,8 +159,9 @@ func TestBackgroundRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := readUntil(t, tk, func(o executor.Output) bool { return o.Stdout != "" })
-	if o.Stdout != "one\n" || o.Status.State != executor.Running {
+	// stdout and stderr are separate pipes: wait for both.
+	o := readUntil(t, tk, func(o executor.Output) bool { return o.Stdout != "" && o.Stderr != "" })
+	if o.Stdout != "one\n" || o.Stderr != "e1\n" || o.Status.State != executor.Running {
 		t.Errorf("first read %+v", o)
 	}
 	list, err := a.client.Tasks(ctx, session)
