@@ -13,6 +13,7 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/server"
@@ -31,6 +32,8 @@ type serveBackend struct {
 	// backend first).
 	notify func(tenant, session string, n tools.Notice)
 	gate   func(tenant string) tools.Gate
+	// policies, when set, decide each tenant's limits and sandboxes.
+	policies *policies.Engine
 	// created reports a sandbox creation's latency to the metrics.
 	created func(tenant string, d time.Duration)
 
@@ -120,6 +123,17 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 	}
 	tb := &tenantBackend{}
 	home := "/workspace"
+	limits := b.cfg.Limits
+	if b.policies != nil {
+		pol, err := b.policies.Policy(name)
+		if err != nil {
+			return nil, err
+		}
+		// The output bounds are fixed when the tenant's executor is made;
+		// the timeouts the Gate applies on every call, from the policy as
+		// it is then.
+		limits = pol.Limits
+	}
 	switch b.cfg.Backend {
 	case "local":
 		root := b.cfg.Local.Root
@@ -139,7 +153,7 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 			return nil, err
 		}
 		home = root
-		e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: b.cfg.Limits, Cgroup: local.CgroupMode(b.cfg.Local.Cgroup)})
+		e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: limits, Cgroup: local.CgroupMode(b.cfg.Local.Cgroup)})
 		if err != nil {
 			return nil, fmt.Errorf("local backend: %w", err)
 		}
@@ -150,7 +164,7 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 			Manager: b.manager,
 			Tenant:  name,
 			Spec:    func(session string) (sandbox.Spec, error) { return b.spec(name, session) },
-			Limits:  b.cfg.Limits,
+			Limits:  limits,
 		})
 		if err != nil {
 			return nil, err
@@ -192,6 +206,19 @@ func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
 	o := b.opts[tenant+"/"+session]
 	b.mu.Unlock()
 	dc := b.cfg.Docker
+	if b.policies != nil {
+		pol, err := b.policies.Policy(tenant)
+		if err != nil {
+			return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
+		}
+		n := 0
+		for _, sb := range b.manager.Sandboxes() {
+			if sb.Tenant == tenant && sb.Session != session {
+				n++
+			}
+		}
+		return policySpec(dc, pol, tenant, session, b.agent, o, n)
+	}
 	var err error
 	if dc.Image, err = b.cfg.sessionImage(tenant, o.Image); err != nil {
 		return sandbox.Spec{}, err
@@ -243,17 +270,30 @@ func (b *serveBackend) CreateSession(ctx context.Context, tenant, session string
 		created := tb.seen.add(session)
 		return server.SessionInfo{ID: session, Tenant: tenant, State: "running", Created: created}, nil
 	}
-	if _, err := b.cfg.sessionImage(tenant, opts.Image); err != nil {
-		return server.SessionInfo{}, err
-	}
-	if _, err := b.cfg.sessionRuntime(tenant, opts.Runtime); err != nil {
-		return server.SessionInfo{}, err
+	if b.policies == nil {
+		if _, err := b.cfg.sessionImage(tenant, opts.Image); err != nil {
+			return server.SessionInfo{}, err
+		}
+		if _, err := b.cfg.sessionRuntime(tenant, opts.Runtime); err != nil {
+			return server.SessionInfo{}, err
+		}
 	}
 	b.mu.Lock()
+	prev, had := b.opts[tenant+"/"+session]
 	b.opts[tenant+"/"+session] = opts
 	b.mu.Unlock()
 	spec, err := b.spec(tenant, session)
 	if err != nil {
+		b.mu.Lock()
+		if had {
+			b.opts[tenant+"/"+session] = prev
+		} else {
+			delete(b.opts, tenant+"/"+session)
+		}
+		b.mu.Unlock()
+		if errors.Is(err, server.ErrNotAllowed) {
+			return server.SessionInfo{}, err
+		}
 		return server.SessionInfo{}, server.Errorf(server.ErrInvalid, "%v", err)
 	}
 	sb, err := b.manager.Ensure(ctx, spec)
@@ -290,6 +330,11 @@ func (b *serveBackend) DeleteSession(ctx context.Context, tenant, session string
 }
 
 func (b *serveBackend) Ready(ctx context.Context) error {
+	if b.policies != nil {
+		if err := b.policies.Ready(); err != nil {
+			return fmt.Errorf("policies: %w", err)
+		}
+	}
 	if b.rt == nil {
 		return nil
 	}

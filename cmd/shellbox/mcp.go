@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
 )
 
 func newMCPCmd() *cobra.Command {
@@ -25,10 +26,16 @@ process is the tenant. Logs go to stderr as JSON.`,
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
 			ctx := cmd.Context()
+			pol, closePolicies, err := servePolicies(cfg, log, true)
+			if err != nil {
+				return err
+			}
+			defer closePolicies()
 			b, err := newServeBackend(ctx, cfg, log)
 			if err != nil {
 				return err
 			}
+			b.policies = pol
 			defer func() {
 				cctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.Grace+5*time.Second)
 				defer cancel()
@@ -40,6 +47,9 @@ process is the tenant. Logs go to stderr as JSON.`,
 			}
 			b.notify = srv.Notify
 			b.created = srv.ObserveSandboxCreate
+			if pol != nil {
+				b.gate = func(tenant string) tools.Gate { return srv.ObserveGate(tenant, pol) }
+			}
 			in, out := cmd.InOrStdin(), cmd.OutOrStdout()
 			return srv.ServeStdio(ctx, cfg.Tenant, cfg.Session, readCloser{in}, writeCloser{out})
 		},
@@ -47,6 +57,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed) or docker")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
+	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); an ask is denied at once (no approver on stdio)")
 	return cmd
 }
 

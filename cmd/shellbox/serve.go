@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
 )
 
 func newServeCmd() *cobra.Command {
@@ -43,6 +44,7 @@ running for the next process to adopt.`,
 	}
 	cmd.Flags().String("backend", "local", "where commands run: docker (a hardened container per session) or local (host processes, unsandboxed)")
 	cmd.Flags().String("listen", "127.0.0.1:8080", "address to listen on (server.listen)")
+	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); unset: every call is allowed")
 	return cmd
 }
 
@@ -54,9 +56,19 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 // serve runs the server until ctx is done, then shuts down gracefully.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	pol, closePolicies, err := servePolicies(cfg, log, false)
+	if err != nil {
+		return err
+	}
+	defer closePolicies()
 	b, err := newServeBackend(ctx, cfg, log)
 	if err != nil {
 		return err
+	}
+	b.policies = pol
+	var approvals server.Approvals
+	if pol != nil {
+		approvals = policyApprovals{pol}
 	}
 	tenants := map[string]server.TenantConfig{}
 	for name, t := range cfg.Server.Tenants {
@@ -64,6 +76,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv, err := server.New(server.Config{
 		Backend:           b,
+		Approvals:         approvals,
 		Tenants:           tenants,
 		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
 		EventBuffer:       cfg.Server.EventBuffer,
@@ -77,9 +90,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	b.notify = srv.Notify
 	b.created = srv.ObserveSandboxCreate
-	// The policies adapter plugs in here: b.gate = func(tenant) tools.Gate
-	// { return srv.ObserveGate(tenant, <the tenant's policy gate>) }. Until
-	// then every call is allowed.
+	if pol != nil {
+		// Every call goes through the tenant's policy (an ask waits for an
+		// approver on /v1/approvals); decisions are counted.
+		b.gate = func(tenant string) tools.Gate { return srv.ObserveGate(tenant, pol) }
+	}
 
 	life, stopLife := context.WithCancel(context.Background())
 	defer stopLife()
