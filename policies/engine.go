@@ -366,6 +366,11 @@ func (e *Engine) Check(ctx context.Context, c tools.Call) (executor.Request, err
 	}
 	v := p.safeEvaluate(call{tool: c.Tool, command: req.Command, workdir: req.Workdir,
 		background: req.Background, permissions: req.Permissions})
+	if req.Background && v.Decision != Deny {
+		if err := p.CheckBackgroundTasks(c.RunningTasks); err != nil {
+			v = verdict{Decision: Deny, Rule: RuleLimit, Command: v.Command, Reason: err.Error()}
+		}
+	}
 	rec := Record{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool, Command: req.Command,
 		Workdir: req.Workdir, Background: req.Background, Escalation: req.Permissions,
 		Justification: c.Justification}

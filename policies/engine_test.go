@@ -82,6 +82,29 @@ func TestCheckAllowDenyAndLimits(t *testing.T) {
 	}
 }
 
+// TestBackgroundTaskQuota: a background call over limits.backgroundTasks is
+// denied naming the limit; foreground calls and calls under it are not.
+func TestBackgroundTaskQuota(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", "default: allow\nlimits: {backgroundTasks: 2}\n")
+	e := openEngine(t, dir, Options{NoWatch: true})
+	c := bashCall("acme", "sleep 100")
+	c.Request.Background = true
+	c.RunningTasks = 1
+	if _, err := e.Check(context.Background(), c); err != nil {
+		t.Errorf("under the quota: %v", err)
+	}
+	c.RunningTasks = 2
+	_, err := e.Check(context.Background(), c)
+	if err == nil || err.Error() != "denied by policy acme/limits: background task limit reached: limits.backgroundTasks = 2 (policy acme)" {
+		t.Errorf("at the quota: %v", err)
+	}
+	c.Request.Background = false
+	if _, err := e.Check(context.Background(), c); err != nil {
+		t.Errorf("foreground at the quota: %v", err)
+	}
+}
+
 func TestPolicyDefaultTenantFallback(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "acme", acmePolicy)

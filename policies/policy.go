@@ -59,6 +59,7 @@ const (
 	RuleTool        = "tools"       // the tool (or background) is disabled
 	RuleEscalation  = "escalations" // escalations.default for a permission
 	RuleApprover    = "approver"    // an approver denied, or nobody answered
+	RuleLimit       = "limits"      // a quota of the policy's limits is reached
 )
 
 // Tools are the tools a tenant may use.
@@ -574,7 +575,7 @@ func checkName(name string) error {
 		return fmt.Errorf("%q: rule names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	switch name {
-	case RuleDefault, RuleUnparseable, RuleDynamic, RuleTool, RuleEscalation, RuleApprover:
+	case RuleDefault, RuleUnparseable, RuleDynamic, RuleTool, RuleEscalation, RuleApprover, RuleLimit:
 		return fmt.Errorf("%q is reserved for built-in decisions", name)
 	}
 	return nil

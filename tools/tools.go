@@ -40,6 +40,10 @@ type Call struct {
 	Description   string
 	Justification string
 	Request       executor.Request
+	// RunningTasks is how many background tasks of the session this
+	// Toolset started that are still running (for a per-session quota).
+	// Tasks it did not start (a previous server process's) are not counted.
+	RunningTasks int
 }
 
 // Gate decides on a call before it runs. It returns the request to run (it may
@@ -232,7 +236,7 @@ func (t *Toolset) shell(ctx context.Context, inv Invocation) Result {
 	}
 	if t.cfg.Gate != nil {
 		req, err = t.cfg.Gate.Check(ctx, Call{Tenant: inv.Tenant, Session: inv.Session, Tool: inv.Tool,
-			Description: a.Description, Justification: a.Justification, Request: req})
+			Description: a.Description, Justification: a.Justification, Request: req, RunningTasks: t.running(inv.Session)})
 		if err != nil {
 			return errorOf(err)
 		}
@@ -357,6 +361,20 @@ func (t *Toolset) watch(session string, task executor.Task) {
 			t.cfg.OnNotice(session, n)
 		}
 	}()
+}
+
+// running counts the session's watched tasks: started here, not ended.
+func (t *Toolset) running(session string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	prefix := session + "\x00"
+	for key := range t.watching {
+		if strings.HasPrefix(key, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // saw records that the model has seen task's end, so its notice is not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +251,33 @@ func TestNoticeOfInstantTask(t *testing.T) {
 		if len(r.Notices) != 1 || r.Notices[0].TaskID != bg.TaskID {
 			t.Fatalf("next result's notices: %+v, want %s's", r.Notices, bg.TaskID)
 		}
+	}
+}
+
+// countGate records the RunningTasks of each call it sees.
+type countGate struct{ seen []int }
+
+func (g *countGate) Check(ctx context.Context, c Call) (executor.Request, error) {
+	g.seen = append(g.seen, c.RunningTasks)
+	return c.Request, nil
+}
+
+// TestGateSeesRunningTasks: the Gate is told how many of the session's
+// background tasks run, for a per-session quota.
+func TestGateSeesRunningTasks(t *testing.T) {
+	f := newFake()
+	g := &countGate{}
+	ts := newSet(t, f, Config{Gate: g})
+	call(t, ts, "bash", `{"command":"sleep 1","description":"a","run_in_background":true}`)
+	call(t, ts, "bash", `{"command":"sleep 1","description":"b","run_in_background":true}`)
+	call(t, ts, "bash", `{"command":"true","description":"c"}`)
+	f.tasks["t1"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	for deadline := time.Now().Add(5 * time.Second); ts.running("s1") != 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	call(t, ts, "bash", `{"command":"true","description":"d"}`)
+	if want := []int{0, 1, 2, 1}; !slices.Equal(g.seen, want) {
+		t.Errorf("RunningTasks seen %v, want %v", g.seen, want)
 	}
 }
 
