@@ -269,6 +269,12 @@ func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox,
 // them. Only sandboxes the Manager knows (created or adopted by it) are
 // considered. Removal runs under Config.RemoveTimeout each, even if ctx ends.
 func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, error) {
+	return m.ReapBy(ctx, func(string) time.Duration { return idleTTL })
+}
+
+// ReapBy is Reap with an idle TTL per tenant (a per-tenant policy); a TTL of
+// zero or less keeps the tenant's sandboxes.
+func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.Duration) ([]Sandbox, error) {
 	now := m.cfg.Now()
 	type victim struct {
 		k  key
@@ -278,7 +284,7 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 	var victims []victim
 	m.mu.Lock()
 	for k, e := range m.entries {
-		if e.busy == nil && now.Sub(e.sb.LastUsed) >= idleTTL {
+		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(e.sb.LastUsed) >= ttl {
 			victims = append(victims, victim{k, e.sb, nil})
 		}
 	}
@@ -307,8 +313,8 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 	return reaped, errors.Join(errs...)
 }
 
-// ReapEvery calls Reap every interval until ctx ends, logging failures.
-func (m *Manager) ReapEvery(ctx context.Context, idleTTL, interval time.Duration) {
+// ReapEvery calls ReapBy every interval until ctx ends, logging failures.
+func (m *Manager) ReapEvery(ctx context.Context, idleTTL func(tenant string) time.Duration, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -316,7 +322,7 @@ func (m *Manager) ReapEvery(ctx context.Context, idleTTL, interval time.Duration
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := m.Reap(ctx, idleTTL); err != nil {
+			if _, err := m.ReapBy(ctx, idleTTL); err != nil {
 				m.cfg.Logger.Warn("sandbox reap", "err", err)
 			}
 		}

@@ -360,6 +360,38 @@ func TestManagerReap(t *testing.T) {
 	}
 }
 
+// TestManagerReapBy: each tenant's own idle TTL; zero keeps a tenant's
+// sandboxes.
+func TestManagerReapBy(t *testing.T) {
+	f := newFake()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	m, _ := newManager(t, f, func(c *sandbox.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	ctx := context.Background()
+	for _, tenant := range []string{"short", "long", "never"} {
+		s, err := sandbox.NewSpec(tenant, "s1", sandbox.WithImage("img"), sandbox.WithAgent("/bin/true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Ensure(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	ttl := map[string]time.Duration{"short": 30 * time.Minute, "long": 2 * time.Hour}
+	reaped, err := m.ReapBy(ctx, func(tenant string) time.Duration { return ttl[tenant] })
+	if err != nil || len(reaped) != 1 || reaped[0].Tenant != "short" {
+		t.Fatalf("reaped %+v, %v", reaped, err)
+	}
+	if got := m.Sandboxes(); len(got) != 2 {
+		t.Errorf("left %+v", got)
+	}
+}
+
 func TestManagerAdopt(t *testing.T) {
 	f := newFake()
 	m, cfg := newManager(t, f)

@@ -98,8 +98,21 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	life, stopLife := context.WithCancel(context.Background())
 	defer stopLife()
-	if b.manager != nil && cfg.Server.IdleTTL > 0 {
-		go b.manager.ReapEvery(life, cfg.Server.IdleTTL, max(cfg.Server.IdleTTL/4, time.Second))
+	if b.manager != nil {
+		// A tenant's policy sets its idle TTL; server.idleTTL is for tenants
+		// without one. The sweep runs every quarter of the shortest TTL
+		// configured anywhere, at most a minute apart.
+		ttl := func(tenant string) time.Duration {
+			if pol != nil {
+				if p, err := pol.Policy(tenant); err == nil {
+					return p.IdleTTL
+				}
+			}
+			return cfg.Server.IdleTTL
+		}
+		if interval := reapInterval(cfg.Server.IdleTTL, pol != nil); interval > 0 {
+			go b.manager.ReapEvery(life, ttl, interval)
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
@@ -141,6 +154,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	closeErr := b.Close(context.Background())
 	log.Info("stopped", "drain", errString(drainErr), "shutdown", errString(shutErr))
 	return closeErr
+}
+
+// reapInterval is how often idle sandboxes are looked for: a quarter of the
+// server's idle TTL (at least a second, at most a minute), a minute when
+// policies (which set per-tenant TTLs) are in force, never when neither
+// sets one.
+func reapInterval(serverTTL time.Duration, policies bool) time.Duration {
+	switch {
+	case serverTTL > 0:
+		return min(max(serverTTL/4, time.Second), time.Minute)
+	case policies:
+		return time.Minute
+	}
+	return 0
 }
 
 func errString(err error) string {
