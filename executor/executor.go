@@ -122,6 +122,8 @@ type Result struct {
 	SpillPath string `json:"spillPath,omitempty"`
 	// SpillError says why the full output is not (wholly) available.
 	SpillError string `json:"spillError,omitempty"`
+	// SpillBytes is the size of the spill file (0 when none was written).
+	SpillBytes int64 `json:"spillBytes,omitempty"`
 	// OOMKilled reports that the out-of-memory killer ended the command.
 	OOMKilled bool `json:"oomKilled,omitempty"`
 }

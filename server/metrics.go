@@ -26,6 +26,7 @@ type metrics struct {
 	decisions     *prometheus.CounterVec
 	kills         *prometheus.CounterVec
 	spills        *prometheus.CounterVec
+	spillBytes    *prometheus.CounterVec
 	errors        *prometheus.CounterVec
 	httpRequests  *prometheus.CounterVec
 	httpLatency   *prometheus.HistogramVec
@@ -52,6 +53,9 @@ func newMetrics(s *Server) *metrics {
 	m.kills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shellbox_kills_total", Help: "Commands killed, by tenant and reason (timeout, signal, bash_kill).",
 	}, []string{"tenant", "reason"})
+	m.spillBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shellbox_spill_bytes_total", Help: "Bytes written to spill files by foreground calls, by tenant.",
+	}, []string{"tenant"})
 	m.spills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shellbox_spilled_results_total", Help: "Foreground results whose output was cut to its tail and spilled to a file, by tenant.",
 	}, []string{"tenant"})
@@ -71,7 +75,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"tenant"})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
-	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.errors,
+	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
 		m.httpRequests, m.httpLatency, m.createLatency, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -132,6 +136,7 @@ func (m *metrics) observeResult(tenant, tool string, r tools.Result, d time.Dura
 		}
 		if v.Truncated {
 			m.spills.WithLabelValues(tenant).Inc()
+			m.spillBytes.WithLabelValues(tenant).Add(float64(v.SpillBytes))
 		}
 	case *tools.Background:
 		m.mu.Lock()

@@ -99,6 +99,9 @@ func memForeground(s *session) {
 	if fg.SpillPath == "" {
 		s.t.Fatalf("no spill path (spill error %q)", fg.SpillError)
 	}
+	if fg.SpillBytes != n {
+		s.t.Errorf("SpillBytes %d, want %d", fg.SpillBytes, n)
+	}
 	checkOutput(s.t, s, fmt.Sprintf("wc -c < %[1]s; tr -d a < %[1]s | wc -c", fg.SpillPath), fmt.Sprintf("%d\n0\n", n))
 }
 

@@ -418,6 +418,7 @@ func (p *proc) result() executor.Result {
 		r.Truncated = true
 		r.SpillPath = p.out.spill.Path()
 		r.SpillError = p.out.spill.Err()
+		r.SpillBytes = p.out.spill.Stored()
 	}
 	return r
 }

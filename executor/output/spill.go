@@ -171,6 +171,13 @@ func (s *Spill) Err() string {
 	return ""
 }
 
+// Stored is the number of bytes in the file so far.
+func (s *Spill) Stored() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.filed
+}
+
 // Written is the number of bytes produced, kept or not.
 func (s *Spill) Written() int64 {
 	s.mu.Lock()
