@@ -379,14 +379,18 @@ func TestParseGroups(t *testing.T) {
 // commands would inherit it.
 func TestForkRetried(t *testing.T) {
 	requireRoot(t)
-	e := agentExec(t)
+	// RLIMIT_NPROC counts every process of the uid on the machine: a uid of
+	// this test alone, so that other packages' commands (sandboxes run as
+	// 1000) cannot keep it over the limit.
+	uid := uint32(61000 + os.Getpid()%1000)
+	e := agentExec(t, func(c *Config) { c.Credential = &syscall.Credential{Uid: uid, Gid: uid} })
 	tk := start(t, e, executor.Request{Command: "sleep 100"})
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &old); err != nil {
 		t.Fatal(err)
 	}
-	// uid 1000 has one process (the task), over a limit of 0: a command's
-	// switch to uid 1000 is flagged, and its exec fails with EAGAIN, until
+	// The uid has one process (the task), over a limit of 0: a command's
+	// switch to it is flagged, and its exec fails with EAGAIN, until
 	// the task is gone (root, starting it, is exempt).
 	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: 0, Max: old.Max}); err != nil {
 		t.Fatal(err)
