@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -36,12 +37,15 @@ type stdioKey struct{}
 type stdioIdentity struct{ tenant, session string }
 
 // mcpServer returns the MCP server offering defs, creating it once.
-func (s *Server) mcpServer(defs []tools.Definition) *mcp.Server {
+//
+// Each tenant has its own MCP servers, so its open sessions can be counted
+// (mcpSessions); there are at most a few per tenant, one per tool set.
+func (s *Server) mcpServer(tenant string, defs []tools.Definition) *mcp.Server {
 	names := make([]string, len(defs))
 	for i, d := range defs {
 		names[i] = d.Name
 	}
-	key := strings.Join(names, ",")
+	key := tenant + "|" + strings.Join(names, ",")
 	s.mcpMu.Lock()
 	defer s.mcpMu.Unlock()
 	if srv, ok := s.mcpSrvs[key]; ok {
@@ -63,7 +67,27 @@ func (s *Server) mcpServer(defs []tools.Definition) *mcp.Server {
 // it, which may create the sandbox), or every tool when the session is
 // named by its MCP session id, not yet known here.
 func (s *Server) mcpServerFor(r *http.Request) *mcp.Server {
-	return s.mcpServer(s.definitions(r.Context(), tenantOf(r.Context()), r.Header.Get(SessionHeader)))
+	tenant := tenantOf(r.Context())
+	return s.mcpServer(tenant, s.definitions(r.Context(), tenant, r.Header.Get(SessionHeader)))
+}
+
+// mcpSessions counts the tenant's open MCP sessions.
+func (s *Server) mcpSessions(tenant string) int {
+	s.mcpMu.Lock()
+	var srvs []*mcp.Server
+	for key, srv := range s.mcpSrvs {
+		if strings.HasPrefix(key, tenant+"|") {
+			srvs = append(srvs, srv)
+		}
+	}
+	s.mcpMu.Unlock()
+	n := 0
+	for _, srv := range srvs {
+		for range srv.Sessions() {
+			n++
+		}
+	}
+	return n
 }
 
 // definitions are the tools of the tenant's session ("" = every tool the
@@ -109,6 +133,17 @@ func (s *Server) mcpHandler() http.Handler {
 				return
 			}
 			setLogAttr(r.Context(), "session", name)
+		}
+		// A POST without a session id opens a new MCP session.
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			tenant := tenantOf(r.Context())
+			if l := s.limits[tenant]; l != nil && s.mcpSessions(tenant) >= l.cfg.MaxMCPSessions {
+				s.countError("mcp_session_limit")
+				writeError(w, http.StatusTooManyRequests, "mcp_session_limit", fmt.Sprintf(
+					"tenant %s has %d MCP sessions open, the limit (server::tenants::%s::maxMCPSessions): close one (DELETE /mcp) or let one idle out",
+					tenant, l.cfg.MaxMCPSessions, tenant))
+				return
+			}
 		}
 		inner.ServeHTTP(w, r)
 	})
@@ -229,7 +264,7 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 // session.
 func (s *Server) ServeStdio(ctx context.Context, tenant, session string, in io.ReadCloser, out io.WriteCloser) error {
 	ctx = context.WithValue(ctx, stdioKey{}, stdioIdentity{tenant: tenant, session: session})
-	srv := s.mcpServer(s.definitions(ctx, tenant, session))
+	srv := s.mcpServer(tenant, s.definitions(ctx, tenant, session))
 	ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: in, Writer: out}, nil)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type TenantConfig struct {
 	// burst 100).
 	RatePerSecond float64 `mapstructure:"ratePerSecond" json:"ratePerSecond"`
 	Burst         int     `mapstructure:"burst" json:"burst"`
+	// MaxMCPSessions bounds the tenant's open MCP sessions (default 64);
+	// each holds server state until it is closed or idles out.
+	MaxMCPSessions int `mapstructure:"maxMCPSessions" json:"maxMCPSessions"`
 }
 
 // Defaults of TenantConfig and Config.
@@ -58,6 +61,7 @@ const (
 	DefaultMaxConcurrentCalls = 16
 	DefaultRatePerSecond      = 50
 	DefaultBurst              = 100
+	DefaultMaxMCPSessions     = 64
 	DefaultMaxBodyBytes       = 1 << 20
 	DefaultEventBuffer        = 256
 )
@@ -125,6 +129,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		if tc.Burst <= 0 {
 			tc.Burst = DefaultBurst
+		}
+		if tc.MaxMCPSessions <= 0 {
+			tc.MaxMCPSessions = DefaultMaxMCPSessions
 		}
 		cfg.Tenants[name] = tc
 		for _, h := range tc.Tokens {

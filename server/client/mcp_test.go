@@ -228,3 +228,72 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatal("ServeStdio did not return after the client left")
 	}
 }
+
+// TestMCPSessionLimit: a tenant's open MCP sessions are bounded; one more
+// answers 429 naming the limit, other tenants are not affected, and closing
+// sessions makes room.
+func TestMCPSessionLimit(t *testing.T) {
+	srv := servertest.Start(t, servertest.NewLocalBackend(t), func(c *server.Config) {
+		acme := c.Tenants["acme"]
+		acme.MaxMCPSessions = 2
+		c.Tenants["acme"] = acme
+	})
+	open := func(token string) (*mcp.ClientSession, error) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.Connect(ctx, client.MCPTransport(srv.URL+"/mcp", token, "", nil), nil)
+	}
+	// Open sessions until the limit answers (an HTTP retry of an initialize
+	// may open one more than the client knows of, so count what succeeds).
+	var opened []*mcp.ClientSession
+	var limited error
+	for i := 0; i < 4 && limited == nil; i++ {
+		cs, err := open(servertest.TokenAcme)
+		if err != nil {
+			limited = err
+			continue
+		}
+		opened = append(opened, cs)
+	}
+	if limited == nil || !strings.Contains(limited.Error(), "Too Many Requests") {
+		t.Fatalf("after %d sessions: %v, want 429", len(opened), limited)
+	}
+	if len(opened) > 2 {
+		t.Errorf("%d sessions opened under a limit of 2", len(opened))
+	}
+	// The answer itself names the limit.
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+servertest.TokenAcme)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"code":"mcp_session_limit"`) ||
+		!strings.Contains(string(b), "server::tenants::acme::maxMCPSessions") {
+		t.Errorf("raw initialize over the limit: %d %s", resp.StatusCode, b)
+	}
+	if cs, err := open(servertest.TokenBeta); err != nil {
+		t.Fatalf("beta is limited by acme's sessions: %v", err)
+	} else {
+		cs.Close()
+	}
+	for _, cs := range opened {
+		cs.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cs, err := open(servertest.TokenAcme)
+		if err == nil {
+			cs.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing the sessions: %v", err)
+		}
+	}
+}

@@ -155,8 +155,10 @@ func Start(t testing.TB, backend server.Backend, mut func(*server.Config)) *Serv
 	cfg := server.Config{
 		Backend: backend,
 		Tenants: map[string]server.TenantConfig{
-			"acme": {Tokens: []string{server.HashToken(TokenAcme)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6},
-			"beta": {Tokens: []string{server.HashToken(TokenBeta)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6},
+			// The conformance suite opens an MCP session per sandbox
+			// session and keeps them all until it ends.
+			"acme": {Tokens: []string{server.HashToken(TokenAcme)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6, MaxMCPSessions: 1024},
+			"beta": {Tokens: []string{server.HashToken(TokenBeta)}, MaxConcurrentCalls: 256, RatePerSecond: 1e6, Burst: 1e6, MaxMCPSessions: 1024},
 		},
 	}
 	if mut != nil {
