@@ -328,11 +328,22 @@ func (t *Toolset) managedEnv(session string, extra map[string]string) map[string
 // documentation and tests.
 func (t *Toolset) ManagedEnv(session string) map[string]string { return t.managedEnv(session, nil) }
 
+// Watch queues a completion notice for a running task this Toolset did not
+// start: one a previous server process started, found in a re-adopted
+// sandbox. A task already watched is left alone.
+func (t *Toolset) Watch(session string, task executor.Task) {
+	t.watch(session, task)
+}
+
 // watch queues a notice when task ends. The watcher lives as long as the
 // Toolset, not the call that started the task.
 func (t *Toolset) watch(session string, task executor.Task) {
 	key := session + "\x00" + task.ID()
 	t.mu.Lock()
+	if t.watching[key] {
+		t.mu.Unlock()
+		return
+	}
 	t.watching[key] = true
 	t.mu.Unlock()
 	t.wg.Add(1)

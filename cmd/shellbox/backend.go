@@ -43,6 +43,10 @@ type serveBackend struct {
 	agent    string
 	agentErr error
 
+	// adopted are the sandboxes a previous process left running; rewatch
+	// finds their background tasks.
+	adopted []sandbox.Sandbox
+
 	mu      sync.Mutex
 	tenants map[string]*tenantBackend
 	// opts are the options sessions were created with (docker), by
@@ -95,6 +99,7 @@ func newServeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*serveB
 		log.Warn("adopting sandboxes", "err", err)
 	}
 	log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed))
+	b.adopted = rep.Kept
 	return b, nil
 }
 
@@ -227,6 +232,35 @@ func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
 		return sandbox.Spec{}, err
 	}
 	return dockerSpec(dc, tenant, session, b.agent, nil)
+}
+
+// rewatch asks the agents of the adopted sandboxes for their running
+// background tasks and watches them, so their completion notices reach the
+// event streams and the sessions' next results as if this process had
+// started them. Call it once the server is wired (notify, gate).
+func (b *serveBackend) rewatch(ctx context.Context) {
+	for _, sb := range b.adopted {
+		tb, err := b.tenant(sb.Tenant)
+		if err != nil {
+			b.log.Warn("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			continue
+		}
+		ex, ok := tb.exec.(*sandboxed.Executor)
+		if !ok {
+			continue
+		}
+		tasks, err := ex.Running(ctx, sb.Session)
+		if err != nil {
+			b.log.Warn("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			continue
+		}
+		for _, t := range tasks {
+			tb.tools.Watch(sb.Session, t)
+		}
+		if len(tasks) > 0 {
+			b.log.Info("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "tasks", len(tasks))
+		}
+	}
 }
 
 func (b *serveBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {

@@ -98,6 +98,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	life, stopLife := context.WithCancel(context.Background())
 	defer stopLife()
+	go b.rewatch(life)
 	if b.manager != nil {
 		// A tenant's policy sets its idle TTL; server.idleTTL is for tenants
 		// without one. The sweep runs every quarter of the shortest TTL

@@ -209,6 +209,13 @@ server:
 		t.Fatalf("start: %v %q", err, r.Text)
 	}
 	id := r.Value.(*tools.Background).TaskID
+	// A second task nobody reads after the restart: its completion notice
+	// must still reach the session's next result.
+	r, err = c.Call(ctx, "restart", "bash", json.RawMessage(`{"command":"sleep 6; exit 5","description":"quiet","run_in_background":true}`))
+	if err != nil || r.IsError {
+		t.Fatalf("start: %v %q", err, r.Text)
+	}
+	quiet := r.Value.(*tools.Background).TaskID
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -252,6 +259,22 @@ server:
 	for _, want := range []string{"tick 1", "tick 2", "tick 3", "tick 4", "status: completed, exit code: 3"} {
 		if !strings.Contains(got.String(), want) {
 			t.Fatalf("reads after restart lack %q:\n%s", want, got.String())
+		}
+	}
+	wantNotice := fmt.Sprintf("background task %s completed, exit code: 5", quiet)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r, err := c.Call(ctx, "restart", "bash", json.RawMessage(`{"command":"true","description":"poll"}`))
+		if err != nil || r.IsError {
+			t.Fatalf("call after restart: %v %q", err, r.Text)
+		}
+		if len(r.Notices) > 0 {
+			if len(r.Notices) != 1 || r.Notices[0].Text != wantNotice {
+				t.Fatalf("notices after restart: %+v, want %q", r.Notices, wantNotice)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of %s, started before the restart", quiet)
 		}
 	}
 	list, err := c.Sessions(ctx)

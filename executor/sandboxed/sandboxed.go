@@ -234,6 +234,46 @@ func (e *Executor) Task(ctx context.Context, session, id string) (executor.Task,
 	return t, e.check(session, a, err)
 }
 
+// Running returns the session's running background tasks, for a server
+// that re-adopted the sandbox and wants their completion notices. A session
+// without a sandbox has none (and gets none).
+func (e *Executor) Running(ctx context.Context, session string) ([]executor.Task, error) {
+	if err := executor.ValidSession(session); err != nil {
+		return nil, err
+	}
+	if !e.connected(session) && !e.cfg.Manager.Touch(e.cfg.Tenant, session) {
+		if _, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, session); errors.Is(err, sandbox.ErrNotFound) {
+			return nil, nil
+		}
+	}
+	a, err := e.agent(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	lister, ok := a.(interface {
+		Tasks(ctx context.Context, session string) ([]agentapi.TaskInfo, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	infos, err := lister.Tasks(ctx, session)
+	if err != nil {
+		return nil, e.check(session, a, err)
+	}
+	var out []executor.Task
+	for _, info := range infos {
+		if info.Status == nil || info.Status.State != executor.Running {
+			continue
+		}
+		t, err := a.Task(ctx, session, info.ID)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 // Has reports whether the session's image has shell. It creates the
 // session's sandbox if needed: only the image can tell.
 func (e *Executor) Has(ctx context.Context, session string, shell executor.Shell) bool {
