@@ -281,6 +281,31 @@ func TestGateSeesRunningTasks(t *testing.T) {
 	}
 }
 
+// TestWatchAdoptedTask: a task started elsewhere (a previous process) gets
+// its notice once, however often it is handed to Watch.
+func TestWatchAdoptedTask(t *testing.T) {
+	f := newFake()
+	noticed := make(chan string, 4)
+	ts := newSet(t, f, Config{OnNotice: func(s string, n Notice) { noticed <- n.Text }})
+	task := &fakeTask{id: "old1", session: "s1", done: make(chan struct{}),
+		out: executor.Output{Status: executor.Status{State: executor.Running}}}
+	ts.Watch("s1", task)
+	ts.Watch("s1", task)
+	task.end(executor.Result{ExitCode: 5}, executor.Status{State: executor.Completed, ExitCode: 5})
+	if got := <-noticed; got != "background task old1 completed, exit code: 5" {
+		t.Fatalf("notice %q", got)
+	}
+	r := call(t, ts, "bash", `{"command":"true","description":"noop"}`)
+	if len(r.Notices) != 1 || r.Notices[0].TaskID != "old1" {
+		t.Fatalf("notices %+v", r.Notices)
+	}
+	select {
+	case n := <-noticed:
+		t.Fatalf("a second notice: %q", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 type denyGate struct{}
 
 func (denyGate) Check(ctx context.Context, c Call) (executor.Request, error) {
