@@ -426,19 +426,26 @@ type rule struct {
 	examples examplesSchema
 }
 
-func compileRule(l *located, key string, s *ruleSchema) *rule {
-	r := &rule{Name: s.Name, Reason: s.Reason, examples: s.Examples}
-	ok := true
-	if err := checkName(s.Name); err != nil {
+// compileHead checks what rules and escalation rules share: the name and
+// the decision. ok is false when either was reported as an error.
+func compileHead(l *located, key, name, decision string) (d Decision, ok bool) {
+	ok = true
+	if err := checkName(name); err != nil {
 		l.addf(key+".name", "%v", err)
 		ok = false
 	}
-	d, valid := parseDecision(s.Decision)
+	d, valid := parseDecision(decision)
 	if !valid {
-		l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", s.Decision)
+		l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", decision)
 		ok = false
 	}
-	r.Decision = d
+	return d, ok
+}
+
+func compileRule(l *located, key string, s *ruleSchema) *rule {
+	r := &rule{Name: s.Name, Reason: s.Reason, examples: s.Examples}
+	var ok bool
+	r.Decision, ok = compileHead(l, key, s.Name, s.Decision)
 	m := &s.Match
 	for i, c := range m.Command {
 		k := fmt.Sprintf("%s.match.command[%d]", key, i)
@@ -538,17 +545,8 @@ type escalation struct {
 
 func compileEscalation(l *located, key string, s *escalationSchema) *escalation {
 	e := &escalation{Name: s.Name, Reason: s.Reason}
-	ok := true
-	if err := checkName(s.Name); err != nil {
-		l.addf(key+".name", "%v", err)
-		ok = false
-	}
-	d, valid := parseDecision(s.Decision)
-	if !valid {
-		l.addf(key+".decision", "%q is not a decision (allow, ask or deny)", s.Decision)
-		ok = false
-	}
-	e.Decision = d
+	var ok bool
+	e.Decision, ok = compileHead(l, key, s.Name, s.Decision)
 	if len(s.Permissions) == 0 {
 		l.addf(key+".permissions", "name at least one permission (globs allowed)")
 		ok = false
