@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,11 +42,7 @@ func buildBinaries(t *testing.T) (shellbox string) {
 // final status. Every `shellbox call` is a fresh process, so each one
 // re-adopts the session's sandbox.
 func TestDockerRestartSurvival(t *testing.T) {
-	cli := dockertest.Engine(t)
-	dockertest.RemoveLeftovers(context.Background(), cli)
-	if err := images.BuildTest(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
+	requireEngine(t)
 	bin := buildBinaries(t)
 	state := dockertest.StateDir(t)
 	owner := dockertest.Owner(t)
@@ -63,21 +60,11 @@ docker:
 
 	run := func(args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--config", cfg}, args...)...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
+		out, errs, code := runBinary(t, bin, cfg, args...)
+		if errs != "" {
+			t.Logf("stderr of %v: %s", args, errs)
 		}
-		if errb.Len() > 0 {
-			t.Logf("stderr of %v: %s", args, errb.String())
-		}
-		return strings.TrimSuffix(out.String(), "\n"), code
+		return out, code
 	}
 	t.Cleanup(func() { run("sessions", "rm", "--tenant", "acme", "restart") })
 
@@ -139,11 +126,7 @@ docker:
 // TestDockerPolicySandbox: the tenant's policy sets the sandbox (user,
 // runtime) and caps the tenant's sessions, naming the limit.
 func TestDockerPolicySandbox(t *testing.T) {
-	cli := dockertest.Engine(t)
-	dockertest.RemoveLeftovers(context.Background(), cli)
-	if err := images.BuildTest(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
+	requireEngine(t)
 	bin := buildBinaries(t)
 	state := dockertest.StateDir(t)
 	owner := dockertest.Owner(t)
@@ -171,18 +154,7 @@ docker:
 `, pols, filepath.Join(t.TempDir(), "audit.log"), state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"--config", cfg}, args...)...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSuffix(out.String(), "\n"), errb.String(), code
+		return runBinary(t, bin, cfg, args...)
 	}
 	t.Cleanup(func() { run("sessions", "rm", "--tenant", "polt", "p1") })
 
@@ -197,4 +169,39 @@ docker:
 		!strings.Contains(errs, "runtime runsc is not allowed by policy polt (sandbox.runtime: runc)") {
 		t.Errorf("runtime: %q (exit %d)", errs, code)
 	}
+}
+
+// requireEngine gates a test on the Docker engine (skip, or fail under
+// CI=true), removes what crashed runs left, and builds the test image once
+// per test process.
+func requireEngine(t testing.TB) {
+	t.Helper()
+	dockertest.RemoveLeftovers(context.Background(), dockertest.Engine(t))
+	testImageOnce.Do(func() { testImageErr = images.BuildTest(context.Background(), nil) })
+	if testImageErr != nil {
+		t.Fatalf("test image: %v", testImageErr)
+	}
+}
+
+var (
+	testImageOnce sync.Once
+	testImageErr  error
+)
+
+// runBinary runs the built shellbox with --config cfg and args, with a bare
+// environment, and returns its stdout (less the last newline), its stderr
+// and its exit code.
+func runBinary(t *testing.T, bin, cfg string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--config", cfg}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(out.String(), "\n"), errb.String(), code
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/sandboxed"
-	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
@@ -33,18 +31,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var testImageOnce sync.Once
-
 // dockerConformance runs the conformance suite with every session in its
 // own runc sandbox, every call carried by transport through a real server.
 func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
-	cli := dockertest.Engine(t)
-	dockertest.RemoveLeftovers(context.Background(), cli)
-	var err error
-	testImageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireEngine(t)
 	rt, err := docker.NewFromEnv()
 	if err != nil {
 		t.Fatal(err)
@@ -178,13 +168,7 @@ func (p *serveProcess) stop(t *testing.T) {
 // the middle of a foreground call; the call finishes, and a new server
 // process serves bash_output for the task with its output and final status.
 func TestServeRestart(t *testing.T) {
-	cli := dockertest.Engine(t)
-	dockertest.RemoveLeftovers(context.Background(), cli)
-	var err error
-	testImageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	requireEngine(t)
 	bin := buildBinaries(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker

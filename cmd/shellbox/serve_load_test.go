@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/server/servertest"
@@ -38,13 +37,7 @@ func testServeBackend(t testing.TB, kind string) *serveBackend {
 	cfg.Backend = kind
 	cfg.Local.Root, cfg.Local.SpillDir = t.TempDir(), t.TempDir()
 	if kind == "docker" {
-		cli := dockertest.Engine(t)
-		dockertest.RemoveLeftovers(context.Background(), cli)
-		var err error
-		testImageOnce.Do(func() { err = images.BuildTest(context.Background(), nil) })
-		if err != nil {
-			t.Fatal(err)
-		}
+		requireEngine(t)
 		cfg.Docker.StateDir = dockertest.StateDir(t)
 		cfg.Docker.Owner = dockertest.Owner(t)
 		cfg.Docker.Image = dockertest.Image
