@@ -221,10 +221,8 @@ func (e *Executor) Task(ctx context.Context, session, id string) (executor.Task,
 	if err := executor.ValidSession(session); err != nil {
 		return nil, executor.NoSuchTask(id)
 	}
-	if !e.connected(session) && !e.cfg.Manager.Touch(e.cfg.Tenant, session) {
-		if _, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, session); errors.Is(err, sandbox.ErrNotFound) {
-			return nil, executor.NoSuchTask(id)
-		}
+	if !e.hasSandbox(ctx, session) {
+		return nil, executor.NoSuchTask(id)
 	}
 	a, err := e.agent(ctx, session)
 	if err != nil {
@@ -241,10 +239,8 @@ func (e *Executor) Running(ctx context.Context, session string) ([]executor.Task
 	if err := executor.ValidSession(session); err != nil {
 		return nil, err
 	}
-	if !e.connected(session) && !e.cfg.Manager.Touch(e.cfg.Tenant, session) {
-		if _, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, session); errors.Is(err, sandbox.ErrNotFound) {
-			return nil, nil
-		}
+	if !e.hasSandbox(ctx, session) {
+		return nil, nil
 	}
 	a, err := e.agent(ctx, session)
 	if err != nil {
@@ -285,6 +281,18 @@ func (e *Executor) Has(ctx context.Context, session string, shell executor.Shell
 		return false
 	}
 	return a.Has(ctx, session, shell)
+}
+
+// hasSandbox reports whether the session may have a sandbox: a live
+// connection, one the Manager knows, or one the runtime has (a previous
+// process's, not yet taken over). Only a definite "not found" says no, so
+// looking for tasks never creates a sandbox.
+func (e *Executor) hasSandbox(ctx context.Context, session string) bool {
+	if e.connected(session) || e.cfg.Manager.Touch(e.cfg.Tenant, session) {
+		return true
+	}
+	_, err := e.cfg.Manager.Inspect(ctx, e.cfg.Tenant, session)
+	return !errors.Is(err, sandbox.ErrNotFound)
 }
 
 // connected reports whether the session has a live connection.
