@@ -24,6 +24,10 @@
 // SHELLBOX_* variables, with HOME and DSH_HOME set to --home. Spill files go
 // to --spill-dir (root's, 0755: commands read them, cannot write them).
 //
+// With --egress-listen it also runs the sandbox's egress proxy there
+// (sandbox/egress): an HTTP proxy with no way out but the server's relay,
+// which polls it over the socket.
+//
 // SIGTERM or SIGINT stops serving, kills every command and exits.
 package main
 
@@ -34,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -48,6 +53,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -71,6 +77,7 @@ type options struct {
 	tagFirst, tagCount           uint
 	cgroup                       string
 	maxFinished                  int
+	egressListen                 string
 }
 
 func main() {
@@ -120,6 +127,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.UintVar(&o.tagCount, "tag-gid-count", 65536, "number of tag gids (0: no tags; trees without a cgroup are then process groups)")
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "per-command cgroups: auto, off, v1 or v2")
 	fs.IntVar(&o.maxFinished, "max-finished-tasks", local.DefaultMaxFinishedTasks, "finished background tasks kept per session")
+	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egress.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
 	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -183,7 +191,22 @@ func serve(o options, logger *log.Logger) error {
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home})
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home}
+	if o.egressListen != "" {
+		pl, err := net.Listen("tcp", o.egressListen)
+		if err != nil {
+			return fmt.Errorf("egress proxy: %w", err)
+		}
+		p := egress.NewProxy(egress.ProxyConfig{Logger: logger})
+		go func() {
+			if err := p.Serve(ctx, pl); err != nil {
+				logger.Print(err)
+			}
+		}()
+		scfg.Egress = p
+		logger.Printf("egress proxy on %s", pl.Addr())
+	}
+	srv, err := agentapi.NewServer(scfg)
 	if err != nil {
 		return err
 	}

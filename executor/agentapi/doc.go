@@ -49,6 +49,11 @@
 //	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
 //	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}
+//	POST /v1/egress                  (Upgrade: shellbox-egress/1) → 204, or 101 and a proxied connection
+//
+// /v1/egress exists only in an agent that runs the sandbox's egress proxy;
+// its long poll and what follows the 101 are sandbox/egress's (see that
+// package's doc).
 //
 // A task of another session answers exactly as an unknown id. Request bodies
 // are bounded (MaxSpecBytes for specs, MaxSmallBytes otherwise).

@@ -25,6 +25,10 @@ type ServerConfig struct {
 	// Root and Home are the session cwd and HOME of the commands, reported by
 	// the handshake.
 	Root, Home string
+	// Egress, if set, serves POST /v1/egress: the server's relay polls it
+	// for the connections of the sandbox's egress proxy (sandbox/egress).
+	// Unset, the endpoint answers 404 like any unknown one.
+	Egress http.Handler
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -65,6 +69,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
 	s.mux.HandleFunc("GET /v1/has", s.has)
+	if cfg.Egress != nil {
+		s.mux.Handle("POST /v1/egress", cfg.Egress)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Class: ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

@@ -1,0 +1,460 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rig is a proxy (the agent's end) served on a unix socket like the agent's,
+// and a relay over that socket.
+type rig struct {
+	proxyAddr string
+	socket    string
+	allow     *Allowlist
+
+	mu       sync.Mutex
+	outcomes []string
+
+	stopRelay context.CancelFunc
+	relayDone chan error
+}
+
+func newRig(t *testing.T, pcfg ProxyConfig, allow ...string) *rig {
+	t.Helper()
+	a, err := NewAllowlist(allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(pcfg)
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx, pl) }()
+
+	dir, err := os.MkdirTemp("", "egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/egress", p)
+	hs := &http.Server{Handler: mux}
+	go hs.Serve(ul)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		hs.Close()
+		os.RemoveAll(dir)
+	})
+	return &rig{proxyAddr: pl.Addr().String(), socket: sock, allow: a}
+}
+
+// startRelay runs a relay until the test ends (or stopRelay).
+func (r *rig) startRelay(t *testing.T, cfg RelayConfig) {
+	t.Helper()
+	cfg.Socket = r.socket
+	if cfg.Check == nil {
+		cfg.Check = func(target string) error {
+			if !r.allow.Allows(target) {
+				return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow)", target)
+			}
+			return nil
+		}
+	}
+	cfg.Observe = func(target string, o Outcome) {
+		r.mu.Lock()
+		r.outcomes = append(r.outcomes, string(o)+" "+target)
+		r.mu.Unlock()
+	}
+	rl, err := NewRelay(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopRelay, r.relayDone = cancel, make(chan error, 1)
+	go func() { r.relayDone <- rl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-r.relayDone:
+			if err != nil {
+				t.Errorf("Relay.Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Relay.Run did not return 10s after its context ended")
+		}
+	})
+}
+
+func (r *rig) outcomesSeen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.outcomes...)
+}
+
+func (r *rig) client(tlsCfg *tls.Config) *http.Client {
+	u := &url.URL{Scheme: "http", Host: r.proxyAddr}
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), TLSClientConfig: tlsCfg, DisableKeepAlives: true}, Timeout: 20 * time.Second}
+}
+
+// raw sends head to the proxy and returns its status line, Shellbox-Error
+// header and body.
+func (r *rig) raw(t *testing.T, head string) (status, shellboxErr, body string) {
+	t.Helper()
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the proxy's answer to %q: %v", head, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.Status, resp.Header.Get("Shellbox-Error"), string(b)
+}
+
+func hostPort(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+func TestHTTPThroughRelay(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Connection") != "" {
+			t.Error("the proxy forwarded Proxy-Connection")
+		}
+		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.RequestURI())
+	}))
+	defer origin.Close()
+	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r.startRelay(t, RelayConfig{})
+
+	resp, err := r.client(nil).Get(origin.URL + "/a/b?c=d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "hello GET /a/b?c=d" {
+		t.Fatalf("got %s %q", resp.Status, b)
+	}
+	// A POST body travels too.
+	resp, err = r.client(nil).Post(origin.URL+"/p", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := r.outcomesSeen(); len(got) != 2 || got[0] != "allowed "+hostPort(t, origin.URL) {
+		t.Errorf("outcomes %q", got)
+	}
+}
+
+func TestConnectTLSThroughRelay(t *testing.T) {
+	origin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "secret")
+	}))
+	defer origin.Close()
+	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r.startRelay(t, RelayConfig{})
+
+	c := r.client(origin.Client().Transport.(*http.Transport).TLSClientConfig)
+	for range 3 {
+		resp, err := c.Get(origin.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "secret" {
+			t.Fatalf("got %q", b)
+		}
+	}
+}
+
+func TestDenied(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a denied request reached the origin")
+	}))
+	defer origin.Close()
+	r := newRig(t, ProxyConfig{}, "mirror.internal:443")
+	r.startRelay(t, RelayConfig{})
+	target := hostPort(t, origin.URL)
+	want := "shellbox: egress to " + target + " is not allowed by policy test (sandbox.network.allow)"
+
+	status, hdr, body := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
+	if status != "403 Forbidden" || hdr != want || strings.TrimSpace(body) != want {
+		t.Errorf("CONNECT: %s, header %q, body %q; want 403 with %q", status, hdr, body, want)
+	}
+	resp, err := r.client(nil).Get(origin.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || strings.TrimSpace(string(b)) != want {
+		t.Errorf("GET: %s %q", resp.Status, b)
+	}
+	if got := r.outcomesSeen(); len(got) != 2 || got[0] != "denied "+target {
+		t.Errorf("outcomes %q", got)
+	}
+}
+
+func TestDialFailure(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := l.Addr().String()
+	l.Close() // nothing listens there now
+	r := newRig(t, ProxyConfig{}, target)
+	r.startRelay(t, RelayConfig{})
+	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status != "502 Bad Gateway" || !strings.HasPrefix(hdr, "shellbox egress: cannot reach "+target+": ") {
+		t.Errorf("got %s %q", status, hdr)
+	}
+	if got := r.outcomesSeen(); len(got) != 1 || got[0] != "failed "+target {
+		t.Errorf("outcomes %q", got)
+	}
+}
+
+func TestNoRelay(t *testing.T) {
+	r := newRig(t, ProxyConfig{RelayWait: 200 * time.Millisecond, MaxPending: 1}, "x.example:443")
+	start := time.Now()
+	status, hdr, _ := r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status != "503 Service Unavailable" || !strings.Contains(hdr, "no relay answered within 200ms") {
+		t.Errorf("got %s %q", status, hdr)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("the refusal took %s", time.Since(start))
+	}
+
+	// With one waiting already, the next is refused at once.
+	first := make(chan string, 1)
+	go func() {
+		s, _, _ := r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+		first <- s
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, h, _ := r.raw(t, "CONNECT y.example:443 HTTP/1.1\r\nHost: y\r\n\r\n")
+		if strings.Contains(h, "1 connections are waiting") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never refused for the pending bound: last %s %q", s, h)
+		}
+	}
+	if s := <-first; s != "503 Service Unavailable" {
+		t.Errorf("first: %s", s)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	r := newRig(t, ProxyConfig{}, "x.example:443")
+	r.startRelay(t, RelayConfig{})
+	for _, c := range []struct{ head, status, want string }{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", "this is an HTTP proxy"},
+		{"GET https://x.example/ HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", "use CONNECT for https"},
+		{"CONNECT x.example HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", "want host:port"},
+		{"NONSENSE\r\n\r\n", "400 Bad Request", "bad request"},
+		{"GET http://x.example/ HTTP/1.1\r\nX: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", "431 Request Header Fields Too Large", "over 65536 bytes"},
+	} {
+		status, hdr, _ := r.raw(t, c.head)
+		if status != c.status || !strings.Contains(hdr, c.want) {
+			t.Errorf("%.40q: got %s %q, want %s with %q", c.head, status, hdr, c.status, c.want)
+		}
+	}
+}
+
+// TestHalfClose: a client that finishes sending still gets the whole answer
+// of a server that answers after EOF.
+func TestHalfClose(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				fmt.Fprintf(c, "got %d bytes", len(b))
+			}()
+		}
+	}()
+	target := l.Addr().String()
+	r := newRig(t, ProxyConfig{}, target)
+	r.startRelay(t, RelayConfig{})
+
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	payload := strings.Repeat("z", 1<<20)
+	if _, err := io.WriteString(c, payload); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	b, err := io.ReadAll(br)
+	if err != nil || string(b) != fmt.Sprintf("got %d bytes", len(payload)) {
+		t.Fatalf("got %q, %v", b, err)
+	}
+}
+
+// TestManyThroughFewPollers: more concurrent connections than pollers and
+// tunnel slots all get through (they wait in the proxy), with the race
+// detector watching.
+func TestManyThroughFewPollers(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer origin.Close()
+	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r.startRelay(t, RelayConfig{Pollers: 2, MaxTunnels: 3})
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := r.client(nil).Get(fmt.Sprintf("%s/%d", origin.URL, i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != fmt.Sprintf("/%d", i) {
+				errs <- fmt.Errorf("request %d got %q", i, b)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestRelayStopClosesTunnels: ending a relay's context ends its tunnels,
+// and Run returns.
+func TestRelayStopClosesTunnels(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(io.Discard, c) }() // never answers
+		}
+	}()
+	target := l.Addr().String()
+	r := newRig(t, ProxyConfig{}, target)
+	r.startRelay(t, RelayConfig{})
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	r.stopRelay()
+	select {
+	case err := <-r.relayDone:
+		r.relayDone <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if _, err := io.ReadAll(br); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the tunnel after the relay stopped: %v", err)
+	}
+}
+
+func TestNoProxy(t *testing.T) {
+	dir, err := os.MkdirTemp("", "egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "agent.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.NotFoundHandler()}
+	go hs.Serve(ul)
+	defer hs.Close()
+	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(string) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rl.Run(ctx); !errors.Is(err, ErrNoProxy) {
+		t.Fatalf("Run against an agent without a proxy: %v, want ErrNoProxy", err)
+	}
+}
+
+func TestRelayConfig(t *testing.T) {
+	if _, err := NewRelay(RelayConfig{Check: func(string) error { return nil }}); err == nil {
+		t.Error("no socket: no error")
+	}
+	if _, err := NewRelay(RelayConfig{Socket: "/x"}); err == nil {
+		t.Error("no check: no error")
+	}
+}
