@@ -77,6 +77,13 @@ else
 fi
 
 # --- 2. the test image (needed by the checks below and by the tests) ---------
+# It copies the host's tools; the egress tests need its curl.
+if ! command -v curl >/dev/null; then
+  log "installing curl (for the test image)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends curl
+fi
 "$ROOT/images/testimage/build.sh"
 
 run_check() { # runtime -> prints the container's output

@@ -146,6 +146,8 @@ func TestLoadFileErrors(t *testing.T) {
 		{"duplicate key", "default: allow\ndefault: deny\n", []string{"acme.yaml:2: default: key given twice"}},
 		{"yaml syntax", "rules: [\n", []string{"acme.yaml:1: invalid YAML: did not find expected node content"}},
 		{"bad network", "sandbox:\n  network:\n    allow: [mirror]\n", []string{`acme.yaml:3: sandbox.network.allow[0]: "mirror" is not host:port`}},
+		{"bad network port", "sandbox:\n  network:\n    allow: ['ok.example:443', 'mirror:0']\n", []string{`acme.yaml:3: sandbox.network.allow[1]: "mirror:0": port must be 1-65535 or *`}},
+		{"bad network wildcard", "sandbox:\n  network:\n    allow: ['mir*ror:443']\n", []string{`acme.yaml:3: sandbox.network.allow[0]: "mir*ror:443": "mir*ror" is not a host name`}},
 		{"several problems", "default: maybe\nunparseable: nope\n", []string{"acme.yaml:1: default:", "acme.yaml:2: unparseable:"}},
 	}
 	for _, c := range cases {
@@ -223,8 +225,27 @@ func TestPolicySettingsHelpers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if spec.Runtime != "runsc" || spec.CPUs != 0.5 || spec.MemoryBytes != 2<<30 || spec.PidsLimit != 1024 ||
-		spec.WorkspaceBytes != 256<<20 || spec.TmpBytes != 64<<20 || spec.SpillBytes != 128<<20 || spec.UID != 2000 {
+		spec.WorkspaceBytes != 256<<20 || spec.TmpBytes != 64<<20 || spec.SpillBytes != 128<<20 || spec.UID != 2000 ||
+		spec.Network != sandbox.NetworkEgress {
 		t.Errorf("spec = %+v", spec)
+	}
+	if err := p.CheckEgress("MIRROR.internal:443"); err != nil {
+		t.Errorf("CheckEgress of the allowlisted host: %v", err)
+	}
+	if err := p.CheckEgress("evil.example:443"); err == nil ||
+		err.Error() != "shellbox: egress to evil.example:443 is not allowed by policy acme (sandbox.network.allow: mirror.internal:443)" {
+		t.Errorf("CheckEgress of another host: %v", err)
+	}
+	strict, err := Parse("/p/beta.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, err := sandbox.NewSpec("beta", "s1", strict.SpecOptions()...); err != nil || spec.Network != sandbox.NetworkNone {
+		t.Errorf("no allowlist: network %q, %v", spec.Network, err)
+	}
+	if err := strict.CheckEgress("mirror.internal:443"); err == nil ||
+		err.Error() != "shellbox: egress to mirror.internal:443 is not allowed: policy beta allows no network (sandbox.network.allow is empty)" {
+		t.Errorf("CheckEgress without an allowlist: %v", err)
 	}
 }
 

@@ -2,16 +2,15 @@ package policies
 
 import (
 	"fmt"
-	"net"
 	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Decision is what a policy says about a call.
@@ -70,9 +69,11 @@ type Tools struct {
 }
 
 // Network is the sandbox's network: none when Allow is empty, else the
-// host:port destinations it may reach.
+// host:port destinations it may reach through the egress proxy
+// (sandbox/egress; entry syntax in egress.Allowlist).
 type Network struct {
 	Allow []string `json:"allow,omitempty"`
+	list  *egress.Allowlist
 }
 
 // None reports whether the sandbox gets no network.
@@ -311,17 +312,14 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 			p.MemoryBytes, p.DiskBytes+p.TmpBytes)
 	}
 	for i, hp := range s.Network.Allow {
-		key := fmt.Sprintf("sandbox.network.allow[%d]", i)
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil || host == "" {
-			l.addf(key, "%q is not host:port", hp)
-			continue
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			l.addf(key, "%q: port must be 1-65535", hp)
+		if err := egress.ParseEntry(hp); err != nil {
+			l.addf(fmt.Sprintf("sandbox.network.allow[%d]", i), "%v", err)
 		}
 	}
 	p.Network.Allow = slices.Clone(s.Network.Allow)
+	if list, err := egress.NewAllowlist(p.Network.Allow); err == nil {
+		p.Network.list = list
+	}
 	targets := map[string]bool{}
 	for i, m := range s.Mounts {
 		key := fmt.Sprintf("sandbox.mounts[%d]", i)
@@ -701,7 +699,12 @@ func (p *Policy) Image(requested, fallback string) (string, error) {
 // (Image); so is the network, which the sandbox backends give as none only:
 // a policy's allowlist is stricter-than-asked until they can do more.
 func (p *Policy) SpecOptions() []sandbox.Opt {
+	network := sandbox.NetworkNone
+	if !p.Network.None() {
+		network = sandbox.NetworkEgress
+	}
 	return []sandbox.Opt{
+		sandbox.WithNetwork(network),
 		sandbox.WithRuntime(p.Runtime),
 		sandbox.WithCPUs(p.CPUs),
 		sandbox.WithMemory(p.MemoryBytes),
@@ -711,6 +714,18 @@ func (p *Policy) SpecOptions() []sandbox.Opt {
 		sandbox.WithSpillSize(p.SpillBytes),
 		sandbox.WithUser(p.User.UID, p.User.GID),
 	}
+}
+
+// CheckEgress decides a connection of the tenant's sandbox to target
+// (host:port, as the client named it); the error is what the client reads.
+func (p *Policy) CheckEgress(target string) error {
+	if p.Network.list.Allows(target) {
+		return nil
+	}
+	if p.Network.None() {
+		return fmt.Errorf("shellbox: egress to %s is not allowed: policy %s allows no network (sandbox.network.allow is empty)", target, p.Tenant)
+	}
+	return fmt.Errorf("shellbox: egress to %s is not allowed by policy %s (sandbox.network.allow: %s)", target, p.Tenant, strings.Join(p.Network.Allow, ", "))
 }
 
 // CheckSessions reports whether a new session fits when the tenant has n

@@ -26,6 +26,9 @@ type Sandbox struct {
 	Owner   string
 	Runtime string
 	Image   string
+	// Network is the Spec's network (NetworkNone or NetworkEgress); empty
+	// for sandboxes created before it was recorded (they have none).
+	Network string
 	// HostDir is the session's host directory; SocketPath the agent's socket
 	// in it (empty for backends where the agent is reached otherwise).
 	HostDir    string

@@ -16,9 +16,14 @@ const (
 	RuntimeRunsc = "runsc"
 )
 
-// NetworkNone is the only network a sandbox gets: a loopback interface and
-// nothing else.
-const NetworkNone = "none"
+// Networks a Spec may select. Either way the sandbox has no network
+// interface but loopback: with NetworkEgress its agent also runs the egress
+// proxy (sandbox/egress), whose connections leave only through the server's
+// relay, to the destinations the tenant's policy allows.
+const (
+	NetworkNone   = "none"
+	NetworkEgress = "egress"
+)
 
 // Labels every backend puts on a sandbox, so a restarted server can find its
 // sandboxes (Runtime.List) and tell them from another server's.
@@ -28,6 +33,7 @@ const (
 	LabelSession = "org.shellbox.session"
 	LabelOwner   = "org.shellbox.owner"
 	LabelRuntime = "org.shellbox.runtime"
+	LabelNetwork = "org.shellbox.network"
 )
 
 // Paths inside every sandbox.
@@ -108,7 +114,7 @@ type Spec struct {
 	// of commands whose output outgrew the tail). 0 disables spilling.
 	SpillBytes int64
 
-	// Network is NetworkNone.
+	// Network is NetworkNone or NetworkEgress.
 	Network string
 	// UID and GID own /workspace; they are the user commands run as (the
 	// agent runs as root and drops to them). Never 0.
@@ -270,11 +276,11 @@ func WithSpillSize(bytes int64) Opt {
 	}
 }
 
-// WithNetwork sets the network; only NetworkNone exists for now.
+// WithNetwork sets the network: NetworkNone or NetworkEgress.
 func WithNetwork(network string) Opt {
 	return func(s *Spec) error {
-		if network != NetworkNone {
-			return invalid("network", "%q: only %q is supported", network, NetworkNone)
+		if network != NetworkNone && network != NetworkEgress {
+			return invalid("network", "%q: must be %q or %q", network, NetworkNone, NetworkEgress)
 		}
 		s.Network = network
 		return nil
@@ -429,7 +435,7 @@ func checkRuntime(r string) error {
 
 func reservedLabel(k string) bool {
 	switch k {
-	case LabelManaged, LabelTenant, LabelSession, LabelOwner, LabelRuntime:
+	case LabelManaged, LabelTenant, LabelSession, LabelOwner, LabelRuntime, LabelNetwork:
 		return true
 	}
 	return false

@@ -31,6 +31,7 @@ type metrics struct {
 	httpRequests  *prometheus.CounterVec
 	httpLatency   *prometheus.HistogramVec
 	createLatency *prometheus.HistogramVec
+	egress        *prometheus.CounterVec
 	sessionsDesc  *prometheus.Desc
 	tasksDesc     *prometheus.Desc
 
@@ -73,10 +74,13 @@ func newMetrics(s *Server) *metrics {
 		Name: "shellbox_sandbox_create_duration_seconds", Help: "Latency of creating a sandbox, as the backend reports it, by tenant.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 120},
 	}, []string{"tenant"})
+	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shellbox_egress_connections_total", Help: "Connections of sandboxes' egress proxies, by tenant and outcome (allowed, denied, failed).",
+	}, []string{"tenant", "outcome"})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
-		m.httpRequests, m.httpLatency, m.createLatency, m,
+		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -216,4 +220,10 @@ func (o observedGate) Check(ctx context.Context, c tools.Call) (req executor.Req
 // sandboxes took; a backend calls it.
 func (s *Server) ObserveSandboxCreate(tenant string, d time.Duration) {
 	s.metrics.sandboxCreated(tenant, d)
+}
+
+// ObserveEgress counts one connection of a tenant's egress proxy by its
+// outcome (allowed, denied, failed); a backend calls it.
+func (s *Server) ObserveEgress(tenant, outcome string) {
+	s.metrics.egress.WithLabelValues(tenant, outcome).Inc()
 }

@@ -36,6 +36,8 @@ type serveBackend struct {
 	policies *policies.Engine
 	// created reports a sandbox creation's latency to the metrics.
 	created func(tenant string, d time.Duration)
+	// egress counts egress connections by outcome (metrics).
+	egress func(tenant, outcome string)
 
 	// docker
 	rt       *docker.Runtime
@@ -170,6 +172,7 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 			Tenant:  name,
 			Spec:    func(session string) (sandbox.Spec, error) { return b.spec(name, session) },
 			Limits:  limits,
+			Egress:  egressRelay(b.log, b.checkEgress, b.observeEgress),
 		})
 		if err != nil {
 			return nil, err
@@ -203,6 +206,26 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 
 // spec is the sandbox spec of a new docker session: the options it was
 // created with, else the tenant's defaults.
+// checkEgress decides a connection of a tenant's sandbox by the tenant's
+// current policy; without policies nothing is allowed (such sandboxes have
+// no proxy anyway).
+func (b *serveBackend) checkEgress(tenant, target string) error {
+	if b.policies == nil {
+		return fmt.Errorf("shellbox: egress to %s is not allowed: the server has no policies (policies.dir)", target)
+	}
+	pol, err := b.policies.Policy(tenant)
+	if err != nil {
+		return fmt.Errorf("shellbox: egress to %s is not allowed: %v", target, err)
+	}
+	return pol.CheckEgress(target)
+}
+
+func (b *serveBackend) observeEgress(tenant, outcome string) {
+	if b.egress != nil {
+		b.egress(tenant, outcome)
+	}
+}
+
 func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
 	if b.agentErr != nil {
 		return sandbox.Spec{}, b.agentErr

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -125,10 +125,6 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		// The agent drops to the policy's user for commands (Spec.UID only
 		// owns /workspace).
 		agentArgs = []string{"--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)}
-		if !pol.Network.None() && warn != nil {
-			fmt.Fprintf(warn, "shellbox: policy %s allows network to %s, but the docker backend gives sandboxes no network yet: this one has none\n",
-				pol.Tenant, strings.Join(pol.Network.Allow, ", "))
-		}
 	}
 	if runtime != "" {
 		dc.Runtime = runtime
@@ -160,12 +156,24 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		}
 		return dockerSpec(dc, cfg.Tenant, session, agent, agentArgs, polOpts...)
 	}
-	ex, err := sandboxed.New(sandboxed.Config{
+	scfg := sandboxed.Config{
 		Manager: m,
 		Tenant:  cfg.Tenant,
 		Spec:    specFor,
 		Limits:  cfg.Limits,
-	})
+	}
+	if pol != nil && !pol.Network.None() {
+		// The call's process relays the sandbox's egress while it runs; a
+		// background task's connections wait for the next process (or a
+		// server) to relay them.
+		w := warn
+		if w == nil {
+			w = io.Discard
+		}
+		scfg.Egress = egressRelay(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			func(_, target string) error { return pol.CheckEgress(target) }, nil)
+	}
+	ex, err := sandboxed.New(scfg)
 	if err != nil {
 		b.Close()
 		return nil, err

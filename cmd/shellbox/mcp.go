@@ -46,7 +46,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 				return err
 			}
 			b.notify = srv.Notify
-			b.created = srv.ObserveSandboxCreate
+			b.created, b.egress = srv.ObserveSandboxCreate, srv.ObserveEgress
 			if pol != nil {
 				b.gate = func(tenant string) tools.Gate { return srv.ObserveGate(tenant, pol) }
 			}

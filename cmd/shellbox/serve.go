@@ -89,7 +89,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	b.notify = srv.Notify
-	b.created = srv.ObserveSandboxCreate
+	b.created, b.egress = srv.ObserveSandboxCreate, srv.ObserveEgress
 	if pol != nil {
 		// Every call goes through the tenant's policy (an ask waits for an
 		// approver on /v1/approvals); decisions are counted.

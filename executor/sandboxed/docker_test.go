@@ -70,6 +70,12 @@ var tenant = dockertest.Tenant("t1")
 
 func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.Opt) *rig {
 	t.Helper()
+	return newRigWith(t, runtime, lim, nil, opts...)
+}
+
+// newRigWith is newRig with the executor's config adjusted by with.
+func newRigWith(t testing.TB, runtime string, lim executor.Limits, with func(*sandboxed.Config), opts ...sandbox.Opt) *rig {
+	t.Helper()
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
@@ -100,12 +106,16 @@ func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.O
 		// sandbox, ~10 per process): size it for that.
 		r.opts = append(r.opts, sandbox.WithPidsLimit(1024))
 	}
-	r.exec, err = sandboxed.New(sandboxed.Config{
+	cfg := sandboxed.Config{
 		Manager: m,
 		Tenant:  tenant,
 		Spec:    func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) },
 		Limits:  lim,
-	})
+	}
+	if with != nil {
+		with(&cfg)
+	}
+	r.exec, err = sandboxed.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Agent is what this executor needs of a connection to a sandbox's agent:
@@ -61,6 +64,15 @@ type Config struct {
 	// BaseEnv is the commands' base environment (default PATH, HOME=Root,
 	// LANG=C.UTF-8). The server's own environment never reaches a sandbox.
 	BaseEnv []string
+	// Egress, if set, relays the egress of a sandbox whose network is
+	// sandbox.NetworkEgress (sandbox/egress): it is started in its own
+	// goroutine whenever a connection to such a sandbox's agent is made, and
+	// must return once ctx ends, which happens when that connection is
+	// dropped (the sandbox died or is being removed) or the executor is
+	// closed. Commands of such a sandbox get egress.Env, under the names a
+	// request did not set. Unset, such a sandbox's proxy has no relay: its
+	// connections are refused.
+	Egress func(ctx context.Context, sb sandbox.Sandbox)
 }
 
 // Executor runs commands in per-session sandboxes.
@@ -68,7 +80,21 @@ type Executor struct {
 	cfg Config
 
 	mu     sync.Mutex
-	agents map[string]Agent // session → live connection
+	agents map[string]*conn // session → live connection
+}
+
+// conn is a live connection to a session's agent, and the relay of its
+// sandbox's egress if it has one.
+type conn struct {
+	Agent
+	egress     bool
+	stopEgress context.CancelFunc
+}
+
+// close stops the relay and closes the connection.
+func (c *conn) close() {
+	c.stopEgress()
+	c.Agent.Close()
 }
 
 var _ executor.BashExecutor = (*Executor)(nil)
@@ -102,7 +128,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.BaseEnv == nil {
 		cfg.BaseEnv = []string{"PATH=" + DefaultPath, "HOME=" + cfg.Root, "LANG=C.UTF-8"}
 	}
-	return &Executor{cfg: cfg, agents: map[string]Agent{}}, nil
+	return &Executor{cfg: cfg, agents: map[string]*conn{}}, nil
 }
 
 // DialAgent dials the agent socket of sb (agentapi protocol, with its
@@ -153,7 +179,7 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 		}
 		return executor.Result{}, err
 	}
-	res, err := a.Run(ctx, spec)
+	res, err := a.Run(ctx, a.withEgressEnv(spec))
 	if err != nil && ctx.Err() != nil {
 		return executor.Result{}, executor.Aborted()
 	}
@@ -210,7 +236,7 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 	if err != nil {
 		return nil, err
 	}
-	t, err := a.Start(ctx, spec)
+	t, err := a.Start(ctx, a.withEgressEnv(spec))
 	return t, e.check(spec.Session, a, err)
 }
 
@@ -246,7 +272,7 @@ func (e *Executor) Running(ctx context.Context, session string) ([]executor.Task
 	if err != nil {
 		return nil, err
 	}
-	lister, ok := a.(interface {
+	lister, ok := a.Agent.(interface {
 		Tasks(ctx context.Context, session string) ([]agentapi.TaskInfo, error)
 	})
 	if !ok {
@@ -309,7 +335,7 @@ func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for s, a := range e.agents {
-		a.Close()
+		a.close()
 		delete(e.agents, s)
 	}
 	return nil
@@ -323,14 +349,14 @@ func (e *Executor) Forget(session string) {
 	delete(e.agents, session)
 	e.mu.Unlock()
 	if ok {
-		a.Close()
+		a.close()
 	}
 }
 
 // agent returns the session's connection, creating the sandbox and dialling
 // its agent as needed. A sandbox whose agent cannot be dialled is dead: it is
 // removed and created afresh, once.
-func (e *Executor) agent(ctx context.Context, session string) (Agent, error) {
+func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 	if err := executor.ValidSession(session); err != nil {
 		return nil, err
 	}
@@ -351,15 +377,16 @@ func (e *Executor) agent(ctx context.Context, session string) (Agent, error) {
 		if err != nil {
 			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
 		}
-		a, err := e.cfg.Dial(ctx, sb)
+		ag, err := e.cfg.Dial(ctx, sb)
 		if err == nil {
 			e.mu.Lock()
 			if prev, ok := e.agents[session]; ok {
 				// A concurrent call dialled first: keep one connection.
 				e.mu.Unlock()
-				a.Close()
+				ag.Close()
 				return prev, nil
 			}
+			a := e.connect(ag, sb)
 			e.agents[session] = a
 			e.mu.Unlock()
 			return a, nil
@@ -378,7 +405,7 @@ func (e *Executor) agent(ctx context.Context, session string) (Agent, error) {
 
 // check passes err through, dropping the session's connection when it is a
 // transport failure rather than an answer of the agent.
-func (e *Executor) check(session string, a Agent, err error) error {
+func (e *Executor) check(session string, a *conn, err error) error {
 	if err == nil || classified(err) {
 		return err
 	}
@@ -387,7 +414,7 @@ func (e *Executor) check(session string, a Agent, err error) error {
 		delete(e.agents, session)
 	}
 	e.mu.Unlock()
-	a.Close()
+	a.close()
 	return executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent: %w", session, err)
 }
 
@@ -400,4 +427,37 @@ func classified(err error) bool {
 		}
 	}
 	return false
+}
+
+// connect wraps a new connection to sb's agent and starts the relay of its
+// egress, for as long as the connection is kept.
+func (e *Executor) connect(ag Agent, sb sandbox.Sandbox) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{Agent: ag, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
+	if c.egress && e.cfg.Egress != nil {
+		go e.cfg.Egress(ctx, sb)
+	}
+	return c
+}
+
+// withEgressEnv points the command's HTTP clients at the sandbox's egress
+// proxy, if it has one; variables the spec sets already (a policy's env)
+// stay.
+func (c *conn) withEgressEnv(spec executor.Spec) executor.Spec {
+	if !c.egress {
+		return spec
+	}
+	have := make(map[string]bool, len(spec.Env))
+	for _, kv := range spec.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		have[k] = true
+	}
+	env := slices.Clone(spec.Env)
+	for k, v := range egress.Env(egress.DefaultListen) {
+		if !have[k] {
+			env = append(env, k+"="+v)
+		}
+	}
+	spec.Env = env
+	return spec
 }

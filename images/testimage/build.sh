@@ -34,7 +34,7 @@ REQUIRED=(bash dash head tr wc cat sleep ls pwd env mkdir rm id dd yes seq touch
 # Optional tools: copied when the host has them.
 OPTIONAL=(cmp diff cp mv ln basename dirname uname tee cut uniq date du df find
   xargs mktemp realpath kill nproc sha256sum md5sum base64 expr test tac od
-  hostname whoami logname mkfifo ps pgrep sync)
+  hostname whoami logname mkfifo ps pgrep sync curl)
 
 start=${EPOCHREALTIME/./}
 

@@ -252,6 +252,7 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 		sb.Tenant = info.Config.Labels[sandbox.LabelTenant]
 		sb.Session = info.Config.Labels[sandbox.LabelSession]
 		sb.Owner = info.Config.Labels[sandbox.LabelOwner]
+		sb.Network = info.Config.Labels[sandbox.LabelNetwork]
 		sb.Image = info.Config.Image
 	}
 	if info.HostConfig != nil {
@@ -274,6 +275,7 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 		Session: c.Labels[sandbox.LabelSession],
 		Owner:   c.Labels[sandbox.LabelOwner],
 		Runtime: c.Labels[sandbox.LabelRuntime],
+		Network: c.Labels[sandbox.LabelNetwork],
 		Image:   c.Image,
 		State:   state(c.State),
 		HostDir: hostDirOf(c.Mounts),

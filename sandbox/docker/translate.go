@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // ContainerName returns the container name of a session's sandbox:
@@ -56,17 +57,24 @@ func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 	labels[sandbox.LabelSession] = spec.Session
 	labels[sandbox.LabelOwner] = spec.Owner
 	labels[sandbox.LabelRuntime] = spec.Runtime
+	labels[sandbox.LabelNetwork] = spec.Network
 
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
 
+	args := append([]string{}, spec.AgentArgs...)
+	if spec.Network == sandbox.NetworkEgress {
+		// Still no interface but loopback (NetworkMode below): the agent's
+		// proxy listens there and the server relays its connections.
+		args = append(args, "--egress-listen", egress.DefaultListen)
+	}
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Hostname:   "sandbox",
 		Entrypoint: []string{sandbox.AgentPath},
 		// Non-nil: with an Entrypoint given, the image's CMD must not leak in
 		// as the agent's arguments.
-		Cmd:        append([]string{}, spec.AgentArgs...),
+		Cmd:        args,
 		Env:        env,
 		User:       "0:0", // the agent; it runs commands as spec.UID:GID
 		WorkingDir: sandbox.WorkspacePath,

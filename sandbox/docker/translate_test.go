@@ -31,6 +31,23 @@ func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 	return s
 }
 
+// TestTranslateEgress: a sandbox with egress still has no network interface
+// but loopback; its agent runs the proxy there, and the label records it
+// for a server that re-adopts the sandbox.
+func TestTranslateEgress(t *testing.T) {
+	cfg, hc := translate(testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)))
+	if !slices.Equal(cfg.Cmd, []string{"--v", "--egress-listen", "127.0.0.1:3128"}) {
+		t.Errorf("cmd %q", cfg.Cmd)
+	}
+	if hc.NetworkMode != "none" || cfg.Labels[sandbox.LabelNetwork] != "egress" {
+		t.Errorf("network mode %q, label %q", hc.NetworkMode, cfg.Labels[sandbox.LabelNetwork])
+	}
+	cfg, _ = translate(testSpec(t))
+	if cfg.Labels[sandbox.LabelNetwork] != "none" || slices.Contains(cfg.Cmd, "--egress-listen") {
+		t.Errorf("no egress: cmd %q, label %q", cfg.Cmd, cfg.Labels[sandbox.LabelNetwork])
+	}
+}
+
 func TestTranslateRunc(t *testing.T) {
 	spec := testSpec(t)
 	cfg, hc := translate(spec)

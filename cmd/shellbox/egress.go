@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
+)
+
+// egressRelay returns a sandboxed.Config.Egress hook: it relays a sandbox's
+// egress proxy to the destinations check allows (the tenant's current
+// policy, looked up per connection so a reload applies at once), until ctx
+// ends. observe, if set, counts each connection's outcome.
+func egressRelay(log *slog.Logger, check func(tenant, target string) error, observe func(tenant, outcome string)) func(context.Context, sandbox.Sandbox) {
+	return func(ctx context.Context, sb sandbox.Sandbox) {
+		cfg := egress.RelayConfig{
+			Socket: sb.SocketPath,
+			Check:  func(target string) error { return check(sb.Tenant, target) },
+			Logger: log.With("tenant", sb.Tenant, "session", sb.Session),
+		}
+		if observe != nil {
+			cfg.Observe = func(_ string, o egress.Outcome) { observe(sb.Tenant, string(o)) }
+		}
+		r, err := egress.NewRelay(cfg)
+		if err != nil {
+			log.Error("egress relay", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			return
+		}
+		if err := r.Run(ctx); err != nil {
+			level := slog.LevelError
+			if errors.Is(err, egress.ErrNoProxy) {
+				// A sandbox created by an older agent: it keeps no network.
+				level = slog.LevelWarn
+			}
+			log.Log(context.Background(), level, "egress relay stopped", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package sandboxed_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// hostServer serves "hello from the host <path>" on addr (a loopback
+// address of the host, which the sandbox cannot reach but through the
+// relay) and counts its requests.
+func hostServer(t *testing.T, addr string) (hostport string, hits *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits = new(atomic.Int64)
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "hello from the host %s", r.URL.Path)
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	return l.Addr().String(), hits
+}
+
+// TestEgress: a sandbox with egress reaches the allowlisted destination
+// through its agent's proxy and the relay, with curl (which follows
+// HTTP_PROXY) and with a bare /dev/tcp request; a destination off the list
+// is refused with the policy's reason and never contacted; and nothing
+// reaches the host without the proxy. A sandbox without egress has neither
+// the proxy nor its variables.
+func TestEgress(t *testing.T) {
+	for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		t.Run(runtime, func(t *testing.T) { egressOn(t, runtime) })
+	}
+}
+
+func egressOn(t *testing.T, runtime string) {
+	allowed, allowedHits := hostServer(t, "127.0.0.2:0")
+	denied, deniedHits := hostServer(t, "127.0.0.3:0")
+	list, err := egress.NewAllowlist([]string{allowed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes atomic.Int64
+	relay := func(ctx context.Context, sb sandbox.Sandbox) {
+		r, err := egress.NewRelay(egress.RelayConfig{
+			Socket: sb.SocketPath,
+			Check: func(target string) error {
+				if !list.Allows(target) {
+					return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow: %s)", target, allowed)
+				}
+				return nil
+			},
+			Observe: func(string, egress.Outcome) { outcomes.Add(1) },
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("relay of %s: %v", sb.Session, err)
+		}
+	}
+	r := newRigWith(t, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
+	ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	r.opts = append(r.opts, sandbox.WithNetwork(sandbox.NetworkEgress))
+
+	run := func(command string) string {
+		t.Helper()
+		res := call(t, ts, "net", tools.ToolBash, bash(command))
+		if res.IsError {
+			t.Fatalf("%s: %s", command, res.Text)
+		}
+		return res.Text
+	}
+	dockertest.Require(t, run(`command -v curl || echo missing`) != "missing",
+		"the test image has no curl (the host had none when images/testimage/build.sh ran: apt-get install curl, then rebuild it)")
+	if got := run(`echo "$HTTP_PROXY $https_proxy $NO_PROXY"`); got != "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1" {
+		t.Errorf("proxy variables: %q", got)
+	}
+	if got := run(`curl -sS -m 30 http://` + allowed + `/curl`); got != "hello from the host /curl" {
+		t.Errorf("curl to the allowlisted host: %q", got)
+	}
+	raw := run(`exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://` + allowed + `/raw HTTP/1.1\r\nHost: ` + allowed + `\r\n\r\n' >&3 && cat <&3`)
+	if !strings.HasPrefix(raw, "HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(raw, "hello from the host /raw") {
+		t.Errorf("raw request through the proxy: %q", raw)
+	}
+	got := run(`curl -sS -m 30 -D - -o /dev/null http://` + denied + `/; echo "exit $?"`)
+	want := "Shellbox-Error: shellbox: egress to " + denied + " is not allowed by policy test"
+	if !strings.HasPrefix(got, "HTTP/1.1 403 Forbidden\r\n") || !strings.Contains(got, want) {
+		t.Errorf("curl to a host off the list: %q, want a 403 with %q", got, want)
+	}
+	got = run(`curl -sS -m 30 https://` + denied + `/ 2>&1; echo "exit $?"`)
+	if !strings.Contains(got, "403") || !strings.Contains(got, "exit 56") {
+		t.Errorf("CONNECT to a host off the list: %q", got)
+	}
+	// No way around the proxy: the sandbox has no route to the host.
+	got = run(`curl -sS -m 10 --noproxy '*' http://` + allowed + `/direct 2>&1; echo "exit $?"; (exec 3<>/dev/tcp/` + strings.Replace(allowed, ":", "/", 1) + `) 2>&1; echo "tcp $?"`)
+	if !strings.Contains(got, "tcp 1") || strings.Contains(got, "hello") {
+		t.Errorf("direct connections: %q", got)
+	}
+	if n := allowedHits.Load(); n != 2 {
+		t.Errorf("allowlisted host saw %d requests, want 2", n)
+	}
+	if n := deniedHits.Load(); n != 0 {
+		t.Errorf("denied host saw %d requests", n)
+	}
+	if n := outcomes.Load(); n != 4 {
+		t.Errorf("relay saw %d connections, want 4", n)
+	}
+
+	// A sandbox without egress: no variables, no proxy.
+	r.opts = r.opts[:len(r.opts)-1]
+	res := call(t, ts, "nonet", tools.ToolBash, bash(`echo "[${HTTP_PROXY-unset}]"; (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; echo "proxy $?"`))
+	if res.Text != "[unset]\nproxy 1" {
+		t.Errorf("sandbox without egress: %q", res.Text)
+	}
+}
