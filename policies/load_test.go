@@ -233,19 +233,33 @@ func TestPolicySettingsHelpers(t *testing.T) {
 		t.Errorf("CheckEgress of the allowlisted host: %v", err)
 	}
 	if err := p.CheckEgress("evil.example:443"); err == nil ||
-		err.Error() != "shellbox: egress to evil.example:443 is not allowed by policy acme (sandbox.network.allow: mirror.internal:443)" {
+		err.Error() != `shellbox: egress to evil.example:443 is not allowed by policy acme (sandbox.network.allow: mirror.internal:443); a call may ask for more with sandbox_permissions: ["network"] and a justification` {
 		t.Errorf("CheckEgress of another host: %v", err)
 	}
-	strict, err := Parse("/p/beta.yaml", nil)
+	// No allowlist, but a call may ask for the network (escalations.default
+	// is ask): the sandbox runs the proxy, which refuses all but such calls.
+	asks, err := Parse("/p/beta.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec, err := sandbox.NewSpec("beta", "s1", strict.SpecOptions()...); err != nil || spec.Network != sandbox.NetworkNone {
-		t.Errorf("no allowlist: network %q, %v", spec.Network, err)
+	if spec, err := sandbox.NewSpec("beta", "s1", asks.SpecOptions()...); err != nil || spec.Network != sandbox.NetworkEgress {
+		t.Errorf("no allowlist, network may be asked for: network %q, %v", spec.Network, err)
 	}
-	if err := strict.CheckEgress("mirror.internal:443"); err == nil ||
-		err.Error() != "shellbox: egress to mirror.internal:443 is not allowed: policy beta allows no network (sandbox.network.allow is empty)" {
+	if err := asks.CheckEgress("mirror.internal:443"); err == nil ||
+		err.Error() != `shellbox: egress to mirror.internal:443 is not allowed: policy beta allows no network (sandbox.network.allow is empty); a call may ask for more with sandbox_permissions: ["network"] and a justification` {
 		t.Errorf("CheckEgress without an allowlist: %v", err)
+	}
+	// Nor may a call: no proxy at all.
+	none, err := Parse("/p/gamma.yaml", []byte("escalations:\n  default: deny\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, err := sandbox.NewSpec("gamma", "s1", none.SpecOptions()...); err != nil || spec.Network != sandbox.NetworkNone {
+		t.Errorf("no network at all: network %q, %v", spec.Network, err)
+	}
+	if err := none.CheckEgress("mirror.internal:443"); err == nil ||
+		err.Error() != "shellbox: egress to mirror.internal:443 is not allowed: policy gamma allows no network (sandbox.network.allow is empty)" {
+		t.Errorf("CheckEgress without any network: %v", err)
 	}
 }
 

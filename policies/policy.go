@@ -700,7 +700,7 @@ func (p *Policy) Image(requested, fallback string) (string, error) {
 // a policy's allowlist is stricter-than-asked until they can do more.
 func (p *Policy) SpecOptions() []sandbox.Opt {
 	network := sandbox.NetworkNone
-	if !p.Network.None() {
+	if !p.Network.None() || p.MayGrantNetwork() {
 		network = sandbox.NetworkEgress
 	}
 	return []sandbox.Opt{
@@ -716,16 +716,27 @@ func (p *Policy) SpecOptions() []sandbox.Opt {
 	}
 }
 
+// MayGrantNetwork reports whether a call may be granted the network
+// permission (escalations decide it allow or ask): the tenant's sandboxes
+// then run the egress proxy even with an empty allowlist, for such calls.
+func (p *Policy) MayGrantNetwork() bool {
+	return p.decideEscalation(egress.Permission).Decision != Deny
+}
+
 // CheckEgress decides a connection of the tenant's sandbox to target
 // (host:port, as the client named it); the error is what the client reads.
 func (p *Policy) CheckEgress(target string) error {
 	if p.Network.list.Allows(target) {
 		return nil
 	}
-	if p.Network.None() {
-		return fmt.Errorf("shellbox: egress to %s is not allowed: policy %s allows no network (sandbox.network.allow is empty)", target, p.Tenant)
+	hint := ""
+	if p.MayGrantNetwork() {
+		hint = `; a call may ask for more with sandbox_permissions: ["network"] and a justification`
 	}
-	return fmt.Errorf("shellbox: egress to %s is not allowed by policy %s (sandbox.network.allow: %s)", target, p.Tenant, strings.Join(p.Network.Allow, ", "))
+	if p.Network.None() {
+		return fmt.Errorf("shellbox: egress to %s is not allowed: policy %s allows no network (sandbox.network.allow is empty)%s", target, p.Tenant, hint)
+	}
+	return fmt.Errorf("shellbox: egress to %s is not allowed by policy %s (sandbox.network.allow: %s)%s", target, p.Tenant, strings.Join(p.Network.Allow, ", "), hint)
 }
 
 // CheckSessions reports whether a new session fits when the tenant has n

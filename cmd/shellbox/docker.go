@@ -162,7 +162,7 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		Spec:    specFor,
 		Limits:  cfg.Limits,
 	}
-	if pol != nil && !pol.Network.None() {
+	if pol != nil {
 		// The call's process relays the sandbox's egress while it runs; a
 		// background task's connections wait for the next process (or a
 		// server) to relay them.

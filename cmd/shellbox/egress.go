@@ -10,14 +10,20 @@ import (
 )
 
 // egressRelay returns a sandboxed.Config.Egress hook: it relays a sandbox's
-// egress proxy to the destinations check allows (the tenant's current
-// policy, looked up per connection so a reload applies at once), until ctx
-// ends. observe, if set, counts each connection's outcome.
-func egressRelay(log *slog.Logger, check func(tenant, target string) error, observe func(tenant, outcome string)) func(context.Context, sandbox.Sandbox) {
-	return func(ctx context.Context, sb sandbox.Sandbox) {
+// egress proxy until ctx ends. A connection of a call granted the network
+// permission may go anywhere; any other goes where check allows (the
+// tenant's current policy, looked up per connection so a reload applies at
+// once). observe, if set, counts each connection's outcome.
+func egressRelay(log *slog.Logger, check func(tenant, target string) error, observe func(tenant, outcome string)) func(context.Context, sandbox.Sandbox, func(string) bool) {
+	return func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) bool) {
 		cfg := egress.RelayConfig{
 			Socket: sb.SocketPath,
-			Check:  func(target string) error { return check(sb.Tenant, target) },
+			Check: func(c egress.Conn) error {
+				if granted(c.Credential) {
+					return nil
+				}
+				return check(sb.Tenant, c.Target)
+			},
 			Logger: log.With("tenant", sb.Tenant, "session", sb.Session),
 		}
 		if observe != nil {

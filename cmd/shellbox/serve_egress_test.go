@@ -48,8 +48,9 @@ sandbox:
 // TestServeEgress: a tenant whose policy allows a host:port reaches it from
 // its sandbox through serve's relay (curl, following HTTP_PROXY), and
 // nothing else; an edit of the policy applies to the next connection of the
-// same sandbox, without a restart; the connections are counted in
-// /metrics. The one-shot `shellbox call` relays too.
+// same sandbox, without a restart; a call granted the network permission
+// (ask, approved) reaches a host off the list; the connections are counted
+// in /metrics. The one-shot `shellbox call` relays too.
 func TestServeEgress(t *testing.T) {
 	requireEngine(t)
 	bin := buildBinaries(t)
@@ -139,6 +140,40 @@ server:
 		t.Errorf("the formerly allowed host after the edit: %q", got)
 	}
 
+	// A call may ask for the network (escalations.default: ask): approved,
+	// that call reaches what the list does not.
+	answered := make(chan string, 1)
+	go func() {
+		args, _ := json.Marshal(map[string]any{"command": "curl -sS -m 30 http://" + allowed + "/approved 2>&1", "description": "fetch with approval",
+			"sandbox_permissions": []string{"network"}, "justification": "the build needs it"})
+		r, err := c.Call(ctx, "net", "bash", args)
+		if err != nil {
+			r.Text = err.Error()
+		}
+		answered <- r.Text
+	}()
+	var pending server.Approval
+	for deadline := time.Now().Add(30 * time.Second); pending.ID == ""; time.Sleep(50 * time.Millisecond) {
+		list, err := c.Approvals(ctx, "pending")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) > 0 {
+			pending = list[0]
+		} else if time.Now().After(deadline) {
+			t.Fatal("the network escalation never became a pending approval")
+		}
+	}
+	if len(pending.Permissions) != 1 || pending.Permissions[0] != "network" || pending.Justification != "the build needs it" {
+		t.Errorf("pending approval %+v", pending)
+	}
+	if _, err := c.Decide(ctx, pending.ID, true, "alice", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-answered; got != "egress ok /approved" {
+		t.Errorf("approved network call: %q", got)
+	}
+
 	resp, err := http.Get(p.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +181,7 @@ server:
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`shellbox_egress_connections_total{outcome="allowed",tenant="acme"} 2`,
+		`shellbox_egress_connections_total{outcome="allowed",tenant="acme"} 3`,
 		`shellbox_egress_connections_total{outcome="denied",tenant="acme"}`,
 	} {
 		if !strings.Contains(string(b), want) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
@@ -56,12 +57,12 @@ func egressOn(t *testing.T, runtime string) {
 		t.Fatal(err)
 	}
 	var outcomes atomic.Int64
-	relay := func(ctx context.Context, sb sandbox.Sandbox) {
+	relay := func(ctx context.Context, sb sandbox.Sandbox, granted func(string) bool) {
 		r, err := egress.NewRelay(egress.RelayConfig{
 			Socket: sb.SocketPath,
-			Check: func(target string) error {
-				if !list.Allows(target) {
-					return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow: %s)", target, allowed)
+			Check: func(c egress.Conn) error {
+				if !list.Allows(c.Target) && !granted(c.Credential) {
+					return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow: %s)", c.Target, allowed)
 				}
 				return nil
 			},
@@ -127,10 +128,48 @@ func egressOn(t *testing.T, runtime string) {
 		t.Errorf("relay saw %d connections, want 4", n)
 	}
 
+	// A call holding the network permission reaches what the list does not,
+	// with a credential of its own that ends with the call.
+	res := call(t, ts, "net", tools.ToolBash, bash(`curl -sS -m 30 http://`+denied+`/granted; echo; echo "$HTTPS_PROXY"`,
+		"sandbox_permissions", []string{"network"}, "justification", "fetch from the other host"))
+	out, proxyURL, _ := strings.Cut(res.Text, "\n")
+	if out != "hello from the host /granted" || !strings.HasPrefix(proxyURL, "http://shellbox:") {
+		t.Fatalf("granted call: %q", res.Text)
+	}
+	if got := run(`curl -sS -m 30 -x '` + proxyURL + `' -o /dev/null -w '%{http_code}' http://` + denied + `/replayed`); got != "403" {
+		t.Errorf("the grant's credential after its call ended: %q", got)
+	}
+	// A background task holds its grant until it ends.
+	res = call(t, ts, "net", tools.ToolBash, bash(`sleep 1; curl -sS -m 30 http://`+denied+`/bg`, "run_in_background", true,
+		"sandbox_permissions", []string{"network"}, "justification", "fetch in the background"))
+	id := res.Value.(*tools.Background).TaskID
+	waitTask(t, ts, "net", id)
+	if got := call(t, ts, "net", tools.ToolBashOutput, map[string]any{"task_id": id}).Text; got != "hello from the host /bg\nstatus: completed, exit code: 0" {
+		t.Errorf("granted background task: %q", got)
+	}
+	if n := deniedHits.Load(); n != 2 {
+		t.Errorf("the other host saw %d requests, want 2 (the granted ones)", n)
+	}
+
 	// A sandbox without egress: no variables, no proxy.
 	r.opts = r.opts[:len(r.opts)-1]
-	res := call(t, ts, "nonet", tools.ToolBash, bash(`echo "[${HTTP_PROXY-unset}]"; (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; echo "proxy $?"`))
+	res = call(t, ts, "nonet", tools.ToolBash, bash(`echo "[${HTTP_PROXY-unset}]"; (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; echo "proxy $?"`))
 	if res.Text != "[unset]\nproxy 1" {
 		t.Errorf("sandbox without egress: %q", res.Text)
 	}
+}
+
+// waitTask polls until the background task has ended (its output is left
+// unread: Task.Wait does not move the read cursor).
+func waitTask(t *testing.T, ts *tools.Toolset, session, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// A result carries the notices of the tasks that ended since.
+		for _, n := range call(t, ts, session, tools.ToolBash, bash(`true`)).Notices {
+			if n.TaskID == id {
+				return
+			}
+		}
+	}
+	t.Fatalf("task %s did not end within a minute", id)
 }

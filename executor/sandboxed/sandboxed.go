@@ -20,6 +20,7 @@ package sandboxed
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -69,11 +70,22 @@ type Config struct {
 	// goroutine whenever a connection to such a sandbox's agent is made, and
 	// must return once ctx ends, which happens when that connection is
 	// dropped (the sandbox died or is being removed) or the executor is
-	// closed. Commands of such a sandbox get egress.Env, under the names a
-	// request did not set. Unset, such a sandbox's proxy has no relay: its
-	// connections are refused.
-	Egress func(ctx context.Context, sb sandbox.Sandbox)
+	// closed. Commands of such a sandbox get egress.Env (NO_PROXY and
+	// no_proxy only where the spec has none). Unset, such a sandbox's proxy
+	// has no relay: its connections are refused.
+	//
+	// granted reports whether a connection's credential belongs to a call
+	// of the sandbox's session that runs with PermissionNetwork: such a
+	// call's commands get a proxy URL with a credential of their own, valid
+	// until the call (or background task) ends. What the credential allows
+	// is the hook's decision.
+	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) bool)
 }
+
+// PermissionNetwork is the sandbox permission (a call's
+// sandbox_permissions, once the policy granted it) that gives the call's
+// commands a credential for the sandbox's egress proxy (see Config.Egress).
+const PermissionNetwork = egress.Permission
 
 // Executor runs commands in per-session sandboxes.
 type Executor struct {
@@ -81,6 +93,15 @@ type Executor struct {
 
 	mu     sync.Mutex
 	agents map[string]*conn // session → live connection
+
+	// life bounds the watchers of background tasks holding a network grant;
+	// Close ends it.
+	life   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	grantMu sync.Mutex
+	grants  map[string]map[string]bool // session → credentials in force
 }
 
 // conn is a live connection to a session's agent, and the relay of its
@@ -128,7 +149,8 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.BaseEnv == nil {
 		cfg.BaseEnv = []string{"PATH=" + DefaultPath, "HOME=" + cfg.Root, "LANG=C.UTF-8"}
 	}
-	return &Executor{cfg: cfg, agents: map[string]*conn{}}, nil
+	life, cancel := context.WithCancel(context.Background())
+	return &Executor{cfg: cfg, agents: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]bool{}}, nil
 }
 
 // DialAgent dials the agent socket of sb (agentapi protocol, with its
@@ -179,7 +201,9 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 		}
 		return executor.Result{}, err
 	}
-	res, err := a.Run(ctx, a.withEgressEnv(spec))
+	spec, release := e.withEgress(a, spec)
+	defer release()
+	res, err := a.Run(ctx, spec)
 	if err != nil && ctx.Err() != nil {
 		return executor.Result{}, executor.Aborted()
 	}
@@ -236,8 +260,20 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 	if err != nil {
 		return nil, err
 	}
-	t, err := a.Start(ctx, a.withEgressEnv(spec))
-	return t, e.check(spec.Session, a, err)
+	spec, release := e.withEgress(a, spec)
+	t, err := a.Start(ctx, spec)
+	if err != nil {
+		release()
+		return nil, e.check(spec.Session, a, err)
+	}
+	// A network grant lasts as long as the task.
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer release()
+		t.Wait(e.life)
+	}()
+	return t, nil
 }
 
 // Task finds a task in the session's sandbox. The sandbox is looked up (and
@@ -332,12 +368,14 @@ func (e *Executor) connected(session string) bool {
 // Close closes the connections. Sandboxes and their tasks stay: they belong
 // to the Manager, and a later process re-adopts them.
 func (e *Executor) Close() error {
+	e.cancel()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	for s, a := range e.agents {
 		a.close()
 		delete(e.agents, s)
 	}
+	e.mu.Unlock()
+	e.wg.Wait()
 	return nil
 }
 
@@ -435,29 +473,70 @@ func (e *Executor) connect(ag Agent, sb sandbox.Sandbox) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{Agent: ag, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
 	if c.egress && e.cfg.Egress != nil {
-		go e.cfg.Egress(ctx, sb)
+		session := sb.Session
+		go e.cfg.Egress(ctx, sb, func(credential string) bool { return e.granted(session, credential) })
 	}
 	return c
 }
 
-// withEgressEnv points the command's HTTP clients at the sandbox's egress
-// proxy, if it has one; variables the spec sets already (a policy's env)
-// stay.
-func (c *conn) withEgressEnv(spec executor.Spec) executor.Spec {
+// withEgress points the command's HTTP clients at the sandbox's egress
+// proxy, if it has one, with a credential of the call's own when the call
+// holds PermissionNetwork; release ends the credential.
+func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, release func()) {
+	release = func() {}
 	if !c.egress {
-		return spec
+		return spec, release
 	}
-	have := make(map[string]bool, len(spec.Env))
+	credential := ""
+	if slices.Contains(spec.Permissions, PermissionNetwork) {
+		credential = rand.Text()
+		e.grant(spec.Session, credential)
+		release = sync.OnceFunc(func() { e.revoke(spec.Session, credential) })
+	}
+	vars := egress.EnvWithCredential(egress.DefaultListen, credential)
+	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")
-		have[k] = true
-	}
-	env := slices.Clone(spec.Env)
-	for k, v := range egress.Env(egress.DefaultListen) {
-		if !have[k] {
-			env = append(env, k+"="+v)
+		switch _, ours := vars[k]; {
+		case !ours:
+			env = append(env, kv)
+		case k == "NO_PROXY" || k == "no_proxy":
+			// The spec's (a policy's env) wins.
+			env = append(env, kv)
+			delete(vars, k)
 		}
 	}
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
 	spec.Env = env
-	return spec
+	return spec, release
+}
+
+func (e *Executor) grant(session, credential string) {
+	e.grantMu.Lock()
+	defer e.grantMu.Unlock()
+	if e.grants[session] == nil {
+		e.grants[session] = map[string]bool{}
+	}
+	e.grants[session][credential] = true
+}
+
+func (e *Executor) revoke(session, credential string) {
+	e.grantMu.Lock()
+	defer e.grantMu.Unlock()
+	delete(e.grants[session], credential)
+	if len(e.grants[session]) == 0 {
+		delete(e.grants, session)
+	}
+}
+
+// granted reports whether credential is one of session's calls' in force.
+func (e *Executor) granted(session, credential string) bool {
+	if credential == "" {
+		return false
+	}
+	e.grantMu.Lock()
+	defer e.grantMu.Unlock()
+	return e.grants[session][credential]
 }

@@ -77,9 +77,9 @@ func (r *rig) startRelay(t *testing.T, cfg RelayConfig) {
 	t.Helper()
 	cfg.Socket = r.socket
 	if cfg.Check == nil {
-		cfg.Check = func(target string) error {
-			if !r.allow.Allows(target) {
-				return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow)", target)
+		cfg.Check = func(c Conn) error {
+			if !r.allow.Allows(c.Target) && c.Credential != "granted" {
+				return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow)", c.Target)
 			}
 			return nil
 		}
@@ -439,7 +439,7 @@ func TestNoProxy(t *testing.T) {
 	hs := &http.Server{Handler: http.NotFoundHandler()}
 	go hs.Serve(ul)
 	defer hs.Close()
-	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(string) error { return nil }})
+	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(Conn) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,10 +451,67 @@ func TestNoProxy(t *testing.T) {
 }
 
 func TestRelayConfig(t *testing.T) {
-	if _, err := NewRelay(RelayConfig{Check: func(string) error { return nil }}); err == nil {
+	if _, err := NewRelay(RelayConfig{Check: func(Conn) error { return nil }}); err == nil {
 		t.Error("no socket: no error")
 	}
 	if _, err := NewRelay(RelayConfig{Socket: "/x"}); err == nil {
 		t.Error("no check: no error")
+	}
+}
+
+// TestCredential: the password of a client's Proxy-Authorization reaches
+// the check (which here allows anything for "granted"), over CONNECT and
+// plain requests alike, and is not forwarded to the destination.
+func TestCredential(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" {
+			t.Error("the proxy forwarded Proxy-Authorization")
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer origin.Close()
+	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls ok") }))
+	defer tlsOrigin.Close()
+	r := newRig(t, ProxyConfig{}, "only.example:443")
+	r.startRelay(t, RelayConfig{})
+
+	client := func(cred string) *http.Client {
+		env := EnvWithCredential(r.proxyAddr, cred)
+		u, err := url.Parse(env["HTTPS_PROXY"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true,
+			TLSClientConfig: tlsOrigin.Client().Transport.(*http.Transport).TLSClientConfig}
+		return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	}
+	for _, c := range []struct {
+		cred, url string
+		status    int
+	}{
+		{"granted", origin.URL, 200},
+		{"granted", tlsOrigin.URL, 200},
+		{"revoked", origin.URL, 403},
+		{"", origin.URL, 403},
+	} {
+		resp, err := client(c.cred).Get(c.url)
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		} else if strings.Contains(err.Error(), "Forbidden") {
+			status = 403
+		}
+		if status != c.status {
+			t.Errorf("credential %q to %s: status %d (%v), want %d", c.cred, c.url, status, err, c.status)
+		}
+	}
+	if env := EnvWithCredential("127.0.0.1:3128", "tok"); env["http_proxy"] != "http://shellbox:tok@127.0.0.1:3128" || env["NO_PROXY"] == "" {
+		t.Errorf("env %v", env)
+	}
+	for s, want := range map[string]bool{"a-Z_9": true, "": false, "a b": false, "a:b": false, strings.Repeat("a", 129): false} {
+		if ValidCredential(s) != want {
+			t.Errorf("ValidCredential(%q) != %v", s, want)
+		}
 	}
 }

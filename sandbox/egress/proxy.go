@@ -17,10 +17,18 @@ import (
 
 // Upgrade is the protocol name of the long poll's Upgrade header; Header
 // carries the waiting connection's destination in the 101 answer.
+// CredentialHeader carries the password of the client's
+// Proxy-Authorization (see EnvWithCredential), when it gave one.
 const (
-	Upgrade      = "shellbox-egress/1"
-	TargetHeader = "Shellbox-Egress-Target"
+	Upgrade          = "shellbox-egress/1"
+	TargetHeader     = "Shellbox-Egress-Target"
+	CredentialHeader = "Shellbox-Egress-Credential"
 )
+
+// Permission is the sandbox permission (sandbox_permissions) that, once a
+// policy grants it for a call, gives the call's commands a credential the
+// relay's check honours (EnvWithCredential).
+const Permission = "network"
 
 // DefaultListen is where the agent's proxy listens inside a sandbox. Each
 // sandbox has its own network namespace, so a fixed port is no conflict.
@@ -28,8 +36,18 @@ const DefaultListen = "127.0.0.1:3128"
 
 // Env returns the variables that point a command's HTTP clients at the proxy
 // listening on addr.
-func Env(addr string) map[string]string {
+func Env(addr string) map[string]string { return EnvWithCredential(addr, "") }
+
+// EnvWithCredential is Env with a credential in the proxy URL
+// (http://shellbox:<credential>@addr): clients send it as
+// Proxy-Authorization, the proxy hands it to the relay, and the relay's check
+// may allow more for it (a call's granted network permission). A credential
+// is 1-128 of [A-Za-z0-9_-].
+func EnvWithCredential(addr, credential string) map[string]string {
 	u := "http://" + addr
+	if credential != "" {
+		u = "http://shellbox:" + credential + "@" + addr
+	}
 	return map[string]string{
 		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
 		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
@@ -81,7 +99,8 @@ type Proxy struct {
 
 // waiter is a client connection waiting for, then handed to, a relay.
 type waiter struct {
-	target  string
+	target     string
+	credential string
 	claimed atomic.Bool // by a poll (which then sends on verdict) or by the waiter giving up
 	verdict chan relayed
 }
@@ -174,7 +193,7 @@ func (p *Proxy) client(c net.Conn) {
 		refuse(c, http.StatusBadRequest, "shellbox egress proxy: "+err.Error())
 		return
 	}
-	w := &waiter{target: target, verdict: make(chan relayed, 1)}
+	w := &waiter{target: target, credential: credentialOf(req), verdict: make(chan relayed, 1)}
 	select {
 	case p.pending <- w:
 	default:
@@ -242,6 +261,35 @@ func targetOf(req *http.Request) (string, error) {
 	return host, nil
 }
 
+// credentialOf returns the password of a request's Basic
+// Proxy-Authorization when it is a well-formed credential, else "".
+func credentialOf(req *http.Request) string {
+	h := req.Header.Get("Proxy-Authorization")
+	if h == "" {
+		return ""
+	}
+	r := &http.Request{Header: http.Header{"Authorization": {h}}}
+	_, pass, ok := r.BasicAuth()
+	if !ok || !ValidCredential(pass) {
+		return ""
+	}
+	return pass
+}
+
+// ValidCredential reports whether s is a well-formed credential: 1-128 of
+// [A-Za-z0-9_-].
+func ValidCredential(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // ServeHTTP is the relay's long poll (POST /v1/egress): it answers 204 when
 // no connection waits for PollTimeout, else takes the oldest waiting
 // connection, switches protocols naming its destination, reads the relay's
@@ -277,7 +325,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.cfg.Logger.Printf("egress %s: relay: %v", wt.target, err)
 		wt.verdict <- relayed{status: http.StatusBadGateway, reason: fmt.Sprintf("shellbox egress proxy: the relay to %s failed: %v", wt.target, err)}
 	}
-	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\n" + TargetHeader + ": " + wt.target + "\r\n\r\n"
+	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\n" + TargetHeader + ": " + wt.target + "\r\n"
+	if wt.credential != "" {
+		head += CredentialHeader + ": " + wt.credential + "\r\n"
+	}
+	head += "\r\n"
 	if _, err := brw.WriteString(head); err != nil {
 		fail(err)
 		return

@@ -29,15 +29,25 @@ const (
 // (an agent started without --egress-listen, or one from before egress).
 var ErrNoProxy = errors.New("the agent runs no egress proxy")
 
+// Conn is a proxied connection as the Relay's check sees it.
+type Conn struct {
+	// Target is the destination, host:port, as the client named it.
+	Target string
+	// Credential is the password of the client's Proxy-Authorization, if it
+	// sent a well-formed one (see EnvWithCredential); "" otherwise. It is
+	// the client's claim: the check decides what it is worth.
+	Credential string
+}
+
 // RelayConfig configures a Relay. Socket and Check are required.
 type RelayConfig struct {
 	// Socket is the agent's socket path (in the session's host directory).
 	Socket string
-	// Check decides a destination (host:port, as the client named it): nil
-	// allows it; an error refuses it, and its text is what the client reads
-	// (403, in the body and the Shellbox-Error header). It is called for
-	// every connection, so a policy reload applies to the next one.
-	Check func(target string) error
+	// Check decides a connection: nil allows it; an error refuses it, and
+	// its text is what the client reads (403, in the body and the
+	// Shellbox-Error header). It is called for every connection, so a policy
+	// reload applies to the next one.
+	Check func(c Conn) error
 	// Dial connects to an allowed destination (default: a net.Dialer with
 	// DialTimeout, resolving names on this host).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -145,10 +155,10 @@ func (r *Relay) poll(ctx context.Context, wg *sync.WaitGroup) error {
 			return nil
 		}
 		var (
-			target string
+			target Conn
 			err    error
 		)
-		for target == "" {
+		for target.Target == "" {
 			if conn == nil {
 				conn, err = r.dialAgent(ctx)
 				if err != nil {
@@ -216,39 +226,43 @@ func (r *Relay) dialAgent(ctx context.Context) (net.Conn, error) {
 var pollRequest = "POST /v1/egress HTTP/1.1\r\nHost: agent\r\n" + agentapi.HeaderProtocol + ": " + strconv.Itoa(agentapi.Protocol) +
 	"\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\nContent-Length: 0\r\n\r\n"
 
-// request sends one poll and returns the destination of the connection it
-// was handed, or "" when the poll timed out (204; conn stays usable).
-func (r *Relay) request(conn net.Conn, br *bufio.Reader) (string, error) {
+// request sends one poll and returns the connection it was handed, or a
+// zero Conn when the poll timed out (204; conn stays usable).
+func (r *Relay) request(conn net.Conn, br *bufio.Reader) (Conn, error) {
 	if _, err := io.WriteString(conn, pollRequest); err != nil {
-		return "", err
+		return Conn{}, err
 	}
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		return "", err
+		return Conn{}, err
 	}
 	switch resp.StatusCode {
 	case http.StatusNoContent:
 		resp.Body.Close()
-		return "", nil
+		return Conn{}, nil
 	case http.StatusSwitchingProtocols:
-		target := resp.Header.Get(TargetHeader)
-		if target == "" {
-			return "", fmt.Errorf("agent switched protocols without a %s header", TargetHeader)
+		c := Conn{Target: resp.Header.Get(TargetHeader), Credential: resp.Header.Get(CredentialHeader)}
+		if c.Target == "" {
+			return Conn{}, fmt.Errorf("agent switched protocols without a %s header", TargetHeader)
 		}
-		return target, nil
+		if c.Credential != "" && !ValidCredential(c.Credential) {
+			c.Credential = ""
+		}
+		return c, nil
 	case http.StatusNotFound:
 		resp.Body.Close()
-		return "", fmt.Errorf("%w (agent at %s)", ErrNoProxy, r.cfg.Socket)
+		return Conn{}, fmt.Errorf("%w (agent at %s)", ErrNoProxy, r.cfg.Socket)
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
-		return "", fmt.Errorf("egress poll: agent answered %s: %s", resp.Status, oneLine(string(msg)))
+		return Conn{}, fmt.Errorf("egress poll: agent answered %s: %s", resp.Status, oneLine(string(msg)))
 	}
 }
 
 // tunnel decides one connection, dials it and splices until either side
 // closes or ctx ends.
-func (r *Relay) tunnel(ctx context.Context, target string, agent net.Conn, ar *bufio.Reader) {
+func (r *Relay) tunnel(ctx context.Context, c Conn, agent net.Conn, ar *bufio.Reader) {
+	target := c.Target
 	defer r.drop(agent)
 	verdict := func(line string) bool {
 		agent.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -256,7 +270,7 @@ func (r *Relay) tunnel(ctx context.Context, target string, agent net.Conn, ar *b
 		agent.SetWriteDeadline(time.Time{})
 		return err == nil
 	}
-	if err := r.cfg.Check(target); err != nil {
+	if err := r.cfg.Check(c); err != nil {
 		r.observe(target, Denied)
 		r.cfg.Logger.Info("egress denied", "target", target, "reason", err.Error())
 		verdict("DENY " + oneLine(err.Error()))
