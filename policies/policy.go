@@ -105,6 +105,12 @@ type Policy struct {
 	// denied.
 	AskTimeout time.Duration
 
+	// Env are plain variables every call gets, over the executor's base
+	// environment (PATH, HOME, LANG, the image's); never DSH_* (tools lays
+	// the managed ones over them) nor SHELLBOX_*. Nil when the file sets
+	// none.
+	Env map[string]string
+
 	Tools        Tools
 	Images       []string // allowed images; empty: only DefaultImage (or the backend's)
 	DefaultImage string   // "" leaves the backend's configured image
@@ -152,9 +158,9 @@ const (
 	defaultIdleTTL         = 30 * time.Minute
 )
 
-// compile turns a decoded file into a Policy, reporting every problem with
-// its line.
-func compile(l *located, tenant string, f *fileSchema) *Policy {
+// compile turns a decoded file (and its env, read from the YAML) into a
+// Policy, reporting every problem with its line.
+func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	spec := sandbox.DefaultSpec(tenant, "s")
 	lim := executor.DefaultLimits()
 	p := &Policy{
@@ -202,6 +208,7 @@ func compile(l *located, tenant string, f *fileSchema) *Policy {
 	setBool(f.Tools.Pwsh, &p.Tools.Pwsh)
 	setBool(f.Tools.Background, &p.Tools.Background)
 
+	compileEnv(l, p, env)
 	compileSandbox(l, p, &f.Sandbox)
 	compileLimits(l, p, &f.Limits)
 
