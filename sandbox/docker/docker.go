@@ -99,6 +99,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return sandbox.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
 		}
 	}
+	if err := spec.CheckMountSources(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
 		return sandbox.Sandbox{}, err
 	}
