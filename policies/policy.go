@@ -329,27 +329,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		}
 	}
 	p.Network.Allow = slices.Clone(s.Network.Allow)
-	targets := map[string]bool{}
-	for i, m := range s.Mounts {
-		key := fmt.Sprintf("sandbox.mounts[%d]", i)
-		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
-			l.addf(key, "source and target must be absolute paths")
-		}
-		tgt := path.Clean(m.Target)
-		if tgt == "/" || executor.Within(tgt, sandbox.HostDirMount) || executor.Within(sandbox.HostDirMount, tgt) ||
-			executor.Within(tgt, "/.shellbox") {
-			l.addf(key+".target", "%q overlaps a path shellbox manages", m.Target)
-		}
-		if targets[tgt] {
-			l.addf(key+".target", "%q is mounted twice", m.Target)
-		}
-		targets[tgt] = true
-		ro := true
-		if m.ReadOnly != nil {
-			ro = *m.ReadOnly
-		}
-		p.Mounts = append(p.Mounts, Mount{Source: path.Clean(m.Source), Target: tgt, ReadOnly: ro})
-	}
+	compileMounts(l, p, s.Mounts)
 	if s.User.UID != 0 || s.User.GID != 0 {
 		if s.User.UID <= 0 || s.User.GID <= 0 {
 			l.addf("sandbox.user", "%d:%d: commands never run as root (uid and gid must both be positive)", s.User.UID, s.User.GID)
