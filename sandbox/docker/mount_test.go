@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,10 @@ func TestMounts(t *testing.T) {
 			sandbox.Mount{Source: rw, Target: "/srv/scratch"},
 		))
 		sb := e.ensure(spec)
+		want := []sandbox.Mount{{Source: ro, Target: "/data", ReadOnly: true}, {Source: rw, Target: "/srv/scratch"}}
+		if !slices.Equal(sb.Mounts, want) {
+			t.Errorf("Sandbox.Mounts = %+v, want %+v", sb.Mounts, want)
+		}
 
 		if r := e.run(sb, 1000, "cat /data/hello", 30*time.Second); r.Stdout != "from the host\n" || r.ExitCode != 0 {
 			t.Errorf("read: %+v", r)
@@ -114,6 +119,10 @@ func TestMounts(t *testing.T) {
 		}
 		if r := e.run(again, 1000, "cat /data/hello /srv/scratch/out", 30*time.Second); r.Stdout != "from the host\nwritten\n" {
 			t.Errorf("after adoption: %+v", r)
+		}
+		list, err := e.rt.List(ctx, e.owner)
+		if err != nil || len(list) != 1 || !slices.Equal(list[0].Mounts, want) || !slices.Equal(again.Mounts, want) {
+			t.Errorf("listed %+v (%v), adopted %+v; want mounts %+v", list, err, again.Mounts, want)
 		}
 	})
 }
