@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -353,7 +354,9 @@ func (p *Policy) safeEvaluate(c call) (v verdict) {
 }
 
 // Check is the tools.Gate: it decides c under its tenant's policy, applies
-// the policy's timeout default and cap, and audits. An ask blocks until an
+// the policy's timeout default and cap, adds the policy's env to the
+// request's Env (over what is there; tools lays DSH_* over both), and
+// audits. An ask blocks until an
 // approver decides (Decide), ctx is done, or the tenant's ask timeout
 // passes; only an approval lets the call run. A granted escalation
 // (sandbox_permissions) applies to this call only: it travels in the
@@ -391,6 +394,13 @@ func (e *Engine) Check(ctx context.Context, c tools.Call) (executor.Request, err
 	}
 	if !req.Background {
 		req.Timeout = p.Limits.ClampTimeout(req.Timeout)
+	}
+	if len(p.Env) > 0 {
+		// A copy: the caller's map is not the policy's to change.
+		env := make(map[string]string, len(req.Env)+len(p.Env))
+		maps.Copy(env, req.Env)
+		maps.Copy(env, p.Env)
+		req.Env = env
 	}
 	return req, nil
 }

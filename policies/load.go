@@ -78,6 +78,7 @@ func parse(file string, src []byte) (*Policy, error) {
 
 	// Shape first, with line numbers: yaml.v3 keeps them, viper does not.
 	var doc yaml.Node
+	var env []envVar
 	if err := yaml.Unmarshal(src, &doc); err != nil {
 		l.problems = append(l.problems, yamlProblem(file, err))
 		return nil, l.err()
@@ -88,6 +89,7 @@ func parse(file string, src []byte) (*Policy, error) {
 			l.addf("", "more than one YAML document")
 		}
 		l.checkNode(root, reflect.TypeFor[fileSchema](), "")
+		env = envVars(root)
 	}
 	if err := l.err(); err != nil {
 		return nil, err
@@ -110,7 +112,7 @@ func parse(file string, src []byte) (*Policy, error) {
 		return nil, l.err()
 	}
 
-	p := compile(l, tenant, &fs)
+	p := compile(l, tenant, &fs, env)
 	if err := l.err(); err != nil {
 		return nil, err
 	}

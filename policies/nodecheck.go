@@ -145,6 +145,29 @@ func (l *located) checkNode(n *yaml.Node, t reflect.Type, key string) {
 			l.lines[child] = k.Line
 			l.checkNode(v, f.Type, child)
 		}
+	case t.Kind() == reflect.Map:
+		// A map's keys are names the file chooses (env variables): they
+		// match exactly, case included.
+		if n.Kind != yaml.MappingNode {
+			l.addf(key, "expected a mapping, got %s", describe(n))
+			return
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			child := join(key, k.Value)
+			l.lines[child] = k.Line
+			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+				l.addf(child, "expected a name as key, got %s", describe(k))
+				continue
+			}
+			if seen[k.Value] {
+				l.addf(child, "key given twice")
+				continue
+			}
+			seen[k.Value] = true
+			l.checkNode(v, t.Elem(), child)
+		}
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			l.addf(key, "expected a list, got %s", describe(n))

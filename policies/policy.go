@@ -106,6 +106,12 @@ type Policy struct {
 	// denied.
 	AskTimeout time.Duration
 
+	// Env are plain variables every call gets, over the executor's base
+	// environment (PATH, HOME, LANG, the image's); never DSH_* (tools lays
+	// the managed ones over them) nor SHELLBOX_*. Nil when the file sets
+	// none.
+	Env map[string]string
+
 	Tools        Tools
 	Images       []string // allowed images; empty: only DefaultImage (or the backend's)
 	DefaultImage string   // "" leaves the backend's configured image
@@ -153,9 +159,9 @@ const (
 	defaultIdleTTL         = 30 * time.Minute
 )
 
-// compile turns a decoded file into a Policy, reporting every problem with
-// its line.
-func compile(l *located, tenant string, f *fileSchema) *Policy {
+// compile turns a decoded file (and its env, read from the YAML) into a
+// Policy, reporting every problem with its line.
+func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	spec := sandbox.DefaultSpec(tenant, "s")
 	lim := executor.DefaultLimits()
 	p := &Policy{
@@ -203,6 +209,7 @@ func compile(l *located, tenant string, f *fileSchema) *Policy {
 	setBool(f.Tools.Pwsh, &p.Tools.Pwsh)
 	setBool(f.Tools.Background, &p.Tools.Background)
 
+	compileEnv(l, p, env)
 	compileSandbox(l, p, &f.Sandbox)
 	compileLimits(l, p, &f.Limits)
 
@@ -320,27 +327,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 	if list, err := egress.NewAllowlist(p.Network.Allow); err == nil {
 		p.Network.list = list
 	}
-	targets := map[string]bool{}
-	for i, m := range s.Mounts {
-		key := fmt.Sprintf("sandbox.mounts[%d]", i)
-		if !path.IsAbs(m.Source) || !path.IsAbs(m.Target) {
-			l.addf(key, "source and target must be absolute paths")
-		}
-		tgt := path.Clean(m.Target)
-		if tgt == "/" || executor.Within(tgt, sandbox.HostDirMount) || executor.Within(sandbox.HostDirMount, tgt) ||
-			executor.Within(tgt, "/.shellbox") {
-			l.addf(key+".target", "%q overlaps a path shellbox manages", m.Target)
-		}
-		if targets[tgt] {
-			l.addf(key+".target", "%q is mounted twice", m.Target)
-		}
-		targets[tgt] = true
-		ro := true
-		if m.ReadOnly != nil {
-			ro = *m.ReadOnly
-		}
-		p.Mounts = append(p.Mounts, Mount{Source: path.Clean(m.Source), Target: tgt, ReadOnly: ro})
-	}
+	compileMounts(l, p, s.Mounts)
 	if s.User.UID != 0 || s.User.GID != 0 {
 		if s.User.UID <= 0 || s.User.GID <= 0 {
 			l.addf("sandbox.user", "%d:%d: commands never run as root (uid and gid must both be positive)", s.User.UID, s.User.GID)

@@ -12,12 +12,16 @@ import (
 // its reference; every field here has a row there. Field names are the
 // mapstructure tags, which viper decodes and which checkNode uses to name keys.
 
+// fileSchema is a whole file. Its Env is decoded only so that viper accepts
+// the key: viper folds map keys to lower case and variable names keep
+// theirs, so the loader reads the variables from the YAML node (envVars).
 type fileSchema struct {
 	Version     int               `mapstructure:"version"`
 	Description string            `mapstructure:"description"`
 	Default     string            `mapstructure:"default"`
 	Unparseable string            `mapstructure:"unparseable"`
 	AskTimeout  time.Duration     `mapstructure:"askTimeout"`
+	Env         map[string]string `mapstructure:"env"`
 	Tools       toolsSchema       `mapstructure:"tools"`
 	Sandbox     sandboxSchema     `mapstructure:"sandbox"`
 	Limits      limitsSchema      `mapstructure:"limits"`

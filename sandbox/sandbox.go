@@ -33,7 +33,10 @@ type Sandbox struct {
 	// in it (empty for backends where the agent is reached otherwise).
 	HostDir    string
 	SocketPath string
-	State      State
+	// Mounts are the host directory mounts (Spec.Mounts) as the backend
+	// reports them, by target.
+	Mounts []Mount
+	State  State
 	// OOMKilled reports that the engine saw the sandbox's memory cgroup kill
 	// its main process (under gVisor that is the whole sandbox: the host's
 	// OOM killer takes the sentry).

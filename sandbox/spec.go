@@ -134,6 +134,9 @@ type Spec struct {
 	// HostDir is the session's host directory, mounted at HostDirMount; the
 	// Manager sets it (<StateDir>/sessions/<tenant>/<session>).
 	HostDir string
+
+	// Mounts are host directories bind-mounted into the sandbox (WithMounts).
+	Mounts []Mount
 }
 
 // Opt changes a Spec. Options are pure: they touch nothing but the Spec, so
@@ -361,6 +364,7 @@ func (s Spec) Clone() Spec {
 	s.Env = slices.Clone(s.Env)
 	s.Labels = maps.Clone(s.Labels)
 	s.AgentArgs = slices.Clone(s.AgentArgs)
+	s.Mounts = slices.Clone(s.Mounts)
 	return s
 }
 
@@ -387,6 +391,7 @@ func (s Spec) Validate() error {
 		WithWorkspaceSize(s.WorkspaceBytes), WithTmpSize(s.TmpBytes),
 		WithSpillSize(s.SpillBytes), WithNetwork(s.Network), WithUser(s.UID, s.GID),
 		WithLabels(s.Labels), WithAgent(s.AgentBinary), WithHostDir(s.HostDir),
+		WithMounts(s.Mounts...),
 	}
 	for _, kv := range s.Env {
 		k, v, ok := strings.Cut(kv, "=")
@@ -398,6 +403,9 @@ func (s Spec) Validate() error {
 	// The options double as field checks; they run on a scratch copy.
 	scratch := s.Clone()
 	if err := Compose(opts...)(&scratch); err != nil {
+		return err
+	}
+	if err := checkMountSources(s.Mounts, s.HostDir); err != nil {
 		return err
 	}
 	if s.WorkspaceBytes+s.TmpBytes >= s.MemoryBytes {

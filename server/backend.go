@@ -32,10 +32,13 @@ type Backend interface {
 
 // SessionInfo describes one session.
 type SessionInfo struct {
-	ID      string    `json:"id"`
-	Tenant  string    `json:"tenant"`
-	Image   string    `json:"image,omitempty"`
-	Runtime string    `json:"runtime,omitempty"`
+	ID      string `json:"id"`
+	Tenant  string `json:"tenant"`
+	Image   string `json:"image,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Mounts are the host directories mounted in the session's sandbox,
+	// with ReadOnly always set.
+	Mounts  []Mount   `json:"mounts,omitempty"`
 	State   string    `json:"state,omitempty"`
 	Created time.Time `json:"created,omitzero"`
 }
@@ -45,6 +48,22 @@ type SessionInfo struct {
 type SessionOptions struct {
 	Image   string `json:"image,omitempty"`
 	Runtime string `json:"runtime,omitempty"`
+	// Mounts are the host directories to mount, each within the policy's
+	// allowlist (sandbox.mounts). Nil (absent, or JSON null) takes every
+	// directory the policy lists; an empty list mounts none.
+	Mounts []Mount `json:"mounts"`
+}
+
+// Mount is a host directory mounted in a session's sandbox.
+type Mount struct {
+	// Source is the host directory: one the policy allowlists, or one
+	// below it.
+	Source string `json:"source"`
+	// Target is where commands see it. Empty in a request: the policy
+	// entry's target plus Source's path below the entry's source.
+	Target string `json:"target,omitempty"`
+	// ReadOnly: nil in a request asks for read-only.
+	ReadOnly *bool `json:"readOnly,omitempty"`
 }
 
 // Error classes a Backend or Approvals implementation wraps; the server maps

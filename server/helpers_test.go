@@ -29,6 +29,7 @@ type localBackend struct {
 	sets     map[string]*tools.Toolset
 	execs    []*local.Executor
 	sessions map[string]map[string]SessionInfo
+	lastOpts SessionOptions // of the last CreateSession
 	ready    error
 }
 
@@ -93,10 +94,11 @@ func (b *localBackend) CreateSession(_ context.Context, tenant, session string, 
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.lastOpts = opts
 	if b.sessions[tenant] == nil {
 		b.sessions[tenant] = map[string]SessionInfo{}
 	}
-	si := SessionInfo{ID: session, Tenant: tenant, Image: opts.Image, State: "running", Created: time.Now().UTC()}
+	si := SessionInfo{ID: session, Tenant: tenant, Image: opts.Image, Mounts: opts.Mounts, State: "running", Created: time.Now().UTC()}
 	b.sessions[tenant][session] = si
 	return si, nil
 }

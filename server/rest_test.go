@@ -215,6 +215,35 @@ func TestSessionsREST(t *testing.T) {
 	if code, m := r.json("GET", "/v1/sessions/s1", tokenAcme, nil); code != 200 || m["tenant"] != "acme" {
 		t.Fatalf("get: %d %v", code, m)
 	}
+	// Mounts reach the backend as sent: absent is nil (the policy's), an
+	// empty list is none, readOnly absent is nil (read-only).
+	for body, want := range map[string]string{
+		`{"id":"m1"}`:                            "<nil>",
+		`{"id":"m2","mounts":null}`:              "<nil>",
+		`{"id":"m3","mounts":[]}`:                "[]",
+		`{"id":"m4","mounts":[{"source":"/a"}]}`: `[{"source":"/a"}]`,
+		`{"id":"m5","mounts":[{"source":"/a","target":"/b","readOnly":false}]}`: `[{"source":"/a","target":"/b","readOnly":false}]`,
+	} {
+		code, m := r.do("POST", "/v1/sessions", tokenAcme, "application/json", []byte(body))
+		var si SessionInfo
+		if code != 201 || json.Unmarshal(m, &si) != nil {
+			t.Fatalf("create %s: %d %s", body, code, m)
+		}
+		r.b.mu.Lock()
+		opts := r.b.lastOpts
+		r.b.mu.Unlock()
+		got := "<nil>"
+		if opts.Mounts != nil {
+			b, _ := json.Marshal(opts.Mounts)
+			got = string(b)
+		}
+		if got != want {
+			t.Errorf("create %s: the backend got mounts %s, want %s", body, got, want)
+		}
+		if len(si.Mounts) != len(opts.Mounts) {
+			t.Errorf("create %s: answered mounts %+v", body, si.Mounts)
+		}
+	}
 	if code, _ := r.do("DELETE", "/v1/sessions/s1", tokenAcme, "", nil); code != 204 {
 		t.Fatalf("delete: %d", code)
 	}

@@ -308,8 +308,7 @@ func (b *serveBackend) Sessions(_ context.Context, tenant string) ([]server.Sess
 	}
 	for _, sb := range b.manager.Sandboxes() {
 		if sb.Tenant == tenant {
-			out = append(out, server.SessionInfo{ID: sb.Session, Tenant: tenant, Image: sb.Image, Runtime: sb.Runtime,
-				State: string(sb.State), Created: sb.Created})
+			out = append(out, sessionInfo(sb))
 		}
 	}
 	return out, nil
@@ -321,13 +320,16 @@ func (b *serveBackend) CreateSession(ctx context.Context, tenant, session string
 		return server.SessionInfo{}, err
 	}
 	if b.manager == nil {
-		if opts.Image != "" || opts.Runtime != "" {
-			return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend runs no images or runtimes")
+		if opts.Image != "" || opts.Runtime != "" || len(opts.Mounts) > 0 {
+			return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend runs no images, runtimes or mounts")
 		}
 		created := tb.seen.add(session)
 		return server.SessionInfo{ID: session, Tenant: tenant, State: "running", Created: created}, nil
 	}
 	if b.policies == nil {
+		if len(opts.Mounts) > 0 {
+			return server.SessionInfo{}, errNoMountAllowlist
+		}
 		if _, err := b.cfg.sessionImage(tenant, opts.Image); err != nil {
 			return server.SessionInfo{}, err
 		}
@@ -348,7 +350,7 @@ func (b *serveBackend) CreateSession(ctx context.Context, tenant, session string
 			delete(b.opts, tenant+"/"+session)
 		}
 		b.mu.Unlock()
-		if errors.Is(err, server.ErrNotAllowed) {
+		if errors.Is(err, server.ErrNotAllowed) || errors.Is(err, server.ErrInvalid) || errors.Is(err, server.ErrUnavailable) {
 			return server.SessionInfo{}, err
 		}
 		return server.SessionInfo{}, server.Errorf(server.ErrInvalid, "%v", err)
@@ -357,7 +359,23 @@ func (b *serveBackend) CreateSession(ctx context.Context, tenant, session string
 	if err != nil {
 		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "sandbox for session %s: %v", session, err)
 	}
-	return server.SessionInfo{ID: session, Tenant: tenant, Image: sb.Image, Runtime: sb.Runtime, State: string(sb.State), Created: sb.Created}, nil
+	return sessionInfo(sb), nil
+}
+
+// errNoMountAllowlist refuses mounts on a server without policies: the
+// allowlist is the policy's sandbox.mounts, so nothing may be mounted.
+var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
+	"mounts need an allowlist, and this server has none: set policies.dir and list the directories in the tenant's sandbox.mounts")
+
+// sessionInfo describes a docker session's sandbox.
+func sessionInfo(sb sandbox.Sandbox) server.SessionInfo {
+	si := server.SessionInfo{ID: sb.Session, Tenant: sb.Tenant, Image: sb.Image, Runtime: sb.Runtime,
+		State: string(sb.State), Created: sb.Created}
+	for _, m := range sb.Mounts {
+		ro := m.ReadOnly
+		si.Mounts = append(si.Mounts, server.Mount{Source: m.Source, Target: m.Target, ReadOnly: &ro})
+	}
+	return si
 }
 
 func (b *serveBackend) DeleteSession(ctx context.Context, tenant, session string) error {

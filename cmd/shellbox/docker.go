@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -104,8 +105,8 @@ func (b *dockerBackend) Close() error {
 // newDockerBackend wires runtime, manager and executor. runtime overrides
 // docker.runtime when non-empty (the --runtime flag). pol, if set, is the
 // tenant's policy: its sandbox settings replace docker.*, its image
-// allowlist and runtime bind the flag and the configuration, and warn hears
-// what the backend cannot give it.
+// allowlist and runtime bind the flag and the configuration, a new sandbox
+// gets its sandbox.mounts, and warn hears what the backend cannot give it.
 func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
 	dc := cfg.Docker
 	var (
@@ -149,12 +150,19 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
 		}
+		opts := polOpts
 		if pol != nil {
 			if err := checkSessionQuota(rt, dc.Owner, cfg.Tenant, pol, session); err != nil {
 				return sandbox.Spec{}, err
 			}
+			// A one-shot call asks for no mounts: it gets the policy's.
+			mounts, err := pol.SessionMounts(nil)
+			if err != nil {
+				return sandbox.Spec{}, err
+			}
+			opts = append(slices.Clone(polOpts), sandbox.WithMounts(mounts...))
 		}
-		return dockerSpec(dc, cfg.Tenant, session, agent, agentArgs, polOpts...)
+		return dockerSpec(dc, cfg.Tenant, session, agent, agentArgs, opts...)
 	}
 	scfg := sandboxed.Config{
 		Manager: m,

@@ -124,20 +124,24 @@ docker:
 }
 
 // TestDockerPolicySandbox: the tenant's policy sets the sandbox (user,
-// runtime) and caps the tenant's sessions, naming the limit.
+// runtime, mounts, env) and caps the tenant's sessions, naming the limit.
 func TestDockerPolicySandbox(t *testing.T) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	state := dockertest.StateDir(t)
 	owner := dockertest.Owner(t)
 	pols := t.TempDir()
+	data := mountDir(t, 0)
+	os.WriteFile(filepath.Join(data, "hello"), []byte("mounted\n"), 0o644)
 	os.WriteFile(filepath.Join(pols, "polt.yaml"), []byte(fmt.Sprintf(`default: allow
+env: {GREETING: hi}
 sandbox:
   images: [%s]
   runtime: runc
   user: {uid: 1234, gid: 1234}
+  mounts: [{source: %s, target: /data}]
 limits: {sessions: 1}
-`, dockertest.Image)), 0o644)
+`, dockertest.Image, data)), 0o644)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
 tenant: polt
@@ -160,6 +164,9 @@ docker:
 
 	if out, errs, code := run("call", "--session", "p1", "bash", `{"command":"id -u","description":"show uid"}`); out != "1234" || code != 0 {
 		t.Fatalf("id -u: %q %q (exit %d)", out, errs, code)
+	}
+	if out, errs, code := run("call", "--session", "p1", "bash", `{"command":"cat /data/hello; echo $GREETING","description":"read the mount"}`); out != "mounted\nhi" || code != 0 {
+		t.Errorf("the policy's mount and env: %q %q (exit %d)", out, errs, code)
 	}
 	if out, _, code := run("call", "--session", "p2", "bash", `{"command":"true","description":"second session"}`); code != 1 ||
 		!strings.Contains(out, "session limit reached: limits.sessions = 1 (policy polt)") {
@@ -204,4 +211,26 @@ func runBinary(t *testing.T, bin, cfg string, args ...string) (stdout, stderr st
 		t.Fatal(err)
 	}
 	return strings.TrimSuffix(out.String(), "\n"), errb.String(), code
+}
+
+// mountDir makes a host directory under /tmp that the sandbox user can
+// reach (t.TempDir's parents are 0700), owned by uid, removed at the end.
+func mountDir(t *testing.T, uid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "sbxmnt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
 }

@@ -84,8 +84,9 @@ func toServerApproval(a policies.Approval) server.Approval {
 }
 
 // policySpec is the sandbox spec of a new docker session of a tenant with a
-// policy: the image and runtime asked for (within the policy), the policy's
-// resources and user, and the tenant's session quota (n sessions exist).
+// policy: the image, runtime and mounts asked for (within the policy; no
+// mounts asked for: the policy's), the policy's resources and user, and the
+// tenant's session quota (n sessions exist).
 func policySpec(dc DockerConfig, pol *policies.Policy, tenant, session, agent string, o server.SessionOptions, n int) (sandbox.Spec, error) {
 	if o.Runtime != "" && o.Runtime != pol.Runtime {
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "runtime %s is not allowed by policy %s (sandbox.runtime: %s)", o.Runtime, pol.Tenant, pol.Runtime)
@@ -97,11 +98,35 @@ func policySpec(dc DockerConfig, pol *policies.Policy, tenant, session, agent st
 	if err := pol.CheckSessions(n); err != nil {
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
 	}
+	mounts, err := pol.SessionMounts(mountRequests(o.Mounts))
+	if err != nil {
+		switch {
+		case errors.Is(err, policies.ErrNotAllowed):
+			return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
+		case errors.Is(err, sandbox.ErrUnavailable):
+			return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", err)
+		}
+		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "%v", err)
+	}
 	dc.Image, dc.Runtime = img, pol.Runtime
 	agentArgs := []string{"--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)}
-	spec, err := dockerSpec(dc, tenant, session, agent, agentArgs, pol.SpecOptions()...)
+	opts := append(pol.SpecOptions(), sandbox.WithMounts(mounts...))
+	spec, err := dockerSpec(dc, tenant, session, agent, agentArgs, opts...)
 	if err != nil {
 		return sandbox.Spec{}, fmt.Errorf("policy %s: %w", pol.Tenant, err)
 	}
 	return spec, nil
+}
+
+// mountRequests are a session's requested mounts as the policy checks them:
+// nil stays nil (the policy's mounts), readOnly defaults to true.
+func mountRequests(ms []server.Mount) []policies.MountRequest {
+	if ms == nil {
+		return nil
+	}
+	out := make([]policies.MountRequest, len(ms))
+	for i, m := range ms {
+		out[i] = policies.MountRequest{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly == nil || *m.ReadOnly}
+	}
+	return out
 }

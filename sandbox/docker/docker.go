@@ -6,12 +6,14 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
@@ -98,6 +100,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		if _, err := os.Stat(p); err != nil {
 			return sandbox.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
 		}
+	}
+	if err := spec.CheckMountSources(); err != nil {
+		return sandbox.Sandbox{}, err
 	}
 	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
 		return sandbox.Sandbox{}, err
@@ -263,6 +268,7 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 		sb.OOMKilled = info.State.OOMKilled
 	}
 	sb.HostDir = hostDirOf(info.Mounts)
+	sb.Mounts = mountsOf(info.Mounts)
 	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
 	sb.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	return sb
@@ -279,10 +285,25 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 		Image:   c.Image,
 		State:   state(c.State),
 		HostDir: hostDirOf(c.Mounts),
+		Mounts:  mountsOf(c.Mounts),
 		Created: time.Unix(c.Created, 0),
 	}
 	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
 	return sb
+}
+
+// mountsOf returns the Spec.Mounts of a container: its binds other than
+// the agent's and the host dir's, by target.
+func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
+	var out []sandbox.Mount
+	for _, m := range mounts {
+		if m.Type != mount.TypeBind || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount {
+			continue
+		}
+		out = append(out, sandbox.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})
+	}
+	slices.SortFunc(out, func(a, b sandbox.Mount) int { return strings.Compare(a.Target, b.Target) })
+	return out
 }
 
 func hostDirOf(mounts []container.MountPoint) string {

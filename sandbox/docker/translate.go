@@ -141,6 +141,19 @@ func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 		OomScoreAdj:   0,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
+	for _, m := range spec.Mounts {
+		// Non-recursive: on API 1.41 a read-only recursive bind leaves the
+		// filesystems mounted below its source writable (ReadOnly remounts
+		// the top one only), and an allowlisted directory should not bring
+		// whatever the host mounted under it. The API has no nosuid or
+		// nodev for binds; no-new-privileges and the empty capability set
+		// make setuid files inert, and the device cgroup (runc) or gVisor's
+		// own device table keeps host device nodes closed.
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true},
+		})
+	}
 	return cfg, hc
 }
 

@@ -110,6 +110,33 @@ func TestTranslateRunsc(t *testing.T) {
 	}
 }
 
+// Host directory mounts are binds after shellbox's own, read-only as asked,
+// rprivate and non-recursive under either runtime.
+func TestTranslateMounts(t *testing.T) {
+	for _, rt := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		_, hc := translate(testSpec(t, sandbox.WithRuntime(rt), sandbox.WithMounts(
+			sandbox.Mount{Source: "/srv/data", Target: "/data", ReadOnly: true},
+			sandbox.Mount{Source: "/srv/scratch", Target: "/scratch"},
+		)))
+		if len(hc.Mounts) != 4 {
+			t.Fatalf("%s: mounts %+v", rt, hc.Mounts)
+		}
+		want := []mount.Mount{
+			{Type: "bind", Source: "/srv/data", Target: "/data", ReadOnly: true,
+				BindOptions: &mount.BindOptions{Propagation: "rprivate", NonRecursive: true}},
+			{Type: "bind", Source: "/srv/scratch", Target: "/scratch", ReadOnly: false,
+				BindOptions: &mount.BindOptions{Propagation: "rprivate", NonRecursive: true}},
+		}
+		for i, w := range want {
+			g := hc.Mounts[2+i]
+			if g.Type != w.Type || g.Source != w.Source || g.Target != w.Target || g.ReadOnly != w.ReadOnly ||
+				g.BindOptions == nil || *g.BindOptions != *w.BindOptions {
+				t.Errorf("%s: mount %d = %+v (bind %+v), want %+v", rt, i, g, g.BindOptions, w)
+			}
+		}
+	}
+}
+
 func TestContainerName(t *testing.T) {
 	valid := regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 	names := map[string]bool{}

@@ -108,10 +108,11 @@ func (b *LocalBackend) Sessions(_ context.Context, tenant string) ([]server.Sess
 	return out, nil
 }
 
-// CreateSession implements server.Backend. Images are not supported.
+// CreateSession implements server.Backend. Images, runtimes and mounts are
+// not supported.
 func (b *LocalBackend) CreateSession(_ context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
-	if opts.Image != "" || opts.Runtime != "" {
-		return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend has no images or runtimes")
+	if opts.Image != "" || opts.Runtime != "" || opts.Mounts != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend has no images, runtimes or mounts")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

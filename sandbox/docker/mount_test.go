@@ -1,0 +1,151 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// hostDir makes a host directory a sandbox user can reach (t.TempDir's
+// parents are 0700), owned by uid:gid, removed when the test ends.
+func hostDir(t *testing.T, uid, gid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "sbxmnt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+// TestMounts: a sandbox sees its host directory mounts; a read-only one
+// cannot be written (EROFS), a read-write one can, and the host sees the
+// write. A restarted server's Manager adopts the sandbox with its mounts.
+func TestMounts(t *testing.T) {
+	runtimes(t, func(t *testing.T, runtime string) {
+		e := newEnv(t, runtime)
+		// World-writable on the host: only the mount's read-only flag can
+		// stop a write (and gVisor checks permissions before EROFS).
+		ro := hostDir(t, 0, 0)
+		if err := os.Chmod(ro, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ro, "hello"), []byte("from the host\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// A filesystem mounted below the source on the host does not come
+		// along (the bind is not recursive): it would not be read-only.
+		sub := filepath.Join(ro, "sub")
+		if err := os.Mkdir(sub, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		subMounted := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m,mode=0777") == nil
+		if subMounted {
+			t.Cleanup(func() { unix.Unmount(sub, unix.MNT_DETACH) })
+			if err := os.WriteFile(filepath.Join(sub, "below"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			t.Log("cannot mount a tmpfs here (not root?): the non-recursive bind is not checked")
+		}
+		rw := hostDir(t, 1000, 1000)
+		spec := e.spec("mounts", sandbox.WithMounts(
+			sandbox.Mount{Source: ro, Target: "/data", ReadOnly: true},
+			sandbox.Mount{Source: rw, Target: "/srv/scratch"},
+		))
+		sb := e.ensure(spec)
+		want := []sandbox.Mount{{Source: ro, Target: "/data", ReadOnly: true}, {Source: rw, Target: "/srv/scratch"}}
+		if !slices.Equal(sb.Mounts, want) {
+			t.Errorf("Sandbox.Mounts = %+v, want %+v", sb.Mounts, want)
+		}
+
+		if r := e.run(sb, 1000, "cat /data/hello", 30*time.Second); r.Stdout != "from the host\n" || r.ExitCode != 0 {
+			t.Errorf("read: %+v", r)
+		}
+		for _, uid := range []int{1000, 0} {
+			r := e.run(sb, uid, "echo x > /data/new", 30*time.Second)
+			if r.ExitCode == 0 || !strings.Contains(r.Stderr, "Read-only file system") {
+				t.Errorf("write to the read-only mount as uid %d: %+v", uid, r)
+			}
+		}
+		if subMounted {
+			r := e.run(sb, 1000, "test -e /data/sub/below && echo visible; touch /data/sub/x 2>/dev/null && echo written; true", 30*time.Second)
+			if _, err := os.Lstat(filepath.Join(sub, "x")); r.Stdout != "" || !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the host's submount: %+v (the host's sub/x: %v)", r, err)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(ro, "new")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the read-only mount was written: %v", err)
+		}
+		if r := e.run(sb, 1000, "echo written > /srv/scratch/out && cat /srv/scratch/out", 30*time.Second); r.Stdout != "written\n" || r.ExitCode != 0 {
+			t.Errorf("write to the read-write mount: %+v", r)
+		}
+		if b, err := os.ReadFile(filepath.Join(rw, "out")); err != nil || string(b) != "written\n" {
+			t.Errorf("the host sees %q, %v", b, err)
+		}
+
+		// A new Manager (a restarted server) adopts the same container, and
+		// with it the mounts.
+		m2, err := sandbox.NewManager(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := m2.Adopt(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again, err := m2.Ensure(ctx, spec)
+		if err != nil || again.ID != sb.ID {
+			t.Fatalf("Ensure after Adopt: %s, %v; want %s", again.ID, err, sb.ID)
+		}
+		if r := e.run(again, 1000, "cat /data/hello /srv/scratch/out", 30*time.Second); r.Stdout != "from the host\nwritten\n" {
+			t.Errorf("after adoption: %+v", r)
+		}
+		list, err := e.rt.List(ctx, e.owner)
+		if err != nil || len(list) != 1 || !slices.Equal(list[0].Mounts, want) || !slices.Equal(again.Mounts, want) {
+			t.Errorf("listed %+v (%v), adopted %+v; want mounts %+v", list, err, again.Mounts, want)
+		}
+	})
+}
+
+// TestMountSourceErrors: a source that is missing or not a directory when
+// the sandbox is created is refused before the engine is asked.
+func TestMountSourceErrors(t *testing.T) {
+	e := newEnv(t, sandbox.RuntimeRunc)
+	dir := hostDir(t, 0, 0)
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for src, want := range map[string]string{
+		filepath.Join(dir, "missing"): "no such file or directory",
+		file:                          "is not a directory",
+	} {
+		_, err := e.m.Ensure(context.Background(), e.spec("badmount", sandbox.WithMounts(sandbox.Mount{Source: src, Target: "/data", ReadOnly: true})))
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("source %s: %v, want ErrInvalid with %q", src, err, want)
+		}
+	}
+	if list, _ := e.rt.List(context.Background(), e.owner); len(list) != 0 {
+		t.Errorf("left behind: %+v", list)
+	}
+}

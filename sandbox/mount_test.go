@@ -1,0 +1,128 @@
+package sandbox_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+func TestWithMounts(t *testing.T) {
+	mounts := []sandbox.Mount{{Source: "/srv/data", Target: "/data", ReadOnly: true}, {Source: "/srv/cache", Target: "/cache"}}
+	s := complete(t, sandbox.WithMounts(mounts...))
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	mounts[0].Target = "/changed"
+	if len(s.Mounts) != 2 || s.Mounts[0].Target != "/data" || !s.Mounts[0].ReadOnly || s.Mounts[1].ReadOnly {
+		t.Errorf("Mounts = %+v", s.Mounts)
+	}
+	c := s.Clone()
+	c.Mounts[1].Target = "/x"
+	if s.Mounts[1].Target != "/cache" {
+		t.Error("Clone shares Mounts")
+	}
+}
+
+// Every bad mount is refused with ErrInvalid, naming the mount and why.
+func TestWithMountsErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		mounts []sandbox.Mount
+		want   string
+	}{
+		{"relative source", []sandbox.Mount{{Source: "srv", Target: "/d"}}, `mounts: [0]: source "srv" must be an absolute, clean host path`},
+		{"unclean source", []sandbox.Mount{{Source: "/srv/../etc", Target: "/d"}}, `source "/srv/../etc" must be an absolute, clean host path`},
+		{"relative target", []sandbox.Mount{{Source: "/srv", Target: "d"}}, `mounts: [0]: target "d" must be an absolute path`},
+		{"unclean target", []sandbox.Mount{{Source: "/srv", Target: "/d/../e"}}, `target "/d/../e" is not clean (/e)`},
+		{"root", []sandbox.Mount{{Source: "/srv", Target: "/"}}, `target "/" overlaps /.shellbox`},
+		{"workspace", []sandbox.Mount{{Source: "/srv", Target: "/workspace"}}, `target "/workspace" overlaps /workspace, which shellbox or the engine manages`},
+		{"below workspace", []sandbox.Mount{{Source: "/srv", Target: "/workspace/data"}}, "overlaps /workspace"},
+		{"tmp", []sandbox.Mount{{Source: "/srv", Target: "/tmp/x"}}, "overlaps /tmp"},
+		{"agent", []sandbox.Mount{{Source: "/srv", Target: "/.shellbox"}}, "overlaps /.shellbox"},
+		{"above host dir", []sandbox.Mount{{Source: "/srv", Target: "/run"}}, "overlaps /run/shellbox"},
+		{"below host dir", []sandbox.Mount{{Source: "/srv", Target: "/run/shellbox/spill"}}, "overlaps /run/shellbox"},
+		{"proc", []sandbox.Mount{{Source: "/srv", Target: "/proc/sys"}}, "overlaps /proc"},
+		{"sys", []sandbox.Mount{{Source: "/srv", Target: "/sys"}}, "overlaps /sys"},
+		{"dev", []sandbox.Mount{{Source: "/srv", Target: "/dev/shm"}}, "overlaps /dev"},
+		{"etc", []sandbox.Mount{{Source: "/srv", Target: "/etc"}}, "overlaps /etc/hosts"},
+		{"overlap", []sandbox.Mount{{Source: "/a", Target: "/data"}, {Source: "/b", Target: "/data/b"}}, "mounts: [1]: target /data/b overlaps the target /data of mounts[0]"},
+		{"same target", []sandbox.Mount{{Source: "/a", Target: "/data"}, {Source: "/b", Target: "/data"}}, "target /data overlaps the target /data"},
+		{"too many", make([]sandbox.Mount, sandbox.MaxMounts+1), "mounts: 33 mounts: at most 32"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := sandbox.NewSpec("acme", "s-1", sandbox.WithMounts(c.mounts...))
+			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v\nwant %s", err, c.want)
+			}
+		})
+	}
+	// Validate applies the same checks to a Spec built by hand.
+	s := complete(t)
+	s.Mounts = []sandbox.Mount{{Source: "/srv", Target: "/workspace"}}
+	if err := s.Validate(); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "overlaps /workspace") {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+// A mount may not bring shellbox's session state into a sandbox: the
+// session's host dir, or the directory of every session's (other
+// sandboxes' agent sockets).
+func TestMountSourceNotSessionState(t *testing.T) {
+	for _, src := range []string{"/var/lib/shellbox", "/var/lib/shellbox/sessions", "/var/lib/shellbox/sessions/beta",
+		"/var/lib/shellbox/sessions/acme/s-1/spill", "/"} {
+		s := complete(t, sandbox.WithMounts(sandbox.Mount{Source: src, Target: "/data"}))
+		if err := s.Validate(); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "shellbox's session state") {
+			t.Errorf("source %s: %v", src, err)
+		}
+	}
+	s := complete(t, sandbox.WithMounts(sandbox.Mount{Source: "/var/lib/shellbox-data", Target: "/data"}))
+	if err := s.Validate(); err != nil {
+		t.Errorf("a neighbour of the state dir: %v", err)
+	}
+}
+
+// On the host, a source must be an existing directory, still the resolved
+// path it was when allowed.
+func TestCheckMountSources(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	file := filepath.Join(dir, "file")
+	link := filepath.Join(dir, "link")
+	os.Mkdir(data, 0o755)
+	os.WriteFile(file, nil, 0o644)
+	if err := os.Symlink(data, link); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	hostDir := filepath.Join(state, "sessions", "acme", "s-1")
+	os.MkdirAll(hostDir, 0o755)
+	stateLink := filepath.Join(dir, "statelink")
+	os.Symlink(state, stateLink)
+
+	check := func(src string) error {
+		s := complete(t, sandbox.WithMounts(sandbox.Mount{Source: src, Target: "/data"}))
+		s.HostDir = filepath.Join(stateLink, "sessions", "acme", "s-1")
+		return s.CheckMountSources()
+	}
+	if err := check(data); err != nil {
+		t.Errorf("a directory: %v", err)
+	}
+	for src, want := range map[string]string{
+		filepath.Join(dir, "missing"):    "no such file or directory",
+		file:                             "is not a directory",
+		link:                             "now resolves to " + data,
+		filepath.Join(state, "sessions"): "shellbox's session state",
+	} {
+		if err := check(src); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("source %s: %v, want %q", src, err, want)
+		}
+	}
+}
