@@ -101,8 +101,8 @@ type Proxy struct {
 type waiter struct {
 	target     string
 	credential string
-	claimed atomic.Bool // by a poll (which then sends on verdict) or by the waiter giving up
-	verdict chan relayed
+	claimed    atomic.Bool // by a poll (which then sends on verdict) or by the waiter giving up
+	verdict    chan relayed
 }
 
 // relayed is what a poll hands the waiting client: the tunnel on OK, or the
