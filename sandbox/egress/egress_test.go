@@ -33,7 +33,7 @@ type rig struct {
 	relayDone chan error
 }
 
-func newRig(t *testing.T, pcfg ProxyConfig, allow ...string) *rig {
+func newRig(t testing.TB, pcfg ProxyConfig, allow ...string) *rig {
 	t.Helper()
 	a, err := NewAllowlist(allow)
 	if err != nil {
@@ -73,7 +73,7 @@ func newRig(t *testing.T, pcfg ProxyConfig, allow ...string) *rig {
 }
 
 // startRelay runs a relay until the test ends (or stopRelay).
-func (r *rig) startRelay(t *testing.T, cfg RelayConfig) {
+func (r *rig) startRelay(t testing.TB, cfg RelayConfig) {
 	t.Helper()
 	cfg.Socket = r.socket
 	if cfg.Check == nil {
@@ -142,7 +142,7 @@ func (r *rig) raw(t *testing.T, head string) (status, shellboxErr, body string) 
 	return resp.Status, resp.Header.Get("Shellbox-Error"), string(b)
 }
 
-func hostPort(t *testing.T, rawURL string) string {
+func hostPort(t testing.TB, rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
