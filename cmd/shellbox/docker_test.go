@@ -48,7 +48,7 @@ func TestDockerRestartSurvival(t *testing.T) {
 	owner := dockertest.Owner(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: acme
+tenant: %s
 session: restart
 docker:
   stateDir: %s
@@ -56,7 +56,7 @@ docker:
   image: %s
   labels:
     %s: "1"
-`, state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
+`, dockerTenant, state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
 
 	run := func(args ...string) (string, int) {
 		t.Helper()
@@ -66,7 +66,7 @@ docker:
 		}
 		return out, code
 	}
-	t.Cleanup(func() { run("sessions", "rm", "--tenant", "acme", "restart") })
+	t.Cleanup(func() { run("sessions", "rm", "--tenant", dockerTenant, "restart") })
 
 	out, code := run("call", "bash", `{"command":"for i in 1 2 3; do echo tick $i; sleep 1; done; exit 3","description":"tick three times","run_in_background":true}`)
 	m := regexp.MustCompile(`^started background task (\S+)$`).FindStringSubmatch(out)
@@ -112,10 +112,10 @@ docker:
 	}
 
 	out, _ = run("sessions", "ls")
-	if !regexp.MustCompile(`(?m)^acme\s+restart\s+runc\s+running`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(dockerTenant) + `\s+restart\s+runc\s+running`).MatchString(out) {
 		t.Errorf("sessions ls: %q", out)
 	}
-	if out, code = run("sessions", "rm", "--tenant", "acme", "restart"); code != 0 || out != "removed acme/restart" {
+	if out, code = run("sessions", "rm", "--tenant", dockerTenant, "restart"); code != 0 || out != "removed "+dockerTenant+"/restart" {
 		t.Errorf("sessions rm: %q (exit %d)", out, code)
 	}
 	if out, _ = run("sessions", "ls"); strings.Contains(out, "restart") {
@@ -133,7 +133,8 @@ func TestDockerPolicySandbox(t *testing.T) {
 	pols := t.TempDir()
 	data := mountDir(t, 0)
 	os.WriteFile(filepath.Join(data, "hello"), []byte("mounted\n"), 0o644)
-	os.WriteFile(filepath.Join(pols, "polt.yaml"), []byte(fmt.Sprintf(`default: allow
+	polt := dockertest.Tenant("polt")
+	os.WriteFile(filepath.Join(pols, polt+".yaml"), []byte(fmt.Sprintf(`default: allow
 env: {GREETING: hi}
 sandbox:
   images: [%s]
@@ -144,7 +145,7 @@ limits: {sessions: 1}
 `, dockertest.Image, data)), 0o644)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: polt
+tenant: %s
 policies:
   dir: %s
 audit:
@@ -155,12 +156,12 @@ docker:
   image: %s
   labels:
     %s: "1"
-`, pols, filepath.Join(t.TempDir(), "audit.log"), state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
+`, polt, pols, filepath.Join(t.TempDir(), "audit.log"), state, owner, dockertest.Image, dockertest.LabelTest)), 0o644)
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
 		return runBinary(t, bin, cfg, args...)
 	}
-	t.Cleanup(func() { run("sessions", "rm", "--tenant", "polt", "p1") })
+	t.Cleanup(func() { run("sessions", "rm", "--tenant", polt, "p1") })
 
 	if out, errs, code := run("call", "--session", "p1", "bash", `{"command":"id -u","description":"show uid"}`); out != "1234" || code != 0 {
 		t.Fatalf("id -u: %q %q (exit %d)", out, errs, code)
@@ -169,14 +170,19 @@ docker:
 		t.Errorf("the policy's mount and env: %q %q (exit %d)", out, errs, code)
 	}
 	if out, _, code := run("call", "--session", "p2", "bash", `{"command":"true","description":"second session"}`); code != 1 ||
-		!strings.Contains(out, "session limit reached: limits.sessions = 1 (policy polt)") {
+		!strings.Contains(out, "session limit reached: limits.sessions = 1 (policy "+polt+")") {
 		t.Errorf("second session: %q (exit %d)", out, code)
 	}
 	if _, errs, code := run("call", "--session", "p1", "--runtime", "runsc", "bash", `{"command":"true","description":"x"}`); code != 2 ||
-		!strings.Contains(errs, "runtime runsc is not allowed by policy polt (sandbox.runtime: runc)") {
+		!strings.Contains(errs, "runtime runsc is not allowed by policy "+polt+" (sandbox.runtime: runc)") {
 		t.Errorf("runtime: %q (exit %d)", errs, code)
 	}
 }
+
+// dockerTenant is the tenant of this test process's sandboxes: container
+// names derive from tenant and session, so test processes sharing an
+// engine (two packages, two checkouts) must not share a tenant.
+var dockerTenant = dockertest.Tenant("acme")
 
 // requireEngine gates a test on the Docker engine (skip, or fail under
 // CI=true), removes what crashed runs left, and builds the test image once

@@ -56,9 +56,9 @@ func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) 
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
 			e, err := sandboxed.New(sandboxed.Config{
 				Manager: m,
-				Tenant:  "acme",
+				Tenant:  dockerTenant,
 				Spec: func(session string) (sandbox.Spec, error) {
-					return sandbox.NewSpec("acme", session, sandbox.WithImage(dockertest.Image), sandbox.WithRuntime(sandbox.RuntimeRunc),
+					return sandbox.NewSpec(dockerTenant, session, sandbox.WithImage(dockertest.Image), sandbox.WithRuntime(sandbox.RuntimeRunc),
 						sandbox.WithLabels(dockertest.Labels()), sandbox.WithAgent(agent), sandbox.WithSpillSize(256*sandbox.MiB))
 				},
 				Limits: lim,
@@ -75,7 +75,7 @@ func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			e.(*sandboxed.Executor).Forget(session)
-			m.Remove(ctx, "acme", session)
+			m.Remove(ctx, dockerTenant, session)
 		},
 		Transport: transport,
 		Skip:      skip,
@@ -181,9 +181,9 @@ docker:
 server:
   shutdownTimeout: 30s
   tenants:
-    acme:
+    %s:
       tokens: [%q]
-`, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, server.HashToken(testToken))), 0o644)
+`, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
 
 	first := startServeProcess(t, bin, cfg)
 	ctx := context.Background()
@@ -208,7 +208,7 @@ server:
 			return
 		}
 		defer rt.Close()
-		if sb, err := rt.Get(ctx, "acme", "restart"); err == nil {
+		if sb, err := rt.Get(ctx, dockerTenant, "restart"); err == nil {
 			rt.Remove(ctx, sb.ID)
 		}
 	})

@@ -57,13 +57,13 @@ func TestServeEgress(t *testing.T) {
 	allowed := egressHost(t, "127.0.0.2:0")
 	other := egressHost(t, "127.0.0.3:0")
 	pols := t.TempDir()
-	polFile := filepath.Join(pols, "acme.yaml")
+	polFile := filepath.Join(pols, dockerTenant+".yaml")
 	if err := os.WriteFile(polFile, []byte(egressPolicy(allowed)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: acme
+tenant: %s
 policies:
   dir: %s
 docker:
@@ -74,9 +74,9 @@ docker:
     %s: "1"
 server:
   tenants:
-    acme:
+    %s:
       tokens: [%q]
-`, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, server.HashToken(testToken))), 0o644)
+`, dockerTenant, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -86,7 +86,7 @@ server:
 		}
 		defer rt.Close()
 		for _, s := range []string{"net", "oneshot"} {
-			if sb, err := rt.Get(ctx, "acme", s); err == nil {
+			if sb, err := rt.Get(ctx, dockerTenant, s); err == nil {
 				rt.Remove(ctx, sb.ID)
 			}
 		}
@@ -118,7 +118,7 @@ server:
 	}
 	deny := call("curl -sS -m 30 -D - -o /dev/null http://" + other + "/")
 	if !strings.HasPrefix(deny, "HTTP/1.1 403 Forbidden") ||
-		!strings.Contains(deny, "Shellbox-Error: shellbox: egress to "+other+" is not allowed by policy acme (sandbox.network.allow: "+allowed+")") {
+		!strings.Contains(deny, "Shellbox-Error: shellbox: egress to "+other+" is not allowed by policy "+dockerTenant+" (sandbox.network.allow: "+allowed+")") {
 		t.Fatalf("off the list: %q", deny)
 	}
 
@@ -181,8 +181,8 @@ server:
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`shellbox_egress_connections_total{outcome="allowed",tenant="acme"} 3`,
-		`shellbox_egress_connections_total{outcome="denied",tenant="acme"}`,
+		`shellbox_egress_connections_total{outcome="allowed",tenant="` + dockerTenant + `"} 3`,
+		`shellbox_egress_connections_total{outcome="denied",tenant="` + dockerTenant + `"}`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -36,7 +36,7 @@ func TestServeMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pols := t.TempDir()
-	os.WriteFile(filepath.Join(pols, "acme.yaml"), []byte(fmt.Sprintf(`default: allow
+	os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(fmt.Sprintf(`default: allow
 env:
   GREETING: hello from the policy
 sandbox:
@@ -60,10 +60,10 @@ docker:
     %s: "1"
 server:
   tenants:
-    acme:
+    %s:
       tokens: [%q]
 `, pols, filepath.Join(t.TempDir(), "audit.log"), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image,
-		dockertest.Agent(t), dockertest.LabelTest, server.HashToken(testToken))), 0o644)
+		dockertest.Agent(t), dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -73,7 +73,7 @@ server:
 		}
 		defer rt.Close()
 		for _, s := range []string{"dflt", "req"} {
-			if sb, err := rt.Get(ctx, "acme", s); err == nil {
+			if sb, err := rt.Get(ctx, dockerTenant, s); err == nil {
 				rt.Remove(ctx, sb.ID)
 			}
 		}
@@ -139,10 +139,10 @@ server:
 		status int
 		want   string
 	}{
-		{server.Mount{Source: secret}, 403, "mounts[0]: source " + secret + " is not a directory policy acme allows"},
-		{server.Mount{Source: filepath.Join(data, "out")}, 403, "mounts[0]: source " + data + "/out is not a directory policy acme allows, symlinks resolved"},
-		{server.Mount{Source: data + "/../" + filepath.Base(secret)}, 403, "mounts[0]: source " + data + "/../" + filepath.Base(secret) + " is not a directory policy acme allows"},
-		{server.Mount{Source: data, ReadOnly: &no}, 403, "mounts[0]: " + data + " may only be mounted read-only: policy acme has sandbox.mounts[0]"},
+		{server.Mount{Source: secret}, 403, "mounts[0]: source " + secret + " is not a directory policy " + dockerTenant + " allows"},
+		{server.Mount{Source: filepath.Join(data, "out")}, 403, "mounts[0]: source " + data + "/out is not a directory policy " + dockerTenant + " allows, symlinks resolved"},
+		{server.Mount{Source: data + "/../" + filepath.Base(secret)}, 403, "mounts[0]: source " + data + "/../" + filepath.Base(secret) + " is not a directory policy " + dockerTenant + " allows"},
+		{server.Mount{Source: data, ReadOnly: &no}, 403, "mounts[0]: " + data + " may only be mounted read-only: policy " + dockerTenant + " has sandbox.mounts[0]"},
 		{server.Mount{Source: data, Target: "/workspace/data", ReadOnly: &yes}, 400, `mounts[0]: target "/workspace/data" overlaps /workspace`},
 		{server.Mount{Source: "data"}, 400, `mounts[0]: source "data" must be an absolute host path`},
 	} {
