@@ -172,7 +172,7 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 			Tenant:  name,
 			Spec:    func(session string) (sandbox.Spec, error) { return b.spec(name, session) },
 			Limits:  limits,
-			Egress:  egressRelay(b.log, b.checkEgress, b.observeEgress),
+			Egress:  egressRelay(b.log, b.cfg.Egress, b.checkEgress, b.observeEgress),
 		})
 		if err != nil {
 			return nil, err

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Config is the whole configuration: a file (--config, or shellbox.yaml in
@@ -28,6 +30,32 @@ type Config struct {
 	Server                ServerConfig      `mapstructure:"server"`
 	Policies              PoliciesConfig    `mapstructure:"policies"`
 	Audit                 AuditConfig       `mapstructure:"audit"`
+	Egress                EgressConfig      `mapstructure:"egress"`
+}
+
+// EgressConfig bounds where sandboxes' egress may lead from this host,
+// whatever the policies allow (sandbox/egress).
+type EgressConfig struct {
+	// Blocked are address ranges never dialled for a sandbox, but for an
+	// address a policy's allowlist names literally: checked on the
+	// addresses names resolve to.
+	Blocked []string `mapstructure:"blocked"`
+	// GrantBlocked are refused, with Blocked, to a call granted the
+	// network permission.
+	GrantBlocked []string `mapstructure:"grantBlocked"`
+
+	blocked, grantBlocked egress.Ranges
+}
+
+func (e *EgressConfig) validate() error {
+	var err error
+	if e.blocked, err = egress.ParseRanges(e.Blocked); err != nil {
+		return fmt.Errorf("blocked: %w", err)
+	}
+	if e.grantBlocked, err = egress.ParseRanges(append(slices.Clone(e.Blocked), e.GrantBlocked...)); err != nil {
+		return fmt.Errorf("grantBlocked: %w", err)
+	}
+	return nil
 }
 
 // PoliciesConfig locates the per-tenant policy files.
@@ -89,6 +117,8 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	v.SetDefault("audit::file", stateFile("audit.log"))
 	v.SetDefault("audit::maxBytes", 64<<20)
 	v.SetDefault("audit::maxFiles", 5)
+	v.SetDefault("egress::blocked", egress.HostRanges)
+	v.SetDefault("egress::grantBlocked", egress.PrivateRanges)
 	for k, val := range dockerDefaults() {
 		v.SetDefault(k, val)
 	}
@@ -149,6 +179,9 @@ func loadConfig(flags *pflag.FlagSet, file string) (Config, error) {
 	}
 	if err := c.Server.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: server: %w", err)
+	}
+	if err := c.Egress.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: egress: %w", err)
 	}
 	return c, nil
 }

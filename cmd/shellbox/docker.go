@@ -178,7 +178,7 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 		if w == nil {
 			w = io.Discard
 		}
-		scfg.Egress = egressRelay(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		scfg.Egress = egressRelay(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), cfg.Egress,
 			func(_, target string) error { return pol.CheckEgress(target) }, nil)
 	}
 	ex, err := sandboxed.New(scfg)

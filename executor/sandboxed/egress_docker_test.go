@@ -57,14 +57,19 @@ func egressOn(t *testing.T, runtime string) {
 		t.Fatal(err)
 	}
 	var outcomes atomic.Int64
-	relay := func(ctx context.Context, sb sandbox.Sandbox, granted func(string) bool) {
+	relay := func(ctx context.Context, sb sandbox.Sandbox, granted func(string) (context.Context, bool)) {
 		r, err := egress.NewRelay(egress.RelayConfig{
 			Socket: sb.SocketPath,
-			Check: func(c egress.Conn) error {
-				if !list.Allows(c.Target) && !granted(c.Credential) {
-					return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow: %s)", c.Target, allowed)
+			// The hosts are on the host's loopback: no address ranges are
+			// refused here (cmd/shellbox's relay refuses them).
+			Check: func(c egress.Conn) (egress.Decision, error) {
+				if until, ok := granted(c.Credential); ok {
+					return egress.Decision{Until: until}, nil
 				}
-				return nil
+				if !list.Allows(c.Target) {
+					return egress.Decision{}, fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow: %s)", c.Target, allowed)
+				}
+				return egress.Decision{}, nil
 			},
 			Observe: func(string, egress.Outcome) { outcomes.Add(1) },
 		})
@@ -149,6 +154,33 @@ func egressOn(t *testing.T, runtime string) {
 	}
 	if n := deniedHits.Load(); n != 2 {
 		t.Errorf("the other host saw %d requests, want 2 (the granted ones)", n)
+	}
+
+	// Another process of the sandbox that steals a granted call's
+	// credential keeps nothing once the call ends: its tunnel is closed.
+	thief := call(t, ts, "net", tools.ToolBash, bash(`while [ ! -s /tmp/cred ]; do sleep 0.1; done
+auth=$(printf 'shellbox:%s' "$(cat /tmp/cred)" | base64 -w0)
+exec 3<>/dev/tcp/127.0.0.1/3128
+printf 'CONNECT `+denied+` HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic %s\r\n\r\n' "$auth" >&3
+printf 'GET /stolen-during HTTP/1.1\r\nHost: x\r\n\r\n' >&3
+timeout 2 cat <&3
+touch /tmp/thief-ready
+while [ ! -e /tmp/call-ended ]; do sleep 0.1; done
+printf 'GET /stolen-after HTTP/1.1\r\nHost: x\r\n\r\n' >&3 2>/dev/null
+timeout 5 cat <&3
+echo "thief done"`, "run_in_background", true))
+	thiefID := thief.Value.(*tools.Background).TaskID
+	res = call(t, ts, "net", tools.ToolBash, bash(`p=${HTTPS_PROXY#http://shellbox:}; echo "${p%@*}" > /tmp/cred
+while [ ! -e /tmp/thief-ready ]; do sleep 0.1; done; echo granted call ends`,
+		"sandbox_permissions", []string{"network"}, "justification", "be robbed"))
+	if res.Text != "granted call ends" {
+		t.Fatalf("robbed call: %q", res.Text)
+	}
+	run(`touch /tmp/call-ended`)
+	waitTask(t, ts, "net", thiefID)
+	loot := call(t, ts, "net", tools.ToolBashOutput, map[string]any{"task_id": thiefID}).Text
+	if !strings.Contains(loot, "hello from the host /stolen-during") || strings.Contains(loot, "stolen-after") || !strings.Contains(loot, "thief done") {
+		t.Errorf("the thief's tunnel outlived the grant:\n%s", loot)
 	}
 
 	// A sandbox without egress: no variables, no proxy.

@@ -75,11 +75,12 @@ type Config struct {
 	// has no relay: its connections are refused.
 	//
 	// granted reports whether a connection's credential belongs to a call
-	// of the sandbox's session that runs with PermissionNetwork: such a
-	// call's commands get a proxy URL with a credential of their own, valid
-	// until the call (or background task) ends. What the credential allows
-	// is the hook's decision.
-	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) bool)
+	// of the sandbox's session that runs with PermissionNetwork, and if so
+	// returns a context that ends with the call (or background task): such
+	// a call's commands get a proxy URL with a credential of their own.
+	// What the credential allows, and that its tunnels end with the
+	// context, is the hook's to enforce.
+	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
 }
 
 // PermissionNetwork is the sandbox permission (a call's
@@ -94,14 +95,22 @@ type Executor struct {
 	mu     sync.Mutex
 	agents map[string]*conn // session → live connection
 
-	// life bounds the watchers of background tasks holding a network grant;
-	// Close ends it.
+	// life bounds the executor's goroutines (egress relays, watchers of
+	// background tasks holding a network grant); Close ends it and waits for
+	// them. closed (under mu) stops new ones.
 	life   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	closed bool
 
 	grantMu sync.Mutex
-	grants  map[string]map[string]bool // session → credentials in force
+	grants  map[string]map[string]grant // session → credential → grant in force
+}
+
+// grant is a call's network grant: in force until its context ends.
+type grant struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // conn is a live connection to a session's agent, and the relay of its
@@ -150,7 +159,7 @@ func New(cfg Config) (*Executor, error) {
 		cfg.BaseEnv = []string{"PATH=" + DefaultPath, "HOME=" + cfg.Root, "LANG=C.UTF-8"}
 	}
 	life, cancel := context.WithCancel(context.Background())
-	return &Executor{cfg: cfg, agents: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]bool{}}, nil
+	return &Executor{cfg: cfg, agents: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]grant{}}, nil
 }
 
 // DialAgent dials the agent socket of sb (agentapi protocol, with its
@@ -202,7 +211,9 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 		return executor.Result{}, err
 	}
 	spec, release := e.withEgress(a, spec)
-	defer release()
+	if release != nil {
+		defer release()
+	}
 	res, err := a.Run(ctx, spec)
 	if err != nil && ctx.Err() != nil {
 		return executor.Result{}, executor.Aborted()
@@ -266,13 +277,15 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 		release()
 		return nil, e.check(spec.Session, a, err)
 	}
-	// A network grant lasts as long as the task.
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer release()
-		t.Wait(e.life)
-	}()
+	if release != nil {
+		// A network grant lasts as long as the task (or this executor).
+		if !e.spawn(func() {
+			defer release()
+			t.Wait(e.life)
+		}) {
+			release()
+		}
+	}
 	return t, nil
 }
 
@@ -368,6 +381,9 @@ func (e *Executor) connected(session string) bool {
 // Close closes the connections. Sandboxes and their tasks stay: they belong
 // to the Manager, and a later process re-adopts them.
 func (e *Executor) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
 	e.cancel()
 	e.mu.Lock()
 	for s, a := range e.agents {
@@ -469,23 +485,43 @@ func classified(err error) bool {
 
 // connect wraps a new connection to sb's agent and starts the relay of its
 // egress, for as long as the connection is kept.
+// The caller holds e.mu.
 func (e *Executor) connect(ag Agent, sb sandbox.Sandbox) *conn {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(e.life)
 	c := &conn{Agent: ag, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
-	if c.egress && e.cfg.Egress != nil {
+	if c.egress && e.cfg.Egress != nil && !e.closed {
 		session := sb.Session
-		go e.cfg.Egress(ctx, sb, func(credential string) bool { return e.granted(session, credential) })
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.cfg.Egress(ctx, sb, func(credential string) (context.Context, bool) { return e.granted(session, credential) })
+		}()
 	}
 	return c
 }
 
+// spawn runs fn in a goroutine Close waits for; false (fn not run) once the
+// executor is closed.
+func (e *Executor) spawn(fn func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		fn()
+	}()
+	return true
+}
+
 // withEgress points the command's HTTP clients at the sandbox's egress
 // proxy, if it has one, with a credential of the call's own when the call
-// holds PermissionNetwork; release ends the credential.
+// holds PermissionNetwork; release, nil without a credential, ends it.
 func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, release func()) {
-	release = func() {}
 	if !c.egress {
-		return spec, release
+		return spec, nil
 	}
 	credential := ""
 	if slices.Contains(spec.Permissions, PermissionNetwork) {
@@ -514,29 +550,37 @@ func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, rel
 }
 
 func (e *Executor) grant(session, credential string) {
+	ctx, cancel := context.WithCancel(e.life)
 	e.grantMu.Lock()
 	defer e.grantMu.Unlock()
 	if e.grants[session] == nil {
-		e.grants[session] = map[string]bool{}
+		e.grants[session] = map[string]grant{}
 	}
-	e.grants[session][credential] = true
+	e.grants[session][credential] = grant{ctx: ctx, cancel: cancel}
 }
 
+// revoke ends a grant: its context ends, and with it the tunnels the relay
+// opened for it.
 func (e *Executor) revoke(session, credential string) {
 	e.grantMu.Lock()
 	defer e.grantMu.Unlock()
-	delete(e.grants[session], credential)
+	if g, ok := e.grants[session][credential]; ok {
+		g.cancel()
+		delete(e.grants[session], credential)
+	}
 	if len(e.grants[session]) == 0 {
 		delete(e.grants, session)
 	}
 }
 
-// granted reports whether credential is one of session's calls' in force.
-func (e *Executor) granted(session, credential string) bool {
+// granted returns the context of session's grant named by credential, ok
+// false when there is none in force.
+func (e *Executor) granted(session, credential string) (context.Context, bool) {
 	if credential == "" {
-		return false
+		return nil, false
 	}
 	e.grantMu.Lock()
 	defer e.grantMu.Unlock()
-	return e.grants[session][credential]
+	g, ok := e.grants[session][credential]
+	return g.ctx, ok
 }

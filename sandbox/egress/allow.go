@@ -26,6 +26,7 @@ type Allowlist struct {
 
 type entry struct {
 	host     string // lower case, no trailing dot; an address in netip's form
+	addr     bool   // host is an address
 	wildcard bool   // host is a domain: match names strictly under it
 	port     int    // 0: any port
 }
@@ -54,7 +55,7 @@ func parseEntry(s string) (entry, error) {
 		if a.Zone() != "" {
 			return entry{}, fmt.Errorf("%q: an address with a zone cannot be allowed", s)
 		}
-		e.host = a.Unmap().String()
+		e.host, e.addr = a.Unmap().String(), true
 		return e, nil
 	}
 	if rest, ok := strings.CutPrefix(host, "*."); ok {
@@ -62,7 +63,7 @@ func parseEntry(s string) (entry, error) {
 	}
 	h, ok := normalName(host)
 	if !ok {
-		return entry{}, fmt.Errorf("%q: %q is not a host name (letters, digits, - and . only; a wildcard only as a leading *.)", s, host)
+		return entry{}, fmt.Errorf("%q: %q is not a host name (letters, digits, - and . only, not all digits in the last label; a wildcard only as a leading *.; an IPv4 address in dotted decimal)", s, host)
 	}
 	e.host = h
 	return e, nil
@@ -112,10 +113,8 @@ func (a *Allowlist) Allows(target string) bool {
 			continue
 		}
 		switch {
-		case isAddr:
-			if !e.wildcard && e.host == host {
-				return true
-			}
+		case isAddr != e.addr:
+			// A name never allows an address, nor an address a name.
 		case e.wildcard:
 			if strings.HasSuffix(host, "."+e.host) {
 				return true
@@ -128,10 +127,17 @@ func (a *Allowlist) Allows(target string) bool {
 }
 
 // normalName lower-cases a DNS name and drops one trailing dot; ok is false
-// for anything that is not letters, digits, '-', '_' and non-empty labels.
+// for anything that is not letters, digits, '-', '_' and non-empty labels,
+// and for a name whose last label is all digits: resolvers read "127.1",
+// "2130706433" or "10.0.0.7." as addresses, which an allowlist of names
+// must not let through.
 func normalName(h string) (string, bool) {
 	h = strings.TrimSuffix(strings.ToLower(h), ".")
 	if h == "" || len(h) > 253 {
+		return "", false
+	}
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
 		return "", false
 	}
 	for label := range strings.SplitSeq(h, ".") {
@@ -145,4 +151,15 @@ func normalName(h string) (string, bool) {
 		}
 	}
 	return h, true
+}
+
+// IsAddress reports whether a target's host (host:port) is an IP address,
+// as an allowlist entry naming an address would match it.
+func IsAddress(target string) bool {
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return false
+	}
+	_, err = netip.ParseAddr(host)
+	return err == nil
 }

@@ -48,6 +48,10 @@ func TestAllowlist(t *testing.T) {
 		{"pypi mirror.internal:443", false},
 		{"[10.0.0.7]:5432", true}, // brackets are only syntax
 		{"a.corp.example%0a:443", false},
+		{"10.0.0.7.:5432", false}, // a name, not the address
+		{"127.1:5432", false},     // numeric forms resolvers take for addresses
+		{"2130706433:5432", false},
+		{"0x7f.1:5432", false},
 	} {
 		if got := a.Allows(c.target); got != c.want {
 			t.Errorf("Allows(%q) = %v, want %v", c.target, got, c.want)
@@ -72,6 +76,9 @@ func TestAllowlistEntries(t *testing.T) {
 		{"*:443", "is not a host name"},
 		{"[fe80::1%eth0]:443", "zone"},
 		{"example..com:443", "is not a host name"},
+		{"127.1:80", "is not a host name"},
+		{"2130706433:80", "is not a host name"},
+		{"mirror.0x7f:80", "is not a host name"},
 		{"example.com:443", ""},
 		{"*.example.com:*", ""},
 		{"[::1]:8080", ""},

@@ -54,8 +54,19 @@
 //
 // # Bounds
 //
-// Request heads are read under a deadline and a size limit; the proxy holds
-// at most MaxConns client connections and MaxPending of them waiting for a
-// relay (a connection waits RelayWait at most); a Relay holds at most
-// MaxTunnels tunnels. Copies use fixed buffers.
+// Both ends distrust the other side of the socket: the agent runs in the
+// sandbox. Client request heads and destinations, and the relay's poll
+// answers, are read under deadlines and size limits; the proxy holds at
+// most MaxConns client connections and MaxPending of them waiting for a
+// relay (a connection waits RelayWait at most, and one that gave up holds no
+// place); a Relay holds at most MaxTunnels tunnels, backs off from an agent
+// that answers nonsense, and logs at most a line a second. Copies use fixed
+// buffers.
+//
+// # What a connection may reach
+//
+// The relay's Check returns a Decision: Addr vets every address the dial
+// would connect to, after names resolve on the server's host (so an
+// allowlisted name cannot lead to the server's loopback or a metadata
+// service), and Until ends the tunnel with the grant it was allowed under.
 package egress

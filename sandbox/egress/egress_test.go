@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -77,11 +79,11 @@ func (r *rig) startRelay(t testing.TB, cfg RelayConfig) {
 	t.Helper()
 	cfg.Socket = r.socket
 	if cfg.Check == nil {
-		cfg.Check = func(c Conn) error {
+		cfg.Check = func(c Conn) (Decision, error) {
 			if !r.allow.Allows(c.Target) && c.Credential != "granted" {
-				return fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow)", c.Target)
+				return Decision{}, fmt.Errorf("shellbox: egress to %s is not allowed by policy test (sandbox.network.allow)", c.Target)
 			}
-			return nil
+			return Decision{}, nil
 		}
 	}
 	cfg.Observe = func(target string, o Outcome) {
@@ -260,24 +262,37 @@ func TestNoRelay(t *testing.T) {
 		t.Errorf("the refusal took %s", time.Since(start))
 	}
 
-	// With one waiting already, the next is refused at once.
-	first := make(chan string, 1)
-	go func() {
-		s, _, _ := r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
-		first <- s
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// A connection that gave up holds no place: the next one waits again.
+	status, hdr, _ = r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status != "503 Service Unavailable" || !strings.Contains(hdr, "no relay answered") {
+		t.Errorf("after a connection gave up: %s %q", status, hdr)
+	}
+}
+
+// TestPendingBound: with MaxPending connections waiting, one more is refused
+// at once.
+func TestPendingBound(t *testing.T) {
+	r := newRig(t, ProxyConfig{RelayWait: 3 * time.Second, MaxPending: 1}, "x.example:443")
+	for attempt := 0; ; attempt++ {
+		first := make(chan string, 1)
+		go func() {
+			s, _, _ := r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+			first <- s
+		}()
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
 		s, h, _ := r.raw(t, "CONNECT y.example:443 HTTP/1.1\r\nHost: y\r\n\r\n")
-		if strings.Contains(h, "1 connections are waiting") {
-			break
+		d := time.Since(start)
+		<-first
+		if strings.Contains(h, "1 connections are waiting for the server already") {
+			if d > 2*time.Second {
+				t.Errorf("the refusal took %s", d)
+			}
+			return
 		}
-		if time.Now().After(deadline) {
+		if attempt == 5 {
 			t.Fatalf("never refused for the pending bound: last %s %q", s, h)
 		}
-	}
-	if s := <-first; s != "503 Service Unavailable" {
-		t.Errorf("first: %s", s)
 	}
 }
 
@@ -439,7 +454,7 @@ func TestNoProxy(t *testing.T) {
 	hs := &http.Server{Handler: http.NotFoundHandler()}
 	go hs.Serve(ul)
 	defer hs.Close()
-	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(Conn) error { return nil }})
+	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(Conn) (Decision, error) { return Decision{}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +466,7 @@ func TestNoProxy(t *testing.T) {
 }
 
 func TestRelayConfig(t *testing.T) {
-	if _, err := NewRelay(RelayConfig{Check: func(Conn) error { return nil }}); err == nil {
+	if _, err := NewRelay(RelayConfig{Check: func(Conn) (Decision, error) { return Decision{}, nil }}); err == nil {
 		t.Error("no socket: no error")
 	}
 	if _, err := NewRelay(RelayConfig{Socket: "/x"}); err == nil {
@@ -513,5 +528,244 @@ func TestCredential(t *testing.T) {
 		if ValidCredential(s) != want {
 			t.Errorf("ValidCredential(%q) != %v", s, want)
 		}
+	}
+}
+
+// TestNoPipelining: a request pipelined after the first on a plain http://
+// connection (meant for another host, say) never reaches the first's
+// destination, even one that ignores Connection: close.
+func TestNoPipelining(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			seen <- "first: " + err.Error()
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		// Keep reading as a server that ignores Connection: close would.
+		rest, _ := io.ReadAll(br)
+		seen <- string(rest)
+	}()
+	target := l.Addr().String()
+	r := newRig(t, ProxyConfig{}, target)
+	r.startRelay(t, RelayConfig{})
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET http://%s/one HTTP/1.1\r\nHost: %s\r\n\r\nGET http://other.example/secret HTTP/1.1\r\nHost: other.example\r\nAuthorization: Bearer for-other\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first response: %v %v", resp, err)
+	}
+	c.Close()
+	select {
+	case rest := <-seen:
+		if rest != "" {
+			t.Errorf("the destination received more than the first request: %q", rest)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the destination's connection was not closed after the client's")
+	}
+}
+
+// TestDecisionAddr: the decision vets the addresses a name resolves to, so
+// an allowed name that points at a refused range is refused (403, naming
+// the range), and never dialled.
+func TestDecisionAddr(t *testing.T) {
+	hits := 0
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer origin.Close()
+	_, port, _ := net.SplitHostPort(hostPort(t, origin.URL))
+	target := net.JoinHostPort("localhost", port)
+	r := newRig(t, ProxyConfig{}, target)
+	host := MustRanges(HostRanges)
+	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
+		if !r.allow.Allows(c.Target) {
+			return Decision{}, errors.New("not on the list")
+		}
+		return Decision{Addr: host.Refuse}, nil
+	}})
+	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	if status != "403 Forbidden" || !strings.Contains(hdr, "shellbox: egress to "+target+" is not allowed: address 127.0.0.1 is in 127.0.0.0/8, a range shellbox never relays to (the server host's loopback)") &&
+		!strings.Contains(hdr, "address ::1 is in ::1/128") {
+		t.Errorf("a name resolving to loopback: %s %q", status, hdr)
+	}
+	if hits != 0 {
+		t.Errorf("the origin was reached %d times", hits)
+	}
+	if got := r.outcomesSeen(); len(got) != 1 || got[0] != "denied "+target {
+		t.Errorf("outcomes %q", got)
+	}
+}
+
+// TestDecisionUntil: a tunnel ends when its decision's Until does (a grant
+// revoked), and a connection whose grant has already ended is refused.
+func TestDecisionUntil(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }() // echo
+		}
+	}()
+	target := l.Addr().String()
+	grant, revoke := context.WithCancel(context.Background())
+	r := newRig(t, ProxyConfig{})
+	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
+		if c.Credential != "granted" {
+			return Decision{}, errors.New("no grant")
+		}
+		return Decision{Until: grant}, nil
+	}})
+	auth := "Proxy-Authorization: Basic c2hlbGxib3g6Z3JhbnRlZA==\r\n" // shellbox:granted
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n%s\r\n", target, auth)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	io.WriteString(c, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo through the tunnel: %q %v", line, err)
+	}
+	revoke()
+	io.WriteString(c, "after\n")
+	if rest, err := io.ReadAll(br); strings.Contains(string(rest), "after") {
+		t.Fatalf("the tunnel outlived its grant: %q %v", rest, err)
+	}
+	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n"+auth+"\r\n")
+	if status != "403 Forbidden" || !strings.Contains(hdr, "the grant this connection names has ended") {
+		t.Errorf("after the grant ended: %s %q", status, hdr)
+	}
+}
+
+func TestRanges(t *testing.T) {
+	r, err := ParseRanges([]string{"10.0.0.0/8", "192.0.2.7", "fd00::/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a, want := range map[string]string{
+		"10.1.2.3":        "address 10.1.2.3 is in 10.0.0.0/8, a range shellbox never relays to (a private network)",
+		"::ffff:10.1.2.3": "address 10.1.2.3 is in 10.0.0.0/8",
+		"192.0.2.7":       "address 192.0.2.7 is in 192.0.2.7",
+		"192.0.2.8":       "",
+		"fd00::1":         "is in fd00::/8",
+		"2001:db8::1":     "",
+		"100.64.0.1":      "",
+		"11.0.0.1":        "",
+	} {
+		err := r.Refuse(netip.MustParseAddr(a))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Refuse(%s) = %v, want %q", a, err, want)
+		}
+	}
+	if _, err := ParseRanges([]string{"10.0.0.0/33"}); err == nil || !strings.Contains(err.Error(), `entry 0: "10.0.0.0/33" is not an address range`) {
+		t.Errorf("bad range: %v", err)
+	}
+	def := MustRanges(HostRanges, PrivateRanges)
+	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "fd12::1"} {
+		if def.Refuse(netip.MustParseAddr(a)) == nil {
+			t.Errorf("the defaults let %s through", a)
+		}
+	}
+	if err := def.Refuse(netip.MustParseAddr("93.184.216.34")); err != nil {
+		t.Errorf("a public address: %v", err)
+	}
+}
+
+// fakeAgent serves handle on a unix socket, one call per connection, and
+// counts the connections.
+func fakeAgent(t *testing.T, handle func(net.Conn)) (socket string, conns *atomic.Int64) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket = filepath.Join(dir, "agent.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	conns = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() { defer c.Close(); handle(c) }()
+		}
+	}()
+	return socket, conns
+}
+
+// TestRelayAgentMisbehaves: an agent answering errors is polled with
+// backoff, not in a loop; one streaming an endless answer head is cut off
+// at the poll's bound.
+func TestRelayAgentMisbehaves(t *testing.T) {
+	run := func(socket string, d time.Duration) {
+		rl, err := NewRelay(RelayConfig{Socket: socket, Check: func(Conn) (Decision, error) { return Decision{}, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		if err := rl.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	socket, conns := fakeAgent(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nbad\n")
+	})
+	run(socket, 2*time.Second)
+	if n := conns.Load(); n > 60 {
+		t.Errorf("%d connections in 2 s to an agent answering 500: no backoff", n)
+	}
+
+	var written atomic.Int64
+	socket, _ = fakeAgent(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n"+TargetHeader+": ")
+		chunk := []byte(strings.Repeat("a", 4096))
+		for written.Load() < 64<<20 {
+			n, err := c.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	run(socket, 2*time.Second)
+	if n := written.Load(); n >= 64<<20 {
+		t.Errorf("the relay read %d bytes of one answer head", n)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +68,9 @@ const (
 	verdictTimeout = 60 * time.Second
 	// maxVerdictBytes bounds the verdict line.
 	maxVerdictBytes = 4 << 10
+	// maxTargetBytes bounds a destination, host:port: a DNS name is at most
+	// 253 bytes.
+	maxTargetBytes = 261
 )
 
 // ProxyConfig configures a Proxy. Zero values take the defaults.
@@ -93,7 +95,7 @@ type ProxyConfig struct {
 // socket's POST /v1/egress.
 type Proxy struct {
 	cfg     ProxyConfig
-	pending chan *waiter
+	pending queue
 	conns   chan struct{} // a slot per client connection held
 }
 
@@ -101,7 +103,6 @@ type Proxy struct {
 type waiter struct {
 	target     string
 	credential string
-	claimed    atomic.Bool // by a poll (which then sends on verdict) or by the waiter giving up
 	verdict    chan relayed
 }
 
@@ -131,7 +132,7 @@ func NewProxy(cfg ProxyConfig) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = log.New(io.Discard, "", 0)
 	}
-	return &Proxy{cfg: cfg, pending: make(chan *waiter, cfg.MaxPending), conns: make(chan struct{}, cfg.MaxConns)}
+	return &Proxy{cfg: cfg, pending: queue{max: cfg.MaxPending, ready: make(chan struct{}, 1)}, conns: make(chan struct{}, cfg.MaxConns)}
 }
 
 // Serve accepts client connections on l until ctx ends or l fails, then
@@ -194,9 +195,7 @@ func (p *Proxy) client(c net.Conn) {
 		return
 	}
 	w := &waiter{target: target, credential: credentialOf(req), verdict: make(chan relayed, 1)}
-	select {
-	case p.pending <- w:
-	default:
+	if !p.pending.push(w) {
 		refuse(c, http.StatusServiceUnavailable, fmt.Sprintf("shellbox egress proxy: %d connections are waiting for the server already", p.cfg.MaxPending))
 		return
 	}
@@ -206,7 +205,7 @@ func (p *Proxy) client(c net.Conn) {
 	case r = <-w.verdict:
 		timer.Stop()
 	case <-timer.C:
-		if w.claimed.CompareAndSwap(false, true) {
+		if p.pending.remove(w) {
 			refuse(c, http.StatusServiceUnavailable, fmt.Sprintf("shellbox egress proxy: no relay answered within %s (is the shellbox server running?)", p.cfg.RelayWait))
 			return
 		}
@@ -222,18 +221,27 @@ func (p *Proxy) client(c net.Conn) {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return
 		}
-	} else {
-		// Forward the request in origin form, without the proxy's headers,
-		// and end the connection after its answer: the next request on it
-		// may be for another destination.
-		req.Header.Del("Proxy-Connection")
-		req.Header.Del("Proxy-Authorization")
-		req.Close = true
-		if err := req.Write(r.tunnel); err != nil {
-			return
-		}
+		splice(c, br, r.tunnel, r.rd)
+		return
 	}
-	splice(c, br, r.tunnel, r.rd)
+	// Forward the request in origin form, without the proxy's headers, and
+	// nothing after it: a client may pipeline a next request, meant for
+	// another destination (Go's Transport reuses proxy connections across
+	// hosts), which must not reach this one. The answer flows back until
+	// the destination or the client closes.
+	req.Header.Del("Proxy-Connection")
+	req.Header.Del("Proxy-Authorization")
+	req.Close = true
+	if err := req.Write(r.tunnel); err != nil {
+		return
+	}
+	go func() {
+		io.Copy(io.Discard, br)
+		// The client is done: so is the tunnel.
+		r.tunnel.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	io.CopyBuffer(c, r.rd, buf)
 }
 
 // targetOf returns the host:port a proxy request is for: CONNECT's
@@ -241,7 +249,10 @@ func (p *Proxy) client(c net.Conn) {
 func targetOf(req *http.Request) (string, error) {
 	if req.Method == http.MethodConnect {
 		if _, _, err := net.SplitHostPort(req.Host); err != nil {
-			return "", fmt.Errorf("CONNECT %q: want host:port", req.Host)
+			return "", fmt.Errorf("CONNECT %q: want host:port", clip(req.Host))
+		}
+		if len(req.Host) > maxTargetBytes {
+			return "", fmt.Errorf("CONNECT %s: destination over %d bytes", clip(req.Host), maxTargetBytes)
 		}
 		return req.Host, nil
 	}
@@ -257,6 +268,9 @@ func targetOf(req *http.Request) (string, error) {
 	}
 	if req.URL.Hostname() == "" {
 		return "", fmt.Errorf("%s: no host", clip(req.URL.Redacted()))
+	}
+	if len(host) > maxTargetBytes {
+		return "", fmt.Errorf("%s: destination over %d bytes", clip(host), maxTargetBytes)
 	}
 	return host, nil
 }
@@ -303,16 +317,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer timer.Stop()
 	var wt *waiter
 	for wt == nil {
+		if wt = p.pending.pop(); wt != nil {
+			break
+		}
 		select {
 		case <-r.Context().Done():
 			return
 		case <-timer.C:
 			w.WriteHeader(http.StatusNoContent)
 			return
-		case cand := <-p.pending:
-			if cand.claimed.CompareAndSwap(false, true) {
-				wt = cand
-			}
+		case <-p.pending.ready:
 		}
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -439,4 +453,65 @@ func copyHalf(dst net.Conn, src io.Reader) {
 	}
 	// An error on either side: the tunnel is broken both ways.
 	dst.Close()
+}
+
+// queue holds the connections waiting for a relay, oldest first, at most
+// max. A connection that gives up takes itself out, so it never holds a
+// place it no longer needs.
+type queue struct {
+	max   int
+	ready chan struct{} // a token when the queue may be non-empty
+
+	mu    sync.Mutex
+	items []*waiter
+}
+
+// push appends w; false when the queue is full.
+func (q *queue) push(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) >= q.max {
+		return false
+	}
+	q.items = append(q.items, w)
+	q.signal()
+	return true
+}
+
+// pop takes the oldest waiter, nil when there is none.
+func (q *queue) pop() *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	w := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	if len(q.items) > 0 {
+		// Another poll may take the next one.
+		q.signal()
+	}
+	return w
+}
+
+// remove takes w out; false when a poll has taken it already.
+func (q *queue) remove(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, x := range q.items {
+		if x == w {
+			q.items = append(q.items[:i], q.items[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// signal leaves a token for a waiting poll; callers hold mu.
+func (q *queue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
 }

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shellbox/shellbox/executor/agentapi"
@@ -21,7 +23,7 @@ type Outcome string
 
 const (
 	Allowed Outcome = "allowed" // checked, dialled, tunnelled
-	Denied  Outcome = "denied"  // the check refused the destination
+	Denied  Outcome = "denied"  // the check refused the destination, or an address it resolved to
 	Failed  Outcome = "failed"  // allowed, but the dial failed
 )
 
@@ -39,19 +41,29 @@ type Conn struct {
 	Credential string
 }
 
+// Decision is a check's answer for a connection it allows.
+type Decision struct {
+	// Addr vets every address the dial would connect to (a name's, after
+	// resolution on this host, so a name cannot smuggle in an address the
+	// check would refuse): an error refuses the connection (403, with the
+	// error's text). Nil allows any.
+	Addr func(netip.Addr) error
+	// Until, if set, bounds the tunnel: it is closed when Until is done (a
+	// grant that ended).
+	Until context.Context
+}
+
 // RelayConfig configures a Relay. Socket and Check are required.
 type RelayConfig struct {
 	// Socket is the agent's socket path (in the session's host directory).
 	Socket string
-	// Check decides a connection: nil allows it; an error refuses it, and
-	// its text is what the client reads (403, in the body and the
-	// Shellbox-Error header). It is called for every connection, so a policy
-	// reload applies to the next one.
-	Check func(c Conn) error
-	// Dial connects to an allowed destination (default: a net.Dialer with
-	// DialTimeout, resolving names on this host).
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// DialTimeout bounds a dial (default 10s).
+	// Check decides a connection: an error refuses it, and its text is what
+	// the client reads (403, in the body and the Shellbox-Error header). It
+	// is called for every connection, so a policy reload applies to the
+	// next one.
+	Check func(c Conn) (Decision, error)
+	// DialTimeout bounds a dial (default 10s). Names are resolved on this
+	// host.
 	DialTimeout time.Duration
 	// Pollers is how many polls wait on the agent at once (default 2): how
 	// many connections can be taken at the same instant.
@@ -61,14 +73,27 @@ type RelayConfig struct {
 	MaxTunnels int
 	// Observe, if set, hears each connection's outcome (for metrics).
 	Observe func(target string, o Outcome)
-	// Logger hears refusals and failures (default: discard).
+	// Logger hears refusals and failures, at most about one line a second
+	// (default: discard).
 	Logger *slog.Logger
 }
 
-// Relay is the host end of a sandbox's egress: see the package doc.
+// Bounds of what the relay reads from the agent: the agent runs inside the
+// sandbox and is not trusted to be well-behaved.
+const (
+	// maxPollHead bounds one poll's answer head.
+	maxPollHead = 16 << 10
+	// pollDeadline bounds waiting for one poll's answer (the agent answers
+	// 204 after its PollTimeout, 50 s by default).
+	pollDeadline = 5 * time.Minute
+)
+
+// Relay is the host end of a sandbox's egress: see the package doc. A Relay
+// runs once.
 type Relay struct {
 	cfg  RelayConfig
 	slot chan struct{}
+	logs logLimiter
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // polls and tunnels, closed when Run's ctx ends
@@ -85,10 +110,6 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
-	if cfg.Dial == nil {
-		d := &net.Dialer{Timeout: cfg.DialTimeout}
-		cfg.Dial = d.DialContext
-	}
 	if cfg.Pollers <= 0 {
 		cfg.Pollers = 2
 	}
@@ -101,14 +122,15 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{cfg: cfg, slot: make(chan struct{}, cfg.MaxTunnels), conns: map[net.Conn]struct{}{}}, nil
+	return &Relay{cfg: cfg, slot: make(chan struct{}, cfg.MaxTunnels), conns: map[net.Conn]struct{}{},
+		logs: logLimiter{log: cfg.Logger, every: time.Second}}, nil
 }
 
 // Run relays until ctx ends, then closes every poll and tunnel it holds and
 // returns nil once they are gone. It returns ErrNoProxy (wrapped) at once
-// when the agent has no proxy. An agent it cannot reach (a sandbox starting
-// or dying) is retried with backoff: the owner of ctx decides when the
-// sandbox is gone.
+// when the agent has no proxy. An agent it cannot reach or that answers
+// nonsense (a sandbox starting or dying, an agent of another version) is
+// retried with backoff: the owner of ctx decides when the sandbox is gone.
 func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -139,54 +161,57 @@ func (r *Relay) Run(ctx context.Context) error {
 // a client is handed over, starts the tunnel, and goes again.
 func (r *Relay) poll(ctx context.Context, wg *sync.WaitGroup) error {
 	var (
-		conn    net.Conn
-		br      *bufio.Reader
+		ac      *agentConn
 		backoff = 50 * time.Millisecond
 	)
 	defer func() {
-		if conn != nil {
-			r.drop(conn)
+		if ac != nil {
+			r.drop(ac.Conn)
 		}
 	}()
+	// pause waits out the backoff after a failure; false when ctx ended.
+	pause := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		return true
+	}
 	for {
 		select {
 		case r.slot <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		var (
-			target Conn
-			err    error
-		)
-		for target.Target == "" {
-			if conn == nil {
-				conn, err = r.dialAgent(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						<-r.slot
-						return nil
-					}
+		var c Conn
+		for c.Target == "" {
+			var err error
+			if ac == nil {
+				if ac, err = r.dialAgent(ctx); err != nil {
 					r.cfg.Logger.Debug("egress relay: agent unreachable", "socket", r.cfg.Socket, "err", err)
-					select {
-					case <-ctx.Done():
+					if ctx.Err() != nil || !pause() {
 						<-r.slot
 						return nil
-					case <-time.After(backoff):
 					}
-					backoff = min(2*backoff, 2*time.Second)
 					continue
 				}
-				br = bufio.NewReaderSize(conn, 4096)
 			}
-			target, err = r.request(conn, br)
+			c, err = r.request(ac)
 			if err != nil {
-				r.drop(conn)
-				conn = nil
+				r.drop(ac.Conn)
+				ac = nil
 				if errors.Is(err, ErrNoProxy) {
 					<-r.slot
 					return err
 				}
 				if ctx.Err() != nil {
+					<-r.slot
+					return nil
+				}
+				r.logs.warn("egress relay: poll failed", "socket", r.cfg.Socket, "err", err)
+				if !pause() {
 					<-r.slot
 					return nil
 				}
@@ -196,18 +221,26 @@ func (r *Relay) poll(ctx context.Context, wg *sync.WaitGroup) error {
 		}
 		// The connection is the tunnel's now; the slot is released when it
 		// ends.
-		tc, tr := conn, br
-		conn, br = nil, nil
+		tunnel := ac
+		ac = nil
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-r.slot }()
-			r.tunnel(ctx, target, tc, tr)
+			r.tunnel(ctx, c, tunnel)
 		}()
 	}
 }
 
-func (r *Relay) dialAgent(ctx context.Context) (net.Conn, error) {
+// agentConn is a connection to the agent's socket; lr bounds what a poll's
+// answer may make the relay read.
+type agentConn struct {
+	net.Conn
+	lr *io.LimitedReader
+	br *bufio.Reader
+}
+
+func (r *Relay) dialAgent(ctx context.Context) (*agentConn, error) {
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -219,7 +252,8 @@ func (r *Relay) dialAgent(ctx context.Context) (net.Conn, error) {
 		c.Close()
 		return nil, ctx.Err()
 	}
-	return c, nil
+	lr := &io.LimitedReader{R: c}
+	return &agentConn{Conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096)}, nil
 }
 
 // pollRequest is the long poll, byte for byte.
@@ -227,13 +261,19 @@ var pollRequest = "POST /v1/egress HTTP/1.1\r\nHost: agent\r\n" + agentapi.Heade
 	"\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\nContent-Length: 0\r\n\r\n"
 
 // request sends one poll and returns the connection it was handed, or a
-// zero Conn when the poll timed out (204; conn stays usable).
-func (r *Relay) request(conn net.Conn, br *bufio.Reader) (Conn, error) {
-	if _, err := io.WriteString(conn, pollRequest); err != nil {
+// zero Conn when the poll timed out (204; the agent connection stays
+// usable). The answer is read under pollDeadline and maxPollHead.
+func (r *Relay) request(ac *agentConn) (Conn, error) {
+	if _, err := io.WriteString(ac, pollRequest); err != nil {
 		return Conn{}, err
 	}
-	resp, err := http.ReadResponse(br, nil)
+	ac.lr.N = maxPollHead
+	ac.SetReadDeadline(time.Now().Add(pollDeadline))
+	resp, err := http.ReadResponse(ac.br, nil)
 	if err != nil {
+		if ac.lr.N <= 0 {
+			return Conn{}, fmt.Errorf("egress poll: the agent's answer is over %d bytes", maxPollHead)
+		}
 		return Conn{}, err
 	}
 	switch resp.StatusCode {
@@ -242,12 +282,15 @@ func (r *Relay) request(conn net.Conn, br *bufio.Reader) (Conn, error) {
 		return Conn{}, nil
 	case http.StatusSwitchingProtocols:
 		c := Conn{Target: resp.Header.Get(TargetHeader), Credential: resp.Header.Get(CredentialHeader)}
-		if c.Target == "" {
-			return Conn{}, fmt.Errorf("agent switched protocols without a %s header", TargetHeader)
+		if c.Target == "" || len(c.Target) > maxTargetBytes {
+			return Conn{}, fmt.Errorf("egress poll: agent switched protocols without a valid %s header", TargetHeader)
 		}
 		if c.Credential != "" && !ValidCredential(c.Credential) {
 			c.Credential = ""
 		}
+		// The tunnel's bytes are not the poll's: unbounded from here.
+		ac.lr.N = 1<<63 - 1
+		ac.SetReadDeadline(time.Time{})
 		return c, nil
 	case http.StatusNotFound:
 		resp.Body.Close()
@@ -259,29 +302,60 @@ func (r *Relay) request(conn net.Conn, br *bufio.Reader) (Conn, error) {
 	}
 }
 
+// errBlocked marks a dial refused for an address the Decision refused.
+type errBlocked struct{ err error }
+
+func (e errBlocked) Error() string { return e.err.Error() }
+
 // tunnel decides one connection, dials it and splices until either side
-// closes or ctx ends.
-func (r *Relay) tunnel(ctx context.Context, c Conn, agent net.Conn, ar *bufio.Reader) {
+// closes, ctx ends or the decision's Until does.
+func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
+	defer r.drop(agent.Conn)
 	target := c.Target
-	defer r.drop(agent)
 	verdict := func(line string) bool {
 		agent.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		_, err := io.WriteString(agent, line+"\n")
 		agent.SetWriteDeadline(time.Time{})
 		return err == nil
 	}
-	if err := r.cfg.Check(c); err != nil {
+	deny := func(reason string) {
 		r.observe(target, Denied)
-		r.cfg.Logger.Info("egress denied", "target", target, "reason", err.Error())
-		verdict("DENY " + oneLine(err.Error()))
+		r.logs.info("egress denied", "target", clip(target), "reason", clip(reason))
+		verdict("DENY " + oneLine(reason))
+	}
+	d, err := r.cfg.Check(c)
+	if err != nil {
+		deny(err.Error())
 		return
 	}
+	if d.Until != nil && d.Until.Err() != nil {
+		deny(fmt.Sprintf("shellbox: egress to %s: the grant this connection names has ended", target))
+		return
+	}
+	dialer := &net.Dialer{Timeout: r.cfg.DialTimeout}
+	if d.Addr != nil {
+		dialer.Control = func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return errBlocked{fmt.Errorf("shellbox: egress to %s: unexpected address %q", target, address)}
+			}
+			if err := d.Addr(ap.Addr().Unmap()); err != nil {
+				return errBlocked{fmt.Errorf("shellbox: egress to %s is not allowed: %w", target, err)}
+			}
+			return nil
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
-	out, err := r.cfg.Dial(dctx, "tcp", target)
+	out, err := dialer.DialContext(dctx, "tcp", target)
 	cancel()
 	if err != nil {
+		var blocked errBlocked
+		if errors.As(err, &blocked) {
+			deny(blocked.Error())
+			return
+		}
 		r.observe(target, Failed)
-		r.cfg.Logger.Info("egress dial failed", "target", target, "err", err.Error())
+		r.logs.info("egress dial failed", "target", clip(target), "err", err.Error())
 		verdict(fmt.Sprintf("FAIL shellbox egress: cannot reach %s: %s", target, oneLine(err.Error())))
 		return
 	}
@@ -290,11 +364,18 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent net.Conn, ar *bufio.Re
 		return
 	}
 	defer r.drop(out)
+	if d.Until != nil {
+		stop := context.AfterFunc(d.Until, func() {
+			out.Close()
+			agent.Close()
+		})
+		defer stop()
+	}
 	r.observe(target, Allowed)
 	if !verdict("OK") {
 		return
 	}
-	splice(agent, ar, out, out)
+	splice(agent.Conn, agent.br, out, out)
 }
 
 func (r *Relay) observe(target string, o Outcome) {
@@ -333,4 +414,37 @@ func (r *Relay) closeAll() {
 	for c := range conns {
 		c.Close()
 	}
+}
+
+// logLimiter logs at most one line per every; the lines it drops are
+// counted in the next one. Sandboxed code decides how often connections are
+// refused, not how much the server logs.
+type logLimiter struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (l *logLimiter) info(msg string, args ...any) { l.emit(slog.LevelInfo, msg, args) }
+func (l *logLimiter) warn(msg string, args ...any) { l.emit(slog.LevelWarn, msg, args) }
+
+func (l *logLimiter) emit(level slog.Level, msg string, args []any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < l.every {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.last = now
+	n := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.log.Log(context.Background(), level, msg, args...)
 }
