@@ -176,7 +176,7 @@ func (a *analyzer) add(sc simpleCommand) error {
 		sc.name = path.Base(sc.Argv[0])
 	}
 	if sc.pwsh {
-		sc.fold = strings.ToLower(sc.name)
+		sc.fold = pwshFold(sc.name)
 	}
 	a.cmds = append(a.cmds, sc)
 	return nil

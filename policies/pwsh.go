@@ -48,7 +48,7 @@ const (
 )
 
 func (s *pwshSession) define(name, target string) error {
-	k := strings.ToLower(name)
+	k := pwshFold(name)
 	if s.aliases == nil {
 		s.aliases = map[string][]string{}
 	}
@@ -57,7 +57,7 @@ func (s *pwshSession) define(name, target string) error {
 		return fmt.Errorf("%w: more than %d aliases defined", errTooComplex, maxPwshAliases)
 	}
 	for _, t := range ts {
-		if strings.EqualFold(t, target) {
+		if pwshFold(t) == pwshFold(target) {
 			return nil
 		}
 	}
@@ -421,7 +421,7 @@ func (p *pwshParser) keyword() (string, int) {
 	if r, _ := p.at(i); !pwshForceStart(r) {
 		return "", 0
 	}
-	return strings.ToLower(p.src[p.pos:i]), i
+	return pwshFold(p.src[p.pos:i]), i
 }
 
 // keywordStatement reads the statement keyword kw starts, reporting false
@@ -1179,15 +1179,28 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 // runeAfter is the rune n bytes ahead.
 func (p *pwshParser) runeAfter(n int) rune { r, _ := p.at(p.pos + n); return r }
 
-// stopParsing: after --% the rest of the line (up to a newline or a |) goes
-// to the native command as written.
+// stopParsing: after --% the rest of the line goes to the native command as
+// written, up to a newline, or a | or && outside double quotes
+// (GetVerbatimCommandArgument); the program splits it as .NET splits a
+// command line.
 func (p *pwshParser) stopParsing(c *pwCmd) {
 	p.pos += 3
-	start := p.pos
-	for !p.eof() && !isNewline(p.peek()) && p.peek() != '|' {
+	for isPwshSpace(p.peek()) {
 		p.advance()
 	}
-	for _, w := range strings.Fields(p.src[start:p.pos]) {
+	start := p.pos
+	inQuotes := false
+	for !p.eof() {
+		r := p.peek()
+		if isNewline(r) || !inQuotes && (r == '|' || p.hasPrefix("&&")) {
+			break
+		}
+		if isDQ(r) {
+			inQuotes = !inQuotes
+		}
+		p.advance()
+	}
+	for _, w := range splitDotnetArgs(p.src[start:p.pos]) {
 		c.word(w, true)
 		c.elems = append(c.elems, pwElem{vals: []pwArg{{val: w, lit: true, word: true}}})
 	}
@@ -1205,7 +1218,7 @@ func (p *pwshParser) parameter() pwElem {
 			break
 		}
 		if r == ':' {
-			name := strings.ToLower(p.src[nameStart:p.pos])
+			name := pwshFold(p.src[nameStart:p.pos])
 			p.pos += n
 			return pwElem{param: name, colon: true}
 		}
@@ -1216,7 +1229,7 @@ func (p *pwshParser) parameter() pwElem {
 		}
 		p.pos += n
 	}
-	return pwElem{param: strings.ToLower(p.src[nameStart:p.pos])}
+	return pwElem{param: pwshFold(p.src[nameStart:p.pos])}
 }
 
 // argument reads one command argument (command mode).
@@ -1618,7 +1631,7 @@ func (p *pwshParser) varName() string {
 // checkVar: $ExecutionContext reaches the engine (InvokeCommand,
 // InvokeProvider): whatever it is used for is dynamic.
 func (p *pwshParser) checkVar(name string, start int) {
-	n := strings.ToLower(name)
+	n := pwshFold(name)
 	for _, scope := range []string{"global:", "script:", "local:", "private:", "using:"} {
 		n = strings.TrimPrefix(n, scope)
 	}
@@ -1708,7 +1721,7 @@ func (p *pwshParser) expr(allowAssign bool) {
 		p.unary()
 		p.skipSpace(false)
 		if allowAssign && p.assignment() {
-			if lhs := strings.ToLower(strings.TrimLeft(p.src[start:p.pos], "${")); strings.HasPrefix(lhs, "function:") ||
+			if lhs := pwshFold(strings.TrimLeft(p.src[start:p.pos], "${")); strings.HasPrefix(lhs, "function:") ||
 				strings.HasPrefix(lhs, "alias:") {
 				p.dynamicf(start, "assigning to the function: or alias: drive defines a command rules cannot see")
 			}
@@ -1747,7 +1760,7 @@ func (p *pwshParser) dashWord() (string, int) {
 		}
 		i += m
 	}
-	return strings.ToLower(p.src[p.pos+n : i]), i
+	return pwshFold(p.src[p.pos+n : i]), i
 }
 
 // unary reads prefix operators and casts, an operand, and its member
@@ -1786,6 +1799,8 @@ func (p *pwshParser) unary() {
 			if p.err != nil {
 				return
 			}
+			// (No letter of "create" has another form that folds to it:
+			// EqualFold is PowerShell's comparison here.)
 			if isScriptBlockType(name) && len(p.src) > p.pos+len("::create(") &&
 				strings.EqualFold(p.src[p.pos:p.pos+len("::create(")], "::create(") {
 				p.scriptBlockCreate(start)
@@ -1834,7 +1849,7 @@ func (p *pwshParser) castOperand() bool {
 }
 
 func isScriptBlockType(name string) bool {
-	n := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), "system.")
+	n := strings.TrimPrefix(pwshFold(strings.TrimSpace(name)), "system.")
 	return n == "scriptblock" || n == "management.automation.scriptblock"
 }
 
@@ -2024,7 +2039,7 @@ func (p *pwshParser) member(start int) {
 		return
 	}
 	call := p.peek() == '('
-	folded := strings.ToLower(name)
+	folded := pwshFold(name)
 	switch {
 	case !lit && call:
 		p.dynamicf(start, "calls a method named by an expression")

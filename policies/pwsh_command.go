@@ -38,12 +38,12 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 	var out []pwshResolved
 	seen := map[string]bool{}
 	addOne := func(r pwshResolved) {
-		if k := strings.ToLower(r.name); !seen[k] {
+		if k := pwshFold(r.name); !seen[k] {
 			seen[k] = true
 			out = append(out, r)
 		}
 	}
-	if _, isPath := pwshBase(name); !isPath && len(p.sess.aliases[strings.ToLower(name)]) > 0 {
+	if _, isPath := pwshBase(name); !isPath && len(p.sess.aliases[pwshFold(name)]) > 0 {
 		for _, t := range p.aliasTargets(name) {
 			r := one(t)
 			r.note = "alias of " + t
@@ -53,7 +53,7 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 	r := one(name)
 	addOne(r)
 	if _, isPath := pwshBase(name); !isPath && r.note == "" {
-		if g, ok := pwshGetFallback[strings.ToLower("get-"+name)]; ok {
+		if g, ok := pwshGetFallback[pwshFold("get-"+name)]; ok {
 			addOne(pwshResolved{name: g, argv0: g, note: "or " + g, ruleOnly: true})
 		}
 	}
@@ -67,8 +67,8 @@ func (p *pwshParser) aliasTargets(name string) []string {
 	seen := map[string]bool{}
 	var walk func(n string, depth int)
 	walk = func(n string, depth int) {
-		for _, t := range p.sess.aliases[strings.ToLower(n)] {
-			k := strings.ToLower(t)
+		for _, t := range p.sess.aliases[pwshFold(n)] {
+			k := pwshFold(t)
 			if seen[k] {
 				continue
 			}
@@ -127,7 +127,7 @@ func (p *pwshParser) emit(c *pwCmd) {
 
 // run adds sc (a resolution of c) and what it runs.
 func (p *pwshParser) run(sc simpleCommand, c *pwCmd) {
-	switch strings.ToLower(sc.name) {
+	switch pwshFold(sc.name) {
 	case "invoke-expression":
 		p.invokeExpression(sc, c)
 	case "invoke-command":
@@ -186,12 +186,12 @@ func (p *pwshParser) wrapperDynamic(sc simpleCommand, why string) {
 // (New-Item alias:x -Value Remove-Item, Set-Item function:f 'ri x'); a
 // reading cmdlet (Get-*, Test-Path) does not.
 func (p *pwshParser) writesCommandDrive(sc simpleCommand, c *pwCmd) bool {
-	n := strings.ToLower(sc.name)
+	n := pwshFold(sc.name)
 	if strings.HasPrefix(n, "get-") || n == "test-path" {
 		return false
 	}
 	for _, w := range c.words {
-		w = strings.ToLower(w)
+		w = pwshFold(w)
 		if i := strings.Index(w, ":"); i > 0 && strings.HasPrefix(w, "-") {
 			w = w[i+1:] // -Path:alias:x
 		}
@@ -218,8 +218,12 @@ var pwshCommonParams = []pwParam{
 	{[]string{"errorvariable", "ev"}, false, -1}, {[]string{"warningvariable", "wv"}, false, -1},
 	{[]string{"informationvariable", "iv"}, false, -1}, {[]string{"outvariable", "ov"}, false, -1},
 	{[]string{"outbuffer", "ob"}, false, -1}, {[]string{"pipelinevariable", "pv"}, false, -1},
-	{[]string{"whatif", "wi"}, true, -1}, {[]string{"confirm", "cf"}, true, -1},
 }
+
+// pwshShouldProcessParams are the common parameters of cmdlets that support
+// ShouldProcess (Start-Process, Set-Alias, New-Alias; not Invoke-Expression,
+// where -c is -Command).
+var pwshShouldProcessParams = []pwParam{{[]string{"whatif", "wi"}, true, -1}, {[]string{"confirm", "cf"}, true, -1}}
 
 // bindParams binds a command's elements to params (and the common
 // parameters) as PowerShell does: a parameter by its name, an alias, or an
@@ -344,6 +348,7 @@ var startProcessParams = []pwParam{
 	{[]string{"redirectstandardinput", "rsi"}, false, -1}, {[]string{"redirectstandardoutput", "rso"}, false, -1},
 	{[]string{"verb"}, false, -1}, {[]string{"windowstyle"}, false, -1}, {[]string{"wait"}, true, -1},
 	{[]string{"usenewenvironment"}, true, -1}, {[]string{"environment"}, false, -1},
+	pwshShouldProcessParams[0], pwshShouldProcessParams[1],
 }
 
 // startProcess: Start-Process FILE [ARGS] runs FILE (a program or a
@@ -428,7 +433,7 @@ func (p *pwshParser) native(argv []string, lits []bool, via string, start int) {
 var aliasParams = []pwParam{
 	{[]string{"name"}, false, 0}, {[]string{"value"}, false, 1}, {[]string{"description"}, false, -1},
 	{[]string{"option"}, false, -1}, {[]string{"passthru"}, true, -1}, {[]string{"scope"}, false, -1},
-	{[]string{"force"}, true, -1},
+	{[]string{"force"}, true, -1}, pwshShouldProcessParams[0], pwshShouldProcessParams[1],
 }
 
 // setAlias: Set-Alias/New-Alias NAME VALUE. The definition is a command of

@@ -1,6 +1,9 @@
 package policies
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // PowerShell command names, as pwsh 7 on Linux resolves them.
 //
@@ -66,7 +69,7 @@ var pwshGetCmdlets = []string{
 var pwshGetFallback = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range pwshGetCmdlets {
-		m[strings.ToLower(n)] = n
+		m[pwshFold(n)] = n
 	}
 	return m
 }()
@@ -75,7 +78,7 @@ var pwshGetFallback = func() map[string]string {
 // spelling, for explanations.
 var pwshCanonical = func() map[string]string {
 	m := map[string]string{}
-	add := func(n string) { m[strings.ToLower(n)] = n }
+	add := func(n string) { m[pwshFold(n)] = n }
 	for _, t := range pwshAliases {
 		add(t)
 	}
@@ -89,6 +92,19 @@ var pwshCanonical = func() map[string]string {
 	}
 	return m
 }()
+
+// pwshFold folds s for PowerShell's case-insensitive comparisons of names,
+// variables, members, types and parameters: .NET's OrdinalIgnoreCase
+// compares upper-case forms, so ı and ſ match i and s (`rı` is the alias ri).
+// The result is in lower case, as the tables here are.
+func pwshFold(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return strings.ToLower(strings.ToUpper(s))
+		}
+	}
+	return strings.ToLower(s)
+}
 
 // pwshBase is the command name of a path or module-qualified name: the part
 // after the last / or \ (pwsh on Linux accepts both as separators, and
@@ -104,12 +120,12 @@ func pwshBase(name string) (base string, isPath bool) {
 // builtinTarget resolves a built-in alias (through aliases of aliases);
 // ok is false when name is none.
 func builtinTarget(name string) (string, bool) {
-	t, ok := pwshAliases[strings.ToLower(name)]
+	t, ok := pwshAliases[pwshFold(name)]
 	for range 4 {
 		if !ok {
 			break
 		}
-		next, more := pwshAliases[strings.ToLower(t)]
+		next, more := pwshAliases[pwshFold(t)]
 		if !more {
 			break
 		}
@@ -120,7 +136,7 @@ func builtinTarget(name string) (string, bool) {
 
 // canonical is name spelled as PowerShell spells the cmdlet, when known.
 func canonical(name string) string {
-	if c, ok := pwshCanonical[strings.ToLower(name)]; ok {
+	if c, ok := pwshCanonical[pwshFold(name)]; ok {
 		return c
 	}
 	return name
@@ -132,9 +148,9 @@ func canonical(name string) string {
 // in pwsh).
 func pwshRuleKeys(name string) []string {
 	base, _ := pwshBase(name)
-	keys := []string{strings.ToLower(base)}
+	keys := []string{pwshFold(base)}
 	if t, ok := builtinTarget(base); ok {
-		keys = append(keys, strings.ToLower(t))
+		keys = append(keys, pwshFold(t))
 	}
 	return keys
 }
@@ -166,7 +182,7 @@ var pwshDynamicTypePrefixes = []string{
 // dynamicType reports whether the type named name (as written in [...])
 // runs or loads code rules cannot see.
 func dynamicType(name string) bool {
-	n := strings.ToLower(strings.TrimSpace(name))
+	n := pwshFold(strings.TrimSpace(name))
 	n = strings.TrimPrefix(n, "system.")
 	if pwshDynamicTypes[n] {
 		return true

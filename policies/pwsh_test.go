@@ -85,6 +85,11 @@ var pwshCases = []struct {
 	{`& "ri" x`, Deny, "no-delete"},
 	{"Microsoft.PowerShell.Management\\Remove-Item x", Deny, "no-delete"},
 	{"Remove-'Item' x", Deny, "no-delete"},
+	{"rı x", Deny, "no-delete"}, // a dotless ı: .NET folds names by upper case
+	{"Remove-ıtem x", Deny, "no-delete"},
+	{"ıex 'rm -rf /'", Deny, "no-delete"},
+	{"$ExecutıonContext.ınvokeCommand", Ask, "dynamic"},
+	{"[System.Dıagnostics.Process]::Start('rm')", Ask, "dynamic"},
 	{"<# x #>ri x", Deny, "no-delete"},
 
 	// Native rm.
@@ -94,6 +99,8 @@ var pwshCases = []struct {
 	{".'/bin/rm' x", Deny, "no-delete"},
 	{"r'm' x", Deny, "no-delete"},
 	{"rm --% -rf /", Deny, "no-delete"},
+	{"git --% log && ri x", Deny, "no-delete"},
+	{`git --% log "a|b" | ri`, Deny, "no-delete"},
 	{"env rm x", Deny, "no-delete"},
 	{"exec rm -rf /", Deny, "no-delete"},
 
@@ -111,6 +118,9 @@ var pwshCases = []struct {
 	{"iex 'Get-Date'", Allow, "default"},
 	{"iex $x", Ask, "dynamic"},
 	{`Invoke-Expression "Remove-Item x"`, Deny, "no-delete"},
+	{"iex -c 'ri x'", Deny, "no-delete"},
+	{"Invoke-Expression -Command:'ri x'", Deny, "no-delete"},
+	{"iex -Foo 'ri x'", Ask, "dynamic"},
 	{`Invoke-Expression "Remove-Item $x"`, Ask, "dynamic"},
 	{"'ri x' | iex", Ask, "dynamic"},
 	{"iex @'\nri x\n'@", Deny, "no-delete"},

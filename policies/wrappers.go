@@ -198,7 +198,7 @@ func unwrapPwsh(argv []string, lits []bool) inner {
 		if r2, n2 := utf8.DecodeRuneInString(key); key != "" && r2 == r {
 			key = key[n2:]
 		}
-		key = strings.ToLower(key)
+		key = pwshFold(key)
 		kind := byte('f') // an unknown switch: pwsh takes it for the script file
 		for _, s := range pwshSwitches {
 			if len(key) >= len(s.short) && strings.HasPrefix(s.name, key) {
