@@ -40,6 +40,9 @@ type pwshSession struct {
 	// aliases are the literal alias definitions of the script (Set-Alias,
 	// New-Alias): folded name → targets as written.
 	aliases map[string][]string
+	// namespaces are those of `using namespace`: [Process] is
+	// [System.Diagnostics.Process] after `using namespace System.Diagnostics`.
+	namespaces []string
 }
 
 const (
@@ -824,9 +827,9 @@ func (p *pwshParser) enumStatement() {
 	}
 }
 
-// usingStatement: using namespace is a declaration; using module and using
-// assembly load code, like Import-Module: a simple command `using module X`
-// that rules (and the default) decide.
+// usingStatement: using namespace is a declaration (its namespaces name
+// types too); using module and using assembly load code, like Import-Module:
+// a simple command `using module X` that rules (and the default) decide.
 func (p *pwshParser) usingStatement(start int) {
 	p.skipSpace(false)
 	kind, e := p.keyword()
@@ -848,10 +851,16 @@ func (p *pwshParser) usingStatement(start int) {
 		}
 		words = append(words, a.val)
 	}
-	if kind != "namespace" {
-		p.add(simpleCommand{Argv: words, Text: clip(strings.TrimSpace(p.src[start-len("using"):p.pos]), maxTextBytes),
-			Via: p.via, pwsh: true, name: "using"})
+	if kind == "namespace" {
+		for _, ns := range words[2:] {
+			if len(p.sess.namespaces) < maxPwshAliases {
+				p.sess.namespaces = append(p.sess.namespaces, ns)
+			}
+		}
+		return
 	}
+	p.add(simpleCommand{Argv: words, Text: clip(strings.TrimSpace(p.src[start-len("using"):p.pos]), maxTextBytes),
+		Via: p.via, pwsh: true, name: "using"})
 }
 
 // paramList reads the inside of param( ... ) or a function's ( ... ), up to
@@ -1807,7 +1816,7 @@ func (p *pwshParser) unary() {
 				p.postfix(false)
 				return
 			}
-			if dynamicType(name) {
+			if p.dynamicType(name) {
 				p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip(name, 80))
 			}
 			if p.hasPrefix("::") || p.hasPrefix(".") {
@@ -1845,6 +1854,20 @@ func (p *pwshParser) castOperand() bool {
 		}
 	}
 	p.pos = save
+	return false
+}
+
+// dynamicType is dynamicType of name, also as a name in the namespaces of
+// the script's using statements.
+func (p *pwshParser) dynamicType(name string) bool {
+	if dynamicType(name) {
+		return true
+	}
+	for _, ns := range p.sess.namespaces {
+		if dynamicType(ns + "." + name) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -2174,7 +2197,7 @@ func (p *pwshParser) typeName(check bool) string {
 		p.failf("missing a type name")
 		return ""
 	}
-	if check && dynamicType(name) {
+	if check && p.dynamicType(name) {
 		p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip(name, 80))
 	}
 	for p.err == nil && p.step() && p.peek() == '[' {
@@ -2190,7 +2213,7 @@ func (p *pwshParser) typeName(check bool) string {
 		for p.err == nil && p.step() && p.peek() != ']' {
 			if p.peek() == '[' {
 				s := p.pos
-				if n := p.typeLiteral(); dynamicType(n) {
+				if n := p.typeLiteral(); p.dynamicType(n) {
 					p.dynamicf(s, "the .NET type [%s] runs or loads code rules cannot see", clip(n, 80))
 				}
 			} else {

@@ -51,6 +51,13 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 		}
 	}
 	r := one(name)
+	if base, isPath := pwshBase(name); isPath && strings.Contains(name, `\`) {
+		// Module\name may name an alias too; the file it may also be is
+		// the name's last part.
+		if t, ok := builtinTarget(base); ok {
+			addOne(pwshResolved{name: canonical(t), argv0: t, note: "alias of " + t})
+		}
+	}
 	addOne(r)
 	if _, isPath := pwshBase(name); !isPath && r.note == "" {
 		if g, ok := pwshGetFallback[pwshFold("get-"+name)]; ok {
@@ -487,7 +494,7 @@ func (p *pwshParser) newObject(sc simpleCommand, c *pwCmd) {
 		switch {
 		case !lit:
 			p.dynamic(sc, "New-Object of a type that is not a literal")
-		case dynamicType(t):
+		case p.dynamicType(t):
 			p.dynamic(sc, "New-Object "+clip(t, 80)+" runs or loads code rules cannot see")
 		default:
 			p.add(sc)

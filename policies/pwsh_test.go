@@ -145,6 +145,9 @@ var pwshCases = []struct {
 	{"[scriptblock]::Create('ri x').Invoke()", Deny, "no-delete"},
 	{"[scriptblock]::Create($s).Invoke()", Ask, "dynamic"},
 	{"[System.Diagnostics.Process]::Start('rm', '-rf /')", Ask, "dynamic"},
+	{"using namespace System.Diagnostics\n[Process]::Start('rm')", Ask, "dynamic"},
+	{"using namespace System.Diagnostics; New-Object ProcessStartInfo", Ask, "dynamic"},
+	{"Microsoft.PowerShell.Management\\ri x", Deny, "no-delete"},
 	{"Add-Type -TypeDefinition $code", Ask, "dynamic"},
 	{"New-Object -ComObject WScript.Shell", Ask, "dynamic"},
 
