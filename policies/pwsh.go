@@ -2185,9 +2185,9 @@ func (p *pwshParser) typeLiteral() string {
 // brackets. check: judge the name here (a generic argument, a base class).
 func (p *pwshParser) typeName(check bool) string {
 	start := p.pos
-	for !p.eof() {
+	for !p.eof() { // the characters of ScanTypeName
 		r := p.peek()
-		if strings.ContainsRune("[](),={};|&'\"$", r) || isPwshSpace(r) || isNewline(r) {
+		if !(isIdentFollow(r) || strings.ContainsRune(".`_+#\\", r)) {
 			break
 		}
 		p.advance()

@@ -211,6 +211,7 @@ var pwshCases = []struct {
 	{"ri (", Ask, "unparseable"},
 	{"Get-Date < in.txt", Ask, "unparseable"},
 	{"workflow w { }", Ask, "unparseable"},
+	{"[/bin/rm] x", Ask, "unparseable"},
 }
 
 func loadPwshPolicy(t testing.TB) *Policy {
