@@ -78,7 +78,7 @@ func analyzePwsh(command string) ([]simpleCommand, error) {
 	if len(command) > maxCommandBytes {
 		return nil, fmt.Errorf("%w: longer than %d bytes", errTooComplex, maxCommandBytes)
 	}
-	a := &analyzer{}
+	a := &analyzer{cmds: make([]simpleCommand, 0, 4)}
 	if err := a.pwshScript(command, 0, ""); err != nil {
 		return nil, err
 	}

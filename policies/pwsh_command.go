@@ -35,13 +35,14 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 		}
 		return pwshResolved{name: canonical(b), argv0: n}
 	}
-	var out []pwshResolved
-	seen := map[string]bool{}
+	out := make([]pwshResolved, 0, 2)
 	addOne := func(r pwshResolved) {
-		if k := pwshFold(r.name); !seen[k] {
-			seen[k] = true
-			out = append(out, r)
+		for _, o := range out {
+			if o.name == r.name || pwshFold(o.name) == pwshFold(r.name) {
+				return
+			}
 		}
+		out = append(out, r)
 	}
 	if _, isPath := pwshBase(name); !isPath && len(p.sess.aliases[pwshFold(name)]) > 0 {
 		for _, t := range p.aliasTargets(name) {

@@ -120,6 +120,9 @@ func pwshBase(name string) (base string, isPath bool) {
 // builtinTarget resolves a built-in alias (through aliases of aliases);
 // ok is false when name is none.
 func builtinTarget(name string) (string, bool) {
+	if len(name) > 16 { // longer than any alias
+		return "", false
+	}
 	t, ok := pwshAliases[pwshFold(name)]
 	for range 4 {
 		if !ok {
