@@ -124,7 +124,8 @@ func (p *pwshParser) emit(c *pwCmd) {
 		sc.name = r.name
 		sc.Wrapper = r.ruleOnly
 		if r.note != "" {
-			sc.Text = clip(text, maxTextBytes-len(r.note)-3) + " (" + r.note + ")"
+			note := clip(r.note, 60) // an alias target the script defines is any length
+			sc.Text = clip(text, maxTextBytes-len(note)-3) + " (" + note + ")"
 		}
 		p.run(sc, c)
 		if p.err != nil {

@@ -251,8 +251,9 @@ func (p *pwshParser) keywordStatement(kw string, end int) bool {
 		p.pos = end
 		p.enumStatement()
 	case "using":
+		start := p.pos
 		p.pos = end
-		p.usingStatement(end)
+		p.usingStatement(start)
 	case "param":
 		p.pos = end
 		p.skipSpace(true)
@@ -495,6 +496,7 @@ func (p *pwshParser) enumStatement() {
 // usingStatement: using namespace is a declaration (its namespaces name
 // types too); using module and using assembly load code, like Import-Module:
 // a simple command `using module X` that rules (and the default) decide.
+// start is where the statement starts.
 func (p *pwshParser) usingStatement(start int) {
 	p.skipSpace(false)
 	kind, e := p.keyword()
@@ -524,7 +526,7 @@ func (p *pwshParser) usingStatement(start int) {
 		}
 		return
 	}
-	p.add(simpleCommand{Argv: words, Text: clip(strings.TrimSpace(p.src[start-len("using"):p.pos]), maxTextBytes),
+	p.add(simpleCommand{Argv: words, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
 		Via: p.via, pwsh: true, name: "using"})
 }
 

@@ -186,6 +186,8 @@ var pwshCases = []struct {
 	{"New-Alias -Name x -Value Remove-Item", Deny, "no-delete"},
 	{"Set-Alias x iex; x 'ri y'", Deny, "no-delete"},
 	{"Set-Alias x $cmd", Ask, "dynamic"},
+	{"Set-Alias x /" + strings.Repeat("d/", 150) + "rm; x y", Deny, "no-delete"},
+	{"using module ./m.psm1; Get-Date", Allow, "default"},
 	{"Set-Item alias:x Remove-Item", Ask, "dynamic"},
 	{"$function:f = 'ri x'", Ask, "dynamic"},
 
