@@ -750,7 +750,13 @@ type pwCmd struct {
 	lits       []bool
 	elems      []pwElem
 	redirs     []string
+	// slab holds the elements' values: one allocation as it grows rather
+	// than one per argument (a command may have 100000).
+	slab []pwArg
 }
+
+// values is the values of slab from start on, for one element.
+func (c *pwCmd) values(start int) []pwArg { return c.slab[start:len(c.slab):len(c.slab)] }
 
 func (c *pwCmd) word(w string, lit bool) {
 	c.words = append(c.words, w)
@@ -818,9 +824,10 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 			if el.colon {
 				if p.pos < len(p.src) && !pwshForceStart(p.peek()) && !p.atRedirect() {
 					// -Name:value in one word, as a native command gets it.
-					v := p.argument()
-					c.word(w+v.val, v.lit)
-					c.elems = append(c.elems, el, pwElem{vals: []pwArg{v}})
+					c.slab = append(c.slab, p.argument())
+					v := c.values(len(c.slab) - 1)
+					c.word(w+v[0].val, v[0].lit)
+					c.elems = append(c.elems, el, pwElem{vals: v})
 					c.end = p.pos
 					continue
 				}
@@ -828,10 +835,10 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 			c.word(w, true)
 			c.elems = append(c.elems, el)
 		default:
-			el := pwElem{}
+			el, start := pwElem{}, len(c.slab)
 			for p.err == nil && p.step() {
 				a := p.argument()
-				el.vals = append(el.vals, a)
+				c.slab = append(c.slab, a)
 				c.word(a.val, a.lit)
 				save := p.pos
 				p.skipSpace(false)
@@ -842,6 +849,7 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 				p.pos++
 				p.skipSpace(true)
 			}
+			el.vals = c.values(start)
 			if len(el.vals) == 1 && el.vals[0].word && el.vals[0].lit && el.vals[0].val == "--" && p.src[el.vals[0].start] == '-' {
 				el.end = true
 				params = false
@@ -878,7 +886,8 @@ func (p *pwshParser) stopParsing(c *pwCmd) {
 	}
 	for _, w := range splitDotnetArgs(p.src[start:p.pos]) {
 		c.word(w, true)
-		c.elems = append(c.elems, pwElem{vals: []pwArg{{val: w, lit: true, word: true}}})
+		c.slab = append(c.slab, pwArg{val: w, lit: true, word: true})
+		c.elems = append(c.elems, pwElem{vals: c.values(len(c.slab) - 1)})
 	}
 }
 
