@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -165,6 +166,12 @@ func (p *pwshParser) run(sc simpleCommand, c *pwCmd) {
 	default:
 		if p.writesCommandDrive(sc, c) {
 			p.dynamic(sc, "writing to the alias: or function: drive defines a command rules cannot see")
+			return
+		}
+		if n := pwshFold(sc.name); n != "get-variable" && slices.ContainsFunc(c.words, func(w string) bool {
+			return strings.Contains(pwshFold(w), "psnativecommandargumentpassing")
+		}) && (strings.HasSuffix(n, "-variable") || strings.HasSuffix(n, "-item")) {
+			p.dynamic(sc, "setting $PSNativeCommandArgumentPassing changes the arguments native commands get")
 			return
 		}
 		// A native command, a cmdlet, or a function: the bash analysis

@@ -101,10 +101,7 @@ func (p *pwshParser) expr(allowAssign bool) {
 		p.unary()
 		p.skipSpace(false)
 		if allowAssign && p.assignment() {
-			if lhs := pwshFold(strings.TrimLeft(p.src[start:p.pos], "${")); strings.HasPrefix(lhs, "function:") ||
-				strings.HasPrefix(lhs, "alias:") {
-				p.dynamicf(start, "assigning to the function: or alias: drive defines a command rules cannot see")
-			}
+			p.checkAssigned(start)
 			p.skipSpace(true)
 			p.statement()
 			return
@@ -113,6 +110,24 @@ func (p *pwshParser) expr(allowAssign bool) {
 			return
 		}
 		p.skipSpace(true)
+	}
+}
+
+// checkAssigned judges the variable an assignment starting at start
+// assigns: to the function: or alias: drive it defines a command; to
+// $PSNativeCommandArgumentPassing it changes the arguments native commands
+// get (Legacy re-splits them), so `bash -c '...'` would not run the script
+// read here.
+func (p *pwshParser) checkAssigned(start int) {
+	lhs := pwshFold(strings.TrimLeft(p.src[start:p.pos], "${"))
+	for _, scope := range []string{"global:", "script:", "local:", "private:", "variable:"} {
+		lhs = strings.TrimPrefix(lhs, scope)
+	}
+	switch {
+	case strings.HasPrefix(lhs, "function:") || strings.HasPrefix(lhs, "alias:"):
+		p.dynamicf(start, "assigning to the function: or alias: drive defines a command rules cannot see")
+	case strings.HasPrefix(lhs, "psnativecommandargumentpassing"):
+		p.dynamicf(start, "$PSNativeCommandArgumentPassing changes the arguments native commands get")
 	}
 }
 

@@ -190,6 +190,10 @@ var pwshCases = []struct {
 	{"using module ./m.psm1; Get-Date", Allow, "default"},
 	{"Set-Item alias:x Remove-Item", Ask, "dynamic"},
 	{"$function:f = 'ri x'", Ask, "dynamic"},
+	{"$PSNativeCommandArgumentPassing = 'Legacy'; bash -c 'echo hi'", Ask, "dynamic"},
+	{"${global:PSNativeCommandArgumentPassing} = 'Legacy'", Ask, "dynamic"},
+	{"Set-Variable PSNativeCommandArgumentPassing Legacy", Ask, "dynamic"},
+	{"Get-Variable PSNativeCommandArgumentPassing", Allow, "default"},
 
 	// Arguments, redirections, globs, prefixes.
 	{"Get-Content ~/.ssh/id_rsa", Deny, "no-secrets"},
