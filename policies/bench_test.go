@@ -72,3 +72,32 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(at(0.50), "p50-µs")
 	b.ReportMetric(at(0.99), "p99-µs")
 }
+
+var benchPwshCommands = []string{
+	"Get-ChildItem -Recurse -Filter *.cs | Select-String TODO | Select-Object -First 10",
+	"dotnet test 2>&1 | Out-String",
+	"git status; git diff --stat",
+	"if (Test-Path ./out) { Remove-Item ./out -Recurse -Force }",
+	`$files = gci src; foreach ($f in $files) { Write-Host "$($f.Name): $($f.Length)" }`,
+	"iex 'npm run build' ; pwsh -c 'Invoke-Pester ./tests -Output Detailed'",
+}
+
+// BenchmarkDecidePwsh200Rules: the same for pwsh commands. Target: p99
+// under 100µs.
+func BenchmarkDecidePwsh200Rules(b *testing.B) {
+	p := policy200(b)
+	p.Tools.Pwsh = true
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		c := call{tool: "pwsh", command: benchPwshCommands[i%len(benchPwshCommands)]}
+		t0 := time.Now()
+		if v := p.evaluate(c); v.Rule == RuleUnparseable {
+			b.Fatalf("%q: %s", c.command, v.Reason)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}

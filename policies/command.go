@@ -38,7 +38,11 @@ type simpleCommand struct {
 	// no rule matches does not take the default.
 	Wrapper bool
 
-	name string // basename of Argv[0]
+	name string // basename of Argv[0]; for pwsh, the command it resolves to
+	// pwsh: a command of a pwsh script: its name matches rules
+	// case-insensitively (fold is name folded).
+	pwsh bool
+	fold string
 }
 
 // Bounds of the analysis. A command beyond them is unparseable.
@@ -159,15 +163,20 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 }
 
 type analyzer struct {
-	cmds []simpleCommand
+	cmds      []simpleCommand
+	pwshWork  int // bytes the pwsh analysis has read (bounded by maxPwshWork)
+	pwshSteps int // turns of its loops (bounded by maxPwshSteps)
 }
 
 func (a *analyzer) add(sc simpleCommand) error {
 	if len(a.cmds) >= maxSimpleCmds {
 		return fmt.Errorf("%w: more than %d simple commands", errTooComplex, maxSimpleCmds)
 	}
-	if len(sc.Argv) > 0 {
+	if len(sc.Argv) > 0 && sc.name == "" {
 		sc.name = path.Base(sc.Argv[0])
+	}
+	if sc.pwsh {
+		sc.fold = pwshFold(sc.name)
 	}
 	a.cmds = append(a.cmds, sc)
 	return nil
@@ -273,8 +282,8 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 	if in.kind == notWrapper {
 		return a.add(sc)
 	}
-	if in.kind == shellStdin {
-		in = stdinScript(src, stdin)
+	if in.kind == shellStdin || in.kind == pwshStdin {
+		in = stdinScript(src, stdin, in.kind == pwshStdin)
 	}
 	sc.Wrapper = in.kind != runsExec // find -exec: find itself acts too
 	if err := a.add(sc); err != nil {
@@ -294,6 +303,12 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 	case runsScript:
 		for _, s := range in.scripts {
 			if err := a.script(s, depth+1, via); err != nil {
+				return err
+			}
+		}
+	case runsPwsh:
+		for _, s := range in.scripts {
+			if err := a.pwshScript(s, depth+1, via); err != nil {
 				return err
 			}
 		}
@@ -322,8 +337,8 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 }
 
 // stdinScript is what a shell without -c runs: a here-document or here-string
-// it can read, else a script rules cannot see.
-func stdinScript(src string, r *syntax.Redirect) inner {
+// it can read (a pwsh script if pwsh), else a script rules cannot see.
+func stdinScript(src string, r *syntax.Redirect, pwsh bool) inner {
 	dyn := inner{kind: dynamicInner, why: "runs a script from standard input that the command does not show"}
 	if r == nil {
 		return dyn
@@ -340,6 +355,9 @@ func stdinScript(src string, r *syntax.Redirect) inner {
 	}
 	if !lit {
 		return dyn
+	}
+	if pwsh {
+		return inner{kind: runsPwsh, scripts: []string{v}, via: "<<"}
 	}
 	return inner{kind: runsScript, scripts: []string{v}, via: "<<"}
 }

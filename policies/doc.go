@@ -7,9 +7,10 @@
 //
 // The pieces, one file each: the schema and loader (schema.go, load.go,
 // nodecheck.go: file:line errors), the compiled Policy (policy.go), the
-// command analysis (command.go, wrappers.go), the matcher (match.go), the
-// Engine that decides, holds asks for approval and reloads the directory
-// (engine.go, approvals.go), and the audit log (audit.go).
+// command analysis (command.go, wrappers.go; pwsh*.go for PowerShell), the
+// matcher (match.go), the Engine that decides, holds asks for approval and
+// reloads the directory (engine.go, approvals.go), and the audit log
+// (audit.go).
 //
 // Rules are a guardrail and an approval flow; the sandbox is the security
 // boundary. What a static policy cannot read (a command name that is not a

@@ -14,7 +14,7 @@ func TestExamplesLoad(t *testing.T) {
 	for _, e := range bad {
 		t.Errorf("%v", e)
 	}
-	for _, tenant := range []string{"default", "ci-agent", "mirror"} {
+	for _, tenant := range []string{"default", "ci-agent", "mirror", "pwsh-agent"} {
 		if good[tenant] == nil {
 			t.Errorf("examples/%s.yaml did not load", tenant)
 		}

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -57,6 +58,42 @@ func FuzzDecide(f *testing.F) {
 		}
 		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable) {
 			t.Fatalf("%q: allowed by %s", cmd, v.Rule)
+		}
+	})
+}
+
+// FuzzPwsh: no pwsh command panics the analysis or the matcher, and one
+// that cannot be read statically is never allowed by a policy whose default
+// is allow.
+func FuzzPwsh(f *testing.F) {
+	for _, c := range pwshCases {
+		f.Add(c.cmd)
+	}
+	for _, c := range []string{"Get-ChildItem | % { $_.Name }", "param([Parameter(Mandatory)][string]$x = (gci))",
+		"@'\nx\n'@ | iex", "class A : B { static [int]$x = 1; A() : base(1) { } }", "enum E { A = 1; B }",
+		"$a = @{ k = { ri x } }; & $a.k", "`u{72}m x", "switch -regex -file x.txt { 'a' { ri $_ } }",
+		"data -SupportedCommand ConvertFrom-StringData { 'x' }", "trap [Exception] { continue }; 1/0",
+		"[int[]]$a = 1,2; $a[0]++", "$x ?? 'y'; $c ? 'a' : 'b'", "using module ./m.psm1", ":outer foreach ($i in 1..2) { break outer }"} {
+		f.Add(c)
+	}
+	p := loadPwshPolicy(f)
+	f.Fuzz(func(t *testing.T, cmd string) {
+		v := p.evaluate(call{tool: "pwsh", command: cmd})
+		switch v.Decision {
+		case Allow, Ask, Deny:
+		default:
+			t.Fatalf("%q: decision %q", cmd, v.Decision)
+		}
+		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable) {
+			t.Fatalf("%q: allowed by %s", cmd, v.Rule)
+		}
+		// The same command run by pwsh -c from bash is not allowed when the
+		// pwsh tool's call is not (no-psdrive is a rule for the pwsh tool only).
+		if strings.ContainsAny(cmd, "'\x00") || len(cmd) > 1000 || v.Rule == "no-psdrive" {
+			return
+		}
+		if b := p.evaluate(call{tool: "bash", command: "pwsh -c '" + cmd + "'"}); b.Decision == Allow && v.Decision != Allow {
+			t.Fatalf("%q: %s as pwsh, %s as pwsh -c from bash (%s)", cmd, v.Decision, b.Decision, b.Rule)
 		}
 	})
 }

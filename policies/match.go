@@ -75,23 +75,21 @@ func (p *Policy) decide(c call) verdict {
 		}
 	}
 
-	if c.tool == "bash" {
-		cmds, err := analyze(c.command)
-		switch {
-		case err != nil:
-			take(verdict{Decision: p.Unparseable, Rule: RuleUnparseable,
-				Reason:  fmt.Sprintf("the command cannot be read statically (%s)", clip(err.Error(), 200)),
-				Command: clip(c.command, maxTextBytes)})
-		case len(cmds) == 0 && first:
-			take(p.defaultVerdict(clip(c.command, maxTextBytes)))
-		}
-		for i := range cmds {
-			p.decideCommand(&cmds[i], okCall, take)
-		}
-	} else if first {
-		// pwsh is not parsed: only call-level rules (tool, text, workdir,
-		// background) can match it; else the default decides the call.
+	analyzeTool := analyze
+	if c.tool == "pwsh" {
+		analyzeTool = analyzePwsh
+	}
+	cmds, err := analyzeTool(c.command)
+	switch {
+	case err != nil:
+		take(verdict{Decision: p.Unparseable, Rule: RuleUnparseable,
+			Reason:  fmt.Sprintf("the command cannot be read statically (%s)", clip(err.Error(), 200)),
+			Command: clip(c.command, maxTextBytes)})
+	case len(cmds) == 0 && first:
 		take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+	}
+	for i := range cmds {
+		p.decideCommand(&cmds[i], okCall, take)
 	}
 
 	if first {
@@ -116,14 +114,17 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 	}
 	matched := false
 	try := func(i int) {
-		if r := p.rules[i]; okCall[i] && r.matchCommand(sc) {
+		if okCall[i] && p.matchCommand(i, sc) {
 			matched = true
-			take(r.verdict(sc.display()))
+			take(p.rules[i].verdict(sc.display()))
 		}
 	}
 	// Candidates in rule order: the rules indexed under the command's name
 	// merged with the generic ones.
 	named, generic := p.byName[sc.name], p.generic
+	if sc.pwsh {
+		named, generic = p.pwsh.byName[sc.fold], p.pwsh.generic
+	}
 	if len(sc.Argv) == 0 {
 		named = nil
 	}
@@ -211,6 +212,14 @@ func (r *rule) matchCall(c call, wd string) bool {
 	return true
 }
 
+// matchCommand reports whether the rule at position i matches sc.
+func (p *Policy) matchCommand(i int, sc *simpleCommand) bool {
+	if sc.pwsh {
+		return p.matchPwshCommand(i, sc)
+	}
+	return p.rules[i].matchCommand(sc)
+}
+
 // matchCommand checks the per-command matchers; all given must hold.
 func (r *rule) matchCommand(sc *simpleCommand) bool {
 	if r.names != nil || r.nameGlobs != nil {
@@ -221,6 +230,11 @@ func (r *rule) matchCommand(sc *simpleCommand) bool {
 	if r.prefixes != nil && !r.matchPrefix(sc) {
 		return false
 	}
+	return r.matchArgs(sc)
+}
+
+// matchArgs checks the matchers on arguments and redirections.
+func (r *rule) matchArgs(sc *simpleCommand) bool {
 	if r.args != nil && !argsMatch(r.args, sc.Argv) {
 		return false
 	}
@@ -288,7 +302,8 @@ func anyMatch[T interface{ MatchString(string) bool }](res []T, s string) bool {
 
 // ruleMatches reports whether rule r matches command (for examples): call
 // level matchers other than text are taken as met, since an example is only
-// a command.
+// a command. The example is a pwsh command if the rule's first tool is
+// pwsh, else a bash command.
 func (p *Policy) ruleMatches(r *rule, command string) (bool, error) {
 	if r.text != nil && !r.text.MatchString(command) {
 		return false, nil
@@ -296,19 +311,17 @@ func (p *Policy) ruleMatches(r *rule, command string) (bool, error) {
 	if !r.perCommand {
 		return true, nil
 	}
-	tool := "bash"
-	if len(r.tools) > 0 {
-		tool = r.tools[0]
+	analyzeTool := analyze
+	if len(r.tools) > 0 && r.tools[0] == "pwsh" {
+		analyzeTool = analyzePwsh
 	}
-	if tool != "bash" {
-		return false, nil
-	}
-	cmds, err := analyze(command)
+	cmds, err := analyzeTool(command)
 	if err != nil {
 		return false, err
 	}
+	at := slices.Index(p.rules, r)
 	for i := range cmds {
-		if !cmds[i].Dynamic && r.matchCommand(&cmds[i]) {
+		if !cmds[i].Dynamic && p.matchCommand(at, &cmds[i]) {
 			return true, nil
 		}
 	}

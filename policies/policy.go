@@ -140,6 +140,7 @@ type Policy struct {
 	generic     []int
 	escDefault  Decision
 	escalations []*escalation
+	pwsh        *pwshIndex // the per-command rules as pwsh commands see them
 }
 
 // Rules lists the names of the policy's rules, in file order.
@@ -268,6 +269,7 @@ func (p *Policy) index() {
 			p.generic = append(p.generic, i)
 		}
 	}
+	p.indexPwsh()
 }
 
 func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
@@ -506,10 +508,6 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 	r.background = m.Background
 	r.perCommand = len(m.Command) > 0 || len(m.Prefix) > 0 || len(m.Args) > 0 ||
 		len(m.ArgsRegex) > 0 || len(m.Redirect) > 0
-	if r.perCommand && len(m.Tool) > 0 && !slices.Contains(m.Tool, "bash") {
-		l.addf(key+".match", "command, prefix, args, argsRegex and redirect never match a pwsh call (PowerShell is not parsed); match pwsh with text")
-		ok = false
-	}
 	if !r.perCommand && len(m.Workdir) == 0 && len(m.Tool) == 0 && m.Background == nil && m.Text == "" {
 		l.addf(key+".match", "a rule must match something (to decide every command, set default)")
 		ok = false

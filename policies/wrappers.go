@@ -2,6 +2,7 @@ package policies
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // Wrappers: commands that run other commands. Rules see what they run, so
@@ -19,6 +20,8 @@ const (
 	runsExec               // find -exec: runs argvs and acts itself
 	runsScript             // runs shell scripts (bash -c, eval, su -c, alias values)
 	shellStdin             // a shell reading its script from standard input
+	runsPwsh               // runs pwsh scripts (pwsh -Command)
+	pwshStdin              // pwsh reading its script from standard input
 	dynamicInner           // runs something rules cannot see
 )
 
@@ -144,8 +147,100 @@ func unwrap(name string, argv []string, lits []bool) inner {
 		return argvFrom(argv, lits, 1)
 	case "bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash":
 		return unwrapShell(argv, lits)
+	case "pwsh", "powershell", "pwsh-preview", "pwsh-lts", "pwsh.exe", "powershell.exe":
+		return unwrapPwsh(argv, lits)
 	}
 	return inner{}
+}
+
+// pwshSwitches are pwsh's command-line switches in the order its parser
+// tries them (CommandLineParameterParser.cs): a word matches a switch when it
+// is a prefix of the name at least as long as the shortest form.
+var pwshSwitches = []struct {
+	name, short string
+	kind        byte // 's' switch, 'v' takes a value, 'c' -Command, 'w' -CommandWithArgs, 'f' -File, 'e' encoded, 'x' no script, 'd' reads commands elsewhere, 'n' -NoExit
+}{
+	{"version", "v", 'x'}, {"help", "h", 'x'}, {"?", "?", 'x'}, {"login", "l", 's'}, {"noexit", "noe", 'n'},
+	{"noprofile", "nop", 's'}, {"nologo", "nol", 's'}, {"noninteractive", "noni", 's'},
+	{"socketservermode", "so", 'd'}, {"v2socketservermode", "v2so", 'd'}, {"servermode", "s", 'd'},
+	{"namedpipeservermode", "nam", 'd'}, {"sshservermode", "sshs", 'd'},
+	{"noprofileloadtime", "noprofileloadtime", 's'}, {"interactive", "i", 's'},
+	{"configurationfile", "configurationfile", 'v'}, {"configurationname", "config", 'v'},
+	{"custompipename", "cus", 'v'}, {"commandwithargs", "commandwithargs", 'w'}, {"cwa", "cwa", 'w'},
+	{"command", "c", 'c'}, {"windowstyle", "w", 'v'}, {"file", "f", 'f'}, {"outputformat", "o", 'v'},
+	{"of", "o", 'v'}, {"inputformat", "inp", 'v'}, {"if", "if", 'v'}, {"executionpolicy", "ex", 'v'},
+	{"ep", "ep", 'v'}, {"encodedcommand", "e", 'e'}, {"ec", "e", 'e'}, {"encodedarguments", "encodeda", 'e'},
+	{"ea", "ea", 'e'}, {"settingsfile", "settings", 'v'}, {"sta", "sta", 's'}, {"mta", "mta", 's'},
+	{"workingdirectory", "wo", 'v'}, {"wd", "wd", 'v'},
+	{"removeworkingdirectorytrailingcharacter", "removeworkingdirectorytrailingcharacter", 's'},
+	{"token", "to", 'v'}, {"utctimestamp", "utc", 'v'},
+}
+
+// unwrapPwsh says what the pwsh CLI runs: -Command's words joined (a pwsh
+// script), -CommandWithArgs's script, nothing rules cannot see for a
+// script file (-File, or the first word that is not a switch: pwsh is the
+// command), and its standard input when no script is given.
+func unwrapPwsh(argv []string, lits []bool) inner {
+	noExit := false
+	for i := 1; i < len(argv); i++ {
+		if !lits[i] {
+			return inner{kind: dynamicInner, why: "runs a script given by a word that is not a literal"}
+		}
+		a := strings.TrimSpace(argv[i])
+		if a == "" {
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(a)
+		if !isDash(r) && r != '/' {
+			return inner{} // a script file
+		}
+		key := a[n:]
+		if r2, n2 := utf8.DecodeRuneInString(key); key != "" && r2 == r {
+			key = key[n2:]
+		}
+		key = pwshFold(key)
+		kind := byte('f') // an unknown switch: pwsh takes it for the script file
+		for _, s := range pwshSwitches {
+			if len(key) >= len(s.short) && strings.HasPrefix(s.name, key) {
+				kind = s.kind
+				break
+			}
+		}
+		switch kind {
+		case 'x', 'f':
+			if kind == 'f' && i+1 < len(argv) && argv[i+1] == "-" {
+				return inner{kind: pwshStdin}
+			}
+			return inner{}
+		case 'n':
+			noExit = true
+		case 'v':
+			i++
+		case 'd':
+			return inner{kind: dynamicInner, why: "reads commands rules cannot see"}
+		case 'e':
+			return inner{kind: dynamicInner, why: "runs an encoded command rules cannot read"}
+		case 'c', 'w':
+			rest, rlits := argv[i+1:], lits[i+1:]
+			if kind == 'w' && len(rest) > 1 {
+				rest, rlits = rest[:1], rlits[:1]
+			}
+			switch {
+			case len(rest) == 0:
+				return inner{}
+			case rest[0] == "-":
+				return inner{kind: pwshStdin}
+			case noExit:
+				return inner{kind: dynamicInner, why: "-NoExit reads more commands from standard input"}
+			}
+			in := scriptOf(rest, rlits, "-c")
+			if in.kind == runsScript {
+				in.kind = runsPwsh
+			}
+			return in
+		}
+	}
+	return inner{kind: pwshStdin} // no script: commands from standard input
 }
 
 func afterOpts(argv []string, lits []bool, shortArg string, longArg []string) inner {

@@ -11,7 +11,7 @@ func TestPolicyCheck(t *testing.T) {
 	isolate(t)
 	examples := filepath.Join(pkgDir(t), "..", "..", "policies", "examples")
 	out, errs, code := cli(t, "", "policy", "check", examples)
-	if code != 0 || out != "ok: 3 policies (ci-agent, default, mirror)\n" {
+	if code != 0 || out != "ok: 4 policies (ci-agent, default, mirror, pwsh-agent)\n" {
 		t.Fatalf("examples: %q %q exit %d", out, errs, code)
 	}
 	dir := t.TempDir()
@@ -58,6 +58,11 @@ func TestPolicyExplain(t *testing.T) {
 		{[]string{"--tenant", "ci-agent", "go test ./..."}, "allow", "rule: default\n"},
 		{[]string{"--tenant", "nobody", "python3 x.py"}, "ask", "rule: default\n"},
 		{[]string{"--tenant", "ci-agent", "--tool", "pwsh", "Get-ChildItem"}, "deny", "rule: tools\n"},
+		{[]string{"--tenant", "ci-agent", "pwsh -c 'Remove-Item -Recurse /'"}, "deny", "rule: no-delete\ncommand: Remove-Item -Recurse / (via pwsh -c)\n"},
+		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "gci | % { ri $_ }"}, "deny", "rule: no-delete\ncommand: ri $_ (alias of Remove-Item)\n"},
+		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "iex 'Remove-Item x'"}, "deny", "rule: no-delete\ncommand: Remove-Item x (via Invoke-Expression)\n"},
+		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "iex $cmd"}, "ask", "rule: dynamic\ncommand: iex $cmd (alias of Invoke-Expression)\nreason: Invoke-Expression runs a string that is not a literal: a static policy cannot tell what runs\n"},
+		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "Get-ChildItem | Select-String TODO"}, "allow", "rule: default\n"},
 	}
 	for _, c := range cases {
 		args := append([]string{"policy", "explain", "--policies", examples}, c.args...)
