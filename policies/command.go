@@ -71,7 +71,7 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 	if err := checkShape(command); err != nil {
 		return nil, err
 	}
-	a := &analyzer{}
+	a := &analyzer{cmds: make([]simpleCommand, 0, 4)}
 	if words, ok := plainWords(command); ok {
 		// A plain word list needs no parser (which allocates its nodes in
 		// batches, and costs most of a decision); FuzzDecide checks that

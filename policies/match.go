@@ -67,7 +67,12 @@ func (p *Policy) decide(c call) verdict {
 		wd = "."
 	}
 	wd = path.Clean(wd)
-	okCall := make([]bool, len(p.rules))
+	var okBuf [256]bool // on the stack for policies of up to 256 rules
+	okCall := okBuf[:0]
+	if len(p.rules) > len(okBuf) {
+		okCall = make([]bool, 0, len(p.rules))
+	}
+	okCall = okCall[:len(p.rules)]
 	for i, r := range p.rules {
 		okCall[i] = r.matchCall(c, wd)
 		if okCall[i] && !r.perCommand {
@@ -157,9 +162,17 @@ func quoteName(sc *simpleCommand) string {
 	return "`" + clip(sc.Argv[0], 80) + "`"
 }
 
+// defaultReasons are the reasons of default verdicts, made once: a decision
+// takes one per simple command no rule matches.
+var defaultReasons = map[Decision]string{
+	Allow: "no rule matches; the tenant's default is allow",
+	Ask:   "no rule matches; the tenant's default is ask",
+	Deny:  "no rule matches; the tenant's default is deny",
+}
+
 func (p *Policy) defaultVerdict(cmd string) verdict {
 	return verdict{Decision: p.Default, Rule: RuleDefault,
-		Reason: fmt.Sprintf("no rule matches; the tenant's default is %s", p.Default), Command: cmd}
+		Reason: defaultReasons[p.Default], Command: cmd}
 }
 
 func (p *Policy) decideEscalation(perm string) verdict {
