@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 )
 
@@ -131,7 +132,7 @@ func TestDockerPolicySandbox(t *testing.T) {
 	state := dockertest.StateDir(t)
 	owner := dockertest.Owner(t)
 	pols := t.TempDir()
-	data := mountDir(t, 0)
+	data := dockertest.MountDir(t, 0, 0)
 	os.WriteFile(filepath.Join(data, "hello"), []byte("mounted\n"), 0o644)
 	polt := dockertest.Tenant("polt")
 	os.WriteFile(filepath.Join(pols, polt+".yaml"), []byte(fmt.Sprintf(`default: allow
@@ -219,24 +220,21 @@ func runBinary(t *testing.T, bin, cfg string, args ...string) (stdout, stderr st
 	return strings.TrimSuffix(out.String(), "\n"), errb.String(), code
 }
 
-// mountDir makes a host directory under /tmp that the sandbox user can
-// reach (t.TempDir's parents are 0700), owned by uid, removed at the end.
-func mountDir(t *testing.T, uid int) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "sbxmnt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, uid, uid); err != nil {
-		t.Fatal(err)
-	}
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return real
+// removeSandboxesAtEnd removes the sandboxes of tenant's sessions when t
+// ends, whichever process created them (a server the test ran).
+func removeSandboxesAtEnd(t *testing.T, tenant string, sessions ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rt, err := docker.NewFromEnv()
+		if err != nil {
+			return
+		}
+		defer rt.Close()
+		for _, s := range sessions {
+			if sb, err := rt.Get(ctx, tenant, s); err == nil {
+				rt.Remove(ctx, sb.ID)
+			}
+		}
+	})
 }

@@ -200,18 +200,7 @@ server:
 		t.Fatalf("start: %v %q", err, r.Text)
 	}
 	quiet := r.Value.(*tools.Background).TaskID
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		rt, err := docker.NewFromEnv()
-		if err != nil {
-			return
-		}
-		defer rt.Close()
-		if sb, err := rt.Get(ctx, dockerTenant, "restart"); err == nil {
-			rt.Remove(ctx, sb.ID)
-		}
-	})
+	removeSandboxesAtEnd(t, dockerTenant, "restart")
 	// A foreground call in flight when SIGTERM arrives finishes.
 	fg := make(chan tools.Result, 1)
 	go func() {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
@@ -78,20 +77,7 @@ server:
     %s:
       tokens: [%q]
 `, dockerTenant, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		rt, err := docker.NewFromEnv()
-		if err != nil {
-			return
-		}
-		defer rt.Close()
-		for _, s := range []string{"net", "oneshot"} {
-			if sb, err := rt.Get(ctx, dockerTenant, s); err == nil {
-				rt.Remove(ctx, sb.ID)
-			}
-		}
-	})
+	removeSandboxesAtEnd(t, dockerTenant, "net", "oneshot")
 
 	// One-shot: the call's own process relays.
 	curl := func(target string) string {

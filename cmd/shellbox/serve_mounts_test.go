@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
@@ -26,7 +25,7 @@ import (
 // and after a restart the re-adopted sandbox keeps its mounts.
 func TestServeMounts(t *testing.T) {
 	requireEngine(t)
-	data, scratch, secret := mountDir(t, 0), mountDir(t, 1000), mountDir(t, 0)
+	data, scratch, secret := dockertest.MountDir(t, 0, 0), dockertest.MountDir(t, 1000, 1000), dockertest.MountDir(t, 0, 0)
 	if err := os.Mkdir(filepath.Join(data, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -64,20 +63,7 @@ server:
       tokens: [%q]
 `, pols, filepath.Join(t.TempDir(), "audit.log"), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image,
 		dockertest.Agent(t), dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		rt, err := docker.NewFromEnv()
-		if err != nil {
-			return
-		}
-		defer rt.Close()
-		for _, s := range []string{"dflt", "req"} {
-			if sb, err := rt.Get(ctx, dockerTenant, s); err == nil {
-				rt.Remove(ctx, sb.ID)
-			}
-		}
-	})
+	removeSandboxesAtEnd(t, dockerTenant, "dflt", "req")
 
 	s := startServe(t, cfg)
 	c := client.New(s.url, testToken, nil)

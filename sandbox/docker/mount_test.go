@@ -13,29 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 )
-
-// hostDir makes a host directory a sandbox user can reach (t.TempDir's
-// parents are 0700), owned by uid:gid, removed when the test ends.
-func hostDir(t *testing.T, uid, gid int) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "sbxmnt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return real
-}
 
 // TestMounts: a sandbox sees its host directory mounts; a read-only one
 // cannot be written (EROFS), a read-write one can, and the host sees the
@@ -45,7 +24,7 @@ func TestMounts(t *testing.T) {
 		e := newEnv(t, runtime)
 		// World-writable on the host: only the mount's read-only flag can
 		// stop a write (and gVisor checks permissions before EROFS).
-		ro := hostDir(t, 0, 0)
+		ro := dockertest.MountDir(t, 0, 0)
 		if err := os.Chmod(ro, 0o777); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +46,7 @@ func TestMounts(t *testing.T) {
 		} else {
 			t.Log("cannot mount a tmpfs here (not root?): the non-recursive bind is not checked")
 		}
-		rw := hostDir(t, 1000, 1000)
+		rw := dockertest.MountDir(t, 1000, 1000)
 		spec := e.spec("mounts", sandbox.WithMounts(
 			sandbox.Mount{Source: ro, Target: "/data", ReadOnly: true},
 			sandbox.Mount{Source: rw, Target: "/srv/scratch"},
@@ -131,7 +110,7 @@ func TestMounts(t *testing.T) {
 // the sandbox is created is refused before the engine is asked.
 func TestMountSourceErrors(t *testing.T) {
 	e := newEnv(t, sandbox.RuntimeRunc)
-	dir := hostDir(t, 0, 0)
+	dir := dockertest.MountDir(t, 0, 0)
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)

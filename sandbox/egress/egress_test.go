@@ -144,6 +144,25 @@ func (r *rig) raw(t *testing.T, head string) (status, shellboxErr, body string) 
 	return resp.Status, resp.Header.Get("Shellbox-Error"), string(b)
 }
 
+// connect opens a tunnel to target through the proxy (header: extra header
+// lines, each ending in CRLF), closed when t ends, and returns the client
+// connection and its reader.
+func (r *rig) connect(t testing.TB, target, header string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", r.proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n%s\r\n", target, header)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	return c, br
+}
+
 func hostPort(t testing.TB, rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -338,18 +357,7 @@ func TestHalfClose(t *testing.T) {
 	r := newRig(t, ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 
-	c, err := net.Dial("tcp", r.proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
+	c, br := r.connect(t, target, "")
 	payload := strings.Repeat("z", 1<<20)
 	if _, err := io.WriteString(c, payload); err != nil {
 		t.Fatal(err)
@@ -417,17 +425,7 @@ func TestRelayStopClosesTunnels(t *testing.T) {
 	target := l.Addr().String()
 	r := newRig(t, ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
-	c, err := net.Dial("tcp", r.proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
+	_, br := r.connect(t, target, "")
 	r.stopRelay()
 	select {
 	case err := <-r.relayDone:
@@ -638,17 +636,7 @@ func TestDecisionUntil(t *testing.T) {
 		return Decision{Until: grant}, nil
 	}})
 	auth := "Proxy-Authorization: Basic c2hlbGxib3g6Z3JhbnRlZA==\r\n" // shellbox:granted
-	c, err := net.Dial("tcp", r.proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n%s\r\n", target, auth)
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
+	c, br := r.connect(t, target, auth)
 	io.WriteString(c, "ping\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
 		t.Fatalf("echo through the tunnel: %q %v", line, err)

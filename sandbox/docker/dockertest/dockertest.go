@@ -436,3 +436,26 @@ func RuntimeArgs(ctx context.Context, cli client.APIClient, name string) ([]stri
 	rt, ok := info.Runtimes[name]
 	return rt.Args, ok, nil
 }
+
+// MountDir makes a host directory a sandbox can have mounted: under /tmp
+// (t.TempDir's parents are 0700, so the sandbox user could not reach it),
+// mode 0755, owned by uid:gid, symlinks resolved, removed when t ends.
+func MountDir(t testing.TB, uid, gid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "sbxmnt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
