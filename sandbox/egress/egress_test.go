@@ -163,6 +163,30 @@ func (r *rig) connect(t testing.TB, target, header string) (net.Conn, *bufio.Rea
 	return c, br
 }
 
+// tcpServer serves handle on a loopback port until t ends, each connection
+// closed after its handle returns, and returns the address.
+func tcpServer(t testing.TB, handle func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
 func hostPort(t testing.TB, rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -335,25 +359,10 @@ func TestBadRequests(t *testing.T) {
 // TestHalfClose: a client that finishes sending still gets the whole answer
 // of a server that answers after EOF.
 func TestHalfClose(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				fmt.Fprintf(c, "got %d bytes", len(b))
-			}()
-		}
-	}()
-	target := l.Addr().String()
+	target := tcpServer(t, func(c net.Conn) {
+		b, _ := io.ReadAll(c)
+		fmt.Fprintf(c, "got %d bytes", len(b))
+	})
 	r := newRig(t, ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 
@@ -408,21 +417,7 @@ func TestManyThroughFewPollers(t *testing.T) {
 // TestRelayStopClosesTunnels: ending a relay's context ends its tunnels,
 // and Run returns.
 func TestRelayStopClosesTunnels(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(io.Discard, c) }() // never answers
-		}
-	}()
-	target := l.Addr().String()
+	target := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) }) // never answers
 	r := newRig(t, ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 	_, br := r.connect(t, target, "")
@@ -612,21 +607,7 @@ func TestDecisionAddr(t *testing.T) {
 // TestDecisionUntil: a tunnel ends when its decision's Until does (a grant
 // revoked), and a connection whose grant has already ended is refused.
 func TestDecisionUntil(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }() // echo
-		}
-	}()
-	target := l.Addr().String()
+	target := tcpServer(t, func(c net.Conn) { io.Copy(c, c) }) // echo
 	grant, revoke := context.WithCancel(context.Background())
 	r := newRig(t, ProxyConfig{})
 	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
