@@ -189,6 +189,10 @@ while [ ! -e /tmp/thief-ready ]; do sleep 0.1; done; echo granted call ends`,
 	if res.Text != "[unset]\nproxy 1" {
 		t.Errorf("sandbox without egress: %q", res.Text)
 	}
+	res = call(t, ts, "nonet", tools.ToolBash, bash(`curl -sS http://`+allowed+`/`, "sandbox_permissions", []string{"network"}, "justification", "no proxy"))
+	if !res.IsError || !strings.Contains(res.Text, "the network permission was granted, but session nonet's sandbox has no egress proxy") {
+		t.Errorf("network granted in a sandbox without a proxy: %q", res.Text)
+	}
 }
 
 // waitTask polls until the background task has ended (its output is left

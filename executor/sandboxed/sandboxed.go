@@ -210,7 +210,10 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 		}
 		return executor.Result{}, err
 	}
-	spec, release := e.withEgress(a, spec)
+	spec, release, err := e.withEgress(a, spec)
+	if err != nil {
+		return executor.Result{}, err
+	}
 	if release != nil {
 		defer release()
 	}
@@ -271,10 +274,15 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 	if err != nil {
 		return nil, err
 	}
-	spec, release := e.withEgress(a, spec)
+	spec, release, err := e.withEgress(a, spec)
+	if err != nil {
+		return nil, err
+	}
 	t, err := a.Start(ctx, spec)
 	if err != nil {
-		release()
+		if release != nil {
+			release()
+		}
 		return nil, e.check(spec.Session, a, err)
 	}
 	if release != nil {
@@ -518,10 +526,17 @@ func (e *Executor) spawn(fn func()) bool {
 
 // withEgress points the command's HTTP clients at the sandbox's egress
 // proxy, if it has one, with a credential of the call's own when the call
-// holds PermissionNetwork; release, nil without a credential, ends it.
-func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, release func()) {
+// holds PermissionNetwork; release, nil without a credential, ends it. A
+// call granted the network in a sandbox without a proxy (created while its
+// policy gave no network) is refused: it would fail in ways that do not say
+// why.
+func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, release func(), _ error) {
 	if !c.egress {
-		return spec, nil
+		if e.cfg.Egress != nil && slices.Contains(spec.Permissions, PermissionNetwork) {
+			return spec, nil, executor.Errorf(executor.ErrInvalid,
+				"the network permission was granted, but session %s's sandbox has no egress proxy (it was created while its policy gave no network); delete the session to get a sandbox with one", spec.Session)
+		}
+		return spec, nil, nil
 	}
 	credential := ""
 	if slices.Contains(spec.Permissions, PermissionNetwork) {
@@ -546,7 +561,7 @@ func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, rel
 		env = append(env, k+"="+v)
 	}
 	spec.Env = env
-	return spec, release
+	return spec, release, nil
 }
 
 func (e *Executor) grant(session, credential string) {
