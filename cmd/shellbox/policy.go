@@ -61,17 +61,22 @@ is any; exits 0 and says how many policies loaded otherwise.`,
 func newPolicyExplainCmd() *cobra.Command {
 	var (
 		dir, tenant, tool, workdir string
-		background                 bool
+		background, egressTarget   bool
 		perms                      []string
 	)
 	cmd := &cobra.Command{
-		Use:   "explain [--policies DIR] --tenant T [--tool bash] 'COMMAND'",
+		Use:   "explain [--policies DIR] --tenant T [--tool bash] 'COMMAND' | --egress HOST:PORT",
 		Short: "Print the decision on a command and the rule and simple command behind it",
 		Long: `Print the decision on COMMAND under the tenant's policy, without running it.
 
 The first line is the decision: allow, ask or deny. Then the rule that
 decided, the simple command that triggered it, the reason, and the policy
-file. A tenant without a file of its own gets default.yaml.`,
+file. A tenant without a file of its own gets default.yaml.
+
+With --egress, the argument is a destination (host:port) of the sandbox's
+egress proxy instead, decided by sandbox.network.allow (allow or deny). The
+server's egress.blocked ranges apply at connection time, to the addresses a
+name resolves to; they are not checked here.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -90,11 +95,24 @@ file. A tenant without a file of its own gets default.yaml.`,
 				return err
 			}
 			defer e.Close()
+			out := cmd.OutOrStdout()
+			if egressTarget {
+				pol, err := e.Policy(tenant)
+				if err != nil {
+					return err
+				}
+				decision, reason := "allow", "sandbox.network.allow lists it"
+				if err := pol.CheckEgress(args[0]); err != nil {
+					decision, reason = "deny", err.Error()
+				}
+				fmt.Fprintln(out, decision)
+				fmt.Fprintf(out, "rule: sandbox.network.allow\nreason: %s\npolicy: %s\n", reason, pol.File)
+				return nil
+			}
 			x, err := e.ExplainCall(tenant, tool, args[0], workdir, background, perms)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			fmt.Fprintln(out, x.Decision)
 			fmt.Fprintf(out, "rule: %s\n", x.Rule)
 			fmt.Fprintf(out, "command: %s\n", x.SimpleCommand)
@@ -112,6 +130,7 @@ file. A tenant without a file of its own gets default.yaml.`,
 	cmd.Flags().StringVar(&workdir, "workdir", "", "workdir of the call")
 	cmd.Flags().BoolVar(&background, "background", false, "the call runs in the background")
 	cmd.Flags().StringSliceVar(&perms, "permission", nil, "sandbox_permissions the call asks for (repeatable)")
+	cmd.Flags().BoolVar(&egressTarget, "egress", false, "the argument is an egress destination, host:port, not a command")
 	return cmd
 }
 

@@ -63,6 +63,8 @@ func TestPolicyExplain(t *testing.T) {
 		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "iex 'Remove-Item x'"}, "deny", "rule: no-delete\ncommand: Remove-Item x (via Invoke-Expression)\n"},
 		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "iex $cmd"}, "ask", "rule: dynamic\ncommand: iex $cmd (alias of Invoke-Expression)\nreason: Invoke-Expression runs a string that is not a literal: a static policy cannot tell what runs\n"},
 		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "Get-ChildItem | Select-String TODO"}, "allow", "rule: default\n"},
+		{[]string{"--tenant", "mirror", "--egress", "PYPI-mirror.internal:443"}, "allow", "rule: sandbox.network.allow\nreason: sandbox.network.allow lists it\n"},
+		{[]string{"--tenant", "mirror", "--egress", "pypi.org:443"}, "deny", "reason: shellbox: egress to pypi.org:443 is not allowed by policy mirror (sandbox.network.allow: pypi-mirror.internal:443, npm-mirror.internal:443); a call may ask for more"},
 	}
 	for _, c := range cases {
 		args := append([]string{"policy", "explain", "--policies", examples}, c.args...)
