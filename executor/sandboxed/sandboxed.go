@@ -391,14 +391,13 @@ func (e *Executor) connected(session string) bool {
 func (e *Executor) Close() error {
 	e.mu.Lock()
 	e.closed = true
+	agents := e.agents
+	e.agents = map[string]*conn{}
 	e.mu.Unlock()
 	e.cancel()
-	e.mu.Lock()
-	for s, a := range e.agents {
+	for _, a := range agents {
 		a.close()
-		delete(e.agents, s)
 	}
-	e.mu.Unlock()
 	e.wg.Wait()
 	return nil
 }
@@ -492,8 +491,7 @@ func classified(err error) bool {
 }
 
 // connect wraps a new connection to sb's agent and starts the relay of its
-// egress, for as long as the connection is kept.
-// The caller holds e.mu.
+// egress, for as long as the connection is kept. The caller holds e.mu.
 func (e *Executor) connect(ag Agent, sb sandbox.Sandbox) *conn {
 	ctx, cancel := context.WithCancel(e.life)
 	c := &conn{Agent: ag, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
