@@ -77,23 +77,22 @@ func newServeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*serveB
 	default:
 		return nil, fmt.Errorf("unknown backend %q (available: local, docker)", cfg.Backend)
 	}
-	rt, err := docker.NewFromEnv()
+	b.agent, b.agentErr = agentBinary(cfg.Docker.Agent)
+	rt, err := docker.NewFromEnv(dockerRuntimeConfig(cfg.Docker, b.agent))
 	if err != nil {
 		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime:  timedRuntime{Runtime: rt, b: b},
-		StateDir: cfg.Docker.StateDir,
-		Owner:    cfg.Docker.Owner,
-		Ready:    sandboxed.WaitAgent,
-		Logger:   log,
+		Runtime: timedRuntime{Runtime: rt, b: b},
+		Owner:   cfg.Docker.Owner,
+		Ready:   sandboxed.WaitAgent,
+		Logger:  log,
 	})
 	if err != nil {
 		rt.Close()
 		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	b.rt, b.manager = rt, m
-	b.agent, b.agentErr = agentBinary(cfg.Docker.Agent)
 	// Sandboxes (and their background tasks) of a previous process of this
 	// owner are taken over; dead ones and orphaned directories removed.
 	rep, err := m.Adopt(ctx)

@@ -87,6 +87,15 @@ func agentBinary(configured string) (string, error) {
 		"`CGO_ENABLED=0 go build -o \"$(dirname \"$(command -v shellbox)\")/shellbox-agent\" ./cmd/shellbox-agent` or set docker.agent")
 }
 
+// dockerRuntimeConfig is the docker runtime's configuration. An agent that
+// was not found is a placeholder path here: the spec builder reports it.
+func dockerRuntimeConfig(dc DockerConfig, agent string) docker.Config {
+	if agent == "" {
+		agent = "/nonexistent/shellbox-agent"
+	}
+	return docker.Config{StateDir: dc.StateDir, AgentBinary: agent}
+}
+
 // dockerBackend is the docker backend's parts, for call and sessions.
 type dockerBackend struct {
 	rt      *docker.Runtime
@@ -130,22 +139,21 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 	if runtime != "" {
 		dc.Runtime = runtime
 	}
-	rt, err := docker.NewFromEnv()
+	agent, agentErr := agentBinary(dc.Agent)
+	rt, err := docker.NewFromEnv(dockerRuntimeConfig(dc, agent))
 	if err != nil {
 		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime:  rt,
-		StateDir: dc.StateDir,
-		Owner:    dc.Owner,
-		Ready:    sandboxed.WaitAgent,
+		Runtime: rt,
+		Owner:   dc.Owner,
+		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		rt.Close()
 		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	b := &dockerBackend{rt: rt, manager: m}
-	agent, agentErr := agentBinary(dc.Agent)
 	specFor := func(session string) (sandbox.Spec, error) {
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
@@ -228,7 +236,7 @@ func dockerSpec(dc DockerConfig, tenant, session, agent string, agentArgs []stri
 		sandbox.WithTmpSize(dc.TmpBytes),
 		sandbox.WithSpillSize(dc.SpillBytes),
 		sandbox.WithLabels(dc.Labels),
-		sandbox.WithAgent(agent, agentArgs...),
+		sandbox.WithAgentArgs(agentArgs...),
 		sandbox.Compose(extra...),
 	)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 // MaxResponseBytes bounds what the client reads of one answer. Answers are
@@ -34,7 +35,8 @@ const abortSlack = 15 * time.Second
 // It is safe for concurrent use; calls share a pool of keep-alive
 // connections.
 type Client struct {
-	socket string
+	socket string // the endpoint, for errors
+	token  string
 	tr     *http.Transport
 	hc     *http.Client
 	hello  Hello
@@ -42,21 +44,28 @@ type Client struct {
 
 var _ Runner = (*Client)(nil)
 
-// Dial connects to the agent listening on socketPath and does the
-// handshake: an agent of another protocol version is refused with a
-// *VersionError naming both versions. ctx bounds the handshake only.
+// Dial connects to the agent listening on the unix socket socketPath (see
+// DialEndpoint).
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	return DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: socketPath})
+}
+
+// DialEndpoint connects to the agent at ep and does the handshake: an agent
+// of another protocol version is refused with a *VersionError naming both
+// versions. Every request carries ep.Token, if set, as a bearer token. ctx
+// bounds the handshake only.
+func DialEndpoint(ctx context.Context, ep sandbox.Endpoint) (*Client, error) {
+	socketPath := ep.Address
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
+			return ep.Dial(ctx)
 		},
 		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	c := &Client{socket: socketPath, tr: tr, hc: &http.Client{Transport: tr}}
+	c := &Client{socket: socketPath, token: ep.Token, tr: tr, hc: &http.Client{Transport: tr}}
 	var h Hello
 	if err := c.do(ctx, http.MethodGet, "/v1/hello", nil, nil, &h); err != nil {
 		// do's errors name the socket and the endpoint already.
@@ -74,7 +83,8 @@ func Dial(ctx context.Context, socketPath string) (*Client, error) {
 // Hello returns the agent's handshake answer: its version, root and home.
 func (c *Client) Hello() Hello { return c.hello }
 
-// Socket returns the socket path the client dials.
+// Socket returns the address the client dials (a socket path, or
+// host:port).
 func (c *Client) Socket() string { return c.socket }
 
 // Close closes the idle connections. Calls in flight go on; the agent's
@@ -229,6 +239,9 @@ func (c *Client) do(ctx context.Context, method, path string, header map[string]
 		return fmt.Errorf("agentapi: %w", err)
 	}
 	req.Header.Set(HeaderProtocol, strconv.Itoa(Protocol))
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

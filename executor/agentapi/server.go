@@ -3,6 +3,7 @@ package agentapi
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,11 @@ type ServerConfig struct {
 	// for the connections of the sandbox's egress proxy (sandbox/egress).
 	// Unset, the endpoint answers 404 like any unknown one.
 	Egress http.Handler
+	// Token, if set, is the per-session secret every request must carry
+	// as "Authorization: Bearer <Token>" (an agent reached over a network;
+	// on a unix socket the socket's directory keeps others out). It is
+	// compared in constant time; a request without it answers 401.
+	Token string
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -78,8 +85,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP checks the client's protocol version and dispatches.
+// ServeHTTP checks the client's token and protocol version and
+// dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			writeJSON(w, http.StatusUnauthorized, Error{Class: ClassInvalid, Message: "agent: missing or wrong token"})
+			return
+		}
+	}
 	if v := r.Header.Get(HeaderProtocol); v != "" && v != strconv.Itoa(Protocol) && r.URL.Path != "/v1/hello" {
 		writeError(w, executor.Errorf(executor.ErrInvalid,
 			"agent protocol mismatch: the agent speaks protocol %d (agent version %s), the client %s", Protocol, s.cfg.Agent, v))
