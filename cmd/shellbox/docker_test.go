@@ -51,7 +51,7 @@ func TestDockerRestartSurvival(t *testing.T) {
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
 tenant: %s
 session: restart
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s
@@ -151,7 +151,7 @@ policies:
   dir: %s
 audit:
   file: %s
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s

@@ -171,7 +171,7 @@ func TestServeRestart(t *testing.T) {
 	bin := buildBinaries(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s
