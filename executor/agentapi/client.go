@@ -226,17 +226,46 @@ func (t *task) Kill(ctx context.Context) (executor.KillResult, error) {
 // failure to reach the agent is executor.ErrUnavailable, or
 // executor.Aborted() when ctx ended.
 func (c *Client) do(ctx context.Context, method, path string, header map[string]string, in, out any) error {
+	resp, err := c.send(ctx, method, path, path, header, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return c.readError(ctx, method, path, err)
+	}
+	if len(b) > MaxResponseBytes {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: answer over %d bytes", c.socket, method, path, MaxResponseBytes)
+	}
+	if resp.StatusCode/100 != 2 {
+		return c.statusError(method, path, resp, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: bad answer: %w", c.socket, method, path, err)
+	}
+	return nil
+}
+
+// send sends one request for target (a path and query) and returns the
+// response, whatever its status; op names the request in errors (target
+// without its query, when that could be long). A failure to reach the agent
+// is executor.ErrUnavailable, or executor.Aborted() when ctx ended.
+func (c *Client) send(ctx context.Context, method, target, op string, header map[string]string, in any) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("agentapi: encode request: %w", err)
+			return nil, fmt.Errorf("agentapi: encode request: %w", err)
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
 	if err != nil {
-		return fmt.Errorf("agentapi: %w", err)
+		return nil, fmt.Errorf("agentapi: %w", err)
 	}
 	req.Header.Set(HeaderProtocol, strconv.Itoa(Protocol))
 	if c.token != "" {
@@ -251,35 +280,30 @@ func (c *Client) do(ctx context.Context, method, path string, header map[string]
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return executor.Aborted()
+			return nil, executor.Aborted()
 		}
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, path, unwrapURL(err))
+		return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, unwrapURL(err))
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		if ctx.Err() != nil {
-			return executor.Aborted()
-		}
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: read answer: %w", c.socket, method, path, err)
+	return resp, nil
+}
+
+// readError is a failure to read an answer's body.
+func (c *Client) readError(ctx context.Context, method, op string, err error) error {
+	if ctx.Err() != nil {
+		return executor.Aborted()
 	}
-	if len(b) > MaxResponseBytes {
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: answer over %d bytes", c.socket, method, path, MaxResponseBytes)
+	return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: read answer: %w", c.socket, method, op, err)
+}
+
+// statusError is the error of a non-2xx answer whose body is b: the agent's
+// error, of its class, or ErrUnavailable naming the status when the body is
+// not one.
+func (c *Client) statusError(method, op string, resp *http.Response, b []byte) error {
+	var e Error
+	if json.Unmarshal(b, &e) != nil || e.Class == "" {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %s", c.socket, method, op, resp.Status)
 	}
-	if resp.StatusCode/100 != 2 {
-		var e Error
-		if json.Unmarshal(b, &e) != nil || e.Class == "" {
-			return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %s", c.socket, method, path, resp.Status)
-		}
-		return decodeError(e)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: bad answer: %w", c.socket, method, path, err)
-	}
-	return nil
+	return decodeError(e)
 }
 
 // unwrapURL drops net/http's `Post "http://agent/v1/run":` prefix: the

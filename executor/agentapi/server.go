@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,6 +37,11 @@ type ServerConfig struct {
 	// on a unix socket the socket's directory keeps others out). It is
 	// compared in constant time; a request without it answers 401.
 	Token string
+	// SpillDir, if set, serves GET /v1/spill: the spill files under it
+	// (the Runner's spill directory; absolute, as the agent sees it), for a
+	// server that has no host path to them. Unset, the endpoint answers
+	// 404 like any unknown one.
+	SpillDir string
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -65,6 +71,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Runner == nil {
 		return nil, errors.New("agentapi: ServerConfig.Runner is required")
 	}
+	if cfg.SpillDir != "" {
+		if !filepath.IsAbs(cfg.SpillDir) {
+			return nil, fmt.Errorf("agentapi: ServerConfig.SpillDir must be an absolute path, got %q", cfg.SpillDir)
+		}
+		cfg.SpillDir = filepath.Clean(cfg.SpillDir)
+	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), calls: map[string]context.CancelFunc{}, cancelled: map[string]time.Time{}}
 	s.mux.HandleFunc("GET /v1/hello", s.hello)
 	s.mux.HandleFunc("POST /v1/run", s.run)
@@ -76,6 +88,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
 	s.mux.HandleFunc("GET /v1/has", s.has)
+	if cfg.SpillDir != "" {
+		s.mux.HandleFunc("GET /v1/spill", s.spill)
+	}
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
 	}
