@@ -1,6 +1,6 @@
 // Package agentapi is the protocol between the shellbox server and the agent
 // inside each sandbox (cmd/shellbox-agent): the executor.BashExecutor seam,
-// minus Resolve, carried over a unix socket. Server serves it over any
+// minus Resolve, carried over a unix socket (single-host runtimes) or TCP with a per-session bearer token (Kubernetes). Server serves it over any
 // Runner (the agent serves a local.Executor); Client speaks it and is a
 // Runner itself, so a command run through the protocol behaves exactly as
 // one run by the executor behind it. The conformance suite
