@@ -17,8 +17,12 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Backend runs the tools. Required.
+	// Backend runs the tools. It or NewBackend is required.
 	Backend Backend
+	// NewBackend, instead of Backend, builds the backend once the server
+	// can observe it: it is handed the server's Observer (metrics, event
+	// streams), so the backend gets its observers at construction.
+	NewBackend func(Observer) (Backend, error)
 	// Approvals, if set, serves the approvals endpoints and events; without
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
@@ -97,8 +101,8 @@ type Server struct {
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
-	if cfg.Backend == nil {
-		return nil, errors.New("server: Config.Backend is required")
+	if (cfg.Backend == nil) == (cfg.NewBackend == nil) {
+		return nil, errors.New("server: exactly one of Config.Backend and Config.NewBackend is required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -156,11 +160,36 @@ func New(cfg Config) (*Server, error) {
 			MaxRequestBodyBytes: cfg.MaxBodyBytes,
 			Logger:              cfg.Logger,
 		})
+	if cfg.NewBackend != nil {
+		b, err := cfg.NewBackend(s)
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.Backend = b
+	}
 	if cfg.Approvals != nil {
 		s.cancelApprovals = cfg.Approvals.Subscribe(s.onApproval)
 	}
 	return s, nil
 }
+
+// Observer is what a backend the server builds (Config.NewBackend) reports
+// to: background completion notices for the event streams, and the
+// metrics of its gates, sandbox creations and egress connections. *Server
+// implements it.
+type Observer interface {
+	// Notify delivers a background completion notice (see Server.Notify).
+	Notify(tenant, session string, n tools.Notice)
+	// ObserveGate wraps a tenant's policy gate so its decisions are
+	// counted; nil stays nil.
+	ObserveGate(tenant string, g tools.Gate) tools.Gate
+	// ObserveSandboxCreate records how long creating a sandbox took.
+	ObserveSandboxCreate(tenant string, d time.Duration)
+	// ObserveEgress counts one egress connection by outcome.
+	ObserveEgress(tenant, outcome string)
+}
+
+var _ Observer = (*Server)(nil)
 
 // Notify delivers a background completion notice of the tenant's session to
 // the session's event streams (SSE subscribers, MCP clients). It never

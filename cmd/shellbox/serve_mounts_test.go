@@ -165,8 +165,7 @@ server:
 // TestServeMountsNeedPolicy: a server without policies has no allowlist,
 // so a session asking for mounts is refused (asking for none is fine).
 func TestServeMountsNeedPolicy(t *testing.T) {
-	b := testServeBackend(t, "docker")
-	s := startTestServer(t, b)
+	_, s := testServe(t, "docker")
 	c := client.New(s.URL, servertest.TokenAcme, nil)
 	_, err := c.CreateSession(context.Background(), "m", server.SessionOptions{Mounts: []server.Mount{{Source: "/srv"}}})
 	var ce *client.Error

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -62,27 +61,4 @@ func (c ServerConfig) validate() error {
 		return fmt.Errorf("logLevel %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return nil
-}
-
-// image and runtime of a new session of tenant: the asked one if the tenant
-// allows it, else the tenant's default.
-func (c Config) sessionImage(tenant, asked string) (string, error) {
-	return choose("image", tenant, asked, c.Server.Tenants[tenant].Images, c.Sandbox.Image)
-}
-
-func (c Config) sessionRuntime(tenant, asked string) (string, error) {
-	return choose("runtime", tenant, asked, c.Server.Tenants[tenant].Runtimes, c.Sandbox.Runtime)
-}
-
-func choose(what, tenant, asked string, allowed []string, def string) (string, error) {
-	if len(allowed) == 0 {
-		allowed = []string{def}
-	}
-	if asked == "" {
-		return allowed[0], nil
-	}
-	if !slices.Contains(allowed, asked) {
-		return "", server.Errorf(server.ErrNotAllowed, "%s %q is not allowed for tenant %s (allowed: %v)", what, asked, tenant, allowed)
-	}
-	return asked, nil
 }
