@@ -57,15 +57,6 @@ func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
 	return list, nil
 }
 
-// SetOptions records the options a session's sandbox is to be created with
-// (a one-shot call's --runtime), without creating it. They are checked when
-// the sandbox is made.
-func (l *Layer) SetOptions(tenant, session string, opts server.SessionOptions) {
-	l.mu.Lock()
-	l.opts[tenant+"/"+session] = opts
-	l.mu.Unlock()
-}
-
 // CreateSession implements server.Backend.
 func (l *Layer) CreateSession(ctx context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
 	tb, err := l.tenant(tenant)

@@ -47,7 +47,7 @@ var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
 	"mounts need an allowlist, and this server has none: set policies.dir and list the directories in the tenant's sandbox.mounts")
 
 // spec is the sandbox spec of a new session: the options it was created
-// with (SetOptions, CreateSession), within the tenant's policy, over the
+// with (CreateSession), within the tenant's policy, over the
 // defaults. It also enforces the tenant's session quota. Errors wrap the
 // server's classes.
 func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {

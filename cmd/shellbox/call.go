@@ -12,7 +12,6 @@ import (
 
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -141,13 +140,20 @@ func newToolset(ctx context.Context, cfg Config, runtime string, pol *policies.E
 	if runtime != "" && pol == nil {
 		cfg.Sandbox.Runtime = runtime
 	}
+	if runtime != "" && pol != nil {
+		// A flag the policy contradicts is a usage error, not a result.
+		p, err := pol.Policy(cfg.Tenant)
+		if err != nil {
+			return nil, nil, err
+		}
+		if runtime != p.Runtime {
+			return nil, nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, p.Tenant, p.Runtime)
+		}
+	}
 	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l, closeRuntime, err := newLayerShared(cfg, pol, log)
 	if err != nil {
 		return nil, nil, err
-	}
-	if runtime != "" && pol != nil && l.Sandboxed() {
-		l.SetOptions(cfg.Tenant, cfg.Session, server.SessionOptions{Runtime: runtime})
 	}
 	ts, err := l.Toolset(ctx, cfg.Tenant)
 	if err != nil {
