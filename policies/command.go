@@ -37,6 +37,11 @@ type simpleCommand struct {
 	// bash -c, ...): those are rule-checked on their own, so a wrapper that
 	// no rule matches does not take the default.
 	Wrapper bool
+	// opaque says why the command runs code it does not show (a script
+	// file, an interpreter's program, a Makefile): a rule that names the
+	// command decides; if none does, the unparseable decision applies
+	// instead of the default.
+	opaque string
 
 	name string // basename of Argv[0]; for pwsh, the command it resolves to
 	// pwsh: a command of a pwsh script: its name matches rules
@@ -81,6 +86,9 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 			lits[i] = true
 		}
 		sc := simpleCommand{Argv: words, Text: clip(strings.TrimSpace(command), maxTextBytes)}
+		if err := a.namesSet(command, words, lits, nil, ""); err != nil {
+			return nil, err
+		}
 		if err := a.wrapped(sc, lits, nil, command, 0); err != nil {
 			return nil, err
 		}
@@ -210,11 +218,30 @@ func (a *analyzer) script(src string, depth int, via string) (err error) {
 		if werr != nil {
 			return false
 		}
-		st, ok := n.(*syntax.Stmt)
-		if !ok {
-			return true
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			werr = a.stmt(src, n, depth, via)
+		case *syntax.Word:
+			werr = a.laterString(src, n, depth)
+		case *syntax.ParamExp:
+			werr = a.paramExp(src, n, via)
+		case *syntax.Assign:
+			werr = a.assign(src, n, depth, via)
+		case *syntax.DeclClause:
+			werr = a.declClause(src, n, via)
+		case *syntax.WordIter:
+			if n.Name != nil {
+				werr = a.setsName(n.Name.Value, n, via)
+			}
+		case *syntax.UnaryTest:
+			if n.Op == syntax.TsVarSet {
+				if w, ok := n.X.(*syntax.Word); ok {
+					if _, lit := wordValue(src, w); !lit {
+						werr = a.dynamicf(src, n, via, "`-v` is given a name that is not a literal; bash evaluates its subscript")
+					}
+				}
+			}
 		}
-		werr = a.stmt(src, st, depth, via)
 		return werr == nil
 	})
 	return werr
@@ -261,6 +288,11 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 		lits[i] = lit
 	}
 	sc.Dynamic = !lits[0] || isPattern(call.Args[0])
+	if !sc.Dynamic {
+		if err := a.namesSet(src, sc.Argv, lits, call, via); err != nil {
+			return err
+		}
+	}
 	for _, as := range call.Assigns {
 		// A command run with its lookup or loader changed is not the command
 		// its name says.
@@ -284,6 +316,10 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 	}
 	if in.kind == shellStdin || in.kind == pwshStdin {
 		in = stdinScript(src, stdin, in.kind == pwshStdin)
+	}
+	if in.kind == opaqueCode {
+		sc.opaque = in.why
+		return a.add(sc)
 	}
 	sc.Wrapper = in.kind != runsExec // find -exec: find itself acts too
 	if err := a.add(sc); err != nil {
@@ -454,16 +490,6 @@ func isPatternString(s string) bool {
 		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
 			return true
 		}
-	}
-	return false
-}
-
-// hijacks reports whether assigning name before a command changes which
-// program runs or what it loads.
-func hijacks(name string) bool {
-	switch name {
-	case "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS":
-		return true
 	}
 	return false
 }
