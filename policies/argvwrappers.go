@@ -11,8 +11,9 @@ import (
 
 type argvWrapper struct {
 	spec optSpec
-	// skip is the number of operands before the command.
-	skip int
+	// lead is the number of operands before the options (setarch ARCH);
+	// skip the number after them, before the command.
+	lead, skip int
 	// noCmd lists options after which the operands are not a command
 	// (taskset -p PID, ionice -p PID, command -v NAME).
 	noCmd []string
@@ -35,7 +36,15 @@ func unknownOpts(name string) inner {
 }
 
 func (w *argvWrapper) unwrap(argv []string, lits []bool) inner {
-	i, opts, ok := w.spec.parseOpts(argv, lits, 1)
+	if 1+w.lead > len(argv) {
+		return inner{}
+	}
+	for k := 1; k < 1+w.lead; k++ {
+		if !lits[k] {
+			return dynamic
+		}
+	}
+	i, opts, ok := w.spec.parseOpts(argv, lits, 1+w.lead)
 	if !ok {
 		return unknownOpts(argv[0])
 	}
@@ -102,7 +111,7 @@ var argvWrappers = map[string]*argvWrapper{
 		noCmd: []string{"-e", "--edit"}, bareWith: []string{"-s", "-i", "--shell", "--login"}, assigns: true},
 	"doas": {spec: optSpec{short: "Lns", shortArg: "aCu"}, bareWith: []string{"-s"}},
 	"flock": {spec: optSpec{short: "sexnoFuhV", shortArg: "wE",
-		long:    longs("shared", "exclusive", "nonblock", "nb", "close", "no-fork", "unlock", "verbose"),
+		long:    longs("shared", "exclusive", "nonblock", "nonblocking", "close", "no-fork", "unlock", "verbose"),
 		longArg: []string{"timeout", "wait", "conflict-exit-code"}}, skip: 1, cFlag: true},
 	"taskset": {spec: optSpec{short: "acphV", long: longs("all-tasks", "cpu-list", "pid")},
 		noCmd: []string{"-p", "--pid"}, skip: 1},
@@ -110,13 +119,13 @@ var argvWrappers = map[string]*argvWrapper{
 		"no-new-privs", "reset-env"),
 		longArg: []string{"ambient-caps", "bounding-set", "groups", "inh-caps", "rgid", "egid", "regid", "ruid", "euid",
 			"reuid", "securebits", "pdeathsig", "selinux-label", "apparmor-profile", "landlock-access", "landlock-rule", "ptracer"}}},
-	"unshare": {spec: optSpec{short: "frchV", shortArg: "SGRwl", shortOpt: "muinpUCT",
+	"unshare": {spec: optSpec{short: "frchV", shortArg: "SGRw", shortOpt: "muinpUCT",
 		long: longs("fork", "map-root-user", "map-current-user", "map-auto", "keep-caps"),
 		longArg: []string{"setgroups", "propagation", "map-user", "map-group", "map-users", "map-groups", "root", "wd",
 			"setuid", "setgid", "monotonic", "boottime", "load-interp"},
 		longOpt: []string{"mount", "uts", "ipc", "net", "pid", "user", "cgroup", "time", "mount-proc", "kill-child", "mount-binfmt"}},
 		bare: shellStdin},
-	"nsenter": {spec: optSpec{short: "aFZcehV", shortArg: "tSGN", shortOpt: "muinpUCTrw",
+	"nsenter": {spec: optSpec{short: "aFZcehV", shortArg: "tSGN", shortOpt: "muinpUCTrwW",
 		long:    longs("all", "no-fork", "preserve-credentials", "follow-context", "join-cgroup", "env", "user-parent", "keep-caps"),
 		longArg: []string{"target", "setuid", "setgid", "net-socket"},
 		longOpt: []string{"mount", "uts", "ipc", "net", "pid", "user", "cgroup", "time", "root", "wd", "wdns"}},
@@ -155,14 +164,14 @@ var argvWrappers = map[string]*argvWrapper{
 	"dbus-run-session": {spec: optSpec{long: longs(), longArg: []string{"config-file", "dbus-daemon"}}},
 	"setarch": {spec: optSpec{short: "RFZLXBISTv3", long: longs("addr-no-randomize", "fdpic-funcptrs", "mmap-page-zero",
 		"addr-compat-layout", "read-implies-exec", "32bit", "short-inode", "whole-seconds", "sticky-timeouts", "3gb",
-		"4gb", "uname-2.6", "verbose", "list", "show")}, skip: 1, bare: shellStdin},
+		"4gb", "uname-2.6", "verbose", "list", "show")}, lead: 1, bare: shellStdin},
 }
 
 func init() {
 	// setarch's personality names run as setarch ARCH.
 	for _, n := range []string{"linux32", "linux64", "i386", "x86_64", "uname26"} {
 		w := *argvWrappers["setarch"]
-		w.skip = 0
+		w.lead = 0
 		argvWrappers[n] = &w
 	}
 }
@@ -220,33 +229,46 @@ func unwrapWatch(argv []string, lits []bool) inner {
 
 // unwrapSu: su/runuser -c/--command/--session-command run a script with
 // the user's shell; runuser -u USER runs an argv; -s/--shell picks the shell
-// that reads it.
+// that reads it. Options may follow the user (su root -c CMD).
 func unwrapSu(name string, argv []string, lits []bool) inner {
 	spec := optSpec{short: "flmpPT", shortArg: "cgGswu",
 		long:    longs("login", "preserve-environment", "pty", "no-pty", "fast"),
 		longArg: []string{"command", "session-command", "group", "supp-group", "shell", "whitelist-environment", "user"}}
-	i, opts, ok := spec.parseOpts(argv, lits, 1)
-	if !ok {
-		return unknownOpts(name)
-	}
 	var script *opt
-	user := false
-	for k, o := range opts {
-		switch o.name {
-		case "-s", "--shell":
-			if sh := o.val; !isShellPath(sh) {
-				return inner{kind: dynamicInner, why: "runs the shell " + clip(sh, 80) + ", which the reader does not know"}
+	user, first := false, -1
+	for i := 1; i < len(argv); {
+		j, opts, ok := spec.parseOpts(argv, lits, i)
+		if !ok {
+			return unknownOpts(name)
+		}
+		for k, o := range opts {
+			switch o.name {
+			case "-s", "--shell":
+				if sh := o.val; !isShellPath(sh) {
+					return inner{kind: dynamicInner, why: "runs the shell " + clip(sh, 80) + ", which the reader does not know"}
+				}
+			case "-c", "--command", "--session-command":
+				script = &opts[k]
+			case "-u", "--user":
+				user = true
 			}
-		case "-c", "--command", "--session-command":
-			script = &opts[k]
-		case "-u", "--user":
-			user = true
 		}
+		if j > 0 && j <= len(argv) && argv[j-1] == "--" && lits[j-1] || j >= len(argv) {
+			if first < 0 {
+				first = j
+			}
+			break
+		}
+		if first < 0 {
+			first = j
+		}
+		if name == "runuser" && user {
+			break // runuser -u USER COMMAND...
+		}
+		i = j + 1 // the user, or the shell's arguments
 	}
-	if name == "runuser" && user {
-		if i < len(argv) {
-			return argvFrom(argv, lits, i)
-		}
+	if name == "runuser" && user && first >= 0 && first < len(argv) {
+		return argvFrom(argv, lits, first)
 	}
 	if script != nil {
 		return inner{kind: runsScript, scripts: []string{script.val}, via: "-c"}

@@ -358,6 +358,9 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 				}
 				continue
 			}
+			if err := a.namesSet(src, inner.argv, inner.lits, nil, via); err != nil {
+				return err
+			}
 			// The inner command reads the wrapper's standard input, except
 			// under xargs and find, which give it none of theirs.
 			innerStdin := stdin

@@ -104,7 +104,12 @@ func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) 
 		// declare 'NAME=VALUE' or declare "$x": bash splits it itself.
 		v, lit := wordValue(src, as.Value)
 		if !lit {
-			return a.dynamicf(src, as, via, "declares a variable whose name is not a literal")
+			// local "x=$1": a literal name, then a value.
+			n, ok := literalName(src, as.Value)
+			if !ok {
+				return a.dynamicf(src, as, via, "declares a variable whose name is not a literal; bash evaluates its subscript")
+			}
+			return a.varSet(src, as, n, "", false, depth, via)
 		}
 		if strings.HasPrefix(v, "-") || strings.HasPrefix(v, "+") {
 			return nil // an option
@@ -194,8 +199,17 @@ func (a *analyzer) varSet(src string, n syntax.Node, name, value string, lit boo
 		return a.dynamicf(src, n, via, name+" is set, which changes which program a later command runs")
 	case kind == varShell && lit && isShellPath(value):
 		return nil
-	case kind == varPrompt && lit && !strings.ContainsAny(value, "$`"):
-		return nil
+	case kind == varPrompt && lit:
+		if !strings.ContainsAny(value, "$`") {
+			return nil
+		}
+		// Prompt expansion is the expansion of a double-quoted string,
+		// as a here-document body's.
+		const eof = "SHELLBOX_PROMPT_EOF"
+		if strings.Contains(value, eof) || depth+1 > maxWrapperDepth {
+			break
+		}
+		return a.script(": <<"+eof+"\n"+value+"\n"+eof+"\n", depth+1, name)
 	case kind == varCommand && lit:
 		if value == "" {
 			return nil
@@ -337,4 +351,61 @@ func (a *analyzer) namesSet(src string, argv []string, lits []bool, n syntax.Nod
 		}
 	}
 	return nil
+}
+
+// literalName: the name of a NAME=VALUE word whose name part (up to the
+// first =) is literal and holds no subscript.
+func literalName(src string, w *syntax.Word) (string, bool) {
+	var b strings.Builder
+	add := func(s string) (string, bool, bool) {
+		if n, _, ok := strings.Cut(s, "="); ok {
+			b.WriteString(n)
+			name := strings.TrimSuffix(b.String(), "+")
+			return name, isName(name), true
+		}
+		b.WriteString(s)
+		return "", false, false
+	}
+	for _, p := range w.Parts {
+		var s string
+		switch p := p.(type) {
+		case *syntax.Lit:
+			s = p.Value
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				return "", false
+			}
+			s = p.Value
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				l, ok := q.(*syntax.Lit)
+				if !ok {
+					return "", false
+				}
+				if n, ok, done := add(l.Value); done {
+					return n, ok
+				}
+			}
+			continue
+		default:
+			return "", false
+		}
+		if n, ok, done := add(s); done {
+			return n, ok
+		}
+	}
+	return "", false
+}
+
+func isName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

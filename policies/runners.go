@@ -22,17 +22,17 @@ var interpreters = map[string]bool{
 	"node": true, "nodejs": true, "deno": true, "bun": true, "php": true, "lua": true, "luajit": true,
 	"tclsh": true, "wish": true, "Rscript": true, "R": true, "julia": true, "guile": true, "racket": true,
 	"sbcl": true, "clisp": true, "runghc": true, "runhaskell": true, "ghci": true, "java": true, "jshell": true,
-	"groovy": true, "scala": true, "kotlin": true, "expect": true, "osascript": true, "swift": true, "dotnet": false,
-	"elixir": true, "erl": true, "escript": true, "ocaml": true, "gawk-script": false, "csi": true, "tcc": true,
+	"groovy": true, "scala": true, "kotlin": true, "expect": true, "osascript": true, "swift": true,
+	"dotnet-script": true, "elixir": true, "erl": true, "escript": true, "ocaml": true, "csi": true, "tcc": true,
 	"npx": true, "pnpx": true, "bunx": true, "uvx": true, "pipx": true, "fish": true, "csh": true, "tcsh": true,
 	"elvish": true, "nu": true, "xonsh": true, "rc": true, "es": true, "osh": true, "ysh": true, "oil": true,
-	"dc": true, "m4": true, "gdb": true, "lldb": true, "busybox-awk": false, "vim": true, "vi": true, "nvim": true,
-	"ex": true, "view": true, "emacs": true, "ed": true, "red": true, "jq": false,
+	"dc": true, "m4": true, "gdb": true, "lldb": true, "vim": true, "vi": true, "nvim": true,
+	"ex": true, "view": true, "emacs": true, "ed": true, "red": true,
 }
 
 // makers run recipes from a file (a Makefile written first).
 var makers = map[string]bool{"make": true, "gmake": true, "bmake": true, "pmake": true, "remake": true, "ninja": true,
-	"just": true, "rake": true, "task": false, "mk": true}
+	"just": true, "rake": true, "mk": true}
 
 // runsAnything: commands whose way of running commands the reader does not
 // follow (job runners, multiplexers, sandboxes, tracers): always dynamic.
@@ -66,10 +66,13 @@ var runsAnything = map[string]string{
 // command.
 func unwrapRunner(name string, argv []string, lits []bool) inner {
 	if why, ok := runsAnything[name]; ok && why != "" {
-		if len(argv) == 1 || (len(argv) == 2 && lits[1] && isHelp(argv[1])) {
+		if len(argv) == 2 && lits[1] && isHelp(argv[1]) {
 			return inner{}
 		}
-		return dynamicWhy(why)
+		return dynamicWhy(why) // bare too: parallel, at and batch read commands from standard input
+	}
+	if p := argv[0]; isFdPath(p) || strings.HasPrefix(p, "/dev/") {
+		return dynamicWhy("runs a program by a descriptor or /proc path, which names no known program")
 	}
 	switch {
 	case interpreters[name] || isVersioned(name):
@@ -114,19 +117,23 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 		return inner{}
 	case "tmux", "screen":
 		return unwrapMultiplexer(name, argv, lits)
-	case "less", "more", "most", "pg":
+	case "less":
+		// +CMD runs less commands at start (! runs a shell, | pipes to one,
+		// v an editor); a lesskey file binds keys to them.
 		for k := 1; k < len(argv); k++ {
-			if !lits[k] || strings.HasPrefix(argv[k], "+") || strings.HasPrefix(argv[k], "-k") || strings.HasPrefix(argv[k], "--lesskey") {
-				return dynamicWhy("is given start-up commands, which may run a shell")
+			a := argv[k]
+			if !lits[k] || (strings.HasPrefix(a, "+") && strings.Trim(a, "+0123456789FGgq") != "") ||
+				strings.HasPrefix(a, "-k") || strings.HasPrefix(a, "--lesskey") ||
+				(strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && strings.ContainsRune(a, 'k')) {
+				return dynamicWhy("is given start-up commands or key bindings, which may run a shell")
 			}
 		}
 		return inner{}
 	case "man":
 		for k := 1; k < len(argv); k++ {
 			a := argv[k]
-			if !lits[k] || a == "-P" || a == "-H" || a == "-p" || strings.HasPrefix(a, "--pager") ||
-				strings.HasPrefix(a, "--html") || strings.HasPrefix(a, "--preprocessor") ||
-				(len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.ContainsAny(a, "PHp")) {
+			if !lits[k] || strings.HasPrefix(a, "--pager") || strings.HasPrefix(a, "--html") ||
+				(len(a) > 1 && a[0] == '-' && a[1] != '-' && strings.ContainsAny(a, "PH")) {
 				return dynamicWhy("runs a pager or browser given by " + clip(a, 40))
 			}
 		}
@@ -394,10 +401,10 @@ func unwrapGit(argv []string, lits []bool) inner {
 	}
 	sub, rest, rlits := argv[i], argv[i+1:], lits[i+1:]
 	for k, a := range rest {
-		if !rlits[k] {
+		if !rlits[k] || sub == "rebase" {
 			continue
 		}
-		for _, p := range []string{"--upload-pack", "--receive-pack", "--exec=", "--exec", "--extcmd", "--open-files-in-pager",
+		for _, p := range []string{"--upload-pack", "--receive-pack", "--exec", "--extcmd", "--open-files-in-pager",
 			"--tool", "--sendmail-cmd", "--to-cmd", "--cc-cmd", "--header-cmd"} {
 			if a == p || strings.HasPrefix(a, p+"=") {
 				return dynamicWhy("is given " + p + ", which runs a program")
@@ -674,6 +681,19 @@ func unwrapAwk(argv []string, lits []bool) inner {
 				progs, prog = append(progs, argv[k+1]), true
 			}
 			k = len(argv)
+		case a == "-i" && k+1 < len(argv) && lits[k+1] && argv[k+1] == "inplace", a == "--include=inplace":
+			if a == "-i" {
+				k++ // gawk's in-place editing library
+			}
+		case strings.HasPrefix(a, "-W") || strings.HasPrefix(a, "--exec"):
+			v := strings.TrimPrefix(a, "-W")
+			if v == "" && k+1 < len(argv) {
+				k++
+				v = argv[k]
+			}
+			if !lits[k] || strings.Contains(v, "exe") || strings.HasPrefix(a, "--exec") {
+				return dynamicWhy("runs an awk program from a file the command does not show (awk can start commands)")
+			}
 		case a == "-f" || a == "-i" || a == "-l" || a == "-E" || strings.HasPrefix(a, "--file") ||
 			strings.HasPrefix(a, "--include") || strings.HasPrefix(a, "--load") || strings.HasPrefix(a, "--exec") ||
 			(strings.HasPrefix(a, "-f") && len(a) > 2) || strings.HasPrefix(a, "-l") || strings.HasPrefix(a, "-i") ||
@@ -687,7 +707,7 @@ func unwrapAwk(argv []string, lits []bool) inner {
 			progs, prog = append(progs, argv[k]), true
 		case strings.HasPrefix(a, "--source="):
 			progs, prog = append(progs, strings.TrimPrefix(a, "--source=")), true
-		case a == "-v" || a == "-F" || a == "-W":
+		case a == "-v" || a == "-F":
 			k++
 		case strings.HasPrefix(a, "-"):
 		case !prog:
@@ -731,7 +751,7 @@ func unwrapSSH(name string, argv []string, lits []bool) inner {
 					val = argv[k]
 				}
 				switch {
-				case c == 'F', c == 'I', c == 'S' && name != "ssh":
+				case c == 'F', c == 'I', (c == 'S' || c == 'D') && name != "ssh":
 					return dynamicWhy("is given -" + string(c) + ", which names a program, library or config to load")
 				case c == 'o':
 					key, _, _ := strings.Cut(strings.TrimSpace(val), "=")
@@ -750,26 +770,29 @@ func unwrapSSH(name string, argv []string, lits []bool) inner {
 }
 
 // unwrapMultiplexer: tmux and screen run shell commands in new sessions,
-// windows and panes, and send keys to shells: dynamic, except listing and
-// killing.
+// windows and panes, send keys to shells and read configuration files:
+// dynamic, except a lone listing or killing command.
 func unwrapMultiplexer(name string, argv []string, lits []bool) inner {
-	if len(argv) == 1 {
-		return dynamicWhy("starts a shell in a terminal multiplexer")
+	safe := map[string]bool{"ls": true, "list-sessions": true, "list-windows": true, "list-panes": true, "lsw": true,
+		"lsp": true, "has-session": true, "has": true, "kill-session": true, "kill-server": true, "kill-window": true,
+		"kill-pane": true, "capture-pane": true, "capturep": true}
+	if name == "screen" {
+		safe = map[string]bool{"-ls": true, "-list": true, "-wipe": true, "-v": true, "--version": true}
 	}
-	safe := map[string]bool{"ls": true, "list-sessions": true, "list-windows": true, "list-panes": true, "has-session": true,
-		"has": true, "kill-session": true, "kill-server": true, "kill-window": true, "kill-pane": true, "-ls": true,
-		"-list": true, "-wipe": true, "-v": true, "-V": true, "capture-pane": true, "capturep": true, "lsw": true, "lsp": true}
-	for k := 1; k < len(argv); k++ {
-		if !lits[k] || !safe[argv[k]] && !strings.HasPrefix(argv[k], "-") {
-			if !lits[k] || !safe[argv[k]] {
+	k := 1
+	if name == "tmux" {
+		// Global options that only name a server: -L NAME, -S PATH.
+		for k+1 < len(argv) && lits[k] && (argv[k] == "-L" || argv[k] == "-S") {
+			k += 2
+		}
+	}
+	if k < len(argv) && lits[k] && safe[argv[k]] {
+		for j := k + 1; j < len(argv); j++ {
+			if !lits[j] || strings.HasSuffix(argv[j], ";") {
 				return dynamicWhy("runs commands in a terminal multiplexer")
 			}
 		}
-	}
-	for k := 1; k < len(argv); k++ {
-		if safe[argv[k]] {
-			return inner{}
-		}
+		return inner{}
 	}
 	return dynamicWhy("runs commands in a terminal multiplexer")
 }
