@@ -189,6 +189,13 @@ var bypassCases = []bypassCase{
 	{"find . -exec rm {} +", 'D'}, {"find . -execdir rm {} \\;", 'D'}, {"find . -ok rm {} \\;", 'D'},
 	{"find . -okdir rm {} \\;", 'D'}, {"find . -exec sh -c 'rm \"$1\"' _ {} \\;", 'D'}, {"find . -exec {} \\;", 'Q'},
 	{"find . -name x -print", 'A'},
+	{"sort --compress-program='rm x' f", 'D'}, {"sort --compress-p=rm f", 'D'}, {"sort -u f", 'A'},
+	{"zip -T -TT 'rm x' a.zip f", 'D'}, {"zip --unzip-command='rm x' -T a.zip f", 'D'}, {"zip -r a.zip d", 'A'},
+	{"wget --use-askpass='rm x' u", 'D'}, {"pandoc --filter ./f in.md", 'Q'}, {"pandoc -F ./f in.md", 'Q'},
+	{"pandoc -o out.pdf in.md", 'A'}, {"pdflatex -shell-escape doc.tex", 'Q'}, {"pdflatex doc.tex", 'A'},
+	{"fzf --preview 'rm x'", 'Q'}, {"sqlite3 db '.shell rm x'", 'Q'}, {"sqlite3 db '.system rm x'", 'Q'},
+	{"sqlite3 db 'select 1'", 'A'}, {`psql -c '\! rm x'`, 'Q'}, {"mysql -e 'system rm x'", 'Q'},
+	{"mlr -n put 'end{system(\"rm x\")}'", 'Q'}, {"gs -sOutputFile='%pipe%rm x' f.ps", 'Q'},
 	// Interpreters, make: code the command does not show.
 	{"python3 -c 'import os; os.remove(\"x\")'", 'Q'}, {"python3 x.py", 'Q'}, {"python3.12 x.py", 'Q'},
 	{"perl -e 'unlink \"x\"'", 'Q'}, {"ruby -e 'File.delete(\"x\")'", 'Q'}, {"node -e 'require(\"fs\").rmSync(\"x\")'", 'Q'},

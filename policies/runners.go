@@ -24,7 +24,8 @@ var interpreters = map[string]bool{
 	"sbcl": true, "clisp": true, "runghc": true, "runhaskell": true, "ghci": true, "java": true, "jshell": true,
 	"groovy": true, "scala": true, "kotlin": true, "expect": true, "osascript": true, "swift": true,
 	"dotnet-script": true, "elixir": true, "erl": true, "escript": true, "ocaml": true, "csi": true, "tcc": true,
-	"npx": true, "pnpx": true, "bunx": true, "uvx": true, "pipx": true, "fish": true, "csh": true, "tcsh": true,
+	"gnuplot": true, "octave": true, "maxima": true, "gs": true, "ghostscript": true, "latexmk": true,
+	"nodemon": true, "ts-node": true, "tsx": true, "npx": true, "pnpx": true, "bunx": true, "uvx": true, "pipx": true, "fish": true, "csh": true, "tcsh": true,
 	"elvish": true, "nu": true, "xonsh": true, "rc": true, "es": true, "osh": true, "ysh": true, "oil": true,
 	"dc": true, "m4": true, "gdb": true, "lldb": true, "vim": true, "vi": true, "nvim": true,
 	"ex": true, "view": true, "emacs": true, "ed": true, "red": true,
@@ -138,6 +139,38 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 			}
 		}
 		return inner{}
+	case "sort", "gsort":
+		return unwrapLongCommand(argv, lits, []string{"compress-program"}, nil)
+	case "zip":
+		return unwrapLongCommand(argv, lits, []string{"unzip-command"}, []string{"-TT"})
+	case "wget":
+		return unwrapLongCommand(argv, lits, []string{"use-askpass"}, nil)
+	case "pandoc":
+		return dynamicWith(argv, lits, "runs the filter program it is given", "--filter", "-F", "--lua-filter", "-L")
+	case "latex", "pdflatex", "xelatex", "lualatex", "tex", "pdftex", "luatex", "xetex", "etex":
+		return dynamicWith(argv, lits, "may run shell commands (\\write18)", "-shell-escape", "--shell-escape",
+			"-enable-write18", "--enable-write18", "-shell-restricted=false")
+	case "fzf", "sk":
+		return dynamicWith(argv, lits, "runs the commands its options bind", "--preview", "--bind", "--listen",
+			"--with-shell", "--become", "--execute")
+	case "sqlite3", "sqlite", "psql", "mysql", "mariadb", "duckdb":
+		// Their dot- and backslash commands run shell commands.
+		for k := 1; k < len(argv); k++ {
+			a := argv[k]
+			if !lits[k] || strings.Contains(a, ".sh") || strings.Contains(a, ".system") || strings.Contains(a, `\!`) ||
+				strings.Contains(a, "|") || strings.Contains(a, ".load") || strings.Contains(a, "system ") ||
+				strings.Contains(a, "edit(") || strings.HasPrefix(a, "-init") || strings.HasPrefix(a, "--init") {
+				return dynamicWhy("is given commands that may run a shell or load a library")
+			}
+		}
+		return inner{}
+	case "mlr":
+		for k := 1; k < len(argv); k++ {
+			if !lits[k] || strings.Contains(argv[k], "system") || strings.Contains(argv[k], "exec") {
+				return dynamicWhy("runs a DSL program that can start commands (system, exec)")
+			}
+		}
+		return inner{}
 	case "trap":
 		return unwrapTrap(argv, lits)
 	case "mapfile", "readarray":
@@ -169,6 +202,25 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 		return inner{}
 	case "shopt", "set":
 		return inner{}
+	}
+	return inner{}
+}
+
+// dynamicWith: dynamic when an option (or a prefix of a long one given
+// with =) of opts is present, or a word is not a literal.
+func dynamicWith(argv []string, lits []bool, why string, opts ...string) inner {
+	for k := 1; k < len(argv); k++ {
+		a := argv[k]
+		if !lits[k] {
+			return dynamicWhy("is given a word that is not a literal, and " + why)
+		}
+		n, _, _ := strings.Cut(a, "=")
+		for _, o := range opts {
+			if n == o || (strings.HasPrefix(o, "--") && len(n) > 3 && strings.HasPrefix(o, n)) ||
+				(len(o) == 2 && strings.HasPrefix(a, o)) {
+				return dynamicWhy(why)
+			}
+		}
 	}
 	return inner{}
 }
