@@ -179,10 +179,7 @@ func init() {
 // unwrapXargs: GNU xargs (findutils): -e, -i and -l take an argument only
 // attached, --eof, --replace and --max-lines only after =.
 func unwrapXargs(argv []string, lits []bool) inner {
-	spec := optSpec{short: "0oprtx", shortArg: "adEILnPs", shortOpt: "eil",
-		long:    longs("null", "interactive", "no-run-if-empty", "open-tty", "verbose", "exit", "show-limits"),
-		longArg: []string{"arg-file", "delimiter", "max-args", "max-procs", "max-chars", "process-slot-var"},
-		longOpt: []string{"eof", "replace", "max-lines"}}
+	spec := &xargsSpec
 	i, opts, ok := spec.parseOpts(argv, lits, 1)
 	if !ok {
 		return unknownOpts("xargs")
@@ -213,10 +210,7 @@ func unwrapXargs(argv []string, lits []bool) inner {
 // unwrapWatch: procps watch runs its words joined by sh -c, or with -x
 // as an argv.
 func unwrapWatch(argv []string, lits []bool) inner {
-	spec := optSpec{short: "bcCeghprtwx", shortArg: "nq", shortOpt: "d",
-		long: longs("beep", "color", "no-color", "errexit", "chgexit", "precise", "no-rerun", "no-title", "no-wrap",
-			"no-linewrap", "exec"),
-		longArg: []string{"interval", "equexit"}, longOpt: []string{"differences"}}
+	spec := &watchSpec
 	i, opts, ok := spec.parseOpts(argv, lits, 1)
 	if !ok {
 		return unknownOpts("watch")
@@ -231,9 +225,7 @@ func unwrapWatch(argv []string, lits []bool) inner {
 // the user's shell; runuser -u USER runs an argv; -s/--shell picks the shell
 // that reads it. Options may follow the user (su root -c CMD).
 func unwrapSu(name string, argv []string, lits []bool) inner {
-	spec := optSpec{short: "flmpPT", shortArg: "cgGswu",
-		long:    longs("login", "preserve-environment", "pty", "no-pty", "fast"),
-		longArg: []string{"command", "session-command", "group", "supp-group", "shell", "whitelist-environment", "user"}}
+	spec := &suSpec
 	var script *opt
 	user, first := false, -1
 	for i := 1; i < len(argv); {
@@ -389,10 +381,7 @@ func unwrapShell(argv []string, lits []bool) inner {
 // into words that take the place of the -S word: they may be options,
 // NAME=VALUE or the command.
 func unwrapEnv(argv []string, lits []bool, depth int) inner {
-	spec := optSpec{short: "0iv", shortArg: "aCSu",
-		long:    longs("ignore-environment", "null", "debug", "list-signal-handling"),
-		longArg: []string{"argv0", "chdir", "split-string", "unset"},
-		longOpt: []string{"block-signal", "default-signal", "ignore-signal"}}
+	spec := &envSpec
 	i, opts, ok := spec.parseOpts(argv, lits, 1)
 	if !ok {
 		return unknownOpts("env")
@@ -463,3 +452,22 @@ func splitEnvString(s string) ([]string, bool) {
 	}
 	return words, true
 }
+
+var xargsSpec = optSpec{short: "0oprtx", shortArg: "adEILnPs", shortOpt: "eil",
+	long:    longs("null", "interactive", "no-run-if-empty", "open-tty", "verbose", "exit", "show-limits"),
+	longArg: []string{"arg-file", "delimiter", "max-args", "max-procs", "max-chars", "process-slot-var"},
+	longOpt: []string{"eof", "replace", "max-lines"}}
+
+var watchSpec = optSpec{short: "bcCeghprtwx", shortArg: "nq", shortOpt: "d",
+	long: longs("beep", "color", "no-color", "errexit", "chgexit", "precise", "no-rerun", "no-title", "no-wrap",
+		"no-linewrap", "exec"),
+	longArg: []string{"interval", "equexit"}, longOpt: []string{"differences"}}
+
+var suSpec = optSpec{short: "flmpPT", shortArg: "cgGswu",
+	long:    longs("login", "preserve-environment", "pty", "no-pty", "fast"),
+	longArg: []string{"command", "session-command", "group", "supp-group", "shell", "whitelist-environment", "user"}}
+
+var envSpec = optSpec{short: "0iv", shortArg: "aCSu",
+	long:    longs("ignore-environment", "null", "debug", "list-signal-handling"),
+	longArg: []string{"argv0", "chdir", "split-string", "unset"},
+	longOpt: []string{"block-signal", "default-signal", "ignore-signal"}}

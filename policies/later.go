@@ -268,6 +268,12 @@ func (a *analyzer) declClause(src string, d *syntax.DeclClause, via string) erro
 // that is not a literal is dynamic (bash evaluates its subscript); a
 // sensitive one is set to a value the reader does not know.
 func (a *analyzer) namesSet(src string, argv []string, lits []bool, n syntax.Node, via string) error {
+	switch argv[0] {
+	case "printf", "read", "getopts", "unset", "wait", "mapfile", "readarray", "test", "[", "declare", "typeset",
+		"local", "export", "readonly", "let":
+	default:
+		return nil
+	}
 	var names []int // indexes of the words that are names
 	opt := func(flag string, from int) {
 		for k := from; k+1 < len(argv); k++ {

@@ -250,8 +250,7 @@ func isLoader(name string) bool {
 }
 
 func unwrapLoader(argv []string, lits []bool) inner {
-	spec := optSpec{long: longs("list", "verify", "inhibit-cache", "list-tunables", "list-diagnostics"),
-		longArg: []string{"library-path", "preload", "audit", "argv0", "inhibit-rpath", "glibc-hwcaps-prepend", "glibc-hwcaps-mask"}}
+	spec := &loaderSpec
 	i, opts, ok := spec.parseOpts(argv, lits, 1)
 	switch {
 	case !ok:
@@ -268,10 +267,7 @@ func unwrapLoader(argv []string, lits []bool) inner {
 // interactive shell reading standard input. Its options may follow the
 // typescript file.
 func unwrapScript(argv []string, lits []bool) inner {
-	spec := optSpec{short: "aefqhV", shortArg: "cEIOBTmo", shortOpt: "t",
-		long:    longs("append", "return", "flush", "force", "quiet"),
-		longArg: []string{"command", "echo", "log-in", "log-out", "log-io", "log-timing", "logging-format", "output-limit"},
-		longOpt: []string{"timing"}}
+	spec := &scriptSpec
 	var cmd *opt
 	for i := 1; i < len(argv); {
 		j, opts, ok := spec.parseOpts(argv, lits, i)
@@ -430,12 +426,7 @@ func gitKeySafe(kv string) bool {
 // rebase --exec, bisect run, filter-branch, difftool -x, grep -O, and the
 // remote-helper program options).
 func unwrapGit(argv []string, lits []bool) inner {
-	spec := optSpec{short: "pPvh", shortArg: "Cc",
-		long: longs("paginate", "no-pager", "bare", "no-replace-objects", "literal-pathspecs", "glob-pathspecs",
-			"noglob-pathspecs", "icase-pathspecs", "no-optional-locks", "no-advice", "html-path", "man-path", "info-path",
-			"no-lazy-fetch"),
-		longArg: []string{"git-dir", "work-tree", "namespace", "super-prefix", "config-env", "list-cmds", "attr-source"},
-		longOpt: []string{"exec-path"}}
+	spec := &gitSpec
 	i, opts, ok := spec.parseOpts(argv, lits, 1)
 	if !ok {
 		return unknownOpts("git")
@@ -874,7 +865,7 @@ func unwrapTrap(argv []string, lits []bool) inner {
 // unwrapMapfile: mapfile/readarray -C CALLBACK runs the callback (with the
 // index and the line appended) every -c lines.
 func unwrapMapfile(argv []string, lits []bool) inner {
-	spec := optSpec{short: "t", shortArg: "dnOsuCc"}
+	spec := &mapfileSpec
 	_, opts, ok := spec.parseOpts(argv, lits, 1)
 	if !ok {
 		return unknownOpts(argv[0])
@@ -932,3 +923,20 @@ func unwrapComplete(argv []string, lits []bool) inner {
 	}
 	return in
 }
+
+var loaderSpec = optSpec{long: longs("list", "verify", "inhibit-cache", "list-tunables", "list-diagnostics"),
+	longArg: []string{"library-path", "preload", "audit", "argv0", "inhibit-rpath", "glibc-hwcaps-prepend", "glibc-hwcaps-mask"}}
+
+var scriptSpec = optSpec{short: "aefqhV", shortArg: "cEIOBTmo", shortOpt: "t",
+	long:    longs("append", "return", "flush", "force", "quiet"),
+	longArg: []string{"command", "echo", "log-in", "log-out", "log-io", "log-timing", "logging-format", "output-limit"},
+	longOpt: []string{"timing"}}
+
+var gitSpec = optSpec{short: "pPvh", shortArg: "Cc",
+	long: longs("paginate", "no-pager", "bare", "no-replace-objects", "literal-pathspecs", "glob-pathspecs",
+		"noglob-pathspecs", "icase-pathspecs", "no-optional-locks", "no-advice", "html-path", "man-path", "info-path",
+		"no-lazy-fetch"),
+	longArg: []string{"git-dir", "work-tree", "namespace", "super-prefix", "config-env", "list-cmds", "attr-source"},
+	longOpt: []string{"exec-path"}}
+
+var mapfileSpec = optSpec{short: "t", shortArg: "dnOsuCc"}

@@ -61,7 +61,7 @@ func unwrap(name string, argv []string, lits []bool) inner {
 	case "env":
 		return unwrapEnv(argv, lits, 0)
 	case "command":
-		i, opts, ok := (&optSpec{short: "pvV"}).parseOpts(argv, lits, 1)
+		i, opts, ok := commandSpec.parseOpts(argv, lits, 1)
 		switch {
 		case !ok:
 			return unknownOpts(name)
@@ -278,3 +278,5 @@ func unwrapFind(argv []string, lits []bool) inner {
 	}
 	return in
 }
+
+var commandSpec = &optSpec{short: "pvV"}
