@@ -172,6 +172,7 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 
 type analyzer struct {
 	cmds      []simpleCommand
+	exempted  []*syntax.Assign // prefix assignments known to be harmless (IFS= read)
 	pwshWork  int // bytes the pwsh analysis has read (bounded by maxPwshWork)
 	pwshSteps int // turns of its loops (bounded by maxPwshSteps)
 }
@@ -296,7 +297,15 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 	for _, as := range call.Assigns {
 		// A command run with its lookup or loader changed is not the command
 		// its name says.
-		if as.Name != nil && hijacks(as.Name.Value) {
+		if as.Name == nil || sensitiveVar(as.Name.Value) == 0 {
+			continue
+		}
+		if as.Name.Value == "IFS" && !sc.Dynamic && lits[0] && splitsOnly(sc.Argv[0]) {
+			// IFS= read -r line: IFS only tells read how to split.
+			a.exempt(as)
+			continue
+		}
+		if sensitiveVar(as.Name.Value) == varHijack {
 			sc.Dynamic = true
 			sc.why = fmt.Sprintf("%s assigned in front of a command changes which program runs", as.Name.Value)
 		}

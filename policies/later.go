@@ -92,6 +92,11 @@ func (a *analyzer) paramExp(src string, pe *syntax.ParamExp, via string) error {
 // assign: a variable assigned anywhere (not only in front of a command)
 // changes what later commands run when it is one of sensitiveVars.
 func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) error {
+	for _, e := range a.exempted {
+		if e == as {
+			return nil
+		}
+	}
 	name := ""
 	var value *syntax.Word
 	switch {
@@ -414,4 +419,12 @@ func isName(s string) bool {
 		}
 	}
 	return true
+}
+
+func (a *analyzer) exempt(as *syntax.Assign) { a.exempted = append(a.exempted, as) }
+
+// splitsOnly: builtins for which IFS in front only sets how they split
+// what they read.
+func splitsOnly(name string) bool {
+	return name == "read" || name == "mapfile" || name == "readarray"
 }

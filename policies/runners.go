@@ -103,7 +103,19 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 	case "awk", "gawk", "mawk", "nawk", "original-awk", "busybox-awk":
 		return unwrapAwk(argv, lits)
 	case "ssh", "scp", "sftp", "slogin":
-		return unwrapSSH(name, argv, lits)
+		if in := unwrapSSH(name, argv, lits); in.kind != notWrapper || name == "scp" || name == "sftp" {
+			return in
+		}
+		// The remote command: run by the remote user's shell, read as a
+		// script (the remote may be this sandbox).
+		i, opts, ok := sshSpec.parseOpts(argv, lits, 1)
+		switch {
+		case !ok:
+			return unknownOpts(name)
+		case hasOpt(opts, "-N", "-V", "-G", "-Q"), i+1 >= len(argv):
+			return inner{}
+		}
+		return scriptOf(argv[i+1:], lits[i+1:], "")
 	case "rsync":
 		for k := 1; k < len(argv); k++ {
 			a := argv[k]
@@ -940,3 +952,5 @@ var gitSpec = optSpec{short: "pPvh", shortArg: "Cc",
 	longOpt: []string{"exec-path"}}
 
 var mapfileSpec = optSpec{short: "t", shortArg: "dnOsuCc"}
+
+var sshSpec = optSpec{short: "46AaCfGgKkMNnqsTtVvXxYy", shortArg: "BbcDEeFIiJLlmOoPpQRSWw"}

@@ -58,6 +58,9 @@ func unwrap(name string, argv []string, lits []bool) inner {
 		return w.unwrap(argv, lits)
 	}
 	switch name {
+	case "--":
+		// time -p -- CMD: the parser leaves bash's -- as the command.
+		return argvFrom(argv, lits, 1)
 	case "env":
 		return unwrapEnv(argv, lits, 0)
 	case "command":
