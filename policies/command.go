@@ -173,8 +173,8 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 type analyzer struct {
 	cmds      []simpleCommand
 	exempted  []*syntax.Assign // prefix assignments known to be harmless (IFS= read)
-	pwshWork  int // bytes the pwsh analysis has read (bounded by maxPwshWork)
-	pwshSteps int // turns of its loops (bounded by maxPwshSteps)
+	pwshWork  int              // bytes the pwsh analysis has read (bounded by maxPwshWork)
+	pwshSteps int              // turns of its loops (bounded by maxPwshSteps)
 }
 
 func (a *analyzer) add(sc simpleCommand) error {
