@@ -159,12 +159,13 @@ const (
 	varCommand            // its value is a command something runs: parsed
 	varPrompt             // a prompt string: dynamic if it expands anything
 	varShell              // a shell's path: known shells only
+	varFlags              // tool flags: dynamic if they name a program (GOFLAGS=-toolexec=...)
 )
 
 // sensitiveVar says how assigning name changes what later commands run.
 func sensitiveVar(name string) int {
 	switch name {
-	case "PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "BASH_LOADABLES_PATH", "GCONV_PATH",
+	case "PATH", "BASH_ENV", "ENV", "IFS", "BASH_CMDS", "SHELLOPTS", "BASHOPTS", "BASH_LOADABLES_PATH", "GCONV_PATH",
 		"TAR_OPTIONS", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE", "PERL5OPT",
 		"PERL5LIB", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS",
 		"_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "EXINIT", "VIMINIT", "LESS", "MORE", "LESSKEY", "LESSKEYIN",
@@ -175,8 +176,11 @@ func sensitiveVar(name string) int {
 	case "PROMPT_COMMAND", "GIT_PAGER", "GIT_EDITOR", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_SEQUENCE_EDITOR",
 		"GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "GIT_PROXY_COMMAND", "PAGER", "MANPAGER", "EDITOR", "VISUAL",
 		"SUDO_EDITOR", "SSH_ASKPASS", "SUDO_ASKPASS", "BROWSER", "FCEDIT", "LESSOPEN", "LESSCLOSE", "RSYNC_RSH",
-		"CVS_RSH", "RSH", "TAR_COMPRESS_PROGRAM", "MANPL", "PSQL_PAGER":
+		"CVS_RSH", "RSH", "TAR_COMPRESS_PROGRAM", "MANPL", "PSQL_PAGER", "BASH_ALIASES", "CC", "CXX", "CPP", "LD",
+		"AR", "FC", "HOSTCC", "RUSTC_WRAPPER", "RUSTC", "CARGO_BUILD_RUSTC_WRAPPER", "GIT_SEQUENCE_EDITOR_CMD":
 		return varCommand
+	case "GOFLAGS":
+		return varFlags
 	case "PS0", "PS1", "PS2", "PS3", "PS4":
 		return varPrompt
 	case "SHELL", "CONFIG_SHELL", "BASH":
@@ -203,6 +207,8 @@ func (a *analyzer) varSet(src string, n syntax.Node, name, value string, lit boo
 	case kind == varHijack:
 		return a.dynamicf(src, n, via, name+" is set, which changes which program a later command runs")
 	case kind == varShell && lit && isShellPath(value):
+		return nil
+	case kind == varFlags && lit && !goFlagsRun(value):
 		return nil
 	case kind == varPrompt && lit:
 		if !strings.ContainsAny(value, "$`") {
@@ -252,6 +258,13 @@ func (a *analyzer) declClause(src string, d *syntax.DeclClause, via string) erro
 		return nil
 	}
 	for _, as := range d.Args {
+		if as.Name != nil && as.Value == nil && !as.Naked {
+			continue
+		}
+		if as.Name != nil && as.Naked {
+			// declare -n ref: its first assignment names the target.
+			return a.dynamicf(src, as, via, "a name reference whose target a later assignment sets")
+		}
 		if as.Name == nil || as.Value == nil {
 			continue
 		}
@@ -278,6 +291,14 @@ func (a *analyzer) namesSet(src string, argv []string, lits []bool, n syntax.Nod
 		"local", "export", "readonly", "let":
 	default:
 		return nil
+	}
+	if argv[0] != "test" && argv[0] != "[" {
+		for k := 1; k < len(argv); k++ {
+			if !lits[k] && strings.HasPrefix(argv[k], "-") {
+				// printf -v"$n": an option with a name that is not a literal.
+				return a.dynamicf(src, n, via, fmt.Sprintf("`%s` is given an option that is not a literal", argv[0]))
+			}
+		}
 	}
 	var names []int // indexes of the words that are names
 	opt := func(flag string, from int) {
@@ -427,4 +448,9 @@ func (a *analyzer) exempt(as *syntax.Assign) { a.exempted = append(a.exempted, a
 // what they read.
 func splitsOnly(name string) bool {
 	return name == "read" || name == "mapfile" || name == "readarray"
+}
+
+// goFlagsRun: go flags that name a program the go command runs.
+func goFlagsRun(s string) bool {
+	return strings.Contains(s, "exec") || strings.Contains(s, "vettool")
 }

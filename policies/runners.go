@@ -151,6 +151,66 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 			}
 		}
 		return inner{}
+	case "go":
+		// Flags that name a program go runs; go generate runs the commands of
+		// //go:generate lines (written first).
+		for k := 1; k < len(argv); k++ {
+			if !lits[k] {
+				continue
+			}
+			if k == 1 && argv[k] == "generate" {
+				return dynamicWhy("runs the commands of //go:generate lines, which the command does not show")
+			}
+			if strings.HasPrefix(argv[k], "-") && goFlagsRun(strings.TrimLeft(argv[k], "-")) {
+				return dynamicWhy("is given " + clip(argv[k], 40) + ", which names a program go runs")
+			}
+		}
+		return inner{}
+	case "fd", "fdfind":
+		for k := 1; k < len(argv); k++ {
+			a := argv[k]
+			if !lits[k] {
+				continue
+			}
+			if a == "-x" || a == "--exec" || a == "-X" || a == "--exec-batch" {
+				j := k + 1
+				for j < len(argv) && !(lits[j] && argv[j] == ";") {
+					j++
+				}
+				if j == k+1 {
+					return inner{}
+				}
+				if !lits[k+1] || strings.Contains(argv[k+1], "{") {
+					return dynamic
+				}
+				return inner{kind: runsExec, via: a, argvs: []argvLits{{argv[k+1 : j], lits[k+1 : j]}}}
+			}
+		}
+		return inner{}
+	case "rg", "ripgrep":
+		return unwrapLongCommand(argv, lits, []string{"pre"}, nil)
+	case "sdiff", "diff3":
+		return unwrapLongCommand(argv, lits, []string{"diff-program"}, nil)
+	case "hyperfine":
+		return dynamicWhy("runs its arguments as shell commands")
+	case "socat":
+		for k := 1; k < len(argv); k++ {
+			u := strings.ToUpper(argv[k])
+			if !lits[k] || strings.Contains(u, "EXEC") || strings.Contains(u, "SYSTEM") {
+				return dynamicWhy("runs a program given in an address")
+			}
+		}
+		return inner{}
+	case "nc", "ncat", "netcat", "nc.traditional", "nc.openbsd":
+		for k := 1; k < len(argv); k++ {
+			a := argv[k]
+			if !lits[k] || strings.HasPrefix(a, "--exec") || strings.HasPrefix(a, "--sh-exec") ||
+				strings.HasPrefix(a, "--lua-exec") || (strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") &&
+				strings.ContainsAny(a, "ec")) {
+				return dynamicWhy("runs a program for connections (-e, -c, --exec)")
+			}
+		}
+		return inner{}
 	case "sort", "gsort":
 		return unwrapLongCommand(argv, lits, []string{"compress-program"}, nil)
 	case "zip":
