@@ -218,6 +218,37 @@ var bypassCases = []bypassCase{
 	{"cp /bin/rm x; ./x y", 'A'},
 }
 
+// A command that acts itself and also runs a command (tar --to-command, git
+// submodule foreach, sed with e) still takes the default when no rule
+// matches it; a pure wrapper (env, nice, flock) does not.
+func TestActingRunnersTakeTheDefault(t *testing.T) {
+	p, err := Parse("/p/strict.yaml", []byte(`default: deny
+unparseable: ask
+rules:
+  - {name: cat, decision: allow, match: {command: [cat, ls, echo]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cmd, want := range map[string]Decision{
+		"tar --to-command=cat -xf a":    Deny,
+		"git submodule foreach ls":      Deny,
+		"sort --compress-program=cat f": Deny,
+		"ssh h ls":                      Deny,
+		"tar -I cat -xf a":              Deny,
+		"sed 's/a/b/e' f":               Deny,
+		"nice ls":                       Allow,
+		"flock /tmp/l ls":               Allow,
+		"env -vS ls":                    Allow,
+		"trap 'echo bye' EXIT":          Allow,
+		"python3 x.py":                  Deny, // the default, stricter than unparseable here
+	} {
+		if v := p.evaluate(call{tool: "bash", command: cmd}); v.Decision != want {
+			t.Errorf("%q = %s (rule %s: %s), want %s", cmd, v.Decision, v.Rule, v.Reason, want)
+		}
+	}
+}
+
 func TestBypassClasses(t *testing.T) {
 	p, err := Parse("/p/bypass.yaml", []byte(bypassPolicy))
 	if err != nil {

@@ -330,7 +330,7 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 		sc.opaque = in.why
 		return a.add(sc)
 	}
-	sc.Wrapper = in.kind != runsExec // find -exec: find itself acts too
+	sc.Wrapper = in.kind != runsExec && !in.acts // find -exec: find itself acts too
 	if err := a.add(sc); err != nil {
 		return err
 	}

@@ -144,14 +144,15 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 			generic = generic[1:]
 		}
 	}
-	switch {
-	case sc.opaque != "" && !byName:
+	if sc.opaque != "" && !byName {
 		// Code the command does not show: a rule that names the command
-		// decides; else what cannot be read statically.
+		// decides; else what cannot be read statically (and the default, if
+		// it is stricter).
 		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
 			Reason:  "`" + clip(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
 			Command: sc.display()})
-	case !matched && !sc.Wrapper:
+	}
+	if !matched && !sc.Wrapper {
 		take(p.defaultVerdict(sc.display()))
 	}
 }

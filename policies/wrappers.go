@@ -39,7 +39,11 @@ type inner struct {
 	argvs   []argvLits
 	scripts []string
 	via     string // shown after the wrapper's name: "-c", "-exec"
-	why     string // dynamicInner: what rules cannot see, after the wrapper's name
+	// acts: the command does something itself besides running what it
+	// wraps (tar --to-command, git submodule foreach, sed): it takes the
+	// default like any command when no rule matches it.
+	acts bool
+	why  string // dynamicInner: what rules cannot see, after the wrapper's name
 }
 
 // dynamic: a word that decides what the wrapper runs is not a literal.
@@ -119,7 +123,9 @@ func unwrap(name string, argv []string, lits []bool) inner {
 	case "pwsh", "powershell", "pwsh-preview", "pwsh-lts", "pwsh.exe", "powershell.exe":
 		return unwrapPwsh(argv, lits)
 	}
-	return unwrapRunner(name, argv, lits)
+	in := unwrapRunner(name, argv, lits)
+	in.acts = name != "trap"
+	return in
 }
 
 // pwshSwitches are pwsh's command-line switches in the order its parser
