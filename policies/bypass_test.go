@@ -104,7 +104,7 @@ var bypassCases = []bypassCase{
 	{"declare -i x; x='a[$(rm x)]'", 'D'}, {"declare -n r='a[$(rm x)]'; echo $r", 'D'}, {`declare -n r="$n"`, 'Q'},
 	{"declare -n r=PATH; r=/tmp; ls", 'Q'}, {"unset 'a[$(rm x)]'", 'D'}, {`unset "$n"`, 'Q'},
 	{"getopts a: 'o[$(rm x)]'", 'D'}, {"wait -p 'a[$(rm x)]'", 'D'}, {"let 'a[$(rm x)]'", 'D'}, {"let a[$(rm x)]++", 'D'},
-	{"let 'x=a[`rm x`]'", 'D'}, {"echo ${x@P}", 'Q'}, {"p='$(rm x)'; echo ${p@P}", 'Q'}, {"echo ${!x}", 'Q'},
+	{"let 'x=a[`rm x`]'", 'D'}, {`let "$e"`, 'Q'}, {"let i=$j+1", 'Q'}, {"let i=i+1", 'A'}, {"let 'a[1]++' b[2]=3", 'A'}, {"echo ${x@P}", 'Q'}, {"p='$(rm x)'; echo ${p@P}", 'Q'}, {"echo ${!x}", 'Q'},
 	{"x='a[$(rm x)]'; echo ${!x}", 'D'}, {"echo ${!x[@]} ${!pre*}", 'A'}, {"builtin printf -v \"$n\" x", 'Q'},
 	{`local "x=$1"`, 'A'}, {"declare -A m=([k]=v)", 'A'}, {"printf -v out %s 1", 'A'}, {"read -r line < f", 'A'},
 	{"(( i++ ))", 'A'}, {"echo $(( 1 + 2 ))", 'A'}, {"a[1]=2", 'A'}, {"echo 'see a[i] and $(cmd)'", 'A'},

@@ -230,6 +230,8 @@ func (a *analyzer) script(src string, depth int, via string) (err error) {
 			werr = a.assign(src, n, depth, via)
 		case *syntax.DeclClause:
 			werr = a.declClause(src, n, via)
+		case *syntax.LetClause:
+			werr = a.letClause(src, n, via)
 		case *syntax.WordIter:
 			if n.Name != nil {
 				werr = a.setsName(n.Name.Value, n, via)

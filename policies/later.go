@@ -454,3 +454,25 @@ func splitsOnly(name string) bool {
 func goFlagsRun(s string) bool {
 	return strings.Contains(s, "exec") || strings.Contains(s, "vettool")
 }
+
+// letClause: let evaluates its arguments as arithmetic after expanding them:
+// an expansion's value is evaluated too (x='a[$(rm x)]'; let "$x"), so an
+// argument with an expansion is dynamic.
+func (a *analyzer) letClause(src string, l *syntax.LetClause, via string) error {
+	dyn := false
+	for _, e := range l.Exprs {
+		syntax.Walk(e, func(n syntax.Node) bool {
+			switch n := n.(type) {
+			case *syntax.ParamExp:
+				dyn = n.Dollar.IsValid() // $x, not the name a[1]
+			case *syntax.ArithmExp:
+				dyn = true
+			}
+			return !dyn
+		})
+	}
+	if dyn {
+		return a.dynamicf(src, l, via, "`let` evaluates the value of an expansion as arithmetic (its subscripts run commands)")
+	}
+	return nil
+}
