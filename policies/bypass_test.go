@@ -207,12 +207,15 @@ var bypassCases = []bypassCase{
 	{"rg --pre 'rm x' y", 'D'}, {"rg --pre=rm y", 'D'}, {"rg -n TODO", 'A'}, {"sdiff --diff-program=rm a b", 'D'},
 	{"hyperfine 'rm x'", 'Q'}, {"socat EXEC:'rm x' -", 'Q'}, {"socat - SYSTEM:'rm x'", 'Q'}, {"socat - TCP:h:1", 'A'},
 	{"nc -e /bin/rm h 1", 'Q'}, {"ncat --sh-exec 'rm x' -l 1", 'Q'}, {"nc -l 1", 'A'},
+	{"jobs -x rm x", 'D'}, {"newgrp g", 'Q'}, {"poetry run rm x", 'D'}, {"uv run -- rm x", 'D'},
+	{"bundle exec rm x", 'D'}, {"conda run -n e rm x", 'Q'}, {"pyenv exec rm x", 'D'}, {"npm exec rimraf x", 'Q'},
+	{"npx rimraf x", 'Q'}, {"poetry install", 'A'}, {"npm test", 'A'}, {"rr record rm x", 'Q'}, {"hg --config x=y log", 'Q'}, {"hg status", 'A'}, {"svn --diff-cmd 'rm x' diff", 'Q'},
 	// Interpreters, make: code the command does not show.
 	{"python3 -c 'import os; os.remove(\"x\")'", 'Q'}, {"python3 x.py", 'Q'}, {"python3.12 x.py", 'Q'},
 	{"perl -e 'unlink \"x\"'", 'Q'}, {"ruby -e 'File.delete(\"x\")'", 'Q'}, {"node -e 'require(\"fs\").rmSync(\"x\")'", 'Q'},
 	{"php -r 'unlink(\"x\");'", 'Q'}, {"lua -e 'os.remove(\"x\")'", 'Q'}, {"make", 'Q'}, {"make -f /dev/stdin <<< x", 'Q'},
 	{"dc -e '!rm x'", 'Q'}, {"m4 <<< 'esyscmd(rm x)'", 'Q'}, {"vim -c '!rm x' f", 'Q'}, {"ed f <<< '!rm x'", 'Q'},
-	{"npx rimraf x", 'Q'}, {"env python3 x.py", 'Q'}, {"sudo python3 x.py", 'Q'},
+	{"env python3 x.py", 'Q'}, {"sudo python3 x.py", 'Q'},
 	{"python3 --version", 'A'}, {"node -v", 'A'}, {"python3 -m pytest -q", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},

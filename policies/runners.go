@@ -60,7 +60,11 @@ var runsAnything = map[string]string{
 	"vipe": "runs an editor", "sudoedit": "runs an editor", "xdg-open": "runs the handler of a file",
 	"kubectl": "runs commands in a cluster", "docker": "runs commands in containers", "podman": "runs commands in containers",
 	"nerdctl": "runs commands in containers", "ctr": "runs commands in containers", "lxc-attach": "runs commands in containers",
-	"script-replay": "", "watchexec": "runs a command with options the reader does not follow",
+	"watchexec": "runs a command with options the reader does not follow", "newgrp": "starts a shell reading standard input",
+	"rr": "records and runs a command", "bpftrace": "runs commands (-c, system)", "scriptlive": "replays input into a shell",
+	"choom": "runs a command with options the reader does not follow", "uclampset": "runs a command with options the reader does not follow",
+	"nix-shell": "runs commands in a shell it builds", "nix": "runs programs of packages", "direnv": "runs commands with variables from files",
+	"aria2c": "runs commands on download events", "flatpak": "runs applications",
 }
 
 // unwrapRunner: the commands of this file; inner{} for every other
@@ -208,6 +212,47 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 				strings.HasPrefix(a, "--lua-exec") || (strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") &&
 				strings.ContainsAny(a, "ec")) {
 				return dynamicWhy("runs a program for connections (-e, -c, --exec)")
+			}
+		}
+		return inner{}
+	case "npm", "yarn", "pnpm", "bun":
+		if len(argv) > 1 && lits[1] && (argv[1] == "exec" || argv[1] == "x" || argv[1] == "dlx") {
+			return dynamicWhy("runs a package's program, which the command does not show")
+		}
+		return inner{}
+	case "poetry", "pipenv", "uv", "pdm", "hatch", "rye", "conda", "mamba", "micromamba", "bundle", "pyenv",
+		"rbenv", "nodenv", "asdf", "mise", "rtx", "pixi":
+		// TOOL run|exec [--] COMMAND...: a command in a prepared environment.
+		for k := 1; k < len(argv); k++ {
+			if !lits[k] {
+				return dynamic
+			}
+			if argv[k] != "run" && argv[k] != "exec" {
+				if strings.HasPrefix(argv[k], "-") {
+					continue
+				}
+				return inner{} // another subcommand
+			}
+			j := k + 1
+			if j < len(argv) && lits[j] && argv[j] == "--" {
+				j++
+			}
+			if j < len(argv) && (!lits[j] || strings.HasPrefix(argv[j], "-")) {
+				return unknownOpts(name)
+			}
+			return argvFrom(argv, lits, j)
+		}
+		return inner{}
+	case "hg":
+		return dynamicWith(argv, lits, "may set a program hg runs", "--config", "--config-file")
+	case "svn":
+		return dynamicWith(argv, lits, "names a program svn runs", "--config-option", "--config-dir", "--editor-cmd",
+			"--diff-cmd", "--diff3-cmd")
+	case "jobs":
+		// jobs -x COMMAND ARGS: runs the command with job specs replaced.
+		for k := 1; k < len(argv); k++ {
+			if lits[k] && argv[k] == "-x" {
+				return argvFrom(argv, lits, k+1)
 			}
 		}
 		return inner{}
