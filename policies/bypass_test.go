@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -276,5 +277,44 @@ func TestBypassClasses(t *testing.T) {
 		if !ok {
 			t.Errorf("%q = %s (rule %s: %s; command %q), want %c", c.cmd, v.Decision, v.Rule, v.Reason, v.Command, c.want)
 		}
+	}
+}
+
+// Every wrapper of the tables runs rm where rm stands, and none is allowed
+// with an option it does not know; every job runner and interpreter is
+// never allowed by the default.
+func TestEveryWrapperSeesRm(t *testing.T) {
+	p, err := Parse("/p/bypass.yaml", []byte(bypassPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(cmd string, deny bool) {
+		t.Helper()
+		v := p.evaluate(call{tool: "bash", command: cmd})
+		switch {
+		case v.Decision == Allow:
+			t.Errorf("%q = allow (rule %s: %s)", cmd, v.Rule, v.Reason)
+		case deny && v.Rule != "no-rm":
+			t.Errorf("%q = %s (rule %s: %s), want no-rm", cmd, v.Decision, v.Rule, v.Reason)
+		}
+	}
+	for name, w := range argvWrappers {
+		if name == "time" {
+			name = "/usr/bin/time" // time alone is bash's keyword
+		}
+		ops := strings.Repeat("1 ", w.lead+w.skip)
+		lead := strings.Repeat("1 ", w.lead)
+		check(name+" "+ops+"rm x", true)
+		check(name+" "+lead+"--frobnicate "+strings.Repeat("1 ", w.skip)+"rm x", false)
+		check(name+" "+lead+"-Z9 "+strings.Repeat("1 ", w.skip)+"rm x", false)
+	}
+	for name := range runsAnything {
+		check(name+" rm x", false)
+	}
+	for name := range interpreters {
+		check(name+" x", false)
+	}
+	for name := range makers {
+		check(name, false)
 	}
 }
