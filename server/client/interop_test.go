@@ -446,7 +446,9 @@ func post(t *testing.T, url, revision, session, body string) (int, string) {
 	req.Header.Set("Authorization", "Bearer "+servertest.TokenAcme)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", revision)
+	if revision != "" {
+		req.Header.Set("Mcp-Protocol-Version", revision)
+	}
 	var msg struct {
 		Method string
 		Params struct{ Name string }
@@ -507,6 +509,12 @@ func TestMCPUnknownRevision(t *testing.T) {
 	if !strings.Contains(resp, `"supportedVersions":["2026-07-28","2025-11-25"`) {
 		t.Fatalf("discover: %s", resp)
 	}
+	// The legacy handshake at an unknown revision is answered with the
+	// newest one it negotiates (the client disconnects if it cannot speak it).
+	_, resp = post(t, url, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2099-01-01","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if !strings.Contains(resp, `"protocolVersion":"2025-11-25"`) {
+		t.Fatalf("initialize at an unknown revision: %s", resp)
+	}
 	status, resp := post(t, url, "2024-01-01", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	if status != http.StatusBadRequest || !strings.Contains(resp, "2025-11-25") {
 		t.Fatalf("earlier unknown revision: %d %s", status, resp)
@@ -556,5 +564,38 @@ func TestMCPStatelessSessionNames(t *testing.T) {
 		if status != 200 || isErr != c.isError || !strings.HasPrefix(got, c.want) || (!c.isError && got != c.want) {
 			t.Errorf("header %q meta %q: %d %q (isError %v), want %q", c.header, c.meta, status, got, isErr, c.want)
 		}
+	}
+}
+
+// BenchmarkMCPCall: one warm `echo` call over /mcp on the local backend, per
+// revision (2026-07-28: a stateless request each; 2025-11-25: an MCP
+// session).
+func BenchmarkMCPCall(b *testing.B) {
+	for _, rev := range []string{"", "2025-11-25"} {
+		name := "2026-07-28"
+		if rev != "" {
+			name = rev
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := servertest.Start(b, servertest.NewLocalBackend(b), nil)
+			c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+			var opts *mcp.ClientSessionOptions
+			if rev != "" {
+				opts = &mcp.ClientSessionOptions{ProtocolVersion: rev}
+			}
+			ctx := context.Background()
+			cs, err := c.Connect(ctx, client.MCPTransport(srv.URL+"/mcp", servertest.TokenAcme, "bench", nil), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			args := json.RawMessage(`{"command":"echo hi","description":"bench"}`)
+			for b.Loop() {
+				r, err := client.CallMCP(ctx, cs, "bash", args)
+				if err != nil || r.Text != "hi" {
+					b.Fatalf("%v %q", err, r.Text)
+				}
+			}
+		})
 	}
 }
