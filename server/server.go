@@ -83,6 +83,8 @@ type Server struct {
 	log     *slog.Logger
 
 	mcpHTTP *mcp.StreamableHTTPHandler
+	// mcpStateless serves MCP revision 2026-07-28 (no MCP sessions).
+	mcpStateless *mcp.StreamableHTTPHandler
 	// mcpSrvs are the MCP servers, one per tool list (keyed by the tools'
 	// names): a session is offered the tools its Toolset lists for it.
 	mcpMu   sync.Mutex
@@ -154,11 +156,19 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
 	s.mcpSrvs = map[string]*mcp.Server{}
-	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor,
+	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor(false),
 		&mcp.StreamableHTTPOptions{
 			SessionTimeout:      cfg.MCPSessionTimeout,
 			MaxRequestBodyBytes: cfg.MaxBodyBytes,
 			Logger:              cfg.Logger,
+		})
+	s.mcpStateless = mcp.NewStreamableHTTPHandler(s.mcpServerFor(true),
+		&mcp.StreamableHTTPOptions{
+			Stateless:           true,
+			MaxRequestBodyBytes: cfg.MaxBodyBytes,
+			Logger:              cfg.Logger,
+			// A client that gives up on a call aborts the command.
+			PropagateRequestCancellation: true,
 		})
 	if cfg.NewBackend != nil {
 		b, err := cfg.NewBackend(s)

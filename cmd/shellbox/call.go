@@ -12,6 +12,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/termsafe"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -27,7 +28,9 @@ func newCallCmd() *cobra.Command {
 
 Exit status: 0 for a result (a non-zero exit of the command is a result too),
 1 for an error result ("Error: ..."), 2 for a usage or configuration error.
-JSON-ARGS "-" (or none) reads the arguments from standard input.`,
+JSON-ARGS "-" (or none) reads the arguments from standard input.
+On a terminal, control characters of the output (escape sequences) are shown
+as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := callArgs(cmd.InOrStdin(), args)
@@ -90,7 +93,7 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 // printResult prints a tool result: the model text on stdout and notices on
 // stderr, or the whole result as JSON; an error result exits 1.
 func printResult(cmd *cobra.Command, res tools.Result, asJSON bool) error {
-	out := cmd.OutOrStdout()
+	out := termsafe.Writer(cmd.OutOrStdout())
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
