@@ -159,11 +159,11 @@ func TestHardening(t *testing.T) {
 				{"workspace owner", "stat -c %u:%g /workspace", "1000:1000"},
 				{"workspace size", "df -B1 --output=size /workspace | tail -n 1 | tr -d ' '", fmt.Sprint(s.WorkspaceBytes)},
 				{"tmp size", "df -B1 --output=size /tmp | tail -n 1 | tr -d ' '", fmt.Sprint(s.TmpBytes)},
-				{"loopback only", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '", "lo "},
+				{"loopback only", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '", "lo"},
 				// Up: a closed port refuses; a down lo would be unreachable.
-				{"loopback up", "(echo > /dev/tcp/127.0.0.1/9) 2>&1 | grep -o 'Connection refused'", "Connection refused"},
+				{"loopback up", "(echo > /dev/tcp/127.0.0.1/9) 2>&1 | grep -o 'Connection refused' | head -n 1", "Connection refused"},
 				{"hostname", "cat /proc/sys/kernel/hostname", "sandbox"},
-				{"spill cap", "tr '\\0' '\\n' < /proc/1/environ | grep ^" + sandbox.EnvSpillBytes, fmt.Sprintf("%s=%d", sandbox.EnvSpillBytes, s.SpillBytes)},
+				{"agent's environment closed to commands", "cat /proc/1/environ >/dev/null 2>&1 && echo readable || echo closed", "closed"},
 				{"shm", "stat -f -c %T /dev/shm", "tmpfs"},
 			}
 			if gvisor {

@@ -86,11 +86,6 @@ var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 // cfsPeriod is the CPU CFS period, in µs, that Docker uses for NanoCPUs.
 const cfsPeriod = 100000
 
-// nofile is the RLIMIT_NOFILE of the sandbox: what a Docker engine started
-// by its systemd unit gives containers (dockerd's own, LimitNOFILE=infinity),
-// not containerd's default of 1024, which builds outgrow.
-const nofile = 1048576
-
 // labels returns the container's labels: spec.Labels plus the reserved
 // org.shellbox.* labels and the host directory.
 func labels(spec sandbox.Spec, hostDir string) map[string]string {
@@ -128,7 +123,11 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 	pids := spec.PidsLimit
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
-		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}),
+		// No RLIMIT_NOFILE: the sandbox inherits the daemon's, as Docker's
+		// containers inherit dockerd's. containerd's default spec sets 1024,
+		// which builds outgrow; a higher one fails where root cannot raise
+		// its hard limit (no CAP_SYS_RESOURCE).
+		withoutRlimit("RLIMIT_NOFILE"),
 	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		// Under gVisor the pids cgroup counts the gVisor kernel's host
@@ -231,6 +230,16 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		},
 	}
 	return append(opts, rlimits...)
+}
+
+// withoutRlimit removes an rlimit of the spec.
+func withoutRlimit(typ string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Process != nil {
+			s.Process.Rlimits = slices.DeleteFunc(s.Process.Rlimits, func(r specs.POSIXRlimit) bool { return r.Type == typ })
+		}
+		return nil
+	}
 }
 
 // runscHostPids is the host pids cgroup limit of a gVisor sandbox whose

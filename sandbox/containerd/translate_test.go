@@ -95,6 +95,9 @@ func TestTranslateProcess(t *testing.T) {
 	if v, ok := rl["RLIMIT_CORE"]; !ok || v != 0 {
 		t.Errorf("RLIMIT_CORE %d (set: %v), want 0", v, ok)
 	}
+	if _, ok := rl["RLIMIT_NOFILE"]; ok {
+		t.Error("RLIMIT_NOFILE set: the sandbox inherits the daemon's, as on Docker")
+	}
 	if _, ok := rl["RLIMIT_NPROC"]; ok {
 		t.Error("RLIMIT_NPROC set on runc: it would count the uid's processes host-wide")
 	}
