@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shellbox/shellbox/policies/pwsh"
 	"mvdan.cc/sh/v3/syntax"
 )
 
@@ -163,9 +164,8 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 }
 
 type analyzer struct {
-	cmds      []simpleCommand
-	pwshWork  int // bytes the pwsh analysis has read (bounded by maxPwshWork)
-	pwshSteps int // turns of its loops (bounded by maxPwshSteps)
+	cmds       []simpleCommand
+	pwshBudget pwsh.Budget // the work of the pwsh readings of one analysis
 }
 
 func (a *analyzer) add(sc simpleCommand) error {

@@ -7,7 +7,8 @@
 //
 // The pieces, one file each: the schema and loader (schema.go, load.go,
 // nodecheck.go: file:line errors), the compiled Policy (policy.go), the
-// command analysis (command.go, wrappers.go; pwsh*.go for PowerShell), the
+// command analysis (command.go, wrappers.go; pwsh.go and pwsh_match.go
+// map what package pwsh reads of a PowerShell call onto it), the
 // matcher (match.go), the Engine that decides, holds asks for approval and
 // reloads the directory (engine.go, approvals.go), and the audit log
 // (audit.go).

@@ -3,6 +3,8 @@ package policies
 import (
 	"regexp"
 	"slices"
+
+	"github.com/shellbox/shellbox/policies/pwsh"
 )
 
 // How rules name commands in a pwsh call. PowerShell resolves names
@@ -101,4 +103,17 @@ func (pr *pwshRule) matchPrefix(r *rule, sc *simpleCommand) bool {
 		}
 	}
 	return false
+}
+
+// pwshRuleKeys are the folded names a rule's command name matches in a pwsh
+// call: the name itself and, when it is a built-in alias, what the alias
+// runs (a rule naming echo also matches Write-Output, which is what echo is
+// in pwsh).
+func pwshRuleKeys(name string) []string {
+	base, _ := pwsh.Base(name)
+	keys := []string{pwsh.Fold(base)}
+	if t, ok := pwsh.AliasTarget(base); ok {
+		keys = append(keys, pwsh.Fold(t))
+	}
+	return keys
 }

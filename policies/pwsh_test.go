@@ -384,19 +384,3 @@ func TestPwshBounds(t *testing.T) {
 		t.Error("NUL: no error")
 	}
 }
-
-func TestSplitDotnetArgs(t *testing.T) {
-	for in, want := range map[string][]string{
-		`-c "rm -rf /"`:     {"-c", "rm -rf /"},
-		`a  b`:              {"a", "b"},
-		`"a ""b"" c"`:       {`a "b" c`},
-		`a\"b \\"c d"`:      {`a"b`, `\c d`},
-		`'single quoted' x`: {"'single", "quoted'", "x"},
-		`C:\dir\file "x y"`: {`C:\dir\file`, "x y"},
-		``:                  nil,
-	} {
-		if got := splitDotnetArgs(in); !reflect.DeepEqual(got, want) {
-			t.Errorf("%q: got %q, want %q", in, got, want)
-		}
-	}
-}

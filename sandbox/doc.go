@@ -1,6 +1,6 @@
 // Package sandbox is the per-session sandbox layer: the Spec of a session's
 // sandbox, the small Runtime interface its backends implement (sandbox/docker
-// first; containerd and Kubernetes later), and the Manager that owns the
+// and sandbox/containerd; Kubernetes next), and the Manager that owns the
 // lifecycle.
 //
 // # One spec, many translations
@@ -16,22 +16,23 @@
 // (concurrent first uses share one creation), waits for the agent through the
 // Ready hook, and reuses it after. Reap removes sandboxes idle for a TTL,
 // Remove deletes one on request, and Adopt, at server start, keeps this
-// owner's running sandboxes and removes dead ones and host directories
-// without a sandbox. Sandboxes carry labels (org.shellbox.tenant, .session,
+// owner's running sandboxes, removes dead ones, and has the runtime sweep
+// state no sandbox uses (Sweeper). Sandboxes carry labels (org.shellbox.tenant, .session,
 // .owner, .managed) so a restarted server finds its own and never another
 // server's.
 //
-// # Host directory
+// # Reaching the agent
 //
-// Each session has <StateDir>/sessions/<tenant>/<session>/, mounted at
-// /run/shellbox in the sandbox: the agent's socket (agent.sock) and spill/,
-// where the agent writes the full output of commands. Both are root's, 0755:
-// commands (a non-root uid) read spill files but cannot write there. The
-// session's spill cap (Spec.SpillBytes) is a tmpfs mounted on spill/ by the
-// Manager (SpillQuotaTmpfs, needs root) and is also handed to the agent
-// (EnvSpillBytes).
+// A runtime says, per sandbox, how to reach its agent (Sandbox.Agent, an
+// Endpoint: a unix socket on one host, a pod IP and a per-session secret on
+// Kubernetes); everything else a caller needs of a sandbox — commands,
+// tasks, spill files, the egress relay — the agent serves on that endpoint.
+// Host directories, sockets, the bind-mounted agent binary and the spill
+// tmpfs are details of the single-host runtimes (sandbox/hostdir), never
+// fields a caller sees.
 //
-// The Manager does not speak the agent's protocol: it returns a Sandbox whose
-// SocketPath the caller dials. It sits under executor/, which drives commands
-// through the agent (cmd/shellbox-agent). Nothing here renders model text.
+// The Manager does not speak the agent's protocol. It sits under executor/,
+// which drives commands through the agent (cmd/shellbox-agent). Nothing here
+// renders model text. sandboxtest holds the runtime conformance suite that
+// every runtime (the in-memory fake, Docker, containerd) runs unchanged.
 package sandbox

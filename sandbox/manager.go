@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -16,18 +14,13 @@ import (
 type Config struct {
 	// Runtime is the backend. Required.
 	Runtime Runtime
-	// StateDir holds the sessions' host directories,
-	// <StateDir>/sessions/<tenant>/<session>/. Required, absolute, on the
-	// engine's host, and short: the agent socket path in it must fit in 107
-	// bytes.
-	StateDir string
 	// Owner labels every sandbox this Manager creates; Adopt and Reap touch
 	// only sandboxes of this owner, so servers sharing an engine never remove
 	// each other's. Required; stable across restarts of the same server.
 	Owner string
 	// Ready, if set, is called after a sandbox is created (and when a running
 	// one is adopted by Ensure) and must return once the agent accepts
-	// connections, e.g. by dialling Sandbox.SocketPath with retries. A sandbox
+	// connections, e.g. by dialling Sandbox.Agent with retries. A sandbox
 	// that does not become ready is removed and Ensure fails.
 	Ready func(ctx context.Context, sb Sandbox) error
 	// CreateTimeout bounds creating a sandbox and waiting for Ready
@@ -35,8 +28,6 @@ type Config struct {
 	CreateTimeout time.Duration
 	// RemoveTimeout bounds removing one (default 1 minute).
 	RemoveTimeout time.Duration
-	// SpillQuota chooses how Spec.SpillBytes is enforced (default: tmpfs).
-	SpillQuota SpillQuota
 	// Logger receives one line per sandbox created, adopted or removed
 	// (default: discard).
 	Logger *slog.Logger
@@ -49,7 +40,7 @@ type Config struct {
 // idle (Reap) or, after a restart, when found dead or orphaned (Adopt).
 //
 // It does not speak the agent's protocol: it hands out a Sandbox, whose
-// SocketPath the caller dials.
+// Agent endpoint the caller dials.
 //
 // Contexts: the ctx of Ensure, Remove and Adopt bounds how long the caller
 // waits, not the work. A creation or removal, once started, runs to its end
@@ -61,10 +52,6 @@ type Manager struct {
 
 	mu      sync.Mutex
 	entries map[key]*entry
-
-	// dirMu serialises host-directory creation and removal (a tenant
-	// directory is removed when its last session goes).
-	dirMu sync.Mutex
 }
 
 type key struct{ tenant, session string }
@@ -87,13 +74,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Runtime == nil {
 		return nil, fmt.Errorf("%w: manager: no runtime", ErrInvalid)
 	}
-	if !filepath.IsAbs(cfg.StateDir) {
-		return nil, fmt.Errorf("%w: manager: state dir %q: must be absolute", ErrInvalid, cfg.StateDir)
-	}
 	if cfg.Owner == "" {
 		return nil, fmt.Errorf("%w: manager: empty owner", ErrInvalid)
 	}
-	cfg.StateDir = filepath.Clean(cfg.StateDir)
 	if cfg.CreateTimeout <= 0 {
 		cfg.CreateTimeout = 2 * time.Minute
 	}
@@ -109,15 +92,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, entries: map[key]*entry{}}, nil
 }
 
-// HostDir returns the host directory of a session's sandbox.
-func (m *Manager) HostDir(tenant, session string) string {
-	return hostDir(m.cfg.StateDir, tenant, session)
-}
-
 // Ensure returns the running sandbox of spec's tenant and session, creating
 // it on first use, and marks it used. Concurrent calls for one session share
-// one creation. The Manager completes spec: Owner is the Manager's, HostDir
-// its directory for the session (a different HostDir is ErrInvalid).
+// one creation. The Manager completes spec: Owner is the Manager's.
 //
 // A sandbox that exists is reused as it is, even if spec has changed since
 // it was created (a policy reload applies to new sandboxes). One found on the
@@ -203,10 +180,10 @@ func (m *Manager) Sandboxes() []Sandbox {
 	return out
 }
 
-// Remove deletes a session's sandbox and its host directory (spill files
-// included). It waits for a creation in progress to finish first. When
-// neither a sandbox nor a host directory existed it returns ErrNotFound; a
-// sandbox of another owner is ErrConflict and is left alone.
+// Remove deletes a session's sandbox and what its runtime keeps for it
+// (spill files included). It waits for a creation in progress to finish
+// first. When no sandbox existed it returns ErrNotFound; a sandbox of
+// another owner is ErrConflict and is left alone.
 func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 	if err := CheckID("tenant", tenant); err != nil {
 		return err
@@ -333,19 +310,18 @@ func (m *Manager) ReapEvery(ctx context.Context, idleTTL func(tenant string) tim
 type AdoptReport struct {
 	// Kept: running sandboxes of this owner, now managed (LastUsed = now).
 	Kept []Sandbox
-	// Removed: sandboxes of this owner that were not running, or whose host
-	// directory is gone or not where this Manager keeps it.
+	// Removed: sandboxes of this owner that were not running.
 	Removed []Sandbox
-	// RemovedDirs: host directories with no sandbox.
-	RemovedDirs []string
+	// Swept: per-sandbox state with no sandbox (host directories), as the
+	// runtime's Sweeper names it.
+	Swept []string
 }
 
-// Adopt reconciles the engine and StateDir with the Manager, typically once
-// at server start: it lists this owner's sandboxes, keeps the running ones
-// whose host directory is in place, removes the others (their host
-// directories too), and removes every host directory that has no sandbox.
-// Sessions the Manager is already handling are left as they are. Errors are
-// collected; Adopt does as much as it can.
+// Adopt reconciles the engine with the Manager, typically once at server
+// start: it lists this owner's sandboxes, keeps the running ones, removes
+// the others, and has the runtime sweep state that no sandbox uses (if it
+// is a Sweeper). Sessions the Manager is already handling are left as they
+// are. Errors are collected; Adopt does as much as it can.
 func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	var rep AdoptReport
 	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
@@ -365,7 +341,7 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 			live[k] = true
 			continue
 		}
-		if valid && sb.State == StateRunning && sb.HostDir == m.HostDir(k.tenant, k.session) && isDir(sb.HostDir) {
+		if valid && sb.State == StateRunning {
 			sb.LastUsed = m.cfg.Now()
 			m.entries[k] = &entry{sb: sb}
 			m.mu.Unlock()
@@ -384,30 +360,24 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		m.cfg.Logger.Info("sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", k.tenant, "session", k.session, "id", sb.ID)
 	}
 
-	keys, err := hostDirKeys(m.cfg.StateDir)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%w: adopt: %v", ErrUnavailable, err))
-	}
-	for _, k := range keys {
-		if live[k] {
-			continue
-		}
-		m.mu.Lock()
-		_, known := m.entries[k]
-		m.mu.Unlock()
-		if known {
-			continue
-		}
-		dir := m.HostDir(k.tenant, k.session)
-		m.dirMu.Lock()
-		err := removeHostDir(dir)
-		m.dirMu.Unlock()
+	if sw, ok := m.cfg.Runtime.(Sweeper); ok {
+		swept, err := sw.Sweep(ctx, m.cfg.Owner, func(tenant, session string) bool {
+			k := key{tenant, session}
+			if live[k] {
+				return true
+			}
+			m.mu.Lock()
+			_, known := m.entries[k]
+			m.mu.Unlock()
+			return known
+		})
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		rep.RemovedDirs = append(rep.RemovedDirs, dir)
-		m.cfg.Logger.Info("host dir removed", "reason", "adopt: no sandbox", "dir", dir)
+		for _, p := range swept {
+			m.cfg.Logger.Info("sandbox state removed", "reason", "adopt: no sandbox", "path", p)
+		}
+		rep.Swept = swept
 	}
 	return rep, errors.Join(errs...)
 }
@@ -421,15 +391,6 @@ func (m *Manager) complete(spec Spec) (Spec, error) {
 	if err := CheckID("session", spec.Session); err != nil {
 		return Spec{}, err
 	}
-	dir := m.HostDir(spec.Tenant, spec.Session)
-	if spec.HostDir != "" && filepath.Clean(spec.HostDir) != dir {
-		return Spec{}, invalid("hostdir", "%q: the Manager keeps it at %q", spec.HostDir, dir)
-	}
-	if n := len(SocketPath(dir)); n > maxSocketPath {
-		return Spec{}, invalid("hostdir", "agent socket path %q is %d bytes, over the %d a unix socket allows: shorten StateDir",
-			SocketPath(dir), n, maxSocketPath)
-	}
-	spec.HostDir = dir
 	spec.Owner = m.cfg.Owner
 	if err := spec.Validate(); err != nil {
 		return Spec{}, err
@@ -464,7 +425,7 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		return Sandbox{}, err
 	case old.Owner != m.cfg.Owner:
 		return Sandbox{}, fmt.Errorf("%w: sandbox %s/%s belongs to owner %q", ErrConflict, spec.Tenant, spec.Session, old.Owner)
-	case old.State == StateRunning && old.HostDir == spec.HostDir && isDir(spec.HostDir):
+	case old.State == StateRunning:
 		if err := m.ready(ctx, old); err != nil {
 			return Sandbox{}, m.discard(ctx, old, err)
 		}
@@ -477,18 +438,8 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		m.cfg.Logger.Info("sandbox removed", "reason", "replacing: "+string(old.State), "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 	}
 
-	m.dirMu.Lock()
-	err = prepareHostDir(m.cfg.StateDir, spec.HostDir, spec.SpillBytes, m.cfg.SpillQuota)
-	m.dirMu.Unlock()
-	if err != nil {
-		return Sandbox{}, err
-	}
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
-		if !errors.Is(err, ErrAlreadyExists) {
-			// The directory is ours alone only if no sandbox uses it.
-			m.removeDir(spec.HostDir)
-		}
 		return Sandbox{}, err
 	}
 	if err := m.ready(ctx, sb); err != nil {
@@ -515,20 +466,11 @@ func (m *Manager) discard(ctx context.Context, sb Sandbox, cause error) error {
 	if err := m.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
 		return errors.Join(cause, err)
 	}
-	m.removeDir(sb.HostDir)
 	return cause
 }
 
-func (m *Manager) removeDir(dir string) {
-	m.dirMu.Lock()
-	defer m.dirMu.Unlock()
-	if err := removeHostDir(dir); err != nil {
-		m.cfg.Logger.Warn("host dir", "dir", dir, "err", err)
-	}
-}
-
 // destroy removes a session's sandbox (id, or whatever the runtime has under
-// the session's name when id is empty) and its host directory.
+// the session's name when id is empty).
 func (m *Manager) destroy(ctx context.Context, k key, id string) error {
 	rt := m.cfg.Runtime
 	found := false
@@ -549,16 +491,6 @@ func (m *Manager) destroy(ctx context.Context, k key, id string) error {
 		if err := rt.Remove(ctx, id); err != nil {
 			return err
 		}
-	}
-	dir := m.HostDir(k.tenant, k.session)
-	if isDir(dir) {
-		found = true
-	}
-	m.dirMu.Lock()
-	err := removeHostDir(dir)
-	m.dirMu.Unlock()
-	if err != nil {
-		return err
 	}
 	if !found {
 		return fmt.Errorf("%w: %s", ErrNotFound, k)
@@ -582,9 +514,4 @@ func (m *Manager) release(k key, r *entry) {
 		delete(m.entries, k)
 	}
 	close(r.busy)
-}
-
-func isDir(p string) bool {
-	fi, err := os.Lstat(p)
-	return err == nil && fi.IsDir()
 }

@@ -95,34 +95,9 @@ func WithMounts(mounts ...Mount) Opt {
 	}
 }
 
-// checkMountSources refuses mounts whose source overlaps shellbox's own
-// host directories: the session's HostDir and, when HostDir is laid out as
-// the Manager lays it (<StateDir>/sessions/<tenant>/<session>), the
-// directory of every session's host dir, where other sandboxes' agent
-// sockets are. It is lexical; CheckMountSources repeats it on resolved
-// paths.
-func checkMountSources(mounts []Mount, hostDir string) error {
-	if hostDir == "" {
-		return nil
-	}
-	own := []string{hostDir}
-	if sessions := filepath.Dir(filepath.Dir(hostDir)); filepath.Base(sessions) == sessionsDir {
-		own = append(own, sessions)
-	}
-	for i, m := range mounts {
-		for _, d := range own {
-			if Overlaps(m.Source, d) {
-				return invalid("mounts", "[%d]: source %s overlaps %s, shellbox's session state (agent sockets)", i, m.Source, d)
-			}
-		}
-	}
-	return nil
-}
-
 // CheckMountSources checks, on the host, that every mount source of s is
-// a directory that exists, is still the resolved path it was when allowed
-// (a symlink swapped into it since is refused), and does not overlap the
-// session state (checkMountSources, on resolved paths). Backends call it
+// a directory that exists and is still the resolved path it was when
+// allowed (a symlink swapped into it since is refused). Backends call it
 // when they create the sandbox. What remains is the window between this
 // check and the engine's mount, which the engine resolves again; paths an
 // untrusted party can rename inside should not be allowlisted.
@@ -143,11 +118,5 @@ func (s Spec) CheckMountSources() error {
 			return invalid("mounts", "[%d]: source %s is not a directory", i, m.Source)
 		}
 	}
-	hostDir := s.HostDir
-	if hostDir != "" {
-		if real, err := filepath.EvalSymlinks(hostDir); err == nil {
-			hostDir = real
-		}
-	}
-	return checkMountSources(s.Mounts, hostDir)
+	return nil
 }

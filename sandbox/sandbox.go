@@ -2,7 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"path/filepath"
+	"fmt"
+	"net"
 	"time"
 )
 
@@ -29,10 +30,10 @@ type Sandbox struct {
 	// Network is the Spec's network (NetworkNone or NetworkEgress); empty
 	// for sandboxes created before it was recorded (they have none).
 	Network string
-	// HostDir is the session's host directory; SocketPath the agent's socket
-	// in it (empty for backends where the agent is reached otherwise).
-	HostDir    string
-	SocketPath string
+	// Agent says how to reach the sandbox's agent. Runtimes fill it; how
+	// they do it (a unix socket in a host directory, a pod IP and a secret)
+	// is theirs alone.
+	Agent Endpoint
 	// Mounts are the host directory mounts (Spec.Mounts) as the backend
 	// reports them, by target.
 	Mounts []Mount
@@ -47,12 +48,40 @@ type Sandbox struct {
 	LastUsed time.Time
 }
 
-// SocketPath returns the agent socket's path in a host directory.
-func SocketPath(hostDir string) string {
-	if hostDir == "" {
-		return ""
+// Endpoint says how to reach a sandbox's agent: the one thing every caller
+// above a runtime needs of it (the agent serves commands, tasks, spill files
+// and the egress relay, all on this endpoint).
+type Endpoint struct {
+	// Network is "unix" (single-host runtimes: a socket in the session's
+	// host directory) or "tcp" (Kubernetes: the pod's IP).
+	Network string
+	// Address is the socket's path, or host:port.
+	Address string
+	// Token, when set, is the per-session secret the agent requires, sent
+	// as "Authorization: Bearer <Token>". A unix socket needs none: its
+	// mode and directory keep everyone but the server out. Never log it.
+	Token string
+}
+
+// Dial connects to the agent. ctx bounds the connection attempt only.
+func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
+	switch e.Network {
+	case "unix", "tcp":
+	case "":
+		return nil, fmt.Errorf("%w: the sandbox has no agent endpoint", ErrUnavailable)
+	default:
+		return nil, fmt.Errorf("%w: agent endpoint network %q (want unix or tcp)", ErrInvalid, e.Network)
 	}
-	return filepath.Join(hostDir, SocketName)
+	var d net.Dialer
+	return d.DialContext(ctx, e.Network, e.Address)
+}
+
+// String names the endpoint for logs and errors, without its token.
+func (e Endpoint) String() string {
+	if e.Network == "" {
+		return "(no agent endpoint)"
+	}
+	return e.Network + ":" + e.Address
 }
 
 // Runtime is a sandbox backend: it creates, finds, lists and removes
@@ -64,11 +93,12 @@ func SocketPath(hostDir string) string {
 // Methods are safe for concurrent use. Contexts bound the calls to the engine
 // only; a sandbox, once created, lives until Remove.
 type Runtime interface {
-	// Create creates and starts the sandbox described by spec (which must
-	// Validate) and returns it running. If a sandbox of spec's tenant and
-	// session already exists it returns ErrAlreadyExists and changes nothing.
-	// On any other failure nothing is left behind. Create does not prepare
-	// spec.HostDir: it must exist.
+	// Create prepares what the runtime keeps for the sandbox (a single-host
+	// runtime's host directory and spill quota, say), creates and starts the
+	// sandbox described by spec (which must Validate) and returns it
+	// running, with its Agent endpoint. If a sandbox of spec's tenant and
+	// session already exists it returns ErrAlreadyExists and changes
+	// nothing. On any other failure nothing is left behind.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 
 	// Get returns the sandbox of tenant and session, whatever its state and
@@ -80,9 +110,18 @@ type Runtime interface {
 	// shellbox sandbox on the engine.
 	List(ctx context.Context, owner string) ([]Sandbox, error)
 
-	// Remove kills and deletes the sandbox with that id. Removing a sandbox
-	// that is already gone is not an error. It does not touch the host dir.
+	// Remove kills and deletes the sandbox with that id and what the runtime
+	// keeps for it (its host directory and spill files). Removing a sandbox
+	// that is already gone is not an error.
 	Remove(ctx context.Context, id string) error
+}
+
+// Sweeper is an optional Runtime ability: removing per-sandbox state that
+// outlived its sandbox (a host directory whose container was removed while
+// no server ran). Sweep removes the state of every (tenant, session) of
+// owner for which live reports false, and returns what it removed.
+type Sweeper interface {
+	Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error)
 }
 
 // Pinger is an optional Runtime ability: checking that the engine answers.

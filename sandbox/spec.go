@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -41,19 +40,14 @@ const (
 	// AgentPath is where the agent binary is bind-mounted, read-only; it is
 	// the sandbox's PID 1.
 	AgentPath = "/.shellbox/agent"
-	// HostDirMount is where the session's host directory is mounted. The
-	// agent creates its socket there and writes spill files under spill/.
+	// HostDirMount is the agent's directory: its socket (single-host
+	// runtimes) and spill files (spill/) are there. A single-host runtime
+	// bind-mounts the session's host directory on it; Kubernetes an emptyDir.
 	HostDirMount = "/run/shellbox"
 	// WorkspacePath is the writable, size-limited working directory.
 	WorkspacePath = "/workspace"
 	// TmpPath is the writable, size-limited /tmp.
 	TmpPath = "/tmp"
-)
-
-// Names inside a session's host directory.
-const (
-	SocketName = "agent.sock"
-	SpillName  = "spill"
 )
 
 // EnvSpillBytes is the variable through which the agent learns the session's
@@ -127,13 +121,10 @@ type Spec struct {
 	// runtime} labels are the backend's and may not be set here.
 	Labels map[string]string
 
-	// AgentBinary is the host path of the agent binary (static), mounted
-	// read-only at AgentPath. AgentArgs are its arguments.
-	AgentBinary string
-	AgentArgs   []string
-	// HostDir is the session's host directory, mounted at HostDirMount; the
-	// Manager sets it (<StateDir>/sessions/<tenant>/<session>).
-	HostDir string
+	// AgentArgs are the agent's arguments. The agent itself (a static
+	// binary at AgentPath) is the runtime's to deliver: a read-only bind
+	// mount on one host, an init container's copy on Kubernetes.
+	AgentArgs []string
 
 	// Mounts are host directories bind-mounted into the sandbox (WithMounts).
 	Mounts []Mount
@@ -146,8 +137,8 @@ type Opt func(*Spec) error
 
 // DefaultSpec returns the hardened defaults for a session: runc, 1 CPU,
 // 1 GiB memory, 256 processes, 512 MiB workspace, 128 MiB /tmp, 64 MiB of
-// spill, no network, commands as uid/gid 1000. Image and AgentBinary have no
-// default; the Manager fills Owner and HostDir.
+// spill, no network, commands as uid/gid 1000. Image has no default; the
+// Manager fills Owner.
 func DefaultSpec(tenant, session string) Spec {
 	return Spec{
 		Tenant:         tenant,
@@ -166,7 +157,7 @@ func DefaultSpec(tenant, session string) Spec {
 }
 
 // NewSpec applies opts to DefaultSpec(tenant, session). It does not call
-// Validate: the Manager completes the Spec (Owner, HostDir) first.
+// Validate: the Manager completes the Spec (Owner) first.
 func NewSpec(tenant, session string, opts ...Opt) (Spec, error) {
 	s := DefaultSpec(tenant, session)
 	if err := Compose(opts...)(&s); err != nil {
@@ -335,26 +326,15 @@ func WithLabels(labels map[string]string) Opt {
 	}
 }
 
-// WithAgent sets the agent binary's host path and its arguments.
-func WithAgent(binary string, args ...string) Opt {
+// WithAgentArgs sets the agent's arguments.
+func WithAgentArgs(args ...string) Opt {
 	return func(s *Spec) error {
-		if !filepath.IsAbs(binary) {
-			return invalid("agent", "%q: must be an absolute host path", binary)
+		for _, a := range args {
+			if strings.ContainsRune(a, 0) {
+				return invalid("agent", "argument %q contains a NUL byte", a)
+			}
 		}
-		s.AgentBinary = filepath.Clean(binary)
 		s.AgentArgs = slices.Clone(args)
-		return nil
-	}
-}
-
-// WithHostDir sets the session's host directory. The Manager sets it itself;
-// this is for using a Runtime directly.
-func WithHostDir(dir string) Opt {
-	return func(s *Spec) error {
-		if !filepath.IsAbs(dir) {
-			return invalid("hostdir", "%q: must be an absolute path", dir)
-		}
-		s.HostDir = filepath.Clean(dir)
 		return nil
 	}
 }
@@ -390,8 +370,7 @@ func (s Spec) Validate() error {
 		WithCPUs(s.CPUs), WithMemory(s.MemoryBytes), WithPidsLimit(s.PidsLimit),
 		WithWorkspaceSize(s.WorkspaceBytes), WithTmpSize(s.TmpBytes),
 		WithSpillSize(s.SpillBytes), WithNetwork(s.Network), WithUser(s.UID, s.GID),
-		WithLabels(s.Labels), WithAgent(s.AgentBinary), WithHostDir(s.HostDir),
-		WithMounts(s.Mounts...),
+		WithLabels(s.Labels), WithAgentArgs(s.AgentArgs...), WithMounts(s.Mounts...),
 	}
 	for _, kv := range s.Env {
 		k, v, ok := strings.Cut(kv, "=")
@@ -403,9 +382,6 @@ func (s Spec) Validate() error {
 	// The options double as field checks; they run on a scratch copy.
 	scratch := s.Clone()
 	if err := Compose(opts...)(&scratch); err != nil {
-		return err
-	}
-	if err := checkMountSources(s.Mounts, s.HostDir); err != nil {
 		return err
 	}
 	if s.WorkspaceBytes+s.TmpBytes >= s.MemoryBytes {

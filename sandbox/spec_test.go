@@ -11,8 +11,7 @@ import (
 func complete(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 	t.Helper()
 	s, err := sandbox.NewSpec("acme", "s-1", append([]sandbox.Opt{
-		sandbox.WithImage("img:1"), sandbox.WithAgent("/usr/libexec/shellbox-agent", "--serve"),
-		sandbox.WithHostDir("/var/lib/shellbox/sessions/acme/s-1"),
+		sandbox.WithImage("img:1"), sandbox.WithAgentArgs("--serve"),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +83,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"env", func(s *sandbox.Spec) { s.Env = []string{"NOEQUALS"} }},
 		{"env", func(s *sandbox.Spec) { s.Env = []string{"=x"} }},
 		{"labels", func(s *sandbox.Spec) { s.Labels = map[string]string{sandbox.LabelOwner: "me"} }},
-		{"agent", func(s *sandbox.Spec) { s.AgentBinary = "agent" }},
-		{"hostdir", func(s *sandbox.Spec) { s.HostDir = "" }},
+		{"agent", func(s *sandbox.Spec) { s.AgentArgs = []string{"a\x00b"} }},
 	}
 	for _, c := range cases {
 		s := complete(t)

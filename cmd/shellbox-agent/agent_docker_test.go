@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,6 +65,21 @@ func testSpill(t *testing.T, sb *sandbox) {
 	host := filepath.Join(sb.hostDir, strings.TrimPrefix(res.SpillPath, "/run/shellbox/"))
 	if fi, err := os.Stat(host); err != nil || fi.Size() != 100000 {
 		t.Errorf("the spill file on the host: %v %v", fi, err)
+	}
+	// Through the agent, by the path the result names (as on Kubernetes,
+	// where there is no host path).
+	ctx := context.Background()
+	rc, err := sb.agent.Spill(ctx, res.SpillPath, 0, 0)
+	if err != nil {
+		t.Fatalf("the spill file through the agent: %v", err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(b) != strings.Repeat("x", 100000) {
+		t.Errorf("the spill file through the agent: %d bytes, %v", len(b), err)
+	}
+	if _, err := sb.agent.Spill(ctx, "/run/shellbox/spill/../agent.sock", 0, 0); !errors.Is(err, executor.ErrInvalid) {
+		t.Errorf("a path out of the spill dir through the agent: %v", err)
 	}
 }
 

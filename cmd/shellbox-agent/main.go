@@ -22,7 +22,9 @@
 //
 // The commands' base environment is the agent's own (the image's ENV) minus
 // SHELLBOX_* variables, with HOME and DSH_HOME set to --home. Spill files go
-// to --spill-dir (root's, 0755: commands read them, cannot write them).
+// to --spill-dir (root's, 0755: commands read them, cannot write them), and
+// the agent serves them (GET /v1/spill), so a server without a host path to
+// them (Kubernetes) reads them through the agent.
 //
 // With --egress-listen it also runs the sandbox's egress proxy there
 // (sandbox/egress): an HTTP proxy with no way out but the server's relay,
@@ -191,7 +193,7 @@ func serve(o options, logger *log.Logger) error {
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home}
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -39,8 +38,8 @@ type serveBackend struct {
 	// egress counts egress connections by outcome (metrics).
 	egress func(tenant, outcome string)
 
-	// docker
-	rt       *docker.Runtime
+	// docker, containerd
+	rt       sandboxRuntime
 	manager  *sandbox.Manager
 	agent    string
 	agentErr error
@@ -70,30 +69,25 @@ var _ server.Backend = (*serveBackend)(nil)
 
 func newServeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*serveBackend, error) {
 	b := &serveBackend{cfg: cfg, log: log, tenants: map[string]*tenantBackend{}, opts: map[string]server.SessionOptions{}}
-	switch cfg.Backend {
-	case "local":
+	if cfg.Backend == "local" {
 		return b, nil
-	case "docker":
-	default:
-		return nil, fmt.Errorf("unknown backend %q (available: local, docker)", cfg.Backend)
 	}
-	rt, err := docker.NewFromEnv()
+	b.agent, b.agentErr = agentBinary(cfg.Sandbox.Agent)
+	rt, err := openRuntime(cfg, b.agent)
 	if err != nil {
-		return nil, fmt.Errorf("docker backend: %w", err)
+		return nil, err
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime:  timedRuntime{Runtime: rt, b: b},
-		StateDir: cfg.Docker.StateDir,
-		Owner:    cfg.Docker.Owner,
-		Ready:    sandboxed.WaitAgent,
-		Logger:   log,
+		Runtime: timedRuntime{sandboxRuntime: rt, b: b},
+		Owner:   cfg.Sandbox.Owner,
+		Ready:   sandboxed.WaitAgent,
+		Logger:  log,
 	})
 	if err != nil {
 		rt.Close()
-		return nil, fmt.Errorf("docker backend: %w", err)
+		return nil, fmt.Errorf("%s backend: %w", cfg.Backend, err)
 	}
 	b.rt, b.manager = rt, m
-	b.agent, b.agentErr = agentBinary(cfg.Docker.Agent)
 	// Sandboxes (and their background tasks) of a previous process of this
 	// owner are taken over; dead ones and orphaned directories removed.
 	rep, err := m.Adopt(ctx)
@@ -107,13 +101,13 @@ func newServeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*serveB
 
 // timedRuntime reports how long creating a sandbox takes.
 type timedRuntime struct {
-	*docker.Runtime
+	sandboxRuntime
 	b *serveBackend
 }
 
 func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	start := time.Now()
-	sb, err := t.Runtime.Create(ctx, spec)
+	sb, err := t.sandboxRuntime.Create(ctx, spec)
 	if err == nil && t.b.created != nil {
 		t.b.created(spec.Tenant, time.Since(start))
 	}
@@ -166,7 +160,7 @@ func (b *serveBackend) tenant(name string) (*tenantBackend, error) {
 		}
 		tb.seen = &sessionSet{m: map[string]time.Time{}}
 		tb.exec, tb.close = recording{e, tb.seen}, e.Close
-	case "docker":
+	default:
 		e, err := sandboxed.New(sandboxed.Config{
 			Manager: b.manager,
 			Tenant:  name,
@@ -233,7 +227,7 @@ func (b *serveBackend) spec(tenant, session string) (sandbox.Spec, error) {
 	b.mu.Lock()
 	o := b.opts[tenant+"/"+session]
 	b.mu.Unlock()
-	dc := b.cfg.Docker
+	dc := b.cfg.Sandbox
 	if b.policies != nil {
 		pol, err := b.policies.Policy(tenant)
 		if err != nil {
@@ -414,7 +408,7 @@ func (b *serveBackend) Ready(ctx context.Context) error {
 		return nil
 	}
 	if err := b.rt.Ping(ctx); err != nil {
-		return fmt.Errorf("docker engine: %w", err)
+		return fmt.Errorf("%s: %w", b.cfg.Backend, err)
 	}
 	return nil
 }

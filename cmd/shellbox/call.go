@@ -81,9 +81,9 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 		},
 	}
 	addRemoteFlags(cmd)
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed) or docker (a hardened container per session)")
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker or containerd (a hardened container per session)")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
-	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default docker.runtime)")
+	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default sandbox.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
 	cmd.Flags().String("policies", "", "policies directory: the tenant's policy decides the call (default policies.dir)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole result as JSON (text, isError, typed result, notices)")
@@ -167,7 +167,7 @@ func newToolset(ctx context.Context, cfg Config, runtime string, gate tools.Gate
 			return nil, nil, fmt.Errorf("local backend: %w", err)
 		}
 		ex, close = e, e.Close
-	case "docker":
+	case "docker", "containerd":
 		b, err := newDockerBackend(cfg, runtime, pol, warn)
 		if err != nil {
 			return nil, nil, err
@@ -175,7 +175,7 @@ func newToolset(ctx context.Context, cfg Config, runtime string, gate tools.Gate
 		ex, home = b.exec, "/workspace"
 		close = func(context.Context) error { return b.Close() }
 	default:
-		return nil, nil, fmt.Errorf("unknown backend %q (available: local, docker)", cfg.Backend)
+		return nil, nil, fmt.Errorf("unknown backend %q (available: %s)", cfg.Backend, backends)
 	}
 	ts, err := tools.New(ex, tools.Config{
 		DisableRunInBackground: !cfg.EnableRunInBackground,

@@ -26,7 +26,9 @@ type Config struct {
 	Facts                 map[string]string `mapstructure:"facts"`
 	Limits                executor.Limits   `mapstructure:"limits"`
 	Local                 LocalConfig       `mapstructure:"local"`
+	Sandbox               SandboxConfig     `mapstructure:"sandbox"`
 	Docker                DockerConfig      `mapstructure:"docker"`
+	Containerd            ContainerdConfig  `mapstructure:"containerd"`
 	Server                ServerConfig      `mapstructure:"server"`
 	Policies              PoliciesConfig    `mapstructure:"policies"`
 	Audit                 AuditConfig       `mapstructure:"audit"`
@@ -119,7 +121,10 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	v.SetDefault("audit::maxFiles", 5)
 	v.SetDefault("egress::blocked", egress.HostRanges)
 	v.SetDefault("egress::grantBlocked", egress.PrivateRanges)
-	for k, val := range dockerDefaults() {
+	for k, val := range sandboxDefaults() {
+		v.SetDefault(k, val)
+	}
+	for k, val := range runtimeDefaults() {
 		v.SetDefault(k, val)
 	}
 	for k, val := range serverDefaults() {
@@ -157,6 +162,9 @@ func loadConfig(flags *pflag.FlagSet, file string) (Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("config %s: %w", file, err)
 		}
+	}
+	if err := checkMovedKeys(v); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", v.ConfigFileUsed(), err)
 	}
 	var c Config
 	if err := v.UnmarshalExact(&c); err != nil {

@@ -51,7 +51,7 @@ func TestDockerRestartSurvival(t *testing.T) {
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
 tenant: %s
 session: restart
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s
@@ -151,7 +151,7 @@ policies:
   dir: %s
 audit:
   file: %s
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s
@@ -226,7 +226,9 @@ func removeSandboxesAtEnd(t *testing.T, tenant string, sessions ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		rt, err := docker.NewFromEnv()
+		// Containers only: the server's host directories are its state
+		// dir's, which the test removes.
+		rt, err := docker.NewFromEnv(docker.Config{StateDir: "/nonexistent-shellbox-state", AgentBinary: "/nonexistent"})
 		if err != nil {
 			return
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 
+	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
@@ -23,9 +25,10 @@ import (
 func egressRelay(log *slog.Logger, ec EgressConfig, check func(tenant, target string) error, observe func(tenant, outcome string)) func(context.Context, sandbox.Sandbox, func(string) (context.Context, bool)) {
 	return func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
 		cfg := egress.RelayConfig{
-			Socket: sb.SocketPath,
-			Check:  egressDecision(ec, func(target string) error { return check(sb.Tenant, target) }, granted),
-			Logger: log.With("tenant", sb.Tenant, "session", sb.Session),
+			Agent:      sb.Agent,
+			PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
+			Check:      egressDecision(ec, func(target string) error { return check(sb.Tenant, target) }, granted),
+			Logger:     log.With("tenant", sb.Tenant, "session", sb.Session),
 		}
 		if observe != nil {
 			cfg.Observe = func(_ string, o egress.Outcome) { observe(sb.Tenant, string(o)) }

@@ -42,7 +42,7 @@ running for the next process to adopt.`,
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: docker (a hardened container per session) or local (host processes, unsandboxed)")
+	cmd.Flags().String("backend", "local", "where commands run: docker or containerd (a hardened container per session), or local (host processes, unsandboxed)")
 	cmd.Flags().String("listen", "127.0.0.1:8080", "address to listen on (server.listen)")
 	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); unset: every call is allowed")
 	return cmd

@@ -35,12 +35,12 @@ func TestMain(m *testing.M) {
 // own runc sandbox, every call carried by transport through a real server.
 func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
 	requireEngine(t)
-	rt, err := docker.NewFromEnv()
+	rt, err := docker.NewFromEnv(docker.Config{StateDir: dockertest.StateDir(t), AgentBinary: dockertest.Agent(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, StateDir: dockertest.StateDir(t), Owner: dockertest.Owner(t), Ready: sandboxed.WaitAgent})
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: dockertest.Owner(t), Ready: sandboxed.WaitAgent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,6 @@ func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) 
 			m.Remove(ctx, sb.Tenant, sb.Session)
 		}
 	})
-	agent := dockertest.Agent(t)
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
 			e, err := sandboxed.New(sandboxed.Config{
@@ -59,7 +58,7 @@ func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) 
 				Tenant:  dockerTenant,
 				Spec: func(session string) (sandbox.Spec, error) {
 					return sandbox.NewSpec(dockerTenant, session, sandbox.WithImage(dockertest.Image), sandbox.WithRuntime(sandbox.RuntimeRunc),
-						sandbox.WithLabels(dockertest.Labels()), sandbox.WithAgent(agent), sandbox.WithSpillSize(256*sandbox.MiB))
+						sandbox.WithLabels(dockertest.Labels()), sandbox.WithSpillSize(256*sandbox.MiB))
 				},
 				Limits: lim,
 			})
@@ -172,7 +171,7 @@ func TestServeRestart(t *testing.T) {
 	bin := buildBinaries(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s

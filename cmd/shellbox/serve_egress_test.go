@@ -66,7 +66,7 @@ func TestServeEgress(t *testing.T) {
 tenant: %s
 policies:
   dir: %s
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s

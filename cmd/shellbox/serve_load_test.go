@@ -38,12 +38,12 @@ func testServeBackend(t testing.TB, kind string) *serveBackend {
 	cfg.Local.Root, cfg.Local.SpillDir = t.TempDir(), t.TempDir()
 	if kind == "docker" {
 		requireEngine(t)
-		cfg.Docker.StateDir = dockertest.StateDir(t)
-		cfg.Docker.Owner = dockertest.Owner(t)
-		cfg.Docker.Image = dockertest.Image
-		cfg.Docker.Agent = dockertest.Agent(t)
-		cfg.Docker.Labels = dockertest.Labels()
-		cfg.Docker.PidsLimit = 256
+		cfg.Sandbox.StateDir = dockertest.StateDir(t)
+		cfg.Sandbox.Owner = dockertest.Owner(t)
+		cfg.Sandbox.Image = dockertest.Image
+		cfg.Sandbox.Agent = dockertest.Agent(t)
+		cfg.Sandbox.Labels = dockertest.Labels()
+		cfg.Sandbox.PidsLimit = 256
 	}
 	b, err := newServeBackend(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {

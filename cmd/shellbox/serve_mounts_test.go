@@ -50,7 +50,7 @@ policies:
   dir: %s
 audit:
   file: %s
-docker:
+sandbox:
   stateDir: %s
   owner: %s
   image: %s

@@ -27,10 +27,10 @@ type ServerConfig struct {
 type TenantConfig struct {
 	server.TenantConfig `mapstructure:",squash"`
 	// Images a session may ask for; the first is the tenant's default.
-	// Empty: docker.image only.
+	// Empty: sandbox.image only.
 	Images []string `mapstructure:"images"`
 	// Runtimes a session may ask for; the first is the default. Empty:
-	// docker.runtime only.
+	// sandbox.runtime only.
 	Runtimes []string `mapstructure:"runtimes"`
 }
 
@@ -67,11 +67,11 @@ func (c ServerConfig) validate() error {
 // image and runtime of a new session of tenant: the asked one if the tenant
 // allows it, else the tenant's default.
 func (c Config) sessionImage(tenant, asked string) (string, error) {
-	return choose("image", tenant, asked, c.Server.Tenants[tenant].Images, c.Docker.Image)
+	return choose("image", tenant, asked, c.Server.Tenants[tenant].Images, c.Sandbox.Image)
 }
 
 func (c Config) sessionRuntime(tenant, asked string) (string, error) {
-	return choose("runtime", tenant, asked, c.Server.Tenants[tenant].Runtimes, c.Docker.Runtime)
+	return choose("runtime", tenant, asked, c.Server.Tenants[tenant].Runtimes, c.Sandbox.Runtime)
 }
 
 func choose(what, tenant, asked string, allowed []string, def string) (string, error) {

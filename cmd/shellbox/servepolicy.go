@@ -87,7 +87,7 @@ func toServerApproval(a policies.Approval) server.Approval {
 // policy: the image, runtime and mounts asked for (within the policy; no
 // mounts asked for: the policy's), the policy's resources and user, and the
 // tenant's session quota (n sessions exist).
-func policySpec(dc DockerConfig, pol *policies.Policy, tenant, session, agent string, o server.SessionOptions, n int) (sandbox.Spec, error) {
+func policySpec(dc SandboxConfig, pol *policies.Policy, tenant, session, agent string, o server.SessionOptions, n int) (sandbox.Spec, error) {
 	if o.Runtime != "" && o.Runtime != pol.Runtime {
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "runtime %s is not allowed by policy %s (sandbox.runtime: %s)", o.Runtime, pol.Tenant, pol.Runtime)
 	}

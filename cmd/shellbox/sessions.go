@@ -14,7 +14,7 @@ import (
 func newSessionsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "List and delete sessions: the docker backend's sandboxes, or a server's (--server)",
+		Short: "List and delete sessions: the docker or containerd backend's sandboxes, or a server's (--server)",
 	}
 	cmd.PersistentFlags().String("tenant", "default", "tenant whose sessions to act on (local engine; with --server the token's tenant)")
 	addRemoteFlags(cmd)
@@ -111,11 +111,15 @@ func dockerFromFlags(cmd *cobra.Command) (sessionsBackend, error) {
 	if err != nil {
 		return sessionsBackend{}, err
 	}
+	if !isSandboxed(cfg.Backend) {
+		// The local backend keeps no sessions: the engine's are meant.
+		cfg.Backend = "docker"
+	}
 	b, err := newDockerBackend(cfg, "", nil, nil)
 	if err != nil {
 		return sessionsBackend{}, err
 	}
-	return sessionsBackend{b, cfg.Docker.Owner, cfg.Tenant}, nil
+	return sessionsBackend{b, cfg.Sandbox.Owner, cfg.Tenant}, nil
 }
 
 func newImageCmd() *cobra.Command {

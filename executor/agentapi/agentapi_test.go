@@ -15,6 +15,8 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 func TestHello(t *testing.T) {
@@ -389,4 +391,41 @@ func readUntil(t *testing.T, tk executor.Task, ok func(executor.Output) bool) ex
 	}
 	t.Fatalf("task output never matched; last %+v", acc)
 	return acc
+}
+
+// TestToken: an agent with a token refuses requests without it (or with
+// another), and a client dialled with it is served.
+func TestToken(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	e, err := local.New(local.Config{Root: root, Home: root, SpillDir: t.TempDir(), Limits: testLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := serve(t, srv)
+	ctx := context.Background()
+	for _, token := range []string{"", "wrong", "s3cret-but-longer"} {
+		_, err := agentapi.DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: sock, Token: token})
+		if err == nil || !strings.Contains(err.Error(), "missing or wrong token") {
+			t.Errorf("token %q: %v, want the refusal", token, err)
+		}
+	}
+	c, err := agentapi.DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: sock, Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	spec, err := e.Resolve(ctx, executor.Request{Session: "s", Command: "echo ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(ctx, spec)
+	if err != nil || res.Stdout != "ok\n" {
+		t.Errorf("Run with the token: %+v, %v", res, err)
+	}
 }

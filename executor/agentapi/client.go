@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 // MaxResponseBytes bounds what the client reads of one answer. Answers are
@@ -34,7 +35,8 @@ const abortSlack = 15 * time.Second
 // It is safe for concurrent use; calls share a pool of keep-alive
 // connections.
 type Client struct {
-	socket string
+	socket string // the endpoint, for errors
+	token  string
 	tr     *http.Transport
 	hc     *http.Client
 	hello  Hello
@@ -42,21 +44,28 @@ type Client struct {
 
 var _ Runner = (*Client)(nil)
 
-// Dial connects to the agent listening on socketPath and does the
-// handshake: an agent of another protocol version is refused with a
-// *VersionError naming both versions. ctx bounds the handshake only.
+// Dial connects to the agent listening on the unix socket socketPath (see
+// DialEndpoint).
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	return DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: socketPath})
+}
+
+// DialEndpoint connects to the agent at ep and does the handshake: an agent
+// of another protocol version is refused with a *VersionError naming both
+// versions. Every request carries ep.Token, if set, as a bearer token. ctx
+// bounds the handshake only.
+func DialEndpoint(ctx context.Context, ep sandbox.Endpoint) (*Client, error) {
+	socketPath := ep.Address
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
+			return ep.Dial(ctx)
 		},
 		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	c := &Client{socket: socketPath, tr: tr, hc: &http.Client{Transport: tr}}
+	c := &Client{socket: socketPath, token: ep.Token, tr: tr, hc: &http.Client{Transport: tr}}
 	var h Hello
 	if err := c.do(ctx, http.MethodGet, "/v1/hello", nil, nil, &h); err != nil {
 		// do's errors name the socket and the endpoint already.
@@ -74,7 +83,8 @@ func Dial(ctx context.Context, socketPath string) (*Client, error) {
 // Hello returns the agent's handshake answer: its version, root and home.
 func (c *Client) Hello() Hello { return c.hello }
 
-// Socket returns the socket path the client dials.
+// Socket returns the address the client dials (a socket path, or
+// host:port).
 func (c *Client) Socket() string { return c.socket }
 
 // Close closes the idle connections. Calls in flight go on; the agent's
@@ -216,19 +226,51 @@ func (t *task) Kill(ctx context.Context) (executor.KillResult, error) {
 // failure to reach the agent is executor.ErrUnavailable, or
 // executor.Aborted() when ctx ended.
 func (c *Client) do(ctx context.Context, method, path string, header map[string]string, in, out any) error {
+	resp, err := c.send(ctx, method, path, path, header, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return c.readError(ctx, method, path, err)
+	}
+	if len(b) > MaxResponseBytes {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: answer over %d bytes", c.socket, method, path, MaxResponseBytes)
+	}
+	if resp.StatusCode/100 != 2 {
+		return c.statusError(method, path, resp, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: bad answer: %w", c.socket, method, path, err)
+	}
+	return nil
+}
+
+// send sends one request for target (a path and query) and returns the
+// response, whatever its status; op names the request in errors (target
+// without its query, when that could be long). A failure to reach the agent
+// is executor.ErrUnavailable, or executor.Aborted() when ctx ended.
+func (c *Client) send(ctx context.Context, method, target, op string, header map[string]string, in any) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("agentapi: encode request: %w", err)
+			return nil, fmt.Errorf("agentapi: encode request: %w", err)
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
 	if err != nil {
-		return fmt.Errorf("agentapi: %w", err)
+		return nil, fmt.Errorf("agentapi: %w", err)
 	}
 	req.Header.Set(HeaderProtocol, strconv.Itoa(Protocol))
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -238,35 +280,30 @@ func (c *Client) do(ctx context.Context, method, path string, header map[string]
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return executor.Aborted()
+			return nil, executor.Aborted()
 		}
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, path, unwrapURL(err))
+		return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, unwrapURL(err))
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		if ctx.Err() != nil {
-			return executor.Aborted()
-		}
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: read answer: %w", c.socket, method, path, err)
+	return resp, nil
+}
+
+// readError is a failure to read an answer's body.
+func (c *Client) readError(ctx context.Context, method, op string, err error) error {
+	if ctx.Err() != nil {
+		return executor.Aborted()
 	}
-	if len(b) > MaxResponseBytes {
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: answer over %d bytes", c.socket, method, path, MaxResponseBytes)
+	return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: read answer: %w", c.socket, method, op, err)
+}
+
+// statusError is the error of a non-2xx answer whose body is b: the agent's
+// error, of its class, or ErrUnavailable naming the status when the body is
+// not one.
+func (c *Client) statusError(method, op string, resp *http.Response, b []byte) error {
+	var e Error
+	if json.Unmarshal(b, &e) != nil || e.Class == "" {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %s", c.socket, method, op, resp.Status)
 	}
-	if resp.StatusCode/100 != 2 {
-		var e Error
-		if json.Unmarshal(b, &e) != nil || e.Class == "" {
-			return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %s", c.socket, method, path, resp.Status)
-		}
-		return decodeError(e)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: bad answer: %w", c.socket, method, path, err)
-	}
-	return nil
+	return decodeError(e)
 }
 
 // unwrapURL drops net/http's `Post "http://agent/v1/run":` prefix: the

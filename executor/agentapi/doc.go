@@ -1,6 +1,6 @@
 // Package agentapi is the protocol between the shellbox server and the agent
 // inside each sandbox (cmd/shellbox-agent): the executor.BashExecutor seam,
-// minus Resolve, carried over a unix socket. Server serves it over any
+// minus Resolve, carried over a unix socket (single-host runtimes) or TCP with a per-session bearer token (Kubernetes). Server serves it over any
 // Runner (the agent serves a local.Executor); Client speaks it and is a
 // Runner itself, so a command run through the protocol behaves exactly as
 // one run by the executor behind it. The conformance suite
@@ -49,11 +49,26 @@
 //	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
 //	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}
+//	GET  /v1/spill?path=P[&offset=N][&limit=M] → the bytes of spill file P (application/octet-stream)
 //	POST /v1/egress                  (Upgrade: shellbox-egress/1) → 204, or 101 and a proxied connection
 //
 // /v1/egress exists only in an agent that runs the sandbox's egress proxy;
 // its long poll and what follows the 101 are sandbox/egress's (see that
 // package's doc).
+//
+// /v1/spill exists only in an agent given its spill directory
+// (ServerConfig.SpillDir), and is how a server with no host path to the spill
+// files (Kubernetes) reads them. P is the file's path as the agent and the
+// commands see it, exactly as Result.SpillPath and Output.SpillPath name it
+// (/run/shellbox/spill/<session>/<id>.log): absolute, clean and strictly
+// inside the spill directory, or the answer is 400. The agent opens it
+// through an os.Root on the spill directory, so neither ".." nor a symlink
+// leads out, and serves only a regular file that is not itself a symlink
+// (400 otherwise; 404 "no such spill file: P" when it is missing). The body
+// is the file from byte N (default 0) on, at most M bytes (default: to the
+// end), with a Content-Length: the file's size when it was opened bounds it,
+// so fewer bytes than M mean its end (a running task's spill may grow
+// later; page on from there). An offset past the end answers an empty body.
 //
 // A task of another session answers exactly as an unknown id. Request bodies
 // are bounded (MaxSpecBytes for specs, MaxSmallBytes otherwise).

@@ -26,6 +26,7 @@ type agent struct {
 	socket string
 	client *agentapi.Client
 	root   string
+	spill  string // the spill directory, served by GET /v1/spill
 	lim    executor.Limits
 }
 
@@ -66,11 +67,12 @@ func serve(t testing.TB, h http.Handler) string {
 // newAgent starts a local executor with lim behind a Server and dials it.
 func newAgent(t testing.TB, lim executor.Limits, root, home string) *agent {
 	t.Helper()
-	e, err := local.New(local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim})
+	spill := t.TempDir()
+	e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: lim})
 	if err != nil {
 		t.Fatalf("local.New: %v", err)
 	}
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: home})
+	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: home, SpillDir: spill})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func newAgent(t testing.TB, lim executor.Limits, root, home string) *agent {
 		t.Fatalf("Dial: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &agent{exec: e, socket: sock, client: c, root: root, lim: lim}
+	return &agent{exec: e, socket: sock, client: c, root: root, spill: spill, lim: lim}
 }
 
 func newTestAgent(t testing.TB) *agent {

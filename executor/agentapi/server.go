@@ -3,13 +3,16 @@ package agentapi
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +32,16 @@ type ServerConfig struct {
 	// for the connections of the sandbox's egress proxy (sandbox/egress).
 	// Unset, the endpoint answers 404 like any unknown one.
 	Egress http.Handler
+	// Token, if set, is the per-session secret every request must carry
+	// as "Authorization: Bearer <Token>" (an agent reached over a network;
+	// on a unix socket the socket's directory keeps others out). It is
+	// compared in constant time; a request without it answers 401.
+	Token string
+	// SpillDir, if set, serves GET /v1/spill: the spill files under it
+	// (the Runner's spill directory; absolute, as the agent sees it), for a
+	// server that has no host path to them. Unset, the endpoint answers
+	// 404 like any unknown one.
+	SpillDir string
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -58,6 +71,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Runner == nil {
 		return nil, errors.New("agentapi: ServerConfig.Runner is required")
 	}
+	if cfg.SpillDir != "" {
+		if !filepath.IsAbs(cfg.SpillDir) {
+			return nil, fmt.Errorf("agentapi: ServerConfig.SpillDir must be an absolute path, got %q", cfg.SpillDir)
+		}
+		cfg.SpillDir = filepath.Clean(cfg.SpillDir)
+	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), calls: map[string]context.CancelFunc{}, cancelled: map[string]time.Time{}}
 	s.mux.HandleFunc("GET /v1/hello", s.hello)
 	s.mux.HandleFunc("POST /v1/run", s.run)
@@ -69,6 +88,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
 	s.mux.HandleFunc("GET /v1/has", s.has)
+	if cfg.SpillDir != "" {
+		s.mux.HandleFunc("GET /v1/spill", s.spill)
+	}
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
 	}
@@ -78,8 +100,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP checks the client's protocol version and dispatches.
+// ServeHTTP checks the client's token and protocol version and
+// dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			writeJSON(w, http.StatusUnauthorized, Error{Class: ClassInvalid, Message: "agent: missing or wrong token"})
+			return
+		}
+	}
 	if v := r.Header.Get(HeaderProtocol); v != "" && v != strconv.Itoa(Protocol) && r.URL.Path != "/v1/hello" {
 		writeError(w, executor.Errorf(executor.ErrInvalid,
 			"agent protocol mismatch: the agent speaks protocol %d (agent version %s), the client %s", Protocol, s.cfg.Agent, v))

@@ -79,17 +79,16 @@ func newRigWith(t testing.TB, runtime string, lim executor.Limits, with func(*sa
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
-	rt, err := docker.NewFromEnv()
+	rt, err := docker.NewFromEnv(docker.Config{StateDir: dockertest.StateDir(t), AgentBinary: dockertest.Agent(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
 	requireRuntime(t, rt, runtime)
 	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime:  rt,
-		StateDir: dockertest.StateDir(t),
-		Owner:    dockertest.Owner(t),
-		Ready:    sandboxed.WaitAgent,
+		Runtime: rt,
+		Owner:   dockertest.Owner(t),
+		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +98,6 @@ func newRigWith(t testing.TB, runtime string, lim executor.Limits, with func(*sa
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),
 		sandbox.WithLabels(dockertest.Labels()),
-		sandbox.WithAgent(dockertest.Agent(t)),
 	}, opts...)
 	if runtime == sandbox.RuntimeRunsc {
 		// gVisor counts host threads against the pids limit (~40 for the

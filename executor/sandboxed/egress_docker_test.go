@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
@@ -59,7 +61,8 @@ func egressOn(t *testing.T, runtime string) {
 	var outcomes atomic.Int64
 	relay := func(ctx context.Context, sb sandbox.Sandbox, granted func(string) (context.Context, bool)) {
 		r, err := egress.NewRelay(egress.RelayConfig{
-			Socket: sb.SocketPath,
+			Agent:      sb.Agent,
+			PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
 			// The hosts are on the host's loopback: no address ranges are
 			// refused here (cmd/shellbox's relay refuses them).
 			Check: func(c egress.Conn) (egress.Decision, error) {

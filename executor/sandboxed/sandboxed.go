@@ -162,13 +162,13 @@ func New(cfg Config) (*Executor, error) {
 	return &Executor{cfg: cfg, agents: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]grant{}}, nil
 }
 
-// DialAgent dials the agent socket of sb (agentapi protocol, with its
+// DialAgent dials the agent of sb (agentapi protocol, with its
 // version handshake).
 func DialAgent(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
-	if sb.SocketPath == "" {
-		return nil, fmt.Errorf("sandbox %s has no agent socket", sb.ID)
+	if sb.Agent.Network == "" {
+		return nil, fmt.Errorf("sandbox %s has no agent endpoint", sb.ID)
 	}
-	return agentapi.Dial(ctx, sb.SocketPath)
+	return agentapi.DialEndpoint(ctx, sb.Agent)
 }
 
 // WaitAgent is a sandbox.Config.Ready hook: it returns once a new sandbox's
@@ -177,7 +177,7 @@ func DialAgent(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
 func WaitAgent(ctx context.Context, sb sandbox.Sandbox) error {
 	var last error
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		c, err := agentapi.Dial(ctx, sb.SocketPath)
+		c, err := agentapi.DialEndpoint(ctx, sb.Agent)
 		if err == nil {
 			return c.Close()
 		}

@@ -2,9 +2,11 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
 // API is the part of the Docker Engine client the backend uses; a
@@ -37,10 +40,31 @@ type API interface {
 	Ping(ctx context.Context) (types.Ping, error)
 }
 
+// Config is what the Docker runtime needs beyond the engine: where the
+// sessions' host directories live and what it mounts into every sandbox.
+type Config struct {
+	// StateDir holds the sessions' host directories (sandbox/hostdir).
+	// Required, absolute, short (the agent socket path must fit in 107
+	// bytes).
+	StateDir string
+	// Quota says how the spill cap is enforced (default: a tmpfs, which
+	// needs root).
+	Quota hostdir.Quota
+	// AgentBinary is the host path of the static agent binary, mounted
+	// read-only at sandbox.AgentPath. Required.
+	AgentBinary string
+	// EngineRuntimes maps a Spec runtime (runc, runsc) to the name the
+	// engine registered it under (daemon.json "runtimes"); a Spec runtime
+	// not in the map uses its own name.
+	EngineRuntimes map[string]string
+}
+
 // Runtime is the Docker backend of sandbox.Runtime.
 type Runtime struct {
 	api    API
 	closer io.Closer // set when the Runtime made its client
+	cfg    Config
+	dirs   *hostdir.Dirs
 
 	mu       sync.Mutex
 	runtimes []string // engine runtimes seen by the last Info, nil before
@@ -50,12 +74,20 @@ var (
 	_ sandbox.Runtime       = (*Runtime)(nil)
 	_ sandbox.Pinger        = (*Runtime)(nil)
 	_ sandbox.RuntimeLister = (*Runtime)(nil)
+	_ sandbox.Sweeper       = (*Runtime)(nil)
 	_ API                   = (*client.Client)(nil)
 )
 
 // New returns a Runtime on api. The caller keeps ownership of api.
-func New(api API) *Runtime {
-	return &Runtime{api: api}
+func New(api API, cfg Config) (*Runtime, error) {
+	dirs, err := hostdir.New(cfg.StateDir, cfg.Quota)
+	if err != nil {
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	if cfg.AgentBinary == "" || !filepath.IsAbs(cfg.AgentBinary) {
+		return nil, fmt.Errorf("%w: docker runtime: agent binary %q: must be an absolute host path", sandbox.ErrInvalid, cfg.AgentBinary)
+	}
+	return &Runtime{api: api, cfg: cfg, dirs: dirs}, nil
 }
 
 // NewFromEnv returns a Runtime with its own client, configured from the
@@ -63,12 +95,26 @@ func New(api API) *Runtime {
 // DOCKER_TLS_VERIFY) and negotiating the API version with the engine, so the
 // same binary talks to Engine 20.10 (API 1.41) and to current engines. Close
 // releases the client.
-func NewFromEnv() (*Runtime, error) {
+func NewFromEnv(cfg Config) (*Runtime, error) {
 	cli, err := NewClient()
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{api: cli, closer: cli}, nil
+	r, err := New(cli, cfg)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	r.closer = cli
+	return r, nil
+}
+
+// engineRuntime is the engine's name for a Spec runtime.
+func (r *Runtime) engineRuntime(name string) string {
+	if n, ok := r.cfg.EngineRuntimes[name]; ok && n != "" {
+		return n
+	}
+	return name
 }
 
 // NewClient returns a Docker client configured from the environment, with
@@ -89,17 +135,22 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// Create implements sandbox.Runtime. The container is created under
-// ContainerName and started; if it does not reach the running state it is
-// removed again. Images are not pulled: spec.Image must be present.
+// Create implements sandbox.Runtime. It prepares the session's host
+// directory, creates the container under ContainerName and starts it; if
+// it does not reach the running state both are removed again. Images are
+// not pulled: spec.Image must be present.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	for _, p := range []string{spec.HostDir, spec.AgentBinary} {
-		if _, err := os.Stat(p); err != nil {
-			return sandbox.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
-		}
+	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: agent binary: %v", sandbox.ErrUnavailable, err)
+	}
+	if err := r.dirs.Check(spec.Tenant, spec.Session); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
+		return sandbox.Sandbox{}, err
 	}
 	if err := spec.CheckMountSources(); err != nil {
 		return sandbox.Sandbox{}, err
@@ -107,8 +158,29 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	cfg, hc := translate(spec)
 	name := ContainerName(spec.Tenant, spec.Session)
+	// The host directory is (re)made empty below: never under a sandbox
+	// that has it.
+	switch _, err := r.api.ContainerInspect(ctx, name); {
+	case err == nil:
+		return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s (container %s)", sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, name)
+	case !isNotFound(err):
+		return sandbox.Sandbox{}, convert(err, "inspect container %s", name)
+	}
+	dir, err := r.dirs.Prepare(spec.Tenant, spec.Session, spec.SpillBytes)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := r.create(ctx, spec, name, dir)
+	if err != nil && !errors.Is(err, sandbox.ErrAlreadyExists) {
+		// The directory is ours alone only if no sandbox uses it.
+		_ = r.dirs.Remove(spec.Tenant, spec.Session)
+	}
+	return sb, err
+}
+
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir string) (sandbox.Sandbox, error) {
+	cfg, hc := translate(spec, dir, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {
@@ -173,9 +245,33 @@ func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, er
 	return out, nil
 }
 
-// Remove implements sandbox.Runtime: a forced remove (SIGKILL, then delete),
-// idempotent.
+// Remove implements sandbox.Runtime: a forced remove (SIGKILL, then
+// delete) and the session's host directory, idempotent.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	info, err := r.api.ContainerInspect(ctx, id)
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return convert(err, "inspect container %s", id)
+	}
+	if err := r.removeContainer(ctx, id); err != nil {
+		return err
+	}
+	if info.Config != nil && info.Config.Labels[sandbox.LabelManaged] == "true" &&
+		hostDirOf(info.Mounts) == r.dirs.Path(info.Config.Labels[sandbox.LabelTenant], info.Config.Labels[sandbox.LabelSession]) {
+		return r.dirs.Remove(info.Config.Labels[sandbox.LabelTenant], info.Config.Labels[sandbox.LabelSession])
+	}
+	return nil
+}
+
+// Sweep implements sandbox.Sweeper: host directories of this runtime's
+// state directory that no live sandbox uses.
+func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
+	return r.dirs.Sweep(live)
+}
+
+func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 	err := r.api.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	switch {
 	case err == nil, isNotFound(err):
@@ -205,8 +301,8 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Runtimes implements sandbox.RuntimeLister: the Spec runtimes registered
-// with the engine.
+// Runtimes implements sandbox.RuntimeLister: the Spec runtimes whose
+// engine runtime is registered with the engine.
 func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
 	info, err := r.api.Info(ctx)
 	if err != nil {
@@ -214,7 +310,7 @@ func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, name := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
-		if _, ok := info.Runtimes[name]; ok {
+		if _, ok := info.Runtimes[r.engineRuntime(name)]; ok {
 			out = append(out, name)
 		}
 	}
@@ -239,7 +335,8 @@ func (r *Runtime) checkRuntime(ctx context.Context, name string) error {
 		return err
 	}
 	if !slices.Contains(have, name) {
-		return fmt.Errorf("%w: runtime %q is not registered with the Docker engine (have %v)", sandbox.ErrUnavailable, name, have)
+		return fmt.Errorf("%w: runtime %q (engine runtime %q) is not registered with the Docker engine (have %v; .ci/setup-docker.sh registers runsc)",
+			sandbox.ErrUnavailable, name, r.engineRuntime(name), have)
 	}
 	return nil
 }
@@ -248,7 +345,7 @@ func (r *Runtime) checkRuntime(ctx context.Context, name string) error {
 func (r *Runtime) removeDetached(ctx context.Context, id string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_ = r.Remove(rctx, id)
+	_ = r.removeContainer(rctx, id)
 }
 
 func fromInspect(info container.InspectResponse) sandbox.Sandbox {
@@ -258,18 +355,15 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 		sb.Session = info.Config.Labels[sandbox.LabelSession]
 		sb.Owner = info.Config.Labels[sandbox.LabelOwner]
 		sb.Network = info.Config.Labels[sandbox.LabelNetwork]
+		sb.Runtime = info.Config.Labels[sandbox.LabelRuntime]
 		sb.Image = info.Config.Image
-	}
-	if info.HostConfig != nil {
-		sb.Runtime = info.HostConfig.Runtime
 	}
 	if info.State != nil {
 		sb.State = state(info.State.Status)
 		sb.OOMKilled = info.State.OOMKilled
 	}
-	sb.HostDir = hostDirOf(info.Mounts)
+	sb.Agent = endpoint(hostDirOf(info.Mounts))
 	sb.Mounts = mountsOf(info.Mounts)
-	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
 	sb.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	return sb
 }
@@ -284,11 +378,10 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 		Network: c.Labels[sandbox.LabelNetwork],
 		Image:   c.Image,
 		State:   state(c.State),
-		HostDir: hostDirOf(c.Mounts),
+		Agent:   endpoint(hostDirOf(c.Mounts)),
 		Mounts:  mountsOf(c.Mounts),
 		Created: time.Unix(c.Created, 0),
 	}
-	sb.SocketPath = sandbox.SocketPath(sb.HostDir)
 	return sb
 }
 
@@ -304,6 +397,14 @@ func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
 	}
 	slices.SortFunc(out, func(a, b sandbox.Mount) int { return strings.Compare(a.Target, b.Target) })
 	return out
+}
+
+// endpoint is the agent's endpoint in a host directory ("" : none).
+func endpoint(dir string) sandbox.Endpoint {
+	if dir == "" {
+		return sandbox.Endpoint{}
+	}
+	return hostdir.Endpoint(dir)
 }
 
 func hostDirOf(mounts []container.MountPoint) string {

@@ -359,7 +359,7 @@ func TestSpillCap(t *testing.T) {
 		if !strings.Contains(r.Stderr, "No space left on device") || r.Stdout != "rc=1\n" {
 			t.Errorf("writing 3 MB into a 1 MiB spill: %+v", r)
 		}
-		fi, err := os.Stat(filepath.Join(sb.HostDir, sandbox.SpillName, "out.log"))
+		fi, err := os.Stat(filepath.Join(e.hostDir("spill"), "spill", "out.log"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -389,7 +389,7 @@ func TestEnsureReuses(t *testing.T) {
 	if !second.LastUsed.After(first.LastUsed) {
 		t.Errorf("LastUsed not advanced: %v then %v", first.LastUsed, second.LastUsed)
 	}
-	if first.State != sandbox.StateRunning || first.SocketPath != filepath.Join(e.stateDir, "sessions", tenant, "reuse", "agent.sock") {
+	if first.State != sandbox.StateRunning || first.Agent != (sandbox.Endpoint{Network: "unix", Address: filepath.Join(e.stateDir, "sessions", tenant, "reuse", "agent.sock")}) {
 		t.Errorf("sandbox: %+v", first)
 	}
 	got, err := e.rt.Get(context.Background(), tenant, "reuse")
@@ -451,7 +451,7 @@ func TestRemove(t *testing.T) {
 	if _, err := e.cli.ContainerInspect(ctx, sb.ID); err == nil {
 		t.Errorf("container %s still exists", sb.ID)
 	}
-	if _, err := os.Lstat(sb.HostDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.hostDir("remove")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir still there: %v", err)
 	}
 	if err := e.m.Remove(ctx, tenant, "remove"); !errors.Is(err, sandbox.ErrNotFound) {
@@ -484,7 +484,7 @@ func TestReap(t *testing.T) {
 	if _, err := e.rt.Get(ctx, tenant, "idle"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("idle sandbox still there: %v", err)
 	}
-	if _, err := os.Lstat(idle.HostDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.hostDir("idle")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("idle host dir still there: %v", err)
 	}
 	if got, err := e.rt.Get(ctx, tenant, "busy"); err != nil || got.ID != busy.ID || got.State != sandbox.StateRunning {
@@ -502,8 +502,8 @@ func TestAdopt(t *testing.T) {
 	if err := e.cli.ContainerKill(ctx, dead.ID, "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	orphanDir := e.m.HostDir(tenant, "orphan")
-	if err := os.MkdirAll(filepath.Join(orphanDir, sandbox.SpillName), 0o755); err != nil {
+	orphanDir := e.hostDir("orphan")
+	if err := os.MkdirAll(filepath.Join(orphanDir, "spill"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// Another server on the same engine, with its own state dir.
@@ -526,10 +526,11 @@ func TestAdopt(t *testing.T) {
 	if len(rep.Removed) != 1 || rep.Removed[0].ID != dead.ID {
 		t.Errorf("removed %+v, want %s", rep.Removed, dead.ID)
 	}
-	if !slices.Equal(rep.RemovedDirs, []string{orphanDir, dead.HostDir}) && !slices.Equal(rep.RemovedDirs, []string{dead.HostDir, orphanDir}) {
-		t.Errorf("removed dirs %v, want %s and %s", rep.RemovedDirs, orphanDir, dead.HostDir)
+	// The dead sandbox's host directory went with it; the orphan was swept.
+	if !slices.Equal(rep.Swept, []string{orphanDir}) {
+		t.Errorf("swept %v, want %s", rep.Swept, orphanDir)
 	}
-	for _, d := range []string{orphanDir, dead.HostDir} {
+	for _, d := range []string{orphanDir, e.hostDir("dead")} {
 		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still there", d)
 		}
@@ -581,7 +582,7 @@ func TestReadyFailure(t *testing.T) {
 	if list, _ := e.rt.List(context.Background(), e.owner); len(list) != 0 {
 		t.Errorf("left behind: %+v", list)
 	}
-	if _, err := os.Lstat(e.m.HostDir(tenant, "unready")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.hostDir("unready")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir left behind: %v", err)
 	}
 }
@@ -590,10 +591,10 @@ func TestReadyFailure(t *testing.T) {
 func TestCreateErrors(t *testing.T) {
 	e := newEnv(t, sandbox.RuntimeRunc)
 	ctx := context.Background()
-	sb := e.ensure(e.spec("dup"))
+	e.ensure(e.spec("dup"))
 
 	spec := e.spec("dup")
-	spec.Owner, spec.HostDir = e.owner, sb.HostDir
+	spec.Owner = e.owner
 	if _, err := e.rt.Create(ctx, spec); !errors.Is(err, sandbox.ErrAlreadyExists) {
 		t.Errorf("second Create: %v, want ErrAlreadyExists", err)
 	}
@@ -602,7 +603,7 @@ func TestCreateErrors(t *testing.T) {
 	if _, err := e.m.Ensure(ctx, spec); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "does not pull") {
 		t.Errorf("missing image: %v, want ErrUnavailable", err)
 	}
-	if _, err := os.Lstat(e.m.HostDir(tenant, "noimage")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(e.hostDir("noimage")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host dir left behind after a failed create: %v", err)
 	}
 

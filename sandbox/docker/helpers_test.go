@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -60,7 +61,6 @@ func newEnv(t testing.TB, runtime string, tweak ...func(*sandbox.Config)) *env {
 	e := &env{
 		t:         t,
 		cli:       cli,
-		rt:        docker.New(cli),
 		stateDir:  dockertest.StateDir(t),
 		owner:     dockertest.Owner(t),
 		image:     dockertest.EnsureImage(t, cli),
@@ -79,11 +79,15 @@ func newEnv(t testing.TB, runtime string, tweak ...func(*sandbox.Config)) *env {
 			t.Logf("runsc runtimeArgs %q lack --host-uds=all|create: the agent socket is not reachable from the host; using docker exec", args)
 		}
 	}
+	rt, err := docker.New(cli, docker.Config{StateDir: e.stateDir, AgentBinary: e.agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.rt = rt
 	e.cfg = sandbox.Config{
-		Runtime:  e.rt,
-		StateDir: e.stateDir,
-		Owner:    e.owner,
-		Ready:    e.ready,
+		Runtime: e.rt,
+		Owner:   e.owner,
+		Ready:   e.ready,
 	}
 	for _, f := range tweak {
 		f(&e.cfg)
@@ -131,6 +135,11 @@ func (e *env) ready(ctx context.Context, sb sandbox.Sandbox) error {
 	}
 }
 
+// hostDir is the host directory of a session of the env's runtime.
+func (e *env) hostDir(session string) string {
+	return filepath.Join(e.stateDir, "sessions", tenant, session)
+}
+
 // tenant is this test process's tenant: unique on the engine, so packages
 // testing at the same time never share a sandbox name.
 var tenant = dockertest.Tenant("t1")
@@ -142,7 +151,6 @@ func (e *env) spec(session string, opts ...sandbox.Opt) sandbox.Spec {
 	s, err := sandbox.NewSpec(tenant, session, sandbox.Compose(
 		sandbox.WithImage(e.image),
 		sandbox.WithRuntime(e.runtime),
-		sandbox.WithAgent(e.agent),
 		sandbox.WithLabels(dockertest.Labels()),
 		sandbox.WithMemory(256*sandbox.MiB),
 		sandbox.WithWorkspaceSize(32*sandbox.MiB),
@@ -198,7 +206,7 @@ func (e *env) tryRun(sb sandbox.Sandbox, uid int, command string, timeout time.D
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
 	if e.viaSocket {
-		return dockertest.Call(ctx, sb.SocketPath, dockertest.Request{
+		return dockertest.Call(ctx, sb.Agent.Address, dockertest.Request{
 			Argv: []string{"bash", "-c", command}, UID: uid, GID: uid, TimeoutMs: int(timeout / time.Millisecond),
 		})
 	}

@@ -45,9 +45,11 @@ func sanitise(id string) string {
 // any back.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
-// translate turns a validated Spec into the container's config. It is pure;
-// every hardening decision of the Docker backend is here.
-func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+// translate turns a validated Spec into the container's config: hostDir is
+// the session's host directory, agent the agent binary's host path, runtime
+// the engine's name for spec.Runtime. It is pure; every hardening decision
+// of the Docker backend is here.
+func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Config, *container.HostConfig) {
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -98,7 +100,7 @@ func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 	noInit := false
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(sandbox.NetworkNone),
-		Runtime:     spec.Runtime,
+		Runtime:     runtime,
 		CapDrop:     []string{"ALL"},
 		CapAdd:      slices.Clone(agentCaps),
 		// The default seccomp profile stays: only "seccomp=unconfined" or a
@@ -116,14 +118,14 @@ func translate(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 		},
 		Mounts: []mount.Mount{
 			{
-				Type: mount.TypeBind, Source: spec.AgentBinary, Target: sandbox.AgentPath, ReadOnly: true,
+				Type: mount.TypeBind, Source: agent, Target: sandbox.AgentPath, ReadOnly: true,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			},
 			{
 				// Recursive, so the spill tmpfs mounted on the host's spill/
 				// is what the sandbox sees too. Writable, for the agent (uid
 				// 0); commands cannot write: the directories are root's, 0755.
-				Type: mount.TypeBind, Source: spec.HostDir, Target: sandbox.HostDirMount,
+				Type: mount.TypeBind, Source: hostDir, Target: sandbox.HostDirMount,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			},
 		},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -13,12 +14,18 @@ import (
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
+
+// tr translates with the host directory and agent the tests expect.
+func tr(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+	return translate(spec, "/state/sessions/acme/s:1", "/opt/agent", spec.Runtime)
+}
 
 func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 	t.Helper()
 	s, err := sandbox.NewSpec("acme", "s:1", append([]sandbox.Opt{
-		sandbox.WithImage("img:1"), sandbox.WithAgent("/opt/agent", "--v"), sandbox.WithHostDir("/state/sessions/acme/s:1"),
+		sandbox.WithImage("img:1"), sandbox.WithAgentArgs("--v"),
 		sandbox.WithLabels(map[string]string{"x": "y"}), sandbox.WithEnv("K", "V"),
 	}, opts...)...)
 	if err != nil {
@@ -35,14 +42,14 @@ func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 // but loopback; its agent runs the proxy there, and the label records it
 // for a server that re-adopts the sandbox.
 func TestTranslateEgress(t *testing.T) {
-	cfg, hc := translate(testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)))
+	cfg, hc := tr(testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)))
 	if !slices.Equal(cfg.Cmd, []string{"--v", "--egress-listen", "127.0.0.1:3128"}) {
 		t.Errorf("cmd %q", cfg.Cmd)
 	}
 	if hc.NetworkMode != "none" || cfg.Labels[sandbox.LabelNetwork] != "egress" {
 		t.Errorf("network mode %q, label %q", hc.NetworkMode, cfg.Labels[sandbox.LabelNetwork])
 	}
-	cfg, _ = translate(testSpec(t))
+	cfg, _ = tr(testSpec(t))
 	if cfg.Labels[sandbox.LabelNetwork] != "none" || slices.Contains(cfg.Cmd, "--egress-listen") {
 		t.Errorf("no egress: cmd %q, label %q", cfg.Cmd, cfg.Labels[sandbox.LabelNetwork])
 	}
@@ -50,7 +57,7 @@ func TestTranslateEgress(t *testing.T) {
 
 func TestTranslateRunc(t *testing.T) {
 	spec := testSpec(t)
-	cfg, hc := translate(spec)
+	cfg, hc := tr(spec)
 
 	if cfg.User != "0:0" || cfg.WorkingDir != "/workspace" || !slices.Equal(cfg.Entrypoint, []string{"/.shellbox/agent"}) ||
 		!slices.Equal(cfg.Cmd, []string{"--v"}) || cfg.Image != "img:1" {
@@ -100,7 +107,7 @@ func TestTranslateRunc(t *testing.T) {
 }
 
 func TestTranslateRunsc(t *testing.T) {
-	_, hc := translate(testSpec(t, sandbox.WithRuntime(sandbox.RuntimeRunsc), sandbox.WithPidsLimit(100)))
+	_, hc := tr(testSpec(t, sandbox.WithRuntime(sandbox.RuntimeRunsc), sandbox.WithPidsLimit(100)))
 	if hc.Runtime != "runsc" || *hc.PidsLimit != 16*100+512 {
 		t.Errorf("runtime %q pids %d", hc.Runtime, *hc.PidsLimit)
 	}
@@ -114,7 +121,7 @@ func TestTranslateRunsc(t *testing.T) {
 // rprivate and non-recursive under either runtime.
 func TestTranslateMounts(t *testing.T) {
 	for _, rt := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
-		_, hc := translate(testSpec(t, sandbox.WithRuntime(rt), sandbox.WithMounts(
+		_, hc := tr(testSpec(t, sandbox.WithRuntime(rt), sandbox.WithMounts(
 			sandbox.Mount{Source: "/srv/data", Target: "/data", ReadOnly: true},
 			sandbox.Mount{Source: "/srv/scratch", Target: "/scratch"},
 		)))
@@ -172,22 +179,34 @@ func (e errAPI) Info(context.Context) (system.Info, error) { return system.Info{
 
 func TestErrorClasses(t *testing.T) {
 	ctx := context.Background()
-	r := New(errAPI{err: cerrdefs.ErrNotFound.WithMessage("No such container")})
+	newRT := func(api API) *Runtime {
+		r, err := New(api, Config{StateDir: t.TempDir(), AgentBinary: "/nonexistent/agent", Quota: hostdir.QuotaAgent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := newRT(errAPI{err: cerrdefs.ErrNotFound.WithMessage("No such container")})
 	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("not found: %v", err)
 	}
 	if err := r.Remove(ctx, "x"); err != nil {
 		t.Errorf("Remove of a missing container: %v", err)
 	}
-	r = New(errAPI{err: errors.New("Cannot connect to the Docker daemon")})
+	r = newRT(errAPI{err: errors.New("Cannot connect to the Docker daemon")})
 	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("unreachable: %v", err)
 	}
-	if _, err := r.Create(ctx, testSpec(t)); !errors.Is(err, sandbox.ErrInvalid) {
-		// The host dir of testSpec does not exist here.
-		t.Errorf("Create with a missing host dir: %v", err)
+	if _, err := r.Create(ctx, testSpec(t)); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "agent binary") {
+		t.Errorf("Create with a missing agent binary: %v", err)
 	}
-	r = New(errAPI{err: context.DeadlineExceeded})
+	if _, err := New(errAPI{}, Config{StateDir: "relative", AgentBinary: "/a"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("relative state dir: %v", err)
+	}
+	if _, err := New(errAPI{}, Config{StateDir: "/s"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("no agent binary: %v", err)
+	}
+	r = newRT(errAPI{err: context.DeadlineExceeded})
 	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline: %v", err)
 	}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 // rig is a proxy (the agent's end) served on a unix socket like the agent's,
@@ -77,7 +79,7 @@ func newRig(t testing.TB, pcfg ProxyConfig, allow ...string) *rig {
 // startRelay runs a relay until the test ends (or stopRelay).
 func (r *rig) startRelay(t testing.TB, cfg RelayConfig) {
 	t.Helper()
-	cfg.Socket = r.socket
+	cfg.Agent = unixAgent(r.socket)
 	if cfg.Check == nil {
 		cfg.Check = func(c Conn) (Decision, error) {
 			if !r.allow.Allows(c.Target) && c.Credential != "granted" {
@@ -447,7 +449,7 @@ func TestNoProxy(t *testing.T) {
 	hs := &http.Server{Handler: http.NotFoundHandler()}
 	go hs.Serve(ul)
 	defer hs.Close()
-	rl, err := NewRelay(RelayConfig{Socket: sock, Check: func(Conn) (Decision, error) { return Decision{}, nil }})
+	rl, err := NewRelay(RelayConfig{Agent: unixAgent(sock), Check: func(Conn) (Decision, error) { return Decision{}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +464,7 @@ func TestRelayConfig(t *testing.T) {
 	if _, err := NewRelay(RelayConfig{Check: func(Conn) (Decision, error) { return Decision{}, nil }}); err == nil {
 		t.Error("no socket: no error")
 	}
-	if _, err := NewRelay(RelayConfig{Socket: "/x"}); err == nil {
+	if _, err := NewRelay(RelayConfig{Agent: unixAgent("/x")}); err == nil {
 		t.Error("no check: no error")
 	}
 }
@@ -701,7 +703,7 @@ func fakeAgent(t *testing.T, handle func(net.Conn)) (socket string, conns *atomi
 // at the poll's bound.
 func TestRelayAgentMisbehaves(t *testing.T) {
 	run := func(socket string, d time.Duration) {
-		rl, err := NewRelay(RelayConfig{Socket: socket, Check: func(Conn) (Decision, error) { return Decision{}, nil }})
+		rl, err := NewRelay(RelayConfig{Agent: unixAgent(socket), Check: func(Conn) (Decision, error) { return Decision{}, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -738,3 +740,5 @@ func TestRelayAgentMisbehaves(t *testing.T) {
 		t.Errorf("the relay read %d bytes of one answer head", n)
 	}
 }
+
+func unixAgent(path string) sandbox.Endpoint { return sandbox.Endpoint{Network: "unix", Address: path} }

@@ -7,15 +7,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 // Outcome is what became of one proxied connection, as a Relay reports it.
@@ -53,10 +55,14 @@ type Decision struct {
 	Until context.Context
 }
 
-// RelayConfig configures a Relay. Socket and Check are required.
+// RelayConfig configures a Relay. Agent and Check are required.
 type RelayConfig struct {
-	// Socket is the agent's socket path (in the session's host directory).
-	Socket string
+	// Agent is how to reach the sandbox's agent (its Token, if set, goes
+	// with every poll as a bearer token).
+	Agent sandbox.Endpoint
+	// PollHeader are extra header fields of every poll: the agent
+	// protocol's version header, which this package does not know.
+	PollHeader map[string]string
 	// Check decides a connection: an error refuses it, and its text is what
 	// the client reads (403, in the body and the Shellbox-Error header). It
 	// is called for every connection, so a policy reload applies to the
@@ -91,9 +97,10 @@ const (
 // Relay is the host end of a sandbox's egress: see the package doc. A Relay
 // runs once.
 type Relay struct {
-	cfg  RelayConfig
-	slot chan struct{}
-	logs logLimiter
+	cfg     RelayConfig
+	slot    chan struct{}
+	logs    logLimiter
+	pollReq string // the long poll, byte for byte
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // polls and tunnels, closed when Run's ctx ends
@@ -102,8 +109,8 @@ type Relay struct {
 // NewRelay checks cfg and returns a Relay.
 func NewRelay(cfg RelayConfig) (*Relay, error) {
 	switch {
-	case cfg.Socket == "":
-		return nil, errors.New("egress: RelayConfig.Socket is required")
+	case cfg.Agent.Network == "":
+		return nil, errors.New("egress: RelayConfig.Agent is required")
 	case cfg.Check == nil:
 		return nil, errors.New("egress: RelayConfig.Check is required")
 	}
@@ -123,7 +130,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Relay{cfg: cfg, slot: make(chan struct{}, cfg.MaxTunnels), conns: map[net.Conn]struct{}{},
-		logs: logLimiter{log: cfg.Logger, every: time.Second}}, nil
+		logs: logLimiter{log: cfg.Logger, every: time.Second}, pollReq: pollRequest(cfg)}, nil
 }
 
 // Run relays until ctx ends, then closes every poll and tunnel it holds and
@@ -190,7 +197,7 @@ func (r *Relay) poll(ctx context.Context, wg *sync.WaitGroup) error {
 			var err error
 			if ac == nil {
 				if ac, err = r.dialAgent(ctx); err != nil {
-					r.cfg.Logger.Debug("egress relay: agent unreachable", "socket", r.cfg.Socket, "err", err)
+					r.cfg.Logger.Debug("egress relay: agent unreachable", "agent", r.cfg.Agent.String(), "err", err)
 					if ctx.Err() != nil || !pause() {
 						<-r.slot
 						return nil
@@ -210,7 +217,7 @@ func (r *Relay) poll(ctx context.Context, wg *sync.WaitGroup) error {
 					<-r.slot
 					return nil
 				}
-				r.logs.warn("egress relay: poll failed", "socket", r.cfg.Socket, "err", err)
+				r.logs.warn("egress relay: poll failed", "agent", r.cfg.Agent.String(), "err", err)
 				if !pause() {
 					<-r.slot
 					return nil
@@ -241,10 +248,9 @@ type agentConn struct {
 }
 
 func (r *Relay) dialAgent(ctx context.Context) (*agentConn, error) {
-	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := d.DialContext(dctx, "unix", r.cfg.Socket)
+	c, err := r.cfg.Agent.Dial(dctx)
 	if err != nil {
 		return nil, err
 	}
@@ -256,15 +262,29 @@ func (r *Relay) dialAgent(ctx context.Context) (*agentConn, error) {
 	return &agentConn{Conn: c, lr: lr, br: bufio.NewReaderSize(lr, 4096)}, nil
 }
 
-// pollRequest is the long poll, byte for byte.
-var pollRequest = "POST /v1/egress HTTP/1.1\r\nHost: agent\r\n" + agentapi.HeaderProtocol + ": " + strconv.Itoa(agentapi.Protocol) +
-	"\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\nContent-Length: 0\r\n\r\n"
+// pollRequest is the long poll of cfg, byte for byte. Header names and
+// values with CR, LF or NUL are dropped (they would split the request).
+func pollRequest(cfg RelayConfig) string {
+	var b strings.Builder
+	b.WriteString("POST /v1/egress HTTP/1.1\r\nHost: agent\r\n")
+	keys := slices.Sorted(maps.Keys(cfg.PollHeader))
+	for _, k := range keys {
+		if v := cfg.PollHeader[k]; k != "" && !strings.ContainsAny(k, "\r\n\x00: ") && !strings.ContainsAny(v, "\r\n\x00") {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	if cfg.Agent.Token != "" && !strings.ContainsAny(cfg.Agent.Token, "\r\n\x00") {
+		b.WriteString("Authorization: Bearer " + cfg.Agent.Token + "\r\n")
+	}
+	b.WriteString("Connection: Upgrade\r\nUpgrade: " + Upgrade + "\r\nContent-Length: 0\r\n\r\n")
+	return b.String()
+}
 
 // request sends one poll and returns the connection it was handed, or a
 // zero Conn when the poll timed out (204; the agent connection stays
 // usable). The answer is read under pollDeadline and maxPollHead.
 func (r *Relay) request(ac *agentConn) (Conn, error) {
-	if _, err := io.WriteString(ac, pollRequest); err != nil {
+	if _, err := io.WriteString(ac, r.pollReq); err != nil {
 		return Conn{}, err
 	}
 	ac.lr.N = maxPollHead
@@ -294,7 +314,7 @@ func (r *Relay) request(ac *agentConn) (Conn, error) {
 		return c, nil
 	case http.StatusNotFound:
 		resp.Body.Close()
-		return Conn{}, fmt.Errorf("%w (agent at %s)", ErrNoProxy, r.cfg.Socket)
+		return Conn{}, fmt.Errorf("%w (agent at %s)", ErrNoProxy, r.cfg.Agent)
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()

@@ -411,16 +411,16 @@ func Call(ctx context.Context, socket string, req Request) (Response, error) {
 }
 
 // WaitSocket is a sandbox.Manager Ready hook: it waits until the agent's
-// socket accepts a connection.
+// endpoint accepts a connection.
 func WaitSocket(ctx context.Context, sb sandbox.Sandbox) error {
 	for {
-		c, err := net.Dial("unix", sb.SocketPath)
+		c, err := sb.Agent.Dial(ctx)
 		if err == nil {
 			return c.Close()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent socket %s: %w (last: %v)", sb.SocketPath, ctx.Err(), err)
+			return fmt.Errorf("agent %s: %w (last: %v)", sb.Agent, ctx.Err(), err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -1,4 +1,4 @@
-package policies
+package pwsh
 
 import (
 	"strings"
@@ -69,7 +69,7 @@ var pwshGetCmdlets = []string{
 var pwshGetFallback = func() map[string]string {
 	m := map[string]string{}
 	for _, n := range pwshGetCmdlets {
-		m[pwshFold(n)] = n
+		m[Fold(n)] = n
 	}
 	return m
 }()
@@ -78,7 +78,7 @@ var pwshGetFallback = func() map[string]string {
 // spelling, for explanations.
 var pwshCanonical = func() map[string]string {
 	m := map[string]string{}
-	add := func(n string) { m[pwshFold(n)] = n }
+	add := func(n string) { m[Fold(n)] = n }
 	for _, t := range pwshAliases {
 		add(t)
 	}
@@ -93,11 +93,11 @@ var pwshCanonical = func() map[string]string {
 	return m
 }()
 
-// pwshFold folds s for PowerShell's case-insensitive comparisons of names,
+// Fold folds s for PowerShell's case-insensitive comparisons of names,
 // variables, members, types and parameters: .NET's OrdinalIgnoreCase
 // compares upper-case forms, so ı and ſ match i and s (`rı` is the alias ri).
 // The result is in lower case, as the tables here are.
-func pwshFold(s string) string {
+func Fold(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return strings.ToLower(strings.ToUpper(s))
@@ -106,29 +106,29 @@ func pwshFold(s string) string {
 	return strings.ToLower(s)
 }
 
-// pwshBase is the command name of a path or module-qualified name: the part
+// Base is the command name of a path or module-qualified name: the part
 // after the last / or \ (pwsh on Linux accepts both as separators, and
 // Module\Cmdlet names a cmdlet). isPath reports that there was one: a path
 // is never an alias.
-func pwshBase(name string) (base string, isPath bool) {
+func Base(name string) (base string, isPath bool) {
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
 		return name[i+1:], true
 	}
 	return name, false
 }
 
-// builtinTarget resolves a built-in alias (through aliases of aliases);
-// ok is false when name is none.
-func builtinTarget(name string) (string, bool) {
+// AliasTarget is the command a built-in alias of pwsh 7 on Linux runs
+// (through aliases of aliases); ok is false when name is no alias.
+func AliasTarget(name string) (string, bool) {
 	if len(name) > 16 { // longer than any alias
 		return "", false
 	}
-	t, ok := pwshAliases[pwshFold(name)]
+	t, ok := pwshAliases[Fold(name)]
 	for range 4 {
 		if !ok {
 			break
 		}
-		next, more := pwshAliases[pwshFold(t)]
+		next, more := pwshAliases[Fold(t)]
 		if !more {
 			break
 		}
@@ -139,23 +139,10 @@ func builtinTarget(name string) (string, bool) {
 
 // canonical is name spelled as PowerShell spells the cmdlet, when known.
 func canonical(name string) string {
-	if c, ok := pwshCanonical[pwshFold(name)]; ok {
+	if c, ok := pwshCanonical[Fold(name)]; ok {
 		return c
 	}
 	return name
-}
-
-// pwshRuleKeys are the folded names a rule's command name matches in a pwsh
-// call: the name itself and, when it is a built-in alias, what the alias
-// runs (a rule naming echo also matches Write-Output, which is what echo is
-// in pwsh).
-func pwshRuleKeys(name string) []string {
-	base, _ := pwshBase(name)
-	keys := []string{pwshFold(base)}
-	if t, ok := builtinTarget(base); ok {
-		keys = append(keys, pwshFold(t))
-	}
-	return keys
 }
 
 // Types whose static members run code or processes, or load code: a call
@@ -185,7 +172,7 @@ var pwshDynamicTypePrefixes = []string{
 // dynamicType reports whether the type named name (as written in [...])
 // runs or loads code rules cannot see.
 func dynamicType(name string) bool {
-	n := pwshFold(strings.TrimSpace(name))
+	n := Fold(strings.TrimSpace(name))
 	n = strings.TrimPrefix(n, "system.")
 	if pwshDynamicTypes[n] {
 		return true

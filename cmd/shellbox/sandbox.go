@@ -17,12 +17,13 @@ import (
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/docker"
 )
 
-// DockerConfig configures the docker backend: one hardened container per
-// (tenant, session), commands run through the agent inside it.
-type DockerConfig struct {
+// SandboxConfig is the sandbox of every session on the sandboxed backends
+// (docker, containerd): one hardened container per (tenant, session),
+// commands run through the agent inside it. A tenant's policy overrides
+// the image, runtime, resources and user.
+type SandboxConfig struct {
 	StateDir       string  `mapstructure:"stateDir"`
 	Owner          string  `mapstructure:"owner"`
 	Image          string  `mapstructure:"image"`
@@ -39,25 +40,25 @@ type DockerConfig struct {
 	Labels map[string]string `mapstructure:"labels"`
 }
 
-func dockerDefaults() map[string]any {
+func sandboxDefaults() map[string]any {
 	d := sandbox.DefaultSpec("t", "s")
 	owner := "shellbox"
 	if h, err := os.Hostname(); err == nil && sandbox.CheckID("owner", "shellbox-"+h) == nil {
 		owner = "shellbox-" + h
 	}
 	return map[string]any{
-		"docker::stateDir":       "/var/lib/shellbox",
-		"docker::owner":          owner,
-		"docker::image":          "shellbox-sandbox:bookworm",
-		"docker::runtime":        d.Runtime,
-		"docker::agent":          "",
-		"docker::cpus":           d.CPUs,
-		"docker::memoryBytes":    d.MemoryBytes,
-		"docker::pidsLimit":      d.PidsLimit,
-		"docker::workspaceBytes": d.WorkspaceBytes,
-		"docker::tmpBytes":       d.TmpBytes,
-		"docker::spillBytes":     d.SpillBytes,
-		"docker::labels":         map[string]string{},
+		"sandbox::stateDir":       "/var/lib/shellbox",
+		"sandbox::owner":          owner,
+		"sandbox::image":          "shellbox-sandbox:bookworm",
+		"sandbox::runtime":        d.Runtime,
+		"sandbox::agent":          "",
+		"sandbox::cpus":           d.CPUs,
+		"sandbox::memoryBytes":    d.MemoryBytes,
+		"sandbox::pidsLimit":      d.PidsLimit,
+		"sandbox::workspaceBytes": d.WorkspaceBytes,
+		"sandbox::tmpBytes":       d.TmpBytes,
+		"sandbox::spillBytes":     d.SpillBytes,
+		"sandbox::labels":         map[string]string{},
 	}
 }
 
@@ -70,7 +71,7 @@ func agentBinary(configured string) (string, error) {
 			return "", err
 		}
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("docker.agent: %w", err)
+			return "", fmt.Errorf("sandbox.agent: %w", err)
 		}
 		return p, nil
 	}
@@ -84,12 +85,12 @@ func agentBinary(configured string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return "", errors.New("the shellbox-agent binary was not found next to shellbox or on PATH; build it with " +
-		"`CGO_ENABLED=0 go build -o \"$(dirname \"$(command -v shellbox)\")/shellbox-agent\" ./cmd/shellbox-agent` or set docker.agent")
+		"`CGO_ENABLED=0 go build -o \"$(dirname \"$(command -v shellbox)\")/shellbox-agent\" ./cmd/shellbox-agent` or set sandbox.agent")
 }
 
-// dockerBackend is the docker backend's parts, for call and sessions.
+// dockerBackend is a sandboxed backend's parts, for call and sessions.
 type dockerBackend struct {
-	rt      *docker.Runtime
+	rt      sandboxRuntime
 	manager *sandbox.Manager
 	exec    *sandboxed.Executor
 }
@@ -103,12 +104,12 @@ func (b *dockerBackend) Close() error {
 }
 
 // newDockerBackend wires runtime, manager and executor. runtime overrides
-// docker.runtime when non-empty (the --runtime flag). pol, if set, is the
-// tenant's policy: its sandbox settings replace docker.*, its image
+// sandbox.runtime when non-empty (the --runtime flag). pol, if set, is the
+// tenant's policy: its sandbox settings replace sandbox.*, its image
 // allowlist and runtime bind the flag and the configuration, a new sandbox
 // gets its sandbox.mounts, and warn hears what the backend cannot give it.
 func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
-	dc := cfg.Docker
+	dc := cfg.Sandbox
 	var (
 		polOpts   []sandbox.Opt
 		agentArgs []string
@@ -130,22 +131,21 @@ func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.
 	if runtime != "" {
 		dc.Runtime = runtime
 	}
-	rt, err := docker.NewFromEnv()
+	agent, agentErr := agentBinary(dc.Agent)
+	rt, err := openRuntime(cfg, agent)
 	if err != nil {
-		return nil, fmt.Errorf("docker backend: %w", err)
+		return nil, err
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime:  rt,
-		StateDir: dc.StateDir,
-		Owner:    dc.Owner,
-		Ready:    sandboxed.WaitAgent,
+		Runtime: rt,
+		Owner:   dc.Owner,
+		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		rt.Close()
-		return nil, fmt.Errorf("docker backend: %w", err)
+		return nil, fmt.Errorf("%s backend: %w", cfg.Backend, err)
 	}
 	b := &dockerBackend{rt: rt, manager: m}
-	agent, agentErr := agentBinary(dc.Agent)
 	specFor := func(session string) (sandbox.Spec, error) {
 		if agentErr != nil {
 			return sandbox.Spec{}, agentErr
@@ -215,9 +215,9 @@ func checkSessionQuota(rt sandbox.Runtime, owner, tenant string, pol *policies.P
 
 var _ executor.BashExecutor = (*sandboxed.Executor)(nil)
 
-// dockerSpec is the sandbox spec of a new session of tenant: docker.* with
+// dockerSpec is the sandbox spec of a new session of tenant: sandbox.* with
 // the agent binary at agent.
-func dockerSpec(dc DockerConfig, tenant, session, agent string, agentArgs []string, extra ...sandbox.Opt) (sandbox.Spec, error) {
+func dockerSpec(dc SandboxConfig, tenant, session, agent string, agentArgs []string, extra ...sandbox.Opt) (sandbox.Spec, error) {
 	return sandbox.NewSpec(tenant, session,
 		sandbox.WithImage(dc.Image),
 		sandbox.WithRuntime(dc.Runtime),
@@ -228,7 +228,7 @@ func dockerSpec(dc DockerConfig, tenant, session, agent string, agentArgs []stri
 		sandbox.WithTmpSize(dc.TmpBytes),
 		sandbox.WithSpillSize(dc.SpillBytes),
 		sandbox.WithLabels(dc.Labels),
-		sandbox.WithAgent(agent, agentArgs...),
+		sandbox.WithAgentArgs(agentArgs...),
 		sandbox.Compose(extra...),
 	)
 }

@@ -1,4 +1,4 @@
-package policies
+package pwsh
 
 import (
 	"strings"
@@ -12,7 +12,7 @@ import (
 
 // stmts reads statements up to close (')' or '}'; 0: the end of the
 // input), which it leaves unread.
-func (p *pwshParser) stmts(close rune) {
+func (p *parser) stmts(close rune) {
 	for p.err == nil && p.step() {
 		p.skipSpace(true)
 		if p.eof() {
@@ -41,7 +41,7 @@ func (p *pwshParser) stmts(close rune) {
 }
 
 // expect reads r or fails.
-func (p *pwshParser) expect(r rune, what string) {
+func (p *parser) expect(r rune, what string) {
 	if p.err != nil {
 		return
 	}
@@ -52,7 +52,7 @@ func (p *pwshParser) expect(r rune, what string) {
 	p.advance()
 }
 
-func (p *pwshParser) statement() {
+func (p *parser) statement() {
 	if !p.enter() {
 		return
 	}
@@ -74,7 +74,7 @@ func (p *pwshParser) statement() {
 // keyword is the folded word at the current position if it could be a
 // keyword (a word followed by a character that ends a token), and where it
 // ends.
-func (p *pwshParser) keyword() (string, int) {
+func (p *parser) keyword() (string, int) {
 	if !isIdentStart(p.peek()) {
 		return "", 0
 	}
@@ -89,12 +89,12 @@ func (p *pwshParser) keyword() (string, int) {
 	if r, _ := p.at(i); !pwshForceStart(r) {
 		return "", 0
 	}
-	return pwshFold(p.src[p.pos:i]), i
+	return Fold(p.src[p.pos:i]), i
 }
 
 // keywordStatement reads the statement keyword kw starts, reporting false
 // when kw starts none (the word is a command).
-func (p *pwshParser) keywordStatement(kw string, end int) bool {
+func (p *parser) keywordStatement(kw string, end int) bool {
 	switch kw {
 	case "if":
 		p.pos = end
@@ -230,7 +230,7 @@ func (p *pwshParser) keywordStatement(kw string, end int) bool {
 			p.generic()
 			p.skipSpace(false)
 		}
-		if isDash(p.peek()) { // -SupportedCommand a, b
+		if IsDash(p.peek()) { // -SupportedCommand a, b
 			p.parameter()
 			for p.err == nil && p.step() {
 				p.skipSpace(false)
@@ -278,17 +278,17 @@ func (p *pwshParser) keywordStatement(kw string, end int) bool {
 	return true
 }
 
-func (p *pwshParser) atStatementEnd() bool {
+func (p *parser) atStatementEnd() bool {
 	r := p.peek()
 	return p.eof() || isNewline(r) || r == ';' || r == ')' || r == '}'
 }
 
 // options skips the -options of a statement (switch -regex, foreach
 // -parallel).
-func (p *pwshParser) options() {
+func (p *parser) options() {
 	for p.err == nil && p.step() {
 		p.skipSpace(false)
-		if !isDash(p.peek()) {
+		if !IsDash(p.peek()) {
 			return
 		}
 		p.advance()
@@ -299,7 +299,7 @@ func (p *pwshParser) options() {
 }
 
 // cond reads a parenthesized condition: ( statements ).
-func (p *pwshParser) cond() {
+func (p *parser) cond() {
 	p.skipSpace(true)
 	p.expect('(', "of a condition")
 	if p.err != nil || !p.enter() {
@@ -311,7 +311,7 @@ func (p *pwshParser) cond() {
 }
 
 // body reads a required { block }.
-func (p *pwshParser) body() {
+func (p *parser) body() {
 	p.skipSpace(true)
 	if p.err == nil && p.peek() != '{' {
 		p.failf("missing '{'")
@@ -320,11 +320,11 @@ func (p *pwshParser) body() {
 	p.block()
 }
 
-func (p *pwshParser) switchStatement() {
+func (p *parser) switchStatement() {
 	file := false
 	for p.err == nil && p.step() {
 		p.skipSpace(false)
-		if !isDash(p.peek()) {
+		if !IsDash(p.peek()) {
 			break
 		}
 		el := p.parameter()
@@ -365,7 +365,7 @@ func (p *pwshParser) switchStatement() {
 	}
 }
 
-func (p *pwshParser) classStatement() {
+func (p *parser) classStatement() {
 	p.skipSpace(false)
 	if name, _ := p.generic(); name == "" {
 		p.failf("missing the name of a class")
@@ -453,7 +453,7 @@ func (p *pwshParser) classStatement() {
 	}
 }
 
-func (p *pwshParser) enumStatement() {
+func (p *parser) enumStatement() {
 	p.skipSpace(false)
 	if name, _ := p.generic(); name == "" {
 		p.failf("missing the name of an enum")
@@ -497,7 +497,7 @@ func (p *pwshParser) enumStatement() {
 // types too); using module and using assembly load code, like Import-Module:
 // a simple command `using module X` that rules (and the default) decide.
 // start is where the statement starts.
-func (p *pwshParser) usingStatement(start int) {
+func (p *parser) usingStatement(start int) {
 	p.skipSpace(false)
 	kind, e := p.keyword()
 	if kind == "" {
@@ -526,13 +526,13 @@ func (p *pwshParser) usingStatement(start int) {
 		}
 		return
 	}
-	p.add(simpleCommand{Argv: words, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
-		Via: p.via, pwsh: true, name: "using"})
+	p.add(Command{Args: words, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
+		Via: p.via, Name: "using"})
 }
 
 // paramList reads the inside of param( ... ) or a function's ( ... ), up to
 // and including the ')'.
-func (p *pwshParser) paramList() {
+func (p *parser) paramList() {
 	if p.err != nil || !p.enter() {
 		return
 	}
@@ -573,7 +573,7 @@ func (p *pwshParser) paramList() {
 
 // Pipelines.
 
-func (p *pwshParser) pipelineChain() {
+func (p *parser) pipelineChain() {
 	for p.err == nil && p.step() {
 		p.pipeline()
 		p.skipSpace(false)
@@ -589,7 +589,7 @@ func (p *pwshParser) pipelineChain() {
 	}
 }
 
-func (p *pwshParser) pipeline() {
+func (p *parser) pipeline() {
 	for p.err == nil && p.step() {
 		p.skipSpace(false)
 		p.element()
@@ -615,7 +615,7 @@ func (p *pwshParser) pipeline() {
 
 // element reads one element of a pipeline: a command, or (first in the
 // pipeline) an expression.
-func (p *pwshParser) element() {
+func (p *parser) element() {
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case p.eof() || r == '|' || r == ';' || r == ')' || r == '}' || r == ']' || r == '&' && r2 == '&' || isNewline(r):
@@ -636,12 +636,12 @@ func (p *pwshParser) element() {
 // startsExpression: the pipeline element at the current position is an
 // expression in PowerShell's reading (ExpressionRule succeeds), not a
 // command.
-func (p *pwshParser) startsExpression() bool {
+func (p *parser) startsExpression() bool {
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case r == '$':
 		return r2 == '(' || r2 == '{' || pwshVarStart(r2)
-	case r == '@', isSQ(r), isDQ(r), r == '(', r == '{', r == '[', r == ',', r == '+', isDash(r):
+	case r == '@', isSQ(r), isDQ(r), r == '(', r == '{', r == '[', r == ',', r == '+', IsDash(r):
 		return true
 	case r == '!':
 		return !isIdentStart(r2)
@@ -657,7 +657,7 @@ func (p *pwshParser) startsExpression() bool {
 // is one PowerShell reads as a number (a strict subset of its numbers:
 // decimal, real, exponent, hex, with a kb..pb multiplier) followed by a
 // character that ends it; 0 otherwise (the word is a command name).
-func (p *pwshParser) numberLength() int {
+func (p *parser) numberLength() int {
 	s := p.src[p.pos:]
 	i := 0
 	digits := func(hex bool) int {
@@ -693,7 +693,7 @@ func (p *pwshParser) numberLength() int {
 		}
 	}
 	r, _ := utf8.DecodeRuneInString(s[i:])
-	if i == len(s) || pwshForceStart(r) || strings.ContainsRune("!#%*+-./<=>]", r) || isDash(r) {
+	if i == len(s) || pwshForceStart(r) || strings.ContainsRune("!#%*+-./<=>]", r) || IsDash(r) {
 		return i
 	}
 	return 0
@@ -701,7 +701,7 @@ func (p *pwshParser) numberLength() int {
 
 // expressionElement reads an expression that starts a pipeline, with its
 // redirections.
-func (p *pwshParser) expressionElement() {
+func (p *parser) expressionElement() {
 	start := p.pos
 	p.expr(true)
 	var redirs []string
@@ -713,8 +713,8 @@ func (p *pwshParser) expressionElement() {
 		redirs = p.redirect(redirs)
 	}
 	if len(redirs) > 0 {
-		p.add(simpleCommand{Redirects: redirs, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
-			Via: p.via, pwsh: true, Wrapper: true})
+		p.add(Command{Redirects: redirs, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
+			Via: p.via, Wrapper: true})
 	}
 }
 
@@ -747,7 +747,7 @@ type pwCmd struct {
 	nameLit    bool
 	blockOnly  bool // & { ... }: no name; the block is read
 	words      []string
-	lits       []bool
+	lits       []bool // per word, after a first for the name: Command.Literal
 	elems      []pwElem
 	redirs     []string
 	// slab holds the elements' values: one allocation as it grows rather
@@ -763,7 +763,7 @@ func (c *pwCmd) word(w string, lit bool) {
 	c.lits = append(c.lits, lit)
 }
 
-func (p *pwshParser) atCommandEnd() bool {
+func (p *parser) atCommandEnd() bool {
 	r := p.peek()
 	return p.eof() || isNewline(r) || r == ';' || r == '|' || r == '&' || r == ')' || r == '}'
 }
@@ -771,7 +771,7 @@ func (p *pwshParser) atCommandEnd() bool {
 // command reads a command that starts at start. invoked: after & or . (the
 // name is an argument: a string, a word, or something that makes it
 // dynamic).
-func (p *pwshParser) command(start int, invoked bool) {
+func (p *parser) command(start int, invoked bool) {
 	c := &pwCmd{start: start}
 	if invoked {
 		p.skipSpace(false)
@@ -790,13 +790,16 @@ func (p *pwshParser) command(start int, invoked bool) {
 		c.name, c.nameLit = p.generic()
 	}
 	c.end = p.pos
+	if !c.blockOnly {
+		c.lits = append(c.lits, true) // the name's, set when it is emitted
+	}
 	p.commandElements(c)
 	if p.err == nil {
 		p.emit(c)
 	}
 }
 
-func (p *pwshParser) commandElements(c *pwCmd) {
+func (p *parser) commandElements(c *pwCmd) {
 	params := true
 	for p.err == nil && p.step() {
 		p.skipSpace(false)
@@ -811,7 +814,7 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 			p.failf("missing an argument before ','")
 		case p.hasPrefix("--%") && pwshForceStart(p.runeAfter(3)):
 			p.stopParsing(c)
-		case params && isDash(r) && (isIdentStart(r2) || r2 == '?'):
+		case params && IsDash(r) && (isIdentStart(r2) || r2 == '?'):
 			pstart := p.pos
 			el := p.parameter()
 			if el.param == "" { // a quote made it a word
@@ -861,13 +864,13 @@ func (p *pwshParser) commandElements(c *pwCmd) {
 }
 
 // runeAfter is the rune n bytes ahead.
-func (p *pwshParser) runeAfter(n int) rune { r, _ := p.at(p.pos + n); return r }
+func (p *parser) runeAfter(n int) rune { r, _ := p.at(p.pos + n); return r }
 
 // stopParsing: after --% the rest of the line goes to the native command as
 // written, up to a newline, or a | or && outside double quotes
 // (GetVerbatimCommandArgument); the program splits it as .NET splits a
 // command line.
-func (p *pwshParser) stopParsing(c *pwCmd) {
+func (p *parser) stopParsing(c *pwCmd) {
 	p.pos += 3
 	for isPwshSpace(p.peek()) {
 		p.advance()
@@ -893,7 +896,7 @@ func (p *pwshParser) stopParsing(c *pwCmd) {
 
 // parameter reads -Name or -Name: (a dash followed by a letter). One with a
 // quote in it is a word (pwElem with a value).
-func (p *pwshParser) parameter() pwElem {
+func (p *parser) parameter() pwElem {
 	start := p.pos
 	p.advance() // the dash
 	nameStart := p.pos
@@ -903,7 +906,7 @@ func (p *pwshParser) parameter() pwElem {
 			break
 		}
 		if r == ':' {
-			name := pwshFold(p.src[nameStart:p.pos])
+			name := Fold(p.src[nameStart:p.pos])
 			p.pos += n
 			return pwElem{param: name, colon: true}
 		}
@@ -914,11 +917,11 @@ func (p *pwshParser) parameter() pwElem {
 		}
 		p.pos += n
 	}
-	return pwElem{param: pwshFold(p.src[nameStart:p.pos])}
+	return pwElem{param: Fold(p.src[nameStart:p.pos])}
 }
 
 // argument reads one command argument (command mode).
-func (p *pwshParser) argument() pwArg {
+func (p *parser) argument() pwArg {
 	start := p.pos
 	r, r2 := p.peek(), p.peek2()
 	a := pwArg{start: start}
@@ -980,7 +983,7 @@ func (p *pwshParser) argument() pwArg {
 
 // atRedirect: a redirection operator is next (> >> N> N>> *> *>> N>&M, and
 // < which PowerShell reserves).
-func (p *pwshParser) atRedirect() bool {
+func (p *parser) atRedirect() bool {
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case r == '>' || r == '<' && r2 != '#':
@@ -992,7 +995,7 @@ func (p *pwshParser) atRedirect() bool {
 }
 
 // redirect reads a redirection and appends its target, if it has one.
-func (p *pwshParser) redirect(targets []string) []string {
+func (p *parser) redirect(targets []string) []string {
 	if p.peek() == '<' {
 		p.failf("the '<' operator is reserved for future use")
 		return targets

@@ -1,4 +1,4 @@
-package policies
+package pwsh
 
 import (
 	"strings"
@@ -11,7 +11,7 @@ import (
 // generic reads a bare word: up to a character that ends a token, with
 // quoted parts, backtick escapes and $ expansions inside. lit is false when
 // it expands something (the word is then returned as written).
-func (p *pwshParser) generic() (string, bool) {
+func (p *parser) generic() (string, bool) {
 	start := p.pos
 	for !p.eof() { // the common case: plain ASCII up to the end of the word
 		c := p.src[p.pos]
@@ -66,7 +66,7 @@ func (p *pwshParser) generic() (string, bool) {
 }
 
 // escape reads the character after a backtick and writes what it means.
-func (p *pwshParser) escape(b *strings.Builder) {
+func (p *parser) escape(b *strings.Builder) {
 	r, n := p.at(p.pos)
 	p.pos += n
 	switch r {
@@ -116,7 +116,7 @@ func (p *pwshParser) escape(b *strings.Builder) {
 
 // dollar reads a $(...) or a variable at a $ inside a string or word,
 // reporting false (nothing read) when the $ is a plain character.
-func (p *pwshParser) dollar(here bool) bool {
+func (p *parser) dollar(here bool) bool {
 	switch r2 := p.peek2(); {
 	case r2 == '(':
 		p.pos += 2
@@ -133,7 +133,7 @@ func (p *pwshParser) dollar(here bool) bool {
 // stringSubexpression reads the inside of a $( ... ) in a string or word as
 // PowerShell does before parsing it: by counting parentheses, a doubled
 // double quote (or a backtick before one) standing for one.
-func (p *pwshParser) stringSubexpression(here bool) string {
+func (p *parser) stringSubexpression(here bool) string {
 	var b strings.Builder
 	depth := 1
 	for p.err == nil && p.step() {
@@ -160,7 +160,7 @@ func (p *pwshParser) stringSubexpression(here bool) string {
 	return ""
 }
 
-func (p *pwshParser) singleQuoted(b *strings.Builder) {
+func (p *parser) singleQuoted(b *strings.Builder) {
 	for p.err == nil && p.step() {
 		if p.eof() {
 			p.failf("missing the closing ' of a string")
@@ -181,7 +181,7 @@ func (p *pwshParser) singleQuoted(b *strings.Builder) {
 
 // doubleQuoted reads an expandable string after its opening quote; false
 // when it expands something.
-func (p *pwshParser) doubleQuoted(b *strings.Builder) bool {
+func (p *parser) doubleQuoted(b *strings.Builder) bool {
 	lit := true
 	for p.err == nil && p.step() {
 		if p.eof() {
@@ -216,7 +216,7 @@ func (p *pwshParser) doubleQuoted(b *strings.Builder) bool {
 }
 
 // quoted reads a string at its opening quote.
-func (p *pwshParser) quoted() (string, bool) {
+func (p *parser) quoted() (string, bool) {
 	start := p.pos
 	r := p.peek()
 	p.advance()
@@ -233,7 +233,7 @@ func (p *pwshParser) quoted() (string, bool) {
 
 // hereString reads @'...'@ or @"..."@ at its quote (after the @): a header
 // line, then lines up to one that starts with the quote and @.
-func (p *pwshParser) hereString() (string, bool) {
+func (p *parser) hereString() (string, bool) {
 	start := p.pos - 1
 	q := p.peek()
 	expandable := isDQ(q)
@@ -301,7 +301,7 @@ func (p *pwshParser) hereString() (string, bool) {
 }
 
 // varName reads a variable's name after its $ (or the @ of a splat).
-func (p *pwshParser) varName() string {
+func (p *parser) varName() string {
 	r, n := p.at(p.pos)
 	if r == '{' {
 		p.pos += n

@@ -1,4 +1,4 @@
-package policies
+package pwsh
 
 import (
 	"slices"
@@ -7,15 +7,15 @@ import (
 )
 
 // What a pwsh command runs: its name resolved (aliases, paths, the Get-
-// fallback), and the commands that wrappers run (Invoke-Expression,
-// Start-Process, Switch-Process/exec, Set-Alias's target, pwsh -Command,
-// and, for native commands, every wrapper the bash analysis knows: env,
-// sudo, bash -c, xargs, ...).
+// fallback), and the commands that PowerShell's wrappers run
+// (Invoke-Expression, Start-Process, Switch-Process/exec, Set-Alias's
+// target). What a program runs (env, sudo, bash -c, pwsh -c, ...) is the
+// caller's to read: those commands are Program.
 
 // pwshResolved is one command a name may run.
 type pwshResolved struct {
 	name  string // the command, spelled as PowerShell spells it when known
-	argv0 string // what Argv[0] becomes (the alias target as written)
+	argv0 string // what Args[0] becomes (the alias target as written)
 	note  string // for explanations: "alias of Remove-Item"
 	// ruleOnly: only a rule naming it decides (a Get- fallback); no rule
 	// matching it does not take the default.
@@ -26,11 +26,11 @@ type pwshResolved struct {
 // cmdlet; an alias the script defines runs its targets (all of them, as the
 // order of definitions is not followed) or, where the definition does not
 // apply, the name itself; a path is never an alias.
-func (p *pwshParser) resolve(name string) []pwshResolved {
+func (p *parser) resolve(name string) []pwshResolved {
 	one := func(n string) pwshResolved {
-		b, isPath := pwshBase(n)
+		b, isPath := Base(n)
 		if !isPath {
-			if t, ok := builtinTarget(b); ok {
+			if t, ok := AliasTarget(b); ok {
 				return pwshResolved{name: canonical(t), argv0: t, note: "alias of " + t}
 			}
 		}
@@ -39,13 +39,13 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 	out := make([]pwshResolved, 0, 2)
 	addOne := func(r pwshResolved) {
 		for _, o := range out {
-			if o.name == r.name || pwshFold(o.name) == pwshFold(r.name) {
+			if o.name == r.name || Fold(o.name) == Fold(r.name) {
 				return
 			}
 		}
 		out = append(out, r)
 	}
-	if _, isPath := pwshBase(name); !isPath && len(p.sess.aliases[pwshFold(name)]) > 0 {
+	if _, isPath := Base(name); !isPath && len(p.sess.aliases[Fold(name)]) > 0 {
 		for _, t := range p.aliasTargets(name) {
 			r := one(t)
 			r.note = "alias of " + t
@@ -53,16 +53,16 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 		}
 	}
 	r := one(name)
-	if base, isPath := pwshBase(name); isPath && strings.Contains(name, `\`) {
+	if base, isPath := Base(name); isPath && strings.Contains(name, `\`) {
 		// Module\name may name an alias too; the file it may also be is
 		// the name's last part.
-		if t, ok := builtinTarget(base); ok {
+		if t, ok := AliasTarget(base); ok {
 			addOne(pwshResolved{name: canonical(t), argv0: t, note: "alias of " + t})
 		}
 	}
 	addOne(r)
-	if _, isPath := pwshBase(name); !isPath && r.note == "" {
-		if g, ok := pwshGetFallback[pwshFold("get-"+name)]; ok {
+	if _, isPath := Base(name); !isPath && r.note == "" {
+		if g, ok := pwshGetFallback[Fold("get-"+name)]; ok {
 			addOne(pwshResolved{name: g, argv0: g, note: "or " + g, ruleOnly: true})
 		}
 	}
@@ -71,13 +71,13 @@ func (p *pwshParser) resolve(name string) []pwshResolved {
 
 // aliasTargets follows the script's aliases of aliases (bounded) to the
 // commands name may run.
-func (p *pwshParser) aliasTargets(name string) []string {
+func (p *parser) aliasTargets(name string) []string {
 	var out []string
 	seen := map[string]bool{}
 	var walk func(n string, depth int)
 	walk = func(n string, depth int) {
-		for _, t := range p.sess.aliases[pwshFold(n)] {
-			k := pwshFold(t)
+		for _, t := range p.sess.aliases[Fold(n)] {
+			k := Fold(t)
 			if seen[k] {
 				continue
 			}
@@ -98,13 +98,13 @@ func pwshPattern(name string) bool {
 	if name == "?" {
 		return false
 	}
-	return isPatternString(name)
+	return isPattern(name)
 }
 
 // emit adds the simple commands of c.
-func (p *pwshParser) emit(c *pwCmd) {
+func (p *parser) emit(c *pwCmd) {
 	text := clip(strings.TrimSpace(p.src[c.start:c.end]), maxTextBytes)
-	base := simpleCommand{Redirects: c.redirs, Text: text, Via: p.via, pwsh: true}
+	base := Command{Redirects: c.redirs, Text: text, Via: p.via}
 	if c.blockOnly {
 		if len(c.redirs) > 0 {
 			base.Wrapper = true
@@ -115,14 +115,19 @@ func (p *pwshParser) emit(c *pwCmd) {
 	if !c.nameLit || c.name == "" || strings.ContainsRune(c.name, '$') || pwshPattern(c.name) ||
 		strings.IndexFunc(c.name, unicode.IsControl) >= 0 {
 		base.Dynamic = true
-		base.Argv = append([]string{c.name}, c.words...)
+		base.Args = append([]string{c.name}, c.words...)
+		c.lits[0] = c.nameLit
+		base.Literal = c.lits
 		p.add(base)
 		return
 	}
+	// One Literal for every resolution: a name that resolves is a literal.
+	c.lits[0] = true
+	base.Literal = c.lits
 	for _, r := range p.resolve(c.name) {
 		sc := base
-		sc.Argv = append([]string{r.argv0}, c.words...)
-		sc.name = r.name
+		sc.Args = append([]string{r.argv0}, c.words...)
+		sc.Name = r.name
 		sc.Wrapper = r.ruleOnly
 		if r.note != "" {
 			note := clip(r.note, 60) // an alias target the script defines is any length
@@ -136,8 +141,8 @@ func (p *pwshParser) emit(c *pwCmd) {
 }
 
 // run adds sc (a resolution of c) and what it runs.
-func (p *pwshParser) run(sc simpleCommand, c *pwCmd) {
-	switch pwshFold(sc.name) {
+func (p *parser) run(sc Command, c *pwCmd) {
+	switch Fold(sc.Name) {
 	case "invoke-expression":
 		p.invokeExpression(sc, c)
 	case "invoke-command":
@@ -168,46 +173,43 @@ func (p *pwshParser) run(sc simpleCommand, c *pwCmd) {
 			p.dynamic(sc, "writing to the alias: or function: drive defines a command rules cannot see")
 			return
 		}
-		if n := pwshFold(sc.name); n != "get-variable" && slices.ContainsFunc(c.words, func(w string) bool {
-			return strings.Contains(pwshFold(w), "psnativecommandargumentpassing")
+		if n := Fold(sc.Name); n != "get-variable" && slices.ContainsFunc(c.words, func(w string) bool {
+			return strings.Contains(Fold(w), "psnativecommandargumentpassing")
 		}) && (strings.HasSuffix(n, "-variable") || strings.HasSuffix(n, "-item")) {
 			p.dynamic(sc, "setting $PSNativeCommandArgumentPassing changes the arguments native commands get")
 			return
 		}
-		// A native command, a cmdlet, or a function: the bash analysis
-		// knows the native wrappers (env, sudo, bash -c, xargs, pwsh -c,
-		// ...) and adds sc whatever it is.
-		lits := append([]bool{true}, c.lits...)
-		if err := p.a.wrapped(sc, lits, nil, "", p.depth); err != nil {
-			p.fail(err)
-		}
+		// A native command, a cmdlet, or a function: the caller knows the
+		// programs that run others (env, sudo, bash -c, xargs, pwsh -c, ...).
+		sc.Program = true
+		p.add(sc)
 	}
 }
 
 // dynamic adds sc as a command rules cannot read.
-func (p *pwshParser) dynamic(sc simpleCommand, why string) {
-	sc.Dynamic, sc.why = true, why
+func (p *parser) dynamic(sc Command, why string) {
+	sc.Dynamic, sc.Why = true, why
 	p.add(sc)
 }
 
 // wrapperDynamic adds sc as a wrapper and, for what it runs, a command
 // rules cannot read.
-func (p *pwshParser) wrapperDynamic(sc simpleCommand, why string) {
+func (p *parser) wrapperDynamic(sc Command, why string) {
 	sc.Wrapper = true
 	p.add(sc)
-	p.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via, pwsh: true, why: why})
+	p.add(Command{Dynamic: true, Text: sc.Text, Via: sc.Via, Why: why})
 }
 
 // writesCommandDrive: the command writes to the alias: or function: drive
 // (New-Item alias:x -Value Remove-Item, Set-Item function:f 'ri x'); a
 // reading cmdlet (Get-*, Test-Path) does not.
-func (p *pwshParser) writesCommandDrive(sc simpleCommand, c *pwCmd) bool {
-	n := pwshFold(sc.name)
+func (p *parser) writesCommandDrive(sc Command, c *pwCmd) bool {
+	n := Fold(sc.Name)
 	if strings.HasPrefix(n, "get-") || n == "test-path" {
 		return false
 	}
 	for _, w := range c.words {
-		w = pwshFold(w)
+		w = Fold(w)
 		if i := strings.Index(w, ":"); i > 0 && strings.HasPrefix(w, "-") {
 			w = w[i+1:] // -Path:alias:x
 		}
@@ -335,7 +337,7 @@ var iexParams = []pwParam{{[]string{"command"}, false, 0}}
 // invokeExpression: Invoke-Expression 'literal' runs the string as pwsh in
 // this session; anything else (a variable, a string with $ in it, the
 // pipeline's input) is dynamic.
-func (p *pwshParser) invokeExpression(sc simpleCommand, c *pwCmd) {
+func (p *parser) invokeExpression(sc Command, c *pwCmd) {
 	b, ok := bindParams(c.elems, iexParams)
 	if !ok {
 		p.wrapperDynamic(sc, "Invoke-Expression with arguments rules cannot bind runs a command rules cannot see")
@@ -370,7 +372,7 @@ var startProcessParams = []pwParam{
 // startProcess: Start-Process FILE [ARGS] runs FILE (a program or a
 // script) with ARGS joined by spaces and split again as .NET splits a
 // command line (ProcessStartInfo.Arguments).
-func (p *pwshParser) startProcess(sc simpleCommand, c *pwCmd) {
+func (p *parser) startProcess(sc Command, c *pwCmd) {
 	b, ok := bindParams(c.elems, startProcessParams)
 	if !ok {
 		p.wrapperDynamic(sc, "Start-Process with arguments rules cannot bind runs a program rules cannot see")
@@ -405,7 +407,7 @@ func (p *pwshParser) startProcess(sc simpleCommand, c *pwCmd) {
 
 // switchProcess: Switch-Process (and pwsh's exec function) replaces pwsh
 // with the program its words name.
-func (p *pwshParser) switchProcess(sc simpleCommand, c *pwCmd) {
+func (p *parser) switchProcess(sc Command, c *pwCmd) {
 	sc.Wrapper = true
 	p.add(sc)
 	var argv []string
@@ -428,22 +430,22 @@ func (p *pwshParser) switchProcess(sc simpleCommand, c *pwCmd) {
 	p.native(argv, lits, "exec", c.start)
 }
 
-// native adds the program argv that a pwsh wrapper runs, with what it runs
-// in turn (a native command: the bash analysis's wrappers apply).
-func (p *pwshParser) native(argv []string, lits []bool, via string, start int) {
+// native adds the program argv that a pwsh wrapper runs (a Native
+// command: the caller reads what it runs in turn).
+func (p *parser) native(argv []string, lits []bool, via string, start int) {
 	if p.depth+1 > maxWrapperDepth {
 		p.dynamicf(start, "wrappers nest deeper than %d levels", maxWrapperDepth)
 		return
 	}
-	isc := simpleCommand{Argv: argv, Text: clip(strings.Join(argv, " "), maxTextBytes), Via: via}
-	if !lits[0] || isPatternString(argv[0]) {
+	isc := Command{Args: argv, Literal: lits, Text: clip(strings.Join(argv, " "), maxTextBytes), Via: via,
+		Depth: p.depth + 1, Native: true}
+	if !lits[0] || isPattern(argv[0]) {
 		isc.Dynamic = true
 		p.add(isc)
 		return
 	}
-	if err := p.a.wrapped(isc, lits, nil, "", p.depth+1); err != nil {
-		p.fail(err)
-	}
+	isc.Program = true
+	p.add(isc)
 }
 
 var aliasParams = []pwParam{
@@ -456,7 +458,7 @@ var aliasParams = []pwParam{
 // its own (it takes the default), and what the alias will run is matched
 // too: a rule naming Remove-Item sees `Set-Alias x Remove-Item`. Later uses
 // of NAME resolve to VALUE.
-func (p *pwshParser) setAlias(sc simpleCommand, c *pwCmd) {
+func (p *parser) setAlias(sc Command, c *pwCmd) {
 	p.add(sc)
 	b, ok := bindParams(c.elems, aliasParams)
 	if !ok {
@@ -468,15 +470,15 @@ func (p *pwshParser) setAlias(sc simpleCommand, c *pwCmd) {
 		p.dynamic(sc, "an alias to a command that is not a literal")
 		return
 	}
-	tb, isPath := pwshBase(target)
+	tb, isPath := Base(target)
 	name := canonical(tb)
 	if !isPath {
-		if t, ok := builtinTarget(tb); ok {
+		if t, ok := AliasTarget(tb); ok {
 			name = canonical(t)
 		}
 	}
-	p.add(simpleCommand{Argv: []string{target}, name: name, Text: clip(sc.Text, maxTextBytes-30) + " (alias target " + clip(target, 20) + ")",
-		Via: sc.Via, pwsh: true, Wrapper: true})
+	p.add(Command{Args: []string{target}, Literal: []bool{true}, Name: name, Text: clip(sc.Text, maxTextBytes-30) + " (alias target " + clip(target, 20) + ")",
+		Via: sc.Via, Wrapper: true})
 	if n, lit := b["name"].literal(); lit && n != "" {
 		if err := p.sess.define(n, target); err != nil {
 			p.fail(err)
@@ -491,7 +493,7 @@ var newObjectParams = []pwParam{
 
 // newObject: New-Object of a type that runs code (or any COM object) is
 // dynamic, like calling the type's members.
-func (p *pwshParser) newObject(sc simpleCommand, c *pwCmd) {
+func (p *parser) newObject(sc Command, c *pwCmd) {
 	b, ok := bindParams(c.elems, newObjectParams)
 	switch {
 	case !ok:

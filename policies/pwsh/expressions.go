@@ -1,4 +1,4 @@
-package policies
+package pwsh
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 
 // checkVar: $ExecutionContext reaches the engine (InvokeCommand,
 // InvokeProvider): whatever it is used for is dynamic.
-func (p *pwshParser) checkVar(name string, start int) {
-	n := pwshFold(name)
+func (p *parser) checkVar(name string, start int) {
+	n := Fold(name)
 	for _, scope := range []string{"global:", "script:", "local:", "private:", "using:"} {
 		n = strings.TrimPrefix(n, scope)
 	}
@@ -23,7 +23,7 @@ func (p *pwshParser) checkVar(name string, start int) {
 // Groups and blocks.
 
 // group reads statements up to close, after the opening ( $( @( .
-func (p *pwshParser) group(close rune) {
+func (p *parser) group(close rune) {
 	if p.err != nil || !p.enter() {
 		return
 	}
@@ -34,7 +34,7 @@ func (p *pwshParser) group(close rune) {
 
 // block reads a { script block } at its brace. Its commands count whether
 // or not it runs.
-func (p *pwshParser) block() {
+func (p *parser) block() {
 	if p.err != nil || !p.enter() {
 		return
 	}
@@ -45,7 +45,7 @@ func (p *pwshParser) block() {
 }
 
 // hash reads a @{ key = statement; ... } after its @{.
-func (p *pwshParser) hash() {
+func (p *parser) hash() {
 	if p.err != nil || !p.enter() {
 		return
 	}
@@ -91,7 +91,7 @@ func (p *pwshParser) hash() {
 
 // expr reads an expression: operands and binary operators; an assignment
 // (if allowed) takes a statement on its right.
-func (p *pwshParser) expr(allowAssign bool) {
+func (p *parser) expr(allowAssign bool) {
 	if p.err != nil || !p.enter() {
 		return
 	}
@@ -118,8 +118,8 @@ func (p *pwshParser) expr(allowAssign bool) {
 // $PSNativeCommandArgumentPassing it changes the arguments native commands
 // get (Legacy re-splits them), so `bash -c '...'` would not run the script
 // read here.
-func (p *pwshParser) checkAssigned(start int) {
-	lhs := pwshFold(strings.TrimLeft(p.src[start:p.pos], "${"))
+func (p *parser) checkAssigned(start int) {
+	lhs := Fold(strings.TrimLeft(p.src[start:p.pos], "${"))
 	for _, scope := range []string{"global:", "script:", "local:", "private:", "variable:"} {
 		lhs = strings.TrimPrefix(lhs, scope)
 	}
@@ -145,7 +145,7 @@ var pwshBinaryWords = func() map[string]bool {
 }()
 
 // dashWord is the folded word after a dash at the current position.
-func (p *pwshParser) dashWord() (string, int) {
+func (p *parser) dashWord() (string, int) {
 	_, n := p.at(p.pos)
 	i := p.pos + n
 	for {
@@ -155,12 +155,12 @@ func (p *pwshParser) dashWord() (string, int) {
 		}
 		i += m
 	}
-	return pwshFold(p.src[p.pos+n : i]), i
+	return Fold(p.src[p.pos+n : i]), i
 }
 
 // unary reads prefix operators and casts, an operand, and its member
 // accesses.
-func (p *pwshParser) unary() {
+func (p *parser) unary() {
 	for p.err == nil && p.step() {
 		p.skipSpace(false)
 		r, r2 := p.peek(), p.peek2()
@@ -169,14 +169,14 @@ func (p *pwshParser) unary() {
 			p.pos++
 			p.skipSpace(true)
 			continue
-		case (r == '+' && r2 == '+') || (isDash(r) && isDash(r2)):
+		case (r == '+' && r2 == '+') || (IsDash(r) && IsDash(r2)):
 			p.advance()
 			p.advance()
 			continue
 		case r == '+' && !isDigit(r2) && r2 != '.':
 			p.pos++
 			continue
-		case isDash(r) && isIdentStart(r2):
+		case IsDash(r) && isIdentStart(r2):
 			w, end := p.dashWord()
 			if !pwshUnaryWords[w] {
 				p.failf("unexpected -%s", w)
@@ -185,7 +185,7 @@ func (p *pwshParser) unary() {
 			p.pos = end
 			p.skipSpace(true)
 			continue
-		case isDash(r) && !isDigit(r2) && r2 != '.':
+		case IsDash(r) && !isDigit(r2) && r2 != '.':
 			p.advance()
 			continue
 		case r == '[':
@@ -225,16 +225,16 @@ func (p *pwshParser) unary() {
 
 // castOperand: after a [type], whether an operand follows on the line (a
 // cast), leaving the position at it; else the position is unchanged.
-func (p *pwshParser) castOperand() bool {
+func (p *parser) castOperand() bool {
 	save := p.pos
 	p.skipSpace(false)
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case r == '$' || r == '(' || r == '@' || isSQ(r) || isDQ(r) || r == '[' || r == '{' || isDigit(r) || r == '!':
 		return true
-	case r == '.' && isDigit(r2), isDash(r) && isDigit(r2):
+	case r == '.' && isDigit(r2), IsDash(r) && isDigit(r2):
 		return true
-	case isDash(r) && isIdentStart(r2):
+	case IsDash(r) && isIdentStart(r2):
 		if w, _ := p.dashWord(); pwshUnaryWords[w] {
 			return true
 		}
@@ -245,7 +245,7 @@ func (p *pwshParser) castOperand() bool {
 
 // dynamicType is dynamicType of name, also as a name in the namespaces of
 // the script's using statements.
-func (p *pwshParser) dynamicType(name string) bool {
+func (p *parser) dynamicType(name string) bool {
 	if dynamicType(name) {
 		return true
 	}
@@ -258,13 +258,13 @@ func (p *pwshParser) dynamicType(name string) bool {
 }
 
 func isScriptBlockType(name string) bool {
-	n := strings.TrimPrefix(pwshFold(strings.TrimSpace(name)), "system.")
+	n := strings.TrimPrefix(Fold(strings.TrimSpace(name)), "system.")
 	return n == "scriptblock" || n == "management.automation.scriptblock"
 }
 
 // scriptBlockCreate: [scriptblock]::Create('literal') is read as the
 // script it creates (like Invoke-Expression); anything else is dynamic.
-func (p *pwshParser) scriptBlockCreate(start int) {
+func (p *parser) scriptBlockCreate(start int) {
 	p.pos += len("::create(")
 	p.skipSpace(true)
 	r := p.peek()
@@ -294,7 +294,7 @@ func (p *pwshParser) scriptBlockCreate(start int) {
 
 // wrapScript reads script, which the command at start runs in this
 // session (Invoke-Expression, [scriptblock]::Create).
-func (p *pwshParser) wrapScript(script, via string, start int) {
+func (p *parser) wrapScript(script, via string, start int) {
 	if p.err != nil {
 		return
 	}
@@ -303,14 +303,15 @@ func (p *pwshParser) wrapScript(script, via string, start int) {
 		return
 	}
 	if len(script) > maxInnerBytes {
-		p.fail(fmt.Errorf("%s: %w: a script longer than %d bytes", via, errTooComplex, maxInnerBytes))
+		p.fail(fmt.Errorf("%s: %w: a script longer than %d bytes", via, ErrTooComplex, maxInnerBytes))
 		return
 	}
 	if !p.enter() {
 		return
 	}
 	defer p.leave()
-	c := &pwshParser{a: p.a, sess: p.sess, src: script, nest: p.nest, depth: p.depth + 1, via: via}
+	c := &parser{r: p.r, sess: p.sess, src: script, nest: p.nest, depth: p.depth + 1, via: via,
+		scripts: p.r.chain(p.scripts, via)}
 	if !c.charge(len(script)) {
 		p.fail(c.err)
 		return
@@ -321,7 +322,7 @@ func (p *pwshParser) wrapScript(script, via string, start int) {
 	}
 }
 
-func (p *pwshParser) primary() {
+func (p *parser) primary() {
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case (r == '$' || r == '@') && r2 == '(':
@@ -347,7 +348,7 @@ func (p *pwshParser) primary() {
 		start := p.pos
 		p.pos++
 		p.checkVar(p.varName(), start)
-	case isDigit(r) || (r == '.' && isDigit(r2)) || ((isDash(r) || r == '+') && (isDigit(r2) || r2 == '.')):
+	case isDigit(r) || (r == '.' && isDigit(r2)) || ((IsDash(r) || r == '+') && (isDigit(r2) || r2 == '.')):
 		p.number()
 	case p.eof():
 		p.failf("missing an expression")
@@ -358,8 +359,8 @@ func (p *pwshParser) primary() {
 
 // number reads a numeric literal loosely (in an expression it cannot hide
 // a command).
-func (p *pwshParser) number() {
-	if r := p.peek(); isDash(r) || r == '+' {
+func (p *parser) number() {
+	if r := p.peek(); IsDash(r) || r == '+' {
 		p.advance()
 	}
 	for !p.eof() {
@@ -368,7 +369,7 @@ func (p *pwshParser) number() {
 		case isIdentFollow(r):
 			exp := r == 'e' || r == 'E'
 			p.advance()
-			if exp && (r2 == '+' || isDash(r2)) && isDigit(p.peek2()) {
+			if exp && (r2 == '+' || IsDash(r2)) && isDigit(p.peek2()) {
 				p.advance()
 			}
 		case r == '.' && isDigit(r2):
@@ -382,7 +383,7 @@ func (p *pwshParser) number() {
 // postfix reads member accesses, method calls and indexes that follow an
 // operand without space. onType: the operand is a [type] (:: is a static
 // member; on anything else it is a type given by an expression).
-func (p *pwshParser) postfix(onType bool) {
+func (p *parser) postfix(onType bool) {
 	for p.err == nil && p.step() {
 		r, r2 := p.peek(), p.peek2()
 		switch {
@@ -422,7 +423,7 @@ func (p *pwshParser) postfix(onType bool) {
 }
 
 // member reads a member name (after . or ::) and its call.
-func (p *pwshParser) member(start int) {
+func (p *parser) member(start int) {
 	r := p.peek()
 	name, lit := "", true
 	switch {
@@ -448,7 +449,7 @@ func (p *pwshParser) member(start int) {
 		return
 	}
 	call := p.peek() == '('
-	folded := pwshFold(name)
+	folded := Fold(name)
 	switch {
 	case !lit && call:
 		p.dynamicf(start, "calls a method named by an expression")
@@ -465,7 +466,7 @@ func (p *pwshParser) member(start int) {
 
 // callArgs reads a method's arguments after its '(' and the ')'; the count
 // is 0 for none.
-func (p *pwshParser) callArgs() int {
+func (p *parser) callArgs() int {
 	if p.err != nil || !p.enter() {
 		return 0
 	}
@@ -495,7 +496,7 @@ func (p *pwshParser) callArgs() int {
 }
 
 // binaryOperator reads a binary operator, if one is next.
-func (p *pwshParser) binaryOperator() bool {
+func (p *parser) binaryOperator() bool {
 	if p.atRedirect() {
 		return false
 	}
@@ -511,13 +512,13 @@ func (p *pwshParser) binaryOperator() bool {
 		p.pos += 2
 	case r == '?' || r == ':':
 		p.pos++
-	case isDash(r) && isIdentStart(r2):
+	case IsDash(r) && isIdentStart(r2):
 		w, end := p.dashWord()
 		if !pwshBinaryWords[w] {
 			return false
 		}
 		p.pos = end
-	case isDash(r) && r2 != '=':
+	case IsDash(r) && r2 != '=':
 		p.advance()
 	default:
 		return false
@@ -526,14 +527,14 @@ func (p *pwshParser) binaryOperator() bool {
 }
 
 // assignment reads an assignment operator, if one is next.
-func (p *pwshParser) assignment() bool {
+func (p *parser) assignment() bool {
 	r, r2 := p.peek(), p.peek2()
 	switch {
 	case r == '=':
 		p.pos++
 	case (r == '+' || r == '*' || r == '/' || r == '%') && r2 == '=':
 		p.pos += 2
-	case isDash(r) && r2 == '=':
+	case IsDash(r) && r2 == '=':
 		p.advance()
 		p.pos++
 	case p.hasPrefix("??="):
@@ -549,7 +550,7 @@ func (p *pwshParser) assignment() bool {
 // typeLiteral reads a [type] or [Attribute(args)] at its '[' and returns
 // the type's name. Generic arguments that name types which run code are
 // dynamic here; the name itself is for the caller to judge.
-func (p *pwshParser) typeLiteral() string {
+func (p *parser) typeLiteral() string {
 	if p.err != nil || !p.enter() {
 		return ""
 	}
@@ -569,7 +570,7 @@ func (p *pwshParser) typeLiteral() string {
 
 // typeName reads a type's name with its generic arguments and array
 // brackets. check: judge the name here (a generic argument, a base class).
-func (p *pwshParser) typeName(check bool) string {
+func (p *parser) typeName(check bool) string {
 	start := p.pos
 	for !p.eof() { // the characters of ScanTypeName
 		r := p.peek()
@@ -620,7 +621,7 @@ func (p *pwshParser) typeName(check bool) string {
 
 // attributeArgs reads an attribute's arguments after '(' and the ')':
 // expressions, Name = expression, or a bare Name.
-func (p *pwshParser) attributeArgs() {
+func (p *parser) attributeArgs() {
 	if !p.enter() {
 		return
 	}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The sandbox settings moved from docker.* to sandbox.*: an old file is
+// refused with where each key went; the runtime sections decode.
+func TestConfigSandboxAndRuntimeSections(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.yaml")
+	os.WriteFile(old, []byte("backend: docker\ndocker:\n  image: x\n  stateDir: /s\n"), 0o644)
+	_, err := loadConfig(nil, old)
+	if err == nil || !strings.Contains(err.Error(), "docker.image is now sandbox.image") || !strings.Contains(err.Error(), "docker.stateDir is now sandbox.stateDir") {
+		t.Errorf("old keys: %v", err)
+	}
+	cur := filepath.Join(dir, "new.yaml")
+	os.WriteFile(cur, []byte(`backend: containerd
+sandbox:
+  image: img:1
+  stateDir: /var/lib/sbx
+docker:
+  engineRuntimes: {runsc: runsc-systrap}
+containerd:
+  address: /run/x.sock
+  namespace: ns1
+  runtimes: {runsc: io.containerd.runsc.v1}
+  runtimeConfigs: {runsc: /etc/runsc.toml}
+`), 0o644)
+	cfg, err := loadConfig(nil, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.Image != "img:1" || cfg.Sandbox.StateDir != "/var/lib/sbx" || cfg.Docker.EngineRuntimes["runsc"] != "runsc-systrap" ||
+		cfg.Containerd.Address != "/run/x.sock" || cfg.Containerd.Namespace != "ns1" ||
+		cfg.Containerd.Runtimes["runsc"] != "io.containerd.runsc.v1" || cfg.Containerd.RuntimeConfigs["runsc"] != "/etc/runsc.toml" {
+		t.Errorf("config: %+v %+v %+v", cfg.Sandbox, cfg.Docker, cfg.Containerd)
+	}
+	if _, err := openRuntime(Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd)`) {
+		t.Errorf("unknown backend: %v", err)
+	}
+}

@@ -1,0 +1,247 @@
+// Package hostdir keeps the per-session host directories of the
+// single-host runtimes (sandbox/docker, sandbox/containerd): a detail of
+// those runtimes, never seen above sandbox/.
+//
+// Each session has <StateDir>/sessions/<tenant>/<session>/, bind-mounted at
+// sandbox.HostDirMount (/run/shellbox) in its sandbox: the agent's socket
+// (agent.sock), through which the server reaches the agent, and spill/,
+// where the agent writes the full output of commands. Both are root's,
+// 0755: commands (a non-root uid) read spill files but cannot write there.
+// The session's spill cap is a tmpfs mounted on spill/ (QuotaTmpfs, needs
+// root) and is also handed to the agent (sandbox.EnvSpillBytes), which owns
+// the quota either way. The parents, <StateDir>/sessions and the tenant
+// directories, are 0700: no host user but root reaches what a sandbox wrote.
+package hostdir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Quota says how a session's spill cap is enforced.
+type Quota int
+
+const (
+	// QuotaTmpfs (the default) mounts a tmpfs of the cap on the session's
+	// spill/ directory before the sandbox is created, so the kernel enforces
+	// it whatever the agent does. It needs root (or CAP_SYS_ADMIN) in the
+	// host's mount namespace; the spill pages are memory, charged to the
+	// sandbox (the agent writes them).
+	QuotaTmpfs Quota = iota
+	// QuotaAgent leaves spill/ a plain directory: the agent alone enforces
+	// the cap. For servers that cannot mount (rootless, or a container
+	// without CAP_SYS_ADMIN).
+	QuotaAgent
+)
+
+// Names inside a session's host directory.
+const (
+	SocketName = "agent.sock"
+	SpillName  = "spill"
+)
+
+// maxSocketPath is the longest path a sockaddr_un holds (108 bytes with the
+// terminating NUL).
+const maxSocketPath = 107
+
+// sessionsDir is the directory under StateDir that holds host dirs.
+const sessionsDir = "sessions"
+
+// Dirs keeps the host directories under one state directory. Its methods
+// are safe for concurrent use: creation and removal are serialised, since a
+// tenant directory is removed when its last session goes.
+type Dirs struct {
+	stateDir string
+	quota    Quota
+	mu       sync.Mutex
+}
+
+// New returns the Dirs under stateDir, which must be absolute and short
+// enough that a session's socket path fits in a sockaddr_un.
+func New(stateDir string, quota Quota) (*Dirs, error) {
+	if !filepath.IsAbs(stateDir) {
+		return nil, fmt.Errorf("%w: state dir %q: must be absolute", sandbox.ErrInvalid, stateDir)
+	}
+	return &Dirs{stateDir: filepath.Clean(stateDir), quota: quota}, nil
+}
+
+// StateDir returns the state directory.
+func (d *Dirs) StateDir() string { return d.stateDir }
+
+// Path returns <StateDir>/sessions/<tenant>/<session>.
+func (d *Dirs) Path(tenant, session string) string {
+	return filepath.Join(d.stateDir, sessionsDir, tenant, session)
+}
+
+// SocketPath returns the agent socket's path in a host directory.
+func SocketPath(dir string) string { return filepath.Join(dir, SocketName) }
+
+// Endpoint is how the server reaches the agent of the sandbox whose host
+// directory is dir.
+func Endpoint(dir string) sandbox.Endpoint {
+	return sandbox.Endpoint{Network: "unix", Address: SocketPath(dir)}
+}
+
+// Check refuses a session whose ids are not valid or whose socket path
+// would not fit in a sockaddr_un.
+func (d *Dirs) Check(tenant, session string) error {
+	if err := sandbox.CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if err := sandbox.CheckID("session", session); err != nil {
+		return err
+	}
+	if p := SocketPath(d.Path(tenant, session)); len(p) > maxSocketPath {
+		return fmt.Errorf("%w: hostdir: agent socket path %q is %d bytes, over the %d a unix socket allows: shorten the state directory",
+			sandbox.ErrInvalid, p, len(p), maxSocketPath)
+	}
+	return nil
+}
+
+// CheckMounts refuses mounts whose source overlaps the state directory's
+// sessions, where every sandbox's agent socket is: lexically, and on the
+// resolved state directory.
+func (d *Dirs) CheckMounts(mounts []sandbox.Mount) error {
+	own := []string{filepath.Join(d.stateDir, sessionsDir)}
+	if real, err := filepath.EvalSymlinks(own[0]); err == nil && real != own[0] {
+		own = append(own, real)
+	}
+	for i, m := range mounts {
+		for _, o := range own {
+			if sandbox.Overlaps(m.Source, o) {
+				return fmt.Errorf("%w: mounts: [%d]: source %s overlaps shellbox's session state (agent sockets)", sandbox.ErrInvalid, i, m.Source)
+			}
+		}
+	}
+	return nil
+}
+
+// Prepare (re)creates a session's host directory, empty, and returns it:
+// the directory itself 0755 root, spill/ 0755 root, a tmpfs of spillBytes
+// on spill/ when the quota is QuotaTmpfs.
+func (d *Dirs) Prepare(tenant, session string, spillBytes int64) (string, error) {
+	if err := d.Check(tenant, session); err != nil {
+		return "", err
+	}
+	dir := d.Path(tenant, session)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := remove(dir); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return "", fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+	}
+	for _, p := range []string{filepath.Join(d.stateDir, sessionsDir), filepath.Dir(dir)} {
+		if err := os.Chmod(p, 0o700); err != nil {
+			return "", fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+		}
+	}
+	spill := filepath.Join(dir, SpillName)
+	for _, p := range []string{dir, spill} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return "", fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+		}
+		// Mkdir is subject to the umask; the mode is part of the contract.
+		if err := os.Chmod(p, 0o755); err != nil {
+			return "", fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+		}
+	}
+	if d.quota == QuotaTmpfs && spillBytes > 0 {
+		opts := "size=" + strconv.FormatInt(spillBytes, 10) + ",mode=0755"
+		if err := unix.Mount("tmpfs", spill, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("%w: spill: mount tmpfs on %s: %v (the server needs root for the tmpfs spill quota; else set the agent quota)",
+				sandbox.ErrUnavailable, spill, err)
+		}
+	}
+	return dir, nil
+}
+
+// Remove unmounts a session's spill tmpfs if there is one and deletes its
+// directory, and the tenant directory above it when that is left empty. A
+// missing directory is not an error. What a sandbox left in it is
+// untrusted: nothing here follows a symlink.
+func (d *Dirs) Remove(tenant, session string) error {
+	if err := d.Check(tenant, session); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return remove(d.Path(tenant, session))
+}
+
+// Exists reports whether a session's host directory is in place.
+func (d *Dirs) Exists(tenant, session string) bool {
+	fi, err := os.Lstat(d.Path(tenant, session))
+	return err == nil && fi.IsDir()
+}
+
+// Sweep removes every host directory for which live reports false and
+// returns the removed paths. Errors are collected; it removes what it can.
+func (d *Dirs) Sweep(live func(tenant, session string) bool) ([]string, error) {
+	root := filepath.Join(d.stateDir, sessionsDir)
+	tenants, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: host dirs: %v", sandbox.ErrUnavailable, err)
+	}
+	var removed []string
+	var errs []error
+	for _, t := range tenants {
+		if !t.IsDir() {
+			continue
+		}
+		sessions, err := os.ReadDir(filepath.Join(root, t.Name()))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: host dirs: %v", sandbox.ErrUnavailable, err))
+			continue
+		}
+		for _, s := range sessions {
+			if live(t.Name(), s.Name()) {
+				continue
+			}
+			dir := filepath.Join(root, t.Name(), s.Name())
+			d.mu.Lock()
+			err := remove(dir)
+			d.mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, dir)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+func remove(dir string) error {
+	spill := filepath.Join(dir, SpillName)
+	// Detach, so a reader holding a file open cannot keep the directory from
+	// going; NOFOLLOW, so a symlink planted as spill/ is not followed.
+	// EINVAL: not a mount point; ENOENT: no directory.
+	err := unix.Unmount(spill, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%w: host dir: unmount %s: %v", sandbox.ErrUnavailable, spill, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+	}
+	// Drop the tenant directory when it is empty; when another session has
+	// its directory there, Remove fails harmlessly.
+	if err := os.Remove(filepath.Dir(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package hostdir_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
+)
+
+func newDirs(t *testing.T) *hostdir.Dirs {
+	t.Helper()
+	d, err := hostdir.New(t.TempDir(), hostdir.QuotaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestPrepareLaysOutTheDirectory(t *testing.T) {
+	d := newDirs(t)
+	dir, err := d.Prepare("acme", "s1", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir != filepath.Join(d.StateDir(), "sessions", "acme", "s1") || !d.Exists("acme", "s1") {
+		t.Fatalf("dir %s", dir)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, hostdir.SpillName)} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: %v %v, want 0755", p, fi.Mode(), err)
+		}
+	}
+	for _, p := range []string{filepath.Join(d.StateDir(), "sessions"), filepath.Dir(dir)} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want 0700", p, fi.Mode(), err)
+		}
+	}
+	if ep := hostdir.Endpoint(dir); ep.Network != "unix" || ep.Address != filepath.Join(dir, "agent.sock") {
+		t.Errorf("endpoint %+v", ep)
+	}
+	// Prepare again: empty again.
+	os.WriteFile(filepath.Join(dir, "left"), nil, 0o644)
+	if _, err := d.Prepare("acme", "s1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "left")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Prepare kept an old file: %v", err)
+	}
+	if err := d.Remove("acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("empty tenant dir kept: %v", err)
+	}
+	if err := d.Remove("acme", "s1"); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+}
+
+// Remove follows no symlink a sandbox planted.
+func TestRemoveFollowsNoSymlink(t *testing.T) {
+	d := newDirs(t)
+	dir, err := d.Prepare("acme", "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir()
+	os.WriteFile(filepath.Join(victim, "keep"), nil, 0o644)
+	os.RemoveAll(filepath.Join(dir, hostdir.SpillName))
+	if err := os.Symlink(victim, filepath.Join(dir, hostdir.SpillName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove("acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(victim, "keep")); err != nil {
+		t.Errorf("a file behind a planted symlink was removed: %v", err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	long, err := hostdir.New("/"+strings.Repeat("x", 60), hostdir.QuotaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Prepare("acme", strings.Repeat("s", 40), 0); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "socket path") {
+		t.Errorf("long socket path: %v", err)
+	}
+	d := newDirs(t)
+	if _, err := d.Prepare("acme", "../x", 0); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("session ../x: %v", err)
+	}
+	if _, err := hostdir.New("relative", hostdir.QuotaAgent); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("relative state dir: %v", err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	d := newDirs(t)
+	for _, k := range [][2]string{{"acme", "live"}, {"acme", "orphan"}, {"beta", "orphan"}} {
+		if _, err := d.Prepare(k[0], k[1], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := d.Sweep(func(tenant, session string) bool { return session == "live" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := []string{d.Path("acme", "orphan"), d.Path("beta", "orphan")}
+	if !slices.Equal(removed, want) || !d.Exists("acme", "live") || d.Exists("beta", "orphan") {
+		t.Errorf("swept %v, want %v", removed, want)
+	}
+	if _, err := os.Stat(filepath.Dir(d.Path("beta", "orphan"))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("empty tenant dir kept: %v", err)
+	}
+}
+
+// A mount may not bring shellbox's session state into a sandbox: the
+// directory of every session's host dir (other sandboxes' agent sockets).
+func TestCheckMounts(t *testing.T) {
+	d, err := hostdir.New("/var/lib/shellbox", hostdir.QuotaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"/var/lib/shellbox", "/var/lib/shellbox/sessions", "/var/lib/shellbox/sessions/beta",
+		"/var/lib/shellbox/sessions/acme/s-1/spill", "/"} {
+		err := d.CheckMounts([]sandbox.Mount{{Source: src, Target: "/data"}})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "shellbox's session state") {
+			t.Errorf("source %s: %v", src, err)
+		}
+	}
+	if err := d.CheckMounts([]sandbox.Mount{{Source: "/var/lib/shellbox-data", Target: "/data"}}); err != nil {
+		t.Errorf("a neighbour of the state dir: %v", err)
+	}
+}

@@ -1,0 +1,175 @@
+// Package sandboxtest holds what every sandbox.Runtime is tested with: an
+// in-memory Fake (for the Manager's logic and for layers above it), and Run,
+// the runtime conformance suite that the fake, Docker and containerd run
+// unchanged (as executortest is for executors).
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Fake is an in-memory sandbox.Runtime: sandboxes are records, nothing
+// runs. Its sandboxes have no agent endpoint. It keeps per-sandbox "state"
+// (as a single-host runtime keeps host directories) so Sweep can be tested.
+type Fake struct {
+	mu    sync.Mutex
+	byKey map[string]sandbox.Sandbox
+	// state holds the keys whose per-sandbox state exists: made by Create,
+	// dropped by Remove and Sweep (and left behind by Put's Orphan).
+	state map[string]bool
+	n     int
+
+	// Creates and Removes count the calls that created or removed one.
+	Creates, Removes atomic.Int32
+	// CreateHook, if set, runs inside Create before the sandbox exists; an
+	// error fails the Create.
+	CreateHook func(spec sandbox.Spec) error
+}
+
+var (
+	_ sandbox.Runtime = (*Fake)(nil)
+	_ sandbox.Sweeper = (*Fake)(nil)
+)
+
+// NewFake returns an empty Fake.
+func NewFake() *Fake {
+	return &Fake{byKey: map[string]sandbox.Sandbox{}, state: map[string]bool{}}
+}
+
+func fakeKey(tenant, session string) string { return tenant + "/" + session }
+
+// Create implements sandbox.Runtime.
+func (f *Fake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if f.CreateHook != nil {
+		if err := f.CreateHook(spec); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := fakeKey(spec.Tenant, spec.Session)
+	if old, ok := f.byKey[k]; ok {
+		if old.Owner == "" {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: %s is held by something shellbox did not create", sandbox.ErrConflict, k)
+		}
+		return sandbox.Sandbox{}, fmt.Errorf("%w: %s", sandbox.ErrAlreadyExists, k)
+	}
+	f.Creates.Add(1)
+	f.n++
+	sb := sandbox.Sandbox{
+		ID: fmt.Sprintf("c%d", f.n), Tenant: spec.Tenant, Session: spec.Session, Owner: spec.Owner,
+		Runtime: spec.Runtime, Image: spec.Image, Network: spec.Network, Mounts: spec.Mounts,
+		State: sandbox.StateRunning, Created: time.Now(),
+	}
+	f.byKey[k] = sb
+	f.state[k] = true
+	return sb, nil
+}
+
+// Get implements sandbox.Runtime.
+func (f *Fake) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.byKey[fakeKey(tenant, session)]
+	switch {
+	case !ok:
+		return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s", sandbox.ErrNotFound, tenant, session)
+	case sb.Owner == "":
+		return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s is held by something shellbox did not create", sandbox.ErrConflict, tenant, session)
+	}
+	return sb, nil
+}
+
+// List implements sandbox.Runtime.
+func (f *Fake) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []sandbox.Sandbox
+	for _, sb := range f.byKey {
+		if sb.Owner != "" && (owner == "" || sb.Owner == owner) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+// Remove implements sandbox.Runtime.
+func (f *Fake) Remove(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, sb := range f.byKey {
+		if sb.ID == id {
+			delete(f.byKey, k)
+			delete(f.state, k)
+			f.Removes.Add(1)
+		}
+	}
+	return nil
+}
+
+// Sweep implements sandbox.Sweeper.
+func (f *Fake) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for k := range f.state {
+		sb, ok := f.byKey[k]
+		if ok && sb.Owner != owner {
+			continue // another owner's sandbox uses it
+		}
+		tenant, session := splitKey(k)
+		if live(tenant, session) {
+			continue
+		}
+		delete(f.state, k)
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func splitKey(k string) (string, string) {
+	for i := range len(k) {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
+	}
+	return k, ""
+}
+
+// Put plants a sandbox as if an earlier server had created it (an empty
+// Owner plants something shellbox did not create), with its per-sandbox
+// state. It returns the sandbox with its ID.
+func (f *Fake) Put(sb sandbox.Sandbox) sandbox.Sandbox {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	sb.ID = fmt.Sprintf("c%d", f.n)
+	k := fakeKey(sb.Tenant, sb.Session)
+	f.byKey[k] = sb
+	f.state[k] = true
+	return sb
+}
+
+// Orphan plants per-sandbox state with no sandbox (a host directory whose
+// container was removed while no server ran).
+func (f *Fake) Orphan(tenant, session string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state[fakeKey(tenant, session)] = true
+}
+
+// HasState reports whether the per-sandbox state of tenant/session exists.
+func (f *Fake) HasState(tenant, session string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state[fakeKey(tenant, session)]
+}
