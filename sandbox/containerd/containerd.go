@@ -53,9 +53,9 @@ type Config struct {
 	// StateDir holds the sessions' host directories (hostdir). Required,
 	// absolute, and short: a socket path must fit in 107 bytes.
 	StateDir string
-	// SpillQuota says how the spill cap is enforced (hostdir.QuotaTmpfs
+	// Quota says how the spill cap is enforced (hostdir.QuotaTmpfs
 	// needs root).
-	SpillQuota hostdir.Quota
+	Quota hostdir.Quota
 	// AgentBinary is the host path of the static agent, bind-mounted
 	// read-only at sandbox.AgentPath. Required.
 	AgentBinary string
@@ -120,7 +120,7 @@ func New(cfg Config) (*Runtime, error) {
 	if !filepath.IsAbs(cfg.AgentBinary) {
 		return nil, fmt.Errorf("%w: containerd: agent binary %q: must be an absolute host path", sandbox.ErrInvalid, cfg.AgentBinary)
 	}
-	dirs, err := hostdir.New(cfg.StateDir, cfg.SpillQuota)
+	dirs, err := hostdir.New(cfg.StateDir, cfg.Quota)
 	if err != nil {
 		return nil, err
 	}
