@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Decision is what a policy says about a call.
@@ -70,10 +70,10 @@ type Tools struct {
 
 // Network is the sandbox's network: none when Allow is empty, else the
 // host:port destinations it may reach through the egress proxy
-// (sandbox/egress; entry syntax in egress.Allowlist).
+// (sandbox/egress; entry syntax in confine.Allowlist).
 type Network struct {
 	Allow []string `json:"allow,omitempty"`
-	list  *egress.Allowlist
+	list  *confine.Allowlist
 }
 
 // None reports whether the sandbox gets no network.
@@ -321,12 +321,12 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 			p.MemoryBytes, p.DiskBytes+p.TmpBytes)
 	}
 	for i, hp := range s.Network.Allow {
-		if err := egress.ParseEntry(hp); err != nil {
+		if err := confine.ParseEntry(hp); err != nil {
 			l.addf(fmt.Sprintf("sandbox.network.allow[%d]", i), "%v", err)
 		}
 	}
 	p.Network.Allow = slices.Clone(s.Network.Allow)
-	if list, err := egress.NewAllowlist(p.Network.Allow); err == nil {
+	if list, err := confine.NewAllowlist(p.Network.Allow); err == nil {
 		p.Network.list = list
 	}
 	compileMounts(l, p, s.Mounts)
@@ -705,7 +705,7 @@ func (p *Policy) SpecOptions() []sandbox.Opt {
 // permission (escalations decide it allow or ask): the tenant's sandboxes
 // then run the egress proxy even with an empty allowlist, for such calls.
 func (p *Policy) MayGrantNetwork() bool {
-	return p.decideEscalation(egress.Permission).Decision != Deny
+	return p.decideEscalation(confine.PermissionNetwork).Decision != Deny
 }
 
 // CheckEgress decides a connection of the tenant's sandbox to target
