@@ -14,6 +14,11 @@
 // reloads the directory (engine.go, approvals.go), and the audit log
 // (audit.go).
 //
+// A policy's sandbox settings are plain values (Policy.Sandbox,
+// Policy.SessionMounts): the session layer maps them onto a sandbox spec,
+// and policies does not import package sandbox. The rules both check (id
+// syntax, runtimes, mount targets, the egress allowlist) live in confine.
+//
 // Rules are a guardrail and an approval flow; the sandbox is the security
 // boundary. What a static policy cannot read is never allowed by the
 // default: a command name that is not a literal, a wrapper option it does

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
@@ -107,7 +108,7 @@ func egressDecision(ec EgressConfig, check func(target string) error, granted fu
 		if err := check(c.Target); err != nil {
 			return egress.Decision{}, err
 		}
-		if egress.IsAddress(c.Target) {
+		if confine.IsAddress(c.Target) {
 			// Allowed, an address can only be one the allowlist names: the
 			// operator meant it.
 			return egress.Decision{}, nil

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
@@ -19,7 +20,7 @@ func TestEgressDecision(t *testing.T) {
 	}
 	grant, end := context.WithCancel(context.Background())
 	defer end()
-	list, _ := egress.NewAllowlist([]string{"mirror.internal:443", "10.0.0.7:5432"})
+	list, _ := confine.NewAllowlist([]string{"mirror.internal:443", "10.0.0.7:5432"})
 	decide := egressDecision(ec,
 		func(target string) error {
 			if !list.Allows(target) {

@@ -97,14 +97,14 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 		switch {
 		case errors.Is(err, policies.ErrNotAllowed):
 			return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
-		case errors.Is(err, sandbox.ErrUnavailable):
+		case errors.Is(err, policies.ErrUnavailable):
 			return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", err)
 		}
 		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "%v", err)
 	}
 	opts = append(opts, sandbox.WithImage(img))
-	opts = append(opts, pol.SpecOptions()...)
-	opts = append(opts, sandbox.WithMounts(mounts...),
+	opts = append(opts, policyOptions(pol.Sandbox())...)
+	opts = append(opts, sandbox.WithMounts(sandboxMounts(mounts)...),
 		// The agent drops to the policy's user for commands (Spec.UID only
 		// owns /workspace).
 		sandbox.WithAgentArgs("--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)))
@@ -113,6 +113,35 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 		return sandbox.Spec{}, fmt.Errorf("policy %s: %w", pol.Tenant, err)
 	}
 	return spec, nil
+}
+
+// policyOptions are the spec options of a policy's sandbox settings: the
+// one place a tenant's policy becomes sandbox settings.
+func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
+	network := sandbox.NetworkNone
+	if s.Egress {
+		network = sandbox.NetworkEgress
+	}
+	return []sandbox.Opt{
+		sandbox.WithNetwork(network),
+		sandbox.WithRuntime(s.Runtime),
+		sandbox.WithCPUs(s.CPUs),
+		sandbox.WithMemory(s.MemoryBytes),
+		sandbox.WithPidsLimit(s.PidsLimit),
+		sandbox.WithWorkspaceSize(s.DiskBytes),
+		sandbox.WithTmpSize(s.TmpBytes),
+		sandbox.WithSpillSize(s.SpillBytes),
+		sandbox.WithUser(s.User.UID, s.User.GID),
+	}
+}
+
+// sandboxMounts are a session's mounts as the policy allowed them.
+func sandboxMounts(ms []policies.Mount) []sandbox.Mount {
+	out := make([]sandbox.Mount, len(ms))
+	for i, m := range ms {
+		out[i] = sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+	}
+	return out
 }
 
 func newSpec(tenant, session string, opts []sandbox.Opt) (sandbox.Spec, error) {

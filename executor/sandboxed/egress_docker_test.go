@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed"
@@ -54,7 +55,7 @@ func TestEgress(t *testing.T) {
 func egressOn(t *testing.T, runtime string) {
 	allowed, allowedHits := hostServer(t, "127.0.0.2:0")
 	denied, deniedHits := hostServer(t, "127.0.0.3:0")
-	list, err := egress.NewAllowlist([]string{allowed})
+	list, err := confine.NewAllowlist([]string{allowed})
 	if err != nil {
 		t.Fatal(err)
 	}
