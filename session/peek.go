@@ -1,0 +1,41 @@
+package session
+
+import (
+	"context"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/server"
+)
+
+var _ server.TaskPeeker = (*Layer)(nil)
+
+// peeker is a task whose output can be read without moving the model's
+// bash_output cursor (executor/local's tasks).
+type peeker interface {
+	Peek(ctx context.Context) (executor.Output, error)
+}
+
+// PeekTask implements server.TaskPeeker for the operator console. Tasks of
+// the local backend can be peeked; a sandbox's agent offers only the
+// consuming read, so a sandboxed task is ErrUnavailable (the console then
+// shows its status only).
+func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (server.TaskPeek, error) {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return server.TaskPeek{}, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
+	}
+	task, err := tb.exec.Task(ctx, session, id)
+	if err != nil {
+		return server.TaskPeek{}, err
+	}
+	p, ok := task.(peeker)
+	if !ok {
+		return server.TaskPeek{}, server.Errorf(server.ErrUnavailable,
+			"the sandbox agent cannot read a task's output without consuming the model's cursor: status only")
+	}
+	o, err := p.Peek(ctx)
+	if err != nil {
+		return server.TaskPeek{}, err
+	}
+	return server.TaskPeek{Stdout: o.Stdout, Stderr: o.Stderr, Status: o.Status}, nil
+}
