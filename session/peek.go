@@ -15,10 +15,9 @@ type peeker interface {
 	Peek(ctx context.Context) (executor.Output, error)
 }
 
-// PeekTask implements server.TaskPeeker for the operator console. Tasks of
-// the local backend can be peeked; a sandbox's agent offers only the
-// consuming read, so a sandboxed task is ErrUnavailable (the console then
-// shows its status only).
+// PeekTask implements server.TaskPeeker for the operator console: local
+// tasks peek in process, sandboxed ones through their agent (POST
+// /v1/tasks/{id}/peek; an agent older than that answers an error).
 func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (server.TaskPeek, error) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
@@ -31,7 +30,7 @@ func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (serve
 	p, ok := task.(peeker)
 	if !ok {
 		return server.TaskPeek{}, server.Errorf(server.ErrUnavailable,
-			"the sandbox agent cannot read a task's output without consuming the model's cursor: status only")
+			"task %s cannot be read without consuming the model's cursor: status only", id)
 	}
 	o, err := p.Peek(ctx)
 	if err != nil {
