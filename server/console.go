@@ -404,8 +404,23 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	rcancel()
 	tenants := c.tenantsOf(l)
 	ov.Metrics = c.s.metrics.summary(tenants, l.operator)
+	var all map[string][]SessionInfo // by tenant, when listed at once
+	if lister, ok := c.s.cfg.Backend.(AllSessionsLister); ok && l.operator {
+		if list, err := lister.AllSessions(ctx); err == nil {
+			all = map[string][]SessionInfo{}
+			for _, si := range list {
+				all[si.Tenant] = append(all[si.Tenant], si)
+			}
+		}
+	}
 	for _, tenant := range tenants {
-		list, err := c.s.cfg.Backend.Sessions(ctx, tenant)
+		var list []SessionInfo
+		var err error
+		if all != nil {
+			list = all[tenant]
+		} else {
+			list, err = c.s.cfg.Backend.Sessions(ctx, tenant)
+		}
 		if err != nil {
 			if ov.Errors == nil {
 				ov.Errors = map[string]string{}

@@ -42,6 +42,14 @@ type TaskPeeker interface {
 	PeekTask(ctx context.Context, tenant, session, id string) (TaskPeek, error)
 }
 
+// AllSessionsLister is an optional ability of a Backend: every tenant's
+// sessions at once, so an operator's console view costs one listing, not
+// one per tenant. Sessions of tenants the server does not configure are
+// ignored.
+type AllSessionsLister interface {
+	AllSessions(ctx context.Context) ([]SessionInfo, error)
+}
+
 // Bounds of what the server remembers for the console.
 const (
 	maxTasksPerTenant = 200

@@ -38,3 +38,37 @@ func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (serve
 	}
 	return server.TaskPeek{Stdout: o.Stdout, Stderr: o.Stderr, Status: o.Status}, nil
 }
+
+var _ server.AllSessionsLister = (*Layer)(nil)
+
+// AllSessions implements server.AllSessionsLister: every tenant's sessions
+// in one engine listing (an operator's console view), or, on the local
+// backend, those of the tenants this process has served.
+func (l *Layer) AllSessions(ctx context.Context) ([]server.SessionInfo, error) {
+	if l.manager == nil {
+		l.mu.Lock()
+		names := make([]string, 0, len(l.tenants))
+		for name := range l.tenants {
+			names = append(names, name)
+		}
+		l.mu.Unlock()
+		var out []server.SessionInfo
+		for _, name := range names {
+			list, err := l.Sessions(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, list...)
+		}
+		return out, nil
+	}
+	list, err := l.Sandboxes(ctx)
+	if err != nil {
+		return nil, server.Errorf(server.ErrUnavailable, "%v", err)
+	}
+	out := make([]server.SessionInfo, 0, len(list))
+	for _, sb := range list {
+		out = append(out, sessionInfo(sb))
+	}
+	return out, nil
+}

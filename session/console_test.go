@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -58,5 +60,22 @@ func TestPeekTask(t *testing.T) {
 	}
 	if _, err := l.PeekTask(ctx, "acme", "other", bg.TaskID); !errors.Is(err, executor.ErrNotFound) {
 		t.Errorf("another session's task: %v", err)
+	}
+}
+
+// TestAllSessions: one listing answers an operator's view of every tenant,
+// without another owner's sandboxes.
+func TestAllSessions(t *testing.T) {
+	l, f := newFakeLayer(t, nil, nil)
+	ctx := context.Background()
+	for _, ts := range [][2]string{{"acme", "a"}, {"beta", "x"}} {
+		if _, err := l.CreateSession(ctx, ts[0], ts[1], server.SessionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Put(sandbox.Sandbox{Tenant: "acme", Session: "theirs", Owner: "other", State: sandbox.StateRunning})
+	list, err := l.AllSessions(ctx)
+	if err != nil || len(list) != 2 || list[0].Tenant != "acme" || list[0].ID != "a" || list[1].Tenant != "beta" || list[1].ID != "x" {
+		t.Fatalf("AllSessions: %+v, %v", list, err)
 	}
 }
