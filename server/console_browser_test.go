@@ -332,12 +332,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		return strings.Contains(s, "approved") && strings.Contains(s, "by console:tenant:acme")
 	})
 
-	// Denying: the model reads the policy's error with the approver's reason.
+	// Denying: the model reads the policy's error with the approver's
+	// reason. The command hides a right-to-left override and an escape
+	// sequence: the card shows them as marks, and warns.
 	go func() {
-		answer <- bash(ctx, t, rig.acme, "s1", map[string]any{"command": "echo deploy friday-evening", "description": "deploy",
+		answer <- bash(ctx, t, rig.acme, "s1", map[string]any{"command": "echo deploy friday-evening # \u202eno-op\x1b[2K", "description": "deploy",
 			"justification": "it's urgent"})
 	}()
-	waitText("second approval", card+" .cmd", func(s string) bool { return s == "echo deploy friday-evening" })
+	waitText("second approval", card+" .cmd", func(s string) bool { return s == `echo deploy friday-evening # \u202eno-op\x1b[2K` })
+	waitText("hidden characters flagged", card+" .warning", func(s string) bool { return strings.Contains(s, "bidi") })
+	shot("04-approval-hidden-characters")
 	run("deny", chromedp.SendKeys(card+" input.reason", "not on a Friday", chromedp.ByQuery), chromedp.Click(card+" button.deny", chromedp.ByQuery))
 	select {
 	case got := <-answer:
@@ -355,7 +359,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitText("audit", "#audit tbody", func(s string) bool {
 		return strings.Contains(s, "echo deploy friday-evening") && strings.Contains(s, "console:tenant:acme")
 	})
-	shot("04-decided-and-audit")
+	shot("05-decided-and-audit")
 
 	// Another tenant sees nothing of acme's, nor can it reach it by URL.
 	logout()
@@ -372,14 +376,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	if status != 404 {
 		t.Errorf("beta reading acme's task: %d, want 404", status)
 	}
-	shot("05-other-tenant")
+	shot("06-other-tenant")
 
 	// The operator sees every tenant.
 	logout()
 	login(operatorToken)
 	waitText("operator whoami", "#whoami", func(s string) bool { return strings.HasPrefix(s, "operator") })
 	waitText("operator sessions", "#sessions tbody", func(s string) bool { return strings.Contains(s, "beta-private") && strings.Contains(s, "s1") })
-	shot("06-operator")
+	shot("07-operator")
 
 	mu.Lock()
 	defer mu.Unlock()
