@@ -106,7 +106,7 @@ func startConsoleRig(t *testing.T) *consoleRig {
 		Console: server.ConsoleConfig{
 			OperatorTokens: []string{server.HashToken(operatorToken)},
 			ReadAudit: func(n int, tenant string) ([]server.AuditRecord, error) {
-				recs, _, err := policies.ReadAudit(auditFile, n, tenant)
+				recs, _, err := policies.TailAudit(auditFile, n, tenant, 8<<20)
 				out := make([]server.AuditRecord, len(recs))
 				for i, r := range recs {
 					out[i] = server.AuditRecord{Time: r.Time, Tenant: r.Tenant, Session: r.Session, Tool: r.Tool,

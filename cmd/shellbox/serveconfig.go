@@ -75,7 +75,8 @@ func consoleConfig(cfg Config) server.ConsoleConfig {
 	if cfg.Policies.Dir != "" && cfg.Audit.File != "" {
 		file := cfg.Audit.File
 		cc.ReadAudit = func(n int, tenant string) ([]server.AuditRecord, error) {
-			recs, _, err := policies.ReadAudit(file, n, tenant)
+			// The console polls: read at most the log's last 8 MiB.
+			recs, _, err := policies.TailAudit(file, n, tenant, 8<<20)
 			out := make([]server.AuditRecord, len(recs))
 			for i, r := range recs {
 				out[i] = server.AuditRecord{Time: r.Time, Tenant: r.Tenant, Session: r.Session, Tool: r.Tool,
