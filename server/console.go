@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -514,7 +515,8 @@ func (c *console) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	n := 200
 	if v := r.URL.Query().Get("n"); v != "" {
-		if _, err := fmt.Sscanf(v, "%d", &n); err != nil || n <= 0 {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
 			writeError(w, http.StatusBadRequest, "invalid", "n: want a positive number")
 			return
 		}
