@@ -1,0 +1,568 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	client "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
+)
+
+// Defaults of Config.
+const (
+	DefaultAddress   = "/run/shellbox-containerd/containerd.sock"
+	DefaultNamespace = "shellbox"
+)
+
+// DefaultRuntimeNames maps the Spec runtimes to containerd's shims.
+var DefaultRuntimeNames = map[string]string{
+	sandbox.RuntimeRunc:  "io.containerd.runc.v2",
+	sandbox.RuntimeRunsc: "io.containerd.runsc.v1",
+}
+
+// Config configures a Runtime.
+type Config struct {
+	// Address is containerd's socket (DefaultAddress if empty).
+	Address string
+	// Namespace is the containerd namespace of every sandbox, image and
+	// snapshot shellbox uses (DefaultNamespace if empty).
+	Namespace string
+	// Snapshotter is the snapshotter of the sandboxes' root file systems
+	// ("" = the daemon's default, overlayfs).
+	Snapshotter string
+	// StateDir holds the sessions' host directories (hostdir). Required,
+	// absolute, and short: a socket path must fit in 107 bytes.
+	StateDir string
+	// Quota says how the spill cap is enforced (hostdir.QuotaTmpfs
+	// needs root).
+	Quota hostdir.Quota
+	// AgentBinary is the host path of the static agent, bind-mounted
+	// read-only at sandbox.AgentPath. Required.
+	AgentBinary string
+	// RuntimeNames maps the Spec runtimes (runc, runsc) to containerd
+	// runtime (shim) names; missing entries take DefaultRuntimeNames.
+	RuntimeNames map[string]string
+	// RuntimeConfigs maps a Spec runtime to the options file its shim reads
+	// (containerd's runtimeoptions ConfigPath): runsc's runsc.toml, which
+	// must set host-uds (create or all: else the host cannot reach the
+	// agent's socket) and oci-seccomp (else gVisor ignores the seccomp
+	// profile).
+	RuntimeConfigs map[string]string
+	// RuncRoot is runc's state directory ("" = the shim's default,
+	// /run/containerd/runc): a daemon beside another containerd keeps its
+	// own (.ci/setup-containerd.sh: /run/shellbox-containerd/runc).
+	RuncRoot string
+}
+
+// Runtime is the containerd backend of sandbox.Runtime: one container per
+// session, id ContainerID(tenant, session), its task the agent.
+type Runtime struct {
+	cfg    Config
+	client *client.Client
+	dirs   *hostdir.Dirs
+
+	mu    sync.Mutex
+	locks map[string]*keyLock // by container id
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+var (
+	_ sandbox.Runtime       = (*Runtime)(nil)
+	_ sandbox.Pinger        = (*Runtime)(nil)
+	_ sandbox.RuntimeLister = (*Runtime)(nil)
+	_ sandbox.Sweeper       = (*Runtime)(nil)
+)
+
+// New returns a Runtime with its own client of the daemon at cfg.Address.
+// It does not contact the daemon (Ping does); Close releases the client.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Address == "" {
+		cfg.Address = DefaultAddress
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	names := map[string]string{}
+	for k, v := range DefaultRuntimeNames {
+		names[k] = v
+	}
+	for k, v := range cfg.RuntimeNames {
+		if k != sandbox.RuntimeRunc && k != sandbox.RuntimeRunsc {
+			return nil, fmt.Errorf("%w: containerd: runtime names: %q is not a runtime (runc or runsc)", sandbox.ErrInvalid, k)
+		}
+		names[k] = v
+	}
+	cfg.RuntimeNames = names
+	if !filepath.IsAbs(cfg.AgentBinary) {
+		return nil, fmt.Errorf("%w: containerd: agent binary %q: must be an absolute host path", sandbox.ErrInvalid, cfg.AgentBinary)
+	}
+	dirs, err := hostdir.New(cfg.StateDir, cfg.Quota)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, convert(err, cfg.Address, "connect")
+	}
+	return &Runtime{cfg: cfg, client: c, dirs: dirs, locks: map[string]*keyLock{}}, nil
+}
+
+// Close releases the client.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+// Dirs returns the runtime's host directories.
+func (r *Runtime) Dirs() *hostdir.Dirs { return r.dirs }
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
+}
+
+// lock serialises Create and Remove of one container id in this process:
+// Create prepares (empties) the session's host directory only after seeing
+// no container, which must still hold when it creates one.
+func (r *Runtime) lock(id string) func() {
+	r.mu.Lock()
+	l := r.locks[id]
+	if l == nil {
+		l = &keyLock{}
+		r.locks[id] = l
+	}
+	l.refs++
+	r.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		r.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(r.locks, id)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Create implements sandbox.Runtime: the session's host directory, then a
+// container on a fresh snapshot of the image, then its task (the agent,
+// with no stdio), started. Images are not pulled: spec.Image must be in the
+// namespace (it is unpacked for the snapshotter if it is not yet). On any
+// failure after the host directory, everything is removed again.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := r.dirs.Check(spec.Tenant, spec.Session); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := spec.CheckMountSources(); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: agent binary: %v", sandbox.ErrUnavailable, err)
+	}
+	shim, shimOpts := r.shim(spec.Runtime)
+	ctx = r.ctx(ctx)
+	id := ContainerID(spec.Tenant, spec.Session)
+	defer r.lock(id)()
+
+	if _, err := r.client.LoadContainer(ctx, id); err == nil {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s (container %s)", sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, id)
+	} else if !errdefs.IsNotFound(err) {
+		return sandbox.Sandbox{}, r.convert(err, "load container %s", id)
+	}
+	img, err := r.image(ctx, spec.Image)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+
+	dir, err := r.dirs.Prepare(spec.Tenant, spec.Session, spec.SpillBytes)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	var (
+		ctr  client.Container
+		task client.Task
+		done bool
+	)
+	defer func() {
+		if !done {
+			r.undo(ctx, id, ctr, task, spec.Tenant, spec.Session)
+		}
+	}()
+	// A snapshot under the id without a container is what a create that
+	// crashed midway left: it is shellbox's (the id is), and in the way.
+	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		return sandbox.Sandbox{}, r.convert(err, "remove stale snapshot %s", id)
+	}
+	opts := []client.NewContainerOpts{}
+	if r.cfg.Snapshotter != "" {
+		opts = append(opts, client.WithSnapshotter(r.cfg.Snapshotter))
+	}
+	opts = append(opts,
+		client.WithNewSnapshot(id, img),
+		client.WithRuntime(shim, shimOpts),
+		client.WithContainerLabels(labels(spec, dir)),
+		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, translate(spec, r.cfg.AgentBinary, dir)...)...),
+	)
+	ctr, err = r.client.NewContainer(ctx, id, opts...)
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s (container %s): %v", sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, id, err)
+		}
+		return sandbox.Sandbox{}, r.convert(err, "create container %s", id)
+	}
+	// No stdio: the agent's output goes nowhere (as Docker's "none" log
+	// driver); it reports through its socket.
+	task, err = ctr.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		if errdefs.IsNotFound(err) || strings.Contains(err.Error(), "executable file not found") {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: runtime %q (shim %s) is not available on containerd at %s: is its shim on containerd's PATH? (.ci/setup-containerd.sh): %v",
+				sandbox.ErrUnavailable, spec.Runtime, shim, r.cfg.Address, err)
+		}
+		return sandbox.Sandbox{}, r.convert(err, "create task %s (runtime %s)", id, shim)
+	}
+	if err := task.Start(ctx); err != nil {
+		return sandbox.Sandbox{}, r.convert(err, "start task %s", id)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return sandbox.Sandbox{}, r.convert(err, "task status %s", id)
+	}
+	if st.Status != client.Running {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: task %s is %s right after start (exit code %d): is the agent binary static and runnable?",
+			sandbox.ErrUnavailable, id, st.Status, st.ExitStatus)
+	}
+	info, err := ctr.Info(ctx, client.WithoutRefreshedMetadata)
+	if err != nil {
+		return sandbox.Sandbox{}, r.convert(err, "container info %s", id)
+	}
+	done = true
+	sb := describe(info)
+	sb.State = sandbox.StateRunning
+	return sb, nil
+}
+
+// undo removes what a failed Create made, even if ctx ended.
+func (r *Runtime) undo(ctx context.Context, id string, ctr client.Container, task client.Task, tenant, session string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if task != nil {
+		_, _ = task.Delete(ctx, client.WithProcessKill)
+	}
+	if ctr != nil {
+		_ = ctr.Delete(ctx, client.WithSnapshotCleanup)
+	}
+	_ = r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id)
+	_ = r.dirs.Remove(tenant, session)
+}
+
+// shim returns the containerd runtime and its options for a Spec runtime.
+func (r *Runtime) shim(runtime string) (string, any) {
+	name := r.cfg.RuntimeNames[runtime]
+	if path := r.cfg.RuntimeConfigs[runtime]; path != "" {
+		return name, &runtimeoptions.Options{TypeUrl: name + ".options", ConfigPath: path}
+	}
+	if runtime == sandbox.RuntimeRunc && r.cfg.RuncRoot != "" {
+		return name, &runcoptions.Options{Root: r.cfg.RuncRoot}
+	}
+	return name, nil
+}
+
+// image returns the image, unpacked for the snapshotter. A missing image is
+// ErrUnavailable saying how to get it: shellbox never pulls.
+func (r *Runtime) image(ctx context.Context, ref string) (client.Image, error) {
+	img, err := r.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		// containerd stores short names as given by the importer; Docker's
+		// save names them docker.io/library/<name>.
+		if !strings.Contains(ref, "/") {
+			if alt, err2 := r.client.GetImage(ctx, "docker.io/library/"+ref); err2 == nil {
+				img, err = alt, nil
+			}
+		}
+	}
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: containerd: image %q is not in namespace %q at %s (shellbox does not pull): build and import it with `shellbox image build --containerd`, or `ctr -n %s images import <image.tar>`",
+				sandbox.ErrUnavailable, ref, r.cfg.Namespace, r.cfg.Address, r.cfg.Namespace)
+		}
+		return nil, r.convert(err, "get image %s", ref)
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
+	if err != nil {
+		return nil, r.convert(err, "image %s", ref)
+	}
+	if !unpacked {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, r.convert(err, "unpack image %s", ref)
+		}
+	}
+	return img, nil
+}
+
+// Get implements sandbox.Runtime.
+func (r *Runtime) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
+	ctx = r.ctx(ctx)
+	id := ContainerID(tenant, session)
+	c, err := r.client.ContainerService().Get(ctx, id)
+	if err != nil {
+		return sandbox.Sandbox{}, r.convert(err, "get container %s", id)
+	}
+	if c.Labels[sandbox.LabelManaged] != "true" {
+		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: container %s was not created by shellbox", sandbox.ErrConflict, id)
+	}
+	sb := describe(c)
+	resp, err := r.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
+	switch {
+	case err == nil:
+		sb.State, sb.OOMKilled = r.state(resp.Process.Status, c)
+	case errdefs.IsNotFound(toNative(err)):
+		sb.State = sandbox.StateCreated
+	default:
+		return sandbox.Sandbox{}, r.convert(err, "get task %s", id)
+	}
+	return sb, nil
+}
+
+// List implements sandbox.Runtime: two calls to the daemon whatever the
+// number of sandboxes (containers, then every task of the namespace).
+func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
+	ctx = r.ctx(ctx)
+	cs, err := r.client.ContainerService().List(ctx, `labels."`+sandbox.LabelManaged+`"==true`)
+	if err != nil {
+		return nil, r.convert(err, "list containers")
+	}
+	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return nil, r.convert(err, "list tasks")
+	}
+	status := map[string]tasktypes.Status{}
+	for _, p := range resp.Tasks {
+		status[p.ContainerID] = p.Status
+	}
+	out := make([]sandbox.Sandbox, 0, len(cs))
+	for _, c := range cs {
+		// The owner is compared here, not in the filter: owners are free
+		// text and the filter language would need them quoted.
+		if owner != "" && c.Labels[sandbox.LabelOwner] != owner {
+			continue
+		}
+		sb := describe(c)
+		if st, ok := status[c.ID]; ok {
+			sb.State, sb.OOMKilled = r.state(st, c)
+		} else {
+			sb.State = sandbox.StateCreated
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// Remove implements sandbox.Runtime: SIGKILL to every process of the task,
+// wait, delete the task, the container and its snapshot, then the host
+// directory. Already gone is success; a container shellbox did not create is
+// ErrConflict and left alone.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	defer r.lock(id)()
+	c, err := r.client.ContainerService().Get(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return r.convert(err, "get container %s", id)
+	}
+	if c.Labels[sandbox.LabelManaged] != "true" {
+		return fmt.Errorf("%w: containerd: container %s was not created by shellbox: not removing it", sandbox.ErrConflict, id)
+	}
+	ctr, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return r.convert(err, "load container %s", id)
+	}
+	task, err := ctr.Task(ctx, nil)
+	switch {
+	case err == nil:
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return r.convert(err, "delete task %s", id)
+		}
+	case !errdefs.IsNotFound(err):
+		return r.convert(err, "load task %s", id)
+	}
+	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return r.convert(err, "delete container %s", id)
+	}
+	// Only the directory this runtime would have made: a container of a
+	// server with another state directory keeps its own.
+	tenant, session := c.Labels[sandbox.LabelTenant], c.Labels[sandbox.LabelSession]
+	if dir := c.Labels[LabelHostDir]; dir != "" && r.dirs.Check(tenant, session) == nil && dir == r.dirs.Path(tenant, session) {
+		return r.dirs.Remove(tenant, session)
+	}
+	return nil
+}
+
+// Ping implements sandbox.Pinger.
+func (r *Runtime) Ping(ctx context.Context) error {
+	// containerd's dialer waits for a missing socket to appear until its
+	// timeout: say at once that there is none.
+	if fi, err := os.Stat(strings.TrimPrefix(r.cfg.Address, "unix://")); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("%w: containerd at %s does not answer: is it running? (.ci/setup-containerd.sh): no socket there",
+			sandbox.ErrUnavailable, r.cfg.Address)
+	}
+	if _, err := r.client.Version(r.ctx(ctx)); err != nil {
+		return r.convert(err, "version")
+	}
+	return nil
+}
+
+// Runtimes implements sandbox.RuntimeLister: the Spec runtimes whose shim
+// the daemon can start (it asks each shim for its info; a shim that is not
+// installed fails with not found).
+func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
+	ctx = r.ctx(ctx)
+	var out []string
+	for _, rt := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		shim, opts := r.shim(rt)
+		_, err := r.client.RuntimeInfo(ctx, shim, opts)
+		switch {
+		case err == nil:
+			out = append(out, rt)
+		case isConnection(err):
+			return nil, r.convert(err, "runtime info %s", shim)
+		case errdefs.IsNotFound(err) || strings.Contains(err.Error(), "not found"):
+			// The shim binary is not on the daemon's PATH.
+		default:
+			// The shim exists but cannot describe itself (not every shim
+			// implements -info): count it; Create says what is wrong.
+			out = append(out, rt)
+		}
+	}
+	return out, nil
+}
+
+// Sweep implements sandbox.Sweeper: it removes the host directories under
+// the state directory that neither a container on the daemon (of any
+// owner: its agent uses the directory) nor live claims.
+func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
+	all, err := r.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ tenant, session string }
+	used := map[key]bool{}
+	for _, sb := range all {
+		used[key{sb.Tenant, sb.Session}] = true
+	}
+	return r.dirs.Sweep(func(tenant, session string) bool {
+		return used[key{tenant, session}] || (live != nil && live(tenant, session))
+	})
+}
+
+// state maps a task status to a sandbox state, and tells whether an exited
+// task was killed by its memory cgroup's OOM killer.
+func (r *Runtime) state(st tasktypes.Status, c containers.Container) (sandbox.State, bool) {
+	switch st {
+	case tasktypes.Status_RUNNING:
+		return sandbox.StateRunning, false
+	case tasktypes.Status_CREATED:
+		return sandbox.StateCreated, false
+	case tasktypes.Status_STOPPED:
+		return sandbox.StateExited, oomKilled(c)
+	}
+	return sandbox.StateOther, false
+}
+
+// oomKilled reads the OOM kill count of the container's memory cgroup,
+// which stays until the task is deleted. It is best effort: false when the
+// cgroup cannot be read (another host, gVisor's own layout).
+func oomKilled(c containers.Container) bool {
+	s := specOf(c)
+	if s == nil || s.Linux == nil || s.Linux.CgroupsPath == "" || strings.Contains(s.Linux.CgroupsPath, ":") {
+		return false
+	}
+	p := filepath.Clean("/" + s.Linux.CgroupsPath)
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup", p, "memory.events"),             // v2
+		filepath.Join("/sys/fs/cgroup/memory", p, "memory.oom_control"), // v1
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if n, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				v, _ := strconv.Atoi(strings.TrimSpace(n))
+				return v > 0
+			}
+		}
+	}
+	return false
+}
+
+func specOf(c containers.Container) *specs.Spec {
+	if c.Spec == nil {
+		return nil
+	}
+	v, err := typeurl.UnmarshalAny(c.Spec)
+	if err != nil {
+		return nil
+	}
+	s, _ := v.(*specs.Spec)
+	return s
+}
+
+// describe returns what a container's record says of its sandbox; State is
+// the caller's.
+func describe(c containers.Container) sandbox.Sandbox {
+	sb := sandbox.Sandbox{
+		ID:      c.ID,
+		Tenant:  c.Labels[sandbox.LabelTenant],
+		Session: c.Labels[sandbox.LabelSession],
+		Owner:   c.Labels[sandbox.LabelOwner],
+		Runtime: c.Labels[sandbox.LabelRuntime],
+		Network: c.Labels[sandbox.LabelNetwork],
+		Image:   c.Image,
+		State:   sandbox.StateOther,
+		Created: c.CreatedAt,
+	}
+	if dir := c.Labels[LabelHostDir]; dir != "" {
+		sb.Agent = hostdir.Endpoint(dir)
+	}
+	if s := specOf(c); s != nil {
+		for _, m := range s.Mounts {
+			if m.Type != "bind" || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount {
+				continue
+			}
+			sb.Mounts = append(sb.Mounts, sandbox.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")})
+		}
+		slices.SortFunc(sb.Mounts, func(a, b sandbox.Mount) int { return strings.Compare(a.Target, b.Target) })
+	}
+	return sb
+}

@@ -1,0 +1,247 @@
+package containerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
+)
+
+// LabelHostDir records a sandbox's host directory on its container, so Get,
+// List and Remove find it without the Spec.
+const LabelHostDir = "org.shellbox.hostdir"
+
+// maxIDLen is the longest container id containerd accepts
+// (core/identifiers).
+const maxIDLen = 76
+
+// partLen bounds each of the tenant and session parts of a container id, so
+// that "shellbox-" + 2 parts + the hash stays within maxIDLen.
+const partLen = 24
+
+// ContainerID returns the container id of a session's sandbox:
+// shellbox-<tenant>-<session>-<hash>. containerd ids are stricter than
+// Docker names (alphanumeric components joined by single '.', '_' or '-', at
+// most 76 bytes), so each id is sanitised (other characters become '-',
+// runs of separators collapse to one), cut to 24 bytes, and followed by a
+// hash of the exact pair: pairs that sanitise or cut alike never share an
+// id. The id makes a second create for a session fail, and lets Get find a
+// session's sandbox with one lookup.
+func ContainerID(tenant, session string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + session))
+	id := "shellbox"
+	for _, p := range []string{part(tenant), part(session)} {
+		if p != "" {
+			id += "-" + p
+		}
+	}
+	return id + "-" + hex.EncodeToString(sum[:5])
+}
+
+// part is one id sanitised to identifier components and cut to partLen.
+func part(id string) string {
+	var b strings.Builder
+	sep := true // at the start, a separator would be the second in a row
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+			sep = false
+		case !sep:
+			if r == '.' || r == '_' {
+				b.WriteRune(r)
+			} else {
+				b.WriteByte('-')
+			}
+			sep = true
+		}
+	}
+	s := b.String()
+	if len(s) > partLen {
+		s = s[:partLen]
+	}
+	return strings.TrimRight(s, "._-")
+}
+
+// Capabilities the agent (PID 1, uid 0) keeps: SETUID and SETGID to start
+// each command as the sandbox user with its own supplementary group, KILL to
+// signal commands that are no longer its uid's. A command gets none of them:
+// changing uid from 0 to non-zero clears the permitted and effective sets,
+// and no-new-privileges stops setuid binaries from getting any back. The
+// same set as sandbox/docker.
+var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+
+// cfsPeriod is the CPU CFS period, in µs, that Docker uses for NanoCPUs.
+const cfsPeriod = 100000
+
+// labels returns the container's labels: spec.Labels plus the reserved
+// org.shellbox.* labels and the host directory.
+func labels(spec sandbox.Spec, hostDir string) map[string]string {
+	l := maps.Clone(spec.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[sandbox.LabelManaged] = "true"
+	l[sandbox.LabelTenant] = spec.Tenant
+	l[sandbox.LabelSession] = spec.Session
+	l[sandbox.LabelOwner] = spec.Owner
+	l[sandbox.LabelRuntime] = spec.Runtime
+	l[sandbox.LabelNetwork] = spec.Network
+	l[LabelHostDir] = hostDir
+	return l
+}
+
+// translate turns a validated Spec into the OCI spec options of its
+// container, to apply after the image's config (oci.WithImageConfig, which
+// needs the image and is the caller's). agentBinary is the agent's host
+// path, hostDir the session's host directory. It is pure; every hardening
+// decision of the containerd backend is here, and they are Docker's
+// (sandbox/docker's translate), spelled in OCI terms.
+func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
+	env := slices.Clone(spec.Env)
+	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
+
+	args := append([]string{sandbox.AgentPath}, spec.AgentArgs...)
+	if spec.Network == sandbox.NetworkEgress {
+		// Still no interface but loopback (the namespaces below): the
+		// agent's proxy listens there and the server relays its connections.
+		args = append(args, "--egress-listen", egress.DefaultListen)
+	}
+
+	pids := spec.PidsLimit
+	rlimits := []oci.SpecOpts{
+		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
+		// No RLIMIT_NOFILE: the sandbox inherits the daemon's, as Docker's
+		// containers inherit dockerd's. containerd's default spec sets 1024,
+		// which builds outgrow; a higher one fails where root cannot raise
+		// its hard limit (no CAP_SYS_RESOURCE).
+		withoutRlimit("RLIMIT_NOFILE"),
+	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		// Under gVisor the pids cgroup counts the gVisor kernel's host
+		// threads, not the workload's processes: the workload's limit is
+		// RLIMIT_NPROC, which gVisor counts per uid among its own tasks, and
+		// the cgroup stays as a host backstop (as sandbox/docker does; on
+		// runc RLIMIT_NPROC would count the uid's processes across the host).
+		pids = runscHostPids(spec.PidsLimit)
+		n := uint64(spec.PidsLimit)
+		rlimits = append(rlimits, oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n}))
+	}
+
+	mounts := []specs.Mount{
+		{
+			// Docker mounts a read-only cgroupfs (of the sandbox's own cgroup
+			// namespace); the agent reads it to tell whether it can give
+			// commands cgroups of their own.
+			Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"},
+		},
+		{
+			// tmpfs is the only way to cap the writable directories: overlay
+			// snapshots have no per-container quota. "exec": agents run
+			// scripts they write to /workspace and /tmp.
+			Destination: sandbox.TmpPath, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.TmpBytes), "mode=1777"},
+		},
+		{
+			Destination: sandbox.WorkspacePath, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.WorkspaceBytes),
+				fmt.Sprintf("uid=%d", spec.UID), fmt.Sprintf("gid=%d", spec.GID), "mode=0755"},
+		},
+		{
+			Destination: sandbox.AgentPath, Type: "bind", Source: agentBinary,
+			Options: []string{"rbind", "ro", "rprivate"},
+		},
+		{
+			// Recursive, so the spill tmpfs mounted on the host's spill/ is
+			// what the sandbox sees too. Writable, for the agent (uid 0);
+			// commands cannot write: the directories are root's, 0755.
+			Destination: sandbox.HostDirMount, Type: "bind", Source: hostDir,
+			Options: []string{"rbind", "rw", "rprivate"},
+		},
+	}
+	for _, m := range spec.Mounts {
+		// Non-recursive ("bind", not "rbind"): an allowlisted directory
+		// should not bring whatever the host mounted under it, nor leave
+		// those mounts writable under a read-only bind. no-new-privileges
+		// and the empty capability sets make setuid files inert; the device
+		// cgroup (runc) or gVisor's own device table keeps device nodes
+		// closed.
+		rw := "rw"
+		if m.ReadOnly {
+			rw = "ro"
+		}
+		mounts = append(mounts, specs.Mount{
+			Destination: m.Target, Type: "bind", Source: m.Source,
+			Options: []string{"bind", rw, "rprivate"},
+		})
+	}
+
+	zero := 0
+	opts := []oci.SpecOpts{
+		// The agent is PID 1, as root: it runs each command as spec.UID:GID.
+		oci.WithProcessArgs(args...),
+		oci.WithEnv(env),
+		oci.WithProcessCwd(sandbox.WorkspacePath),
+		oci.WithUIDGID(0, 0),
+		oci.WithHostname("sandbox"),
+		oci.WithCapabilities(slices.Clone(agentCaps)),
+		oci.WithAmbientCapabilities(nil),
+		oci.WithNoNewPrivileges,
+		// After the capabilities: the default profile allows the syscalls
+		// the capabilities grant (as Docker's does), so it must see them.
+		seccomp.WithDefaultProfile(),
+		oci.WithRootFSReadonly(),
+		// New namespaces of every kind Docker gives: a network namespace
+		// with no interface but loopback (runc brings lo up in a new
+		// namespace; gVisor's netstack sees only lo), private IPC (so
+		// /dev/shm and mqueue are the sandbox's own) and cgroup.
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.PIDNamespace}),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace}),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.IPCNamespace}),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.UTSNamespace}),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.MountNamespace}),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
+		// containerd's default spec has a writable tmpfs on /run; Docker's
+		// has none (the image's /run, read-only).
+		oci.WithoutRunMount,
+		oci.WithoutMounts("/sys/fs/cgroup", sandbox.TmpPath, sandbox.WorkspacePath, sandbox.AgentPath, sandbox.HostDirMount),
+		oci.WithMounts(mounts),
+		oci.WithDefaultUnixDevices,
+		oci.WithMemoryLimit(uint64(spec.MemoryBytes)),
+		oci.WithMemorySwap(spec.MemoryBytes), // = the limit: no swap
+		oci.WithCPUCFS(int64(spec.CPUs*cfsPeriod), cfsPeriod),
+		oci.WithPidsLimit(pids),
+		func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+			s.Process.OOMScoreAdj = &zero // as Docker: the agent raises its commands' own
+			return nil
+		},
+	}
+	return append(opts, rlimits...)
+}
+
+// withoutRlimit removes an rlimit of the spec.
+func withoutRlimit(typ string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Process != nil {
+			s.Process.Rlimits = slices.DeleteFunc(s.Process.Rlimits, func(r specs.POSIXRlimit) bool { return r.Type == typ })
+		}
+		return nil
+	}
+}
+
+// runscHostPids is the host pids cgroup limit of a gVisor sandbox whose
+// workload may have n tasks (sandbox/docker measured it on runsc 2022-12).
+func runscHostPids(n int64) int64 { return 16*n + 512 }
