@@ -43,6 +43,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /healthz and the MCP server info.
 	Version string
+	// Console configures the operator console at /ui.
+	Console ConsoleConfig
 }
 
 // TenantConfig is one tenant's tokens and limits.
@@ -81,6 +83,8 @@ type Server struct {
 	metrics *metrics
 	events  *hub
 	log     *slog.Logger
+	book    *taskBook
+	console *console
 
 	mcpHTTP *mcp.StreamableHTTPHandler
 	// mcpStateless serves MCP revision 2026-07-28 (no MCP sessions).
@@ -155,6 +159,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
+	s.book = newTaskBook()
+	c, err := newConsole(s, cfg.Console, seen)
+	if err != nil {
+		return nil, err
+	}
+	s.console = c
 	s.mcpSrvs = map[string]*mcp.Server{}
 	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor(false),
 		&mcp.StreamableHTTPOptions{
@@ -206,6 +216,7 @@ var _ Observer = (*Server)(nil)
 // blocks: it is meant for tools.Config.OnNotice.
 func (s *Server) Notify(tenant, session string, n tools.Notice) {
 	s.metrics.taskDone(tenant, n.TaskID)
+	s.book.ended(tenant, session, n)
 	s.events.publish(Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()})
 }
 
@@ -259,6 +270,8 @@ func (s *Server) Handler() http.Handler {
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, clip(r.URL.Path, 200)))
 	})
+	// The operator console authenticates by its own cookie (console.go).
+	s.console.register(mux)
 	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
 	return s.logRequests(s.recoverPanics(mux))
 }

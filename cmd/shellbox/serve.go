@@ -86,6 +86,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MCPSessionTimeout: cfg.Server.MCPSessionTimeout,
 		Logger:            log,
 		Version:           versionString(),
+		Console:           consoleConfig(cfg),
 	})
 	if err != nil {
 		return err
