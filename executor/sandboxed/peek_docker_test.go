@@ -9,13 +9,14 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
 )
 
 // TestPeekInSandbox: the operator console's peek reaches a sandboxed task
 // through the agent and leaves the model's bash_output cursor alone.
 func TestPeekInSandbox(t *testing.T) {
-	r := newRig(t, sandbox.RuntimeRunc, executor.DefaultLimits())
+	r := newRig(t, enginetest.Docker, sandbox.RuntimeRunc, executor.DefaultLimits())
 	ts, err := tools.New(r.exec, tools.Config{})
 	if err != nil {
 		t.Fatal(err)
