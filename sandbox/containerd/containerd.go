@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,7 +241,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	// driver); it reports through its socket.
 	task, err = ctr.NewTask(ctx, cio.NullIO)
 	if err != nil {
-		if errdefs.IsNotFound(err) || strings.Contains(err.Error(), "executable file not found") {
+		if shimMissing(err) {
 			return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: runtime %q (shim %s) is not available on containerd at %s: is its shim on containerd's PATH? (.ci/setup-containerd.sh): %v",
 				sandbox.ErrUnavailable, spec.Runtime, shim, r.cfg.Address, err)
 		}
@@ -336,34 +337,18 @@ func (r *Runtime) Get(ctx context.Context, tenant, session string) (sandbox.Sand
 	if c.Labels[sandbox.LabelManaged] != "true" {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: container %s was not created by shellbox", sandbox.ErrConflict, id)
 	}
-	sb := describe(c)
-	resp, err := r.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
-	switch {
-	case err == nil:
-		sb.State, sb.OOMKilled = r.state(resp.Process.Status, c)
-	case errdefs.IsNotFound(toNative(err)):
-		sb.State = sandbox.StateCreated
-	default:
-		return sandbox.Sandbox{}, r.convert(err, "get task %s", id)
-	}
-	return sb, nil
+	return r.withState(ctx, c)
 }
 
-// List implements sandbox.Runtime: two calls to the daemon whatever the
-// number of sandboxes (containers, then every task of the namespace).
+// List implements sandbox.Runtime: the containers, then the task of each
+// sandbox of owner. (Not the namespace's task list in one call: the daemon
+// asks every shim for its state, and one hung shim, of any owner, would
+// hold up every List.)
 func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
 	ctx = r.ctx(ctx)
 	cs, err := r.client.ContainerService().List(ctx, `labels."`+sandbox.LabelManaged+`"==true`)
 	if err != nil {
 		return nil, r.convert(err, "list containers")
-	}
-	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
-	if err != nil {
-		return nil, r.convert(err, "list tasks")
-	}
-	status := map[string]tasktypes.Status{}
-	for _, p := range resp.Tasks {
-		status[p.ContainerID] = p.Status
 	}
 	out := make([]sandbox.Sandbox, 0, len(cs))
 	for _, c := range cs {
@@ -372,15 +357,40 @@ func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, er
 		if owner != "" && c.Labels[sandbox.LabelOwner] != owner {
 			continue
 		}
-		sb := describe(c)
-		if st, ok := status[c.ID]; ok {
-			sb.State, sb.OOMKilled = r.state(st, c)
-		} else {
-			sb.State = sandbox.StateCreated
+		sb, err := r.withState(ctx, c)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			continue // removed meanwhile
+		case ctx.Err() != nil:
+			return nil, r.convert(ctx.Err(), "list")
+		case err != nil:
+			// A shim that does not answer: the sandbox is listed, in no
+			// usable state, rather than hiding every other one.
+			sb = describe(c)
+			sb.State = sandbox.StateOther
 		}
 		out = append(out, sb)
 	}
 	return out, nil
+}
+
+// withState describes a container's sandbox with its task's state: no task
+// is StateCreated (never started, or a Create that died midway).
+func (r *Runtime) withState(ctx context.Context, c containers.Container) (sandbox.Sandbox, error) {
+	sb := describe(c)
+	resp, err := r.client.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: c.ID})
+	switch {
+	case err == nil:
+		sb.State, sb.OOMKilled = r.state(resp.Process.Status, c)
+	case errdefs.IsNotFound(toNative(err)):
+		if _, err := r.client.ContainerService().Get(ctx, c.ID); err != nil {
+			return sandbox.Sandbox{}, r.convert(err, "get container %s", c.ID)
+		}
+		sb.State = sandbox.StateCreated
+	default:
+		return sandbox.Sandbox{}, r.convert(err, "get task %s", c.ID)
+	}
+	return sb, nil
 }
 
 // Remove implements sandbox.Runtime: SIGKILL to every process of the task,
@@ -456,8 +466,7 @@ func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
 			out = append(out, rt)
 		case isConnection(err):
 			return nil, r.convert(err, "runtime info %s", shim)
-		case errdefs.IsNotFound(err) || strings.Contains(err.Error(), "not found"):
-			// The shim binary is not on the daemon's PATH.
+		case shimMissing(err):
 		default:
 			// The shim exists but cannot describe itself (not every shim
 			// implements -info): count it; Create says what is wrong.
@@ -465,6 +474,14 @@ func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// shimMissing reports the daemon's answer for a runtime whose shim binary
+// is not installed ("binary not installed ...: file does not exist").
+func shimMissing(err error) bool {
+	err = toNative(err)
+	return errdefs.IsNotFound(err) || strings.Contains(err.Error(), "binary not installed") ||
+		strings.Contains(err.Error(), "executable file not found")
 }
 
 // Sweep implements sandbox.Sweeper: it removes the host directories under

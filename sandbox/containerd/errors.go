@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/shellbox/shellbox/sandbox"
 )
@@ -46,8 +47,10 @@ func convert(err error, address, format string, args ...any) error {
 // toNative turns a gRPC status (the raw task service answers with them)
 // into containerd's error classes; other errors pass unchanged.
 func toNative(err error) error {
-	if err == nil {
-		return nil
+	if _, ok := status.FromError(err); !ok {
+		// Already native (the client's stores convert): converting again
+		// would make every class ErrUnknown.
+		return err
 	}
 	return errgrpc.ToNative(err)
 }

@@ -183,7 +183,7 @@ func RemoveLeftovers(ctx context.Context, rt *containerd.Runtime) (int, error) {
 	var errs []error
 	for _, sb := range list {
 		info, err := c.ContainerService().Get(ctx, sb.ID)
-		if err != nil || info.Labels[LabelTest] != "1" || runAlive(sb.Owner) {
+		if err != nil || info.Labels[LabelTest] != "1" || runAlive(sb.Owner) && tenantAlive(sb.Tenant) {
 			continue
 		}
 		if err := rt.Remove(ctx, sb.ID); err != nil {
@@ -199,6 +199,24 @@ func RemoveLeftovers(ctx context.Context, rt *containerd.Runtime) (int, error) {
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// tenantAlive reports whether the test process a tenant of
+// dockertest.Tenant (base-p<pid>) names is alive: the conformance suite's
+// owner is the same for every run, its tenant is not. Tenants without the
+// suffix count as alive.
+func tenantAlive(tenant string) bool {
+	i := strings.LastIndex(tenant, "-p")
+	if i < 0 {
+		return true
+	}
+	pid, err := strconv.Atoi(tenant[i+2:])
+	if err != nil || pid <= 0 {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	// A reused pid is a process that is not a Go test binary.
+	return err == nil && strings.Contains(string(b), ".test")
 }
 
 // runAlive reports whether the run an owner id (test-<pid>-<start>[-x])
