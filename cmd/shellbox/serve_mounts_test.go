@@ -63,7 +63,7 @@ server:
       tokens: [%q]
 `, pols, filepath.Join(t.TempDir(), "audit.log"), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image,
 		dockertest.Agent(t), dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
-	removeSandboxesAtEnd(t, dockerTenant, "dflt", "req")
+	removeSandboxesAtEnd(t, cfg, dockerTenant, "dflt", "req")
 
 	s := startServe(t, cfg)
 	c := client.New(s.url, testToken, nil)
