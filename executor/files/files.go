@@ -1,0 +1,287 @@
+// Package files moves files in and out of a session's root, where the files
+// are: the agent inside a sandbox serves it over agentapi, the local backend
+// calls it in process.
+//
+// Confinement. A path names a file inside the root: absolute (it must be the
+// root or below it once cleaned) or relative to it. Every access goes
+// through an os.Root opened on the root, so neither ".." nor a symlink (one
+// a command planted, or swapped in meanwhile) leads outside: os.Root refuses
+// absolute symlinks and those that climb out. In a sandbox the agent also
+// does every file operation as the sandbox user (Tree.UID/GID, with the
+// thread's filesystem ids, setfsuid(2)), so an upload can do nothing the
+// commands could not: it cannot write where the user may not, and what it
+// creates is the user's.
+//
+// Atomicity. An upload is received into a hidden staging entry
+// (".shellbox-upload-*") in the nearest existing directory of the target,
+// on the target's filesystem, and renamed into place only once complete: a
+// file appears whole or not at all; a directory that did not exist appears
+// with all its entries or not at all. A tar into a directory that exists is
+// merged entry by entry after a check that no entry changes type (file over
+// directory or the reverse): each file appears whole, and only a change made
+// by the commands during the commit can leave it half-merged. Anything a
+// failed upload created (the staging entry, missing parent directories) is
+// removed.
+//
+// Bounds. Memory is bounded both ways (a fixed copy buffer); the bytes of a
+// transfer (for a tar, the stream), the entries of a tar, are capped by the
+// caller (the policy), and the error names the path and the limit.
+package files
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+)
+
+// Error classes beyond executor's. A path outside the root, a symlink out,
+// a directory where a file is expected (and the reverse), a bad tar entry
+// are executor.ErrInvalid; a missing file executor.ErrNotFound; a client
+// that went away executor.ErrAborted.
+var (
+	// ErrTooLarge: the transfer exceeds the caller's cap (bytes, or entries
+	// of a tar). HTTP 413.
+	ErrTooLarge = errors.New("too large")
+	// ErrNoSpace: the filesystem of the target is full (ENOSPC, EDQUOT).
+	// HTTP 507.
+	ErrNoSpace = errors.New("no space left")
+)
+
+// Defaults of the caps.
+const (
+	// DefaultMaxBytes caps a transfer when the caller sets no cap.
+	DefaultMaxBytes = 1 << 30
+	// DefaultMaxEntries caps the entries of a tar.
+	DefaultMaxEntries = 100_000
+)
+
+// stagingPrefix starts the name of an upload's staging entry.
+const stagingPrefix = ".shellbox-upload-"
+
+// copyBuffer is the size of the buffer of one transfer's copy.
+const copyBuffer = 256 << 10
+
+// Tree is a session's root, as the process serving it sees it.
+type Tree struct {
+	// Root is the absolute, clean path of the session root.
+	Root string
+	// UID and GID, when UID >= 0, are the ids file operations run as (the
+	// sandbox user; the process needs CAP_SETUID and CAP_SETGID). -1: as the
+	// process.
+	UID, GID int
+}
+
+// Limits cap one transfer. Zero fields take the defaults.
+type Limits struct {
+	// MaxBytes caps the bytes of the transfer: a file's, or a tar stream's.
+	MaxBytes int64
+	// MaxEntries caps the entries of a tar.
+	MaxEntries int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	return l
+}
+
+// Info describes a file in the tree.
+type Info struct {
+	// Path is the path asked for, cleaned and absolute.
+	Path string `json:"path"`
+	// Type is "file", "directory", "symlink" (Stat does not follow a final
+	// symlink) or "other".
+	Type    string      `json:"type"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	ModTime time.Time   `json:"modTime"`
+	// Target is a symlink's target.
+	Target string `json:"target,omitempty"`
+}
+
+// Types of Info.Type.
+const (
+	TypeFile      = "file"
+	TypeDirectory = "directory"
+	TypeSymlink   = "symlink"
+	TypeOther     = "other"
+)
+
+func typeOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return TypeFile
+	case m.IsDir():
+		return TypeDirectory
+	case m&fs.ModeSymlink != 0:
+		return TypeSymlink
+	}
+	return TypeOther
+}
+
+// Written is the outcome of an upload.
+type Written struct {
+	// Path is the target, cleaned and absolute.
+	Path string `json:"path"`
+	// Bytes is what was received: the file's bytes, or the tar stream's.
+	Bytes int64 `json:"bytes"`
+	// Files, Dirs and Links count what was created (a file upload: Files 1).
+	Files int `json:"files"`
+	Dirs  int `json:"dirs,omitempty"`
+	Links int `json:"links,omitempty"`
+}
+
+// resolve returns p as an absolute clean path and its path relative to the
+// root ("." for the root). A path outside the root is refused by its text
+// here, and by os.Root when a symlink would lead out.
+func (t Tree) resolve(p string) (abs, rel string, err error) {
+	if p == "" {
+		return "", "", executor.Errorf(executor.ErrInvalid, "a path is required")
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", "", executor.Errorf(executor.ErrInvalid, "invalid path %q: contains NUL", p)
+	}
+	abs = p
+	if !path.IsAbs(abs) {
+		abs = path.Join(t.Root, abs)
+	}
+	abs = path.Clean(abs)
+	if !executor.Within(abs, t.Root) {
+		return "", "", outside(p, t.Root)
+	}
+	rel = strings.TrimPrefix(strings.TrimPrefix(abs, t.Root), "/")
+	if rel == "" {
+		rel = "."
+	}
+	return abs, rel, nil
+}
+
+func outside(p, root string) error {
+	return executor.Errorf(executor.ErrInvalid, "invalid path: %s is outside the session root %s", p, root)
+}
+
+// openRoot opens the tree's root.
+func (t Tree) openRoot() (*os.Root, error) {
+	r, err := os.OpenRoot(t.Root)
+	if err != nil {
+		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", t.Root, err)
+	}
+	return r, nil
+}
+
+// Stat describes the file at p, without following a final symlink.
+func (t Tree) Stat(p string) (Info, error) {
+	abs, rel, err := t.resolve(p)
+	if err != nil {
+		return Info{}, err
+	}
+	var info Info
+	err = t.asUser(func() error {
+		r, err := t.openRoot()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		fi, err := r.Lstat(rel)
+		if err != nil {
+			return t.pathError(p, err)
+		}
+		info = infoOf(abs, fi)
+		if info.Type == TypeSymlink {
+			info.Target, _ = r.Readlink(rel)
+		}
+		return nil
+	})
+	return info, err
+}
+
+func infoOf(abs string, fi fs.FileInfo) Info {
+	return Info{Path: abs, Type: typeOf(fi.Mode()), Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime().UTC()}
+}
+
+// pathError classes a failure to reach p: missing is not found; a symlink
+// that leads out, a component that is not a directory, a loop, a denied
+// permission are invalid. The message names p as the caller wrote it.
+func (t Tree) pathError(p string, err error) error {
+	var pe *fs.PathError
+	var le *os.LinkError
+	var cause = err
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	} else if errors.As(err, &le) {
+		cause = le.Err
+	}
+	switch {
+	case escapes(err):
+		return executor.Errorf(executor.ErrInvalid, "invalid path: %s leads outside the session root %s (through a symlink)", p, t.Root)
+	case errors.Is(err, fs.ErrNotExist):
+		return executor.Errorf(executor.ErrNotFound, "no such file or directory: %s", p)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return executor.Errorf(ErrNoSpace, "no space left on the filesystem of %s (ENOSPC)", p)
+	case errors.Is(err, syscall.ENOTDIR):
+		return executor.Errorf(executor.ErrInvalid, "invalid path: %s: a component is not a directory", p)
+	case errors.Is(err, syscall.ELOOP):
+		return executor.Errorf(executor.ErrInvalid, "invalid path: %s: too many levels of symlinks", p)
+	case errors.Is(err, syscall.EISDIR):
+		return executor.Errorf(executor.ErrInvalid, "%s is a directory, not a file", p)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return executor.Errorf(executor.ErrInvalid, "%s: %w", p, cause)
+	}
+	return fmt.Errorf("%s: %w", p, cause)
+}
+
+// escapes reports os.Root's error for a path that leaves it; it has no
+// exported sentinel.
+func escapes(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// capReader fails once more than max bytes were read, with an error naming
+// the path and the limit.
+type capReader struct {
+	r    io.Reader
+	n    int64
+	max  int64
+	path string
+	// zeros counts the zero bytes read last: a tar ends with two zero
+	// blocks, which archive/tar does not insist on.
+	zeros int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n > c.max {
+		return 0, tooLarge(c.path, c.max)
+	}
+	if rest := c.max + 1 - c.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	for _, b := range p[:n] {
+		if b != 0 {
+			c.zeros = 0
+		} else {
+			c.zeros++
+		}
+	}
+	if c.n > c.max {
+		return n, tooLarge(c.path, c.max)
+	}
+	return n, err
+}
+
+func tooLarge(p string, max int64) error {
+	return executor.Errorf(ErrTooLarge, "upload of %s exceeds the limit of %d bytes (policy files.maxBytes)", p, max)
+}
