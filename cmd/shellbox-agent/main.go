@@ -30,6 +30,9 @@
 // (sandbox/egress): an HTTP proxy with no way out but the server's relay,
 // which polls it over the socket.
 //
+// It serves uploads and downloads in --root (PUT and GET /v1/files),
+// confined to it and done as --uid/--gid (package executor/files).
+//
 // SIGTERM or SIGINT stops serving, kills every command and exits.
 package main
 
@@ -44,6 +47,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -54,6 +58,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
@@ -193,7 +198,14 @@ func serve(o options, logger *log.Logger) error {
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir}
+	// Uploads and downloads act as the commands' user (setfsuid, which
+	// CAP_SETUID and CAP_SETGID allow): what they create is the user's,
+	// and they can reach nothing the commands could not.
+	tree := &files.Tree{Root: filepath.Clean(o.root), UID: -1, GID: -1}
+	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
+		tree.UID, tree.GID = o.uid, o.gid
+	}
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {

@@ -52,6 +52,9 @@
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}
 //	GET  /v1/spill?path=P[&offset=N][&limit=M] → the bytes of spill file P (application/octet-stream)
 //	POST /v1/egress                  (Upgrade: shellbox-egress/1) → 204, or 101 and a proxied connection
+//	PUT  /v1/files?path=P[&max=N][&entries=M][&mode=0644]  a file's bytes, or (Content-Type: application/x-tar) a tar into the directory P → files.Written
+//	GET  /v1/files?path=P[&max=N][&entries=M]  → a file's bytes, or (Accept: application/x-tar) a tar of P; Shellbox-File: files.Info as JSON
+//	GET  /v1/files/stat?path=P       → files.Info (a final symlink not followed)
 //
 // /v1/egress exists only in an agent that runs the sandbox's egress proxy;
 // its long poll and what follows the 101 are sandbox/egress's (see that
@@ -71,6 +74,16 @@
 // so fewer bytes than M mean its end (a running task's spill may grow
 // later; page on from there). An offset past the end answers an empty body.
 //
+// /v1/files exist only in an agent given its session root (ServerConfig.Files;
+// the agent always is). P is absolute inside the root or relative to it; the
+// agent resolves it where the files are, through an os.Root, as the sandbox
+// user, and writes atomically: package files says how. The caps are the
+// caller's (the policy's): max bytes of the transfer (for a tar, the
+// stream), max entries of a tar; over them answers 413 (class too_large),
+// while streaming. A full filesystem answers 507 (class no_space). A
+// download that fails once its answer began breaks the connection, so a
+// short stream is never mistaken for a whole one.
+//
 // A task of another session answers exactly as an unknown id. Request bodies
 // are bounded (MaxSpecBytes for specs, MaxSmallBytes otherwise).
 //
@@ -86,6 +99,8 @@
 //	aborted      499  executor.ErrAborted
 //	limit        429  executor.ErrLimit
 //	unavailable  503  executor.ErrUnavailable
+//	too_large    413  files.ErrTooLarge
+//	no_space     507  files.ErrNoSpace
 //	internal     500  an error without a class (a plain error on the client)
 //
 // # Lifetimes

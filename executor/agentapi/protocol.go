@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/files"
 )
 
 // Protocol is the version of the protocol this package speaks. It changes
@@ -111,6 +112,8 @@ const (
 	ClassLimit       = "limit"       // 429
 	ClassUnavailable = "unavailable" // 503
 	ClassInternal    = "internal"    // 500: an error without a class
+	ClassTooLarge    = "too_large"   // 413: over a transfer's cap
+	ClassNoSpace     = "no_space"    // 507: the target's filesystem is full
 )
 
 // StatusClientClosed is the status of an aborted call. Nobody normally reads
@@ -127,6 +130,8 @@ var classes = []struct {
 	{ClassAborted, executor.ErrAborted, StatusClientClosed},
 	{ClassLimit, executor.ErrLimit, http.StatusTooManyRequests},
 	{ClassUnavailable, executor.ErrUnavailable, http.StatusServiceUnavailable},
+	{ClassTooLarge, files.ErrTooLarge, http.StatusRequestEntityTooLarge},
+	{ClassNoSpace, files.ErrNoSpace, http.StatusInsufficientStorage},
 }
 
 // encodeError is err as a wire error and its HTTP status.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/files"
 )
 
 // ServerConfig configures a Server.
@@ -42,6 +43,11 @@ type ServerConfig struct {
 	// server that has no host path to them. Unset, the endpoint answers
 	// 404 like any unknown one.
 	SpillDir string
+	// Files, if set, serves PUT and GET /v1/files and GET /v1/files/stat:
+	// uploads and downloads in the session root, confined to it, as its
+	// user (package files). Unset, they answer 404 like any unknown
+	// endpoint.
+	Files *files.Tree
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -91,6 +97,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/has", s.has)
 	if cfg.SpillDir != "" {
 		s.mux.HandleFunc("GET /v1/spill", s.spill)
+	}
+	if cfg.Files != nil {
+		s.mux.HandleFunc("PUT /v1/files", s.putFile)
+		s.mux.HandleFunc("GET /v1/files", s.getFile)
+		s.mux.HandleFunc("GET /v1/files/stat", s.statFile)
 	}
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
