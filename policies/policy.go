@@ -133,6 +133,9 @@ type Policy struct {
 	MaxSessions        int
 	IdleTTL            time.Duration
 
+	// Files decides transfers of files in and out of sessions.
+	Files Files
+
 	rules []*rule
 	// byName indexes the per-command rules that can only match a command
 	// of that basename; generic lists the other per-command rules. Both
@@ -213,6 +216,7 @@ func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	compileEnv(l, p, env)
 	compileSandbox(l, p, &f.Sandbox)
 	compileLimits(l, p, &f.Limits)
+	compileFiles(l, p, &f.Files)
 
 	names := map[string]int{}
 	for i := range f.Rules {

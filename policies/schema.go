@@ -27,6 +27,7 @@ type fileSchema struct {
 	Limits      limitsSchema      `mapstructure:"limits"`
 	Rules       []ruleSchema      `mapstructure:"rules"`
 	Escalations escalationsSchema `mapstructure:"escalations"`
+	Files       filesSchema       `mapstructure:"files"`
 	Tests       []testSchema      `mapstructure:"tests"`
 }
 
