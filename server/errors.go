@@ -49,6 +49,12 @@ func statusOf(err error) (int, string) {
 		return http.StatusForbidden, "not_allowed"
 	case errors.Is(err, ErrInvalid):
 		return http.StatusBadRequest, "invalid"
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, ErrNoSpace):
+		return http.StatusInsufficientStorage, "no_space"
 	case errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
 	default:

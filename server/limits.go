@@ -56,9 +56,14 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 }
 
 // limitBody bounds every request body; reading past the bound fails, and
-// readBody turns that into 413.
+// readBody turns that into 413. A file upload streams under the tenant
+// policy's cap instead (FileTransfer).
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isFileUpload(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength > s.cfg.MaxBodyBytes {
 			s.countError("body_too_large")
 			writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", s.bodyTooLarge())

@@ -102,6 +102,8 @@ type tenant struct {
 	forget func(session string)
 	// seen lists the sessions used (local).
 	seen *sessionSet
+	// root is the tenant's root (local).
+	root string
 }
 
 var _ server.Backend = (*Layer)(nil)
@@ -243,11 +245,11 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 	tb := &tenant{}
 	var home string
 	if l.manager == nil {
-		e, root, err := l.localExecutor(name, limits)
+		e, root, h, err := l.localExecutor(name, limits)
 		if err != nil {
 			return nil, err
 		}
-		home = root
+		home, tb.root = h, root
 		tb.seen = &sessionSet{m: map[string]time.Time{}}
 		tb.exec, tb.close = recording{e, tb.seen}, e.Close
 	} else {
@@ -292,14 +294,15 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 	return tb, nil
 }
 
-// localExecutor is the local backend's executor of a tenant, and its root.
-func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Executor, string, error) {
+// localExecutor is the local backend's executor of a tenant, its root and
+// its home.
+func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Executor, string, string, error) {
 	lc := l.cfg.Local
 	root := lc.Root
 	if root == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, "", fmt.Errorf("local backend: %w", err)
+			return nil, "", "", fmt.Errorf("local backend: %w", err)
 		}
 		root = wd
 	}
@@ -309,13 +312,13 @@ func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Execu
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return nil, "", fmt.Errorf("local backend: root: %w", err)
+		return nil, "", "", fmt.Errorf("local backend: root: %w", err)
 	}
 	if spill, err = filepath.Abs(spill); err != nil {
-		return nil, "", fmt.Errorf("local backend: spillDir: %w", err)
+		return nil, "", "", fmt.Errorf("local backend: spillDir: %w", err)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, "", fmt.Errorf("local backend: %w", err)
+		return nil, "", "", fmt.Errorf("local backend: %w", err)
 	}
 	home := lc.Home
 	if home == "" {
@@ -323,9 +326,9 @@ func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Execu
 	}
 	e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: limits, Cgroup: local.CgroupMode(lc.Cgroup)})
 	if err != nil {
-		return nil, "", fmt.Errorf("local backend: %w", err)
+		return nil, "", "", fmt.Errorf("local backend: %w", err)
 	}
-	return e, home, nil
+	return e, root, home, nil
 }
 
 // Toolset implements server.Backend.

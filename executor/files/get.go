@@ -238,3 +238,38 @@ func writeFile(tw *tar.Writer, name string, f *os.File, fi fs.FileInfo, abs stri
 	}
 	return copyFile(tw, f, fi.Size(), abs)
 }
+
+// Open is Get for a caller that reads: it returns what p is and a body to
+// read and Close (ctx must last until then). Get runs in a goroutine that
+// writes into a pipe and ends when the body is read to its end or closed.
+// A stream that breaks off fails the body's Read.
+func (t Tree) Open(ctx context.Context, p string, o GetOptions) (Info, io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	infos := make(chan Info, 1)
+	errs := make(chan error, 1)
+	go func() {
+		err := t.Get(ctx, p, o, func(info Info) (io.Writer, error) {
+			infos <- info
+			return pw, nil
+		})
+		if err == nil {
+			pw.Close()
+		} else {
+			pw.CloseWithError(err)
+		}
+		errs <- err
+	}()
+	select {
+	case info := <-infos:
+		return info, pr, nil
+	case err := <-errs:
+		// open may have been called too (an empty file, or a stream that
+		// broke at once): then the body tells.
+		select {
+		case info := <-infos:
+			return info, pr, nil
+		default:
+		}
+		return Info{}, nil, err
+	}
+}

@@ -5,7 +5,9 @@ package servertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
@@ -39,6 +42,8 @@ type LocalBackend struct {
 
 	// Gate, if set, supplies a tenant's policy gate (nil: allow all).
 	Gate func(tenant string) tools.Gate
+	// FileLimits cap file transfers (zero: the files package's defaults).
+	FileLimits files.Limits
 
 	mu       sync.Mutex
 	sets     map[string]*tools.Toolset
@@ -175,6 +180,69 @@ func (b *LocalBackend) PeekTask(ctx context.Context, tenant, session, id string)
 		return server.TaskPeek{}, err
 	}
 	return server.TaskPeek{Stdout: o.Stdout, Stderr: o.Stderr, Status: o.Status}, nil
+}
+
+// tree is the tenant's root as a files.Tree, the Toolset made first.
+func (b *LocalBackend) tree(ctx context.Context, tenant string) (files.Tree, error) {
+	if _, err := b.Toolset(ctx, tenant); err != nil {
+		return files.Tree{}, err
+	}
+	return files.Tree{Root: filepath.Join(b.Dir, tenant, "root"), UID: -1, GID: -1}, nil
+}
+
+// fileErr maps the files package's classes onto the server's.
+func fileErr(err error) error {
+	class := server.ErrUnavailable
+	switch {
+	case errors.Is(err, executor.ErrInvalid), errors.Is(err, executor.ErrAborted):
+		class = server.ErrInvalid
+	case errors.Is(err, executor.ErrNotFound):
+		class = server.ErrNotFound
+	case errors.Is(err, files.ErrTooLarge):
+		class = server.ErrTooLarge
+	case errors.Is(err, files.ErrNoSpace):
+		class = server.ErrNoSpace
+	}
+	return server.Errorf(class, "%v", err)
+}
+
+// PutFile implements server.FileTransfer in the tenant's root.
+func (b *LocalBackend) PutFile(ctx context.Context, tenant, session, p string, body io.Reader, o server.PutFileOptions) (files.Written, error) {
+	t, err := b.tree(ctx, tenant)
+	if err != nil {
+		return files.Written{}, err
+	}
+	w, err := t.Put(ctx, p, body, files.PutOptions{Tar: o.Tar, Mode: o.Mode, Limits: b.FileLimits})
+	if err != nil {
+		return files.Written{}, fileErr(err)
+	}
+	return w, nil
+}
+
+// GetFile implements server.FileTransfer in the tenant's root.
+func (b *LocalBackend) GetFile(ctx context.Context, tenant, session, p string, tar bool) (files.Info, io.ReadCloser, error) {
+	t, err := b.tree(ctx, tenant)
+	if err != nil {
+		return files.Info{}, nil, err
+	}
+	info, body, err := t.Open(ctx, p, files.GetOptions{Tar: tar, Limits: b.FileLimits})
+	if err != nil {
+		return files.Info{}, nil, fileErr(err)
+	}
+	return info, body, nil
+}
+
+// StatFile implements server.FileTransfer in the tenant's root.
+func (b *LocalBackend) StatFile(ctx context.Context, tenant, session, p string) (files.Info, error) {
+	t, err := b.tree(ctx, tenant)
+	if err != nil {
+		return files.Info{}, err
+	}
+	info, err := t.Stat(p)
+	if err != nil {
+		return files.Info{}, fileErr(err)
+	}
+	return info, nil
 }
 
 // Ready implements server.Backend.

@@ -1,0 +1,71 @@
+package sandboxed
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/files"
+)
+
+// FileAgent is the files ability of a connection to an agent
+// (agentapi.Client has it): uploads and downloads in the sandbox's root,
+// done by the agent where the files are.
+type FileAgent interface {
+	PutFile(ctx context.Context, path string, body io.Reader, o files.PutOptions) (files.Written, error)
+	GetFile(ctx context.Context, path string, o files.GetOptions) (files.Info, io.ReadCloser, error)
+	StatFile(ctx context.Context, path string) (files.Info, error)
+}
+
+// Files returns the files ability of the session's agent, creating the
+// sandbox as a call would. A transfer whose connection breaks drops it, as
+// a call's does; the agent's answers (invalid, not found, too large, no
+// space) keep it.
+func (e *Executor) Files(ctx context.Context, session string) (FileAgent, error) {
+	a, err := e.agent(ctx, session)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, executor.Aborted()
+		}
+		return nil, err
+	}
+	fa, ok := a.Agent.(FileAgent)
+	if !ok {
+		return nil, executor.Errorf(executor.ErrUnavailable, "the agent of session %s cannot transfer files", session)
+	}
+	return fileConn{fa: fa, e: e, session: session, c: a}, nil
+}
+
+// Root is the session root inside the sandbox.
+func (e *Executor) Root() string { return e.cfg.Root }
+
+type fileConn struct {
+	fa      FileAgent
+	e       *Executor
+	session string
+	c       *conn
+}
+
+// check drops the connection after a transport failure.
+func (f fileConn) check(err error) error {
+	if err == nil || classified(err) || errors.Is(err, files.ErrTooLarge) || errors.Is(err, files.ErrNoSpace) {
+		return err
+	}
+	return f.e.check(f.session, f.c, err)
+}
+
+func (f fileConn) PutFile(ctx context.Context, path string, body io.Reader, o files.PutOptions) (files.Written, error) {
+	w, err := f.fa.PutFile(ctx, path, body, o)
+	return w, f.check(err)
+}
+
+func (f fileConn) GetFile(ctx context.Context, path string, o files.GetOptions) (files.Info, io.ReadCloser, error) {
+	info, body, err := f.fa.GetFile(ctx, path, o)
+	return info, body, f.check(err)
+}
+
+func (f fileConn) StatFile(ctx context.Context, path string) (files.Info, error) {
+	info, err := f.fa.StatFile(ctx, path)
+	return info, f.check(err)
+}
