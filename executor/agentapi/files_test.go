@@ -171,3 +171,31 @@ func TestFilesTarAndErrors(t *testing.T) {
 type errAfter struct{}
 
 func (errAfter) Read([]byte) (int, error) { return 0, errors.New("client went away") }
+
+// BenchmarkFiles: 100 MB up and down through the protocol over a unix
+// socket, into a local root.
+func BenchmarkFiles(b *testing.B) {
+	c, _, _ := filesAgent(b)
+	ctx := context.Background()
+	data := make([]byte, 100<<20)
+	rand.NewChaCha8([32]byte{}).Read(data)
+	b.Run("upload", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := c.PutFile(ctx, "blob", bytes.NewReader(data), files.PutOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("download", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			_, body, err := c.GetFile(ctx, "blob", files.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, body)
+			body.Close()
+		}
+	})
+}

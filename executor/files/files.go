@@ -269,12 +269,16 @@ func (c *capReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	for _, b := range p[:n] {
-		if b != 0 {
-			c.zeros = 0
-		} else {
-			c.zeros++
-		}
+	// The trailing run of zeros, scanned from the end: data that is not
+	// zeros stops the scan at once.
+	i := n - 1
+	for i >= 0 && p[i] == 0 {
+		i--
+	}
+	if i < 0 {
+		c.zeros += int64(n)
+	} else {
+		c.zeros = int64(n - 1 - i)
 	}
 	if c.n > c.max {
 		return n, tooLarge(c.path, c.max)
