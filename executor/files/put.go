@@ -32,7 +32,8 @@ type PutOptions struct {
 
 // Put writes body at p (see the package doc for confinement, atomicity and
 // bounds). Parent directories that are missing are created (0755, the
-// user's). body is read to its end; ctx ending makes the upload fail with
+// user's). A symlink at p (one that stays inside the root) is replaced by
+// the file, not written through. body is read to its end; ctx ending makes the upload fail with
 // nothing written (a body bound to a request also fails to read then).
 //
 // Errors: p outside the root or through a symlink that leads out, a
