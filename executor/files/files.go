@@ -23,6 +23,15 @@
 // failed upload created (the staging entry, missing parent directories) is
 // removed.
 //
+// A tar may hold files, directories, symlinks and hard links: names are
+// relative without "..", link targets stay inside the tree by their text
+// (absolute symlinks are refused), and no entry is written through a
+// symlink an earlier entry made. Devices, FIFOs and the like are refused.
+//
+// gVisor does not confine os.Root (its walk follows a symlink to /etc), so
+// every file and directory opened is also checked by its real path
+// (/proc/self/fd) against the root's: the second line, as for workdirs.
+//
 // Bounds. Memory is bounded both ways (a fixed copy buffer); the bytes of a
 // transfer (for a tar, the stream), the entries of a tar, are capped by the
 // caller (the policy), and the error names the path and the limit.
@@ -35,6 +44,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -172,13 +182,69 @@ func outside(p, root string) error {
 	return executor.Errorf(executor.ErrInvalid, "invalid path: %s is outside the session root %s", p, root)
 }
 
+// root is the tree's root, open, and its real path.
+type root struct {
+	*os.Root
+	real string
+	t    Tree
+}
+
 // openRoot opens the tree's root.
-func (t Tree) openRoot() (*os.Root, error) {
+func (t Tree) openRoot() (*root, error) {
 	r, err := os.OpenRoot(t.Root)
 	if err != nil {
 		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", t.Root, err)
 	}
-	return r, nil
+	d, err := r.Open(".")
+	if err != nil {
+		r.Close()
+		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", t.Root, err)
+	}
+	defer d.Close()
+	real, err := fdPath(d)
+	if err != nil {
+		r.Close()
+		return nil, executor.Errorf(executor.ErrUnavailable, "session root %s: %w", t.Root, err)
+	}
+	return &root{Root: r, real: real, t: t}, nil
+}
+
+// fdPath is the real path of an open file.
+func fdPath(f *os.File) (string, error) {
+	return os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+}
+
+// check makes sure f, opened below the root for abs, really is inside it:
+// the second line behind os.Root, whose walk gVisor does not confine (it
+// follows a symlink to /etc). f is closed when it is not.
+func (r *root) check(f *os.File, abs string) error {
+	real, err := fdPath(f)
+	if err == nil && executor.Within(real, r.real) {
+		return nil
+	}
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", abs, err)
+	}
+	return executor.Errorf(executor.ErrInvalid, "invalid path: %s leads outside the session root %s (through a symlink)", abs, r.t.Root)
+}
+
+// openDir opens the directory rel below r as a root of its own, checked
+// to be inside r.
+func (r *root) openDir(rel, abs string) (*os.Root, error) {
+	d, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, r.t.pathError(abs, err)
+	}
+	if err := r.check(d, abs); err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	sub, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
+	if err != nil {
+		return nil, r.t.pathError(abs, err)
+	}
+	return sub, nil
 }
 
 // Stat describes the file at p, without following a final symlink.
@@ -194,13 +260,19 @@ func (t Tree) Stat(p string) (Info, error) {
 			return err
 		}
 		defer r.Close()
-		fi, err := r.Lstat(rel)
+		dir, err := r.openDir(path.Dir(rel), abs)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		base := path.Base(rel)
+		fi, err := dir.Lstat(base)
 		if err != nil {
 			return t.pathError(p, err)
 		}
 		info = infoOf(abs, fi)
 		if info.Type == TypeSymlink {
-			info.Target, _ = r.Readlink(rel)
+			info.Target, _ = dir.Readlink(base)
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"syscall"
 
 	"github.com/shellbox/shellbox/executor"
@@ -56,6 +57,9 @@ func (t Tree) Get(ctx context.Context, p string, o GetOptions, open func(Info) (
 		if err != nil {
 			return t.pathError(abs, err)
 		}
+		if err := r.check(f, abs); err != nil {
+			return err
+		}
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
@@ -92,12 +96,13 @@ func (t Tree) Get(ctx context.Context, p string, o GetOptions, open func(Info) (
 			}
 			return tw.Close()
 		}
-		f.Close()
-		dr, err := r.OpenRoot(rel)
+		// The directory just checked, not its path again.
+		dr, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
 		if err != nil {
 			return t.pathError(abs, err)
 		}
 		defer dr.Close()
+		f.Close()
 		total, err := measure(ctx, dr, abs, lim)
 		if err != nil {
 			return err
@@ -166,9 +171,18 @@ func measure(ctx context.Context, dr *os.Root, abs string, lim Limits) (int64, e
 // writeTree writes the tree below dr as a tar whose entries start with
 // base.
 func writeTree(ctx context.Context, w io.Writer, dr *os.Root, base, abs string, lim Limits) error {
+	d, err := dr.Open(".")
+	if err != nil {
+		return fmt.Errorf("download of %s: %w", abs, err)
+	}
+	top, err := fdPath(d)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("download of %s: %w", abs, err)
+	}
 	tw := tar.NewWriter(w)
 	var total int64
-	err := fs.WalkDir(dr.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(dr.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -203,6 +217,11 @@ func writeTree(ctx context.Context, w io.Writer, dr *os.Root, base, abs string, 
 				return err
 			}
 			defer f.Close()
+			// A directory on the way swapped for a symlink out since the
+			// walk listed it: os.Root refuses it, except under gVisor.
+			if real, err := fdPath(f); err != nil || !executor.Within(real, top) {
+				return fmt.Errorf("%s left the directory while it was read", path.Join(abs, p))
+			}
 			fi, err := f.Stat()
 			if err != nil || !fi.Mode().IsRegular() {
 				return err

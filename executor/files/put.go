@@ -65,9 +65,9 @@ func (t Tree) Put(ctx context.Context, p string, body io.Reader, o PutOptions) (
 		if err != nil {
 			return err
 		}
-		ar, err := r.OpenRoot(anc)
+		ar, err := r.openDir(anc, abs)
 		if err != nil {
-			return t.pathError(abs, err)
+			return err
 		}
 		defer ar.Close()
 		u := upload{t: t, ctx: ctx, ar: ar, abs: abs, missing: missing, in: in, lim: lim}
@@ -93,7 +93,7 @@ func (t Tree) Put(ctx context.Context, p string, body io.Reader, o PutOptions) (
 // itself when it exists), relative to r, and the components below it that
 // are missing. Existing components must be directories (symlinks to
 // directories inside the root are followed).
-func (t Tree) nearest(r *os.Root, dir, abs string) (string, []string, error) {
+func (t Tree) nearest(r *root, dir, abs string) (string, []string, error) {
 	if dir == "." {
 		return ".", nil, nil
 	}
@@ -279,7 +279,7 @@ func (u *upload) tar() (Written, error) {
 		return Written{}, u.t.pathError(u.abs, err)
 	}
 	defer sr.Close()
-	x := extractor{u: u, r: sr, dirs: map[string]tarDir{}}
+	x := extractor{u: u, r: sr, dirs: map[string]tarDir{}, real: map[string]bool{}}
 	w, rootMode, err := x.run()
 	if err != nil {
 		return Written{}, err
@@ -370,6 +370,7 @@ type extractor struct {
 	u    *upload
 	r    *os.Root
 	dirs map[string]tarDir
+	real map[string]bool // directories known not to be symlinks
 	tr   *tar.Reader
 	buf  []byte
 }
@@ -463,8 +464,39 @@ func (x *extractor) name(n string) (string, error) {
 	return c, nil
 }
 
+// direct checks that no directory on the way to name (in the staging
+// tree) is a symlink: an entry is written where its name says, never
+// through a link an earlier entry made (os.Root would refuse one that leads
+// out, but gVisor does not confine os.Root, and "up -> ." makes "../.."
+// look inside when it is not).
+func (x *extractor) direct(orig, name string) error {
+	dir := path.Dir(name)
+	for d := dir; d != "."; d = path.Dir(d) {
+		if x.real[d] {
+			break
+		}
+		fi, err := x.r.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return x.fsError(orig, err)
+		}
+		if !fi.IsDir() {
+			return x.bad(orig, "goes through "+d+", which is not a directory")
+		}
+	}
+	for d := dir; d != "." && !x.real[d]; d = path.Dir(d) {
+		x.real[d] = true
+	}
+	return nil
+}
+
 // entry writes one entry.
 func (x *extractor) entry(hdr *tar.Header, name string, mode fs.FileMode, w *Written) error {
+	if err := x.direct(hdr.Name, name); err != nil {
+		return err
+	}
 	if dir := path.Dir(name); dir != "." {
 		if err := x.r.MkdirAll(dir, 0o755); err != nil {
 			return x.fsError(hdr.Name, err)
@@ -521,6 +553,9 @@ func (x *extractor) entry(hdr *tar.Header, name string, mode fs.FileMode, w *Wri
 		t, err := x.name(hdr.Linkname)
 		if err != nil || t == "." {
 			return x.bad(hdr.Name, "hard link to "+hdr.Linkname+" leads outside the destination")
+		}
+		if err := x.direct(hdr.Name, t); err != nil {
+			return err
 		}
 		if err := x.replace(hdr.Name, name); err != nil {
 			return err

@@ -2,6 +2,7 @@ package files
 
 import (
 	"runtime"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -14,34 +15,26 @@ import (
 // the calling goroutine: the ids belong to its thread. With UID < 0 fn runs
 // as the process.
 //
-// The thread is restored before it is unlocked; if it cannot be, it stays
-// locked and dies with the goroutine rather than go back to the pool with
-// another user's ids.
+// The ids are the thread's alone: setfsuid(2) where the kernel has it, else
+// (gVisor has no setfsuid) the thread's effective ids, with raw
+// setresuid(2)/setresgid(2) calls that, unlike Go's syscall.Setresuid, do
+// not reach the other threads; the real and saved ids stay root's, so the
+// thread can come back and its commands still cannot signal or trace it.
+// The Go runtime starts no thread from a locked one (it asks its template
+// thread), so no other thread inherits the ids. The thread is restored
+// before it is unlocked; if it cannot be, it stays locked and dies with the
+// goroutine rather than go back to the pool as another user.
 func (t Tree) asUser(fn func() error) error {
 	if t.UID < 0 {
 		return fn()
 	}
 	runtime.LockOSThread()
-	prevUID, _ := unix.SetfsuidRetUid(-1)
-	prevGID, _ := unix.SetfsgidRetGid(-1)
-	restore := func() bool {
-		unix.Setfsuid(prevUID)
-		unix.Setfsgid(prevGID)
-		u, _ := unix.SetfsuidRetUid(-1)
-		g, _ := unix.SetfsgidRetGid(-1)
-		return u == prevUID && g == prevGID
-	}
-	// setfsuid(2) reports no error: it returns the previous id whatever
-	// happened, so the new ids are read back.
-	unix.Setfsgid(t.GID)
-	unix.Setfsuid(t.UID)
-	u, _ := unix.SetfsuidRetUid(-1)
-	g, _ := unix.SetfsgidRetGid(-1)
-	if u != t.UID || g != t.GID {
+	restore, err := switchIDs(t.UID, t.GID)
+	if err != nil {
 		if restore() {
 			runtime.UnlockOSThread()
 		}
-		return executor.Errorf(executor.ErrUnavailable, "files: cannot act as %d:%d (fsuid %d, fsgid %d): the agent needs CAP_SETUID and CAP_SETGID", t.UID, t.GID, u, g)
+		return err
 	}
 	defer func() {
 		if restore() {
@@ -49,4 +42,79 @@ func (t Tree) asUser(fn func() error) error {
 		}
 	}()
 	return fn()
+}
+
+// forceEffectiveIDs makes switchIDs skip setfsuid (tests of the gVisor
+// path on a Linux kernel).
+var forceEffectiveIDs = false
+
+// switchIDs switches the thread to uid and gid for file access and returns
+// how to switch back (true: restored).
+func switchIDs(uid, gid int) (restore func() bool, err error) {
+	prevUID, uerr := unix.SetfsuidRetUid(-1)
+	prevGID, gerr := unix.SetfsgidRetGid(-1)
+	if !forceEffectiveIDs && uerr == nil && gerr == nil && prevUID >= 0 && prevGID >= 0 {
+		restore = func() bool {
+			unix.Setfsuid(prevUID)
+			unix.Setfsgid(prevGID)
+			u, _ := unix.SetfsuidRetUid(-1)
+			g, _ := unix.SetfsgidRetGid(-1)
+			return u == prevUID && g == prevGID
+		}
+		// setfsuid(2) reports no error: it returns the previous id
+		// whatever happened, so the new ids are read back.
+		unix.Setfsgid(gid)
+		unix.Setfsuid(uid)
+		u, _ := unix.SetfsuidRetUid(-1)
+		g, _ := unix.SetfsgidRetGid(-1)
+		if u == uid && g == gid {
+			return restore, nil
+		}
+		if !restore() {
+			return func() bool { return false }, cannotSwitch(uid, gid, "setfsuid")
+		}
+	}
+	// The thread's effective ids. gid first, while the thread is root.
+	_, peuid, _ := getres(unix.SYS_GETRESUID)
+	_, pegid, _ := getres(unix.SYS_GETRESGID)
+	restore = func() bool {
+		setres(unix.SYS_SETRESUID, peuid)
+		setres(unix.SYS_SETRESGID, pegid)
+		_, eu, _ := getres(unix.SYS_GETRESUID)
+		_, eg, _ := getres(unix.SYS_GETRESGID)
+		return eu == peuid && eg == pegid
+	}
+	if err := setres(unix.SYS_SETRESGID, gid); err != nil {
+		return restore, cannotSwitch(uid, gid, "setresgid: "+err.Error())
+	}
+	if err := setres(unix.SYS_SETRESUID, uid); err != nil {
+		return restore, cannotSwitch(uid, gid, "setresuid: "+err.Error())
+	}
+	_, eu, _ := getres(unix.SYS_GETRESUID)
+	_, eg, _ := getres(unix.SYS_GETRESGID)
+	if eu != uid || eg != gid {
+		return restore, cannotSwitch(uid, gid, "the ids did not change")
+	}
+	return restore, nil
+}
+
+func cannotSwitch(uid, gid int, why string) error {
+	return executor.Errorf(executor.ErrUnavailable, "files: cannot act as %d:%d (%s): the agent needs CAP_SETUID and CAP_SETGID", uid, gid, why)
+}
+
+// setres sets only the effective id of the calling thread (real and saved
+// stay): the raw system call, not Go's all-threads wrapper.
+func setres(trap uintptr, id int) error {
+	keep := ^uintptr(0) // -1: unchanged
+	if _, _, e := unix.RawSyscall(trap, keep, uintptr(id), keep); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// getres returns the calling thread's real, effective and saved ids.
+func getres(trap uintptr) (r, e, s int) {
+	var ru, eu, su uint32
+	unix.RawSyscall(trap, uintptr(unsafe.Pointer(&ru)), uintptr(unsafe.Pointer(&eu)), uintptr(unsafe.Pointer(&su)))
+	return int(ru), int(eu), int(su)
 }

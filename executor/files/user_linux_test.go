@@ -20,6 +20,16 @@ func unmount(dir string) error          { return unix.Unmount(dir, unix.MNT_DETA
 // user's, and the user's permissions apply (a root-only directory is
 // refused), as for the agent in a sandbox.
 func TestAsUser(t *testing.T) {
+	t.Run("setfsuid", testAsUser)
+	t.Run("effective-ids", func(t *testing.T) {
+		// gVisor's path: the thread's effective ids.
+		forceEffectiveIDs = true
+		defer func() { forceEffectiveIDs = false }()
+		testAsUser(t)
+	})
+}
+
+func testAsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch filesystem ids")
 	}
