@@ -358,3 +358,45 @@ func TestCreateLatency(t *testing.T) {
 		})
 	}
 }
+
+// TestOOMKilled: under gVisor a command over the memory limit makes the
+// host's OOM killer take the whole sandbox (the sentry); Get then reports
+// it exited and OOMKilled.
+func TestOOMKilled(t *testing.T) {
+	addr := containerdtest.Address(t)
+	rt := containerdtest.New(t, containerdtest.Config(t, addr), sandbox.RuntimeRunsc)
+	s := spec(t, sandbox.RuntimeRunsc, dockertest.Tenant("ctrd-oom"), "o", dockertest.Owner(t))
+	s.MemoryBytes, s.WorkspaceBytes, s.TmpBytes = 96*sandbox.MiB, 8*sandbox.MiB, 8*sandbox.MiB
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Remove(context.Background(), sb.ID) })
+	c := dial(t, sb, 30*time.Second)
+	lim := executor.DefaultLimits()
+	req, err := lim.Resolve(ctx, executor.Request{Session: sb.Session, Command: "head -c 400m /dev/zero | tail > /dev/null", Timeout: 20 * time.Second},
+		sandbox.WorkspacePath, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Run(ctx, req) // the agent dies with the sandbox
+	c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := rt.Get(ctx, sb.Tenant, sb.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == sandbox.StateExited {
+			if !got.OOMKilled {
+				t.Errorf("exited, OOMKilled false: %+v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the command outgrew the memory limit", got.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
