@@ -38,6 +38,11 @@ type simpleCommand struct {
 	// bash -c, ...): those are rule-checked on their own, so a wrapper that
 	// no rule matches does not take the default.
 	Wrapper bool
+	// opaque says why the command runs code it does not show (a script
+	// file, an interpreter's program, a Makefile): a rule that names the
+	// command decides; if none does, the unparseable decision applies
+	// instead of the default.
+	opaque string
 
 	name string // basename of Argv[0]; for pwsh, the command it resolves to
 	// pwsh: a command of a pwsh script: its name matches rules
@@ -82,6 +87,9 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 			lits[i] = true
 		}
 		sc := simpleCommand{Argv: words, Text: clip(strings.TrimSpace(command), maxTextBytes)}
+		if err := a.namesSet(command, words, lits, nil, ""); err != nil {
+			return nil, err
+		}
 		if err := a.wrapped(sc, lits, nil, command, 0); err != nil {
 			return nil, err
 		}
@@ -165,7 +173,8 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 
 type analyzer struct {
 	cmds       []simpleCommand
-	pwshBudget pwsh.Budget // the work of the pwsh readings of one analysis
+	exempted   []*syntax.Assign // prefix assignments known to be harmless (IFS= read)
+	pwshBudget pwsh.Budget      // the work of the pwsh readings of one analysis
 }
 
 func (a *analyzer) add(sc simpleCommand) error {
@@ -210,11 +219,32 @@ func (a *analyzer) script(src string, depth int, via string) (err error) {
 		if werr != nil {
 			return false
 		}
-		st, ok := n.(*syntax.Stmt)
-		if !ok {
-			return true
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			werr = a.stmt(src, n, depth, via)
+		case *syntax.Word:
+			werr = a.laterString(src, n, depth)
+		case *syntax.ParamExp:
+			werr = a.paramExp(src, n, via)
+		case *syntax.Assign:
+			werr = a.assign(src, n, depth, via)
+		case *syntax.DeclClause:
+			werr = a.declClause(src, n, via)
+		case *syntax.LetClause:
+			werr = a.letClause(src, n, via)
+		case *syntax.WordIter:
+			if n.Name != nil {
+				werr = a.setsName(n.Name.Value, n, via)
+			}
+		case *syntax.UnaryTest:
+			if n.Op == syntax.TsVarSet {
+				if w, ok := n.X.(*syntax.Word); ok {
+					if _, lit := wordValue(src, w); !lit {
+						werr = a.dynamicf(src, n, via, "`-v` is given a name that is not a literal; bash evaluates its subscript")
+					}
+				}
+			}
 		}
-		werr = a.stmt(src, st, depth, via)
 		return werr == nil
 	})
 	return werr
@@ -261,10 +291,23 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 		lits[i] = lit
 	}
 	sc.Dynamic = !lits[0] || isPattern(call.Args[0])
+	if !sc.Dynamic {
+		if err := a.namesSet(src, sc.Argv, lits, call, via); err != nil {
+			return err
+		}
+	}
 	for _, as := range call.Assigns {
 		// A command run with its lookup or loader changed is not the command
 		// its name says.
-		if as.Name != nil && hijacks(as.Name.Value) {
+		if as.Name == nil || sensitiveVar(as.Name.Value) == 0 {
+			continue
+		}
+		if as.Name.Value == "IFS" && !sc.Dynamic && lits[0] && splitsOnly(sc.Argv[0]) {
+			// IFS= read -r line: IFS only tells read how to split.
+			a.exempt(as)
+			continue
+		}
+		if sensitiveVar(as.Name.Value) == varHijack {
 			sc.Dynamic = true
 			sc.why = fmt.Sprintf("%s assigned in front of a command changes which program runs", as.Name.Value)
 		}
@@ -285,7 +328,11 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 	if in.kind == shellStdin || in.kind == pwshStdin {
 		in = stdinScript(src, stdin, in.kind == pwshStdin)
 	}
-	sc.Wrapper = in.kind != runsExec // find -exec: find itself acts too
+	if in.kind == opaqueCode {
+		sc.opaque = in.why
+		return a.add(sc)
+	}
+	sc.Wrapper = in.kind != runsExec && !in.acts // find -exec: find itself acts too
 	if err := a.add(sc); err != nil {
 		return err
 	}
@@ -321,6 +368,9 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 					return err
 				}
 				continue
+			}
+			if err := a.namesSet(src, inner.argv, inner.lits, nil, via); err != nil {
+				return err
 			}
 			// The inner command reads the wrapper's standard input, except
 			// under xargs and find, which give it none of theirs.
@@ -454,16 +504,6 @@ func isPatternString(s string) bool {
 		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
 			return true
 		}
-	}
-	return false
-}
-
-// hijacks reports whether assigning name before a command changes which
-// program runs or what it loads.
-func hijacks(name string) bool {
-	switch name {
-	case "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS":
-		return true
 	}
 	return false
 }

@@ -7,13 +7,24 @@
 //
 // The pieces, one file each: the schema and loader (schema.go, load.go,
 // nodecheck.go: file:line errors), the compiled Policy (policy.go), the
-// command analysis (command.go, wrappers.go; pwsh.go and pwsh_match.go
-// map what package pwsh reads of a PowerShell call onto it), the
+// command analysis (command.go, wrappers.go, argvwrappers.go with opts.go,
+// runners.go, later.go; pwsh.go and pwsh_match.go map what package pwsh
+// reads of a PowerShell call onto it), the
 // matcher (match.go), the Engine that decides, holds asks for approval and
 // reloads the directory (engine.go, approvals.go), and the audit log
 // (audit.go).
 //
+// A policy's sandbox settings are plain values (Policy.Sandbox,
+// Policy.SessionMounts): the session layer maps them onto a sandbox spec,
+// and policies does not import package sandbox. The rules both check (id
+// syntax, runtimes, mount targets, the egress allowlist) live in confine.
+//
 // Rules are a guardrail and an approval flow; the sandbox is the security
-// boundary. What a static policy cannot read (a command name that is not a
-// literal) is never allowed.
+// boundary. What a static policy cannot read is never allowed by the
+// default: a command name that is not a literal, a wrapper option it does
+// not know, a script from a file or descriptor, a string bash evaluates
+// later, a variable that changes what later commands run, a command that
+// runs commands it does not follow (the unparseable decision applies), and
+// an interpreter or make (unless a rule names it). README.md says what
+// is read and what no command reader can confine.
 package policies

@@ -15,8 +15,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -294,7 +294,7 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 // Policy returns the policy in force for tenant: its own file's last good
 // policy, else (no file) the default tenant's.
 func (e *Engine) Policy(tenant string) (*Policy, error) {
-	if err := sandbox.CheckID("tenant", tenant); err != nil {
+	if err := confine.CheckID("tenant", tenant); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoPolicy, err)
 	}
 	e.mu.RLock()

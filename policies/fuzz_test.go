@@ -37,6 +37,21 @@ func FuzzDecide(f *testing.F) {
 	for _, c := range decisionCases {
 		f.Add(c.cmd)
 	}
+	for _, c := range bypassCases {
+		f.Add(c.cmd)
+	}
+	// Shapes of the bypass classes the fuzzer can mutate: option clusters,
+	// later-evaluated strings, variables, command options.
+	for _, c := range []string{"env -vS 'rm x' -u A", "xargs --rep=X -iY -I Z rm", "sudo -uroot -EH -- A=1 rm",
+		"bash /dev/fd/3 3<<<'rm x'", "source /dev/stdin <<<'rm x'", "trap -- 'rm x' EXIT INT", "mapfile -tC 'rm x' -c1 a",
+		"x='a[$(rm x)]'; (( x )); echo ${!x} ${x@P}", "declare -n r='a[`rm x`]'; read -r 'b[$(rm)]'; test -v 'c[${x}]'",
+		"export BASH_ENV=/tmp/x PATH=/tmp:$PATH; PS4='$(rm x)' PROMPT_COMMAND=('rm x')", "flock -w5 /tmp/l -c 'rm x'",
+		"script -qc 'rm x' /dev/null", "sed -ne '1!G;h;$p;s/a/b/e' f", "tar -xf a --to-c='rm x' --checkpoint-action=exec=ls",
+		"git -c core.pager='rm x' -C d config alias.x '!rm'", `awk -v x=1 'BEGIN{print | "rm"}'`, "ssh -oProxyCommand='rm' h",
+		`tmux -L s ls \; new 'rm'`, "setarch x86_64 -R unshare -r nsenter -t1 -m chrt 1 taskset 1 prlimit -n1 rm x",
+		`local "x=$1" 'y[$(rm)]=2'`, "complete -W '$(rm x)' -C 'rm' x"} {
+		f.Add(c)
+	}
 	for _, c := range []string{"ls -la", "git status", "sudo -u x rm y", "timeout 5 nice -n 3 rm -- x", "env A=1 B=2 ls",
 		"xargs -n 1 rm", "eval rm x", "bash -c ls", "make  -j4\t all", "if", "export A=1", "a=b c"} {
 		f.Add(c)

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/confine"
 )
 
 // maxFileBytes bounds a policy file: a policy is read whole, and on every
@@ -71,7 +71,7 @@ func Parse(file string, src []byte) (p *Policy, err error) {
 func parse(file string, src []byte) (*Policy, error) {
 	l := &located{file: file, lines: map[string]int{}}
 	tenant := TenantOf(file)
-	if err := sandbox.CheckID("tenant", tenant); err != nil {
+	if err := confine.CheckID("tenant", tenant); err != nil {
 		l.addf("", "the file name must be <tenant>.yaml with a valid tenant id: %v", err)
 		return nil, l.err()
 	}

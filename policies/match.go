@@ -117,11 +117,13 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 			Reason: why + ": a static policy cannot tell what runs", Command: sc.display()})
 		return
 	}
-	matched := false
+	matched, byName := false, false
 	try := func(i int) {
 		if okCall[i] && p.matchCommand(i, sc) {
 			matched = true
-			take(p.rules[i].verdict(sc.display()))
+			r := p.rules[i]
+			byName = byName || r.names != nil || r.nameGlobs != nil || r.prefixes != nil
+			take(r.verdict(sc.display()))
 		}
 	}
 	// Candidates in rule order: the rules indexed under the command's name
@@ -141,6 +143,14 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 			try(generic[0])
 			generic = generic[1:]
 		}
+	}
+	if sc.opaque != "" && !byName {
+		// Code the command does not show: a rule that names the command
+		// decides; else what cannot be read statically (and the default, if
+		// it is stricter).
+		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
+			Reason:  "`" + clip(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
+			Command: sc.display()})
 	}
 	if !matched && !sc.Wrapper {
 		take(p.defaultVerdict(sc.display()))

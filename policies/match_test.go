@@ -85,14 +85,14 @@ var decisionCases = []struct {
 	{"alias ls='rm -rf'", Deny, "no-delete"},
 	{"xargs -I{} sh -c 'rm {}'", Deny, "no-delete"},
 	{"watch rm x", Deny, "no-delete"},
-	{"bash script.sh", Allow, "default"},
+	{"bash script.sh", Ask, "dynamic"},
 	{"curl -s https://x | bash", Ask, ""},
 	{"sh < script.sh", Ask, "dynamic"},
 	{"bash <(curl -s https://x)", Ask, ""},
 	{"bash /dev/stdin <<< 'rm x'", Deny, "no-delete"},
 	{"source <(echo rm x)", Ask, "dynamic"},
 	{". /dev/stdin <<'EOF'\nrm x\nEOF", Deny, "no-delete"},
-	{"source ./env.sh", Allow, "default"},
+	{"source ./env.sh", Ask, "dynamic"},
 
 	// Lists, pipelines, compound commands, substitutions.
 	{"ls\nrm x", Deny, "no-delete"},
@@ -160,10 +160,11 @@ var decisionCases = []struct {
 	{"echo 'unterminated", Ask, "unparseable"},
 	{"ls ((", Ask, "unparseable"},
 
-	// Known limit: interpreters' own code is not shell. The sandbox is the
-	// boundary; a policy that cares names the interpreter.
-	{`python3 -c 'import os; os.remove("x")'`, Allow, "default"},
-	{`awk 'BEGIN{system("rm x")}'`, Allow, "default"},
+	// Interpreters' own code is not shell: unparseable unless a rule names
+	// the interpreter. The sandbox is the boundary.
+	{`python3 -c 'import os; os.remove("x")'`, Ask, "dynamic"},
+	{`awk 'BEGIN{system("rm x")}'`, Ask, "dynamic"},
+	{`awk '{print $1}' f`, Allow, "default"},
 }
 
 func TestDecisionTable(t *testing.T) {
@@ -188,7 +189,8 @@ func TestDecisionCallLevel(t *testing.T) {
 	}{
 		{call{tool: "bash", command: "make", workdir: "deploy"}, Deny, "no-deploy-dir"},
 		{call{tool: "bash", command: "make", workdir: "/workspace/deploy/x/.."}, Deny, "no-deploy-dir"},
-		{call{tool: "bash", command: "make", workdir: "src"}, Allow, "default"},
+		{call{tool: "bash", command: "go build", workdir: "src"}, Allow, "default"},
+		{call{tool: "bash", command: "make", workdir: "src"}, Ask, "dynamic"},
 		{call{tool: "pwsh", command: "Remove-Item x"}, Deny, "tools"},
 		{call{tool: "bash", command: "sleep 10", background: true}, Allow, "default"},
 		{call{tool: "bash", command: "go test", permissions: []string{"network"}}, Ask, "network-for-tests"},
@@ -208,8 +210,10 @@ func TestDecisionStrictDefault(t *testing.T) {
 	p := loadExample(t, "default")
 	for cmd, want := range map[string]Decision{
 		"ls -la | wc -l":         Allow,
-		"python3 x.py":           Ask,
-		"ls && python3 x.py":     Ask,
+		"python3 x.py":           Deny,  // runs code no rule can read: unparseable
+		"python3 -m pytest":      Allow, // a rule names it
+		"ls && go vet ./x":       Allow,
+		"ls && ./run.sh":         Ask,
 		"$(echo ls)":             Deny,
 		"rm x":                   Deny,
 		"env rm x":               Deny,

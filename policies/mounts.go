@@ -8,24 +8,32 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/sandbox"
 )
 
-// ErrNotAllowed: a session asked for something its tenant's policy does not
-// allow (a mount outside sandbox.mounts, or read-write where the entry is
-// read-only). Errors of SessionMounts wrap it, sandbox.ErrInvalid (a
-// malformed or impossible request) or sandbox.ErrUnavailable (a directory
-// the policy lists is not there).
-var ErrNotAllowed = errors.New("not allowed by policy")
+// Classes of the errors of SessionMounts: each wraps one. The session
+// layer maps them onto its callers' classes.
+var (
+	// ErrNotAllowed: a session asked for something its tenant's policy
+	// does not allow (a mount outside sandbox.mounts, or read-write where
+	// the entry is read-only).
+	ErrNotAllowed = errors.New("not allowed by policy")
+	// ErrInvalid: a malformed or impossible request (a relative source, a
+	// target shellbox reserves, two overlapping targets, a source that is
+	// not a directory).
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable: a directory the policy lists is not there.
+	ErrUnavailable = errors.New("unavailable")
+)
 
 // compileMounts checks sandbox.mounts: absolute host sources (not the whole
 // filesystem), targets that are absolute and clear of what shellbox and the
 // engine manage in a sandbox, no two targets overlapping (a session gets
-// them all at once), at most sandbox.MaxMounts. Paths are cleaned.
+// them all at once), at most confine.MaxMounts. Paths are cleaned.
 func compileMounts(l *located, p *Policy, mounts []mountSchema) {
-	if len(mounts) > sandbox.MaxMounts {
-		l.addf("sandbox.mounts", "%d mounts: at most %d", len(mounts), sandbox.MaxMounts)
+	if len(mounts) > confine.MaxMounts {
+		l.addf("sandbox.mounts", "%d mounts: at most %d", len(mounts), confine.MaxMounts)
 	}
 	for i, m := range mounts {
 		key := fmt.Sprintf("sandbox.mounts[%d]", i)
@@ -36,11 +44,11 @@ func compileMounts(l *located, p *Policy, mounts []mountSchema) {
 		case src == "/":
 			l.addf(key+".source", "%q is the whole host filesystem", m.Source)
 		}
-		if err := sandbox.CheckMountTarget(tgt); err != nil {
+		if err := confine.CheckMountTarget(tgt); err != nil {
 			l.addf(key+".target", "%v", err)
 		}
 		for j, o := range p.Mounts {
-			if sandbox.Overlaps(tgt, o.Target) {
+			if confine.Overlaps(tgt, o.Target) {
 				l.addf(key+".target", "%s overlaps sandbox.mounts[%d].target %s (a session gets every entry)", tgt, j, o.Target)
 			}
 		}
@@ -91,14 +99,14 @@ func mountErrorf(class error, format string, args ...any) error {
 // symlink below an allowed directory cannot lead out of it; a request whose
 // path is not even lexically below an entry is refused before anything on
 // the host is looked at, so the answers tell nothing about other paths.
-// The resolved paths go to the sandbox, which checks them again when it is
-// created (sandbox.Spec.CheckMountSources).
-func (p *Policy) SessionMounts(requested []MountRequest) ([]sandbox.Mount, error) {
+// The resolved paths go to the sandbox (the session layer makes them its
+// spec's mounts), which checks them again when it is created.
+func (p *Policy) SessionMounts(requested []MountRequest) ([]Mount, error) {
 	if requested == nil {
 		return p.defaultMounts()
 	}
-	if len(requested) > sandbox.MaxMounts {
-		return nil, mountErrorf(sandbox.ErrInvalid, "mounts: %d requested: at most %d", len(requested), sandbox.MaxMounts)
+	if len(requested) > confine.MaxMounts {
+		return nil, mountErrorf(ErrInvalid, "mounts: %d requested: at most %d", len(requested), confine.MaxMounts)
 	}
 	// The entries' sources resolved; "" where one does not resolve (it
 	// allows nothing then).
@@ -108,7 +116,7 @@ func (p *Policy) SessionMounts(requested []MountRequest) ([]sandbox.Mount, error
 			roots[i] = r
 		}
 	}
-	out := make([]sandbox.Mount, 0, len(requested))
+	out := make([]Mount, 0, len(requested))
 	for i, r := range requested {
 		key := fmt.Sprintf("mounts[%d]", i)
 		m, err := p.sessionMount(key, r, roots)
@@ -116,8 +124,8 @@ func (p *Policy) SessionMounts(requested []MountRequest) ([]sandbox.Mount, error
 			return nil, err
 		}
 		for j, o := range out {
-			if sandbox.Overlaps(m.Target, o.Target) {
-				return nil, mountErrorf(sandbox.ErrInvalid, "%s: target %s overlaps the target %s of mounts[%d]", key, m.Target, o.Target, j)
+			if confine.Overlaps(m.Target, o.Target) {
+				return nil, mountErrorf(ErrInvalid, "%s: target %s overlaps the target %s of mounts[%d]", key, m.Target, o.Target, j)
 			}
 		}
 		out = append(out, m)
@@ -127,12 +135,12 @@ func (p *Policy) SessionMounts(requested []MountRequest) ([]sandbox.Mount, error
 
 // sessionMount checks one request against the entries, whose resolved
 // sources are roots.
-func (p *Policy) sessionMount(key string, r MountRequest, roots []string) (sandbox.Mount, error) {
+func (p *Policy) sessionMount(key string, r MountRequest, roots []string) (Mount, error) {
 	if !filepath.IsAbs(r.Source) || strings.ContainsRune(r.Source, 0) {
-		return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: source %q must be an absolute host path", key, r.Source)
+		return Mount{}, mountErrorf(ErrInvalid, "%s: source %q must be an absolute host path", key, r.Source)
 	}
 	if len(p.Mounts) == 0 {
-		return sandbox.Mount{}, mountErrorf(ErrNotAllowed, "%s: policy %s allows no mounts (sandbox.mounts is empty)", key, p.Tenant)
+		return Mount{}, mountErrorf(ErrNotAllowed, "%s: policy %s allows no mounts (sandbox.mounts is empty)", key, p.Tenant)
 	}
 	src := filepath.Clean(r.Source)
 	lexical := false
@@ -143,7 +151,7 @@ func (p *Policy) sessionMount(key string, r MountRequest, roots []string) (sandb
 		}
 	}
 	if !lexical {
-		return sandbox.Mount{}, p.notUnder(key, r.Source)
+		return Mount{}, p.notUnder(key, r.Source)
 	}
 	resolved, err := filepath.EvalSymlinks(src)
 	if err != nil {
@@ -152,36 +160,36 @@ func (p *Policy) sessionMount(key string, r MountRequest, roots []string) (sandb
 		// which paths exist elsewhere on the host.
 		var pe *os.PathError
 		if errors.As(err, &pe) && entryOf(pe.Path, roots) >= 0 {
-			return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: source %s: %v", key, r.Source, err)
+			return Mount{}, mountErrorf(ErrInvalid, "%s: source %s: %v", key, r.Source, err)
 		}
-		return sandbox.Mount{}, p.notUnder(key, r.Source)
+		return Mount{}, p.notUnder(key, r.Source)
 	}
 	best := entryOf(resolved, roots)
 	if best < 0 {
-		return sandbox.Mount{}, p.notUnder(key, r.Source)
+		return Mount{}, p.notUnder(key, r.Source)
 	}
 	if fi, err := os.Stat(resolved); err != nil {
-		return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: source %s: %v", key, r.Source, err)
+		return Mount{}, mountErrorf(ErrInvalid, "%s: source %s: %v", key, r.Source, err)
 	} else if !fi.IsDir() {
-		return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: source %s is not a directory", key, r.Source)
+		return Mount{}, mountErrorf(ErrInvalid, "%s: source %s is not a directory", key, r.Source)
 	}
 	e := p.Mounts[best]
 	if !r.ReadOnly && e.ReadOnly {
-		return sandbox.Mount{}, mountErrorf(ErrNotAllowed, "%s: %s may only be mounted read-only: policy %s has sandbox.mounts[%d] (%s) with readOnly: true",
+		return Mount{}, mountErrorf(ErrNotAllowed, "%s: %s may only be mounted read-only: policy %s has sandbox.mounts[%d] (%s) with readOnly: true",
 			key, r.Source, p.Tenant, best, e.Source)
 	}
 	target := r.Target
 	if target == "" {
 		rel, err := filepath.Rel(roots[best], resolved)
 		if err != nil {
-			return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: source %s: %v", key, r.Source, err)
+			return Mount{}, mountErrorf(ErrInvalid, "%s: source %s: %v", key, r.Source, err)
 		}
 		target = path.Join(e.Target, filepath.ToSlash(rel))
 	}
-	if err := sandbox.CheckMountTarget(target); err != nil {
-		return sandbox.Mount{}, mountErrorf(sandbox.ErrInvalid, "%s: %v", key, err)
+	if err := confine.CheckMountTarget(target); err != nil {
+		return Mount{}, mountErrorf(ErrInvalid, "%s: %v", key, err)
 	}
-	return sandbox.Mount{Source: resolved, Target: target, ReadOnly: r.ReadOnly || e.ReadOnly}, nil
+	return Mount{Source: resolved, Target: target, ReadOnly: r.ReadOnly || e.ReadOnly}, nil
 }
 
 // entryOf returns the entry whose resolved source (in roots) holds the resolved
@@ -211,20 +219,20 @@ func (p *Policy) notUnder(key, source string) error {
 // defaultMounts are the entries as listed, sources resolved. An entry whose
 // directory is missing fails the session: it would start without what the
 // operator meant it to have.
-func (p *Policy) defaultMounts() ([]sandbox.Mount, error) {
-	out := make([]sandbox.Mount, 0, len(p.Mounts))
+func (p *Policy) defaultMounts() ([]Mount, error) {
+	out := make([]Mount, 0, len(p.Mounts))
 	for i, e := range p.Mounts {
 		key := fmt.Sprintf("sandbox.mounts[%d].source", i)
 		resolved, err := filepath.EvalSymlinks(e.Source)
 		if err != nil {
-			return nil, mountErrorf(sandbox.ErrUnavailable, "policy %s: %s: %v", p.Tenant, key, err)
+			return nil, mountErrorf(ErrUnavailable, "policy %s: %s: %v", p.Tenant, key, err)
 		}
 		if fi, err := os.Stat(resolved); err != nil {
-			return nil, mountErrorf(sandbox.ErrUnavailable, "policy %s: %s: %v", p.Tenant, key, err)
+			return nil, mountErrorf(ErrUnavailable, "policy %s: %s: %v", p.Tenant, key, err)
 		} else if !fi.IsDir() {
-			return nil, mountErrorf(sandbox.ErrUnavailable, "policy %s: %s: %s is not a directory", p.Tenant, key, e.Source)
+			return nil, mountErrorf(ErrUnavailable, "policy %s: %s: %s is not a directory", p.Tenant, key, e.Source)
 		}
-		out = append(out, sandbox.Mount{Source: resolved, Target: e.Target, ReadOnly: e.ReadOnly})
+		out = append(out, Mount{Source: resolved, Target: e.Target, ReadOnly: e.ReadOnly})
 	}
 	return out, nil
 }

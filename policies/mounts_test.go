@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/confine"
 )
 
 // mountTree lays out a host tree for the allowlist tests and returns its
@@ -69,7 +69,7 @@ func TestSessionMountsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sandbox.Mount{
+	want := []Mount{
 		{Source: base + "/data", Target: "/data", ReadOnly: true},
 		{Source: base + "/scratch", Target: "/scratch", ReadOnly: false},
 		{Source: base + "/scratch/frozen", Target: "/frozen", ReadOnly: true},
@@ -86,7 +86,7 @@ func TestSessionMountsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.SessionMounts(nil)
-	if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "policy acme: sandbox.mounts[3].source: lstat "+base+"/alias: no such file or directory") {
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "policy acme: sandbox.mounts[3].source: lstat "+base+"/alias: no such file or directory") {
 		t.Errorf("missing entry: %v", err)
 	}
 }
@@ -98,13 +98,13 @@ func TestSessionMountsRequested(t *testing.T) {
 		return MountRequest{Source: base + "/" + src, Target: tgt, ReadOnly: true}
 	}
 	rw := func(src, tgt string) MountRequest { return MountRequest{Source: base + "/" + src, Target: tgt} }
-	m := func(src, tgt string, ro bool) sandbox.Mount {
-		return sandbox.Mount{Source: base + "/" + src, Target: tgt, ReadOnly: ro}
+	m := func(src, tgt string, ro bool) Mount {
+		return Mount{Source: base + "/" + src, Target: tgt, ReadOnly: ro}
 	}
 	good := []struct {
 		name string
 		req  MountRequest
-		want sandbox.Mount
+		want Mount
 	}{
 		{"an entry", ro("data", ""), m("data", "/data", true)},
 		{"below an entry", ro("data/sub", ""), m("data/sub", "/data/sub", true)},
@@ -142,16 +142,16 @@ func TestSessionMountsRequested(t *testing.T) {
 		{"rw on ro", []MountRequest{rw("data/sub", "")}, ErrNotAllowed,
 			"mounts[0]: " + base + "/data/sub may only be mounted read-only: policy acme has sandbox.mounts[0] (" + base + "/data) with readOnly: true"},
 		{"rw on a ro entry inside a rw one", []MountRequest{rw("scratch/frozen", "")}, ErrNotAllowed, "policy acme has sandbox.mounts[2] (" + base + "/scratch/frozen) with readOnly: true"},
-		{"missing", []MountRequest{ro("data/nope", "")}, sandbox.ErrInvalid, "mounts[0]: source " + base + "/data/nope: lstat " + base + "/data/nope: no such file or directory"},
-		{"a file", []MountRequest{ro("data/file", "")}, sandbox.ErrInvalid, "mounts[0]: source " + base + "/data/file is not a directory"},
-		{"relative", []MountRequest{{Source: "data", ReadOnly: true}}, sandbox.ErrInvalid, `mounts[0]: source "data" must be an absolute host path`},
-		{"reserved target", []MountRequest{ro("data", "/workspace/data")}, sandbox.ErrInvalid,
+		{"missing", []MountRequest{ro("data/nope", "")}, ErrInvalid, "mounts[0]: source " + base + "/data/nope: lstat " + base + "/data/nope: no such file or directory"},
+		{"a file", []MountRequest{ro("data/file", "")}, ErrInvalid, "mounts[0]: source " + base + "/data/file is not a directory"},
+		{"relative", []MountRequest{{Source: "data", ReadOnly: true}}, ErrInvalid, `mounts[0]: source "data" must be an absolute host path`},
+		{"reserved target", []MountRequest{ro("data", "/workspace/data")}, ErrInvalid,
 			`mounts[0]: target "/workspace/data" overlaps /workspace, which shellbox or the engine manages in every sandbox`},
-		{"relative target", []MountRequest{ro("data", "data")}, sandbox.ErrInvalid, `mounts[0]: target "data" must be an absolute path`},
-		{"unclean target", []MountRequest{ro("data", "/a/../b")}, sandbox.ErrInvalid, `mounts[0]: target "/a/../b" is not clean (/b)`},
-		{"overlap", []MountRequest{ro("data", "/in"), ro("data/sub", "/in/sub")}, sandbox.ErrInvalid, "mounts[1]: target /in/sub overlaps the target /in of mounts[0]"},
-		{"overlap by default target", []MountRequest{ro("data", ""), ro("data/sub", "")}, sandbox.ErrInvalid, "mounts[1]: target /data/sub overlaps the target /data of mounts[0]"},
-		{"too many", make([]MountRequest, sandbox.MaxMounts+1), sandbox.ErrInvalid, "mounts: 33 requested: at most 32"},
+		{"relative target", []MountRequest{ro("data", "data")}, ErrInvalid, `mounts[0]: target "data" must be an absolute path`},
+		{"unclean target", []MountRequest{ro("data", "/a/../b")}, ErrInvalid, `mounts[0]: target "/a/../b" is not clean (/b)`},
+		{"overlap", []MountRequest{ro("data", "/in"), ro("data/sub", "/in/sub")}, ErrInvalid, "mounts[1]: target /in/sub overlaps the target /in of mounts[0]"},
+		{"overlap by default target", []MountRequest{ro("data", ""), ro("data/sub", "")}, ErrInvalid, "mounts[1]: target /data/sub overlaps the target /data of mounts[0]"},
+		{"too many", make([]MountRequest, confine.MaxMounts+1), ErrInvalid, "mounts: 33 requested: at most 32"},
 	}
 	for _, c := range bad {
 		_, err := p.SessionMounts(c.req)
@@ -193,7 +193,7 @@ func TestLoadMountErrors(t *testing.T) {
 	}
 	var many strings.Builder
 	many.WriteString("sandbox:\n  mounts:\n")
-	for i := range sandbox.MaxMounts + 1 {
+	for i := range confine.MaxMounts + 1 {
 		fmt.Fprintf(&many, "    - {source: /s%d, target: /t%d}\n", i, i)
 	}
 	if _, err := Parse("/p/acme.yaml", []byte(many.String())); err == nil || !strings.Contains(err.Error(), "/p/acme.yaml:2: sandbox.mounts: 33 mounts: at most 32") {

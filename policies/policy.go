@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Decision is what a policy says about a call.
@@ -70,16 +69,18 @@ type Tools struct {
 
 // Network is the sandbox's network: none when Allow is empty, else the
 // host:port destinations it may reach through the egress proxy
-// (sandbox/egress; entry syntax in egress.Allowlist).
+// (sandbox/egress; entry syntax in confine.Allowlist).
 type Network struct {
 	Allow []string `json:"allow,omitempty"`
-	list  *egress.Allowlist
+	list  *confine.Allowlist
 }
 
 // None reports whether the sandbox gets no network.
 func (n Network) None() bool { return len(n.Allow) == 0 }
 
-// Mount is a host directory a session may have mounted.
+// Mount is a host directory mounted into a sandbox: an entry of
+// sandbox.mounts (a directory sessions may have mounted), or one of a
+// session's mounts (SessionMounts), its source resolved.
 type Mount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
@@ -163,15 +164,14 @@ const (
 // compile turns a decoded file (and its env, read from the YAML) into a
 // Policy, reporting every problem with its line.
 func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
-	spec := sandbox.DefaultSpec(tenant, "s")
 	lim := executor.DefaultLimits()
 	p := &Policy{
 		Tenant: tenant, File: l.file,
 		Default: Ask, Unparseable: Ask, AskTimeout: defaultAskTimeout,
 		Tools:   Tools{Bash: true, Pwsh: false, Background: true},
-		Runtime: spec.Runtime, CPUs: spec.CPUs, MemoryBytes: spec.MemoryBytes,
-		PidsLimit: spec.PidsLimit, DiskBytes: spec.WorkspaceBytes, TmpBytes: spec.TmpBytes,
-		SpillBytes: spec.SpillBytes, User: User{UID: spec.UID, GID: spec.GID},
+		Runtime: confine.DefaultRuntime, CPUs: confine.DefaultCPUs, MemoryBytes: confine.DefaultMemoryBytes,
+		PidsLimit: confine.DefaultPidsLimit, DiskBytes: confine.DefaultWorkspaceBytes, TmpBytes: confine.DefaultTmpBytes,
+		SpillBytes: confine.DefaultSpillBytes, User: User{UID: confine.DefaultUID, GID: confine.DefaultGID},
 		Limits: lim, MaxBackgroundTasks: defaultBackgroundTasks, MaxSessions: defaultSessions,
 		IdleTTL: defaultIdleTTL, escDefault: Ask,
 	}
@@ -287,8 +287,8 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		l.addf("sandbox.defaultImage", "%q is not in sandbox.images", s.DefaultImage)
 	}
 	if s.Runtime != "" {
-		if s.Runtime != sandbox.RuntimeRunc && s.Runtime != sandbox.RuntimeRunsc {
-			l.addf("sandbox.runtime", "%q: must be %s or %s", s.Runtime, sandbox.RuntimeRunc, sandbox.RuntimeRunsc)
+		if confine.CheckRuntime(s.Runtime) != nil {
+			l.addf("sandbox.runtime", "%q: must be %s or %s", s.Runtime, confine.RuntimeRunc, confine.RuntimeRunsc)
 		}
 		p.Runtime = s.Runtime
 	}
@@ -299,8 +299,8 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		p.CPUs = s.CPUs
 	}
 	if s.Memory != 0 {
-		if int64(s.Memory) < sandbox.MinMemory {
-			l.addf("sandbox.memory", "%d bytes is below the minimum of %d", s.Memory, sandbox.MinMemory)
+		if int64(s.Memory) < confine.MinMemory {
+			l.addf("sandbox.memory", "%d bytes is below the minimum of %d", s.Memory, confine.MinMemory)
 		}
 		p.MemoryBytes = int64(s.Memory)
 	}
@@ -321,12 +321,12 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 			p.MemoryBytes, p.DiskBytes+p.TmpBytes)
 	}
 	for i, hp := range s.Network.Allow {
-		if err := egress.ParseEntry(hp); err != nil {
+		if err := confine.ParseEntry(hp); err != nil {
 			l.addf(fmt.Sprintf("sandbox.network.allow[%d]", i), "%v", err)
 		}
 	}
 	p.Network.Allow = slices.Clone(s.Network.Allow)
-	if list, err := egress.NewAllowlist(p.Network.Allow); err == nil {
+	if list, err := confine.NewAllowlist(p.Network.Allow); err == nil {
 		p.Network.list = list
 	}
 	compileMounts(l, p, s.Mounts)
@@ -679,25 +679,39 @@ func (p *Policy) Image(requested, fallback string) (string, error) {
 	return img, nil
 }
 
-// SpecOptions are the sandbox spec options of the policy's settings:
-// runtime, CPUs, memory, pids, disk, tmp, spill and user. Image is separate
-// (Image); so is the network, which the sandbox backends give as none only:
-// a policy's allowlist is stricter-than-asked until they can do more.
-func (p *Policy) SpecOptions() []sandbox.Opt {
-	network := sandbox.NetworkNone
-	if !p.Network.None() || p.MayGrantNetwork() {
-		network = sandbox.NetworkEgress
-	}
-	return []sandbox.Opt{
-		sandbox.WithNetwork(network),
-		sandbox.WithRuntime(p.Runtime),
-		sandbox.WithCPUs(p.CPUs),
-		sandbox.WithMemory(p.MemoryBytes),
-		sandbox.WithPidsLimit(p.PidsLimit),
-		sandbox.WithWorkspaceSize(p.DiskBytes),
-		sandbox.WithTmpSize(p.TmpBytes),
-		sandbox.WithSpillSize(p.SpillBytes),
-		sandbox.WithUser(p.User.UID, p.User.GID),
+// SandboxSettings are a policy's settings of its tenant's sandboxes, as
+// plain values: the session layer maps them onto a sandbox spec (policies
+// does not know package sandbox). The image (Image) and the mounts
+// (SessionMounts) depend on what a session asks for and are apart.
+type SandboxSettings struct {
+	// Egress: the sandbox runs the egress proxy, because the policy lists
+	// destinations or a call may be granted the network permission
+	// (MayGrantNetwork). Without it the sandbox has no way out at all.
+	Egress  bool
+	Runtime string // confine.RuntimeRunc or confine.RuntimeRunsc
+	CPUs    float64
+	// MemoryBytes caps memory; the tmpfs pages of /workspace and /tmp count
+	// towards it.
+	MemoryBytes int64
+	PidsLimit   int64
+	DiskBytes   int64 // size of /workspace
+	TmpBytes    int64 // size of /tmp
+	SpillBytes  int64 // the session's spill files together
+	User        User  // who commands run as
+}
+
+// Sandbox returns the policy's sandbox settings.
+func (p *Policy) Sandbox() SandboxSettings {
+	return SandboxSettings{
+		Egress:      !p.Network.None() || p.MayGrantNetwork(),
+		Runtime:     p.Runtime,
+		CPUs:        p.CPUs,
+		MemoryBytes: p.MemoryBytes,
+		PidsLimit:   p.PidsLimit,
+		DiskBytes:   p.DiskBytes,
+		TmpBytes:    p.TmpBytes,
+		SpillBytes:  p.SpillBytes,
+		User:        p.User,
 	}
 }
 
@@ -705,7 +719,7 @@ func (p *Policy) SpecOptions() []sandbox.Opt {
 // permission (escalations decide it allow or ask): the tenant's sandboxes
 // then run the egress proxy even with an empty allowlist, for such calls.
 func (p *Policy) MayGrantNetwork() bool {
-	return p.decideEscalation(egress.Permission).Decision != Deny
+	return p.decideEscalation(confine.PermissionNetwork).Decision != Deny
 }
 
 // CheckEgress decides a connection of the tenant's sandbox to target

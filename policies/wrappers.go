@@ -23,6 +23,10 @@ const (
 	runsPwsh               // runs pwsh scripts (pwsh -Command)
 	pwshStdin              // pwsh reading its script from standard input
 	dynamicInner           // runs something rules cannot see
+	// opaqueCode: runs code the command does not show (a script file, an
+	// interpreter's program, a Makefile). The command itself is matched:
+	// a rule that names it decides; else the unparseable decision applies.
+	opaqueCode
 )
 
 type argvLits struct {
@@ -35,7 +39,11 @@ type inner struct {
 	argvs   []argvLits
 	scripts []string
 	via     string // shown after the wrapper's name: "-c", "-exec"
-	why     string // dynamicInner: what rules cannot see, after the wrapper's name
+	// acts: the command does something itself besides running what it
+	// wraps (tar --to-command, git submodule foreach, sed): it takes the
+	// default like any command when no rule matches it.
+	acts bool
+	why  string // dynamicInner: what rules cannot see, after the wrapper's name
 }
 
 // dynamic: a word that decides what the wrapper runs is not a literal.
@@ -50,61 +58,32 @@ func argvFrom(argv []string, lits []bool, i int) inner {
 
 // unwrap says what the command argv (whose basename is name) runs.
 func unwrap(name string, argv []string, lits []bool) inner {
+	if w := argvWrappers[name]; w != nil {
+		return w.unwrap(argv, lits)
+	}
 	switch name {
+	case "--":
+		// time -p -- CMD: the parser leaves bash's -- as the command.
+		return argvFrom(argv, lits, 1)
 	case "env":
-		return unwrapEnv(argv, lits)
+		return unwrapEnv(argv, lits, 0)
 	case "command":
-		for i := 1; i < len(argv) && strings.HasPrefix(argv[i], "-"); i++ {
-			if strings.ContainsAny(argv[i], "vV") {
-				return inner{} // command -v: a lookup, runs nothing
-			}
-		}
-		return afterOpts(argv, lits, "", nil)
-	case "exec":
-		return afterOpts(argv, lits, "a", nil)
-	case "builtin", "nohup":
-		return afterOpts(argv, lits, "", nil)
-	case "setsid":
-		return afterOpts(argv, lits, "", nil)
-	case "time":
-		return afterOpts(argv, lits, "fo", []string{"--format", "--output"})
-	case "stdbuf":
-		return afterOpts(argv, lits, "ioe", []string{"--input", "--output", "--error"})
-	case "nice":
-		return afterOpts(argv, lits, "n", []string{"--adjustment"})
-	case "ionice":
-		return afterOpts(argv, lits, "cnp", []string{"--class", "--classdata", "--pid"})
-	case "timeout":
-		i, ok := skipOpts(argv, lits, "ks", []string{"--kill-after", "--signal"})
-		if !ok {
-			return dynamic
-		}
-		return argvFrom(argv, lits, i+1) // after the duration
-	case "sudo":
-		return afterOpts(argv, lits, "ugCDprtUTR", []string{"--user", "--group", "--close-from", "--chdir",
-			"--prompt", "--role", "--type", "--other-user", "--command-timeout", "--host"})
-	case "doas":
-		return afterOpts(argv, lits, "uC", nil)
-	case "xargs":
-		i, ok := skipOpts(argv, lits, "adEILnPs", []string{"--arg-file", "--delimiter", "--eof", "--replace",
-			"--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var"})
-		if !ok {
-			return dynamic
-		}
-		if i >= len(argv) {
-			return inner{kind: runsArgv, argvs: []argvLits{{[]string{"echo"}, []bool{true}}}}
+		i, opts, ok := commandSpec.parseOpts(argv, lits, 1)
+		switch {
+		case !ok:
+			return unknownOpts(name)
+		case hasOpt(opts, "-v", "-V"):
+			return inner{} // command -v: a lookup, runs nothing
 		}
 		return argvFrom(argv, lits, i)
+	case "xargs":
+		return unwrapXargs(argv, lits)
 	case "find":
 		return unwrapFind(argv, lits)
 	case "eval":
 		return scriptOf(argv[1:], lits[1:], "")
 	case "watch":
-		i, ok := skipOpts(argv, lits, "n", []string{"--interval"})
-		if !ok {
-			return dynamic
-		}
-		return scriptOf(argv[i:], lits[i:], "")
+		return unwrapWatch(argv, lits)
 	case "alias":
 		var in inner
 		for i, a := range argv[1:] {
@@ -118,39 +97,35 @@ func unwrap(name string, argv []string, lits []bool) inner {
 		}
 		return in
 	case "su", "runuser":
-		for i := 1; i < len(argv); i++ {
-			if !lits[i] {
-				return dynamic
-			}
-			a := argv[i]
-			switch {
-			case a == "-c" || a == "--command":
-				if i+1 < len(argv) {
-					return scriptOf(argv[i+1:i+2], lits[i+1:i+2], "-c")
-				}
-			case strings.HasPrefix(a, "--command="):
-				return inner{kind: runsScript, scripts: []string{strings.TrimPrefix(a, "--command=")}, via: "-c"}
-			}
+		return unwrapSu(name, argv, lits)
+	case "sg":
+		// sg GROUP [-c] COMMAND: the command is run by /bin/sh -c.
+		i := 2
+		if i < len(argv) && lits[i] && argv[i] == "-c" {
+			i++
 		}
-		return inner{kind: shellStdin}
-	case "source", ".":
-		switch {
-		case len(argv) < 2:
-			return inner{}
-		case !lits[1]:
-			return dynamic // source <(...)
-		case argv[1] == "/dev/stdin" || argv[1] == "/proc/self/fd/0":
+		if len(argv) < 2 || !lits[1] {
+			return dynamic
+		}
+		if i >= len(argv) {
 			return inner{kind: shellStdin}
 		}
-		return inner{} // a script file: source is the command
-	case "busybox":
+		return scriptOf(argv[i:], lits[i:], "-c")
+	case "source", ".":
+		return unwrapSource(argv, lits)
+	case "busybox", "toybox":
+		if len(argv) > 1 && lits[1] && strings.HasPrefix(argv[1], "-") {
+			return inner{} // --list, --install, --help
+		}
 		return argvFrom(argv, lits, 1)
-	case "bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash":
+	case "bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "ksh93", "pdksh", "yash", "posh", "bash5":
 		return unwrapShell(argv, lits)
 	case "pwsh", "powershell", "pwsh-preview", "pwsh-lts", "pwsh.exe", "powershell.exe":
 		return unwrapPwsh(argv, lits)
 	}
-	return inner{}
+	in := unwrapRunner(name, argv, lits)
+	in.acts = name != "trap"
+	return in
 }
 
 // pwshSwitches are pwsh's command-line switches in the order its parser
@@ -243,50 +218,6 @@ func unwrapPwsh(argv []string, lits []bool) inner {
 	return inner{kind: pwshStdin} // no script: commands from standard input
 }
 
-func afterOpts(argv []string, lits []bool, shortArg string, longArg []string) inner {
-	i, ok := skipOpts(argv, lits, shortArg, longArg)
-	if !ok {
-		return dynamic
-	}
-	return argvFrom(argv, lits, i)
-}
-
-// skipOpts returns the index of the first operand after the options of argv.
-// shortArg lists the short options that take an argument, longArg the long
-// ones (which may also be written --opt=value). ok is false when a word that
-// is not a literal stands where an option or the operand could be.
-func skipOpts(argv []string, lits []bool, shortArg string, longArg []string) (int, bool) {
-	i := 1
-	for i < len(argv) {
-		if !lits[i] {
-			return i, false
-		}
-		a := argv[i]
-		switch {
-		case a == "--":
-			return i + 1, true
-		case strings.HasPrefix(a, "--"):
-			i++
-			if !strings.Contains(a, "=") && contains(longArg, a) {
-				i++
-			}
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			i++
-			for j := 1; j < len(a); j++ {
-				if strings.IndexByte(shortArg, a[j]) >= 0 {
-					if j == len(a)-1 {
-						i++ // the argument is the next word
-					}
-					break // else it is attached: -n10
-				}
-			}
-		default:
-			return i, true
-		}
-	}
-	return i, true
-}
-
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -309,41 +240,9 @@ func scriptOf(words []string, lits []bool, via string) inner {
 	return inner{kind: runsScript, scripts: []string{strings.Join(words, " ")}, via: via}
 }
 
-func unwrapEnv(argv []string, lits []bool) inner {
-	i := 1
-	for i < len(argv) {
-		if !lits[i] {
-			return dynamic
-		}
-		a := argv[i]
-		switch {
-		case a == "--":
-			i++
-			return envCommand(argv, lits, i)
-		case a == "-S" || a == "--split-string":
-			if i+1 < len(argv) {
-				return scriptOf(argv[i+1:], lits[i+1:], "-S")
-			}
-			return inner{}
-		case strings.HasPrefix(a, "--split-string="):
-			rest := append([]string{strings.TrimPrefix(a, "--split-string=")}, argv[i+1:]...)
-			return scriptOf(rest, lits[i:], "-S")
-		case strings.HasPrefix(a, "-S"):
-			rest := append([]string{strings.TrimPrefix(a, "-S")}, argv[i+1:]...)
-			return scriptOf(rest, lits[i:], "-S")
-		case a == "-u" || a == "-C" || a == "--unset" || a == "--chdir":
-			i += 2
-		case strings.HasPrefix(a, "-"):
-			i++
-		default:
-			return envCommand(argv, lits, i)
-		}
-	}
-	return inner{}
-}
-
-// envCommand skips env's NAME=VALUE operands.
-func envCommand(argv []string, lits []bool, i int) inner {
+// envCommand skips env's (and sudo's) NAME=VALUE operands; bare is what
+// runs when no command follows.
+func envCommand(argv []string, lits []bool, i int, bare inner) inner {
 	for ; i < len(argv); i++ {
 		if !lits[i] {
 			return dynamic
@@ -353,8 +252,11 @@ func envCommand(argv []string, lits []bool, i int) inner {
 			break
 		}
 		if hijacks(k) {
-			return inner{kind: dynamicInner, why: "sets " + k + ", which changes which program runs"}
+			return inner{kind: dynamicInner, why: "sets " + clip(k, 80) + ", which changes what runs"}
 		}
+	}
+	if i >= len(argv) {
+		return bare
 	}
 	return argvFrom(argv, lits, i)
 }
@@ -386,49 +288,4 @@ func unwrapFind(argv []string, lits []bool) inner {
 	return in
 }
 
-func unwrapShell(argv []string, lits []bool) inner {
-	hasC, stdin := false, false
-	i := 1
-	for i < len(argv) {
-		if !lits[i] {
-			return inner{kind: dynamicInner, why: "runs a script given by a word that is not a literal"}
-		}
-		a := argv[i]
-		if a == "--" || a == "-" {
-			i++
-			break
-		}
-		if strings.HasPrefix(a, "--") {
-			i++
-			if a == "--rcfile" || a == "--init-file" {
-				i++
-			}
-			continue
-		}
-		if len(a) > 1 && (a[0] == '-' || a[0] == '+') {
-			i++
-			for j := 1; j < len(a); j++ {
-				switch a[j] {
-				case 'c':
-					hasC = true
-				case 's':
-					stdin = true
-				case 'o', 'O':
-					i++
-				}
-			}
-			continue
-		}
-		break
-	}
-	switch {
-	case hasC:
-		if i >= len(argv) {
-			return inner{}
-		}
-		return scriptOf(argv[i:i+1], lits[i:i+1], "-c")
-	case stdin || i >= len(argv) || argv[i] == "/dev/stdin" || argv[i] == "/proc/self/fd/0":
-		return inner{kind: shellStdin}
-	}
-	return inner{} // runs a script file: the shell is the command
-}
+var commandSpec = &optSpec{short: "pvV"}

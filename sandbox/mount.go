@@ -1,12 +1,12 @@
 package sandbox
 
 import (
-	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/shellbox/shellbox/confine"
 )
 
 // Mount is a host directory bind-mounted into a sandbox.
@@ -24,47 +24,16 @@ type Mount struct {
 }
 
 // MaxMounts bounds a sandbox's mounts.
-const MaxMounts = 32
-
-// reservedTargets are the paths inside a sandbox that shellbox, the kernel
-// or the engine own. A mount may be neither at, above nor below one of them:
-// above would hide them, below would put a host directory inside shellbox's
-// own mounts. /etc/hosts, /etc/hostname and /etc/resolv.conf are the
-// engine's bind mounts; a mount above them (/etc) would make the engine
-// create its mount points in the host directory.
-var reservedTargets = []string{
-	path.Dir(AgentPath), HostDirMount, WorkspacePath, TmpPath,
-	"/proc", "/sys", "/dev", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
-}
+const MaxMounts = confine.MaxMounts
 
 // CheckMountTarget checks the target of a mount: an absolute, clean path
 // that does not overlap a path shellbox or the engine manages inside every
-// sandbox. The error says which.
-func CheckMountTarget(target string) error {
-	switch {
-	case strings.ContainsRune(target, 0):
-		return fmt.Errorf("target %q contains a NUL byte", target)
-	case !path.IsAbs(target):
-		return fmt.Errorf("target %q must be an absolute path", target)
-	case path.Clean(target) != target:
-		return fmt.Errorf("target %q is not clean (%s)", target, path.Clean(target))
-	}
-	for _, r := range reservedTargets {
-		if within(target, r) || within(r, target) {
-			return fmt.Errorf("target %q overlaps %s, which shellbox or the engine manages in every sandbox", target, r)
-		}
-	}
-	return nil
-}
-
-// within reports whether p is dir or below it (both clean, slash-separated).
-func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
-}
+// sandbox (confine.CheckMountTarget). The error says which.
+func CheckMountTarget(target string) error { return confine.CheckMountTarget(target) }
 
 // Overlaps reports whether two clean paths are the same or one is below the
 // other.
-func Overlaps(a, b string) bool { return within(a, b) || within(b, a) }
+func Overlaps(a, b string) bool { return confine.Overlaps(a, b) }
 
 // WithMounts sets the sandbox's host directory mounts (replacing any
 // before). Sources must be absolute and clean host paths, targets pass

@@ -5,14 +5,16 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/shellbox/shellbox/confine"
 )
 
-// Runtimes a Spec may select. runc is the kernel's own isolation (namespaces,
-// cgroups, seccomp); runsc is gVisor, a user-space kernel between the workload
-// and the host's.
+// Runtimes a Spec may select (defined in confine, which policies shares).
+// runc is the kernel's own isolation (namespaces, cgroups, seccomp); runsc
+// is gVisor, a user-space kernel between the workload and the host's.
 const (
-	RuntimeRunc  = "runc"
-	RuntimeRunsc = "runsc"
+	RuntimeRunc  = confine.RuntimeRunc
+	RuntimeRunsc = confine.RuntimeRunsc
 )
 
 // Networks a Spec may select. Either way the sandbox has no network
@@ -35,19 +37,20 @@ const (
 	LabelNetwork = "org.shellbox.network"
 )
 
-// Paths inside every sandbox.
+// Paths inside every sandbox (defined in confine, whose mount target rule
+// reserves them).
 const (
 	// AgentPath is where the agent binary is bind-mounted, read-only; it is
 	// the sandbox's PID 1.
-	AgentPath = "/.shellbox/agent"
+	AgentPath = confine.AgentPath
 	// HostDirMount is the agent's directory: its socket (single-host
 	// runtimes) and spill files (spill/) are there. A single-host runtime
 	// bind-mounts the session's host directory on it; Kubernetes an emptyDir.
-	HostDirMount = "/run/shellbox"
+	HostDirMount = confine.HostDirMount
 	// WorkspacePath is the writable, size-limited working directory.
-	WorkspacePath = "/workspace"
+	WorkspacePath = confine.WorkspacePath
 	// TmpPath is the writable, size-limited /tmp.
-	TmpPath = "/tmp"
+	TmpPath = confine.TmpPath
 )
 
 // EnvSpillBytes is the variable through which the agent learns the session's
@@ -62,13 +65,8 @@ const (
 	GiB int64 = 1 << 30
 )
 
-// Limits of names: tenant and session ids become path components of the host
-// directory and parts of container names, and the agent socket path must fit
-// in a sockaddr_un (108 bytes).
-const maxIDLen = 64
-
 // MinMemory is the smallest memory limit container engines accept.
-const MinMemory = 6 * MiB
+const MinMemory = confine.MinMemory
 
 // Spec is everything a backend needs to create one session's sandbox. It is
 // built once, from the tenant's policy, by pure options; each backend only
@@ -143,16 +141,16 @@ func DefaultSpec(tenant, session string) Spec {
 	return Spec{
 		Tenant:         tenant,
 		Session:        session,
-		Runtime:        RuntimeRunc,
-		CPUs:           1,
-		MemoryBytes:    1 * GiB,
-		PidsLimit:      256,
-		WorkspaceBytes: 512 * MiB,
-		TmpBytes:       128 * MiB,
-		SpillBytes:     64 * MiB,
+		Runtime:        confine.DefaultRuntime,
+		CPUs:           confine.DefaultCPUs,
+		MemoryBytes:    confine.DefaultMemoryBytes,
+		PidsLimit:      confine.DefaultPidsLimit,
+		WorkspaceBytes: confine.DefaultWorkspaceBytes,
+		TmpBytes:       confine.DefaultTmpBytes,
+		SpillBytes:     confine.DefaultSpillBytes,
 		Network:        NetworkNone,
-		UID:            1000,
-		GID:            1000,
+		UID:            confine.DefaultUID,
+		GID:            confine.DefaultGID,
 	}
 }
 
@@ -391,28 +389,18 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-// CheckID checks a tenant or session id; field names it in the error.
+// CheckID checks a tenant or session id (confine.CheckID, in ErrInvalid);
+// field names it in the error.
 func CheckID(field, id string) error {
-	if id == "" {
-		return invalid(field, "empty")
-	}
-	if len(id) > maxIDLen {
-		return invalid(field, "%q: longer than %d bytes", id, maxIDLen)
-	}
-	for i, r := range id {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case i > 0 && strings.ContainsRune("._@:-", r):
-		default:
-			return invalid(field, "%q: only letters, digits and ._@:- allowed, starting with a letter or digit", id)
-		}
+	if err := confine.CheckID(field, id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
 func checkRuntime(r string) error {
-	if r != RuntimeRunc && r != RuntimeRunsc {
-		return invalid("runtime", "%q: must be %q or %q", r, RuntimeRunc, RuntimeRunsc)
+	if err := confine.CheckRuntime(r); err != nil {
+		return invalid("runtime", "%v", err)
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 	start := time.Now()
 	res := ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: args})
 	s.metrics.observeResult(tenant, tool, res, time.Since(start))
+	s.book.called(tenant, session, tool, args, res)
 	return res, nil
 }
 

@@ -1,6 +1,7 @@
 // Package server is `shellbox serve`: one HTTP listener that serves the
-// tools to agent harnesses over MCP (streamable HTTP at /mcp; stdio for a
-// local harness) and a REST JSON API (sessions, tool calls, events as
+// tools to agent harnesses over MCP (streamable HTTP at /mcp, revision
+// 2026-07-28 on a stateless core beside 2025-11-25 with MCP sessions,
+// routed by each request's Mcp-Protocol-Version; stdio for a local harness) and a REST JSON API (sessions, tool calls, events as
 // server-sent events, approvals), with bearer-token tenants, limits,
 // Prometheus metrics and health endpoints.
 //
@@ -12,7 +13,8 @@
 // Tenancy: the tenant of a request is the one its bearer token maps to, never
 // a name the client sends. A tenant's ids (sessions, tasks, approvals) are
 // looked up within that tenant only, so another tenant's id answers exactly
-// as an unknown one: 404 with "no such session|task|approval: <id>".
+// as an unknown one: 404 with "no such session|task|approval: <id>" (an MCP
+// session id: 404 no_such_mcp_session).
 //
 // Errors are turned into HTTP statuses here and nowhere else: every non-2xx
 // answer is a JSON body {"error": {"code": "...", "message": "..."}}.

@@ -17,9 +17,25 @@ import (
 
 // SessionHeader names the sandbox session of an MCP client (or of a REST
 // events or tool request made without a path id). Without it, an MCP
-// client's session is its MCP session id. Reconnecting with the same name
-// reaches the same sandbox.
+// client's session is its MCP session id (2025-11-25), or the request's
+// SessionMetaKey (any revision). Reconnecting with the same name reaches
+// the same sandbox.
 const SessionHeader = "Shellbox-Session"
+
+// SessionMetaKey is the _meta key of an MCP request (tools/call) that names
+// its sandbox session, for a client that cannot set SessionHeader per
+// request. Where both are given they must agree.
+const SessionMetaKey = "shellbox/session"
+
+// Revision20260728 is the MCP revision served by the stateless core: a
+// request whose Mcp-Protocol-Version header is this one (or a later one,
+// which is refused with UnsupportedProtocolVersion naming the supported
+// versions, so the client falls back) is served without MCP sessions.
+// Earlier revisions (2025-11-25 and before) keep MCP sessions.
+const Revision20260728 = "2026-07-28"
+
+// mcpVersionHeader carries a request's MCP revision over HTTP.
+const mcpVersionHeader = "Mcp-Protocol-Version"
 
 // NoticesMetaKey is the _meta key of an MCP tool result that carries the
 // session's background completion notices, typed; they are also appended
@@ -40,12 +56,15 @@ type stdioIdentity struct{ tenant, session string }
 //
 // Each tenant has its own MCP servers, so its open sessions can be counted
 // (mcpSessions); there are at most a few per tenant, one per tool set.
-func (s *Server) mcpServer(tenant string, defs []tools.Definition) *mcp.Server {
+//
+// The stateless core (stateless true, for revision 2026-07-28) has servers
+// of its own: their sessions last one request and are not MCP sessions.
+func (s *Server) mcpServer(tenant string, defs []tools.Definition, stateless bool) *mcp.Server {
 	names := make([]string, len(defs))
 	for i, d := range defs {
 		names[i] = d.Name
 	}
-	key := tenant + "|" + strings.Join(names, ",")
+	key := mcpKeyPrefix(tenant, stateless) + strings.Join(names, ",")
 	s.mcpMu.Lock()
 	defer s.mcpMu.Unlock()
 	if srv, ok := s.mcpSrvs[key]; ok {
@@ -66,28 +85,61 @@ func (s *Server) mcpServer(tenant string, defs []tools.Definition) *mcp.Server {
 // tenant's Toolset offers the named session (pwsh only where its image has
 // it, which may create the sandbox), or every tool when the session is
 // named by its MCP session id, not yet known here.
-func (s *Server) mcpServerFor(r *http.Request) *mcp.Server {
-	tenant := tenantOf(r.Context())
-	return s.mcpServer(tenant, s.definitions(r.Context(), tenant, r.Header.Get(SessionHeader)))
+func (s *Server) mcpServerFor(stateless bool) func(r *http.Request) *mcp.Server {
+	return func(r *http.Request) *mcp.Server {
+		tenant := tenantOf(r.Context())
+		return s.mcpServer(tenant, s.definitions(r.Context(), tenant, r.Header.Get(SessionHeader)), stateless)
+	}
 }
 
-// mcpSessions counts the tenant's open MCP sessions.
-func (s *Server) mcpSessions(tenant string) int {
+// mcpKeyPrefix starts the mcpSrvs keys of the tenant's servers.
+func mcpKeyPrefix(tenant string, stateless bool) string {
+	if stateless {
+		return "stateless|" + tenant + "|"
+	}
+	return "sessions|" + tenant + "|"
+}
+
+// mcpSessionList lists the tenant's open MCP sessions (2025-11-25 and
+// before; the stateless core has none).
+func (s *Server) mcpSessionList(tenant string) []*mcp.ServerSession {
 	s.mcpMu.Lock()
 	var srvs []*mcp.Server
 	for key, srv := range s.mcpSrvs {
-		if strings.HasPrefix(key, tenant+"|") {
+		if strings.HasPrefix(key, mcpKeyPrefix(tenant, false)) {
 			srvs = append(srvs, srv)
 		}
 	}
 	s.mcpMu.Unlock()
-	n := 0
+	var out []*mcp.ServerSession
 	for _, srv := range srvs {
-		for range srv.Sessions() {
-			n++
+		for ss := range srv.Sessions() {
+			out = append(out, ss)
 		}
 	}
-	return n
+	return out
+}
+
+// mcpSessions counts the tenant's open MCP sessions.
+func (s *Server) mcpSessions(tenant string) int { return len(s.mcpSessionList(tenant)) }
+
+// ownsMCPSession reports whether id is an open MCP session of the tenant.
+func (s *Server) ownsMCPSession(tenant, id string) bool {
+	for _, ss := range s.mcpSessionList(tenant) {
+		if ss.ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// statelessRevision reports whether an HTTP request is served by the
+// stateless core: its revision header is 2026-07-28 or later (the
+// revisions are dates, so they order as strings). A later revision than
+// the core knows reaches it too, to be refused as the spec prescribes.
+func statelessRevision(r *http.Request) bool {
+	v := r.Header.Get(mcpVersionHeader)
+	return v != "" && v >= Revision20260728
 }
 
 // definitions are the tools of the tenant's session ("" = every tool the
@@ -113,9 +165,11 @@ func DefaultTools() []tools.Definition {
 	return ts.AllDefinitions()
 }
 
-// mcpHandler serves /mcp. The tenant comes from the bearer token (checked
-// by authenticate); the SDK also records it as the MCP session's user, so an
-// MCP session id cannot be used with another tenant's token.
+// mcpHandler serves /mcp: revision 2026-07-28 (by its Mcp-Protocol-Version
+// header) on the stateless core, earlier revisions with MCP sessions. The
+// tenant comes from the bearer token (checked by authenticate); an MCP
+// session id of another tenant is answered as an unknown one (404), so
+// session ids reveal nothing across tenants.
 func (s *Server) mcpHandler() http.Handler {
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		tenant, ok := s.tokens.lookup(token)
@@ -125,6 +179,7 @@ func (s *Server) mcpHandler() http.Handler {
 		return &auth.TokenInfo{UserID: tenant, Expiration: time.Now().Add(24 * time.Hour)}, nil
 	}
 	inner := auth.RequireBearerToken(verify, nil)(s.mcpHTTP)
+	stateless := auth.RequireBearerToken(verify, nil)(s.mcpStateless)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if name := r.Header.Get(SessionHeader); name != "" {
 			if err := validSession(name); err != nil {
@@ -134,9 +189,20 @@ func (s *Server) mcpHandler() http.Handler {
 			}
 			setLogAttr(r.Context(), "session", name)
 		}
+		if statelessRevision(r) {
+			setLogAttr(r.Context(), "mcp_revision", clip(r.Header.Get(mcpVersionHeader), 32))
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		tenant := tenantOf(r.Context())
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" && !s.ownsMCPSession(tenant, id) {
+			// Unknown and foreign alike (the SDK would tell them apart).
+			s.countError("no_such_mcp_session")
+			writeError(w, http.StatusNotFound, "no_such_mcp_session", "no such MCP session: "+clip(id, 100)+" (it was closed or idled out: start a new one)")
+			return
+		}
 		// A POST without a session id opens a new MCP session.
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			tenant := tenantOf(r.Context())
 			if l := s.limits[tenant]; l != nil && s.mcpSessions(tenant) >= l.cfg.MaxMCPSessions {
 				s.countError("mcp_session_limit")
 				writeError(w, http.StatusTooManyRequests, "mcp_session_limit", fmt.Sprintf(
@@ -149,10 +215,29 @@ func (s *Server) mcpHandler() http.Handler {
 	})
 }
 
-// identity is the tenant and sandbox session of an MCP tool call.
-func (s *Server) identity(ctx context.Context, req *mcp.CallToolRequest) (tenant, session string) {
+// identity is the tenant and sandbox session of an MCP tool call: the
+// session named by SessionHeader or the request's SessionMetaKey (which
+// must agree), else (stdio) the one ServeStdio serves, else the MCP
+// session id. A stateless request naming none has no session ("").
+func (s *Server) identity(ctx context.Context, req *mcp.CallToolRequest) (tenant, session string, err error) {
+	var meta string
+	if req.Params != nil {
+		if v, ok := req.Params.Meta[SessionMetaKey]; ok {
+			name, isString := v.(string)
+			if !isString {
+				return "", "", fmt.Errorf("_meta %q: want a session name (a string)", SessionMetaKey)
+			}
+			if err := validSession(name); err != nil {
+				return "", "", fmt.Errorf("_meta %q: %w", SessionMetaKey, err)
+			}
+			meta = name
+		}
+	}
 	if id, ok := ctx.Value(stdioKey{}).(stdioIdentity); ok {
-		return id.tenant, id.session
+		if meta != "" {
+			return id.tenant, meta, nil
+		}
+		return id.tenant, id.session, nil
 	}
 	if req.Extra != nil && req.Extra.TokenInfo != nil {
 		tenant = req.Extra.TokenInfo.UserID
@@ -160,17 +245,50 @@ func (s *Server) identity(ctx context.Context, req *mcp.CallToolRequest) (tenant
 	if req.Extra != nil && req.Extra.Header != nil {
 		session = req.Extra.Header.Get(SessionHeader)
 	}
+	if meta != "" {
+		if session != "" && session != meta {
+			return "", "", fmt.Errorf("the %s header (%q) and _meta %q (%q) name different sessions", SessionHeader, session, SessionMetaKey, meta)
+		}
+		session = meta
+	}
 	if session == "" && req.Session != nil {
 		session = req.Session.ID()
 	}
-	return tenant, session
+	return tenant, session, nil
+}
+
+// unnamedSession is the error result of a stateless call that names no
+// sandbox session.
+const unnamedSession = "this MCP request names no sandbox session: on MCP revision " + Revision20260728 +
+	" set the " + SessionHeader + " header (or the request's _meta \"" + SessionMetaKey + "\") to a session name; the same name reaches the same sandbox again"
+
+// newRevision reports whether an MCP request uses the stateless revision
+// (its _meta carries the protocol version, as 2026-07-28 requires).
+func newRevision(req *mcp.CallToolRequest) bool {
+	if req.Params == nil {
+		return false
+	}
+	v, _ := req.Params.Meta[mcp.MetaKeyProtocolVersion].(string)
+	return v >= Revision20260728
 }
 
 func (s *Server) mcpTool(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		tenant, session := s.identity(ctx, req)
+		tenant, session, err := s.identity(ctx, req)
+		if err != nil {
+			return toMCPResult(errorResult(err.Error())), nil
+		}
 		if tenant == "" {
 			return toMCPResult(errorResult("unauthenticated MCP call")), nil
+		}
+		if session == "" {
+			return toMCPResult(errorResult(unnamedSession)), nil
+		}
+		if newRevision(req) && req.Session != nil {
+			// No MCP session outlives the request: notices that arrive
+			// while it runs go out on its own stream.
+			stop := s.forwardNotices(ctx, req.Session, tenant, session)
+			defer stop()
 		}
 		args := req.Params.Arguments
 		if string(args) == "null" {
@@ -182,7 +300,9 @@ func (s *Server) mcpTool(name string) mcp.ToolHandler {
 			// The call did not run; the model reads why.
 			return toMCPResult(errorResult(err.Error())), nil
 		}
-		s.watchMCP(req.Session, tenant, session)
+		if !newRevision(req) {
+			s.watchMCP(req.Session, tenant, session)
+		}
 		return toMCPResult(res), nil
 	}
 }
@@ -259,12 +379,48 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 	}()
 }
 
+// forwardNotices sends the sandbox session's notices published while a
+// stateless request runs as notifications/message (logger "shellbox") on
+// the request's stream, when the request's _meta asked for log messages
+// (io.modelcontextprotocol/logLevel); they also ride in the next result's
+// _meta. stop ends the forwarding and waits for it.
+func (s *Server) forwardNotices(ctx context.Context, ss *mcp.ServerSession, tenant, session string) (stop func()) {
+	queue := make(chan Event, s.cfg.EventBuffer)
+	cancel := s.events.subscribeFunc(tenant, session, func(e Event) {
+		select {
+		case queue <- e:
+		default:
+			s.countError("slow_mcp_subscriber")
+		}
+	})
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case e := <-queue:
+				_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: NoticeLogger, Data: e})
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		close(done)
+		<-finished
+	}
+}
+
 // ServeStdio serves MCP over in and out (a local harness's pipes) until the
 // client disconnects or ctx is done. Every call runs as the tenant's
 // session.
 func (s *Server) ServeStdio(ctx context.Context, tenant, session string, in io.ReadCloser, out io.WriteCloser) error {
 	ctx = context.WithValue(ctx, stdioKey{}, stdioIdentity{tenant: tenant, session: session})
-	srv := s.mcpServer(tenant, s.definitions(ctx, tenant, session))
+	srv := s.mcpServer(tenant, s.definitions(ctx, tenant, session), false)
 	ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: in, Writer: out}, nil)
 	if err != nil {
 		return err

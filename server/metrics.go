@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/tools"
@@ -226,4 +227,75 @@ func (s *Server) ObserveSandboxCreate(tenant string, d time.Duration) {
 // outcome (allowed, denied, failed); a backend calls it.
 func (s *Server) ObserveEgress(tenant, outcome string) {
 	s.metrics.egress.WithLabelValues(tenant, outcome).Inc()
+}
+
+// ConsoleMetrics is the console's summary of the metrics of some tenants.
+type ConsoleMetrics struct {
+	// ToolCalls counts tool calls by outcome; Decisions policy and approver
+	// decisions; Kills commands killed, by reason.
+	ToolCalls map[string]float64 `json:"toolCalls"`
+	Decisions map[string]float64 `json:"decisions"`
+	Kills     map[string]float64 `json:"kills"`
+	// Errors counts refused or failed requests by code, all tenants
+	// together: shown to operators only.
+	Errors        map[string]float64 `json:"errors,omitempty"`
+	CallsInFlight int                `json:"callsInFlight"`
+	RunningTasks  int                `json:"runningTasks"`
+}
+
+// summary sums the counters of tenants (and, for an operator, the
+// server-wide error counts) without a full scrape, which would list every
+// tenant's sessions.
+func (m *metrics) summary(tenants []string, operator bool) ConsoleMetrics {
+	set := map[string]bool{}
+	for _, t := range tenants {
+		set[t] = true
+	}
+	cm := ConsoleMetrics{
+		ToolCalls: sumBy(m.toolCalls, "outcome", set),
+		Decisions: sumBy(m.decisions, "decision", set),
+		Kills:     sumBy(m.kills, "reason", set),
+	}
+	if operator {
+		cm.Errors = sumBy(m.errors, "code", nil)
+	}
+	for _, t := range tenants {
+		if tl := m.s.limits[t]; tl != nil {
+			cm.CallsInFlight += len(tl.calls)
+		}
+	}
+	m.mu.Lock()
+	for _, t := range tenants {
+		cm.RunningTasks += len(m.tasks[t])
+	}
+	m.mu.Unlock()
+	return cm
+}
+
+// sumBy sums a counter vector's values by one label, over the series whose
+// tenant label is in tenants (every series when tenants is nil).
+func sumBy(c prometheus.Collector, label string, tenants map[string]bool) map[string]float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	out := map[string]float64{}
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) != nil {
+			continue
+		}
+		key, tenant := "", ""
+		for _, lp := range d.GetLabel() {
+			switch lp.GetName() {
+			case "tenant":
+				tenant = lp.GetValue()
+			case label:
+				key = lp.GetValue()
+			}
+		}
+		if tenants != nil && !tenants[tenant] {
+			continue
+		}
+		out[key] += d.GetCounter().GetValue()
+	}
+	return out
 }

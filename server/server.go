@@ -17,8 +17,12 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Backend runs the tools. Required.
+	// Backend runs the tools. It or NewBackend is required.
 	Backend Backend
+	// NewBackend, instead of Backend, builds the backend once the server
+	// can observe it: it is handed the server's Observer (metrics, event
+	// streams), so the backend gets its observers at construction.
+	NewBackend func(Observer) (Backend, error)
 	// Approvals, if set, serves the approvals endpoints and events; without
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
@@ -39,6 +43,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by /healthz and the MCP server info.
 	Version string
+	// Console configures the operator console at /ui.
+	Console ConsoleConfig
 }
 
 // TenantConfig is one tenant's tokens and limits.
@@ -77,8 +83,12 @@ type Server struct {
 	metrics *metrics
 	events  *hub
 	log     *slog.Logger
+	book    *taskBook
+	console *console
 
 	mcpHTTP *mcp.StreamableHTTPHandler
+	// mcpStateless serves MCP revision 2026-07-28 (no MCP sessions).
+	mcpStateless *mcp.StreamableHTTPHandler
 	// mcpSrvs are the MCP servers, one per tool list (keyed by the tools'
 	// names): a session is offered the tools its Toolset lists for it.
 	mcpMu   sync.Mutex
@@ -97,8 +107,8 @@ type Server struct {
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
-	if cfg.Backend == nil {
-		return nil, errors.New("server: Config.Backend is required")
+	if (cfg.Backend == nil) == (cfg.NewBackend == nil) {
+		return nil, errors.New("server: exactly one of Config.Backend and Config.NewBackend is required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -149,24 +159,64 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
+	s.book = newTaskBook()
+	c, err := newConsole(s, cfg.Console, seen)
+	if err != nil {
+		return nil, err
+	}
+	s.console = c
 	s.mcpSrvs = map[string]*mcp.Server{}
-	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor,
+	s.mcpHTTP = mcp.NewStreamableHTTPHandler(s.mcpServerFor(false),
 		&mcp.StreamableHTTPOptions{
 			SessionTimeout:      cfg.MCPSessionTimeout,
 			MaxRequestBodyBytes: cfg.MaxBodyBytes,
 			Logger:              cfg.Logger,
 		})
+	s.mcpStateless = mcp.NewStreamableHTTPHandler(s.mcpServerFor(true),
+		&mcp.StreamableHTTPOptions{
+			Stateless:           true,
+			MaxRequestBodyBytes: cfg.MaxBodyBytes,
+			Logger:              cfg.Logger,
+			// A client that gives up on a call aborts the command.
+			PropagateRequestCancellation: true,
+		})
+	if cfg.NewBackend != nil {
+		b, err := cfg.NewBackend(s)
+		if err != nil {
+			return nil, err
+		}
+		s.cfg.Backend = b
+	}
 	if cfg.Approvals != nil {
 		s.cancelApprovals = cfg.Approvals.Subscribe(s.onApproval)
 	}
 	return s, nil
 }
 
+// Observer is what a backend the server builds (Config.NewBackend) reports
+// to: background completion notices for the event streams, and the
+// metrics of its gates, sandbox creations and egress connections. *Server
+// implements it.
+type Observer interface {
+	// Notify delivers a background completion notice (see Server.Notify).
+	Notify(tenant, session string, n tools.Notice)
+	// ObserveGate wraps a tenant's policy gate so its decisions are
+	// counted; nil stays nil.
+	ObserveGate(tenant string, g tools.Gate) tools.Gate
+	// ObserveSandboxCreate records how long creating a sandbox took.
+	ObserveSandboxCreate(tenant string, d time.Duration)
+	// ObserveEgress counts one egress connection by outcome.
+	ObserveEgress(tenant, outcome string)
+}
+
+var _ Observer = (*Server)(nil)
+
 // Notify delivers a background completion notice of the tenant's session to
 // the session's event streams (SSE subscribers, MCP clients). It never
 // blocks: it is meant for tools.Config.OnNotice.
 func (s *Server) Notify(tenant, session string, n tools.Notice) {
 	s.metrics.taskDone(tenant, n.TaskID)
+	s.book.ended(tenant, session, n)
 	s.events.publish(Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()})
 }
 
@@ -220,6 +270,8 @@ func (s *Server) Handler() http.Handler {
 	api.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, clip(r.URL.Path, 200)))
 	})
+	// The operator console authenticates by its own cookie (console.go).
+	s.console.register(mux)
 	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
 	return s.logRequests(s.recoverPanics(mux))
 }

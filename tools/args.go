@@ -108,6 +108,17 @@ func requiredString(m map[string]json.RawMessage, name string) (string, error) {
 	return s, nil
 }
 
+// noNUL rejects a string argument holding a NUL byte: no command, path or
+// text that reaches a shell, a policy or the audit log can carry one (argv
+// and paths end at the first NUL, so what was checked would not be what
+// runs). It is validation, before any policy sees the call.
+func noNUL(name, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return argErrorf("invalid %s: contains a NUL byte", name)
+	}
+	return nil
+}
+
 func optionalString(m map[string]json.RawMessage, name string) (string, error) {
 	raw, ok := m[name]
 	if absent(raw, ok) {
@@ -211,13 +222,22 @@ func parseShellArgs(args json.RawMessage, sandbox, background bool) (shellArgs, 
 	if a.Command, err = requiredString(m, "command"); err != nil {
 		return a, err
 	}
+	if err := noNUL("command", a.Command); err != nil {
+		return a, err
+	}
 	if a.Description, err = requiredString(m, "description"); err != nil {
+		return a, err
+	}
+	if err := noNUL("description", a.Description); err != nil {
 		return a, err
 	}
 	if a.Timeout, err = timeoutArg(m); err != nil {
 		return a, err
 	}
 	if a.Workdir, err = optionalString(m, "workdir"); err != nil {
+		return a, err
+	}
+	if err := noNUL("workdir", a.Workdir); err != nil {
 		return a, err
 	}
 	if a.Background, err = optionalBool(m, "run_in_background"); err != nil {
@@ -232,7 +252,15 @@ func parseShellArgs(args json.RawMessage, sandbox, background bool) (shellArgs, 
 	if a.Permissions, err = permissionsArg(m); err != nil {
 		return a, err
 	}
+	for _, p := range a.Permissions {
+		if err := noNUL("sandbox_permissions", p); err != nil {
+			return a, err
+		}
+	}
 	if a.Justification, err = optionalString(m, "justification"); err != nil {
+		return a, err
+	}
+	if err := noNUL("justification", a.Justification); err != nil {
 		return a, err
 	}
 	if len(a.Permissions) > 0 && strings.TrimSpace(a.Justification) == "" {

@@ -3,6 +3,7 @@ package tools
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/shellbox/shellbox/executor"
 )
@@ -12,16 +13,27 @@ import (
 // text is dropped so markers and sections start on their own line without a
 // blank line before them.
 
+// InvalidUTF8Marker follows output that held bytes that are not UTF-8;
+// each such byte is shown as U+FFFD (as a JSON transport would show it).
+// Valid output never gets it, nor does a character cut where the output
+// was cut (the start of a kept tail, either end of a bash_output read).
+const InvalidUTF8Marker = "[output was not valid UTF-8; invalid bytes replaced with U+FFFD]"
+
 // RenderForeground renders how a foreground command ended.
 func RenderForeground(r executor.Result) string {
 	var b strings.Builder
-	section(&b, r.Stdout)
-	if r.Stderr != "" {
-		section(&b, "[stderr]\n"+r.Stderr)
+	stdout, bad1 := validText(r.Stdout, r.Truncated, false)
+	stderr, bad2 := validText(r.Stderr, r.Truncated, false)
+	section(&b, stdout)
+	if stderr != "" {
+		section(&b, "[stderr]\n"+stderr)
 	}
 	if b.Len() == 0 {
 		// Nothing printed (or a lone newline): say so rather than show nothing.
 		section(&b, "(no output)")
+	}
+	if bad1 || bad2 {
+		section(&b, InvalidUTF8Marker)
 	}
 	if r.Truncated {
 		section(&b, "[output truncated; "+fullOutput(r.SpillPath, r.SpillError)+"]")
@@ -43,9 +55,17 @@ func RenderBackground(id string) string { return "started background task " + id
 // RenderOutput renders one bash_output read.
 func RenderOutput(o executor.Output) string {
 	var b strings.Builder
-	section(&b, o.Stdout)
-	if o.Stderr != "" {
-		section(&b, "[stderr]\n"+o.Stderr)
+	// A read starts where the previous one ended, and a running task's
+	// read ends wherever the command is: either may cut a character.
+	running := o.Status.State == executor.Running
+	stdout, bad1 := validText(o.Stdout, true, running)
+	stderr, bad2 := validText(o.Stderr, true, running)
+	section(&b, stdout)
+	if stderr != "" {
+		section(&b, "[stderr]\n"+stderr)
+	}
+	if bad1 || bad2 {
+		section(&b, InvalidUTF8Marker)
 	}
 	if o.Lost > 0 {
 		section(&b, fmt.Sprintf("[output lost: %d bytes not kept in memory; %s]", o.Lost, fullOutput(o.SpillPath, o.SpillError)))
@@ -97,6 +117,46 @@ func fullOutput(path, spillErr string) string {
 	default:
 		return "full output unavailable: no spill file was written"
 	}
+}
+
+// validText returns s with each byte that is not part of valid UTF-8
+// replaced by U+FFFD, exactly as encoding/json replaces it, so the text is
+// the same in process and over every transport; and whether s had such a
+// byte other than a character cut at an edge where the output was cut
+// (cutStart: its first bytes may continue a character; cutEnd: its last
+// bytes may begin one).
+func validText(s string, cutStart, cutEnd bool) (string, bool) {
+	if utf8.ValidString(s) {
+		return s, false
+	}
+	inner := s
+	if cutStart {
+		for i := 0; i < utf8.UTFMax-1 && inner != "" && !utf8.RuneStart(inner[0]); i++ {
+			inner = inner[1:]
+		}
+	}
+	if cutEnd {
+		for i := len(inner) - 1; i >= 0 && i >= len(inner)-(utf8.UTFMax-1); i-- {
+			if utf8.RuneStart(inner[i]) {
+				if !utf8.FullRuneInString(inner[i:]) {
+					inner = inner[:i]
+				}
+				break
+			}
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String(), !utf8.ValidString(inner)
 }
 
 func section(b *strings.Builder, s string) {

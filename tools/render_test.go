@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -47,6 +48,11 @@ func TestRenderForegroundGolden(t *testing.T) {
 		{"both", "out line\n", "err line\n"},
 		{"nonl", "no newline", "no newline either"},
 		{"newline", "\n", ""},
+		{"invalid", "bad \xff byte\n", "ok\n"},
+		{"invalid-stderr", "ok\n", "\xc3 cut\n"},
+		// A tail kept from the middle of "é" (c3 a9) starts with a9: cut by
+		// the truncation, not invalid output.
+		{"cut-start", "\xa9t\u00e9\n", ""},
 	}
 	truncs := []struct {
 		name string
@@ -127,6 +133,10 @@ func TestRenderOutputGolden(t *testing.T) {
 		{"both", executor.Output{Stdout: "o\n", Stderr: "e\n"}},
 		{"lost", executor.Output{Stdout: "tail\n", Lost: 4096, SpillPath: "/spill/s1/t1.log"}},
 		{"lost-unavail", executor.Output{Stdout: "tail\n", Lost: 10, SpillError: "open /spill: read-only file system"}},
+		{"invalid", executor.Output{Stdout: "a\xffb\n"}},
+		// Reads cut "é" (c3 a9) at either end: not invalid output; the end
+		// cut counts only while the task runs.
+		{"cut-edges", executor.Output{Stdout: "\xa9x\xc3"}},
 	}
 	var all strings.Builder
 	for _, o := range outs {
@@ -136,6 +146,39 @@ func TestRenderOutputGolden(t *testing.T) {
 		}
 	}
 	golden(t, "output", all.String())
+}
+
+// TestValidText: invalid bytes become U+FFFD one by one, as encoding/json
+// makes them, and valid text is returned unchanged.
+func TestValidText(t *testing.T) {
+	cases := []struct {
+		in, out          string
+		cutStart, cutEnd bool
+		bad              bool
+	}{
+		{"plain", "plain", false, false, false},
+		{"h\u00e9\u2603\U0001F600", "h\u00e9\u2603\U0001F600", false, false, false},
+		{"\uFFFD as printed", "\uFFFD as printed", false, false, false},
+		{"a\xff\xfeb", "a\uFFFD\uFFFDb", false, false, true},
+		{"\xa9x", "\uFFFDx", true, false, false},
+		{"\xa9x", "\uFFFDx", false, false, true},
+		{"\x80\x80\x80\x80x", "\uFFFD\uFFFD\uFFFD\uFFFDx", true, false, true},
+		{"x\xf0\x9f\x98", "x\uFFFD\uFFFD\uFFFD", false, true, false},
+		{"x\xf0\x9f\x98", "x\uFFFD\uFFFD\uFFFD", false, false, true},
+		{"x\xffy\xc3", "x\uFFFDy\uFFFD", false, true, true},
+	}
+	for _, c := range cases {
+		out, bad := validText(c.in, c.cutStart, c.cutEnd)
+		if out != c.out || bad != c.bad {
+			t.Errorf("validText(%q, %v, %v) = %q, %v; want %q, %v", c.in, c.cutStart, c.cutEnd, out, bad, c.out, c.bad)
+		}
+		var viaJSON string
+		j, _ := json.Marshal(c.in)
+		json.Unmarshal(j, &viaJSON)
+		if viaJSON != out {
+			t.Errorf("validText(%q) = %q, JSON makes %q", c.in, out, viaJSON)
+		}
+	}
 }
 
 func TestRenderFixedTexts(t *testing.T) {

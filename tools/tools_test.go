@@ -44,6 +44,13 @@ func TestValidationMessages(t *testing.T) {
 		{"bash", `{"command":"ls","description":"list","timeoutMs":"100"}`, `Error: invalid timeoutMs: expected a positive number, got "100"`},
 		{"bash", `{"command":"ls","description":"list","timeoutMs":true}`, "Error: invalid timeoutMs: expected a positive number, got true"},
 		{"bash", `{"command":"ls","description":"list","workdir":7}`, "Error: invalid workdir: expected a string, got 7"},
+		{"bash", `{"command":"rm -rf x\u0000","description":"list"}`, "Error: invalid command: contains a NUL byte"},
+		{"bash", `{"command":"\u0000","description":"list"}`, "Error: invalid command: contains a NUL byte"},
+		{"bash", `{"command":"ls","description":"li\u0000st"}`, "Error: invalid description: contains a NUL byte"},
+		{"bash", `{"command":"ls","description":"list","workdir":"a\u0000b"}`, "Error: invalid workdir: contains a NUL byte"},
+		{"bash", `{"command":"ls","description":"list","sandbox_permissions":["net\u0000"],"justification":"j"}`, "Error: invalid sandbox_permissions: contains a NUL byte"},
+		{"bash", `{"command":"ls","description":"list","sandbox_permissions":["network"],"justification":"j\u0000"}`, "Error: invalid justification: contains a NUL byte"},
+		{"pwsh", `{"command":"Get-Item\u0000","description":"list"}`, "Error: invalid command: contains a NUL byte"},
 		{"bash", `{"command":"ls","description":"list","run_in_background":"yes"}`, `Error: invalid run_in_background: expected a boolean, got "yes"`},
 		{"bash", `{"command":"ls","description":"list","sandbox_permissions":"network"}`, `Error: invalid sandbox_permissions: expected an array of strings, got "network"`},
 		{"bash", `{"command":"ls","description":"list","sandbox_permissions":["network"]}`, "Error: invalid justification: expected a non-empty string with sandbox_permissions"},
@@ -251,6 +258,29 @@ func TestNoticeOfInstantTask(t *testing.T) {
 		if len(r.Notices) != 1 || r.Notices[0].TaskID != bg.TaskID {
 			t.Fatalf("next result's notices: %+v, want %s's", r.Notices, bg.TaskID)
 		}
+	}
+}
+
+// TestNULNeverReachesTheGate: arguments with a NUL byte are refused in
+// validation, so no policy decides on (or audits) a command that is not the
+// one that would run.
+func TestNULNeverReachesTheGate(t *testing.T) {
+	g := &countGate{}
+	f := newFake()
+	f.pwsh = true
+	ts := newSet(t, f, Config{Gate: g})
+	for _, args := range []string{
+		`{"command":"echo a\u0000; rm -rf /","description":"d"}`,
+		`{"command":"ls","description":"d","workdir":"/tmp\u0000/x"}`,
+	} {
+		for _, tool := range []string{"bash", "pwsh"} {
+			if r := call(t, ts, tool, args); !r.IsError || !strings.Contains(r.Text, "contains a NUL byte") {
+				t.Errorf("%s %s: %q", tool, args, r.Text)
+			}
+		}
+	}
+	if len(g.seen) != 0 {
+		t.Fatalf("the gate saw %d calls with a NUL byte", len(g.seen))
 	}
 }
 

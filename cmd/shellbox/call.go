@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/termsafe"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -29,7 +28,9 @@ func newCallCmd() *cobra.Command {
 
 Exit status: 0 for a result (a non-zero exit of the command is a result too),
 1 for an error result ("Error: ..."), 2 for a usage or configuration error.
-JSON-ARGS "-" (or none) reads the arguments from standard input.`,
+JSON-ARGS "-" (or none) reads the arguments from standard input.
+On a terminal, control characters of the output (escape sequences) are shown
+as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw, err := callArgs(cmd.InOrStdin(), args)
@@ -55,8 +56,7 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 			}
 			ctx := cmd.Context()
 			runtime, _ := cmd.Flags().GetString("runtime")
-			var pol *policies.Policy
-			var gate tools.Gate
+			var pol *policies.Engine
 			if cfg.Policies.Dir != "" {
 				// The tenant's policy decides the call and sets the limits
 				// and the sandbox; an ask is denied (no approver here).
@@ -65,10 +65,10 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 					return err
 				}
 				defer closePolicies()
-				pol, gate = p, e
+				pol = e
 				cfg.Limits = p.Limits
 			}
-			ts, cleanup, err := newToolset(ctx, cfg, runtime, gate, pol, cmd.ErrOrStderr())
+			ts, cleanup, err := newToolset(ctx, cfg, runtime, pol, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ JSON-ARGS "-" (or none) reads the arguments from standard input.`,
 // printResult prints a tool result: the model text on stdout and notices on
 // stderr, or the whole result as JSON; an error result exits 1.
 func printResult(cmd *cobra.Command, res tools.Result, asJSON bool) error {
-	out := cmd.OutOrStdout()
+	out := termsafe.Writer(cmd.OutOrStdout())
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -127,72 +127,49 @@ func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// newToolset wires the configured backend under the tools, behind gate (nil:
-// no policy). pol, if set, supplies the sandbox settings of the docker
-// backend. cleanup stops watchers and releases the backend (killing the
-// local backend's tasks).
-func newToolset(ctx context.Context, cfg Config, runtime string, gate tools.Gate, pol *policies.Policy, warn io.Writer) (*tools.Toolset, func(), error) {
-	var (
-		ex    executor.BashExecutor
-		home  string
-		close func(context.Context) error
-	)
-	switch cfg.Backend {
-	case "local":
-		root := cfg.Local.Root
-		if root == "" {
-			wd, err := os.Getwd()
-			if err != nil {
-				return nil, nil, fmt.Errorf("local backend: %w", err)
-			}
-			root = wd
-		}
-		root, err := filepath.Abs(root)
-		if err != nil {
-			return nil, nil, fmt.Errorf("local backend: root: %w", err)
-		}
-		spill, err := filepath.Abs(cfg.Local.SpillDir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("local backend: spillDir: %w", err)
-		}
-		home = cfg.Local.Home
-		if home == "" {
-			home = root
-		}
+// newToolset wires the session layer of the configured backend under the
+// tools, for one call of cfg.Tenant. pol (may be nil) is the policy engine:
+// it decides the call and sets the tenant's limits and sandbox. runtime, if
+// set, is the sandbox runtime asked for (within the policy; without one it
+// replaces sandbox.runtime). warn hears what the layer logs (refused egress).
+// cleanup stops watchers and releases the backend (killing the local
+// backend's tasks).
+func newToolset(ctx context.Context, cfg Config, runtime string, pol *policies.Engine, warn io.Writer) (*tools.Toolset, func(), error) {
+	if cfg.Backend == "local" {
 		// Leftovers of a crashed run (their creator is gone) are killed and
 		// removed; a failure here does not stop this call.
 		_, _ = local.Cleanup("")
-		e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: cfg.Limits, Cgroup: local.CgroupMode(cfg.Local.Cgroup)})
-		if err != nil {
-			return nil, nil, fmt.Errorf("local backend: %w", err)
-		}
-		ex, close = e, e.Close
-	case "docker", "containerd":
-		b, err := newDockerBackend(cfg, runtime, pol, warn)
+	}
+	if runtime != "" && pol == nil {
+		cfg.Sandbox.Runtime = runtime
+	}
+	if runtime != "" && pol != nil {
+		// A flag the policy contradicts is a usage error, not a result.
+		p, err := pol.Policy(cfg.Tenant)
 		if err != nil {
 			return nil, nil, err
 		}
-		ex, home = b.exec, "/workspace"
-		close = func(context.Context) error { return b.Close() }
-	default:
-		return nil, nil, fmt.Errorf("unknown backend %q (available: %s)", cfg.Backend, backends)
+		if runtime != p.Runtime {
+			return nil, nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, p.Tenant, p.Runtime)
+		}
 	}
-	ts, err := tools.New(ex, tools.Config{
-		DisableRunInBackground: !cfg.EnableRunInBackground,
-		Home:                   home,
-		Facts:                  cfg.Facts,
-		Gate:                   gate,
-	})
+	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l, closeRuntime, err := newLayerShared(cfg, pol, log)
 	if err != nil {
-		close(ctx)
+		return nil, nil, err
+	}
+	ts, err := l.Toolset(ctx, cfg.Tenant)
+	if err != nil {
+		l.Close(ctx)
+		closeRuntime()
 		return nil, nil, err
 	}
 	cleanup := func() {
-		ts.Close()
 		// Cleanup must finish even if the caller's context is gone.
 		cctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.Grace+5*time.Second)
 		defer cancel()
-		_ = close(cctx)
+		_ = l.Close(cctx)
+		_ = closeRuntime()
 	}
 	return ts, cleanup, nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/session"
 )
 
 // Config is the whole configuration: a file (--config, or shellbox.yaml in
@@ -45,19 +45,10 @@ type EgressConfig struct {
 	// GrantBlocked are refused, with Blocked, to a call granted the
 	// network permission.
 	GrantBlocked []string `mapstructure:"grantBlocked"`
-
-	blocked, grantBlocked egress.Ranges
 }
 
 func (e *EgressConfig) validate() error {
-	var err error
-	if e.blocked, err = egress.ParseRanges(e.Blocked); err != nil {
-		return fmt.Errorf("blocked: %w", err)
-	}
-	if e.grantBlocked, err = egress.ParseRanges(append(slices.Clone(e.Blocked), e.GrantBlocked...)); err != nil {
-		return fmt.Errorf("grantBlocked: %w", err)
-	}
-	return nil
+	return session.EgressConfig{Blocked: e.Blocked, GrantBlocked: e.GrantBlocked}.Validate()
 }
 
 // PoliciesConfig locates the per-tenant policy files.

@@ -1,10 +1,21 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+
+	"github.com/shellbox/shellbox/sandbox/containerd"
 )
 
 // openContainerd opens the containerd runtime (sandbox/containerd).
 func openContainerd(cfg Config, agent string) (sandboxRuntime, error) {
-	return nil, errors.New("containerd backend: not built yet")
+	c := cfg.Containerd
+	rt, err := containerd.New(containerd.Config{
+		Address: c.Address, Namespace: c.Namespace, Snapshotter: c.Snapshotter, RuncRoot: c.RuncRoot,
+		RuntimeNames: c.Runtimes, RuntimeConfigs: c.RuntimeConfigs,
+		StateDir: cfg.Sandbox.StateDir, AgentBinary: agent,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("containerd backend: %w", err)
+	}
+	return rt, nil
 }

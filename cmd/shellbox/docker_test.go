@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,8 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/images"
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 )
 
 // buildBinaries builds shellbox and, next to it, the static agent, as an
@@ -42,14 +43,15 @@ func buildBinaries(t *testing.T) (shellbox string) {
 // SIGKILL in the middle of a call — and a new process reads its output and
 // final status. Every `shellbox call` is a fresh process, so each one
 // re-adopts the session's sandbox.
-func TestDockerRestartSurvival(t *testing.T) {
+func TestDockerRestartSurvival(t *testing.T) { enginetest.Each(t, restartSurvival) }
+
+func restartSurvival(t *testing.T, eng enginetest.Engine) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	state := dockertest.StateDir(t)
 	owner := dockertest.Owner(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: %s
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
 session: restart
 sandbox:
   stateDir: %s
@@ -126,7 +128,9 @@ sandbox:
 
 // TestDockerPolicySandbox: the tenant's policy sets the sandbox (user,
 // runtime, mounts, env) and caps the tenant's sessions, naming the limit.
-func TestDockerPolicySandbox(t *testing.T) {
+func TestDockerPolicySandbox(t *testing.T) { enginetest.Each(t, policySandbox) }
+
+func policySandbox(t *testing.T, eng enginetest.Engine) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	state := dockertest.StateDir(t)
@@ -145,8 +149,7 @@ sandbox:
 limits: {sessions: 1}
 `, dockertest.Image, data)), 0o644)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: %s
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
 policies:
   dir: %s
 audit:
@@ -221,22 +224,13 @@ func runBinary(t *testing.T, bin, cfg string, args ...string) (stdout, stderr st
 }
 
 // removeSandboxesAtEnd removes the sandboxes of tenant's sessions when t
-// ends, whichever process created them (a server the test ran).
-func removeSandboxesAtEnd(t *testing.T, tenant string, sessions ...string) {
+// ends, whichever process created them (a server the test ran), with the
+// test's config cfg (its engine and owner).
+func removeSandboxesAtEnd(t *testing.T, cfg, tenant string, sessions ...string) {
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// Containers only: the server's host directories are its state
-		// dir's, which the test removes.
-		rt, err := docker.NewFromEnv(docker.Config{StateDir: "/nonexistent-shellbox-state", AgentBinary: "/nonexistent"})
-		if err != nil {
-			return
-		}
-		defer rt.Close()
-		for _, s := range sessions {
-			if sb, err := rt.Get(ctx, tenant, s); err == nil {
-				rt.Remove(ctx, sb.ID)
-			}
-		}
+		args := append([]string{"sessions", "rm", "--config", cfg, "--tenant", tenant}, sessions...)
+		run(ctx, args, strings.NewReader(""), io.Discard, io.Discard)
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/server"
-	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/session"
 )
 
 func newMCPCmd() *cobra.Command {
@@ -31,25 +31,27 @@ process is the tenant. Logs go to stderr as JSON.`,
 				return err
 			}
 			defer closePolicies()
-			b, err := newServeBackend(ctx, cfg, log)
+			var (
+				b            *session.Layer
+				closeRuntime func() error
+			)
+			srv, err := server.New(server.Config{
+				NewBackend: func(o server.Observer) (server.Backend, error) {
+					var err error
+					b, closeRuntime, err = newLayer(cfg, pol, o, log)
+					return b, err
+				},
+				Logger: log, Version: versionString(),
+			})
 			if err != nil {
 				return err
 			}
-			b.policies = pol
 			defer func() {
 				cctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.Grace+5*time.Second)
 				defer cancel()
 				b.Close(cctx)
+				closeRuntime()
 			}()
-			srv, err := server.New(server.Config{Backend: b, Logger: log, Version: versionString()})
-			if err != nil {
-				return err
-			}
-			b.notify = srv.Notify
-			b.created, b.egress = srv.ObserveSandboxCreate, srv.ObserveEgress
-			if pol != nil {
-				b.gate = func(tenant string) tools.Gate { return srv.ObserveGate(tenant, pol) }
-			}
 			in, out := cmd.InOrStdin(), cmd.OutOrStdout()
 			return srv.ServeStdio(ctx, cfg.Tenant, cfg.Session, readCloser{in}, writeCloser{out})
 		},

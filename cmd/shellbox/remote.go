@@ -12,6 +12,7 @@ import (
 
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/termsafe"
 )
 
 // addRemoteFlags adds the client-mode flags: with --server (or
@@ -154,7 +155,7 @@ func remoteSessionsLs(cmd *cobra.Command, c *client.Client) error {
 }
 
 func oneLine(s string, n int) string {
-	b := []rune(s)
+	b := []rune(termsafe.Escape(s)) // a command cannot disguise itself on the approver's terminal
 	for i, r := range b {
 		if r == '\n' || r == '\t' {
 			b[i] = ' '

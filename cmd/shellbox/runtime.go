@@ -96,5 +96,9 @@ func openRuntime(cfg Config, agent string) (sandboxRuntime, error) {
 	case "containerd":
 		return openContainerd(cfg, agent)
 	}
-	return nil, fmt.Errorf("unknown backend %q (available: %s)", cfg.Backend, backends)
+	return nil, unknownBackend(cfg.Backend)
+}
+
+func unknownBackend(name string) error {
+	return fmt.Errorf("unknown backend %q (available: %s)", name, backends)
 }

@@ -43,3 +43,19 @@ containerd:
 		t.Errorf("unknown backend: %v", err)
 	}
 }
+
+// A containerd that is not running is said plainly, with the address.
+func TestContainerdNotRunning(t *testing.T) {
+	cfg := Config{Backend: "containerd"}
+	cfg.Sandbox.StateDir = t.TempDir()
+	cfg.Containerd.Address = filepath.Join(t.TempDir(), "none.sock")
+	rt, err := openRuntime(cfg, "/bin/true")
+	if err == nil {
+		// The client may connect lazily: the first call must say it.
+		defer rt.Close()
+		err = rt.Ping(t.Context())
+	}
+	if err == nil || !strings.Contains(err.Error(), cfg.Containerd.Address) || !strings.Contains(err.Error(), "does not answer: is it running?") {
+		t.Errorf("no daemon: %v", err)
+	}
+}

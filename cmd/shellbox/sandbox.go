@@ -1,22 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"time"
 
-	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/sandboxed"
-	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/session"
 )
 
 // SandboxConfig is the sandbox of every session on the sandboxed backends
@@ -88,147 +80,8 @@ func agentBinary(configured string) (string, error) {
 		"`CGO_ENABLED=0 go build -o \"$(dirname \"$(command -v shellbox)\")/shellbox-agent\" ./cmd/shellbox-agent` or set sandbox.agent")
 }
 
-// dockerBackend is a sandboxed backend's parts, for call and sessions.
-type dockerBackend struct {
-	rt      sandboxRuntime
-	manager *sandbox.Manager
-	exec    *sandboxed.Executor
-}
-
-func (b *dockerBackend) Close() error {
-	var err error
-	if b.exec != nil {
-		err = b.exec.Close()
-	}
-	return errors.Join(err, b.rt.Close())
-}
-
-// newDockerBackend wires runtime, manager and executor. runtime overrides
-// sandbox.runtime when non-empty (the --runtime flag). pol, if set, is the
-// tenant's policy: its sandbox settings replace sandbox.*, its image
-// allowlist and runtime bind the flag and the configuration, a new sandbox
-// gets its sandbox.mounts, and warn hears what the backend cannot give it.
-func newDockerBackend(cfg Config, runtime string, pol *policies.Policy, warn io.Writer) (*dockerBackend, error) {
-	dc := cfg.Sandbox
-	var (
-		polOpts   []sandbox.Opt
-		agentArgs []string
-	)
-	if pol != nil {
-		if runtime != "" && runtime != pol.Runtime {
-			return nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, pol.Tenant, pol.Runtime)
-		}
-		img, err := pol.Image("", dc.Image)
-		if err != nil {
-			return nil, err
-		}
-		dc.Image, runtime = img, pol.Runtime
-		polOpts = pol.SpecOptions()
-		// The agent drops to the policy's user for commands (Spec.UID only
-		// owns /workspace).
-		agentArgs = []string{"--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)}
-	}
-	if runtime != "" {
-		dc.Runtime = runtime
-	}
-	agent, agentErr := agentBinary(dc.Agent)
-	rt, err := openRuntime(cfg, agent)
-	if err != nil {
-		return nil, err
-	}
-	m, err := sandbox.NewManager(sandbox.Config{
-		Runtime: rt,
-		Owner:   dc.Owner,
-		Ready:   sandboxed.WaitAgent,
-	})
-	if err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("%s backend: %w", cfg.Backend, err)
-	}
-	b := &dockerBackend{rt: rt, manager: m}
-	specFor := func(session string) (sandbox.Spec, error) {
-		if agentErr != nil {
-			return sandbox.Spec{}, agentErr
-		}
-		opts := polOpts
-		if pol != nil {
-			if err := checkSessionQuota(rt, dc.Owner, cfg.Tenant, pol, session); err != nil {
-				return sandbox.Spec{}, err
-			}
-			// A one-shot call asks for no mounts: it gets the policy's.
-			mounts, err := pol.SessionMounts(nil)
-			if err != nil {
-				return sandbox.Spec{}, err
-			}
-			opts = append(slices.Clone(polOpts), sandbox.WithMounts(mounts...))
-		}
-		return dockerSpec(dc, cfg.Tenant, session, agent, agentArgs, opts...)
-	}
-	scfg := sandboxed.Config{
-		Manager: m,
-		Tenant:  cfg.Tenant,
-		Spec:    specFor,
-		Limits:  cfg.Limits,
-	}
-	if pol != nil {
-		// The call's process relays the sandbox's egress while it runs; a
-		// background task's connections wait for the next process (or a
-		// server) to relay them.
-		w := warn
-		if w == nil {
-			w = io.Discard
-		}
-		scfg.Egress = egressRelay(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), cfg.Egress,
-			func(_, target string) error { return pol.CheckEgress(target) }, nil)
-	}
-	ex, err := sandboxed.New(scfg)
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	b.exec = ex
-	return b, nil
-}
-
-// checkSessionQuota refuses a new session past the policy's
-// limits.sessions: the tenant's sandboxes of this owner are counted, the
-// session's own (being re-adopted) excepted.
-func checkSessionQuota(rt sandbox.Runtime, owner, tenant string, pol *policies.Policy, session string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, err := rt.List(ctx, owner)
-	if err != nil {
-		return fmt.Errorf("count the tenant's sessions: %w", err)
-	}
-	n := 0
-	for _, sb := range list {
-		if sb.Tenant != tenant {
-			continue
-		}
-		if sb.Session == session {
-			return nil // exists: not a new session
-		}
-		n++
-	}
-	return pol.CheckSessions(n)
-}
-
-var _ executor.BashExecutor = (*sandboxed.Executor)(nil)
-
-// dockerSpec is the sandbox spec of a new session of tenant: sandbox.* with
-// the agent binary at agent.
-func dockerSpec(dc SandboxConfig, tenant, session, agent string, agentArgs []string, extra ...sandbox.Opt) (sandbox.Spec, error) {
-	return sandbox.NewSpec(tenant, session,
-		sandbox.WithImage(dc.Image),
-		sandbox.WithRuntime(dc.Runtime),
-		sandbox.WithCPUs(dc.CPUs),
-		sandbox.WithMemory(dc.MemoryBytes),
-		sandbox.WithPidsLimit(dc.PidsLimit),
-		sandbox.WithWorkspaceSize(dc.WorkspaceBytes),
-		sandbox.WithTmpSize(dc.TmpBytes),
-		sandbox.WithSpillSize(dc.SpillBytes),
-		sandbox.WithLabels(dc.Labels),
-		sandbox.WithAgentArgs(agentArgs...),
-		sandbox.Compose(extra...),
-	)
+// defaults are the sandbox settings of sessions where a policy sets none.
+func (c SandboxConfig) defaults() session.Defaults {
+	return session.Defaults{Image: c.Image, Runtime: c.Runtime, CPUs: c.CPUs, MemoryBytes: c.MemoryBytes,
+		PidsLimit: c.PidsLimit, WorkspaceBytes: c.WorkspaceBytes, TmpBytes: c.TmpBytes, SpillBytes: c.SpillBytes, Labels: c.Labels}
 }

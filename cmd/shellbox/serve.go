@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/server"
-	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/session"
 )
 
 func newServeCmd() *cobra.Command {
@@ -61,21 +61,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer closePolicies()
-	b, err := newServeBackend(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	b.policies = pol
 	var approvals server.Approvals
 	if pol != nil {
-		approvals = policyApprovals{pol}
+		approvals = session.Approvals(pol)
 	}
 	tenants := map[string]server.TenantConfig{}
 	for name, t := range cfg.Server.Tenants {
 		tenants[name] = t.TenantConfig
 	}
+	var (
+		b            *session.Layer
+		closeRuntime func() error
+	)
 	srv, err := server.New(server.Config{
-		Backend:           b,
+		NewBackend: func(o server.Observer) (server.Backend, error) {
+			var err error
+			b, closeRuntime, err = newLayer(cfg, pol, o, log)
+			return b, err
+		},
 		Approvals:         approvals,
 		Tenants:           tenants,
 		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
@@ -83,38 +86,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MCPSessionTimeout: cfg.Server.MCPSessionTimeout,
 		Logger:            log,
 		Version:           versionString(),
+		Console:           consoleConfig(cfg),
 	})
 	if err != nil {
-		b.Close(context.Background())
 		return err
 	}
-	b.notify = srv.Notify
-	b.created, b.egress = srv.ObserveSandboxCreate, srv.ObserveEgress
-	if pol != nil {
-		// Every call goes through the tenant's policy (an ask waits for an
-		// approver on /v1/approvals); decisions are counted.
-		b.gate = func(tenant string) tools.Gate { return srv.ObserveGate(tenant, pol) }
-	}
-
+	defer closeRuntime()
 	life, stopLife := context.WithCancel(context.Background())
 	defer stopLife()
-	go b.rewatch(life)
-	if b.manager != nil {
-		// A tenant's policy sets its idle TTL; server.idleTTL is for tenants
-		// without one. The sweep runs every quarter of the shortest TTL
-		// configured anywhere, at most a minute apart.
-		ttl := func(tenant string) time.Duration {
-			if pol != nil {
-				if p, err := pol.Policy(tenant); err == nil {
-					return p.IdleTTL
-				}
-			}
-			return cfg.Server.IdleTTL
-		}
-		if interval := reapInterval(cfg.Server.IdleTTL, pol != nil); interval > 0 {
-			go b.manager.ReapEvery(life, ttl, interval)
-		}
-	}
+	// Sandboxes (and background tasks) of a previous process of this owner
+	// are taken over; idle ones are reaped from now on.
+	b.Start(life)
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -155,20 +137,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	closeErr := b.Close(context.Background())
 	log.Info("stopped", "drain", errString(drainErr), "shutdown", errString(shutErr))
 	return closeErr
-}
-
-// reapInterval is how often idle sandboxes are looked for: a quarter of the
-// server's idle TTL (at least a second, at most a minute), a minute when
-// policies (which set per-tenant TTLs) are in force, never when neither
-// sets one.
-func reapInterval(serverTTL time.Duration, policies bool) time.Duration {
-	switch {
-	case serverTTL > 0:
-		return min(max(serverTTL/4, time.Second), time.Minute)
-	case policies:
-		return time.Minute
-	}
-	return 0
 }
 
 func errString(err error) string {

@@ -17,8 +17,8 @@ import (
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/server/servertest"
@@ -34,12 +34,12 @@ func TestMain(m *testing.M) {
 // dockerConformance runs the conformance suite with every session in its
 // own runc sandbox, every call carried by transport through a real server.
 func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { engineConformance(t, e, transport, skip) })
+}
+
+func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
 	requireEngine(t)
-	rt, err := docker.NewFromEnv(docker.Config{StateDir: dockertest.StateDir(t), AgentBinary: dockertest.Agent(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
+	rt := eng.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), sandbox.RuntimeRunc)
 	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: dockertest.Owner(t), Ready: sandboxed.WaitAgent})
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +166,14 @@ func (p *serveProcess) stop(t *testing.T) {
 // TestServeRestart: SIGTERM the server with a background task running, in
 // the middle of a foreground call; the call finishes, and a new server
 // process serves bash_output for the task with its output and final status.
-func TestServeRestart(t *testing.T) {
+// On every engine.
+func TestServeRestart(t *testing.T) { enginetest.Each(t, serveRestart) }
+
+func serveRestart(t *testing.T, eng enginetest.Engine) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-sandbox:
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`sandbox:
   stateDir: %s
   owner: %s
   image: %s
@@ -199,7 +201,7 @@ server:
 		t.Fatalf("start: %v %q", err, r.Text)
 	}
 	quiet := r.Value.(*tools.Background).TaskID
-	removeSandboxesAtEnd(t, dockerTenant, "restart")
+	removeSandboxesAtEnd(t, cfg, dockerTenant, "restart")
 	// A foreground call in flight when SIGTERM arrives finishes.
 	fg := make(chan tools.Result, 1)
 	go func() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 )
@@ -51,7 +52,9 @@ sandbox:
 // (ask, approved) still cannot reach the server host's loopback; the
 // connections are counted in /metrics. The one-shot `shellbox call` relays
 // too.
-func TestServeEgress(t *testing.T) {
+func TestServeEgress(t *testing.T) { enginetest.Each(t, serveEgress) }
+
+func serveEgress(t *testing.T, eng enginetest.Engine) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	allowed := egressHost(t, "127.0.0.2:0")
@@ -62,8 +65,7 @@ func TestServeEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`backend: docker
-tenant: %s
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
 policies:
   dir: %s
 sandbox:
@@ -77,13 +79,13 @@ server:
     %s:
       tokens: [%q]
 `, dockerTenant, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
-	removeSandboxesAtEnd(t, dockerTenant, "net", "oneshot")
+	removeSandboxesAtEnd(t, cfg, dockerTenant, "net", "oneshot")
 
 	// One-shot: the call's own process relays.
 	curl := func(target string) string {
 		return fmt.Sprintf(`{"command":"curl -sS -m 30 http://%s/x 2>&1","description":"fetch over egress"}`, target)
 	}
-	if out, errs, code := runBinary(t, bin, cfg, "call", "--backend", "docker", "--session", "oneshot", "bash", curl(allowed)); out != "egress ok /x" || code != 0 {
+	if out, errs, code := runBinary(t, bin, cfg, "call", "--session", "oneshot", "bash", curl(allowed)); out != "egress ok /x" || code != 0 {
 		t.Fatalf("one-shot call: %q %q (exit %d)", out, errs, code)
 	}
 

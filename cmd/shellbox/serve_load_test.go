@@ -17,14 +17,17 @@ import (
 
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/server/servertest"
+	"github.com/shellbox/shellbox/session"
 	"github.com/shellbox/shellbox/tools"
 )
 
-// testServeBackend is serve's own backend (the wiring `shellbox serve`
-// uses) on a test engine and directories, or on the local executor.
-func testServeBackend(t testing.TB, kind string) *serveBackend {
+// testServe starts serve's own session layer (the wiring `shellbox serve`
+// uses) behind a test server, on a test engine and directories, or on the
+// local executor.
+func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
 	t.Helper()
 	v, err := newViper(nil)
 	if err != nil {
@@ -45,28 +48,28 @@ func testServeBackend(t testing.TB, kind string) *serveBackend {
 		cfg.Sandbox.Labels = dockertest.Labels()
 		cfg.Sandbox.PidsLimit = 256
 	}
-	b, err := newServeBackend(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var (
+		l            *session.Layer
+		closeRuntime func() error
+	)
+	s := servertest.Start(t, nil, func(c *server.Config) {
+		c.NewBackend = func(o server.Observer) (server.Backend, error) {
+			var err error
+			l, closeRuntime, err = newLayer(cfg, nil, o, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			return l, err
+		}
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if b.manager != nil {
-			for _, sb := range b.manager.Sandboxes() {
-				b.manager.Remove(ctx, sb.Tenant, sb.Session)
-			}
+		list, _ := l.Sandboxes(ctx)
+		for _, sb := range list {
+			l.DeleteSession(ctx, sb.Tenant, sb.Session)
 		}
-		b.Close(ctx)
+		l.Close(ctx)
+		closeRuntime()
 	})
-	return b
-}
-
-func startTestServer(t testing.TB, b *serveBackend) *servertest.Server {
-	s := servertest.Start(t, b, nil)
-	b.notify = s.Notify
-	b.created = s.ObserveSandboxCreate
-	return s
+	return l, s
 }
 
 func envInt(name string, def int) int {
@@ -86,8 +89,7 @@ func envInt(name string, def int) int {
 func TestLoadMCP(t *testing.T) {
 	sessions := envInt("SHELLBOX_LOAD_SESSIONS", 4)
 	commands := envInt("SHELLBOX_LOAD_COMMANDS", 5)
-	b := testServeBackend(t, "docker")
-	s := startTestServer(t, b)
+	_, s := testServe(t, "docker")
 	var (
 		mu         sync.Mutex
 		warm, cold []time.Duration
@@ -159,8 +161,7 @@ func percentiles(lat []time.Duration) string {
 func BenchmarkToolCall(b *testing.B) {
 	for _, kind := range []string{"local", "docker"} {
 		b.Run(kind, func(b *testing.B) {
-			be := testServeBackend(b, kind)
-			s := startTestServer(b, be)
+			be, s := testServe(b, kind)
 			args := json.RawMessage(`{"command":"true","description":"do nothing"}`)
 			ctx := context.Background()
 			ts, err := be.Toolset(ctx, "acme")

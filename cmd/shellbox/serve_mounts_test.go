@@ -63,7 +63,7 @@ server:
       tokens: [%q]
 `, pols, filepath.Join(t.TempDir(), "audit.log"), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image,
 		dockertest.Agent(t), dockertest.LabelTest, dockerTenant, server.HashToken(testToken))), 0o644)
-	removeSandboxesAtEnd(t, dockerTenant, "dflt", "req")
+	removeSandboxesAtEnd(t, cfg, dockerTenant, "dflt", "req")
 
 	s := startServe(t, cfg)
 	c := client.New(s.url, testToken, nil)
@@ -165,8 +165,7 @@ server:
 // TestServeMountsNeedPolicy: a server without policies has no allowlist,
 // so a session asking for mounts is refused (asking for none is fine).
 func TestServeMountsNeedPolicy(t *testing.T) {
-	b := testServeBackend(t, "docker")
-	s := startTestServer(t, b)
+	_, s := testServe(t, "docker")
 	c := client.New(s.URL, servertest.TokenAcme, nil)
 	_, err := c.CreateSession(context.Background(), "m", server.SessionOptions{Mounts: []server.Mount{{Source: "/srv"}}})
 	var ce *client.Error

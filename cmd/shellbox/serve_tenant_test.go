@@ -18,8 +18,7 @@ import (
 // list, read, kill or delete acme's session and task, and gets exactly the
 // answers a random id gets; acme's task is untouched.
 func TestCrossTenantDocker(t *testing.T) {
-	b := testServeBackend(t, "docker")
-	s := startTestServer(t, b)
+	_, s := testServe(t, "docker")
 	ctx := context.Background()
 	acme := client.New(s.URL, servertest.TokenAcme, nil)
 	beta := client.New(s.URL, servertest.TokenBeta, nil)

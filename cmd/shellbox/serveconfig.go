@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
 )
 
@@ -21,6 +21,9 @@ type ServerConfig struct {
 	// Tenants maps each tenant to its token hashes, limits and what its
 	// sessions may choose.
 	Tenants map[string]TenantConfig `mapstructure:"tenants"`
+	// OperatorTokens are sha256:<hex> hashes of the operator console's
+	// all-tenant logins (/ui); tenant tokens see their own tenant there.
+	OperatorTokens []string `mapstructure:"operatorTokens"`
 }
 
 // TenantConfig is one tenant of the server.
@@ -44,6 +47,7 @@ func serverDefaults() map[string]any {
 		"server::mcpSessionTimeout": time.Hour,
 		"server::logLevel":          "info",
 		"server::tenants":           map[string]any{},
+		"server::operatorTokens":    []string{},
 	}
 }
 
@@ -64,25 +68,24 @@ func (c ServerConfig) validate() error {
 	return nil
 }
 
-// image and runtime of a new session of tenant: the asked one if the tenant
-// allows it, else the tenant's default.
-func (c Config) sessionImage(tenant, asked string) (string, error) {
-	return choose("image", tenant, asked, c.Server.Tenants[tenant].Images, c.Sandbox.Image)
-}
-
-func (c Config) sessionRuntime(tenant, asked string) (string, error) {
-	return choose("runtime", tenant, asked, c.Server.Tenants[tenant].Runtimes, c.Sandbox.Runtime)
-}
-
-func choose(what, tenant, asked string, allowed []string, def string) (string, error) {
-	if len(allowed) == 0 {
-		allowed = []string{def}
+// consoleConfig is the operator console's: its operator tokens, and the
+// audit log it tails (when policies, which write it, are on).
+func consoleConfig(cfg Config) server.ConsoleConfig {
+	cc := server.ConsoleConfig{OperatorTokens: cfg.Server.OperatorTokens}
+	if cfg.Policies.Dir != "" && cfg.Audit.File != "" {
+		file := cfg.Audit.File
+		cc.ReadAudit = func(n int, tenant string) ([]server.AuditRecord, error) {
+			// The console polls: read at most the log's last 8 MiB.
+			recs, _, err := policies.TailAudit(file, n, tenant, 8<<20)
+			out := make([]server.AuditRecord, len(recs))
+			for i, r := range recs {
+				out[i] = server.AuditRecord{Time: r.Time, Tenant: r.Tenant, Session: r.Session, Tool: r.Tool,
+					Command: r.Command, Workdir: r.Workdir, Background: r.Background, Decision: string(r.Decision),
+					Rule: r.Rule, Reason: r.Reason, Escalation: r.Escalation, Justification: r.Justification,
+					Approval: r.Approval, Approver: r.Approver}
+			}
+			return out, err
+		}
 	}
-	if asked == "" {
-		return allowed[0], nil
-	}
-	if !slices.Contains(allowed, asked) {
-		return "", server.Errorf(server.ErrNotAllowed, "%s %q is not allowed for tenant %s (allowed: %v)", what, asked, tenant, allowed)
-	}
-	return asked, nil
+	return cc
 }

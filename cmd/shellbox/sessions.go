@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/session"
 )
 
 func newSessionsCmd() *cobra.Command {
@@ -29,12 +31,12 @@ func newSessionsCmd() *cobra.Command {
 				}
 				return remoteSessionsLs(cmd, c)
 			}
-			b, err := dockerFromFlags(cmd)
+			b, err := layerFromFlags(cmd)
 			if err != nil {
 				return err
 			}
-			defer b.Close()
-			list, err := b.rt.List(cmd.Context(), b.owner)
+			defer b.close()
+			list, err := b.Sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -75,14 +77,14 @@ func newSessionsCmd() *cobra.Command {
 				}
 				return nil
 			}
-			b, err := dockerFromFlags(cmd)
+			b, err := layerFromFlags(cmd)
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer b.close()
 			failed := false
 			for _, s := range args {
-				if err := b.manager.Remove(cmd.Context(), b.tenant, s); err != nil {
+				if err := b.DeleteSession(cmd.Context(), b.tenant, s); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: session %s/%s: %v\n", b.tenant, s, err)
 					failed = true
 					continue
@@ -99,27 +101,29 @@ func newSessionsCmd() *cobra.Command {
 	return cmd
 }
 
-// sessionsBackend adds the owner and tenant to the docker backend.
-type sessionsBackend struct {
-	*dockerBackend
-	owner, tenant string
+// sessionsLayer is the session layer of the configured sandboxed backend
+// (docker when the configuration says local), for the tenant of the flags.
+type sessionsLayer struct {
+	*session.Layer
+	tenant string
+	close  func()
 }
 
-func dockerFromFlags(cmd *cobra.Command) (sessionsBackend, error) {
+func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 	file, _ := cmd.Flags().GetString("config")
 	cfg, err := loadConfig(cmd.Flags(), file)
 	if err != nil {
-		return sessionsBackend{}, err
+		return sessionsLayer{}, err
 	}
 	if !isSandboxed(cfg.Backend) {
 		// The local backend keeps no sessions: the engine's are meant.
 		cfg.Backend = "docker"
 	}
-	b, err := newDockerBackend(cfg, "", nil, nil)
+	l, closeRuntime, err := newLayer(cfg, nil, nil, nil)
 	if err != nil {
-		return sessionsBackend{}, err
+		return sessionsLayer{}, err
 	}
-	return sessionsBackend{b, cfg.Sandbox.Owner, cfg.Tenant}, nil
+	return sessionsLayer{l, cfg.Tenant, func() { l.Close(context.Background()); closeRuntime() }}, nil
 }
 
 func newImageCmd() *cobra.Command {

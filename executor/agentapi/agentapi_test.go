@@ -429,3 +429,42 @@ func TestToken(t *testing.T) {
 		t.Errorf("Run with the token: %+v, %v", res, err)
 	}
 }
+
+// TestPeekRoundTrip: peeking over the protocol reads the output so far
+// without moving the cursor the model's reads use.
+func TestPeekRoundTrip(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	ctx := context.Background()
+	tk, err := a.client.Start(ctx, a.spec(t, executor.Request{
+		Command: "echo one; echo e1 >&2; while [ ! -e go ]; do sleep 0.01; done; echo two", Background: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := tk.(agentapi.Peeker)
+	if !ok {
+		t.Fatal("the agent's task cannot peek")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		o, err := p.Peek(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Stdout == "one\n" && o.Stderr == "e1\n" && o.Status.State == executor.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peek: %+v", o)
+		}
+	}
+	touch(t, filepath.Join(a.root, "go"))
+	if _, err := tk.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := p.Peek(ctx); err != nil || o.Stdout != "one\ntwo\n" || o.Status.State != executor.Completed {
+		t.Errorf("peek after the end: %+v, %v", o, err)
+	}
+	if o, err := tk.Read(ctx); err != nil || o.Stdout != "one\ntwo\n" || o.Stderr != "e1\n" {
+		t.Errorf("the first read after peeks: %+v, %v", o, err)
+	}
+}

@@ -46,6 +46,7 @@
 //	GET  /v1/tasks?session=S         → TaskList {"tasks":[{"id":…,"session":…,"status":{…}}]}
 //	GET  /v1/tasks/{id}?session=S    → TaskInfo, or 404 "no such task: <id>"
 //	POST /v1/tasks/{id}/read         {"session":S} → executor.Output (moves the task's one read cursor)
+//	POST /v1/tasks/{id}/peek         {"session":S} → executor.Output: tails of the whole output, cursor unmoved (operator console)
 //	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
 //	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}

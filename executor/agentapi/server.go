@@ -85,6 +85,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/tasks", s.list)
 	s.mux.HandleFunc("GET /v1/tasks/{id}", s.info)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/read", s.read)
+	s.mux.HandleFunc("POST /v1/tasks/{id}/peek", s.peek)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
 	s.mux.HandleFunc("GET /v1/has", s.has)

@@ -302,6 +302,7 @@ func argCases() []testCase {
 		{name: "empty_object", args: `{}`, isError: true},
 		{name: "empty_body", args: ``, isError: true},
 		{name: "blank_command", args: `{"command":"   ",` + d + `}`, isError: true},
+		{name: "command_nul_byte", args: bashArgs("echo a\x00; rm -rf /"), isError: true},
 		{name: "missing_description", args: `{"command":"true"}`, isError: true},
 		{name: "timeout_zero", args: `{"command":"true",` + d + `,"timeoutMs":0}`, isError: true},
 		{name: "timeout_negative", args: `{"command":"true",` + d + `,"timeoutMs":-5}`, isError: true},

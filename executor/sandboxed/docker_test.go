@@ -18,8 +18,8 @@ import (
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -41,22 +41,8 @@ func testImage(t testing.TB) {
 	}
 }
 
-// requireRuntime skips (fails under CI) when the engine lacks runtime.
-func requireRuntime(t testing.TB, rt *docker.Runtime, name string) {
-	t.Helper()
-	names, err := rt.Runtimes(context.Background())
-	if err != nil {
-		t.Fatalf("engine runtimes: %v", err)
-	}
-	found := false
-	for _, n := range names {
-		found = found || n == name
-	}
-	dockertest.Require(t, found, fmt.Sprintf("the engine has no %q runtime (%v); .ci/setup-docker.sh registers runsc", name, names))
-}
-
 type rig struct {
-	rt      *docker.Runtime
+	rt      sandbox.Runtime
 	manager *sandbox.Manager
 	exec    *sandboxed.Executor
 	opts    []sandbox.Opt
@@ -68,23 +54,18 @@ type rig struct {
 // testing at the same time never share a sandbox name.
 var tenant = dockertest.Tenant("t1")
 
-func newRig(t testing.TB, runtime string, lim executor.Limits, opts ...sandbox.Opt) *rig {
+func newRig(t testing.TB, e enginetest.Engine, runtime string, lim executor.Limits, opts ...sandbox.Opt) *rig {
 	t.Helper()
-	return newRigWith(t, runtime, lim, nil, opts...)
+	return newRigWith(t, e, runtime, lim, nil, opts...)
 }
 
 // newRigWith is newRig with the executor's config adjusted by with.
-func newRigWith(t testing.TB, runtime string, lim executor.Limits, with func(*sandboxed.Config), opts ...sandbox.Opt) *rig {
+func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Limits, with func(*sandboxed.Config), opts ...sandbox.Opt) *rig {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
-	rt, err := docker.NewFromEnv(docker.Config{StateDir: dockertest.StateDir(t), AgentBinary: dockertest.Agent(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	requireRuntime(t, rt, runtime)
+	rt := e.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), runtime)
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
 		Owner:   dockertest.Owner(t),
@@ -137,11 +118,11 @@ func (r *rig) endSession(_ executor.BashExecutor, session string) {
 	r.manager.Remove(ctx, tenant, session)
 }
 
-func conformance(t *testing.T, runtime string) {
+func conformance(t *testing.T, e enginetest.Engine, runtime string) {
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
 			// Room for the suite's 100 MB spill in one session.
-			r := newRig(t, runtime, lim, sandbox.WithSpillSize(256*sandbox.MiB))
+			r := newRig(t, e, runtime, lim, sandbox.WithSpillSize(256*sandbox.MiB))
 			rigs.Store(r.exec, r)
 			return r.exec
 		},
@@ -159,11 +140,15 @@ func conformance(t *testing.T, runtime string) {
 var rigs sync.Map // *sandboxed.Executor → *rig
 
 // TestConformanceRunc runs the conformance suite, unchanged, with every
-// session in its own runc container.
-func TestConformanceRunc(t *testing.T) { conformance(t, sandbox.RuntimeRunc) }
+// session in its own runc container, on every engine.
+func TestConformanceRunc(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { conformance(t, e, sandbox.RuntimeRunc) })
+}
 
 // TestConformanceRunsc runs it under gVisor.
-func TestConformanceRunsc(t *testing.T) { conformance(t, sandbox.RuntimeRunsc) }
+func TestConformanceRunsc(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { conformance(t, e, sandbox.RuntimeRunsc) })
+}
 
 func call(t *testing.T, ts *tools.Toolset, session, tool string, args any) tools.Result {
 	t.Helper()
@@ -181,19 +166,22 @@ func bash(command string, extra ...any) map[string]any {
 	return m
 }
 
-// TestHostile holds the sandbox against hostile workloads, on both runtimes;
-// after each, the same session (and the server) must still work.
+// TestHostile holds the sandbox against hostile workloads, on both runtimes
+// of every engine; after each, the same session (and the server) must
+// still work.
 func TestHostile(t *testing.T) {
-	for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
-		t.Run(runtime, func(t *testing.T) { hostile(t, runtime) })
-	}
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
+		for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+			t.Run(runtime, func(t *testing.T) { hostile(t, e, runtime) })
+		}
+	})
 }
 
-func hostile(t *testing.T, runtime string) {
+func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 	lim := executor.DefaultLimits()
 	lim.Grace = 500 * time.Millisecond
 	lim.SpillLimit = 8 << 20
-	r := newRig(t, runtime, lim,
+	r := newRig(t, e, runtime, lim,
 		sandbox.WithMemory(256*sandbox.MiB),
 		sandbox.WithWorkspaceSize(32*sandbox.MiB),
 		sandbox.WithTmpSize(16*sandbox.MiB),
@@ -391,7 +379,7 @@ func lastLines(s string, n int) string {
 // ran anything answer "no such task" and create no sandbox (a bogus task id
 // must not cost a container).
 func TestTaskWithoutSandbox(t *testing.T) {
-	r := newRig(t, sandbox.RuntimeRunc, executor.DefaultLimits())
+	r := newRig(t, enginetest.Docker, sandbox.RuntimeRunc, executor.DefaultLimits())
 	ts, err := tools.New(r.exec, tools.Config{})
 	if err != nil {
 		t.Fatal(err)

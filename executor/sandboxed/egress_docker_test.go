@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -46,15 +48,17 @@ func hostServer(t *testing.T, addr string) (hostport string, hits *atomic.Int64)
 // reaches the host without the proxy. A sandbox without egress has neither
 // the proxy nor its variables.
 func TestEgress(t *testing.T) {
-	for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
-		t.Run(runtime, func(t *testing.T) { egressOn(t, runtime) })
-	}
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
+		for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+			t.Run(runtime, func(t *testing.T) { egressOn(t, e, runtime) })
+		}
+	})
 }
 
-func egressOn(t *testing.T, runtime string) {
+func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 	allowed, allowedHits := hostServer(t, "127.0.0.2:0")
 	denied, deniedHits := hostServer(t, "127.0.0.3:0")
-	list, err := egress.NewAllowlist([]string{allowed})
+	list, err := confine.NewAllowlist([]string{allowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func egressOn(t *testing.T, runtime string) {
 			t.Errorf("relay of %s: %v", sb.Session, err)
 		}
 	}
-	r := newRigWith(t, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
+	r := newRigWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
 	ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
 	if err != nil {
 		t.Fatal(err)

@@ -184,7 +184,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir strin
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {
-			return sandbox.Sandbox{}, fmt.Errorf("%w: image %q is not on the engine (shellbox does not pull): %v",
+			return sandbox.Sandbox{}, fmt.Errorf("%w: image %q is not on the engine (shellbox does not pull; build the default image with `shellbox image build`, or load yours with `docker load`): %v",
 				sandbox.ErrUnavailable, spec.Image, err)
 		}
 		if isConflict(err) {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -28,7 +29,7 @@ import (
 type rig struct {
 	proxyAddr string
 	socket    string
-	allow     *Allowlist
+	allow     *confine.Allowlist
 
 	mu       sync.Mutex
 	outcomes []string
@@ -39,7 +40,7 @@ type rig struct {
 
 func newRig(t testing.TB, pcfg ProxyConfig, allow ...string) *rig {
 	t.Helper()
-	a, err := NewAllowlist(allow)
+	a, err := confine.NewAllowlist(allow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shellbox/shellbox/confine"
 )
 
 // Upgrade is the protocol name of the long poll's Upgrade header; Header
@@ -26,8 +28,9 @@ const (
 
 // Permission is the sandbox permission (sandbox_permissions) that, once a
 // policy grants it for a call, gives the call's commands a credential the
-// relay's check honours (EnvWithCredential).
-const Permission = "network"
+// relay's check honours (EnvWithCredential). confine defines it, for
+// policies to decide it.
+const Permission = confine.PermissionNetwork
 
 // DefaultListen is where the agent's proxy listens inside a sandbox. Each
 // sandbox has its own network namespace, so a fixed port is no conflict.

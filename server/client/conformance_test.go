@@ -38,5 +38,11 @@ func runLocal(t *testing.T, transport func(t *testing.T, ts *tools.Toolset) func
 // TestConformanceREST runs the conformance suite through the REST API.
 func TestConformanceREST(t *testing.T) { runLocal(t, servertest.RESTTransport, servertest.RESTSkips) }
 
-// TestConformanceMCP runs it through /mcp with the official MCP client.
+// TestConformanceMCP runs it through /mcp with the official MCP client at
+// its default revision (2026-07-28).
 func TestConformanceMCP(t *testing.T) { runLocal(t, servertest.MCPTransport, servertest.MCPSkips) }
+
+// TestConformanceMCPSessions runs it at revision 2025-11-25.
+func TestConformanceMCPSessions(t *testing.T) {
+	runLocal(t, servertest.MCPSessionsTransport, servertest.MCPSkips)
+}

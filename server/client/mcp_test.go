@@ -19,12 +19,16 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
+// legacy pins the revision with MCP sessions, which the tests in this file
+// are about (interop_test.go covers both revisions).
+var legacy = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
 func connect(t *testing.T, url, token, session string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, client.MCPTransport(url, token, session, nil), nil)
+	cs, err := c.Connect(ctx, client.MCPTransport(url, token, session, nil), legacy)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -177,24 +181,46 @@ func TestMCPReconnectAndNotices(t *testing.T) {
 }
 
 // TestMCPSessionOfAnotherTenant: an MCP session id cannot be used with
-// another tenant's token.
+// another tenant's token, and is answered exactly as an unknown one: 404,
+// as JSON, for every method.
 func TestMCPSessionOfAnotherTenant(t *testing.T) {
 	srv := servertest.Start(t, servertest.NewLocalBackend(t), nil)
 	cs := connect(t, srv.URL+"/mcp", servertest.TokenAcme, "", nil)
-	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"bash","arguments":{"command":"id","description":"who"}}}`
-	req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+servertest.TokenBeta)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if cs.ID() == "" {
+		t.Fatal("no MCP session id")
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		t.Fatalf("beta used acme's MCP session: %d %s", resp.StatusCode, b)
+	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"bash","arguments":{"command":"id","description":"who"}}}`
+	send := func(method, token, id string) (int, string) {
+		var rd io.Reader
+		if method == "POST" {
+			rd = strings.NewReader(body)
+		}
+		req, _ := http.NewRequest(method, srv.URL+"/mcp", rd)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 && !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("%s %s: Content-Type %q", method, id, ct)
+		}
+		return resp.StatusCode, strings.ReplaceAll(string(b), id, "ID")
+	}
+	for _, method := range []string{"POST", "GET", "DELETE"} {
+		fs, foreign := send(method, servertest.TokenBeta, cs.ID())
+		us, unknown := send(method, servertest.TokenBeta, "NOSUCHSESSIONID0123456789ABCDEF")
+		if fs != http.StatusNotFound || fs != us || foreign != unknown || !strings.Contains(foreign, `"code":"no_such_mcp_session"`) {
+			t.Errorf("%s: foreign %d %s, unknown %d %s", method, fs, foreign, us, unknown)
+		}
+	}
+	// The owner still uses it.
+	if r := call(t, cs, "bash", `{"command":"echo ok","description":"still mine"}`); r.Text != "ok" {
+		t.Fatalf("owner after foreign attempts: %q", r.Text)
 	}
 }
 
@@ -242,7 +268,7 @@ func TestMCPSessionLimit(t *testing.T) {
 		c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return c.Connect(ctx, client.MCPTransport(srv.URL+"/mcp", token, "", nil), nil)
+		return c.Connect(ctx, client.MCPTransport(srv.URL+"/mcp", token, "", nil), legacy)
 	}
 	// Open sessions until the limit answers (an HTTP retry of an initialize
 	// may open one more than the client knows of, so count what succeeds).

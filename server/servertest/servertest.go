@@ -5,6 +5,7 @@ package servertest
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -36,9 +37,13 @@ type LocalBackend struct {
 	// conformance suite hands in its own).
 	Toolsets func(tenant string) *tools.Toolset
 
+	// Gate, if set, supplies a tenant's policy gate (nil: allow all).
+	Gate func(tenant string) tools.Gate
+
 	mu       sync.Mutex
 	sets     map[string]*tools.Toolset
 	execs    []*local.Executor
+	byTenant map[string]*local.Executor
 	sessions map[string]map[string]server.SessionInfo
 }
 
@@ -85,7 +90,15 @@ func (b *LocalBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset
 		return nil, err
 	}
 	b.execs = append(b.execs, e)
-	ts, err := tools.New(e, tools.Config{Home: root, OnNotice: func(session string, n tools.Notice) {
+	if b.byTenant == nil {
+		b.byTenant = map[string]*local.Executor{}
+	}
+	b.byTenant[tenant] = e
+	var gate tools.Gate
+	if b.Gate != nil {
+		gate = b.Gate(tenant)
+	}
+	ts, err := tools.New(e, tools.Config{Home: root, Gate: gate, OnNotice: func(session string, n tools.Notice) {
 		if b.Notify != nil {
 			b.Notify(tenant, session, n)
 		}
@@ -136,6 +149,32 @@ func (b *LocalBackend) DeleteSession(_ context.Context, tenant, session string) 
 	}
 	delete(b.sessions[tenant], session)
 	return nil
+}
+
+// PeekTask implements server.TaskPeeker: the task's output tails and
+// status, the bash_output cursor untouched.
+func (b *LocalBackend) PeekTask(ctx context.Context, tenant, session, id string) (server.TaskPeek, error) {
+	b.mu.Lock()
+	e := b.byTenant[tenant]
+	b.mu.Unlock()
+	if e == nil {
+		return server.TaskPeek{}, fmt.Errorf("no such task: %s", id)
+	}
+	task, err := e.Task(ctx, session, id)
+	if err != nil {
+		return server.TaskPeek{}, err
+	}
+	p, ok := task.(interface {
+		Peek(context.Context) (executor.Output, error)
+	})
+	if !ok {
+		return server.TaskPeek{}, server.Errorf(server.ErrUnavailable, "task %s cannot be peeked", id)
+	}
+	o, err := p.Peek(ctx)
+	if err != nil {
+		return server.TaskPeek{}, err
+	}
+	return server.TaskPeek{Stdout: o.Stdout, Stderr: o.Stderr, Status: o.Status}, nil
 }
 
 // Ready implements server.Backend.

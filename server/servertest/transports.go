@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -62,10 +63,25 @@ var MCPSkips = map[string]string{
 	"args/invalid_session":   "MCP names the session in a header; an invalid name is refused with 400 before MCP (TestMCPBadSessionHeader)",
 }
 
-// MCPTransport carries suite calls over /mcp, one MCP session per sandbox
+// MCPTransport carries suite calls over /mcp at the client's default
+// revision (2026-07-28, the stateless core), one client per sandbox
 // session, named with the Shellbox-Session header.
 func MCPTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
+	return mcpTransport(t, ts, "")
+}
+
+// MCPSessionsTransport is MCPTransport at revision 2025-11-25, one MCP
+// session per sandbox session.
+func MCPSessionsTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
+	return mcpTransport(t, ts, "2025-11-25")
+}
+
+func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context.Context, tools.Invocation) tools.Result {
 	url := serve(t, ts).URL + "/mcp"
+	var opts *mcp.ClientSessionOptions
+	if revision != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: revision}
+	}
 	var mu sync.Mutex
 	sessions := map[string]*mcp.ClientSession{}
 	t.Cleanup(func() {
@@ -84,7 +100,11 @@ func MCPTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.I
 		c := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cs, err := c.Connect(ctx, client.MCPTransport(url, TokenAcme, session, nil), nil)
+		cs, err := c.Connect(ctx, client.MCPTransport(url, TokenAcme, session, nil), opts)
+		if err == nil && revision != "" && cs.InitializeResult().ProtocolVersion != revision {
+			cs.Close()
+			return nil, fmt.Errorf("negotiated MCP revision %s, want %s", cs.InitializeResult().ProtocolVersion, revision)
+		}
 		if err != nil {
 			return nil, err
 		}

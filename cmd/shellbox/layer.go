@@ -1,0 +1,72 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/session"
+)
+
+// newLayer constructs the session layer of cfg: the runtime of cfg.Backend
+// (none for local), the agent binary, the sandbox defaults and the tenants'
+// choices. pol (may be nil) decides calls; obs (may be nil) hears notices
+// and metrics. The caller closes the layer, then closeRuntime.
+func newLayer(cfg Config, pol *policies.Engine, obs server.Observer, log *slog.Logger) (l *session.Layer, closeRuntime func() error, err error) {
+	return buildLayer(cfg, pol, obs, log, false)
+}
+
+// newLayerShared is newLayer for a one-shot call: the local backend runs in
+// local.root itself (not a directory per tenant).
+func newLayerShared(cfg Config, pol *policies.Engine, log *slog.Logger) (*session.Layer, func() error, error) {
+	return buildLayer(cfg, pol, nil, log, true)
+}
+
+func buildLayer(cfg Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool) (l *session.Layer, closeRuntime func() error, err error) {
+	sc := session.Config{
+		Owner:                  cfg.Sandbox.Owner,
+		Defaults:               cfg.Sandbox.defaults(),
+		Choices:                map[string]session.Choices{},
+		Local:                  session.LocalConfig{Root: cfg.Local.Root, Home: cfg.Local.Home, SpillDir: cfg.Local.SpillDir, Cgroup: cfg.Local.Cgroup, Shared: shared},
+		Policies:               pol,
+		Limits:                 cfg.Limits,
+		Facts:                  cfg.Facts,
+		DisableRunInBackground: !cfg.EnableRunInBackground,
+		Egress:                 egressConfig(cfg.Egress),
+		IdleTTL:                cfg.Server.IdleTTL,
+		Observer:               obs,
+		Logger:                 log,
+	}
+	for name, t := range cfg.Server.Tenants {
+		sc.Choices[name] = session.Choices{Images: t.Images, Runtimes: t.Runtimes}
+	}
+	closeRuntime = func() error { return nil }
+	if isSandboxed(cfg.Backend) {
+		agent, agentErr := agentBinary(cfg.Sandbox.Agent)
+		rt, err := openRuntime(cfg, agent)
+		if err != nil {
+			return nil, nil, err
+		}
+		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+	} else if cfg.Backend != "local" {
+		return nil, nil, unknownBackend(cfg.Backend)
+	}
+	l, err = session.New(sc)
+	if err != nil {
+		closeRuntime()
+		return nil, nil, err
+	}
+	return l, closeRuntime, nil
+}
+
+// egressConfig is the layer's egress configuration: an empty list in the
+// file means nothing refused (the layer takes nil for its defaults).
+func egressConfig(e EgressConfig) session.EgressConfig {
+	nonNil := func(s []string) []string {
+		if s == nil {
+			return []string{}
+		}
+		return s
+	}
+	return session.EgressConfig{Blocked: nonNil(e.Blocked), GrantBlocked: nonNil(e.GrantBlocked)}
+}

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+const tokenOperator = "operator-secret-token"
+
+// consoleClient is a browser stand-in: a cookie jar, the CSRF token of its
+// login, and an Origin it sends on POSTs.
+type consoleClient struct {
+	r      *rig
+	hc     *http.Client
+	csrf   string
+	origin string
+}
+
+func newConsoleClient(r *rig) *consoleClient {
+	jar, _ := cookiejar.New(nil)
+	return &consoleClient{r: r, hc: &http.Client{Jar: jar}, origin: r.ts.URL}
+}
+
+func (c *consoleClient) send(method, path string, body any, hdr map[string]string) (*http.Response, map[string]any) {
+	c.r.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.r.ts.URL+path, rd)
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Origin", c.origin)
+		req.Header.Set("X-CSRF-Token", c.csrf)
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp, m
+}
+
+func (c *consoleClient) login(token string) *http.Response {
+	c.r.t.Helper()
+	resp, m := c.send("POST", "/ui/api/login", map[string]string{"token": token}, nil)
+	if resp.StatusCode == 200 {
+		c.csrf, _ = m["csrf"].(string)
+	}
+	return resp
+}
+
+func newConsoleRig(t *testing.T) (*rig, *fakeApprovals) {
+	fa := newFakeApprovals()
+	r := newRig(t, func(c *Config) {
+		c.Approvals = fa
+		c.Console.OperatorTokens = []string{HashToken(tokenOperator)}
+	})
+	return r, fa
+}
+
+// TestConsoleAssets: the pages are embedded, every answer carries a strict
+// CSP, and no page or script builds HTML from data or runs inline code.
+func TestConsoleAssets(t *testing.T) {
+	r, _ := newConsoleRig(t)
+	for _, path := range []string{"/ui/", "/ui/static/app.js", "/ui/static/app.css", "/ui/api/me", "/ui/nope"} {
+		req, _ := http.NewRequest("GET", r.ts.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Content-Security-Policy"); got != cspHeader || !strings.Contains(got, "default-src 'self'") || strings.Contains(got, "unsafe") {
+			t.Errorf("%s: CSP %q", path, got)
+		}
+		if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: headers %v", path, resp.Header)
+		}
+	}
+	resp, err := http.Get(r.ts.URL + "/ui")
+	if err != nil || resp.Request.URL.Path != "/ui/" || resp.StatusCode != 200 {
+		t.Errorf("/ui does not lead to /ui/: %v %v", resp, err)
+	}
+	html, _ := uiFiles.ReadFile("ui/index.html")
+	for _, m := range regexp.MustCompile(`(?s)<script[^>]*>(.*?)</script>`).FindAllStringSubmatch(string(html), -1) {
+		if strings.TrimSpace(m[1]) != "" || !strings.Contains(m[0], `src="/ui/static/`) {
+			t.Errorf("inline or foreign script: %s", m[0])
+		}
+	}
+	if regexp.MustCompile(`(?i)\son[a-z]+=|javascript:|https?://`).Match(html) {
+		t.Error("index.html has an inline handler, a javascript: URL or an external URL")
+	}
+	js, _ := uiFiles.ReadFile("ui/app.js")
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "http://", "https://"} {
+		if bytes.Contains(js, []byte(bad)) {
+			t.Errorf("app.js uses %s", bad)
+		}
+	}
+}
+
+// TestConsoleLogin: tokens are checked like the API's, the login lives in
+// an HttpOnly SameSite=Strict cookie (Secure behind TLS), and logout ends
+// it.
+func TestConsoleLogin(t *testing.T) {
+	r, _ := newConsoleRig(t)
+	c := newConsoleClient(r)
+	if resp, _ := c.send("GET", "/ui/api/me", nil, nil); resp.StatusCode != 401 {
+		t.Fatalf("me before login: %d", resp.StatusCode)
+	}
+	if resp := c.login("wrong"); resp.StatusCode != 401 {
+		t.Errorf("wrong token: %d", resp.StatusCode)
+	}
+	if resp, _ := c.send("POST", "/ui/api/login", map[string]string{"token": tokenAcme}, map[string]string{"Content-Type": "text/plain"}); resp.StatusCode != 415 {
+		t.Errorf("form-like login: %d", resp.StatusCode)
+	}
+	if resp, _ := c.send("POST", "/ui/api/login", map[string]string{"token": tokenAcme}, map[string]string{"Origin": "https://evil.example"}); resp.StatusCode != 403 {
+		t.Errorf("cross-site login: %d", resp.StatusCode)
+	}
+	resp := c.login(tokenAcme)
+	if resp.StatusCode != 200 || c.csrf == "" {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	var ck *http.Cookie
+	for _, k := range resp.Cookies() {
+		if k.Name == consoleCookie {
+			ck = k
+		}
+	}
+	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/ui" || ck.Secure || strings.Contains(ck.Value, tokenAcme) {
+		t.Fatalf("cookie %+v", ck)
+	}
+	resp2, _ := newConsoleClient(r).send("POST", "/ui/api/login", map[string]string{"token": tokenAcme}, map[string]string{"X-Forwarded-Proto": "https"})
+	if cs := resp2.Cookies(); len(cs) != 1 || !cs[0].Secure {
+		t.Errorf("login behind TLS: cookie %+v", cs)
+	}
+	if resp, m := c.send("GET", "/ui/api/me", nil, nil); resp.StatusCode != 200 || m["tenant"] != "acme" || m["operator"] != false {
+		t.Errorf("me: %d %v", resp.StatusCode, m)
+	}
+	// The console's cookie is no bearer token for the API, and an operator
+	// token is no tenant token there.
+	if code, _ := r.json("GET", "/v1/sessions", tokenOperator, nil); code != 401 {
+		t.Errorf("operator token on the API: %d", code)
+	}
+	if resp, _ := c.send("POST", "/ui/api/logout", nil, nil); resp.StatusCode != 204 {
+		t.Errorf("logout: %d", resp.StatusCode)
+	}
+	// The old cookie value is dead even if a client kept it.
+	stale := newConsoleClient(r)
+	stale.hc.Jar.SetCookies(resp.Request.URL, []*http.Cookie{{Name: consoleCookie, Value: ck.Value, Path: "/ui"}})
+	if resp, _ := stale.send("GET", "/ui/api/me", nil, nil); resp.StatusCode != 401 {
+		t.Errorf("me after logout: %d", resp.StatusCode)
+	}
+	// An operator token that is also a tenant's is refused at start.
+	_, err := New(Config{Backend: r.b, Tenants: map[string]TenantConfig{"acme": {Tokens: []string{HashToken("x")}}},
+		Console: ConsoleConfig{OperatorTokens: []string{HashToken("x")}}})
+	if err == nil || !strings.Contains(err.Error(), "tenant acme") {
+		t.Errorf("shared operator/tenant token: %v", err)
+	}
+}
+
+// TestConsoleCSRF: a POST needs the login's CSRF token and a same-origin
+// request, whatever the cookie.
+func TestConsoleCSRF(t *testing.T) {
+	r, fa := newConsoleRig(t)
+	fa.add(Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "deploy", State: ApprovalPending})
+	c := newConsoleClient(r)
+	c.login(tokenAcme)
+	for name, hdr := range map[string]map[string]string{
+		"no token":        {"X-CSRF-Token": ""},
+		"wrong token":     {"X-CSRF-Token": strings.Repeat("0", 64)},
+		"foreign origin":  {"Origin": "https://evil.example"},
+		"cross-site":      {"Sec-Fetch-Site": "cross-site"},
+		"same-site other": {"Sec-Fetch-Site": "same-site"},
+	} {
+		if resp, m := c.send("POST", "/ui/api/approvals/acme/a1/approve", nil, hdr); resp.StatusCode != 403 || errCode(m) != "csrf" {
+			t.Errorf("%s: %d %v", name, resp.StatusCode, m)
+		}
+	}
+	if got := fa.get("a1").State; got != ApprovalPending {
+		t.Fatalf("a refused POST decided: %s", got)
+	}
+	if resp, m := c.send("POST", "/ui/api/approvals/acme/a1/approve", map[string]string{"reason": "ok"}, map[string]string{"Sec-Fetch-Site": "same-origin"}); resp.StatusCode != 200 || m["state"] != "approved" {
+		t.Fatalf("approve: %d %v", resp.StatusCode, m)
+	}
+	if a := fa.get("a1"); a.Approver != "console:tenant:acme" || a.DecisionReason != "ok" {
+		t.Errorf("decided %+v", a)
+	}
+}
+
+// TestConsoleTenants: a tenant's login sees and decides its own tenant
+// alone, answering for another's exactly as for nothing; an operator's sees
+// and decides all.
+func TestConsoleTenants(t *testing.T) {
+	r, fa := newConsoleRig(t)
+	for _, tenant := range []string{"acme", "beta"} {
+		if code, m := r.json("POST", "/v1/sessions", map[string]string{"acme": tokenAcme, "beta": tokenBeta}[tenant], map[string]string{"id": tenant + "-s"}); code != 201 {
+			t.Fatalf("create: %d %v", code, m)
+		}
+	}
+	code, m := r.json("POST", "/v1/sessions/beta-s/tools/bash", tokenBeta, map[string]any{"command": "sleep 5", "description": "bg", "run_in_background": true})
+	if code != 200 {
+		t.Fatalf("background: %d %v", code, m)
+	}
+	task := m["result"].(map[string]any)["taskId"].(string)
+	fa.add(Approval{ID: "b1", Tenant: "beta", Session: "beta-s", Tool: "bash", Command: "echo beta", State: ApprovalPending})
+
+	acme := newConsoleClient(r)
+	acme.login(tokenAcme)
+	_, ov := acme.send("GET", "/ui/api/overview", nil, nil)
+	if b, _ := json.Marshal(ov); bytes.Contains(b, []byte("beta")) {
+		t.Errorf("acme's overview mentions beta: %s", b)
+	}
+	if ss := ov["sessions"].([]any); len(ss) != 1 || ss[0].(map[string]any)["id"] != "acme-s" {
+		t.Errorf("acme's sessions: %v", ss)
+	}
+	_, foreign := acme.send("POST", "/ui/api/approvals/beta/b1/approve", nil, nil)
+	_, random := acme.send("POST", "/ui/api/approvals/beta/zz/approve", nil, nil)
+	if errCode(foreign) != "no_such_approval" || strings.Replace(errMsg(foreign), "b1", "ID", 1) != strings.Replace(errMsg(random), "zz", "ID", 1) {
+		t.Errorf("foreign decide: %v; random: %v", foreign, random)
+	}
+	if resp, _ := acme.send("GET", "/ui/api/tasks/beta/beta-s/"+task, nil, nil); resp.StatusCode != 404 {
+		t.Errorf("acme peeking at beta's task: %d", resp.StatusCode)
+	}
+	if fa.get("b1").State != ApprovalPending {
+		t.Fatal("acme decided beta's approval")
+	}
+
+	op := newConsoleClient(r)
+	op.login(tokenOperator)
+	_, me := op.send("GET", "/ui/api/me", nil, nil)
+	if me["operator"] != true || len(me["tenants"].([]any)) != 2 {
+		t.Errorf("operator me: %v", me)
+	}
+	_, ov = op.send("GET", "/ui/api/overview", nil, nil)
+	if ss := ov["sessions"].([]any); len(ss) != 2 {
+		t.Errorf("operator's sessions: %v", ss)
+	}
+	ts := ov["tasks"].([]any)
+	if len(ts) != 1 || ts[0].(map[string]any)["command"] != "sleep 5" || ts[0].(map[string]any)["status"].(map[string]any)["state"] != "running" {
+		t.Errorf("operator's tasks: %v", ts)
+	}
+	// This backend has no non-consuming read: status only, said so.
+	if ov["peek"] != false {
+		t.Errorf("peek: %v", ov["peek"])
+	}
+	if resp, m := op.send("GET", "/ui/api/tasks/beta/beta-s/"+task, nil, nil); resp.StatusCode != 501 || !strings.Contains(errMsg(m), "status only") {
+		t.Errorf("peek without a peeker: %d %v", resp.StatusCode, m)
+	}
+	if resp, m := op.send("GET", "/ui/api/audit", nil, nil); resp.StatusCode != 501 {
+		t.Errorf("audit without a log: %d %v", resp.StatusCode, m)
+	}
+	if resp, m := op.send("POST", "/ui/api/approvals/beta/b1/deny", map[string]string{"reason": "no"}, nil); resp.StatusCode != 200 || m["approver"] != "console:operator" {
+		t.Errorf("operator deny: %d %v", resp.StatusCode, m)
+	}
+	_, m = r.json("POST", "/v1/sessions/beta-s/tools/bash_kill", tokenBeta, map[string]string{"task_id": task})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, ov = op.send("GET", "/ui/api/overview", nil, nil)
+		st := ov["tasks"].([]any)[0].(map[string]any)["status"].(map[string]any)["state"]
+		if st == "killed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task state after bash_kill: %v (%v)", st, m)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

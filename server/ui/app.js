@@ -1,0 +1,385 @@
+// shellbox operator console. Plain script, no build step, no inline code
+// (the Content-Security-Policy forbids it). Everything that came from a
+// command, a model or a tenant is untrusted: it is only ever set as text
+// (textContent, never parsed as markup), and control, bidi and invisible
+// characters are shown as visible marks.
+"use strict";
+
+(function () {
+  const $ = (sel) => document.querySelector(sel);
+  let csrf = "";
+  let me = null;
+  let timer = null;
+  let tailTimer = null;
+  let auditTimer = null;
+  let tail = null; // {tenant, session, id}
+  let overview = null;
+
+  // Characters that could move the cursor, recolour a terminal, reorder
+  // text (Trojan Source) or hide: C0/C1 controls but \n and \t, bidi
+  // embeddings, overrides and isolates, zero-width and soft-hyphen marks.
+  const SUSPECT = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u00AD\u061C\u180E\u200B-\u200F\u2028-\u202E\u2060-\u2069\uFEFF]/g;
+
+  function mark(c) {
+    const cp = c.codePointAt(0);
+    if (cp < 0x100) return "\\x" + cp.toString(16).padStart(2, "0");
+    return "\\u" + cp.toString(16).padStart(4, "0");
+  }
+
+  // setText fills el with s as text, suspect characters as visible marks.
+  // It returns whether s held any.
+  function setText(el, s) {
+    el.textContent = "";
+    s = String(s == null ? "" : s);
+    let last = 0, found = false;
+    for (const m of s.matchAll(SUSPECT)) {
+      found = true;
+      if (m.index > last) el.appendChild(document.createTextNode(s.slice(last, m.index)));
+      const span = document.createElement("span");
+      span.className = "hidden-char";
+      span.title = "hidden or control character U+" + m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+      span.textContent = mark(m[0]);
+      el.appendChild(span);
+      last = m.index + m[0].length;
+    }
+    if (last < s.length) el.appendChild(document.createTextNode(s.slice(last)));
+    return found;
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) setText(e, text);
+    return e;
+  }
+
+  function dur(ms) {
+    if (!(ms >= 0)) return "—";
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return s + "s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + "m " + (s % 60) + "s";
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + "h " + (m % 60) + "m";
+    return Math.floor(h / 24) + "d " + (h % 24) + "h";
+  }
+  const t0 = (s) => (s ? Date.parse(s) : NaN);
+  const ago = (s, now) => (s ? dur(now - t0(s)) + " ago" : "—");
+
+  async function api(method, path, body) {
+    const opts = { method, credentials: "same-origin", headers: {} };
+    if (method !== "GET") {
+      opts.headers["X-CSRF-Token"] = csrf;
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body || {});
+    }
+    const r = await fetch(path, opts);
+    let data = null;
+    try { data = await r.json(); } catch (e) { data = null; }
+    if (r.status === 401 && path !== "/ui/api/login") {
+      showLogin("");
+      throw new Error("not logged in");
+    }
+    if (!r.ok) {
+      const msg = data && data.error ? data.error.message : "HTTP " + r.status;
+      const err = new Error(msg);
+      err.status = r.status;
+      throw err;
+    }
+    return data;
+  }
+
+  function showLogin(msg) {
+    stopTimers();
+    me = null;
+    $("#app").hidden = true;
+    $("#logout").hidden = true;
+    $("#whoami").textContent = "";
+    $("#login").hidden = false;
+    setText($("#login-error"), msg || "");
+    $("#token").focus();
+  }
+
+  function stopTimers() {
+    clearInterval(timer); clearInterval(tailTimer); clearInterval(auditTimer);
+    timer = tailTimer = auditTimer = null;
+  }
+
+  function showApp(who) {
+    me = who;
+    csrf = who.csrf;
+    $("#login").hidden = true;
+    $("#app").hidden = false;
+    $("#logout").hidden = false;
+    setText($("#whoami"), who.operator ? "operator · all tenants (" + who.tenants.join(", ") + ")" : "tenant " + who.tenant);
+    refresh();
+    loadAudit();
+    timer = setInterval(refresh, 1000);
+    auditTimer = setInterval(loadAudit, 5000);
+  }
+
+  async function refresh() {
+    try {
+      overview = await api("GET", "/ui/api/overview");
+      $("#banner").hidden = true;
+      render(overview);
+    } catch (e) {
+      if (me) { $("#banner").hidden = false; setText($("#banner"), "refresh failed: " + e.message); }
+    }
+  }
+
+  function dl(pairs) {
+    const d = document.createElement("dl");
+    for (const [k, v, cls] of pairs) {
+      d.appendChild(el("dt", "", k));
+      const dd = el("dd", "", String(v));
+      if (cls) { const b = el("span", "badge " + cls, String(v)); dd.textContent = ""; dd.appendChild(b); }
+      d.appendChild(dd);
+    }
+    return d;
+  }
+
+  const sum = (o) => Object.values(o || {}).reduce((a, b) => a + b, 0);
+
+  function render(ov) {
+    const now = t0(ov.now);
+    const h = ov.health;
+    $("#health").replaceChildren(dl([
+      ["status", h.draining ? "draining" : h.ready ? "ready" : "not ready", h.ready ? "ok" : "bad"],
+      ["version", h.version],
+      ["uptime", dur(now - t0(h.started))],
+    ]));
+    if (h.readyError) $("#health").appendChild(el("p", "error", h.readyError));
+    const m = ov.metrics;
+    $("#m-calls").replaceChildren(dl([
+      ["total", sum(m.toolCalls)], ["ok", m.toolCalls.ok || 0], ["error", m.toolCalls.error || 0],
+      ["limited", m.toolCalls.limited || 0], ["in flight", m.callsInFlight],
+    ]));
+    $("#m-decisions").replaceChildren(dl([
+      ["allow", m.decisions.allow || 0], ["deny", m.decisions.deny || 0],
+      ["approved", m.decisions.approved || 0], ["denied", m.decisions.denied || 0],
+      ["kills", sum(m.kills)],
+    ]));
+    const nowPairs = [["sessions", ov.sessions.length], ["running tasks", m.runningTasks],
+      ["pending approvals", ov.approvals.filter((a) => a.state === "pending").length]];
+    if (m.errors) nowPairs.push(["request errors", sum(m.errors)]);
+    $("#m-now").replaceChildren(dl(nowPairs));
+    renderApprovals(ov, now);
+    renderSessions(ov, now);
+    renderTasks(ov, now);
+  }
+
+  // Approvals keep their DOM node while pending, so a reason being typed
+  // survives the refresh.
+  function renderApprovals(ov, now) {
+    const box = $("#approvals");
+    const pending = ov.approvals.filter((a) => a.state === "pending");
+    const keep = new Set(pending.map((a) => a.tenant + "/" + a.id));
+    for (const n of Array.from(box.children)) if (!keep.has(n.dataset.key)) n.remove();
+    for (const a of pending) {
+      const key = a.tenant + "/" + a.id;
+      let n = box.querySelector('[data-key="' + CSS.escape(key) + '"]');
+      if (!n) { n = approvalCard(a); box.appendChild(n); }
+      setText(n.querySelector(".deadline"), a.deadline ? "expires in " + dur(t0(a.deadline) - now) : "");
+    }
+    $("#approvals-empty").hidden = pending.length > 0;
+    setText($("#pending-count"), pending.length ? String(pending.length) : "");
+    const decided = $("#decided");
+    decided.replaceChildren();
+    for (const a of ov.approvals.filter((x) => x.state !== "pending")) {
+      const d = el("div", "approval decided");
+      d.dataset.id = a.id;
+      const meta = el("div", "meta");
+      meta.appendChild(el("span", "badge " + a.state, a.state));
+      meta.appendChild(document.createTextNode(" "));
+      meta.appendChild(el("span", "", a.tenant + "/" + a.session + " · " + a.tool + " · rule " + a.rule +
+        (a.approver ? " · by " + a.approver : "") + (a.decisionReason ? " · “" + a.decisionReason + "”" : "")));
+      d.appendChild(meta);
+      d.appendChild(el("div", "cmd", a.command));
+      decided.appendChild(d);
+    }
+  }
+
+  function field(name, value, cls) {
+    const f = el("div", "field");
+    f.appendChild(el("b", "", name));
+    const v = el("span", cls || "");
+    const hidden = setText(v, value || "—");
+    f.appendChild(v);
+    return [f, hidden];
+  }
+
+  function approvalCard(a) {
+    const n = el("div", "approval pending");
+    n.dataset.key = a.tenant + "/" + a.id;
+    n.dataset.id = a.id;
+    const meta = el("div", "meta");
+    meta.appendChild(el("span", "badge pending", "pending"));
+    meta.appendChild(document.createTextNode(" "));
+    meta.appendChild(el("span", "", a.tenant + "/" + a.session + " · " + a.tool + " · " + a.id + " · "));
+    meta.appendChild(el("span", "deadline"));
+    n.appendChild(meta);
+    const cmd = el("div", "cmd");
+    const hidden = setText(cmd, a.command);
+    n.appendChild(cmd);
+    if (hidden) n.appendChild(el("div", "warning", "This command holds control, bidi or invisible characters (marked): what runs may not be what it looks like."));
+    for (const [name, v, cls] of [["Justification", a.justification, "just"], ["Rule", a.rule, "rule"],
+      ["Rule's reason", a.reason, "reason"], ["Workdir", a.workdir, "cmd"],
+      ["Permissions", (a.permissions || []).join(", "), "perms"]]) {
+      if (!v && (name === "Workdir" || name === "Permissions")) continue;
+      const [f, h] = field(name, v, cls);
+      n.appendChild(f);
+      if (h) n.appendChild(el("div", "warning", name + " holds hidden characters (marked)."));
+    }
+    const actions = el("div", "actions");
+    const reason = document.createElement("input");
+    reason.placeholder = "reason (optional; the model sees it on deny)";
+    reason.className = "reason";
+    reason.maxLength = 1024;
+    const ok = el("button", "approve", "Approve");
+    const no = el("button", "deny", "Deny");
+    const status = el("span", "muted status");
+    const decide = async (verb) => {
+      ok.disabled = no.disabled = true;
+      try {
+        await api("POST", "/ui/api/approvals/" + encodeURIComponent(a.tenant) + "/" + encodeURIComponent(a.id) + "/" + verb, { reason: reason.value });
+        setText(status, verb === "approve" ? "approved" : "denied");
+        refresh();
+      } catch (e) {
+        setText(status, e.message);
+        ok.disabled = no.disabled = false;
+      }
+    };
+    ok.addEventListener("click", () => decide("approve"));
+    no.addEventListener("click", () => decide("deny"));
+    actions.append(reason, ok, no, status);
+    n.appendChild(actions);
+    return n;
+  }
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    for (const c of cells) {
+      if (c instanceof Node) { const td = document.createElement("td"); td.appendChild(c); tr.appendChild(td); continue; }
+      const [text, cls] = Array.isArray(c) ? c : [c, ""];
+      tr.appendChild(el("td", cls, text));
+    }
+    return tr;
+  }
+
+  function renderSessions(ov, now) {
+    const tb = $("#sessions tbody");
+    tb.replaceChildren();
+    let noIdle = false;
+    for (const s of ov.sessions) {
+      const last = t0(s.lastCall) || 0;
+      if (!last) noIdle = true;
+      const state = el("span", "badge " + (s.state === "running" ? "running" : ""), s.state || "?");
+      const tr = row([s.tenant, s.id, s.image || "(local: none)", s.runtime || "—", state,
+        s.created ? dur(now - t0(s.created)) : "—", last ? dur(now - last) : "—", ago(s.lastCall, now)]);
+      tr.dataset.tenant = s.tenant;
+      tr.dataset.session = s.id;
+      tb.appendChild(tr);
+    }
+    const notes = [];
+    if (!ov.sessions.length) notes.push("No sessions.");
+    if (noIdle) notes.push("Idle is the time since the last tool call through this server; “—”: none since it started (the backend does not report when a sandbox was last used).");
+    for (const [t, e] of Object.entries(ov.errors || {})) notes.push("tenant " + t + ": " + e);
+    setText($("#sessions-note"), notes.join(" "));
+  }
+
+  function renderTasks(ov, now) {
+    const tb = $("#tasks tbody");
+    tb.replaceChildren();
+    for (const t of ov.tasks) {
+      const st = t.status || {};
+      let label = st.state || "?";
+      if (st.state === "completed") label += " (exit " + st.exitCode + ")";
+      if (st.signal) label += " (" + st.signal + ")";
+      const btn = el("button", "small tail", ov.peek ? "Watch output" : "Status only");
+      btn.disabled = !ov.peek;
+      btn.addEventListener("click", () => openTail(t));
+      const tr = row([t.tenant, t.session, t.id, [t.command, "cmd"], el("span", "badge " + st.state, label), ago(t.started, now), btn]);
+      tr.dataset.task = t.id;
+      tr.dataset.tenant = t.tenant;
+      tb.appendChild(tr);
+    }
+    const notes = [];
+    if (!ov.tasks.length) notes.push("No background tasks started through this server.");
+    if (!ov.peek) notes.push("This backend cannot read a task's output without consuming the model's bash_output cursor, so only status is shown.");
+    setText($("#tasks-note"), notes.join(" "));
+  }
+
+  function openTail(t) {
+    tail = { tenant: t.tenant, session: t.session, id: t.id };
+    setText($("#tail-title"), t.tenant + "/" + t.session + " " + t.id);
+    $("#tail-panel").hidden = false;
+    clearInterval(tailTimer);
+    loadTail();
+    tailTimer = setInterval(loadTail, 1000);
+  }
+
+  async function loadTail() {
+    if (!tail) return;
+    const t = tail;
+    try {
+      const p = await api("GET", "/ui/api/tasks/" + [t.tenant, t.session, t.id].map(encodeURIComponent).join("/"));
+      if (tail !== t) return;
+      const st = p.status || {};
+      const s = $("#tail-status");
+      s.className = "badge " + st.state;
+      setText(s, st.state + (st.state === "completed" ? " (exit " + st.exitCode + ")" : "") + (st.signal ? " (" + st.signal + ")" : ""));
+      const out = $("#tail-stdout"), err = $("#tail-stderr");
+      const stick = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+      setText(out, (p.stdout || "").replace(/\r\n/g, "\n"));
+      setText(err, (p.stderr || "").replace(/\r\n/g, "\n"));
+      if (stick) out.scrollTop = out.scrollHeight;
+      if (st.state && st.state !== "running") { clearInterval(tailTimer); tailTimer = null; }
+    } catch (e) {
+      setText($("#tail-status"), e.message);
+    }
+  }
+
+  async function loadAudit() {
+    try {
+      const r = await api("GET", "/ui/api/audit?n=200");
+      const tb = $("#audit tbody");
+      tb.replaceChildren();
+      const recs = r.records.slice().reverse(); // newest first
+      for (const a of recs) {
+        tb.appendChild(row([new Date(a.time).toISOString().replace("T", " ").slice(0, 19), a.tenant + "/" + a.session, a.tool,
+          el("span", "badge " + a.decision, a.decision), a.rule, a.approver || "", [a.command, "cmd"], a.reason || ""]));
+      }
+      setText($("#audit-note"), recs.length ? "Newest first, last " + recs.length + " decisions." : "No decisions recorded yet.");
+    } catch (e) {
+      if (e.status === 501) { clearInterval(auditTimer); auditTimer = null; }
+      setText($("#audit-note"), e.message);
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    $("#login-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const tok = $("#token").value.trim();
+      $("#token").value = "";
+      try {
+        showApp(await api("POST", "/ui/api/login", { token: tok }));
+      } catch (e) {
+        setText($("#login-error"), e.message);
+      }
+    });
+    $("#logout").addEventListener("click", async () => {
+      try { await api("POST", "/ui/api/logout"); } catch (e) { /* gone anyway */ }
+      showLogin("Logged out.");
+    });
+    $("#tail-close").addEventListener("click", () => {
+      tail = null; clearInterval(tailTimer); tailTimer = null; $("#tail-panel").hidden = true;
+    });
+    $("#audit-refresh").addEventListener("click", loadAudit);
+    try {
+      showApp(await api("GET", "/ui/api/me"));
+    } catch (e) {
+      showLogin("");
+    }
+  });
+})();

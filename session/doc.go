@@ -1,0 +1,30 @@
+// Package session is shellbox's session layer: everything between the
+// server (or the CLI) and the runtimes, in one place, whichever runtime
+// runs the sandboxes.
+//
+// A Layer keeps, per tenant, an executor and a tools.Toolset: host
+// processes for the local backend (Config.Runtime nil, unsandboxed, for
+// development), else a sandboxed executor over one sandbox.Manager shared
+// by every tenant, on any sandbox.Runtime (Docker, containerd). It owns:
+//
+//   - the one spec builder: a session's sandbox spec from the tenant's
+//     policy (image, runtime, resources, user, mounts, network) over the
+//     configured sandbox defaults (Defaults), or, for a tenant without a
+//     policy, from those defaults and the tenant's allowed images and
+//     runtimes (Choices);
+//   - the session settings a client asked for at creation (image, runtime,
+//     mounts), and the tenant's session quota;
+//   - the egress relay of sandboxes whose policy allows network, decided
+//     per connection by the tenant's current policy (egress.go);
+//   - after a restart, adopting the sandboxes a previous process left and
+//     watching their background tasks again (Start).
+//
+// The Layer implements server.Backend. Its observers (completion notices,
+// gate and sandbox metrics, egress counts) are given at construction
+// (Config.Observer); nothing is assigned afterwards. cmd/ only parses flags
+// and configuration, opens the runtime and constructs.
+//
+// Contexts: a Layer's background work (re-watching, reaping) runs
+// under the context given to Start; relays under their executor's
+// lifetime, which Close ends. Request contexts bound only the caller's wait.
+package session

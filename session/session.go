@@ -1,0 +1,439 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// Config configures a Layer.
+type Config struct {
+	// Runtime runs each session's sandbox. Nil: the local backend, whose
+	// commands run as host processes, unsandboxed (Local).
+	Runtime sandbox.Runtime
+	// Owner labels the sandboxes this Layer creates: it adopts and reaps
+	// only its own. Required with a Runtime.
+	Owner string
+	// Ready, if set, replaces the wait for a new sandbox's agent
+	// (sandboxed.WaitAgent): for runtimes whose sandboxes run no agent (an
+	// in-memory one, in tests).
+	Ready func(ctx context.Context, sb sandbox.Sandbox) error
+	// Unavailable, if set, fails every new sandbox with it (the agent
+	// binary was not found: the error says how to build it).
+	Unavailable error
+	// Defaults are the sandbox settings of a tenant without a policy, and
+	// what a policy leaves unset (the image).
+	Defaults Defaults
+	// Choices are the images and runtimes a session of a tenant without a
+	// policy may ask for, by tenant.
+	Choices map[string]Choices
+	// Local configures the local backend (Runtime nil).
+	Local LocalConfig
+
+	// Policies, if set, decide every call (the tenant's gate) and set each
+	// tenant's limits and sandboxes. Nil: every call runs unchecked.
+	Policies *policies.Engine
+	// Limits are the executor's limits of tenants without a policy.
+	Limits executor.Limits
+	// Facts are DSH_* facts of every call.
+	Facts map[string]string
+	// DisableRunInBackground removes run_in_background from the tools.
+	DisableRunInBackground bool
+	// Egress bounds where relayed egress may lead from this host.
+	Egress EgressConfig
+	// IdleTTL reaps sandboxes of tenants without a policy idle that long
+	// (0: never); a policy sets its tenant's.
+	IdleTTL time.Duration
+
+	// Observer hears notices and metrics (the server); nil hears nothing.
+	Observer server.Observer
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+// LocalConfig configures the local backend.
+type LocalConfig struct {
+	// Root is the parent of the tenants' roots (<Root>/<tenant>) in a
+	// server, or the root itself in a one-shot call (Shared); default: the
+	// working directory.
+	Root string
+	// Home is the commands' HOME (default: the root).
+	Home string
+	// SpillDir holds the spill files (<SpillDir>/<tenant> in a server).
+	SpillDir string
+	// Cgroup is local.CgroupMode ("auto", "off").
+	Cgroup string
+	// Shared: every tenant uses Root and SpillDir themselves (a one-shot
+	// call, which serves one tenant).
+	Shared bool
+}
+
+// Layer is the session layer: it implements server.Backend.
+type Layer struct {
+	cfg     Config
+	log     *slog.Logger
+	manager *sandbox.Manager // nil: local
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+	// opts are the options sessions were created with, by tenant/session;
+	// a session without any takes the tenant's defaults.
+	opts map[string]server.SessionOptions
+}
+
+type tenant struct {
+	tools *tools.Toolset
+	exec  executor.BashExecutor
+	close func(context.Context) error
+	// forget drops a session's cached agent connection (sandboxed).
+	forget func(session string)
+	// seen lists the sessions used (local).
+	seen *sessionSet
+}
+
+var _ server.Backend = (*Layer)(nil)
+
+// New checks cfg and returns a Layer. It does not touch the engine: a
+// server calls Start before serving.
+func New(cfg Config) (*Layer, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Limits == (executor.Limits{}) {
+		cfg.Limits = executor.DefaultLimits()
+	}
+	if err := cfg.Egress.compile(); err != nil {
+		return nil, fmt.Errorf("session: egress: %w", err)
+	}
+	l := &Layer{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{}}
+	if cfg.Runtime == nil {
+		return l, nil
+	}
+	rt := cfg.Runtime
+	if cfg.Observer != nil {
+		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
+	}
+	ready := cfg.Ready
+	if ready == nil {
+		ready = sandboxed.WaitAgent
+	}
+	m, err := sandbox.NewManager(sandbox.Config{
+		Runtime: rt,
+		Owner:   cfg.Owner,
+		Ready:   ready,
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	l.manager = m
+	return l, nil
+}
+
+// Sandboxed reports whether sessions run in sandboxes.
+func (l *Layer) Sandboxed() bool { return l.manager != nil }
+
+// Start takes over what a previous process of this owner left — its
+// running sandboxes are kept (dead ones and orphaned state removed) and
+// their background tasks watched again, so their completion notices reach
+// the event streams — and reaps idle sandboxes until ctx ends. A server
+// calls it once, before serving; a one-shot call does not (it must not
+// sweep what a running server is creating).
+func (l *Layer) Start(ctx context.Context) {
+	if l.manager == nil {
+		return
+	}
+	rep, err := l.manager.Adopt(ctx)
+	if err != nil {
+		l.log.Warn("adopting sandboxes", "err", err)
+	}
+	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept))
+	go l.rewatch(ctx, rep.Kept)
+	if interval := reapInterval(l.cfg.IdleTTL, l.cfg.Policies != nil); interval > 0 {
+		go l.manager.ReapEvery(ctx, l.idleTTL, interval)
+	}
+}
+
+// idleTTL is a tenant's idle TTL: its policy's, else Config.IdleTTL.
+func (l *Layer) idleTTL(tenant string) time.Duration {
+	if l.cfg.Policies != nil {
+		if p, err := l.cfg.Policies.Policy(tenant); err == nil {
+			return p.IdleTTL
+		}
+	}
+	return l.cfg.IdleTTL
+}
+
+// reapInterval is how often idle sandboxes are looked for: a quarter of the
+// default idle TTL (at least a second, at most a minute), a minute when
+// policies (which set per-tenant TTLs) are in force, never when neither
+// sets one.
+func reapInterval(ttl time.Duration, policies bool) time.Duration {
+	switch {
+	case ttl > 0:
+		return min(max(ttl/4, time.Second), time.Minute)
+	case policies:
+		return time.Minute
+	}
+	return 0
+}
+
+// rewatch asks the agents of adopted sandboxes for their running background
+// tasks and watches them as if this process had started them.
+func (l *Layer) rewatch(ctx context.Context, adopted []sandbox.Sandbox) {
+	for _, sb := range adopted {
+		tb, err := l.tenant(sb.Tenant)
+		if err != nil {
+			l.log.Warn("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			continue
+		}
+		ex, ok := tb.exec.(*sandboxed.Executor)
+		if !ok {
+			continue
+		}
+		tasks, err := ex.Running(ctx, sb.Session)
+		if err != nil {
+			l.log.Warn("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			continue
+		}
+		for _, t := range tasks {
+			tb.tools.Watch(sb.Session, t)
+		}
+		if len(tasks) > 0 {
+			l.log.Info("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "tasks", len(tasks))
+		}
+	}
+}
+
+// tenant returns the tenant's executor and Toolset, creating them on first
+// use.
+func (l *Layer) tenant(name string) (*tenant, error) {
+	if err := sandbox.CheckID("tenant", name); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tb, ok := l.tenants[name]; ok {
+		return tb, nil
+	}
+	limits := l.cfg.Limits
+	if l.cfg.Policies != nil {
+		pol, err := l.cfg.Policies.Policy(name)
+		if err != nil {
+			return nil, err
+		}
+		// The output bounds are fixed when the tenant's executor is made;
+		// the timeouts the gate applies on every call, from the policy as
+		// it is then.
+		limits = pol.Limits
+	}
+	tb := &tenant{}
+	var home string
+	if l.manager == nil {
+		e, root, err := l.localExecutor(name, limits)
+		if err != nil {
+			return nil, err
+		}
+		home = root
+		tb.seen = &sessionSet{m: map[string]time.Time{}}
+		tb.exec, tb.close = recording{e, tb.seen}, e.Close
+	} else {
+		e, err := sandboxed.New(sandboxed.Config{
+			Manager: l.manager,
+			Tenant:  name,
+			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },
+			Limits:  limits,
+			Egress:  l.egressRelay(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		home = sandbox.WorkspacePath
+		tb.exec, tb.forget = e, e.Forget
+		tb.close = func(context.Context) error { return e.Close() }
+	}
+	var gate tools.Gate
+	if l.cfg.Policies != nil {
+		gate = l.cfg.Policies
+		if l.cfg.Observer != nil {
+			gate = l.cfg.Observer.ObserveGate(name, gate)
+		}
+	}
+	ts, err := tools.New(tb.exec, tools.Config{
+		DisableRunInBackground: l.cfg.DisableRunInBackground,
+		Home:                   home,
+		Facts:                  l.cfg.Facts,
+		Gate:                   gate,
+		OnNotice: func(session string, n tools.Notice) {
+			if l.cfg.Observer != nil {
+				l.cfg.Observer.Notify(name, session, n)
+			}
+		},
+	})
+	if err != nil {
+		tb.close(context.Background())
+		return nil, err
+	}
+	tb.tools = ts
+	l.tenants[name] = tb
+	return tb, nil
+}
+
+// localExecutor is the local backend's executor of a tenant, and its root.
+func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Executor, string, error) {
+	lc := l.cfg.Local
+	root := lc.Root
+	if root == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, "", fmt.Errorf("local backend: %w", err)
+		}
+		root = wd
+	}
+	spill := lc.SpillDir
+	if !lc.Shared {
+		root, spill = filepath.Join(root, name), filepath.Join(spill, name)
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, "", fmt.Errorf("local backend: root: %w", err)
+	}
+	if spill, err = filepath.Abs(spill); err != nil {
+		return nil, "", fmt.Errorf("local backend: spillDir: %w", err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, "", fmt.Errorf("local backend: %w", err)
+	}
+	home := lc.Home
+	if home == "" {
+		home = root
+	}
+	e, err := local.New(local.Config{Root: root, Home: home, SpillDir: spill, Limits: limits, Cgroup: local.CgroupMode(lc.Cgroup)})
+	if err != nil {
+		return nil, "", fmt.Errorf("local backend: %w", err)
+	}
+	return e, home, nil
+}
+
+// Toolset implements server.Backend.
+func (l *Layer) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return nil, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
+	}
+	return tb.tools, nil
+}
+
+// Ready implements server.Backend: the policies loaded, the engine answers.
+func (l *Layer) Ready(ctx context.Context) error {
+	if l.cfg.Policies != nil {
+		if err := l.cfg.Policies.Ready(); err != nil {
+			return fmt.Errorf("policies: %w", err)
+		}
+	}
+	if p, ok := l.cfg.Runtime.(sandbox.Pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("sandbox engine: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the Toolsets' watchers and closes the executors: connections for sandboxes (sandboxes and their
+// tasks keep running, for the next process), the tasks themselves for the
+// local backend. It does not close the Runtime, which the caller owns.
+func (l *Layer) Close(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, tb := range l.tenants {
+		tb.tools.Close()
+		errs = append(errs, tb.close(ctx))
+	}
+	l.tenants = map[string]*tenant{}
+	return errors.Join(errs...)
+}
+
+// timedRuntime reports how long creating a sandbox takes.
+type timedRuntime struct {
+	sandbox.Runtime
+	observe func(tenant string, d time.Duration)
+}
+
+func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	start := time.Now()
+	sb, err := t.Runtime.Create(ctx, spec)
+	if err == nil {
+		t.observe(spec.Tenant, time.Since(start))
+	}
+	return sb, err
+}
+
+// Sweep passes the runtime's Sweeper through the timing wrapper.
+func (t timedRuntime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
+	if s, ok := t.Runtime.(sandbox.Sweeper); ok {
+		return s.Sweep(ctx, owner, live)
+	}
+	return nil, nil
+}
+
+// recording is a local executor that remembers the sessions it served.
+type recording struct {
+	*local.Executor
+	seen *sessionSet
+}
+
+func (r recording) Resolve(ctx context.Context, req executor.Request) (executor.Spec, error) {
+	spec, err := r.Executor.Resolve(ctx, req)
+	if err == nil {
+		r.seen.add(req.Session)
+	}
+	return spec, err
+}
+
+type sessionSet struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (s *sessionSet) add(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.m[id]; ok {
+		return t
+	}
+	t := time.Now().UTC()
+	s.m[id] = t
+	return t
+}
+
+func (s *sessionSet) remove(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[id]
+	delete(s.m, id)
+	return ok
+}
+
+func (s *sessionSet) list() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.m))
+	for k, v := range s.m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/sandboxtest"
+	"github.com/shellbox/shellbox/server"
+)
+
+// newFakeLayer is a Layer over the in-memory runtime: sandboxes are
+// records, so everything but running commands can be tested.
+func newFakeLayer(t *testing.T, pol *policies.Engine, choices map[string]Choices) (*Layer, *sandboxtest.Fake) {
+	t.Helper()
+	f := sandboxtest.NewFake()
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Choices: choices, Policies: pol,
+		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l, f
+}
+
+func TestSpecWithoutPolicy(t *testing.T) {
+	l, _ := newFakeLayer(t, nil, map[string]Choices{"acme": {Images: []string{"img:a", "img:b"}, Runtimes: []string{"runc", "runsc"}}})
+	ctx := context.Background()
+	spec, err := l.spec(ctx, "acme", "s1")
+	if err != nil || spec.Image != "img:a" || spec.Runtime != "runc" || spec.MemoryBytes != sandbox.DefaultSpec("a", "b").MemoryBytes {
+		t.Fatalf("default spec: %+v, %v", spec, err)
+	}
+	if spec, err := l.spec(ctx, "other", "s1"); err != nil || spec.Image != "img:default" {
+		t.Fatalf("a tenant without choices: %+v, %v", spec, err)
+	}
+	for _, c := range []struct {
+		opts server.SessionOptions
+		want string
+	}{
+		{server.SessionOptions{Image: "python:3"}, `image "python:3" is not allowed for tenant acme (allowed: [img:a img:b])`},
+		{server.SessionOptions{Runtime: "kata"}, `runtime "kata" is not allowed for tenant acme`},
+		{server.SessionOptions{Mounts: []server.Mount{{Source: "/srv"}}}, "mounts need an allowlist"},
+	} {
+		_, err := l.CreateSession(ctx, "acme", "s2", c.opts)
+		if !errors.Is(err, server.ErrNotAllowed) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrNotAllowed with %q", c.opts, err, c.want)
+		}
+	}
+	// A refused creation leaves the session's options as they were.
+	if spec, err := l.spec(ctx, "acme", "s2"); err != nil || spec.Image != "img:a" {
+		t.Errorf("after refusals: %+v, %v", spec, err)
+	}
+	info, err := l.CreateSession(ctx, "acme", "s2", server.SessionOptions{Image: "img:b", Runtime: "runsc"})
+	if err != nil || info.Image != "img:b" || info.Runtime != "runsc" || info.State != "running" {
+		t.Fatalf("create: %+v, %v", info, err)
+	}
+}
+
+func TestSessionsListAndDelete(t *testing.T) {
+	l, f := newFakeLayer(t, nil, nil)
+	ctx := context.Background()
+	for _, s := range []string{"b", "a"} {
+		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.CreateSession(ctx, "beta", "x", server.SessionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another owner's sandbox is never listed.
+	f.Put(sandbox.Sandbox{Tenant: "acme", Session: "theirs", Owner: "other", State: sandbox.StateRunning})
+	list, err := l.Sessions(ctx, "acme")
+	if err != nil || len(list) != 2 || list[0].ID != "a" || list[1].ID != "b" {
+		t.Fatalf("acme's sessions: %+v, %v", list, err)
+	}
+	if err := l.DeleteSession(ctx, "acme", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DeleteSession(ctx, "acme", "a"); !errors.Is(err, server.ErrNoSuchSession) {
+		t.Errorf("second delete: %v, want ErrNoSuchSession", err)
+	}
+	if err := l.DeleteSession(ctx, "acme", "../x"); err == nil {
+		t.Errorf("a bad session id was accepted")
+	}
+	if list, _ := l.Sessions(ctx, "acme"); len(list) != 1 || list[0].ID != "b" {
+		t.Errorf("after delete: %+v", list)
+	}
+}
+
+func TestPolicySettingsAndQuota(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`
+sandbox:
+  images: [img:p]
+  runtime: runsc
+  memory: 2GiB
+  user: {uid: 1234, gid: 1234}
+limits:
+  sessions: 2
+`), 0o644)
+	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	l, _ := newFakeLayer(t, e, nil)
+	ctx := context.Background()
+	spec, err := l.spec(ctx, "acme", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Image != "img:p" || spec.Runtime != "runsc" || spec.MemoryBytes != 2<<30 || spec.UID != 1234 ||
+		strings.Join(spec.AgentArgs, " ") != "--uid 1234 --gid 1234" {
+		t.Errorf("policy spec: %+v", spec)
+	}
+	if _, err := l.CreateSession(ctx, "acme", "s1", server.SessionOptions{Runtime: "runc"}); !errors.Is(err, server.ErrNotAllowed) ||
+		!strings.Contains(err.Error(), "runtime runc is not allowed by policy acme (sandbox.runtime: runsc)") {
+		t.Errorf("runtime outside the policy: %v", err)
+	}
+	for _, s := range []string{"s1", "s2"} {
+		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.CreateSession(ctx, "acme", "s3", server.SessionOptions{}); !errors.Is(err, server.ErrNotAllowed) ||
+		!strings.Contains(err.Error(), "session limit reached: limits.sessions = 2") {
+		t.Errorf("third session: %v", err)
+	}
+	// An existing session is not a new one.
+	if _, err := l.CreateSession(ctx, "acme", "s2", server.SessionOptions{}); err != nil {
+		t.Errorf("existing session at the quota: %v", err)
+	}
+}
+
+func TestUnavailableAndLocal(t *testing.T) {
+	f := sandboxtest.NewFake()
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img"),
+		Unavailable: errors.New("the shellbox-agent binary was not found")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateSession(context.Background(), "acme", "s1", server.SessionOptions{}); !errors.Is(err, server.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "shellbox-agent binary was not found") {
+		t.Errorf("no agent: %v", err)
+	}
+	loc, err := New(Config{Local: LocalConfig{Root: t.TempDir(), SpillDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close(context.Background())
+	if loc.Sandboxed() {
+		t.Fatal("a layer without a runtime is sandboxed")
+	}
+	if _, err := loc.CreateSession(context.Background(), "acme", "s1", server.SessionOptions{Image: "x"}); !errors.Is(err, server.ErrNotAllowed) {
+		t.Errorf("local with an image: %v", err)
+	}
+	if _, err := New(Config{Egress: EgressConfig{Blocked: []string{"10.0.0.0/33"}}}); err == nil || !strings.Contains(err.Error(), "10.0.0.0/33") {
+		t.Errorf("bad egress range: %v", err)
+	}
+}

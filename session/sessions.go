@@ -1,0 +1,132 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/server"
+)
+
+// Sessions implements server.Backend: the tenant's sessions as the engine
+// has them (those of every process of this owner), or, on the local
+// backend, those this process served.
+func (l *Layer) Sessions(ctx context.Context, tenant string) ([]server.SessionInfo, error) {
+	if l.manager == nil {
+		tb, err := l.tenant(tenant)
+		if err != nil {
+			return nil, err
+		}
+		var out []server.SessionInfo
+		for id, created := range tb.seen.list() {
+			out = append(out, server.SessionInfo{ID: id, Tenant: tenant, State: "running", Created: created})
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+		return out, nil
+	}
+	list, err := l.Sandboxes(ctx)
+	if err != nil {
+		return nil, server.Errorf(server.ErrUnavailable, "%v", err)
+	}
+	var out []server.SessionInfo
+	for _, sb := range list {
+		if sb.Tenant == tenant {
+			out = append(out, sessionInfo(sb))
+		}
+	}
+	return out, nil
+}
+
+// Sandboxes lists this owner's sandboxes on the engine, all tenants, in
+// any state, by tenant and session.
+func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
+	if l.manager == nil {
+		return nil, nil
+	}
+	list, err := l.cfg.Runtime.List(ctx, l.cfg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].Tenant != list[j].Tenant {
+			return list[i].Tenant < list[j].Tenant
+		}
+		return list[i].Session < list[j].Session
+	})
+	return list, nil
+}
+
+// CreateSession implements server.Backend.
+func (l *Layer) CreateSession(ctx context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return server.SessionInfo{}, err
+	}
+	if l.manager == nil {
+		if opts.Image != "" || opts.Runtime != "" || len(opts.Mounts) > 0 {
+			return server.SessionInfo{}, server.Errorf(server.ErrNotAllowed, "the local backend runs no images, runtimes or mounts")
+		}
+		created := tb.seen.add(session)
+		return server.SessionInfo{ID: session, Tenant: tenant, State: "running", Created: created}, nil
+	}
+	k := tenant + "/" + session
+	l.mu.Lock()
+	prev, had := l.opts[k]
+	l.opts[k] = opts
+	l.mu.Unlock()
+	spec, err := l.spec(ctx, tenant, session)
+	if err != nil {
+		l.mu.Lock()
+		if had {
+			l.opts[k] = prev
+		} else {
+			delete(l.opts, k)
+		}
+		l.mu.Unlock()
+		return server.SessionInfo{}, err
+	}
+	sb, err := l.manager.Ensure(ctx, spec)
+	if err != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "sandbox for session %s: %v", session, err)
+	}
+	return sessionInfo(sb), nil
+}
+
+// DeleteSession implements server.Backend.
+func (l *Layer) DeleteSession(ctx context.Context, tenant, session string) error {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return err
+	}
+	if l.manager == nil {
+		if !tb.seen.remove(session) {
+			return server.NoSuchSession(session)
+		}
+		return nil
+	}
+	l.mu.Lock()
+	delete(l.opts, tenant+"/"+session)
+	l.mu.Unlock()
+	tb.forget(session)
+	err = l.manager.Remove(ctx, tenant, session)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandbox.ErrNotFound):
+		return server.NoSuchSession(session)
+	default:
+		return server.Errorf(server.ErrUnavailable, "removing session %s: %v", session, err)
+	}
+}
+
+// sessionInfo describes a session's sandbox.
+func sessionInfo(sb sandbox.Sandbox) server.SessionInfo {
+	si := server.SessionInfo{ID: sb.Session, Tenant: sb.Tenant, Image: sb.Image, Runtime: sb.Runtime,
+		State: string(sb.State), Created: sb.Created}
+	for _, m := range sb.Mounts {
+		ro := m.ReadOnly
+		si.Mounts = append(si.Mounts, server.Mount{Source: m.Source, Target: m.Target, ReadOnly: &ro})
+	}
+	return si
+}

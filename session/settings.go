@@ -1,0 +1,204 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/server"
+)
+
+// Defaults are the sandbox settings a session gets where its tenant's
+// policy says nothing (a tenant without a policy: all of them).
+type Defaults struct {
+	Image          string
+	Runtime        string
+	CPUs           float64
+	MemoryBytes    int64
+	PidsLimit      int64
+	WorkspaceBytes int64
+	TmpBytes       int64
+	SpillBytes     int64
+	// Labels are extra labels on every sandbox.
+	Labels map[string]string
+}
+
+// DefaultDefaults are sandbox.DefaultSpec's settings with image.
+func DefaultDefaults(image string) Defaults {
+	d := sandbox.DefaultSpec("t", "s")
+	return Defaults{Image: image, Runtime: d.Runtime, CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, PidsLimit: d.PidsLimit,
+		WorkspaceBytes: d.WorkspaceBytes, TmpBytes: d.TmpBytes, SpillBytes: d.SpillBytes}
+}
+
+// Choices are what a session of a tenant without a policy may ask for: the
+// first of each is the tenant's default. Empty: Defaults' only.
+type Choices struct {
+	Images   []string
+	Runtimes []string
+}
+
+// errNoMountAllowlist refuses mounts on a layer without policies: the
+// allowlist is the policy's sandbox.mounts, so nothing may be mounted.
+var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
+	"mounts need an allowlist, and this server has none: set policies.dir and list the directories in the tenant's sandbox.mounts")
+
+// spec is the sandbox spec of a new session: the options it was created
+// with (CreateSession), within the tenant's policy, over the
+// defaults. It also enforces the tenant's session quota. Errors wrap the
+// server's classes.
+func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {
+	if l.cfg.Unavailable != nil {
+		return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
+	}
+	l.mu.Lock()
+	o := l.opts[tenant+"/"+session]
+	l.mu.Unlock()
+	d := l.cfg.Defaults
+	opts := []sandbox.Opt{
+		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
+		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
+		sandbox.WithLabels(d.Labels),
+	}
+	if l.cfg.Policies == nil {
+		if len(o.Mounts) > 0 {
+			return sandbox.Spec{}, errNoMountAllowlist
+		}
+		img, err := choose("image", tenant, o.Image, l.cfg.Choices[tenant].Images, d.Image)
+		if err != nil {
+			return sandbox.Spec{}, err
+		}
+		rt, err := choose("runtime", tenant, o.Runtime, l.cfg.Choices[tenant].Runtimes, d.Runtime)
+		if err != nil {
+			return sandbox.Spec{}, err
+		}
+		opts = append(opts, sandbox.WithImage(img), sandbox.WithRuntime(rt))
+		return newSpec(tenant, session, opts)
+	}
+	pol, err := l.cfg.Policies.Policy(tenant)
+	if err != nil {
+		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
+	}
+	if o.Runtime != "" && o.Runtime != pol.Runtime {
+		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "runtime %s is not allowed by policy %s (sandbox.runtime: %s)", o.Runtime, pol.Tenant, pol.Runtime)
+	}
+	img, err := pol.Image(o.Image, d.Image)
+	if err != nil {
+		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
+	}
+	if err := l.checkSessions(ctx, pol, tenant, session); err != nil {
+		return sandbox.Spec{}, err
+	}
+	mounts, err := pol.SessionMounts(mountRequests(o.Mounts))
+	if err != nil {
+		switch {
+		case errors.Is(err, policies.ErrNotAllowed):
+			return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
+		case errors.Is(err, policies.ErrUnavailable):
+			return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", err)
+		}
+		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "%v", err)
+	}
+	opts = append(opts, sandbox.WithImage(img))
+	opts = append(opts, policyOptions(pol.Sandbox())...)
+	opts = append(opts, sandbox.WithMounts(sandboxMounts(mounts)...),
+		// The agent drops to the policy's user for commands (Spec.UID only
+		// owns /workspace).
+		sandbox.WithAgentArgs("--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)))
+	spec, err := newSpec(tenant, session, opts)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("policy %s: %w", pol.Tenant, err)
+	}
+	return spec, nil
+}
+
+// policyOptions are the spec options of a policy's sandbox settings: the
+// one place a tenant's policy becomes sandbox settings.
+func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
+	network := sandbox.NetworkNone
+	if s.Egress {
+		network = sandbox.NetworkEgress
+	}
+	return []sandbox.Opt{
+		sandbox.WithNetwork(network),
+		sandbox.WithRuntime(s.Runtime),
+		sandbox.WithCPUs(s.CPUs),
+		sandbox.WithMemory(s.MemoryBytes),
+		sandbox.WithPidsLimit(s.PidsLimit),
+		sandbox.WithWorkspaceSize(s.DiskBytes),
+		sandbox.WithTmpSize(s.TmpBytes),
+		sandbox.WithSpillSize(s.SpillBytes),
+		sandbox.WithUser(s.User.UID, s.User.GID),
+	}
+}
+
+// sandboxMounts are a session's mounts as the policy allowed them.
+func sandboxMounts(ms []policies.Mount) []sandbox.Mount {
+	out := make([]sandbox.Mount, len(ms))
+	for i, m := range ms {
+		out[i] = sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+	}
+	return out
+}
+
+func newSpec(tenant, session string, opts []sandbox.Opt) (sandbox.Spec, error) {
+	spec, err := sandbox.NewSpec(tenant, session, opts...)
+	if err != nil {
+		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "%v", err)
+	}
+	return spec, nil
+}
+
+// checkSessions refuses a new session past the policy's limits.sessions:
+// the tenant's sandboxes of this owner on the engine are counted (those of
+// other processes of the owner too), the session's own (being re-adopted)
+// excepted.
+func (l *Layer) checkSessions(ctx context.Context, pol *policies.Policy, tenant, session string) error {
+	list, err := l.cfg.Runtime.List(ctx, l.cfg.Owner)
+	if err != nil {
+		return server.Errorf(server.ErrUnavailable, "count the tenant's sessions: %v", err)
+	}
+	n := 0
+	for _, sb := range list {
+		if sb.Tenant != tenant {
+			continue
+		}
+		if sb.Session == session {
+			return nil // exists: not a new session
+		}
+		n++
+	}
+	if err := pol.CheckSessions(n); err != nil {
+		return server.Errorf(server.ErrNotAllowed, "%v", err)
+	}
+	return nil
+}
+
+func choose(what, tenant, asked string, allowed []string, def string) (string, error) {
+	if len(allowed) == 0 {
+		allowed = []string{def}
+	}
+	if asked == "" {
+		return allowed[0], nil
+	}
+	if !slices.Contains(allowed, asked) {
+		return "", server.Errorf(server.ErrNotAllowed, "%s %q is not allowed for tenant %s (allowed: %v)", what, asked, tenant, allowed)
+	}
+	return asked, nil
+}
+
+// mountRequests are a session's requested mounts as the policy checks them:
+// nil stays nil (the policy's mounts), readOnly defaults to true.
+func mountRequests(ms []server.Mount) []policies.MountRequest {
+	if ms == nil {
+		return nil
+	}
+	out := make([]policies.MountRequest, len(ms))
+	for i, m := range ms {
+		out[i] = policies.MountRequest{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly == nil || *m.ReadOnly}
+	}
+	return out
+}
