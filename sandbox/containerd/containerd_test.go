@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -179,6 +180,20 @@ func TestHardening(t *testing.T) {
 			for _, c := range checks {
 				if got := strings.TrimSpace(exec(t, sb, c.cmd)); got != c.want {
 					t.Errorf("%s: %q gave %q, want %q", c.name, c.cmd, got, c.want)
+				}
+			}
+			if gvisor {
+				// Guest syscalls never reach the host kernel; the sentry
+				// that serves them is itself confined.
+				pid := containerdtest.TaskPid(t, addr, sb.ID)
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, re := range []string{`NoNewPrivs:\s+1`, `Seccomp:\s+2`} {
+					if !regexp.MustCompile(re).Match(b) {
+						t.Errorf("gVisor sentry (host pid %d): want %s", pid, re)
+					}
 				}
 			}
 		})
