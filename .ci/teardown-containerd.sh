@@ -17,9 +17,11 @@
 # Usage: teardown-containerd.sh [--purge]
 set -euo pipefail
 
-ROOT_DIR=/var/lib/shellbox-containerd
-RUN_DIR=/run/shellbox-containerd
-CONF_DIR=/etc/shellbox-containerd
+# The directories setup-containerd.sh uses; overridable only to try this
+# script on a throwaway daemon.
+ROOT_DIR=${SHELLBOX_CONTAINERD_ROOT:-/var/lib/shellbox-containerd}
+RUN_DIR=${SHELLBOX_CONTAINERD_RUN:-/run/shellbox-containerd}
+CONF_DIR=${SHELLBOX_CONTAINERD_CONF:-/etc/shellbox-containerd}
 SOCK=$RUN_DIR/containerd.sock
 PID_FILE=$RUN_DIR/containerd.pid
 SHELLBOX_CI_CACHE=${SHELLBOX_CI_CACHE:-/var/cache/shellbox-ci}
@@ -38,11 +40,14 @@ done
 [[ $(id -u) == 0 ]] || die "must run as root"
 
 CTR=$(ls "$SHELLBOX_CI_CACHE"/containerd-*/ctr 2>/dev/null | sort | tail -n 1 || true)
+# ctr_ ARGS: ctr on this daemon, without the warning every ctr command prints on
+# a cgroup v1 host ("DEPRECATION: The support for cgroup v1").
+ctr_() { "$CTR" --address "$SOCK" "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2); }
 
 # --- 1. tasks -------------------------------------------------------------------
 if [[ -n "$CTR" ]] && timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; then
-  for ns in $("$CTR" --address "$SOCK" namespaces ls -q); do
-    for task in $("$CTR" --address "$SOCK" -n "$ns" tasks ls -q); do
+  for ns in $(ctr_ namespaces ls -q); do
+    for task in $(ctr_ -n "$ns" tasks ls -q); do
       timeout 10 "$CTR" --address "$SOCK" -n "$ns" tasks kill -a -s SIGKILL "$task" >/dev/null 2>&1 || true
       if timeout 20 "$CTR" --address "$SOCK" -n "$ns" tasks delete -f "$task" >/dev/null 2>&1; then
         log "killed task $ns/$task"
@@ -80,7 +85,7 @@ rm -f "$PID_FILE" "$SOCK"
 
 # Shims outlive containerd by design; this daemon's carry "-address $SOCK".
 for dir in /proc/[0-9]*; do
-  cmdline=$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null) || continue
+  cmdline=$({ tr '\0' ' ' <"$dir/cmdline"; } 2>/dev/null) || continue
   case "$cmdline" in
     *containerd-shim*"-address $SOCK "*)
       shim=${dir#/proc/}
