@@ -180,14 +180,18 @@ EOF
 # --- 4. the daemon ------------------------------------------------------------
 daemon_answers() { timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; }
 
-# daemon_pid: the recorded pid if it is alive and runs a containerd binary.
+# daemon_pid: the recorded pid if it is alive and is a containerd running on
+# this config (a recycled pid, Docker's containerd above all, is never ours).
 daemon_pid() {
-  local pid exe
+  local pid exe cmdline
   [[ -s "$PID_FILE" ]] || return 0
   pid=$(<"$PID_FILE")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 0
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
-  [[ "$(basename "${exe% (deleted)}")" == containerd ]] && echo "$pid"
+  cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || return 0
+  if [[ "$(basename "${exe% (deleted)}")" == containerd && "$cmdline" == *" --config $CONFIG "* ]]; then
+    echo "$pid"
+  fi
 }
 
 stop_daemon() {

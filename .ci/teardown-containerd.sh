@@ -68,9 +68,13 @@ wait_gone() { # pid seconds
   return 1
 }
 
+# Only a containerd on setup-containerd.sh's config: a recycled pid (Docker's
+# containerd above all) is left alone.
 pid=""
 [[ -s "$PID_FILE" ]] && pid=$(<"$PID_FILE")
-if [[ "$pid" =~ ^[0-9]+$ ]] && [[ "$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null || true)")" == containerd* ]]; then
+cmdline=""
+[[ "$pid" =~ ^[0-9]+$ ]] && cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
+if [[ "$cmdline" == *containerd*" --config $CONF_DIR/config.toml "* ]]; then
   kill -TERM "$pid" 2>/dev/null || true
   if ! wait_gone "$pid" 10; then
     log "containerd (pid $pid) did not exit in 10s; SIGKILL"
