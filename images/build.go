@@ -156,6 +156,11 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 	if err != nil {
 		return fmt.Errorf("offline image build: %w", err)
 	}
+	if opts.Containerd != nil {
+		if err := opts.Containerd.Ping(ctx); err != nil {
+			return fmt.Errorf("offline image build: %w", err)
+		}
+	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool.name); err != nil {
 			return fmt.Errorf("offline image build: %s not found (%s)", tool.name, tool.hint)
@@ -345,6 +350,11 @@ func BuildTestImage(ctx context.Context, opts TestOptions, progress io.Writer) e
 	}
 
 	start := time.Now()
+	if opts.Containerd != nil {
+		if err := opts.Containerd.Ping(ctx); err != nil {
+			return fmt.Errorf("test image build: %w", err)
+		}
+	}
 	work, err := os.MkdirTemp("", "shellbox-testimage-")
 	if err != nil {
 		return fmt.Errorf("test image build: %w", err)

@@ -107,6 +107,16 @@ func (a *Archive) inContainerd(ctx context.Context, c *client.Client, to Contain
 	return true, nil
 }
 
+// Ping checks that containerd answers at to.Address, so a build can fail
+// before it spends minutes on a rootfs it cannot deliver.
+func (to Containerd) Ping(ctx context.Context) error {
+	c, _, err := dialContainerd(ctx, to.withDefaults())
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 func dialContainerd(ctx context.Context, to Containerd) (*client.Client, context.Context, error) {
 	if to.Address == "" {
 		return nil, nil, errors.New("containerd import: no containerd address")
