@@ -132,9 +132,10 @@ func (o *Options) defaults() {
 // BuildOffline builds the sandbox image without a registry: debootstrap
 // --variant=minbase of opts.Suite with opts.Packages from the Debian mirror,
 // a user "sandbox" (uid/gid 1000) and /workspace owned by it, apt caches
-// removed, then `tar | docker import` with labels. It needs root (debootstrap
-// and chroot do), debootstrap, tar and the docker CLI, and takes a few
-// minutes. Progress lines go to progress (nil discards them).
+// removed, then `tar | docker import` with labels, or (opts.Containerd,
+// opts.Output) an OCI image archive imported into containerd or written to a
+// file. It needs root (debootstrap and chroot do), debootstrap, and for
+// Docker tar and the docker CLI, and takes a minute or a few. Progress lines go to progress (nil discards them).
 func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err error) {
 	opts.defaults()
 	p := newProgress(progress)

@@ -75,6 +75,10 @@ func (a *Archive) ImportContainerd(ctx context.Context, to Containerd, force boo
 		written <- err
 	}()
 	_, err = importUnpack(ctx, c, to, pr)
+	if err == nil {
+		// The importer stops at the tar's end marker: let the writer finish.
+		_, _ = io.Copy(io.Discard, pr)
+	}
 	pr.CloseWithError(errors.New("import ended")) // unblocks the writer if the import stopped reading
 	if werr := <-written; err == nil && werr != nil {
 		err = werr
