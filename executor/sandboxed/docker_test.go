@@ -222,17 +222,14 @@ func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 					id = sb.ID
 				}
 			}
-			info, err := dockertest.Engine(t).ContainerInspect(context.Background(), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.State.Pid))
+			pid := e.Pid(t, id)
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, re := range []string{`NoNewPrivs:\s+1`, `Seccomp:\s+2`} {
 				if !regexp.MustCompile(re).Match(b) {
-					t.Errorf("gVisor sentry (host pid %d): want %s", info.State.Pid, re)
+					t.Errorf("gVisor sentry (host pid %d): want %s", pid, re)
 				}
 			}
 		}
