@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -13,6 +14,15 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 )
+
+// LabelSource is set on the image records (not the image config) this
+// package imports into containerd, with the value "shellbox". Import
+// replaces a record's labels: another importer's (such as the
+// org.shellbox.docker-id of .ci/setup-containerd.sh's Docker path) would
+// otherwise survive on a record that now names a different manifest.
+const LabelSource = "org.shellbox.image.source"
+
+var importLabels = map[string]string{LabelSource: "shellbox"}
 
 // Containerd is the containerd an image is imported into.
 type Containerd struct {
@@ -87,7 +97,8 @@ func (a *Archive) ImportContainerd(ctx context.Context, to Containerd, force boo
 }
 
 // inContainerd reports whether every name of a is the archive's manifest
-// in containerd, unpacked for to.Snapshotter.
+// in containerd, unpacked for to.Snapshotter, with exactly the labels an
+// import sets.
 func (a *Archive) inContainerd(ctx context.Context, c *client.Client, to Containerd) (bool, error) {
 	for _, name := range a.names {
 		img, err := c.GetImage(ctx, name)
@@ -97,7 +108,7 @@ func (a *Archive) inContainerd(ctx context.Context, c *client.Client, to Contain
 		if err != nil {
 			return false, fmt.Errorf("containerd import: image %s: %w", name, err)
 		}
-		if img.Target().Digest != a.manifest.Digest {
+		if img.Target().Digest != a.manifest.Digest || !maps.Equal(img.Labels(), importLabels) {
 			return false, nil
 		}
 		unpacked, err := img.IsUnpacked(ctx, to.Snapshotter)
@@ -147,7 +158,7 @@ func dialContainerd(ctx context.Context, to Containerd) (*client.Client, context
 
 // importUnpack imports the archive r and unpacks the images it names.
 func importUnpack(ctx context.Context, c *client.Client, to Containerd, r io.Reader) ([]string, error) {
-	imgs, err := c.Import(ctx, r)
+	imgs, err := c.Import(ctx, r, client.WithImageLabels(importLabels))
 	if err != nil {
 		return nil, fmt.Errorf("containerd import into namespace %s at %s: %w", to.Namespace, to.Address, err)
 	}

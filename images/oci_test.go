@@ -486,6 +486,9 @@ func TestBuildTestImageContainerd(t *testing.T) {
 		if err != nil || !unpacked {
 			t.Errorf("%s unpacked for snapshotter %q: %v, %v", n, to.Snapshotter, unpacked, err)
 		}
+		if !reflect.DeepEqual(img.Labels(), map[string]string{LabelSource: "shellbox"}) {
+			t.Errorf("%s record labels %v, want only %s=shellbox", n, img.Labels(), LabelSource)
+		}
 		spec, err := img.Spec(cctx)
 		if err != nil {
 			t.Fatal(err)
@@ -502,6 +505,20 @@ func TestBuildTestImageContainerd(t *testing.T) {
 	}
 	if img, err := c.GetImage(cctx, tag); err != nil || img.Metadata().UpdatedAt != updated || img.Target().Digest != target {
 		t.Errorf("second build changed the image (%v):\n%s", err, log.String())
+	}
+
+	// Another importer's label on the record (the Docker path of
+	// setup-containerd.sh labels its own) is not this import: it is
+	// imported again, and the stale label goes.
+	stale := ctrimages.Image{Name: tag, Labels: map[string]string{LabelSource: "shellbox", "org.shellbox.docker-id": "sha256:x"}}
+	if _, err := c.ImageService().Update(cctx, stale, "labels"); err != nil {
+		t.Fatal(err)
+	}
+	if err := BuildTestImage(ctx, TestOptions{Tag: tag, Containerd: &to}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if img, err := c.GetImage(cctx, tag); err != nil || !reflect.DeepEqual(img.Labels(), map[string]string{LabelSource: "shellbox"}) {
+		t.Errorf("after a rebuild over a foreign label: %v, %v; want only %s=shellbox", img.Labels(), err, LabelSource)
 	}
 
 	// Through a file: --output, then ImportContainerd of that file.
