@@ -154,10 +154,7 @@ unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
 					Namespace: cfg.Containerd.Namespace, Snapshotter: cfg.Containerd.Snapshotter}
 			}
 			if test {
-				to := images.TestOptions{Containerd: opts.Containerd, Output: opts.Output}
-				if cmd.Flags().Changed("tag") {
-					to.Tag = opts.Tag
-				}
+				to := images.TestOptions{Tag: opts.Tag, Containerd: opts.Containerd, Output: opts.Output}
 				return images.BuildTestImage(cmd.Context(), to, progress)
 			}
 			if os.Geteuid() != 0 {
@@ -169,7 +166,7 @@ unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
 	build.Flags().BoolVar(&test, "test", false, "build the small test image ("+images.TestImage+") from this host's binaries instead")
 	build.Flags().BoolVar(&toContainerd, "containerd", false, "import into containerd (containerd.address, containerd.namespace) instead of Docker")
 	build.Flags().StringVar(&opts.Output, "output", "", "write an OCI image archive to this file instead of Docker")
-	build.Flags().StringVar(&opts.Tag, "tag", images.SandboxImage, "image tag")
+	build.Flags().StringVar(&opts.Tag, "tag", "", "image tag (default "+images.SandboxImage+", with --test "+images.TestImage+")")
 	build.Flags().StringVar(&opts.Mirror, "mirror", "", "Debian mirror URL (default: this host's apt source, or $"+images.MirrorEnv+")")
 	cmd.AddCommand(build)
 	return cmd
