@@ -356,19 +356,34 @@ func BuildTestImage(ctx context.Context, opts TestOptions, progress io.Writer) e
 			return fmt.Errorf("test image build: %w", err)
 		}
 	}
-	work, err := os.MkdirTemp("", "shellbox-testimage-")
+	a, err := testArchive(ctx, opts.Tag, p)
 	if err != nil {
 		return fmt.Errorf("test image build: %w", err)
 	}
-	defer os.RemoveAll(work)
+	defer a.Close()
+	return deliver(ctx, p, a, opts.Containerd, opts.Output, opts.Force, start)
+}
+
+// testArchive builds the test image's rootfs (build.sh --rootfs) and
+// archives it as tag. Its Close removes the rootfs too.
+func testArchive(ctx context.Context, tag string, p *progress) (_ *Archive, err error) {
+	work, err := os.MkdirTemp("", "shellbox-testimage-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(work)
+		}
+	}()
 	rootfs := filepath.Join(work, "rootfs")
 	cmd := exec.CommandContext(ctx, "bash", "-c", testImageScript, "build.sh", "--rootfs", rootfs)
 	if err := p.run(ctx, "", cmd); err != nil {
-		return fmt.Errorf("test image build: %w", err)
+		return nil, err
 	}
 	epoch := time.Unix(0, 0)
 	a, err := NewArchive(ctx, rootfs, ImageSpec{
-		Name:    opts.Tag,
+		Name:    tag,
 		Labels:  map[string]string{LabelImage: "test"},
 		Comment: "shellbox test image (host binaries)",
 		Owner:   testImageOwner,
@@ -376,10 +391,15 @@ func BuildTestImage(ctx context.Context, opts TestOptions, progress io.Writer) e
 		TempDir: work,
 	})
 	if err != nil {
-		return fmt.Errorf("test image build: %w", err)
+		return nil, err
 	}
-	defer a.Close()
-	return deliver(ctx, p, a, opts.Containerd, opts.Output, opts.Force, start)
+	// The layer is in work: the rootfs is no longer needed.
+	if err := os.RemoveAll(rootfs); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.cleanup = func() error { return os.RemoveAll(work) }
+	return a, nil
 }
 
 // testImageOwner: everything is root's but the sandbox user's directories,

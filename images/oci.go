@@ -80,6 +80,7 @@ type Archive struct {
 	configJSON, manifestJSON, idxJ []byte
 	names                          []string
 	mtime                          time.Time
+	cleanup                        func() error // run by Close, after the layer is removed
 }
 
 // NewArchive writes the layer of rootfs (sorted entries, numeric owners,
@@ -201,15 +202,18 @@ func (a *Archive) DiffID() digest.Digest { return a.diffID }
 
 // Close removes the layer's temporary file.
 func (a *Archive) Close() error {
-	if a.layerPath == "" {
-		return nil
+	var errs []error
+	if a.layerPath != "" {
+		if err := os.Remove(a.layerPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		a.layerPath = ""
 	}
-	err := os.Remove(a.layerPath)
-	a.layerPath = ""
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if a.cleanup != nil {
+		errs = append(errs, a.cleanup())
+		a.cleanup = nil
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // WriteTo writes the OCI image layout tar to w: oci-layout, the blobs

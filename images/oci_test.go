@@ -498,13 +498,21 @@ func TestBuildTestImageContainerd(t *testing.T) {
 		}
 	}
 
-	// Unchanged host: nothing imported, the image record is not touched.
-	log.Reset()
-	if err := BuildTestImage(ctx, TestOptions{Tag: tag, Containerd: &to}, &log); err != nil {
-		t.Fatalf("second BuildTestImage: %v\n%s", err, log.String())
+	// The same image again (deterministic: the same manifest) is up to
+	// date: nothing imported, the image record is not touched.
+	a, err := testArchive(ctx, tag, newProgress(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Manifest().Digest != target {
+		t.Errorf("a second build has manifest %s, the first %s", a.Manifest().Digest, target)
+	}
+	if imported, err := a.ImportContainerd(ctx, to, false); err != nil || imported {
+		t.Errorf("second import: imported %v, %v; want nothing imported", imported, err)
 	}
 	if img, err := c.GetImage(cctx, tag); err != nil || img.Metadata().UpdatedAt != updated || img.Target().Digest != target {
-		t.Errorf("second build changed the image (%v):\n%s", err, log.String())
+		t.Errorf("the up-to-date import changed the image (%v)", err)
 	}
 
 	// Another importer's label on the record (the Docker path of
@@ -514,21 +522,18 @@ func TestBuildTestImageContainerd(t *testing.T) {
 	if _, err := c.ImageService().Update(cctx, stale, "labels"); err != nil {
 		t.Fatal(err)
 	}
-	if err := BuildTestImage(ctx, TestOptions{Tag: tag, Containerd: &to}, nil); err != nil {
-		t.Fatal(err)
+	if imported, err := a.ImportContainerd(ctx, to, false); err != nil || !imported {
+		t.Errorf("import over a foreign label: imported %v, %v; want imported", imported, err)
 	}
 	if img, err := c.GetImage(cctx, tag); err != nil || !reflect.DeepEqual(img.Labels(), map[string]string{LabelSource: "shellbox"}) {
-		t.Errorf("after a rebuild over a foreign label: %v, %v; want only %s=shellbox", img.Labels(), err, LabelSource)
+		t.Errorf("after an import over a foreign label: %v; want only %s=shellbox", err, LabelSource)
 	}
 
-	// Through a file: --output, then ImportContainerd of that file.
+	// Through a file (--output), then ImportContainerd of that file.
 	removeImages()
 	out := filepath.Join(t.TempDir(), "test-image.tar")
-	if err := BuildTestImage(ctx, TestOptions{Tag: tag, Output: out}, nil); err != nil {
+	if err := a.WriteFile(out); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := c.GetImage(cctx, tag); !errdefs.IsNotFound(err) {
-		t.Errorf("--output alone imported the image: %v", err)
 	}
 	start = time.Now()
 	got, err := ImportContainerd(ctx, to, out)
@@ -544,10 +549,73 @@ func TestBuildTestImageContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if img.Target().Digest != target {
-		t.Errorf("from the file: manifest %s, want %s (the build is deterministic)", img.Target().Digest, target)
+		t.Errorf("from the file: manifest %s, want %s", img.Target().Digest, target)
 	}
 	if ok, err := img.IsUnpacked(cctx, to.Snapshotter); err != nil || !ok {
 		t.Errorf("from the file: unpacked %v, %v", ok, err)
+	}
+}
+
+// --output alone writes the archive and needs neither Docker nor containerd.
+func TestBuildTestImageOutput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "image.tar")
+	if err := BuildTestImage(ctx, TestOptions{Tag: "shellbox-test-output", Output: out}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files, _ := readArchive(t, f)
+	var idx ocispec.Index
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) != 2 ||
+		idx.Manifests[0].Annotations[AnnotationImageName] != "shellbox-test-output:latest" {
+		t.Fatalf("index.json %s: %v", files["index.json"], err)
+	}
+	var man ocispec.Manifest
+	if err := json.Unmarshal(blob(t, files, idx.Manifests[0]), &man); err != nil {
+		t.Fatal(err)
+	}
+	blob(t, files, man.Config)
+	layer := blob(t, files, man.Layers[0])
+	gz, err := gzip.NewReader(bytes.NewReader(layer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	seen := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[h.Name] = h
+	}
+	for _, want := range []struct {
+		name     string
+		uid, gid int
+		mode     int64
+	}{
+		{"workspace/", 1000, 1000, -1}, {"home/sandbox/", 1000, 1000, -1}, {"etc/passwd", 0, 0, -1},
+		{"usr/bin/bash", 0, 0, -1}, {"tmp/", 0, 0, 0o1777}, {"root/", 0, 0, 0o700},
+	} {
+		h := seen[want.name]
+		if h == nil {
+			t.Errorf("the test image has no %s", want.name)
+			continue
+		}
+		if h.Uid != want.uid || h.Gid != want.gid || (want.mode >= 0 && h.Mode&0o7777 != want.mode) {
+			t.Errorf("%s: %d:%d %o, want %d:%d %o", want.name, h.Uid, h.Gid, h.Mode&0o7777, want.uid, want.gid, want.mode)
+		}
+	}
+	if h := seen["bin"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "usr/bin" {
+		t.Errorf("bin: %+v, want a symlink to usr/bin", h)
 	}
 }
 
