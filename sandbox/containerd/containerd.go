@@ -183,6 +183,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := spec.CheckMountSources(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
 	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: agent binary: %v", sandbox.ErrUnavailable, err)
 	}
