@@ -13,7 +13,9 @@
 #      restarts it when its binary or config changed;
 #   5. imports the test image shellbox-test:latest from Docker (built by
 #      images/testimage/build.sh, which setup-docker.sh runs) into namespace
-#      shellbox;
+#      shellbox; on a host without Docker (or with
+#      SHELLBOX_CI_TEST_IMAGE_FROM=shellbox) builds it for containerd with
+#      `shellbox image build --test --containerd` instead;
 #   6. proves a container runs under runc and under gVisor (its kernel is not
 #      the host's; ls -l and stat work).
 #
@@ -48,6 +50,8 @@
 #   SHELLBOX_CI_CACHE         build cache (default /var/cache/shellbox-ci)
 #   SHELLBOX_CI_REBUILD=1     rebuild containerd and gVisor
 #   SHELLBOX_TEST_IMAGE       image to import (default shellbox-test:latest)
+#   SHELLBOX_CI_TEST_IMAGE_FROM  docker (default when Docker has the image) or
+#                             shellbox (built here by shellbox's own image build)
 #   SHELLBOX_CONTAINERD_SNAPSHOTTER  (default overlayfs)
 set -euo pipefail
 
@@ -257,32 +261,64 @@ fi
 # its Docker image ID as a label, so an unchanged image is not imported again.
 # Two names: ctr import normalizes to docker.io/library/..., and the plain one
 # is what policies and tests name.
-command -v docker >/dev/null || die "docker is needed to export $TEST_IMAGE (run .ci/setup-docker.sh first)"
-docker_id=$(docker image inspect -f '{{.Id}}' "$TEST_IMAGE" 2>/dev/null) ||
-  die "Docker has no $TEST_IMAGE; build it with images/testimage/build.sh (setup-docker.sh runs it)"
+#
+# Without Docker, shellbox builds the image itself (images.BuildTestImage:
+# the same rootfs as images/testimage/build.sh, written as an OCI archive,
+# imported with containerd's client and unpacked; both names; nothing
+# imported when containerd already has that very image). That is not the
+# default: `go run` compiles cmd/shellbox without -race first, which the
+# tests' -race build does not share (from an empty build cache 67 s of CPU,
+# ~3 min here on two busy cores; warm, the whole step is ~4 s), while
+# docker save | ctr import takes ~0.8-2 s and nothing when unchanged.
 full_name=$TEST_IMAGE
 if [[ "$TEST_IMAGE" != */* ]]; then full_name=docker.io/library/$TEST_IMAGE; fi
+FROM=${SHELLBOX_CI_TEST_IMAGE_FROM:-}
+if [[ -z "$FROM" ]]; then
+  FROM=shellbox
+  if command -v docker >/dev/null && docker image inspect "$TEST_IMAGE" >/dev/null 2>&1; then FROM=docker; fi
+fi
+case "$FROM" in
+docker)
+  command -v docker >/dev/null || die "docker is needed to export $TEST_IMAGE (run .ci/setup-docker.sh first)"
+  docker_id=$(docker image inspect -f '{{.Id}}' "$TEST_IMAGE" 2>/dev/null) ||
+    die "Docker has no $TEST_IMAGE; build it with images/testimage/build.sh (setup-docker.sh runs it)"
 
-image_current() { # name
-  ctr_ images ls "name==$1" 2>/dev/null | grep -qF "org.shellbox.docker-id=$docker_id"
-}
-if image_current "$TEST_IMAGE" && image_current "$full_name"; then
-  log "$TEST_IMAGE is imported (Docker image ${docker_id:7:12})"
-else
-  t0=${EPOCHREALTIME/./}
-  docker save "$TEST_IMAGE" | ctr_ images import --snapshotter "$SNAPSHOTTER" - >/dev/null ||
-    die "importing $TEST_IMAGE into containerd (namespace $NAMESPACE) failed"
-  ctr_ images ls -q "name==$full_name" | grep -qxF "$full_name" ||
-    die "after the import containerd has no image $full_name: $(ctr_ images ls -q | tr '\n' ' ')"
-  if [[ "$full_name" != "$TEST_IMAGE" ]]; then
-    ctr_ images tag --force "$full_name" "$TEST_IMAGE" >/dev/null || die "cannot tag $full_name as $TEST_IMAGE"
+  image_current() { # name
+    ctr_ images ls "name==$1" 2>/dev/null | grep -qF "org.shellbox.docker-id=$docker_id"
+  }
+  if image_current "$TEST_IMAGE" && image_current "$full_name"; then
+    log "$TEST_IMAGE is imported (Docker image ${docker_id:7:12})"
+  else
+    t0=${EPOCHREALTIME/./}
+    docker save "$TEST_IMAGE" | ctr_ images import --snapshotter "$SNAPSHOTTER" - >/dev/null ||
+      die "importing $TEST_IMAGE into containerd (namespace $NAMESPACE) failed"
+    ctr_ images ls -q "name==$full_name" | grep -qxF "$full_name" ||
+      die "after the import containerd has no image $full_name: $(ctr_ images ls -q | tr '\n' ' ')"
+    if [[ "$full_name" != "$TEST_IMAGE" ]]; then
+      ctr_ images tag --force "$full_name" "$TEST_IMAGE" >/dev/null || die "cannot tag $full_name as $TEST_IMAGE"
+    fi
+    for name in "$full_name" "$TEST_IMAGE"; do
+      ctr_ images label "$name" "org.shellbox.docker-id=$docker_id" >/dev/null || die "cannot label $name"
+    done
+    ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    log "imported $TEST_IMAGE (Docker image ${docker_id:7:12}) as $TEST_IMAGE and $full_name in ${ms}ms"
   fi
-  for name in "$full_name" "$TEST_IMAGE"; do
-    ctr_ images label "$name" "org.shellbox.docker-id=$docker_id" >/dev/null || die "cannot label $name"
+  ;;
+shellbox)
+  log "building $TEST_IMAGE for containerd: shellbox image build --test --containerd"
+  t0=${EPOCHREALTIME/./}
+  (cd "$HERE/.." && SHELLBOX_CONTAINERD_ADDRESS=$SOCK SHELLBOX_CONTAINERD_NAMESPACE=$NAMESPACE \
+    SHELLBOX_CONTAINERD_SNAPSHOTTER=$SNAPSHOTTER go run ./cmd/shellbox image build --test --containerd --tag "$TEST_IMAGE") ||
+    die "shellbox image build --test --containerd failed"
+  for name in "$TEST_IMAGE" "$full_name"; do
+    ctr_ images ls -q "name==$name" | grep -qxF "$name" ||
+      die "after the build containerd has no image $name: $(ctr_ images ls -q | tr '\n' ' ')"
   done
   ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-  log "imported $TEST_IMAGE (Docker image ${docker_id:7:12}) as $TEST_IMAGE and $full_name in ${ms}ms"
-fi
+  log "$TEST_IMAGE is in containerd as $TEST_IMAGE and $full_name (${ms}ms, compiling included)"
+  ;;
+*) die "SHELLBOX_CI_TEST_IMAGE_FROM=$FROM: want docker or shellbox" ;;
+esac
 
 # --- 6. prove it ------------------------------------------------------------------
 host_kernel=$(cat /proc/version)
