@@ -30,3 +30,10 @@ func CheckID(field, id string) error {
 	}
 	return nil
 }
+
+// ValidID reports whether id is a valid tenant or session id (CheckID): the
+// one rule the tools, the server and the sandboxes apply.
+func ValidID(id string) bool { return CheckID("id", id) == nil }
+
+// IDRule says what a valid id looks like, for error messages.
+const IDRule = "1-64 letters, digits, '.', '_', '@', ':' or '-', starting with a letter or digit"

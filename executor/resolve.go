@@ -3,10 +3,11 @@ package executor
 import (
 	"context"
 	"path"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/shellbox/shellbox/confine"
 )
 
 // Limits are an executor's defaults and caps. Every executor resolves requests
@@ -58,14 +59,12 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-var sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // ValidSession checks a session id: it names directories and labels, so it is
 // 1–64 characters of letters, digits, '.', '_' and '-', starting with a letter
 // or digit.
 func ValidSession(id string) error {
-	if !sessionRE.MatchString(id) {
-		return Errorf(ErrInvalid, "invalid session id %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
+	if !confine.ValidID(id) {
+		return Errorf(ErrInvalid, "invalid session id %q: want %s", id, confine.IDRule)
 	}
 	return nil
 }

@@ -3,12 +3,16 @@
 //
 //   - BuildOffline makes the default sandbox image (shellbox-sandbox:bookworm)
 //     with debootstrap from the host's configured Debian mirror, then
-//     `docker import`s the rootfs.
+//     `docker import`s the rootfs, or archives it as an OCI image for
+//     containerd or a file.
 //   - BuildTest makes the tiny CI image (shellbox-test:latest) from the host's
-//     own binaries in about a second (testimage/build.sh, embedded here).
+//     own binaries in about a second (testimage/build.sh, embedded here);
+//     BuildTestImage also into containerd or a file.
 //
-// Both shell out to the docker CLI (and BuildOffline to debootstrap, tar and
-// chroot); nothing is pulled. A shellbox image needs nothing but a shell: the
+// For Docker both shell out to the docker CLI (and BuildOffline to
+// debootstrap, tar and chroot). For containerd, NewArchive writes an OCI
+// image layout tar of the rootfs directory and ImportContainerd imports and
+// unpacks it through containerd's client; no docker needed. Nothing is pulled. A shellbox image needs nothing but a shell: the
 // agent binary is bind-mounted into every sandbox. See README.md.
 package images
 
@@ -86,6 +90,14 @@ type Options struct {
 	// Labels are added to the image's own labels.
 	Labels map[string]string
 
+	// Containerd, when not nil, receives the image instead of Docker: the
+	// rootfs is archived as an OCI image and imported with ImportContainerd.
+	Containerd *Containerd
+	// Output, when set, is a file the OCI image archive is written to
+	// instead of Docker (with Containerd, as well): for hosts without
+	// network, `ctr -n shellbox images import FILE` there.
+	Output string
+
 	Docker      string // docker CLI; default "docker"
 	Debootstrap string // default "debootstrap"
 	// APTRoot is the root whose etc/apt sources are read to find the mirror;
@@ -120,9 +132,10 @@ func (o *Options) defaults() {
 // BuildOffline builds the sandbox image without a registry: debootstrap
 // --variant=minbase of opts.Suite with opts.Packages from the Debian mirror,
 // a user "sandbox" (uid/gid 1000) and /workspace owned by it, apt caches
-// removed, then `tar | docker import` with labels. It needs root (debootstrap
-// and chroot do), debootstrap, tar and the docker CLI, and takes a few
-// minutes. Progress lines go to progress (nil discards them).
+// removed, then `tar | docker import` with labels, or (opts.Containerd,
+// opts.Output) an OCI image archive imported into containerd or written to a
+// file. It needs root (debootstrap and chroot do), debootstrap, and for
+// Docker tar and the docker CLI, and takes a minute or a few. Progress lines go to progress (nil discards them).
 func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err error) {
 	opts.defaults()
 	p := newProgress(progress)
@@ -131,12 +144,25 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 	if os.Geteuid() != 0 {
 		return errors.New("offline image build: must run as root (debootstrap and chroot need it)")
 	}
-	for _, tool := range []struct{ name, hint string }{
+	toDocker := opts.Containerd == nil && opts.Output == ""
+	tools := []struct{ name, hint string }{
 		{opts.Debootstrap, "apt-get install debootstrap"},
-		{opts.Docker, "install the docker CLI"},
-		{"tar", "apt-get install tar"},
 		{"chroot", "apt-get install coreutils"},
-	} {
+	}
+	if toDocker {
+		tools = append(tools, struct{ name, hint string }{opts.Docker, "install the docker CLI, or build for containerd (--containerd) or into a file (--output)"},
+			struct{ name, hint string }{"tar", "apt-get install tar"})
+	}
+	platform, err := DebianPlatform(opts.Arch)
+	if err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	if opts.Containerd != nil {
+		if err := opts.Containerd.Ping(ctx); err != nil {
+			return fmt.Errorf("offline image build: %w", err)
+		}
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool.name); err != nil {
 			return fmt.Errorf("offline image build: %s not found (%s)", tool.name, tool.hint)
 		}
@@ -227,7 +253,7 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 		}
 	}
 
-	// 4. tar | docker import.
+	// 4. tar | docker import, or an OCI archive for containerd or a file.
 	labels := map[string]string{
 		LabelImage:                         "sandbox",
 		LabelSuite:                         opts.Suite,
@@ -236,6 +262,25 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 	}
 	for k, v := range opts.Labels {
 		labels[k] = v
+	}
+	if !toDocker {
+		p.step("archiving %s as an OCI image", opts.Tag)
+		a, err := NewArchive(ctx, rootfs, ImageSpec{
+			Name:     opts.Tag,
+			Labels:   labels,
+			Created:  time.Now(),
+			Comment:  "shellbox sandbox image (debootstrap " + opts.Suite + ")",
+			Platform: platform,
+			TempDir:  work,
+		})
+		if err != nil {
+			return fmt.Errorf("offline image build: %w", err)
+		}
+		defer a.Close()
+		if err := deliver(ctx, p, a, opts.Containerd, opts.Output, true, start); err != nil {
+			return fmt.Errorf("offline image build: %w", err)
+		}
+		return nil
 	}
 	p.step("importing %s", opts.Tag)
 	t = time.Now()
@@ -255,18 +300,145 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 	return nil
 }
 
-// BuildTest builds TestImage from the host's own binaries (see
+// BuildTest builds TestImage into Docker from the host's own binaries (see
 // testimage/build.sh, embedded in this package). It is idempotent: when the
 // rootfs the host would produce is unchanged nothing is imported, so calling
 // it from every test run costs about a second. Needs bash, ldd, tar and the
 // docker CLI; no root, no network.
 func BuildTest(ctx context.Context, progress io.Writer) error {
+	return BuildTestImage(ctx, TestOptions{}, progress)
+}
+
+// TestOptions configure BuildTestImage. The zero value builds TestImage
+// into Docker, as BuildTest does.
+type TestOptions struct {
+	Tag string // default TestImage
+	// Containerd, when not nil, receives the image instead of Docker: the
+	// rootfs is archived here as an OCI image and imported with
+	// ImportContainerd (nothing is imported when containerd already has
+	// this very image, unpacked).
+	Containerd *Containerd
+	// Output, when set, is a file the OCI image archive is written to
+	// instead of Docker (with Containerd, as well).
+	Output string
+	// Force imports even an unchanged image.
+	Force  bool
+	Docker string // docker CLI; default "docker"
+}
+
+// BuildTestImage builds the test image from the host's own binaries into
+// Docker, containerd or an OCI archive file (see TestOptions). Needs bash
+// and ldd, plus tar and the docker CLI for Docker; no root, no network.
+func BuildTestImage(ctx context.Context, opts TestOptions, progress io.Writer) error {
+	if opts.Tag == "" {
+		opts.Tag = TestImage
+	}
 	p := newProgress(progress)
-	cmd := exec.CommandContext(ctx, "bash", "-c", testImageScript, "build.sh")
-	cmd.Env = append(os.Environ(), "SHELLBOX_TEST_IMAGE="+TestImage)
-	if err := p.run(ctx, "", cmd); err != nil {
+	if opts.Containerd == nil && opts.Output == "" {
+		args := []string{"-c", testImageScript, "build.sh"}
+		if opts.Force {
+			args = append(args, "--force")
+		}
+		cmd := exec.CommandContext(ctx, "bash", args...)
+		cmd.Env = append(os.Environ(), "SHELLBOX_TEST_IMAGE="+opts.Tag)
+		if opts.Docker != "" {
+			cmd.Env = append(cmd.Env, "DOCKER="+opts.Docker)
+		}
+		if err := p.run(ctx, "", cmd); err != nil {
+			return fmt.Errorf("test image build: %w", err)
+		}
+		return nil
+	}
+
+	start := time.Now()
+	if opts.Containerd != nil {
+		if err := opts.Containerd.Ping(ctx); err != nil {
+			return fmt.Errorf("test image build: %w", err)
+		}
+	}
+	a, err := testArchive(ctx, opts.Tag, p)
+	if err != nil {
 		return fmt.Errorf("test image build: %w", err)
 	}
+	defer a.Close()
+	return deliver(ctx, p, a, opts.Containerd, opts.Output, opts.Force, start)
+}
+
+// testArchive builds the test image's rootfs (build.sh --rootfs) and
+// archives it as tag. Its Close removes the rootfs too.
+func testArchive(ctx context.Context, tag string, p *progress) (_ *Archive, err error) {
+	work, err := os.MkdirTemp("", "shellbox-testimage-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(work)
+		}
+	}()
+	rootfs := filepath.Join(work, "rootfs")
+	cmd := exec.CommandContext(ctx, "bash", "-c", testImageScript, "build.sh", "--rootfs", rootfs)
+	if err := p.run(ctx, "", cmd); err != nil {
+		return nil, err
+	}
+	epoch := time.Unix(0, 0)
+	a, err := NewArchive(ctx, rootfs, ImageSpec{
+		Name:    tag,
+		Labels:  map[string]string{LabelImage: "test"},
+		Comment: "shellbox test image (host binaries)",
+		Owner:   testImageOwner,
+		MTime:   &epoch,
+		TempDir: work,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The layer is in work: the rootfs is no longer needed.
+	if err := os.RemoveAll(rootfs); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.cleanup = func() error { return os.RemoveAll(work) }
+	return a, nil
+}
+
+// testImageOwner: everything is root's but the sandbox user's directories,
+// as in build.sh's own tar.
+func testImageOwner(name string) (int, int) {
+	switch name {
+	case "workspace", "home/sandbox":
+		return SandboxUID, SandboxUID
+	}
+	return 0, 0
+}
+
+// deliver writes a to output (if set) and imports it into to (if set).
+func deliver(ctx context.Context, p *progress, a *Archive, to *Containerd, output string, force bool, start time.Time) error {
+	man := a.Manifest()
+	p.step("image %s: manifest %s, layer %.1f MB gzipped (%s)", a.names[0], shortID(man.Digest.String()),
+		float64(a.Layer().Size)/1e6, since(start))
+	if output != "" {
+		t := time.Now()
+		if err := a.WriteFile(output); err != nil {
+			return err
+		}
+		p.step("wrote the OCI image archive %s in %s (import: ctr -n shellbox images import %s)", output, since(t), output)
+	}
+	if to == nil {
+		return nil
+	}
+	t := time.Now()
+	c := to.withDefaults()
+	imported, err := a.ImportContainerd(ctx, c, force)
+	if err != nil {
+		return err
+	}
+	if !imported {
+		p.step("%s is up to date in containerd (namespace %s at %s); nothing imported", strings.Join(a.names, ", "), c.Namespace, c.Address)
+	} else {
+		p.step("imported %s into containerd (namespace %s at %s) and unpacked it in %s", strings.Join(a.names, ", "), c.Namespace, c.Address, since(t))
+	}
+	p.step("done in %s", since(start))
 	return nil
 }
 

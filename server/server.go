@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -72,9 +72,6 @@ const (
 	DefaultEventBuffer        = 256
 )
 
-// nameRE is what tenant and session names look like (executor.ValidSession).
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // Server serves the tools over HTTP (REST and MCP) and stdio (MCP).
 type Server struct {
 	cfg     Config
@@ -128,8 +125,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, limits: map[string]*tenantLimits{}, log: cfg.Logger}
 	seen := map[[32]byte]string{}
 	for name, tc := range cfg.Tenants {
-		if !nameRE.MatchString(name) {
-			return nil, fmt.Errorf("server: tenant %q: want 1-64 letters, digits, '.', '_' or '-'", name)
+		if !confine.ValidID(name) {
+			return nil, fmt.Errorf("server: tenant %q: want %s", name, confine.IDRule)
 		}
 		if tc.MaxConcurrentCalls <= 0 {
 			tc.MaxConcurrentCalls = DefaultMaxConcurrentCalls

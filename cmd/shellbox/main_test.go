@@ -21,6 +21,14 @@ func cli(t *testing.T, stdin string, args ...string) (stdout, stderr string, cod
 
 func isolate(t *testing.T) (root, spill string) {
 	t.Helper()
+	// The environment of the test process (CI exports the containerd
+	// address, say) must not reach the configuration under test.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "SHELLBOX_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
 	root, spill = t.TempDir(), t.TempDir()
 	t.Setenv("SHELLBOX_LOCAL_ROOT", root)
 	t.Setenv("SHELLBOX_LOCAL_SPILLDIR", spill)

@@ -10,6 +10,7 @@ import (
 // The sandbox settings moved from docker.* to sandbox.*: an old file is
 // refused with where each key went; the runtime sections decode.
 func TestConfigSandboxAndRuntimeSections(t *testing.T) {
+	isolate(t)
 	dir := t.TempDir()
 	old := filepath.Join(dir, "old.yaml")
 	os.WriteFile(old, []byte("backend: docker\ndocker:\n  image: x\n  stateDir: /s\n"), 0o644)

@@ -131,16 +131,31 @@ func newImageCmd() *cobra.Command {
 		Use:   "image",
 		Short: "Build sandbox images without a registry",
 	}
-	var test bool
+	var test, toContainerd bool
 	var opts images.Options
 	build := &cobra.Command{
 		Use:   "build",
-		Short: "Build the default sandbox image offline (debootstrap + docker import), or the test image",
-		Args:  cobra.NoArgs,
+		Short: "Build the default sandbox image offline (debootstrap), or the test image, into Docker, containerd or a file",
+		Long: `Build the default sandbox image offline (debootstrap, as root) or, with --test,
+the small test image from this host's binaries, and import it into Docker; with
+--containerd into the containerd of the containerd.* settings (address,
+namespace, snapshotter; SHELLBOX_CONTAINERD_ADDRESS reaches containerd.address),
+unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			progress := cmd.ErrOrStderr()
+			if toContainerd {
+				file, _ := cmd.Flags().GetString("config")
+				cfg, err := loadConfig(cmd.Flags(), file)
+				if err != nil {
+					return err
+				}
+				opts.Containerd = &images.Containerd{Address: cfg.Containerd.Address,
+					Namespace: cfg.Containerd.Namespace, Snapshotter: cfg.Containerd.Snapshotter}
+			}
 			if test {
-				return images.BuildTest(cmd.Context(), progress)
+				to := images.TestOptions{Tag: opts.Tag, Containerd: opts.Containerd, Output: opts.Output}
+				return images.BuildTestImage(cmd.Context(), to, progress)
 			}
 			if os.Geteuid() != 0 {
 				return fmt.Errorf("the offline build runs debootstrap, which needs root")
@@ -148,8 +163,10 @@ func newImageCmd() *cobra.Command {
 			return images.BuildOffline(cmd.Context(), opts, progress)
 		},
 	}
-	build.Flags().BoolVar(&test, "test", false, "build the small test image from this host's binaries instead")
-	build.Flags().StringVar(&opts.Tag, "tag", images.SandboxImage, "image tag")
+	build.Flags().BoolVar(&test, "test", false, "build the small test image ("+images.TestImage+") from this host's binaries instead")
+	build.Flags().BoolVar(&toContainerd, "containerd", false, "import into containerd (containerd.address, containerd.namespace) instead of Docker")
+	build.Flags().StringVar(&opts.Output, "output", "", "write an OCI image archive to this file instead of Docker")
+	build.Flags().StringVar(&opts.Tag, "tag", "", "image tag (default "+images.SandboxImage+", with --test "+images.TestImage+")")
 	build.Flags().StringVar(&opts.Mirror, "mirror", "", "Debian mirror URL (default: this host's apt source, or $"+images.MirrorEnv+")")
 	cmd.AddCommand(build)
 	return cmd

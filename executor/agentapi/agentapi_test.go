@@ -127,7 +127,7 @@ func TestErrorsRoundTrip(t *testing.T) {
 	bad := a.spec(t, executor.Request{Command: "true"})
 	bad.Session = "../x"
 	_, remote = a.client.Run(ctx, bad)
-	wantClass(t, remote, executor.ErrInvalid, `invalid session id "../x": want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit`)
+	wantClass(t, remote, executor.ErrInvalid, `invalid session id "../x": want 1-64 letters, digits, '.', '_', '@', ':' or '-', starting with a letter or digit`)
 
 	bg := a.spec(t, executor.Request{Command: "true", Background: true})
 	bg.BufferBytes = 0

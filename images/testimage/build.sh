@@ -9,7 +9,13 @@
 # tar's sha256 is stored as a label, so a rerun on an unchanged host only
 # compares hashes and imports nothing.
 #
-# Usage: build.sh [--force]
+# With --rootfs DIR it only builds the rootfs into DIR (a new or empty
+# directory; everything in it is owned by the caller, the image's owners are
+# root but for /workspace and /home/sandbox, 1000) and stops: no tar, no
+# Docker. shellbox's Go code (images.BuildTestImage) archives that directory
+# as an OCI image for containerd.
+#
+# Usage: build.sh [--force] [--rootfs DIR]
 # Environment:
 #   SHELLBOX_TEST_IMAGE  tag to produce (default shellbox-test:latest)
 #   DOCKER               docker CLI (default docker)
@@ -18,13 +24,24 @@ set -euo pipefail
 TAG="${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}"
 DOCKER="${DOCKER:-docker}"
 FORCE=0
-for arg in "$@"; do
-  case "$arg" in
+ROOTFS_ONLY=
+while (($#)); do
+  case "$1" in
     --force) FORCE=1 ;;
+    --rootfs)
+      [[ $# -ge 2 && -n "$2" ]] || { echo "build.sh: --rootfs needs a directory" >&2; exit 2; }
+      ROOTFS_ONLY=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
+    *) echo "build.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
+  shift
 done
+if [[ -n "$ROOTFS_ONLY" ]]; then
+  mkdir -p "$ROOTFS_ONLY"
+  if [[ -n "$(ls -A "$ROOTFS_ONLY")" ]]; then
+    echo "build.sh: --rootfs $ROOTFS_ONLY: directory is not empty" >&2; exit 2
+  fi
+fi
 
 log() { echo "testimage: $*"; }
 
@@ -40,15 +57,17 @@ start=${EPOCHREALTIME/./}
 
 # Concurrent builds (parallel test packages) queue up here; the second finds
 # the image up to date instead of importing it again.
+if [[ -z "$ROOTFS_ONLY" ]]; then
 lock="${TMPDIR:-/tmp}/shellbox-testimage.lock"
 if command -v flock >/dev/null && (exec 9>>"$lock") 2>/dev/null; then
   exec 9>>"$lock"
   chmod 0666 "$lock" 2>/dev/null || true
   flock 9
 fi
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/shellbox-testimage.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-root="$work/rootfs"
+root="${ROOTFS_ONLY:-$work/rootfs}"
 
 # usrmerge layout, as on Debian 12: the loader and libraries resolve through
 # /lib and /lib64 whatever path ldd reports.
@@ -109,6 +128,12 @@ GROUP
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$root/etc/nsswitch.conf"
 # Mount points Docker fills in; present so a read-only rootfs needs nothing.
 : >"$root/etc/hosts"; : >"$root/etc/hostname"; : >"$root/etc/resolv.conf"
+
+if [[ -n "$ROOTFS_ONLY" ]]; then
+  ms=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
+  log "rootfs in $ROOTFS_ONLY (${#libs[@]} libraries) in $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s"
+  exit 0
+fi
 
 # Deterministic tar: fixed order, mtime and owners. Everything is root's but
 # the sandbox user's directories, appended with owner 1000 (no chown, so the

@@ -183,6 +183,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := spec.CheckMountSources(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
 	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: agent binary: %v", sandbox.ErrUnavailable, err)
 	}
@@ -233,6 +238,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	ctr, err = r.client.NewContainer(ctx, id, opts...)
 	if err != nil {
 		if errdefs.IsAlreadyExists(err) {
+			// Another process created it since LoadContainer (this one's
+			// creates are serialised by lock): the snapshot is the
+			// winner's, not ours to undo. (Its host directory was
+			// emptied by Prepare: servers sharing a daemon and a state
+			// directory must not race on one session.)
+			done = true
 			return sandbox.Sandbox{}, fmt.Errorf("%w: %s/%s (container %s): %v", sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, id, err)
 		}
 		return sandbox.Sandbox{}, r.convert(err, "create container %s", id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -179,6 +180,20 @@ func TestHardening(t *testing.T) {
 			for _, c := range checks {
 				if got := strings.TrimSpace(exec(t, sb, c.cmd)); got != c.want {
 					t.Errorf("%s: %q gave %q, want %q", c.name, c.cmd, got, c.want)
+				}
+			}
+			if gvisor {
+				// Guest syscalls never reach the host kernel; the sentry
+				// that serves them is itself confined.
+				pid := containerdtest.TaskPid(t, addr, sb.ID)
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, re := range []string{`NoNewPrivs:\s+1`, `Seccomp:\s+2`} {
+					if !regexp.MustCompile(re).Match(b) {
+						t.Errorf("gVisor sentry (host pid %d): want %s", pid, re)
+					}
 				}
 			}
 		})
@@ -356,5 +371,47 @@ func TestCreateLatency(t *testing.T) {
 			t.Logf("%s: create → hello median %v (min %v, max %v)", runtime, took[len(took)/2].Round(time.Millisecond),
 				took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 		})
+	}
+}
+
+// TestOOMKilled: under gVisor a command over the memory limit makes the
+// host's OOM killer take the whole sandbox (the sentry); Get then reports
+// it exited and OOMKilled.
+func TestOOMKilled(t *testing.T) {
+	addr := containerdtest.Address(t)
+	rt := containerdtest.New(t, containerdtest.Config(t, addr), sandbox.RuntimeRunsc)
+	s := spec(t, sandbox.RuntimeRunsc, dockertest.Tenant("ctrd-oom"), "o", dockertest.Owner(t))
+	s.MemoryBytes, s.WorkspaceBytes, s.TmpBytes = 96*sandbox.MiB, 8*sandbox.MiB, 8*sandbox.MiB
+	ctx := context.Background()
+	sb, err := rt.Create(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Remove(context.Background(), sb.ID) })
+	c := dial(t, sb, 30*time.Second)
+	lim := executor.DefaultLimits()
+	req, err := lim.Resolve(ctx, executor.Request{Session: sb.Session, Command: "head -c 400m /dev/zero | tail > /dev/null", Timeout: 20 * time.Second},
+		sandbox.WorkspacePath, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Run(ctx, req) // the agent dies with the sandbox
+	c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := rt.Get(ctx, sb.Tenant, sb.Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == sandbox.StateExited {
+			if !got.OOMKilled {
+				t.Errorf("exited, OOMKilled false: %+v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s after the command outgrew the memory limit", got.State)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -83,6 +83,10 @@ func part(id string) string {
 // same set as sandbox/docker.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
+// runscContainerType is the annotation by which gVisor's shim tells a
+// sandbox's root container (specutils.ContainerdContainerTypeAnnotation).
+const runscContainerType = "io.kubernetes.cri.container-type"
+
 // cfsPeriod is the CPU CFS period, in µs, that Docker uses for NanoCPUs.
 const cfsPeriod = 100000
 
@@ -137,7 +141,14 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		// runc RLIMIT_NPROC would count the uid's processes across the host).
 		pids = runscHostPids(spec.PidsLimit)
 		n := uint64(spec.PidsLimit)
-		rlimits = append(rlimits, oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n}))
+		rlimits = append(rlimits,
+			oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n}),
+			// gVisor's shim gives a container its stdio (/dev/null here)
+			// only when it is a sandbox's root, which it reads from this
+			// annotation (CRI sets it). Without it, `runsc create` runs with
+			// the shim's output pipe, the sandbox process inherits it, and
+			// the shim waits for it to close forever: task create hangs.
+			oci.WithAnnotations(map[string]string{runscContainerType: "sandbox"}))
 	}
 
 	mounts := []specs.Mount{

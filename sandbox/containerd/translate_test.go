@@ -186,6 +186,9 @@ func TestTranslateRunsc(t *testing.T) {
 	if got := *s.Linux.Resources.Pids.Limit; got != runscHostPids(64) {
 		t.Errorf("host pids %d, want the backstop %d", got, runscHostPids(64))
 	}
+	if got := s.Annotations[runscContainerType]; got != "sandbox" {
+		t.Errorf("annotation %s = %q: gVisor's shim hangs in create unless the container is a sandbox root", runscContainerType, got)
+	}
 	i := slices.IndexFunc(s.Process.Rlimits, func(r specs.POSIXRlimit) bool { return r.Type == "RLIMIT_NPROC" })
 	if i < 0 || s.Process.Rlimits[i].Hard != 64 || s.Process.Rlimits[i].Soft != 64 {
 		t.Errorf("rlimits %+v: want RLIMIT_NPROC 64", s.Process.Rlimits)

@@ -155,6 +155,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := spec.CheckMountSources(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
 	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
 		return sandbox.Sandbox{}, err
 	}

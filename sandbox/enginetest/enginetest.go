@@ -33,6 +33,9 @@ type Engine struct {
 	// "backend: <name>" and the engine's own section, for tests that run
 	// shellbox processes.
 	Config func(t testing.TB) string
+	// Pid returns the host pid of a running sandbox's first process (under
+	// gVisor: the sentry).
+	Pid func(t testing.TB, id string) int
 }
 
 // Docker is the Docker engine (DOCKER_HOST, else the default socket).
@@ -48,6 +51,14 @@ var Docker = Engine{
 		return rt
 	},
 	Config: func(testing.TB) string { return "backend: docker\n" },
+	Pid: func(t testing.TB, id string) int {
+		t.Helper()
+		info, err := dockertest.Engine(t).ContainerInspect(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Pid
+	},
 }
 
 // Containerd is the containerd daemon at SHELLBOX_CONTAINERD_ADDRESS,
@@ -78,6 +89,10 @@ var Containerd = Engine{
 			}
 		}
 		return b.String()
+	},
+	Pid: func(t testing.TB, id string) int {
+		t.Helper()
+		return int(containerdtest.TaskPid(t, containerdtest.Address(t), id))
 	},
 }
 

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -242,6 +243,66 @@ func remove(dir string) error {
 	// its directory there, Remove fails harmlessly.
 	if err := os.Remove(filepath.Dir(dir)); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%w: host dir: %v", sandbox.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Submounts returns the mount points strictly below dir on this host (from
+// /proc/self/mountinfo). A bind mount that is not recursive leaves them
+// out of the sandbox; gVisor (runsc) cannot make such a bind of a
+// directory that has them at all (its file server runs in a user namespace,
+// where the kernel refuses a non-recursive bind over locked submounts).
+func Submounts(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("%w: mountinfo: %v", sandbox.ErrUnavailable, err)
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp != dir && sandbox.Overlaps(mp, dir) && strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+// unescapeMountinfo decodes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// CheckRunscMounts refuses, for a gVisor sandbox, mount sources that have
+// filesystems mounted below them (see Submounts), naming both.
+func CheckRunscMounts(mounts []sandbox.Mount) error {
+	for i, m := range mounts {
+		subs, err := Submounts(m.Source)
+		if err != nil {
+			return err
+		}
+		if len(subs) > 0 {
+			return fmt.Errorf("%w: mounts: [%d]: source %s has a filesystem mounted below it (%s): gVisor (runsc) cannot bind it without its submounts; mount the submount itself, or use runc",
+				sandbox.ErrInvalid, i, m.Source, subs[0])
+		}
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
@@ -137,5 +139,29 @@ func TestCheckMounts(t *testing.T) {
 	}
 	if err := d.CheckMounts([]sandbox.Mount{{Source: "/var/lib/shellbox-data", Target: "/data"}}); err != nil {
 		t.Errorf("a neighbour of the state dir: %v", err)
+	}
+}
+
+func TestSubmounts(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "a b")
+	os.Mkdir(sub, 0o755)
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (not root?): %v", err)
+	}
+	defer unix.Unmount(sub, unix.MNT_DETACH)
+	got, err := hostdir.Submounts(dir)
+	if err != nil || len(got) != 1 || got[0] != sub {
+		t.Fatalf("Submounts(%s) = %v, %v; want [%s]", dir, got, err, sub)
+	}
+	if got, _ := hostdir.Submounts(sub); len(got) != 0 {
+		t.Errorf("a mount point itself: %v", got)
+	}
+	err = hostdir.CheckRunscMounts([]sandbox.Mount{{Source: dir, Target: "/d"}})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "mounted below it ("+sub+")") {
+		t.Errorf("CheckRunscMounts: %v", err)
 	}
 }

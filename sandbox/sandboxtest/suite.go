@@ -47,7 +47,9 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil || h.Spec == nil || h.Tenant == "" {
 		t.Fatal("sandboxtest: Harness.New, Spec and Tenant are required")
 	}
-	const owner = "sbtest-owner"
+	// The owner is the run's own (Tenant is unique to it), so parallel
+	// runs, and leftovers of crashed ones, never adopt each other.
+	owner := "sbtest-" + h.Tenant
 	ctx := context.Background()
 	create := func(t *testing.T, rt sandbox.Runtime, session string) sandbox.Sandbox {
 		t.Helper()

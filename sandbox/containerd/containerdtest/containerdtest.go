@@ -246,3 +246,19 @@ func runAlive(owner string) bool {
 	got, err := strconv.ParseUint(fs[19], 10, 64)
 	return err == nil && got == start
 }
+
+// TaskPid returns the host pid of a sandbox's task: the agent under runc,
+// gVisor's sentry (the sandbox process) under runsc.
+func TaskPid(t testing.TB, addr, id string) uint32 {
+	t.Helper()
+	c, ctx := Client(t, addr)
+	ctr, err := c.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task.Pid()
+}
