@@ -8,8 +8,40 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
+
+// writeSlots, when set, bounds the spill-file writes in flight in this
+// process (see LimitWrites).
+var writeSlots atomic.Pointer[chan struct{}]
+
+// LimitWrites bounds the spill-file writes in flight in this process to n
+// (n <= 0: unbounded, the default). A file write is a system call that
+// holds an OS thread while it runs, and the Go runtime starts another thread
+// for the goroutines that wait meanwhile: a sandbox's agent, which must keep
+// within a fixed number of threads, lets only a few writes hold one at a
+// time; the others wait as goroutines, which hold none. Call it before any
+// Spill is written.
+func LimitWrites(n int) {
+	if n <= 0 {
+		writeSlots.Store(nil)
+		return
+	}
+	ch := make(chan struct{}, n)
+	writeSlots.Store(&ch)
+}
+
+// acquireWrite takes a write slot, if writes are bounded; the result gives it
+// back.
+func acquireWrite() (release func()) {
+	slots := writeSlots.Load()
+	if slots == nil {
+		return func() {}
+	}
+	*slots <- struct{}{}
+	return func() { <-*slots }
+}
 
 // Spill is the full output of one call: every stream of the call writes into
 // the same Spill, so the file holds stdout and stderr interleaved in arrival
@@ -121,7 +153,9 @@ func (s *Spill) write(p []byte) {
 	if len(p) == 0 || s.f == nil || s.err != nil {
 		return
 	}
+	release := acquireWrite()
 	n, err := s.f.Write(p)
+	release()
 	s.filed += int64(n)
 	if err != nil {
 		s.err = err
