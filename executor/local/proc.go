@@ -40,11 +40,11 @@ type outputs struct {
 // newOutputs sizes the buffers of one call from its spec. The spill stays in
 // memory up to both tails' worth, so output that fits the tails writes no
 // file; once a tail overflows the spill has everything to write.
-func newOutputs(spec executor.Spec, spillDir, id string, background bool) *outputs {
+func newOutputs(spec executor.Spec, space *output.Space, spillDir, id string, background bool) *outputs {
 	o := &outputs{
 		outTail: output.NewTail(spec.TailBytes),
 		errTail: output.NewTail(spec.TailBytes),
-		spill:   output.NewSpill(spillDir+"/"+spec.Session, id+".log", spec.SpillLimit, 2*spec.TailBytes),
+		spill:   space.NewSpill(spillDir+"/"+spec.Session, id+".log", spec.SpillLimit, 2*spec.TailBytes),
 	}
 	if background {
 		o.outRing = output.NewRing(spec.BufferBytes)

@@ -74,6 +74,9 @@ type Spill struct {
 	wanted  bool     // materialisation was asked for or the threshold crossed
 	err     error    // first failure; output is dropped after it
 	closed  bool
+
+	space   *Space // nil: not shared (no eviction)
+	evicted bool   // the Space deleted the file after Close
 }
 
 // NewSpill returns a Spill that will write dir/name. threshold bounds the
@@ -136,6 +139,9 @@ func (s *Spill) Materialize() error {
 // s.mu held.
 func (s *Spill) open() {
 	s.f, s.err = create(s.dir, s.name)
+	for errors.Is(s.err, syscall.ENOSPC) && s.space != nil && s.space.evictOne() {
+		s.f, s.err = create(s.dir, s.name)
+	}
 	if s.err != nil {
 		if errors.Is(s.err, syscall.ENOSPC) {
 			s.err = fmt.Errorf("%s; no spill file was written (%w)", spaceFull(s.dir), s.err)
@@ -155,8 +161,15 @@ func (s *Spill) write(p []byte) {
 	}
 	release := acquireWrite()
 	n, err := s.f.Write(p)
-	release()
 	s.filed += int64(n)
+	// Out of room: delete the oldest finished spill files until the rest
+	// fits, or there is none left.
+	for errors.Is(err, syscall.ENOSPC) && s.space != nil && s.space.evictOne() {
+		p = p[n:]
+		n, err = s.f.Write(p)
+		s.filed += int64(n)
+	}
+	release()
 	if err != nil {
 		s.err = err
 		if errors.Is(err, syscall.ENOSPC) {
@@ -172,6 +185,15 @@ func spaceFull(dir string) string {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err == nil && st.Blocks > 0 {
 		return fmt.Sprintf("the session's spill space of %d bytes is full", int64(st.Blocks)*int64(st.Bsize))
+	}
+	return "the session's spill space is full"
+}
+
+// spaceSize names the spill volume of dir and its size when known.
+func spaceSize(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err == nil && st.Blocks > 0 {
+		return fmt.Sprintf("the session's spill space is %d bytes", int64(st.Blocks)*int64(st.Bsize))
 	}
 	return "the session's spill space is full"
 }
@@ -232,6 +254,9 @@ func (s *Spill) Close() error {
 	if s.f != nil {
 		if err := s.f.Close(); err != nil && s.err == nil {
 			s.err = err
+		}
+		if s.space != nil {
+			s.space.add(s)
 		}
 	}
 	return s.err
