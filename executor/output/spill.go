@@ -58,7 +58,10 @@ func acquireWrite() (release func()) {
 //
 // Writes never fail and never block on a reader: a failure to create or write
 // the file is recorded (see Err) and later output is dropped, so the command
-// keeps running. Writes do block on the disk, which bounds memory.
+// keeps running. Writes do block on the disk, which bounds memory. A Spill of
+// a Space (Space.NewSpill) that finds the disk full first deletes the oldest
+// finished spill files of the Space, and once closed may itself be deleted
+// for a newer one (Err then says so).
 type Spill struct {
 	mu        sync.Mutex
 	dir, name string
