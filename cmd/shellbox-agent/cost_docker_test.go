@@ -72,6 +72,14 @@ func TestDockerAgentCost(t *testing.T) {
 	if _, err := bomb.Wait(wctx); err != nil {
 		t.Fatalf("the bomb: %v\n%s", err, sb.logs())
 	}
+	// The bomb filled the cgroup (the host's view of it).
+	ev, err := os.ReadFile("/sys/fs/cgroup/pids/docker/" + sb.id + "/pids.events")
+	if err == nil {
+		t.Logf("pids.events after the bomb: %s", strings.TrimSpace(string(ev)))
+		if strings.TrimSpace(string(ev)) == "max 0" {
+			t.Errorf("the bomb never reached the pids limit")
+		}
+	}
 	if got := sb.run("echo alive", 10*time.Second).Stdout; got != "alive\n" {
 		t.Errorf("after the bomb: %q", got)
 	}

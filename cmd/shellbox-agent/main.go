@@ -96,6 +96,7 @@ func main() {
 		runtime.GOMAXPROCS(maxProcs)
 	}
 	output.LimitWrites(spillWriters)
+	local.LimitProcScans(procScanners)
 	reserveThreads(sbx.AgentTasks)
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -110,6 +111,11 @@ const maxProcs = 2
 // each holds a thread while it runs.
 const spillWriters = 2
 
+// procScanners bounds the /proc scans in flight (local.LimitProcScans):
+// the searches of commands' trees and of orphans, hundreds of system calls
+// each.
+const procScanners = 2
+
 // The agent's threads. A runc sandbox's pids cgroup counts them with the
 // commands' processes, and the Go runtime dies ("newosproc") when it cannot
 // create a thread it needs: under a fork storm that fills the cgroup, it
@@ -121,8 +127,8 @@ const spillWriters = 2
 //
 // sandbox.AgentTasks covers: the main thread, the runtime's monitor and
 // template threads, one per processor (maxProcs), and spares for system
-// calls that block briefly (spill writes, /proc reads) while other work
-// runs. Nothing the agent does keeps a thread per command: output pipes and
+// calls that block briefly while other work runs; the two kinds of work
+// that make many (spill writes, /proc scans) run at most 2 at a time each. Nothing the agent does keeps a thread per command: output pipes and
 // the leaders' exits (pidfds) are waited for in the runtime's poller
 // (executor/local). checkThreads logs if the count ever grows past it.
 
