@@ -55,9 +55,10 @@ const (
 // cgroup's limit is PidsLimit + AgentTasks (PidsCgroupLimit), so the
 // commands get the PidsLimit the policy names, and, because the agent holds
 // its threads before any command runs, a fork storm that fills the cgroup
-// never takes a thread the agent needs. (Measured: 30 concurrent calls
-// with output and a fork bomb at once peak at 13 threads; the rest is
-// margin.)
+// never takes a thread the agent needs. (Measured by TestDockerAgentCost:
+// 30 concurrent calls with output and a fork bomb at once never made the
+// agent start a 17th thread; without its bounds on blocking work, see
+// cmd/shellbox-agent, the same load made it start up to 26.)
 const AgentTasks = 16
 
 // PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands

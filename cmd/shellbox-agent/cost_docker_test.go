@@ -43,6 +43,9 @@ func TestDockerAgentCost(t *testing.T) {
 	// Load: commands with output, background tasks and a fork bomb at
 	// once; the agent must keep within its threads throughout.
 	ctx := context.Background()
+	stopSampling := make(chan struct{})
+	peak := make(chan string, 1)
+	go func() { peak <- threadPeak(pid, stopSampling) }()
 	bomb, err := sb.agent.Start(ctx, spec(executor.Request{Command: `b() { b | b & }; b; sleep 3`, Background: true, Timeout: 3 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
@@ -83,10 +86,39 @@ func TestDockerAgentCost(t *testing.T) {
 	if got := sb.run("echo alive", 10*time.Second).Stdout; got != "alive\n" {
 		t.Errorf("after the bomb: %q", got)
 	}
+	close(stopSampling)
 	threads, rss = agentCost(t, pid)
 	t.Logf("agent after the load: %d threads, VmRSS %s", threads, rss)
 	if threads > sbx.AgentTasks {
-		t.Errorf("after the load: %d threads, want at most sandbox.AgentTasks = %d\n%s", threads, sbx.AgentTasks, sb.logs())
+		t.Errorf("after the load: %d threads, want at most sandbox.AgentTasks = %d\nat the peak, system call/wait channel: thread count\n%s\n%s",
+			threads, sbx.AgentTasks, <-peak, sb.logs())
+	}
+}
+
+// threadPeak samples the threads of the process pid (host pid) until stop,
+// and describes them at the highest count seen: how many wait in which
+// system call and kernel function (/proc/<pid>/task/<tid>/syscall, wchan).
+func threadPeak(pid int, stop chan struct{}) string {
+	peak := 0
+	var where map[string]int
+	for {
+		select {
+		case <-stop:
+			return fmt.Sprintf("%d threads: %v", peak, where)
+		case <-time.After(2 * time.Millisecond):
+		}
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if len(ents) <= peak {
+			continue
+		}
+		peak, where = len(ents), map[string]int{}
+		for _, e := range ents {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, e.Name()))
+			w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/wchan", pid, e.Name()))
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				where[f[0]+"/"+string(w)]++
+			}
+		}
 	}
 }
 

@@ -95,6 +95,7 @@ func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(maxProcs)
 	}
+	growFdTable(fdTableSize)
 	output.LimitWrites(spillWriters)
 	local.LimitProcScans(procScanners)
 	reserveThreads(sbx.AgentTasks)
@@ -127,8 +128,11 @@ const procScanners = 2
 //
 // sandbox.AgentTasks covers: the main thread, the runtime's monitor and
 // template threads, one per processor (maxProcs), and spares for system
-// calls that block briefly while other work runs; the two kinds of work
-// that make many (spill writes, /proc scans) run at most 2 at a time each. Nothing the agent does keeps a thread per command: output pipes and
+// calls that block while other work runs. The runtime starts a thread
+// whenever a goroutine is stuck in a system call and others wait to run,
+// so what could block many goroutines at once is bounded: the descriptor
+// table is sized at start (growFdTable), and spill writes and /proc scans
+// run at most 2 at a time each. Nothing the agent does keeps a thread per command: output pipes and
 // the leaders' exits (pidfds) are waited for in the runtime's poller
 // (executor/local). checkThreads logs if the count ever grows past it.
 
@@ -165,6 +169,31 @@ func reserveThreads(total int) {
 		}()
 		<-done
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// fdTableSize is how many descriptors the agent's table holds from the
+// start (growFdTable): each running call takes a handful (pipes, pidfd,
+// spill file, connection), so this covers hundreds of concurrent calls.
+const fdTableSize = 4096
+
+// growFdTable makes the kernel size this process's descriptor table for n
+// descriptors now, while the process has one thread. Growing it later, in a
+// multithreaded process, waits for an RCU grace period (milliseconds) with
+// the table locked: every thread that opens a file meanwhile blocks in the
+// kernel, and the Go runtime starts new threads for the goroutines that wait
+// for them (measured: 25 threads blocked in expand_files under 30
+// concurrent calls and a fork bomb). The table never shrinks.
+func growFdTable(n int) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur < uint64(n) {
+		n = int(lim.Cur)
+	}
+	if n < 2 {
+		return
+	}
+	if err := unix.Dup3(2, n-1, unix.O_CLOEXEC); err == nil {
+		unix.Close(n - 1)
 	}
 }
 
