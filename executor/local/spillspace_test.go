@@ -17,8 +17,8 @@ import (
 // TestSpillSpaceEvictsOldest: a session whose spill space is a 64 MiB tmpfs
 // writes 1 GB of large results (40 × 25 MB): every result's spill is whole
 // (none fails with ENOSPC), the oldest finished spill files are deleted to
-// make room, and a background task whose spill was deleted says so in
-// bash_output.
+// make room, a task still running keeps its spill file, and a background
+// task whose spill was deleted says so in bash_output.
 func TestSpillSpaceEvictsOldest(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
@@ -35,6 +35,25 @@ func TestSpillSpaceEvictsOldest(t *testing.T) {
 	defer cancel()
 	if _, err := old.Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+
+	// A task still running (its spill file open) is never evicted.
+	running := start(t, e, executor.Request{Command: "head -c 10000000 /dev/zero; exec sleep 60"})
+	t.Cleanup(func() { running.Kill(context.Background()) })
+	var runningSpill string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		o, err := running.Read(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(o.SpillPath); o.SpillPath != "" && err == nil && fi.Size() == 10000000 {
+			runningSpill = o.SpillPath
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running task's spill: %+v", o)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	var paths []string
@@ -61,6 +80,13 @@ func TestSpillSpaceEvictsOldest(t *testing.T) {
 	}
 	if n := e.space.Evicted(); n < 37 {
 		t.Errorf("%d spill files evicted, want at least 37", n)
+	}
+
+	if fi, err := os.Stat(runningSpill); err != nil || fi.Size() != 10000000 {
+		t.Errorf("the running task's spill file: %v %v, want it whole", fi, err)
+	}
+	if o, err := running.Read(context.Background()); err != nil || o.SpillError != "" {
+		t.Errorf("the running task's read: %v, spill error %q", err, o.SpillError)
 	}
 
 	o, err := old.Read(context.Background())
