@@ -302,6 +302,9 @@ func serve(o options, logger *log.Logger) error {
 	if err != nil {
 		return err
 	}
+	if n, err := e.AdoptSpillFiles(); err != nil || n > 0 {
+		logger.Printf("spill files of an earlier agent: %d, evicted first when space is needed (%v)", n, err)
+	}
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}

@@ -155,7 +155,9 @@
 // written finds the filesystem full (ENOSPC: a sandbox's spill tmpfs), the
 // oldest spill files of finished calls are deleted until it fits, so the
 // newest outputs stay whole; a result or read that names a deleted file
-// says so in SpillError. A file being written is never deleted.
+// says so in SpillError. A file being written is never deleted. The agent
+// adopts the files an earlier agent left in the spill directory
+// (AdoptSpillFiles), so they are the first to go.
 //
 // A command's leader is waited for on a pidfd in the runtime's poller, so a
 // running command holds no OS thread of this process (the agent keeps

@@ -44,6 +44,13 @@ type Executor struct {
 
 var _ executor.BashExecutor = (*Executor)(nil)
 
+// AdoptSpillFiles makes the files already in SpillDir (left by an earlier
+// process over the same spill space: a restarted agent) the first to be
+// evicted when a new spill needs room. It returns how many there were.
+func (e *Executor) AdoptSpillFiles() (int, error) {
+	return e.space.Adopt(e.cfg.SpillDir)
+}
+
 // New validates cfg, fills in its defaults and finds how process trees can be
 // tracked on this host (see CgroupMode). Errors name the Config field.
 func New(cfg Config) (*Executor, error) {

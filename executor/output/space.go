@@ -2,8 +2,12 @@ package output
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
+	"time"
 )
 
 // Space is the room the spill files of one executor share (a sandbox's
@@ -78,4 +82,44 @@ func (s *Spill) evict() bool {
 	s.evicted = true
 	s.err = fmt.Errorf("%s was deleted to make room for newer output (%s)", s.path, spaceSize(s.dir))
 	return true
+}
+
+// Adopt makes the regular files under dir (a spill directory:
+// <dir>/<session>/<id>.log) the Space's oldest, by modification time: the
+// spill files of an earlier process (a sandbox's agent that was restarted
+// over the same spill space) are then evicted first. It returns how many it
+// adopted. Call it before the Space's first Spill: a file it finds is
+// adopted whoever writes it.
+func (sp *Space) Adopt(dir string) (int, error) {
+	type file struct {
+		path string
+		mod  time.Time
+	}
+	var files []file
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if path == dir {
+				return err
+			}
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				files = append(files, file{path, fi.ModTime()})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	slices.SortStableFunc(files, func(a, b file) int { return a.mod.Compare(b.mod) })
+	adopted := make([]*Spill, 0, len(files))
+	for _, f := range files {
+		adopted = append(adopted, &Spill{dir: filepath.Dir(f.path), name: filepath.Base(f.path), path: f.path, closed: true, wanted: true, space: sp})
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.finished = append(adopted, sp.finished...)
+	return len(adopted), nil
 }
