@@ -53,6 +53,21 @@ const (
 	TmpPath = confine.TmpPath
 )
 
+// AgentTasks is the agent's share of a runc sandbox's pids cgroup: the
+// threads it creates at start and never exceeds (cmd/shellbox-agent). The
+// cgroup's limit is PidsLimit + AgentTasks (PidsCgroupLimit), so the
+// commands get the PidsLimit the policy names, and, because the agent holds
+// its threads before any command runs, a fork storm that fills the cgroup
+// never takes a thread the agent needs. (Measured by TestDockerAgentCost:
+// 30 concurrent calls with output and a fork bomb at once never made the
+// agent start a 17th thread; without its bounds on blocking work, see
+// cmd/shellbox-agent, the same load made it start up to 26.)
+const AgentTasks = 16
+
+// PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands
+// may have n processes and threads: n plus the agent's own (AgentTasks).
+func PidsCgroupLimit(n int64) int64 { return n + AgentTasks }
+
 // EnvSpillBytes is the variable through which the agent learns the session's
 // spill cap (Spec.SpillBytes), so it can stop writing and say why before the
 // kernel says ENOSPC.
@@ -92,7 +107,8 @@ type Spec struct {
 	// towards it: the workspace and /tmp live in memory.
 	MemoryBytes int64
 	// PidsLimit caps the workload's processes and threads: on runc all users
-	// together (the pids cgroup); on runsc per uid inside the sandbox
+	// together (the pids cgroup, whose limit is PidsCgroupLimit: the agent's
+	// threads come on top); on runsc per uid inside the sandbox
 	// (RLIMIT_NPROC, which gVisor counts among its own tasks), the host's
 	// pids cgroup being sized for gVisor's threads (see sandbox/docker).
 	PidsLimit int64

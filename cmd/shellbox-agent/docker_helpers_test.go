@@ -181,6 +181,13 @@ type sandbox struct {
 // limits, and dials its agent. It is removed when the test ends.
 func newSandbox(t testing.TB, cli *client.Client, rt string, memory, pids int64) *sandbox {
 	t.Helper()
+	return newSandboxPrep(t, cli, rt, memory, pids, nil)
+}
+
+// newSandboxPrep is newSandbox with prep run on the session's host
+// directory before the sandbox starts (nil: nothing).
+func newSandboxPrep(t testing.TB, cli *client.Client, rt string, memory, pids int64, prep func(hostDir string)) *sandbox {
+	t.Helper()
 	args := requireRuntime(t, cli, rt)
 	bins := buildAgent(t)
 	// Short: the socket path must fit in 108 bytes.
@@ -191,6 +198,9 @@ func newSandbox(t testing.TB, cli *client.Client, rt string, memory, pids int64)
 	t.Cleanup(func() { os.RemoveAll(hostDir) })
 	// The sandbox user must traverse it to read spill files.
 	os.Chmod(hostDir, 0o755)
+	if prep != nil {
+		prep(hostDir)
+	}
 
 	var b [4]byte
 	rand.Read(b[:])

@@ -18,7 +18,13 @@
 //   - timeouts are enforced here, whatever becomes of the server's connection;
 //     background tasks and their bounded output live here, so a restarted
 //     server re-adopts them;
-//   - as PID 1 it reaps every orphan that is not a command leader.
+//   - as PID 1 it reaps every orphan that is not a command leader;
+//   - it costs 16 OS threads (sandbox.AgentTasks), created at start and never
+//     exceeded, and about 7.3 MiB RSS idle (measured by TestDockerAgentCost);
+//     a runc sandbox's pids cgroup is the policy's pids plus those threads
+//     (sandbox.PidsCgroupLimit), see reserveThreads;
+//   - when the spill space is full, the oldest spill files of finished calls
+//     are deleted to make room for new ones (output.Space).
 //
 // The commands' base environment is the agent's own (the image's ENV) minus
 // SHELLBOX_* variables, with HOME and DSH_HOME set to --home. Spill files go
@@ -50,6 +56,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,6 +67,8 @@ import (
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/output"
+	sbx "github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
@@ -88,34 +97,137 @@ type options struct {
 }
 
 func main() {
-	reserveThreads(reservedThreads)
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(maxProcs)
+	}
+	growFdTable(fdTableSize)
+	output.LimitWrites(spillWriters)
+	local.LimitProcScans(procScanners)
+	reserveThreads(sbx.AgentTasks)
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-// reservedThreads is how many OS threads the agent creates at start: enough
-// for every concurrent command's blocking wait plus the server's own.
-const reservedThreads = 96
+// maxProcs caps the Go runtime's processors: the agent moves bytes between
+// pipes, files and a socket, and every processor can keep an OS thread busy
+// (the garbage collector's workers run on all of them), so on a large host
+// the default would raise the agent's threads with the host's cores.
+const maxProcs = 2
 
-// reserveThreads makes the Go runtime create n OS threads now, while it can.
-// The pids limit counts the agent's threads with the commands' processes:
-// under a fork storm inside the sandbox the runtime could not create one
-// later and would die ("newosproc"), taking the sandbox with it. The
-// goroutines unlock before they end, so the threads stay, idle, in the
-// runtime's pool.
-func reserveThreads(n int) {
-	var ready, release sync.WaitGroup
-	ready.Add(n)
+// spillWriters bounds the spill-file writes in flight (output.LimitWrites):
+// each holds a thread while it runs.
+const spillWriters = 2
+
+// procScanners bounds the /proc scans in flight (local.LimitProcScans):
+// the searches of commands' trees and of orphans, hundreds of system calls
+// each.
+const procScanners = 2
+
+// The agent's threads. A runc sandbox's pids cgroup counts them with the
+// commands' processes, and the Go runtime dies ("newosproc") when it cannot
+// create a thread it needs: under a fork storm that fills the cgroup, it
+// could not. So the agent creates all the threads it will ever need at
+// start, sandbox.AgentTasks of them, and the runtime adds its commands'
+// limit on top (sandbox.PidsCgroupLimit): the commands get what the policy
+// names and can never take a thread the agent needs, because the agent
+// already holds them.
+//
+// sandbox.AgentTasks covers: the main thread, the runtime's monitor and
+// template threads, one per processor (maxProcs), and spares for system
+// calls that block while other work runs. The runtime starts a thread
+// whenever a goroutine is stuck in a system call and others wait to run,
+// so what could block many goroutines at once is bounded: the descriptor
+// table is sized at start (growFdTable), and spill writes and /proc scans
+// run at most 2 at a time each. Nothing the agent does keeps a thread per command: output pipes and
+// the leaders' exits (pidfds) are waited for in the runtime's poller
+// (executor/local). checkThreads logs if the count ever grows past it.
+
+// reserveThreads makes the Go runtime create OS threads now, while it can,
+// until the process has total of them (as near as the runtime allows). The goroutines unlock before they
+// end, so the threads stay, idle, in the runtime's pool.
+func reserveThreads(total int) {
+	var release sync.WaitGroup
 	release.Add(1)
-	for range n {
+	var held sync.WaitGroup
+	for i := 0; i < total && threadCount() < total; i++ {
+		ready := make(chan struct{})
+		held.Add(1)
 		go func() {
+			defer held.Done()
 			runtime.LockOSThread()
-			ready.Done()
+			close(ready)
 			release.Wait()
 			runtime.UnlockOSThread()
 		}()
+		<-ready
 	}
-	ready.Wait()
 	release.Done()
+	held.Wait()
+	// Waking goroutines can make the runtime start a thread more than the
+	// locked ones needed: a goroutine that ends locked to its thread ends
+	// the thread, so end the extra ones (the main thread is never ended;
+	// a try that lands on it changes nothing).
+	for i := 0; i < 2*total && threadCount() > total; i++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+		}()
+		<-done
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fdTableSize is how many descriptors the agent's table holds from the
+// start (growFdTable): each running call takes a handful (pipes, pidfd,
+// spill file, connection), so this covers hundreds of concurrent calls.
+const fdTableSize = 4096
+
+// growFdTable makes the kernel size this process's descriptor table for n
+// descriptors now, while the process has one thread. Growing it later, in a
+// multithreaded process, waits for an RCU grace period (milliseconds) with
+// the table locked: every thread that opens a file meanwhile blocks in the
+// kernel, and the Go runtime starts new threads for the goroutines that wait
+// for them (measured: 25 threads blocked in expand_files under 30
+// concurrent calls and a fork bomb). The table never shrinks.
+func growFdTable(n int) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur < uint64(n) {
+		n = int(lim.Cur)
+	}
+	if n < 2 {
+		return
+	}
+	if err := unix.Dup3(2, n-1, unix.O_CLOEXEC); err == nil {
+		unix.Close(n - 1)
+	}
+}
+
+// threadCount is the number of threads of this process, 0 if unknown.
+func threadCount() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// threadWatch logs once when the agent holds more threads than it reserved
+// (sandbox.AgentTasks): its commands could then fill the pids cgroup while
+// it needs one more. The number, for the operator who sizes AgentTasks.
+type threadWatch struct{ peak int }
+
+func (w *threadWatch) check(logger *log.Logger) {
+	n := threadCount()
+	if n > sbx.AgentTasks && n > w.peak {
+		w.peak = n
+		logger.Printf("the agent holds %d threads, more than the %d it reserved (sandbox.AgentTasks)", n, sbx.AgentTasks)
+	}
 }
 
 func run(args []string, stderr io.Writer) int {
@@ -195,6 +307,9 @@ func serve(o options, logger *log.Logger) error {
 	if err != nil {
 		return err
 	}
+	if n, err := e.AdoptSpillFiles(); err != nil || n > 0 {
+		logger.Printf("spill files of an earlier agent: %d, evicted first when space is needed (%v)", n, err)
+	}
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}
@@ -262,12 +377,14 @@ func reap(ctx context.Context, logger *log.Logger) {
 	defer signal.Stop(ch)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var threads threadWatch
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
 		case <-tick.C:
+			threads.check(logger)
 		}
 		if _, err := local.ReapOrphans(); err != nil {
 			logger.Printf("reap: %v", err)

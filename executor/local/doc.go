@@ -151,6 +151,18 @@
 // bytes. Every buffer is bounded, so a command printing gigabytes costs the
 // server a fixed amount of memory and disk up to SpillLimit.
 //
+// The spill files of an Executor share one output.Space: when a spill being
+// written finds the filesystem full (ENOSPC: a sandbox's spill tmpfs), the
+// oldest spill files of finished calls are deleted until it fits, so the
+// newest outputs stay whole; a result or read that names a deleted file
+// says so in SpillError. A file being written is never deleted. The agent
+// adopts the files an earlier agent left in the spill directory
+// (AdoptSpillFiles), so they are the first to go.
+//
+// A command's leader is waited for on a pidfd in the runtime's poller, so a
+// running command holds no OS thread of this process (the agent keeps
+// within a fixed number of threads; see cmd/shellbox-agent).
+//
 // # Lifetimes
 //
 // Run belongs to its ctx: cancelling it kills the tree (two-phase) and Run

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/output"
 )
 
 // Executor runs commands as host processes. It is safe for concurrent use.
@@ -30,6 +31,9 @@ type Executor struct {
 	tags  *tagPool
 	oom   *oomSelf
 	memcg *memcg
+	// space evicts the oldest finished spill files when a new one needs
+	// room (output.Space).
+	space *output.Space
 
 	mu       sync.Mutex
 	closed   bool
@@ -39,6 +43,13 @@ type Executor struct {
 }
 
 var _ executor.BashExecutor = (*Executor)(nil)
+
+// AdoptSpillFiles makes the files already in SpillDir (left by an earlier
+// process over the same spill space: a restarted agent) the first to be
+// evicted when a new spill needs room. It returns how many there were.
+func (e *Executor) AdoptSpillFiles() (int, error) {
+	return e.space.Adopt(e.cfg.SpillDir)
+}
 
 // New validates cfg, fills in its defaults and finds how process trees can be
 // tracked on this host (see CgroupMode). Errors name the Config field.
@@ -58,6 +69,7 @@ func New(cfg Config) (*Executor, error) {
 		running:  map[*proc]struct{}{},
 		tasks:    map[string]*task{},
 		finished: map[string][]string{},
+		space:    output.NewSpace(),
 	}
 	e.hier.Store(primary)
 	if err := e.initAgent(); err != nil {
@@ -100,7 +112,7 @@ func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result
 		return executor.Result{}, executor.Aborted()
 	}
 	id := newID()
-	p, err := e.spawn(spec, id, newOutputs(spec, e.cfg.SpillDir, id, false), spec.Timeout, nil)
+	p, err := e.spawn(spec, id, newOutputs(spec, e.space, e.cfg.SpillDir, id, false), spec.Timeout, nil)
 	if err != nil {
 		return executor.Result{}, err
 	}
@@ -131,7 +143,7 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 		return nil, executor.Aborted()
 	}
 	id := newID()
-	t := &task{id: id, session: spec.Session, out: newOutputs(spec, e.cfg.SpillDir, id, true)}
+	t := &task{id: id, session: spec.Session, out: newOutputs(spec, e.space, e.cfg.SpillDir, id, true)}
 	if _, err := e.spawn(spec, id, t.out, 0, t); err != nil {
 		return nil, err
 	}

@@ -40,11 +40,11 @@ type outputs struct {
 // newOutputs sizes the buffers of one call from its spec. The spill stays in
 // memory up to both tails' worth, so output that fits the tails writes no
 // file; once a tail overflows the spill has everything to write.
-func newOutputs(spec executor.Spec, spillDir, id string, background bool) *outputs {
+func newOutputs(spec executor.Spec, space *output.Space, spillDir, id string, background bool) *outputs {
 	o := &outputs{
 		outTail: output.NewTail(spec.TailBytes),
 		errTail: output.NewTail(spec.TailBytes),
-		spill:   output.NewSpill(spillDir+"/"+spec.Session, id+".log", spec.SpillLimit, 2*spec.TailBytes),
+		spill:   space.NewSpill(spillDir+"/"+spec.Session, id+".log", spec.SpillLimit, 2*spec.TailBytes),
 	}
 	if background {
 		o.outRing = output.NewRing(spec.BufferBytes)
@@ -155,7 +155,16 @@ func (p *proc) pump(r *os.File, w sink) {
 // waitLeader waits for the leader to exit without reaping it: the zombie
 // holds the leader's pid and process-group id, so neither can be reused by
 // an unrelated process while the supervisor still signals them.
+//
+// It waits on a pidfd in the runtime's poller, so a waiting command holds no
+// OS thread: a sandbox's agent runs within a fixed number of threads
+// (cmd/shellbox-agent) however many commands run. Where pidfds cannot be
+// polled (old kernels, gVisor), it blocks a thread in waitid.
 func (p *proc) waitLeader() {
+	if waitPidfd(p.pid) {
+		close(p.exited)
+		return
+	}
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -164,6 +173,41 @@ func (p *proc) waitLeader() {
 		}
 	}
 	close(p.exited)
+}
+
+// waitPidfd waits, in the runtime's poller, until the child pid has exited,
+// without reaping it. false: it could not wait that way (nothing happened).
+func waitPidfd(pid int) bool {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	exited := false
+	err = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				// ECHILD cannot happen to an unreaped child; anything else
+				// is for the blocking wait to find out.
+				return true
+			}
+			// With WNOHANG and the child still running, Linux leaves
+			// si_signo 0; SIGCHLD when it has exited.
+			exited = info.Signo == int32(unix.SIGCHLD)
+			return exited
+		}
+	})
+	return err == nil && exited
 }
 
 // supervise runs the command's life to its end: leader exit, timeout or kill

@@ -106,6 +106,7 @@ func ReapOrphans() (int, error) {
 // them (CONFIG_PROC_CHILDREN), which costs a read per child instead of one
 // per process of the system, and scans /proc otherwise (gVisor).
 func zombieChildren(ppid int) ([]int, error) {
+	defer scanning()()
 	if kids, ok := childrenOf(ppid); ok {
 		var out []int
 		for _, pid := range kids {

@@ -88,6 +88,7 @@ func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
 // tag (the process group is a subset), so this one read per process, of
 // /proc/<pid>/status, is the whole scan.
 func scanTagged(tag uint32) []int {
+	defer scanning()()
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil

@@ -14,6 +14,8 @@
 //     arrival order, written to a file only when it is needed: past a
 //     threshold, or when a reader asks for it (a tail was truncated, a ring
 //     lost bytes). A call with small output writes no file at all.
+//   - Space is the room the spill files of one executor share: a Spill that
+//     finds it full deletes the oldest finished spill files to make room.
 //
 // All types are safe for concurrent use.
 package output

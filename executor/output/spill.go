@@ -8,8 +8,40 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
+
+// writeSlots, when set, bounds the spill-file writes in flight in this
+// process (see LimitWrites).
+var writeSlots atomic.Pointer[chan struct{}]
+
+// LimitWrites bounds the spill-file writes in flight in this process to n
+// (n <= 0: unbounded, the default). A file write is a system call that
+// holds an OS thread while it runs, and the Go runtime starts another thread
+// for the goroutines that wait meanwhile: a sandbox's agent, which must keep
+// within a fixed number of threads, lets only a few writes hold one at a
+// time; the others wait as goroutines, which hold none. Call it before any
+// Spill is written.
+func LimitWrites(n int) {
+	if n <= 0 {
+		writeSlots.Store(nil)
+		return
+	}
+	ch := make(chan struct{}, n)
+	writeSlots.Store(&ch)
+}
+
+// acquireWrite takes a write slot, if writes are bounded; the result gives it
+// back.
+func acquireWrite() (release func()) {
+	slots := writeSlots.Load()
+	if slots == nil {
+		return func() {}
+	}
+	*slots <- struct{}{}
+	return func() { <-*slots }
+}
 
 // Spill is the full output of one call: every stream of the call writes into
 // the same Spill, so the file holds stdout and stderr interleaved in arrival
@@ -26,7 +58,10 @@ import (
 //
 // Writes never fail and never block on a reader: a failure to create or write
 // the file is recorded (see Err) and later output is dropped, so the command
-// keeps running. Writes do block on the disk, which bounds memory.
+// keeps running. Writes do block on the disk, which bounds memory. A Spill of
+// a Space (Space.NewSpill) that finds the disk full first deletes the oldest
+// finished spill files of the Space, and once closed may itself be deleted
+// for a newer one (Err then says so).
 type Spill struct {
 	mu        sync.Mutex
 	dir, name string
@@ -42,6 +77,9 @@ type Spill struct {
 	wanted  bool     // materialisation was asked for or the threshold crossed
 	err     error    // first failure; output is dropped after it
 	closed  bool
+
+	space   *Space // nil: not shared (no eviction)
+	evicted bool   // the Space deleted the file after Close
 }
 
 // NewSpill returns a Spill that will write dir/name. threshold bounds the
@@ -104,6 +142,9 @@ func (s *Spill) Materialize() error {
 // s.mu held.
 func (s *Spill) open() {
 	s.f, s.err = create(s.dir, s.name)
+	for errors.Is(s.err, syscall.ENOSPC) && s.space != nil && s.space.evictOne() {
+		s.f, s.err = create(s.dir, s.name)
+	}
 	if s.err != nil {
 		if errors.Is(s.err, syscall.ENOSPC) {
 			s.err = fmt.Errorf("%s; no spill file was written (%w)", spaceFull(s.dir), s.err)
@@ -121,8 +162,17 @@ func (s *Spill) write(p []byte) {
 	if len(p) == 0 || s.f == nil || s.err != nil {
 		return
 	}
+	release := acquireWrite()
 	n, err := s.f.Write(p)
 	s.filed += int64(n)
+	// Out of room: delete the oldest finished spill files until the rest
+	// fits, or there is none left.
+	for errors.Is(err, syscall.ENOSPC) && s.space != nil && s.space.evictOne() {
+		p = p[n:]
+		n, err = s.f.Write(p)
+		s.filed += int64(n)
+	}
+	release()
 	if err != nil {
 		s.err = err
 		if errors.Is(err, syscall.ENOSPC) {
@@ -138,6 +188,15 @@ func spaceFull(dir string) string {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err == nil && st.Blocks > 0 {
 		return fmt.Sprintf("the session's spill space of %d bytes is full", int64(st.Blocks)*int64(st.Bsize))
+	}
+	return "the session's spill space is full"
+}
+
+// spaceSize names the spill volume of dir and its size when known.
+func spaceSize(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err == nil && st.Blocks > 0 {
+		return fmt.Sprintf("the session's spill space is %d bytes", int64(st.Blocks)*int64(st.Bsize))
 	}
 	return "the session's spill space is full"
 }
@@ -198,6 +257,9 @@ func (s *Spill) Close() error {
 	if s.f != nil {
 		if err := s.f.Close(); err != nil && s.err == nil {
 			s.err = err
+		}
+		if s.space != nil {
+			s.space.add(s)
 		}
 	}
 	return s.err

@@ -124,7 +124,8 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		args = append(args, "--egress-listen", egress.DefaultListen)
 	}
 
-	pids := spec.PidsLimit
+	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
+	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
 		// No RLIMIT_NOFILE: the sandbox inherits the daemon's, as Docker's

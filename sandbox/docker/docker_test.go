@@ -72,7 +72,7 @@ func TestHardeningApplied(t *testing.T) {
 			{"Memory", hc.Memory, 256 * sandbox.MiB},
 			{"MemorySwap", hc.MemorySwap, 256 * sandbox.MiB},
 			{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
-			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": 128, "runsc": 16*128 + 512}[rt]},
+			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": 128 + sandbox.AgentTasks, "runsc": 16*128 + 512}[rt]},
 			{"nproc", nproc(hc.Ulimits), map[string]int64{"runc": 0, "runsc": 128}[rt]},
 			{"LogConfig.Type", hc.LogConfig.Type, "none"},
 			{"Init", hc.Init != nil && *hc.Init, false},
@@ -256,8 +256,9 @@ func TestForkBomb(t *testing.T) {
 		cg := "/sys/fs/cgroup/pids/docker/" + sb.ID
 		switch rt {
 		case sandbox.RuntimeRunc:
-			if got := readFile(t, cg+"/pids.max"); got != "64" {
-				t.Errorf("pids.max = %q, want 64", got)
+			// The commands' 64 plus the agent's threads.
+			if got, want := readFile(t, cg+"/pids.max"), strconv.FormatInt(sandbox.PidsCgroupLimit(64), 10); got != want {
+				t.Errorf("pids.max = %q, want %s", got, want)
 			}
 			if ev := readFile(t, cg+"/pids.events"); ev == "max 0" {
 				t.Errorf("pids.events = %q: the limit was never hit", ev)

@@ -83,7 +83,8 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 		Labels:     labels,
 	}
 
-	pids := spec.PidsLimit
+	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
+	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
 	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		// Under gVisor the pids cgroup counts the threads of the gVisor
