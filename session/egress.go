@@ -40,6 +40,11 @@ func (e *EgressConfig) compile() error {
 	if e.blocked, err = egress.ParseRanges(e.Blocked); err != nil {
 		return fmt.Errorf("blocked: %w", err)
 	}
+	// Checked on their own first, so an error numbers the entry as the
+	// file does.
+	if _, err := egress.ParseRanges(e.GrantBlocked); err != nil {
+		return fmt.Errorf("grantBlocked: %w", err)
+	}
 	if e.grantBlocked, err = egress.ParseRanges(append(slices.Clone(e.Blocked), e.GrantBlocked...)); err != nil {
 		return fmt.Errorf("grantBlocked: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/termsafe"
@@ -50,7 +51,7 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 				return printResult(cmd, res, asJSON)
 			}
 			file, _ := cmd.Flags().GetString("config")
-			cfg, err := loadConfig(cmd.Flags(), file)
+			cfg, err := config.Load(cmd.Flags(), file)
 			if err != nil {
 				return err
 			}
@@ -134,7 +135,7 @@ func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
 // replaces sandbox.runtime). warn hears what the layer logs (refused egress).
 // cleanup stops watchers and releases the backend (killing the local
 // backend's tasks).
-func newToolset(ctx context.Context, cfg Config, runtime string, pol *policies.Engine, warn io.Writer) (*tools.Toolset, func(), error) {
+func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *policies.Engine, warn io.Writer) (*tools.Toolset, func(), error) {
 	if cfg.Backend == "local" {
 		// Leftovers of a crashed run (their creator is gone) are killed and
 		// removed; a failure here does not stop this call.

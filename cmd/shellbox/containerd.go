@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 )
 
 // openContainerd opens the containerd runtime (sandbox/containerd).
-func openContainerd(cfg Config, agent string) (sandboxRuntime, error) {
+func openContainerd(cfg config.Config, agent string) (sandboxRuntime, error) {
 	c := cfg.Containerd
 	rt, err := containerd.New(containerd.Config{
 		Address: c.Address, Namespace: c.Namespace, Snapshotter: c.Snapshotter, RuncRoot: c.RuncRoot,

@@ -1,20 +1,15 @@
 package main
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
@@ -47,16 +42,26 @@ the configured backend (--backend) like "shellbox call".`,
 				return err
 			}
 			defer closeT()
-			src, dst := parseCpArg(args[0]), parseCpArg(args[1])
+			src, dst := client.ParsePath(args[0]), client.ParsePath(args[1])
 			switch {
-			case src.session != "" && dst.session != "":
+			case src.Session != "" && dst.Session != "":
 				return errors.New("copying between two sessions is not supported: copy out, then in")
-			case src.session == "" && dst.session == "":
+			case src.Session == "" && dst.Session == "":
 				return errors.New("one of SRC and DST must be SESSION:PATH")
-			case dst.session != "":
-				return cpIn(cmd, t, src.path, dst)
+			case dst.Session != "":
+				w, to, err := client.CopyIn(cmd.Context(), t, src.Path, dst, cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", client.Describe(w), to)
+				return nil
 			}
-			return cpOut(cmd, t, src, dst.path)
+			w, err := client.CopyOut(cmd.Context(), t, src, dst.Path, cmd.OutOrStdout())
+			if err != nil || dst.Path == "-" {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", client.Describe(w), dst.Path)
+			return nil
 		},
 	}
 	addRemoteFlags(cmd)
@@ -64,34 +69,6 @@ the configured backend (--backend) like "shellbox call".`,
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (without --server)")
 	cmd.Flags().String("policies", "", "policies directory: the tenant's files rules decide the copy (default policies.dir)")
 	return cmd
-}
-
-// cpArg is one side of a copy: a session's path, or a local one.
-type cpArg struct {
-	session, path string
-}
-
-// parseCpArg splits SESSION:PATH; anything else (a path starting with / or
-// ., or without a colon, or "-") is local.
-func parseCpArg(s string) cpArg {
-	if s == "-" || strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") {
-		return cpArg{path: s}
-	}
-	sess, p, ok := strings.Cut(s, ":")
-	if !ok || executor.ValidSession(sess) != nil {
-		return cpArg{path: s}
-	}
-	if p == "" {
-		p = "."
-	}
-	return cpArg{session: sess, path: p}
-}
-
-// transfer is what cp needs of a server or a session layer.
-type transfer interface {
-	PutFile(ctx context.Context, session, path string, body io.Reader, o client.PutOptions) (files.Written, error)
-	GetFile(ctx context.Context, session, path string, tar bool) (files.Info, io.ReadCloser, error)
-	StatFile(ctx context.Context, session, path string) (files.Info, error)
 }
 
 // layerTransfer is the configured backend's session layer as a transfer.
@@ -117,7 +94,7 @@ func (t layerTransfer) StatFile(ctx context.Context, s, p string) (files.Info, e
 }
 
 // transferFromFlags is the server of --server, or the configured backend.
-func transferFromFlags(cmd *cobra.Command) (transfer, func(), error) {
+func transferFromFlags(cmd *cobra.Command) (client.Transfer, func(), error) {
 	c, err := remote(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -126,7 +103,7 @@ func transferFromFlags(cmd *cobra.Command) (transfer, func(), error) {
 		return c, func() {}, nil
 	}
 	file, _ := cmd.Flags().GetString("config")
-	cfg, err := loadConfig(cmd.Flags(), file)
+	cfg, err := config.Load(cmd.Flags(), file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,197 +127,4 @@ func transferFromFlags(cmd *cobra.Command) (transfer, func(), error) {
 		closeRuntime()
 		closePolicies()
 	}, nil
-}
-
-// notFound reports a refusal that says the path does not exist.
-func notFound(err error) bool {
-	var ce *client.Error
-	return errors.Is(err, server.ErrNotFound) || (errors.As(err, &ce) && ce.Status == 404 && ce.Code == "not_found")
-}
-
-// statRemote describes a session's path; ok false when it does not exist.
-func statRemote(ctx context.Context, t transfer, dst cpArg) (files.Info, bool, error) {
-	info, err := t.StatFile(ctx, dst.session, dst.path)
-	if notFound(err) {
-		return files.Info{}, false, nil
-	}
-	return info, err == nil, err
-}
-
-// cpIn copies the local src into the session.
-func cpIn(cmd *cobra.Command, t transfer, src string, dst cpArg) error {
-	ctx := cmd.Context()
-	if src == "-" {
-		w, err := t.PutFile(ctx, dst.session, dst.path, cmd.InOrStdin(), client.PutOptions{Tar: true})
-		return reportCp(cmd, w, err, dst.session+":"+dst.path)
-	}
-	fi, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	info, exists, err := statRemote(ctx, t, dst)
-	if err != nil {
-		return err
-	}
-	into := exists && info.Type == files.TypeDirectory
-	target := dst.path
-	if fi.Mode().IsRegular() {
-		if into || strings.HasSuffix(dst.path, "/") {
-			target = path.Join(dst.path, filepath.Base(src))
-		}
-		f, err := os.Open(src)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w, err := t.PutFile(ctx, dst.session, target, f, client.PutOptions{Mode: fi.Mode().Perm(), Size: fi.Size()})
-		return reportCp(cmd, w, err, dst.session+":"+target)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is neither a regular file nor a directory", src)
-	}
-	if exists && !into {
-		return fmt.Errorf("cannot copy the directory %s onto %s:%s: it is a %s", src, dst.session, dst.path, info.Type)
-	}
-	abs, err := filepath.Abs(src)
-	if err != nil {
-		return err
-	}
-	// A tar of the directory, its entries under its own name: into an
-	// existing directory as is, as a new directory with the name dropped.
-	parent := files.Tree{Root: filepath.Dir(abs), UID: -1, GID: -1}
-	_, body, err := parent.Open(ctx, filepath.Base(abs), files.GetOptions{Tar: true, Limits: files.Limits{MaxBytes: 1 << 62, MaxEntries: 1 << 30}})
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	var r io.Reader = body
-	if !into {
-		r = stripTar(body, filepath.Base(abs))
-	}
-	w, err := t.PutFile(ctx, dst.session, dst.path, r, client.PutOptions{Tar: true})
-	return reportCp(cmd, w, err, dst.session+":"+dst.path)
-}
-
-// cpOut copies the session's src to the local dst.
-func cpOut(cmd *cobra.Command, t transfer, src cpArg, dst string) error {
-	ctx := cmd.Context()
-	if dst == "-" {
-		_, body, err := t.GetFile(ctx, src.session, src.path, true)
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		_, err = io.Copy(cmd.OutOrStdout(), body)
-		return err
-	}
-	info, err := t.StatFile(ctx, src.session, src.path)
-	if err != nil {
-		return err
-	}
-	abs, err := filepath.Abs(dst)
-	if err != nil {
-		return err
-	}
-	lfi, lerr := os.Stat(abs)
-	into := lerr == nil && lfi.IsDir()
-	name := filepath.Base(abs)
-	local := files.Tree{Root: filepath.Dir(abs), UID: -1, GID: -1}
-	if into {
-		local, name = files.Tree{Root: abs, UID: -1, GID: -1}, path.Base(info.Path)
-	}
-	noCap := files.Limits{MaxBytes: 1 << 62, MaxEntries: 1 << 30}
-	var w files.Written
-	switch info.Type {
-	case files.TypeFile:
-		_, body, err := t.GetFile(ctx, src.session, src.path, false)
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		w, err = local.Put(ctx, name, body, files.PutOptions{Mode: info.Mode.Perm(), Limits: noCap})
-		if err != nil {
-			return err
-		}
-	case files.TypeDirectory:
-		if lerr == nil && !into {
-			return fmt.Errorf("cannot copy the directory %s:%s onto the file %s", src.session, src.path, dst)
-		}
-		_, body, err := t.GetFile(ctx, src.session, src.path, true)
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		var r io.Reader = body
-		target := "."
-		if !into {
-			r, target = stripTar(body, path.Base(info.Path)), name
-		}
-		// The same checks as an upload into a sandbox: a tar from a
-		// sandbox cannot lead out of dst either.
-		w, err = local.Put(ctx, target, r, files.PutOptions{Tar: true, Limits: noCap})
-		if err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("%s:%s is a %s: only files and directories can be copied", src.session, src.path, info.Type)
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", sizeOf(w), dst)
-	return nil
-}
-
-func reportCp(cmd *cobra.Command, w files.Written, err error, to string) error {
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", sizeOf(w), to)
-	return nil
-}
-
-func sizeOf(w files.Written) string {
-	s := fmt.Sprintf("%d bytes", w.Bytes)
-	if w.Dirs > 0 || w.Files > 1 || w.Links > 0 {
-		s += fmt.Sprintf(" (%d files, %d directories, %d links)", w.Files, w.Dirs, w.Links)
-	}
-	return s
-}
-
-// stripTar rewrites a tar whose entries are under prefix/ to entries
-// relative to it (prefix/ itself becomes "./"), streaming.
-func stripTar(r io.Reader, prefix string) io.Reader {
-	pr, pw := io.Pipe()
-	go func() {
-		tr, tw := tar.NewReader(r), tar.NewWriter(pw)
-		err := func() error {
-			for {
-				h, err := tr.Next()
-				if err == io.EOF {
-					return tw.Close()
-				}
-				if err != nil {
-					return err
-				}
-				name := strings.TrimSuffix(h.Name, "/")
-				switch {
-				case name == prefix:
-					h.Name = "./"
-				case strings.HasPrefix(name, prefix+"/"):
-					h.Name = strings.TrimPrefix(h.Name, prefix+"/")
-				default:
-					return fmt.Errorf("tar entry %q is not under %s/", h.Name, prefix)
-				}
-				if h.Typeflag == tar.TypeLink {
-					h.Linkname = strings.TrimPrefix(h.Linkname, prefix+"/")
-				}
-				if err := tw.WriteHeader(h); err != nil {
-					return err
-				}
-				if _, err := io.Copy(tw, tr); err != nil {
-					return err
-				}
-			}
-		}()
-		pw.CloseWithError(err)
-	}()
-	return pr
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
@@ -12,20 +13,20 @@ import (
 // (none for local), the agent binary, the sandbox defaults and the tenants'
 // choices. pol (may be nil) decides calls; obs (may be nil) hears notices
 // and metrics. The caller closes the layer, then closeRuntime.
-func newLayer(cfg Config, pol *policies.Engine, obs server.Observer, log *slog.Logger) (l *session.Layer, closeRuntime func() error, err error) {
+func newLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger) (l *session.Layer, closeRuntime func() error, err error) {
 	return buildLayer(cfg, pol, obs, log, false)
 }
 
 // newLayerShared is newLayer for a one-shot call: the local backend runs in
 // local.root itself (not a directory per tenant).
-func newLayerShared(cfg Config, pol *policies.Engine, log *slog.Logger) (*session.Layer, func() error, error) {
+func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (*session.Layer, func() error, error) {
 	return buildLayer(cfg, pol, nil, log, true)
 }
 
-func buildLayer(cfg Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool) (l *session.Layer, closeRuntime func() error, err error) {
+func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool) (l *session.Layer, closeRuntime func() error, err error) {
 	sc := session.Config{
 		Owner:                  cfg.Sandbox.Owner,
-		Defaults:               cfg.Sandbox.defaults(),
+		Defaults:               cfg.Sandbox.Defaults(),
 		Choices:                map[string]session.Choices{},
 		Local:                  session.LocalConfig{Root: cfg.Local.Root, Home: cfg.Local.Home, SpillDir: cfg.Local.SpillDir, Cgroup: cfg.Local.Cgroup, Shared: shared},
 		Policies:               pol,
@@ -61,7 +62,7 @@ func buildLayer(cfg Config, pol *policies.Engine, obs server.Observer, log *slog
 
 // egressConfig is the layer's egress configuration: an empty list in the
 // file means nothing refused (the layer takes nil for its defaults).
-func egressConfig(e EgressConfig) session.EgressConfig {
+func egressConfig(e config.Egress) session.EgressConfig {
 	nonNil := func(s []string) []string {
 		if s == nil {
 			return []string{}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -20,7 +21,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			file, _ := cmd.Flags().GetString("config")
-			cfg, err := loadConfig(cmd.Flags(), file)
+			cfg, err := config.Load(cmd.Flags(), file)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
 )
 
@@ -81,7 +82,7 @@ name resolves to; they are not checked here.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
 				file, _ := cmd.Flags().GetString("config")
-				cfg, err := loadConfig(nil, file)
+				cfg, err := config.Load(nil, file)
 				if err != nil {
 					return err
 				}
@@ -151,7 +152,7 @@ func newAuditCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
 				cfgFile, _ := cmd.Flags().GetString("config")
-				cfg, err := loadConfig(nil, cfgFile)
+				cfg, err := config.Load(nil, cfgFile)
 				if err != nil {
 					return err
 				}
@@ -202,7 +203,7 @@ func formatRecord(r policies.Record) string {
 // policyFor opens the policies of cfg for a one-shot call: no watching, and
 // an ask is denied at once (nobody could answer it). close releases the
 // engine and the audit log.
-func policyFor(cfg Config) (*policies.Engine, *policies.Policy, func(), error) {
+func policyFor(cfg config.Config) (*policies.Engine, *policies.Policy, func(), error) {
 	var audit *policies.Audit
 	if cfg.Audit.File != "" {
 		a, err := policies.OpenAudit(cfg.Audit.File, policies.AuditOptions{MaxBytes: cfg.Audit.MaxBytes, MaxFiles: cfg.Audit.MaxFiles})

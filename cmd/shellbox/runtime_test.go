@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shellbox/shellbox/config"
 )
 
 // The sandbox settings moved from docker.* to sandbox.*: an old file is
@@ -14,7 +16,7 @@ func TestConfigSandboxAndRuntimeSections(t *testing.T) {
 	dir := t.TempDir()
 	old := filepath.Join(dir, "old.yaml")
 	os.WriteFile(old, []byte("backend: docker\ndocker:\n  image: x\n  stateDir: /s\n"), 0o644)
-	_, err := loadConfig(nil, old)
+	_, err := config.Load(nil, old)
 	if err == nil || !strings.Contains(err.Error(), "docker.image is now sandbox.image") || !strings.Contains(err.Error(), "docker.stateDir is now sandbox.stateDir") {
 		t.Errorf("old keys: %v", err)
 	}
@@ -31,7 +33,7 @@ containerd:
   runtimes: {runsc: io.containerd.runsc.v1}
   runtimeConfigs: {runsc: /etc/runsc.toml}
 `), 0o644)
-	cfg, err := loadConfig(nil, cur)
+	cfg, err := config.Load(nil, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,14 +42,14 @@ containerd:
 		cfg.Containerd.Runtimes["runsc"] != "io.containerd.runsc.v1" || cfg.Containerd.RuntimeConfigs["runsc"] != "/etc/runsc.toml" {
 		t.Errorf("config: %+v %+v %+v", cfg.Sandbox, cfg.Docker, cfg.Containerd)
 	}
-	if _, err := openRuntime(Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd)`) {
+	if _, err := openRuntime(config.Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd)`) {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
 
 // A containerd that is not running is said plainly, with the address.
 func TestContainerdNotRunning(t *testing.T) {
-	cfg := Config{Backend: "containerd"}
+	cfg := config.Config{Backend: "containerd"}
 	cfg.Sandbox.StateDir = t.TempDir()
 	cfg.Containerd.Address = filepath.Join(t.TempDir(), "none.sock")
 	rt, err := openRuntime(cfg, "/bin/true")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -31,7 +32,7 @@ running for the next process to adopt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			file, _ := cmd.Flags().GetString("config")
-			cfg, err := loadConfig(cmd.Flags(), file)
+			cfg, err := config.Load(cmd.Flags(), file)
 			if err != nil {
 				return err
 			}
@@ -55,7 +56,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 }
 
 // serve runs the server until ctx is done, then shuts down gracefully.
-func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	pol, closePolicies, err := servePolicies(cfg, log, false)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/server"
@@ -29,12 +30,8 @@ import (
 // local executor.
 func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
 	t.Helper()
-	v, err := newViper(nil)
+	cfg, err := config.Defaults()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg Config
-	if err := v.UnmarshalExact(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Backend = kind

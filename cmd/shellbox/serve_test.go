@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
@@ -173,7 +174,7 @@ func TestClientCommands(t *testing.T) {
 // TestExampleConfig: the commented example in deploy/ loads strictly.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	cfg, err := loadConfig(nil, "../../deploy/shellbox.example.yaml")
+	cfg, err := config.Load(nil, "../../deploy/shellbox.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

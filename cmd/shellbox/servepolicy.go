@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
 )
 
@@ -11,7 +12,7 @@ import (
 // server's approvals endpoints), auditing to audit.file. close releases both.
 // No policies.dir: nil, and every call is allowed. noApprover: nobody can
 // answer an ask (stdio MCP), so it is denied at once.
-func servePolicies(cfg Config, log *slog.Logger, noApprover bool) (*policies.Engine, func(), error) {
+func servePolicies(cfg config.Config, log *slog.Logger, noApprover bool) (*policies.Engine, func(), error) {
 	if cfg.Policies.Dir == "" {
 		return nil, func() {}, nil
 	}

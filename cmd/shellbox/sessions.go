@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/session"
 )
@@ -111,7 +112,7 @@ type sessionsLayer struct {
 
 func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 	file, _ := cmd.Flags().GetString("config")
-	cfg, err := loadConfig(cmd.Flags(), file)
+	cfg, err := config.Load(cmd.Flags(), file)
 	if err != nil {
 		return sessionsLayer{}, err
 	}
@@ -146,7 +147,7 @@ unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
 			progress := cmd.ErrOrStderr()
 			if toContainerd {
 				file, _ := cmd.Flags().GetString("config")
-				cfg, err := loadConfig(cmd.Flags(), file)
+				cfg, err := config.Load(cmd.Flags(), file)
 				if err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -18,7 +19,7 @@ func newToolsCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			file, _ := cmd.Flags().GetString("config")
-			cfg, err := loadConfig(cmd.Flags(), file)
+			cfg, err := config.Load(cmd.Flags(), file)
 			if err != nil {
 				return err
 			}

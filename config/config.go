@@ -1,0 +1,395 @@
+// Package config is shellbox's configuration: one file (--config, or
+// shellbox.yaml in the working directory or $XDG_CONFIG_HOME/shellbox),
+// SHELLBOX_* environment variables and flags, in rising precedence, decoded
+// strictly into Config. It is the one owner of every setting and its
+// default; docs/configuration.md (the README's reference) documents each
+// key. cmd/shellbox loads it and constructs from it; nothing else reads it.
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/session"
+)
+
+// Config is the whole configuration: a file (--config, or shellbox.yaml in
+// the working directory or $XDG_CONFIG_HOME/shellbox), SHELLBOX_* environment
+// variables (SHELLBOX_LIMITS_TAILBYTES for limits.tailBytes) and flags, in
+// rising precedence. The README's config reference documents every key.
+type Config struct {
+	Backend               string            `mapstructure:"backend"`
+	Tenant                string            `mapstructure:"tenant"`
+	Session               string            `mapstructure:"session"`
+	EnableRunInBackground bool              `mapstructure:"enableRunInBackground"`
+	Facts                 map[string]string `mapstructure:"facts"`
+	Limits                executor.Limits   `mapstructure:"limits"`
+	Local                 Local             `mapstructure:"local"`
+	Sandbox               Sandbox           `mapstructure:"sandbox"`
+	Docker                Docker            `mapstructure:"docker"`
+	Containerd            Containerd        `mapstructure:"containerd"`
+	Server                Server            `mapstructure:"server"`
+	Policies              Policies          `mapstructure:"policies"`
+	Audit                 Audit             `mapstructure:"audit"`
+	Egress                Egress            `mapstructure:"egress"`
+}
+
+// Egress bounds where sandboxes' egress may lead from this host,
+// whatever the policies allow (sandbox/egress).
+type Egress struct {
+	// Blocked are address ranges never dialled for a sandbox, but for an
+	// address a policy's allowlist names literally: checked on the
+	// addresses names resolve to.
+	Blocked []string `mapstructure:"blocked"`
+	// GrantBlocked are refused, with Blocked, to a call granted the
+	// network permission.
+	GrantBlocked []string `mapstructure:"grantBlocked"`
+}
+
+func (e *Egress) validate() error {
+	return session.EgressConfig{Blocked: e.Blocked, GrantBlocked: e.GrantBlocked}.Validate()
+}
+
+// Policies locates the per-tenant policy files.
+type Policies struct {
+	// Dir holds <tenant>.yaml files; empty runs every call unchecked.
+	Dir string `mapstructure:"dir"`
+}
+
+// Audit configures the audit log of policy decisions.
+type Audit struct {
+	File     string `mapstructure:"file"`
+	MaxBytes int64  `mapstructure:"maxBytes"`
+	MaxFiles int    `mapstructure:"maxFiles"`
+}
+
+// Local configures the local (host process, unsandboxed) backend.
+type Local struct {
+	Root     string `mapstructure:"root"`
+	Home     string `mapstructure:"home"`
+	SpillDir string `mapstructure:"spillDir"`
+	Cgroup   string `mapstructure:"cgroup"`
+}
+
+func defaultSpillDir() string { return stateFile("spill") }
+
+// stateFile is name in shellbox's state directory.
+func stateFile(name string) string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "shellbox", name)
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "shellbox", name)
+	}
+	return filepath.Join(os.TempDir(), "shellbox-"+name)
+}
+
+// newViper sets the defaults of every key (so SHELLBOX_* variables reach
+// them all) and binds flags.
+func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
+	// "::" separates nested keys, so map keys may hold dots (label names).
+	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
+	lim := executor.DefaultLimits()
+	v.SetDefault("backend", "local")
+	v.SetDefault("tenant", "default")
+	v.SetDefault("session", "default")
+	v.SetDefault("enableRunInBackground", true)
+	v.SetDefault("facts", map[string]string{})
+	v.SetDefault("limits::defaultTimeout", lim.DefaultTimeout)
+	v.SetDefault("limits::maxTimeout", lim.MaxTimeout)
+	v.SetDefault("limits::grace", lim.Grace)
+	v.SetDefault("limits::tailBytes", lim.TailBytes)
+	v.SetDefault("limits::bufferBytes", lim.BufferBytes)
+	v.SetDefault("limits::spillLimit", lim.SpillLimit)
+	v.SetDefault("local::root", "")
+	v.SetDefault("local::home", "")
+	v.SetDefault("local::spillDir", defaultSpillDir())
+	v.SetDefault("local::cgroup", "auto")
+	v.SetDefault("policies::dir", "")
+	v.SetDefault("audit::file", stateFile("audit.log"))
+	v.SetDefault("audit::maxBytes", 64<<20)
+	v.SetDefault("audit::maxFiles", 5)
+	v.SetDefault("egress::blocked", egress.HostRanges)
+	v.SetDefault("egress::grantBlocked", egress.PrivateRanges)
+	for k, val := range sandboxDefaults() {
+		v.SetDefault(k, val)
+	}
+	for k, val := range runtimeDefaults() {
+		v.SetDefault(k, val)
+	}
+	for k, val := range serverDefaults() {
+		v.SetDefault(k, val)
+	}
+
+	v.SetEnvPrefix("SHELLBOX")
+	v.SetEnvKeyReplacer(strings.NewReplacer("::", "_"))
+	v.AutomaticEnv()
+
+	if flags != nil {
+		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant", "server::listen": "listen", "policies::dir": "policies"} {
+			if f := flags.Lookup(name); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// Load reads file (if given, it must exist) or the default locations,
+// and decodes strictly: an unknown key or a wrong type is an error naming it.
+func Load(flags *pflag.FlagSet, file string) (Config, error) {
+	v, err := newViper(flags)
+	if err != nil {
+		return Config{}, err
+	}
+	if file == "" {
+		file = DefaultFile()
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", file, err)
+		}
+	}
+	if err := checkMovedKeys(v); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", v.ConfigFileUsed(), err)
+	}
+	var c Config
+	if err := v.UnmarshalExact(&c); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", orDefault(v.ConfigFileUsed(), "(defaults and environment)"), err)
+	}
+	// viper folds keys to lower case; DSH_* names are upper case.
+	facts := make(map[string]string, len(c.Facts))
+	for k, val := range c.Facts {
+		facts[strings.ToUpper(k)] = val
+	}
+	c.Facts = facts
+	if err := c.Limits.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: limits: %w", err)
+	}
+	if err := executor.ValidSession(c.Session); err != nil {
+		return Config{}, fmt.Errorf("config: session: %w", err)
+	}
+	if err := executor.ValidSession(c.Tenant); err != nil {
+		return Config{}, fmt.Errorf("config: tenant: %w", err)
+	}
+	if err := c.Server.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: server: %w", err)
+	}
+	if err := c.Egress.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: egress: %w", err)
+	}
+	return c, nil
+}
+
+// DefaultFile is the first of ./shellbox.yaml and
+// $XDG_CONFIG_HOME/shellbox/shellbox.yaml that exists, or "". Names are
+// explicit: viper's own search would also take a file called "shellbox"
+// (such as the binary itself).
+func DefaultFile() string {
+	candidates := []string{"shellbox.yaml"}
+	if d, err := os.UserConfigDir(); err == nil {
+		candidates = append(candidates, filepath.Join(d, "shellbox", "shellbox.yaml"))
+	}
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
+			return c
+		}
+	}
+	return ""
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// Server configures `shellbox serve` (config key server).
+type Server struct {
+	Listen            string        `mapstructure:"listen"`
+	MaxBodyBytes      int64         `mapstructure:"maxBodyBytes"`
+	ShutdownTimeout   time.Duration `mapstructure:"shutdownTimeout"`
+	IdleTTL           time.Duration `mapstructure:"idleTTL"`
+	EventBuffer       int           `mapstructure:"eventBuffer"`
+	MCPSessionTimeout time.Duration `mapstructure:"mcpSessionTimeout"`
+	LogLevel          string        `mapstructure:"logLevel"`
+	// Tenants maps each tenant to its token hashes, limits and what its
+	// sessions may choose.
+	Tenants map[string]Tenant `mapstructure:"tenants"`
+	// OperatorTokens are sha256:<hex> hashes of the operator console's
+	// all-tenant logins (/ui); tenant tokens see their own tenant there.
+	OperatorTokens []string `mapstructure:"operatorTokens"`
+}
+
+// Tenant is one tenant of the server.
+type Tenant struct {
+	server.TenantConfig `mapstructure:",squash"`
+	// Images a session may ask for; the first is the tenant's default.
+	// Empty: sandbox.image only.
+	Images []string `mapstructure:"images"`
+	// Runtimes a session may ask for; the first is the default. Empty:
+	// sandbox.runtime only.
+	Runtimes []string `mapstructure:"runtimes"`
+}
+
+func serverDefaults() map[string]any {
+	return map[string]any{
+		"server::listen":            "127.0.0.1:8080",
+		"server::maxBodyBytes":      int64(server.DefaultMaxBodyBytes),
+		"server::shutdownTimeout":   30 * time.Second,
+		"server::idleTTL":           time.Duration(0),
+		"server::eventBuffer":       server.DefaultEventBuffer,
+		"server::mcpSessionTimeout": time.Hour,
+		"server::logLevel":          "info",
+		"server::tenants":           map[string]any{},
+		"server::operatorTokens":    []string{},
+	}
+}
+
+func (c Server) validate() error {
+	for name, t := range c.Tenants {
+		if err := executor.ValidSession(name); err != nil {
+			return fmt.Errorf("tenants: %q: %w", name, err)
+		}
+		if len(t.Tokens) == 0 {
+			return fmt.Errorf("tenants::%s: no tokens (make one with `shellbox token`)", name)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("logLevel %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// Sandbox is the sandbox of every session on the sandboxed backends
+// (docker, containerd): one hardened container per (tenant, session),
+// commands run through the agent inside it. A tenant's policy overrides
+// the image, runtime, resources and user.
+type Sandbox struct {
+	StateDir       string  `mapstructure:"stateDir"`
+	Owner          string  `mapstructure:"owner"`
+	Image          string  `mapstructure:"image"`
+	Runtime        string  `mapstructure:"runtime"`
+	Agent          string  `mapstructure:"agent"`
+	CPUs           float64 `mapstructure:"cpus"`
+	MemoryBytes    int64   `mapstructure:"memoryBytes"`
+	PidsLimit      int64   `mapstructure:"pidsLimit"`
+	WorkspaceBytes int64   `mapstructure:"workspaceBytes"`
+	TmpBytes       int64   `mapstructure:"tmpBytes"`
+	SpillBytes     int64   `mapstructure:"spillBytes"`
+	// Labels are extra labels on every sandbox (e.g. for an operator's
+	// inventory); shellbox's own org.shellbox.* labels cannot be set.
+	Labels map[string]string `mapstructure:"labels"`
+}
+
+func sandboxDefaults() map[string]any {
+	d := sandbox.DefaultSpec("t", "s")
+	owner := "shellbox"
+	if h, err := os.Hostname(); err == nil && sandbox.CheckID("owner", "shellbox-"+h) == nil {
+		owner = "shellbox-" + h
+	}
+	return map[string]any{
+		"sandbox::stateDir":       "/var/lib/shellbox",
+		"sandbox::owner":          owner,
+		"sandbox::image":          "shellbox-sandbox:bookworm",
+		"sandbox::runtime":        d.Runtime,
+		"sandbox::agent":          "",
+		"sandbox::cpus":           d.CPUs,
+		"sandbox::memoryBytes":    d.MemoryBytes,
+		"sandbox::pidsLimit":      d.PidsLimit,
+		"sandbox::workspaceBytes": d.WorkspaceBytes,
+		"sandbox::tmpBytes":       d.TmpBytes,
+		"sandbox::spillBytes":     d.SpillBytes,
+		"sandbox::labels":         map[string]string{},
+	}
+}
+
+// Defaults are the sandbox settings of sessions where a policy sets none.
+func (c Sandbox) Defaults() session.Defaults {
+	return session.Defaults{Image: c.Image, Runtime: c.Runtime, CPUs: c.CPUs, MemoryBytes: c.MemoryBytes,
+		PidsLimit: c.PidsLimit, WorkspaceBytes: c.WorkspaceBytes, TmpBytes: c.TmpBytes, SpillBytes: c.SpillBytes, Labels: c.Labels}
+}
+
+// Docker is what only the docker backend needs. The engine itself is
+// found through the environment (DOCKER_HOST, ...).
+type Docker struct {
+	// EngineRuntimes maps a policy's runtime (runc, runsc) to the name the
+	// engine registered it under, when they differ (daemon.json "runtimes").
+	EngineRuntimes map[string]string `mapstructure:"engineRuntimes"`
+}
+
+// Containerd is what only the containerd backend needs.
+type Containerd struct {
+	Address     string `mapstructure:"address"`
+	Namespace   string `mapstructure:"namespace"`
+	Snapshotter string `mapstructure:"snapshotter"`
+	// RuncRoot is runc's state directory, for a containerd that runs beside
+	// another one ("" = the shim's default).
+	RuncRoot string `mapstructure:"runcRoot"`
+	// Runtimes maps a policy's runtime (runc, runsc) to containerd's
+	// runtime (shim) name; RuntimeConfigs to the options file its shim
+	// reads (runsc.toml).
+	Runtimes       map[string]string `mapstructure:"runtimes"`
+	RuntimeConfigs map[string]string `mapstructure:"runtimeConfigs"`
+}
+
+func runtimeDefaults() map[string]any {
+	return map[string]any{
+		"docker::engineRuntimes":     map[string]string{},
+		"containerd::address":        "/run/containerd/containerd.sock",
+		"containerd::namespace":      "shellbox",
+		"containerd::snapshotter":    "",
+		"containerd::runcRoot":       "",
+		"containerd::runtimes":       map[string]string{},
+		"containerd::runtimeConfigs": map[string]string{},
+	}
+}
+
+// movedKeys are the sandbox settings that lived under docker.* before the
+// containerd backend: a file that still sets them is refused with where
+// they went, rather than with viper's "invalid keys".
+var movedKeys = []string{"stateDir", "owner", "image", "runtime", "agent", "cpus", "memoryBytes",
+	"pidsLimit", "workspaceBytes", "tmpBytes", "spillBytes", "labels"}
+
+func checkMovedKeys(v *viper.Viper) error {
+	var moved []string
+	for _, k := range movedKeys {
+		if v.InConfig("docker::" + strings.ToLower(k)) {
+			moved = append(moved, "docker."+k+" is now sandbox."+k)
+		}
+	}
+	if len(moved) > 0 {
+		return fmt.Errorf("%s (the sandbox settings are the same on every runtime)", strings.Join(moved, "; "))
+	}
+	return nil
+}
+
+// Defaults returns the configuration of no file and no flags: every
+// default, with SHELLBOX_* environment variables applied.
+func Defaults() (Config, error) {
+	v, err := newViper(nil)
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if err := v.UnmarshalExact(&c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
