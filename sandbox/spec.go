@@ -61,8 +61,11 @@ const (
 // never takes a thread the agent needs. (Measured by TestDockerAgentCost:
 // 30 concurrent calls with output and a fork bomb at once never made the
 // agent start a 17th thread; without its bounds on blocking work, see
-// cmd/shellbox-agent, the same load made it start up to 26.)
-const AgentTasks = 16
+// cmd/shellbox-agent, the same load made it start up to 26.) Two more
+// are for file transfers, each of which holds a thread locked to the
+// sandbox user while it waits on the network (executor/files
+// MaxUserThreads).
+const AgentTasks = 18
 
 // PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands
 // may have n processes and threads: n plus the agent's own (AgentTasks).

@@ -19,7 +19,8 @@
 //     background tasks and their bounded output live here, so a restarted
 //     server re-adopts them;
 //   - as PID 1 it reaps every orphan that is not a command leader;
-//   - it costs 16 OS threads (sandbox.AgentTasks), created at start and never
+//   - it costs 18 OS threads (sandbox.AgentTasks: 16, and 2 for file
+//     transfers), created at start and never
 //     exceeded, and about 7.3 MiB RSS idle (measured by TestDockerAgentCost);
 //     a runc sandbox's pids cgroup is the policy's pids plus those threads
 //     (sandbox.PidsCgroupLimit), see reserveThreads;

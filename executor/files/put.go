@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -373,7 +374,17 @@ type extractor struct {
 	real map[string]bool // directories known not to be symlinks
 	tr   *tar.Reader
 	buf  []byte
+	// made counts the directories entries create on their way (a/b/c/f
+	// makes a, a/b and a/b/c): they count toward MaxEntries as entries do.
+	made int
 }
+
+// Bounds of a tar entry's name, whatever MaxEntries says: name checks and
+// directory walks cost by depth, and no workspace needs deeper trees.
+const (
+	maxNameBytes = 4096
+	maxNameDepth = 256
+)
 
 // run extracts every entry and returns the counts and the mode of the tar's
 // own root ("./"), 0755 when it has none.
@@ -400,8 +411,13 @@ func (x *extractor) run() (Written, fs.FileMode, error) {
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
 		}
+		if hdr.Typeflag == tar.TypeGNUSparse || sparse(hdr) {
+			// Holes become written zeros: a few KiB of tar would write
+			// any number of bytes past the cap, which counts the stream.
+			return Written{}, 0, x.bad(hdr.Name, "sparse files are not allowed")
+		}
 		entries++
-		if entries > x.u.lim.MaxEntries {
+		if entries+x.made > x.u.lim.MaxEntries {
 			return Written{}, 0, executor.Errorf(ErrTooLarge, "upload of %s: the tar has more than %d entries (policy files.maxEntries)", x.u.abs, x.u.lim.MaxEntries)
 		}
 		name, err := x.name(hdr.Name)
@@ -457,7 +473,13 @@ func (x *extractor) name(n string) (string, error) {
 	if path.IsAbs(n) {
 		return "", x.bad(n, "absolute names are not allowed")
 	}
+	if len(n) > maxNameBytes {
+		return "", x.bad(n[:64]+"…", fmt.Sprintf("a name of %d bytes: at most %d", len(n), maxNameBytes))
+	}
 	c := path.Clean(n)
+	if d := strings.Count(c, "/") + 1; d > maxNameDepth {
+		return "", x.bad(n[:min(len(n), 64)]+"…", fmt.Sprintf("%d levels deep: at most %d", d, maxNameDepth))
+	}
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", x.bad(n, "leads outside the destination (..)")
 	}
@@ -488,8 +510,22 @@ func (x *extractor) direct(orig, name string) error {
 	}
 	for d := dir; d != "." && !x.real[d]; d = path.Dir(d) {
 		x.real[d] = true
+		x.made++
+	}
+	if x.made > x.u.lim.MaxEntries {
+		return executor.Errorf(ErrTooLarge, "upload of %s: the tar makes more than %d entries, the directories on its entries' way counted (policy files.maxEntries)", x.u.abs, x.u.lim.MaxEntries)
 	}
 	return nil
+}
+
+// sparse reports a PAX-described sparse file (GNU.sparse.* records).
+func sparse(hdr *tar.Header) bool {
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // entry writes one entry.
@@ -556,6 +592,13 @@ func (x *extractor) entry(hdr *tar.Header, name string, mode fs.FileMode, w *Wri
 		}
 		if err := x.direct(hdr.Name, t); err != nil {
 			return err
+		}
+		// Only to a regular file: a hard link to a symlink is that
+		// symlink, moved to where its relative target leads elsewhere.
+		if fi, err := x.r.Lstat(t); err != nil {
+			return x.fsError(hdr.Name, err)
+		} else if !fi.Mode().IsRegular() {
+			return x.bad(hdr.Name, "hard link to "+hdr.Linkname+", which is not a regular file")
 		}
 		if err := x.replace(hdr.Name, name); err != nil {
 			return err

@@ -28,6 +28,12 @@ func (t Tree) asUser(fn func() error) error {
 	if t.UID < 0 {
 		return fn()
 	}
+	// fn may wait on the network with its thread locked: at most
+	// MaxUserThreads threads are held so at once, whatever the number of
+	// transfers in flight (the rest wait here, on no thread of their own),
+	// so the agent's thread budget (sandbox.AgentTasks) holds.
+	userThreads <- struct{}{}
+	defer func() { <-userThreads }()
 	runtime.LockOSThread()
 	restore, err := switchIDs(t.UID, t.GID)
 	if err != nil {
@@ -43,6 +49,12 @@ func (t Tree) asUser(fn func() error) error {
 	}()
 	return fn()
 }
+
+// MaxUserThreads bounds the threads locked to the tree's user at once (one
+// per transfer in flight): part of the agent's thread budget.
+const MaxUserThreads = 2
+
+var userThreads = make(chan struct{}, MaxUserThreads)
 
 // forceEffectiveIDs makes switchIDs skip setfsuid (tests of the gVisor
 // path on a Linux kernel).
