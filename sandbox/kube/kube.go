@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -237,9 +238,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return sandbox.Sandbox{}, fmt.Errorf("%w: kube: token: %v", sandbox.ErrUnavailable, err)
 	}
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
-	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return sandbox.Sandbox{}, r.existing(ctx, spec, pod.Name)
+	var created *corev1.Pod
+	for attempt := 0; ; attempt++ {
+		created, err = pods.Create(ctx, pod, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			break
+		}
+		// A pod of that name: the session's (ErrAlreadyExists), someone
+		// else's (ErrConflict), or gone since (a deletion that just
+		// finished): then once more.
+		if err := r.existing(ctx, spec, pod.Name); !errors.Is(err, sandbox.ErrNotFound) || attempt > 0 {
+			return sandbox.Sandbox{}, err
+		}
 	}
 	if err != nil {
 		return sandbox.Sandbox{}, r.convert(err, "pods", "create pod %s", pod.Name)
@@ -270,13 +280,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 }
 
 // existing classifies the pod that made a create fail: a shellbox pod of
-// that session is ErrAlreadyExists, anything else ErrConflict.
+// that session is ErrAlreadyExists, anything else ErrConflict; ErrNotFound
+// if it is gone already.
 func (r *Runtime) existing(ctx context.Context, spec sandbox.Spec, name string) error {
 	p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		// Gone since (a Remove's deletion finished): say exists, the
-		// Manager looks again.
-		return fmt.Errorf("%w: %s/%s (pod %s/%s, being deleted)", sandbox.ErrAlreadyExists, spec.Tenant, spec.Session, r.cfg.Namespace, name)
+		return fmt.Errorf("%w: %s/%s: pod %s/%s existed at create and is gone now", sandbox.ErrNotFound, spec.Tenant, spec.Session, r.cfg.Namespace, name)
 	}
 	if err != nil {
 		return r.convert(err, "pods", "get pod %s", name)

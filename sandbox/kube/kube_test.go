@@ -473,3 +473,51 @@ func TestRuntimes(t *testing.T) {
 		t.Errorf("Create runsc unmapped: %v", err)
 	}
 }
+
+// TestCreateRaceWithDeletion: a pod of the session that is gone by the
+// time Create looks at it (a deletion finishing) does not fail Create.
+func TestCreateRaceWithDeletion(t *testing.T) {
+	c := newCluster(t)
+	var once atomic.Bool
+	c.cs.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if once.CompareAndSwap(false, true) {
+			return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "pods"}, "x")
+		}
+		return false, nil, nil
+	})
+	sb, err := c.runtime(t, nil).Create(context.Background(), testSpec(t))
+	if err != nil || sb.State != sandbox.StateRunning {
+		t.Errorf("Create: %+v, %v", sb, err)
+	}
+}
+
+// TestConvert: the API server's errors and the context's, classed once.
+func TestConvert(t *testing.T) {
+	r := newCluster(t).runtime(t, nil)
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		err   error
+		class error
+		text  string
+	}{
+		{apierrors.NewNotFound(gr, "p"), sandbox.ErrNotFound, "not found"},
+		{apierrors.NewAlreadyExists(gr, "p"), sandbox.ErrAlreadyExists, "already exists"},
+		{apierrors.NewConflict(gr, "p", errors.New("modified")), sandbox.ErrConflict, "modified"},
+		{apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "p", nil), sandbox.ErrInvalid, "invalid"},
+		{apierrors.NewBadRequest("bad"), sandbox.ErrInvalid, "bad"},
+		{apierrors.NewUnauthorized("who"), sandbox.ErrUnavailable, "rejected shellbox's credentials"},
+		{apierrors.NewForbidden(gr, "", errors.New("quota exceeded")), sandbox.ErrUnavailable, "refused by admission"},
+		{apierrors.NewServiceUnavailable("down"), sandbox.ErrUnavailable, "down"},
+		{apierrors.NewTooManyRequests("slow down", 1), sandbox.ErrUnavailable, "slow down"},
+		{errors.New("dial tcp 10.96.0.1:443: connect: connection refused"), sandbox.ErrUnavailable, "connection refused"},
+		{context.DeadlineExceeded, sandbox.ErrUnavailable, "deadline"},
+	} {
+		got := r.convert(tc.err, "pods", "get pod %s", "p")
+		if !errors.Is(got, tc.class) || !strings.Contains(got.Error(), tc.text) || !strings.Contains(got.Error(), "kube: get pod p") {
+			t.Errorf("convert(%v) = %v, want %v with %q", tc.err, got, tc.class, tc.text)
+		}
+	}
+	if got := r.convert(context.Canceled, "pods", "x"); !errors.Is(got, context.Canceled) {
+		t.Errorf("the context's error is lost: %v", got)
+	}
+}
