@@ -204,16 +204,6 @@ func serve(o options, logger *log.Logger) error {
 		// anyway, so they are reaped here as they would be in a sandbox.
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
-	if o.token != "" || o.noSetuid {
-		// Non-dumpable: no process without CAP_SYS_PTRACE may ptrace the
-		// agent or read its /proc/<pid>/{mem,environ,fd,...} (they become
-		// root's), so a command of the agent's own uid (--no-setuid)
-		// cannot lift the token from its memory. Set before anything else
-		// runs: no command exists yet.
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
-		}
-	}
 	stopSignals := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
 	if o.noSetuid {
 		// Commands of the agent's uid may signal it. As PID 1 of its pid
@@ -225,10 +215,15 @@ func serve(o options, logger *log.Logger) error {
 		signal.Ignore(fatalSignals...)
 		stopSignals = nil
 	}
-	// (NotifyContext with no signals would relay every signal.)
-	ctx, stop := context.WithCancel(context.Background())
+	var (
+		ctx  context.Context
+		stop context.CancelFunc
+	)
 	if len(stopSignals) > 0 {
 		ctx, stop = signal.NotifyContext(context.Background(), stopSignals...)
+	} else {
+		// (NotifyContext with no signals would relay every signal.)
+		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
 	go reap(ctx, logger)
@@ -263,6 +258,17 @@ func serve(o options, logger *log.Logger) error {
 	e, err := local.New(cfg)
 	if err != nil {
 		return err
+	}
+	if o.token != "" || o.noSetuid {
+		// Non-dumpable: no process without CAP_SYS_PTRACE may ptrace the
+		// agent or read its /proc/<pid>/{mem,environ,fd,...} (they become
+		// root's), so a command of the agent's own uid (--no-setuid)
+		// cannot lift the token from its memory. After local.New, which
+		// opens this process's oom_score_adj while it still may; before
+		// serving: no command exists yet.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+		}
 	}
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)

@@ -118,6 +118,9 @@
 //     runtime would die of (so the kubelet's SIGTERM too: deletion ends the
 //     pod with SIGKILL after GracePeriodSeconds). TestNoSetuid in
 //     cmd/shellbox-agent sends them from a command.
+//   - The OOM killer still picks a command before the agent: raising the
+//     score a command is born with needs no privilege (the agent keeps its
+//     own oom_score_adj open from before it turned non-dumpable).
 //   - Commands cannot ptrace the agent or read its memory or environment
 //     (non-dumpable; same uid is not enough without CAP_SYS_PTRACE), so the
 //     token stays out of reach, and they cannot reach the agent as the
