@@ -106,12 +106,18 @@
 //     tag groups, and the cgroupfs of a pod is read-only, so a command that
 //     leaves its process group (setsid, a daemon) survives its kill and
 //     timeout and lives until the pod is deleted (still bounded by the pod's
-//     memory and CPU and the node's pids limit). The exact unprivileged fix
-//     is a per-command subreaper: the agent starting each command under a
-//     small process of its own with PR_SET_CHILD_SUBREAPER, so every orphan
-//     of the tree is reparented to it and the tree is exactly its
-//     descendants, freezable with SIGSTOP and killable (same uid). Not
-//     built yet: until it is, baseline is the default.
+//     memory and CPU and the node's pids limit). Without privilege this
+//     cannot be made exact against a hostile command: a per-command
+//     subreaper (PR_SET_CHILD_SUBREAPER, so the tree's orphans come to it)
+//     is a process of the command's uid, which the command can SIGKILL
+//     (only the namespace's init, the agent, is immune), after which its
+//     orphans go to the agent and nothing says whose they are. What would
+//     be exact: the agent ptracing every command with PTRACE_O_TRACEFORK,
+//     VFORK and CLONE (every descendant attached at birth, its parent
+//     known, no way to detach), at the price of a stop per fork and no
+//     strace or gdb in the sandbox; or one command at a time (then
+//     everything but PID 1 is the tree). Neither is built: baseline, which
+//     is exact, is the default.
 //   - Commands may signal the agent (same uid). As PID 1 of its pid
 //     namespace the kernel drops SIGKILL and SIGSTOP from inside, and every
 //     signal it has no handler for; the agent ignores all the others the Go
