@@ -31,6 +31,12 @@ func TestAgentOverTCP(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("kube: this test starts the agent, which runs commands as uid 1000: it needs root")
 	}
+	for _, level := range []string{PodSecurityBaseline, PodSecurityRestricted} {
+		t.Run(level, func(t *testing.T) { testAgentOverTCP(t, level) })
+	}
+}
+
+func testAgentOverTCP(t *testing.T, level string) {
 	bin := buildAgent(t)
 	port := freePort(t)
 	c := newCluster(t)
@@ -39,6 +45,7 @@ func TestAgentOverTCP(t *testing.T) {
 		cfg.AgentPort = int32(port)
 		cfg.Poll = 10 * time.Millisecond
 		cfg.ReadyTimeout = 30 * time.Second
+		cfg.PodSecurity = level
 	})
 	ctx := context.Background()
 
@@ -84,7 +91,8 @@ func TestAgentOverTCP(t *testing.T) {
 }
 
 // kubelet starts the agent of the first pod that has its Secret, as the
-// kubelet would start the sandbox container, and marks the pod running and
+// kubelet would start the sandbox container (its command, arguments,
+// environment, and runAsUser/runAsGroup), and marks the pod running and
 // ready at 127.0.0.1; it stops the agent when done closes.
 func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{}) error {
 	ctx := context.Background()
@@ -120,12 +128,21 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 	}
 	// The container's arguments, then what differs on a host: the
 	// directories the pod's volumes would be, loopback only, no cgroups.
-	base := t.TempDir()
+	base, err := os.MkdirTemp("", "sbkube-pod") // t.TempDir's parent is root's, 0700
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(base)
 	ws, spill := filepath.Join(base, "ws"), filepath.Join(base, "spill")
 	for _, d := range []string{ws, spill} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
+	}
+	// An emptyDir is 0777; /workspace is given to the user by the init
+	// container's --own (baseline).
+	if err := os.Chmod(spill, 0o777); err != nil {
+		return err
 	}
 	if err := os.Chown(ws, 1000, 1000); err != nil {
 		return err
@@ -135,6 +152,9 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 		"--spill-dir", spill, "--root", ws, "--home", ws, "--cgroup", "off", "--socket", filepath.Join(base, "unused.sock"))
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
+	if sc := ctr.SecurityContext; sc != nil && sc.RunAsUser != nil && sc.RunAsGroup != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsGroup)}}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -142,13 +162,18 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	defer func() { cmd.Process.Signal(syscall.SIGKILL); cmd.Wait() }()
 	serving := make(chan bool, 1)
+	read := make(chan struct{})
+	// Killed, its stderr read to the end (so no line is logged after the
+	// test), then waited for.
+	defer func() { cmd.Process.Signal(syscall.SIGKILL); <-read; cmd.Wait() }()
 	go func() {
+		defer close(read)
 		re := regexp.MustCompile(`serving tcp `)
 		sc := bufio.NewScanner(stderr)
 		ok := false
 		for sc.Scan() {
+			t.Logf("agent: %s", sc.Text())
 			if !ok && re.MatchString(sc.Text()) {
 				ok = true
 				serving <- true

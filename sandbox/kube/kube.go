@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
@@ -261,7 +262,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		}
 	}()
 
-	secret.StringData = nil
 	secret.Data = map[string][]byte{SecretKey: []byte(token)}
 	secret.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID, Controller: ptr(true),
@@ -350,15 +350,16 @@ func (r *Runtime) undo(ctx context.Context, p *corev1.Pod) {
 }
 
 // deleteSecret deletes the Secret name if it belongs to the pod of uid (or
-// to no pod): never the Secret of a newer pod of the same session.
-func (r *Runtime) deleteSecret(ctx context.Context, name string, uid any) {
+// to no pod; uid "": to none): never the Secret of a newer pod of the same
+// session. One owned by a pod that is gone is the garbage collector's.
+func (r *Runtime) deleteSecret(ctx context.Context, name string, uid types.UID) {
 	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
 	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if err != nil || s.Labels[sandbox.LabelManaged] != "true" {
 		return
 	}
 	for _, o := range s.OwnerReferences {
-		if o.Kind == "Pod" && string(o.UID) != fmt.Sprint(uid) {
+		if o.Kind == "Pod" && o.UID != uid {
 			return
 		}
 	}
