@@ -159,8 +159,22 @@
 // (authorizer), "RuntimeClass missing", "refused by Pod Security admission"
 // (label the namespace), or another admission plugin (quota, ...).
 //
+// # Network (netpol.go)
+//
+// A session pod has a network interface (unlike Docker's "none"), so a
+// NetworkPolicy confines it: EnsureNetworkPolicy (with
+// Config.ServerSelector) keeps one per release selecting its session pods
+// by org.shellbox.managed and org.shellbox.release, with no egress at all
+// (not the API server, another session pod, the cluster DNS or anything
+// outside) and ingress only from the server pods to the agent port. The
+// egress allowlist and network grants keep working through the relay on
+// the agent connection, which the server opens; the agent's proxy listens
+// on the pod's loopback only. It needs a NetworkPolicy implementation on
+// the cluster (kube-router on the lab's): without one the policy is inert.
+//
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
-// delete), secrets (create, get, list, delete), events (list); and,
+// delete), secrets (create, get, list, delete), events (list),
+// networkpolicies (get, create, update; with a ServerSelector); and,
 // cluster-wide and optional, runtimeclasses (get) for Runtimes, which
 // counts a configured class it may not look at as present.
 package kube

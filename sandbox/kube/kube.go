@@ -91,6 +91,12 @@ type Config struct {
 	// Poll is the interval of Create's and Remove's status checks. Default
 	// DefaultPoll.
 	Poll time.Duration
+	// ServerSelector are the labels of the shellbox server pods, the only
+	// pods the session pods' NetworkPolicy lets reach the agent port
+	// (EnsureNetworkPolicy). Empty: the runtime manages no NetworkPolicy.
+	ServerSelector map[string]string
+	// ServerNamespace is the server pods' namespace. Default Namespace.
+	ServerNamespace string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -153,6 +159,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Poll == 0 {
 		c.Poll = DefaultPoll
+	}
+	if c.ServerNamespace == "" {
+		c.ServerNamespace = c.Namespace
+	}
+	for k, v := range c.ServerSelector {
+		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			return c, fmt.Errorf("%w: kube: server selector: %q=%q is not a valid label", sandbox.ErrInvalid, k, v)
+		}
 	}
 	return c, nil
 }
