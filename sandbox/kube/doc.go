@@ -146,10 +146,11 @@
 // Create waits (Config.ReadyTimeout, polling every Config.Poll) for the pod
 // to run with its sandbox container ready and an IP, and fails early on a
 // state that does not pass by waiting (ErrImageNeverPull, ErrImagePull,
-// InvalidImageName, a container that terminated, a Failed pod). A pod that
+// InvalidImageName, a container that terminated, a Failed pod, and a node
+// whose container runtime has no handler for the RuntimeClass, which only
+// the pod's events say: FailedCreatePodSandBox "no runtime for ..."). A pod that
 // does not become ready fails Create with ErrUnavailable naming why, its
-// conditions, and its last events (FailedScheduling, FailedCreatePodSandBox
-// for a RuntimeClass whose handler the node lacks, ...), and is deleted
+// conditions, and its last events (FailedScheduling, ...), and is deleted
 // with its Secret. Remove deletes the pod (SIGTERM, SIGKILL after
 // GracePeriodSeconds) and its Secret, and waits until the pod is gone.
 //

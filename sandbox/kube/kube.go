@@ -88,7 +88,8 @@ type Config struct {
 	// ReadyTimeout bounds Create's wait for the pod to be running and its
 	// agent port ready. Default DefaultReadyTimeout.
 	ReadyTimeout time.Duration
-	// Poll is the interval of Create's and Remove's status checks. Default
+	// Poll is the interval of Create's and Remove's status checks (and ten
+	// of them that of Create's look at a pending pod's events). Default
 	// DefaultPoll.
 	Poll time.Duration
 	// ServerSelector are the labels of the shellbox server pods, the only
@@ -394,6 +395,7 @@ func (r *Runtime) waitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, er
 	defer cancel()
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
 	last := p
+	checked := time.Now()
 	for {
 		cur, err := pods.Get(wctx, p.Name, metav1.GetOptions{})
 		switch {
@@ -411,6 +413,15 @@ func (r *Runtime) waitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, er
 			}
 			if why := failed(cur); why != "" {
 				return nil, r.notReady(ctx, cur, why)
+			}
+			// The kubelet says only in events that the node cannot run the
+			// pod's RuntimeClass handler, and retries for ever: look at
+			// them now and then.
+			if cur.Status.Phase == corev1.PodPending && time.Since(checked) >= 10*r.cfg.Poll {
+				checked = time.Now()
+				if why := r.handlerMissing(wctx, cur); why != "" {
+					return nil, r.notReady(ctx, cur, why)
+				}
 			}
 		}
 		select {
@@ -494,6 +505,46 @@ func statusText(p *corev1.Pod) string {
 // maxEvents bounds the events an error quotes.
 const maxEvents = 5
 
+// handlerMissing returns why, if the pod's events say that its node has no
+// handler for its RuntimeClass (containerd: "no runtime for "runsc" is
+// configured"; CRI-O: "runtime handler ... not supported"), or "".
+func (r *Runtime) handlerMissing(ctx context.Context, p *corev1.Pod) string {
+	evs, err := r.events(ctx, p)
+	if err != nil {
+		return ""
+	}
+	for _, e := range evs {
+		m := strings.ToLower(e.Message)
+		if e.Reason == "FailedCreatePodSandBox" && (strings.Contains(m, "no runtime for") || strings.Contains(m, "runtime handler")) {
+			rc := ""
+			if p.Spec.RuntimeClassName != nil {
+				rc = *p.Spec.RuntimeClassName
+			}
+			return fmt.Sprintf("the node cannot run RuntimeClass %q (its handler is not configured in the node's container runtime)", rc)
+		}
+	}
+	return ""
+}
+
+// events returns the pod's events, oldest first.
+func (r *Runtime) events(ctx context.Context, p *corev1.Pod) ([]corev1.Event, error) {
+	evs, err := r.cs.CoreV1().Events(r.cfg.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + p.Name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var mine []corev1.Event
+	for _, e := range evs.Items {
+		// The field selector again: fakes and old servers ignore it.
+		if e.InvolvedObject.Name == p.Name && (e.InvolvedObject.UID == "" || e.InvolvedObject.UID == p.UID) {
+			mine = append(mine, e)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return eventTime(mine[i]).Before(eventTime(mine[j])) })
+	return mine, nil
+}
+
 // notReady is the error of a pod that did not become ready: why, its
 // state, and its last events (what the scheduler and the kubelet said).
 func (r *Runtime) notReady(ctx context.Context, p *corev1.Pod, why string) error {
@@ -503,18 +554,8 @@ func (r *Runtime) notReady(ctx context.Context, p *corev1.Pod, why string) error
 	if !strings.HasPrefix(why, "pod ") {
 		msg += statusText(p)
 	}
-	evs, err := r.cs.CoreV1().Events(r.cfg.Namespace).List(ectx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + p.Name,
-	})
+	mine, err := r.events(ectx, p)
 	if err == nil {
-		var mine []corev1.Event
-		for _, e := range evs.Items {
-			// The field selector again: fakes and old servers ignore it.
-			if e.InvolvedObject.Name == p.Name && (e.InvolvedObject.UID == "" || e.InvolvedObject.UID == p.UID) {
-				mine = append(mine, e)
-			}
-		}
-		sort.SliceStable(mine, func(i, j int) bool { return eventTime(mine[i]).Before(eventTime(mine[j])) })
 		if len(mine) > maxEvents {
 			mine = mine[len(mine)-maxEvents:]
 		}

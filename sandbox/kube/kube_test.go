@@ -377,7 +377,7 @@ func TestNeverReady(t *testing.T) {
 			p.Status = corev1.PodStatus{Phase: corev1.PodPending}
 			return []corev1.Event{{ObjectMeta: metav1.ObjectMeta{Name: p.Name + ".1"}, Type: "Warning", Reason: "FailedCreatePodSandBox",
 				Message: `Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "runsc" is configured`}}
-		}, []string{"not ready within 50ms", `events: Warning FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "runsc"`}},
+		}, []string{`the node cannot run RuntimeClass "gvisor"`, `events: Warning FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "runsc"`}},
 		{"agent exits", func(p *corev1.Pod) []corev1.Event {
 			p.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerSandbox,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 2,
@@ -388,8 +388,19 @@ func TestNeverReady(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
 			c.setKubelet(tc.kubelet)
-			r := c.runtime(t, func(cfg *Config) { cfg.ReadyTimeout = 50 * time.Millisecond })
-			_, err := r.Create(context.Background(), testSpec(t))
+			timeout := 50 * time.Millisecond
+			spec := testSpec(t)
+			if strings.HasPrefix(tc.name, "runtime handler") {
+				// Found in the events long before the timeout.
+				timeout = time.Minute
+				spec = testSpec(t, sandbox.WithRuntime(sandbox.RuntimeRunsc))
+			}
+			r := c.runtime(t, func(cfg *Config) { cfg.ReadyTimeout = timeout })
+			start := time.Now()
+			_, err := r.Create(context.Background(), spec)
+			if time.Since(start) > 10*time.Second {
+				t.Errorf("Create took %v", time.Since(start))
+			}
 			if !errors.Is(err, sandbox.ErrUnavailable) {
 				t.Fatalf("Create: %v, want ErrUnavailable", err)
 			}
