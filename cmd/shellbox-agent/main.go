@@ -41,6 +41,8 @@
 // runtime would die of (as PID 1 the kernel drops SIGKILL and SIGSTOP from
 // inside the namespace), and trees are process groups only (no tag groups
 // without CAP_SETGID): see sandbox/kube's package doc for what that costs.
+// --nproc sets the commands' RLIMIT_NPROC (a pod under gVisor, whose spec
+// has no pids limit).
 //
 // SIGTERM or SIGINT stops serving, kills every command and exits (not with
 // --no-setuid: there the pod's deletion ends it).
@@ -91,6 +93,7 @@ type options struct {
 	token                        string // from EnvToken, with listen
 	noSetuid                     bool
 	install, own                 string
+	nproc                        int64
 	uid, gid                     int
 	oomScoreAdj                  int
 	tagFirst, tagCount           uint
@@ -150,6 +153,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.BoolVar(&o.noSetuid, "no-setuid", false, "commands run as the agent's own uid/gid (a non-root pod under the restricted Pod Security profile): --uid/--gid must be the agent's; the agent makes itself non-dumpable and ignores the signals that would end it (see below)")
 	fs.StringVar(&o.install, "install", "", "copy this binary to the given path (mode 0555) and exit: an init container delivering the agent")
 	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
+	fs.Int64Var(&o.nproc, "nproc", 0, "RLIMIT_NPROC of commands (0: leave it): the workload's process limit under gVisor, which counts it per uid inside the sandbox (on runc the kernel counts the uid's processes host-wide: do not use it there); a root agent is exempt")
 	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egress.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
 	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -254,6 +258,13 @@ func serve(o options, logger *log.Logger) error {
 	}
 	if o.oomScoreAdj != 0 {
 		cfg.OOMScoreAdj, cfg.OOMScoreAdjInherit = o.oomScoreAdj, true
+	}
+	if o.nproc > 0 {
+		// Set on the agent, inherited by every command. The agent's own
+		// threads were made at start (reserveThreads), and root is exempt.
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(o.nproc), Max: uint64(o.nproc)}); err != nil {
+			return fmt.Errorf("--nproc: %w", err)
+		}
 	}
 	e, err := local.New(cfg)
 	if err != nil {

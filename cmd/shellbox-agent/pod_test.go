@@ -170,7 +170,7 @@ func TestTCPToken(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("shellbox-agent: the TCP test starts commands as uid 1000 and needs root")
 	}
-	a := startTCPAgent(t, nil, "--uid", "1000", "--gid", "1000")
+	a := startTCPAgent(t, nil, "--uid", "1000", "--gid", "1000", "--nproc", "321")
 	ctx := context.Background()
 	for _, tok := range []string{"", "wrong", testToken + "0"} {
 		ep := a.ep
@@ -184,9 +184,9 @@ func TestTCPToken(t *testing.T) {
 		t.Fatalf("dial with the token: %v\n%s", err, a.log)
 	}
 	defer c.Close()
-	res := a.run(t, c, `id -u; env | grep -c `+EnvToken+`; cat /proc/$PPID/environ >/dev/null 2>&1 && echo readable || echo denied`)
-	if res.Stdout != "1000\n0\ndenied\n" {
-		t.Errorf("from a command: %q (stderr %q), want uid 1000, no token variable, the agent's environ denied", res.Stdout, res.Stderr)
+	res := a.run(t, c, `id -u; env | grep -c `+EnvToken+`; cat /proc/$PPID/environ >/dev/null 2>&1 && echo readable || echo denied; ulimit -u`)
+	if res.Stdout != "1000\n0\ndenied\n321\n" {
+		t.Errorf("from a command: %q (stderr %q), want uid 1000, no token variable, the agent's environ denied, RLIMIT_NPROC 321", res.Stdout, res.Stderr)
 	}
 }
 

@@ -34,10 +34,12 @@
 //   - Resources: limits cpu = Spec.CPUs and memory = Spec.MemoryBytes;
 //     requests memory in full, cpu at Config.CPURequestRatio of the limit.
 //     The pids limit cannot be set per pod: it is the kubelet's
-//     podPidsLimit, a node setting (the chart's cluster must set it);
-//     Spec.PidsLimit is not applied here. (Under gVisor Docker caps the
-//     workload with RLIMIT_NPROC instead; a pod spec has no rlimits, so
-//     that needs the agent to set it: not done yet.)
+//     podPidsLimit, a node setting (the cluster must set it). Under gVisor
+//     Spec.PidsLimit is applied as on Docker, as RLIMIT_NPROC, which gVisor
+//     counts per uid among the sandbox's own tasks: a pod spec has no
+//     rlimits, so the agent sets it for its commands (--nproc). On runc it
+//     is not applied (the kernel would count the uid's processes on the
+//     whole node): the node's podPidsLimit is the only bound.
 //   - runtimeClassName from Config.RuntimeClasses: runc on the cluster's
 //     default handler, runsc on "gvisor".
 //   - Labels org.shellbox.{managed,tenant,session,owner,runtime,network},

@@ -174,6 +174,14 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		// the pod all egress).
 		args = append(args, "--egress-listen", egress.DefaultListen)
 	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		// A pod spec has no pids limit (the kubelet's podPidsLimit is the
+		// node's) and no rlimits: under gVisor, which counts RLIMIT_NPROC
+		// per uid among the sandbox's own tasks, the agent sets it for
+		// its commands, as Docker's nproc ulimit does. (Not on runc: the
+		// kernel would count the uid's processes on the whole node.)
+		args = append(args, "--nproc", strconv.FormatInt(spec.PidsLimit, 10))
+	}
 	if restricted {
 		args = append(args, "--no-setuid")
 	}

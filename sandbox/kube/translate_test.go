@@ -216,7 +216,7 @@ func TestTranslateVariants(t *testing.T) {
 		t.Errorf("runtimeClassName %v, want my-gvisor", rc)
 	}
 	c := pod.Spec.Containers[0]
-	if got := strings.Join(c.Args, " "); got != "--uid 1000 --gid 1000 --listen :9000 --spill-dir /run/shellbox/spill --egress-listen 127.0.0.1:3128" {
+	if got := strings.Join(c.Args, " "); got != "--uid 1000 --gid 1000 --listen :9000 --spill-dir /run/shellbox/spill --egress-listen 127.0.0.1:3128 --nproc 256" {
 		t.Errorf("args %q", got)
 	}
 	if c.Ports[0].ContainerPort != 9000 || c.ImagePullPolicy != corev1.PullNever || pod.Spec.InitContainers[0].ImagePullPolicy != corev1.PullNever {
