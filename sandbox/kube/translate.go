@@ -180,7 +180,13 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		// per uid among the sandbox's own tasks, the agent sets it for
 		// its commands, as Docker's nproc ulimit does. (Not on runc: the
 		// kernel would count the uid's processes on the whole node.)
-		args = append(args, "--nproc", strconv.FormatInt(spec.PidsLimit, 10))
+		// Restricted: the agent is the commands' uid, so its own threads
+		// (agentThreads) count too, and are added.
+		nproc := spec.PidsLimit
+		if restricted {
+			nproc += agentThreads
+		}
+		args = append(args, "--nproc", strconv.FormatInt(nproc, 10))
 	}
 	if restricted {
 		args = append(args, "--no-setuid")
@@ -351,6 +357,11 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 	}
 	return pod, secret
 }
+
+// agentThreads is what the agent's own threads may count towards
+// RLIMIT_NPROC when it runs as the commands' uid: the 96 it makes at start
+// (cmd/shellbox-agent reserveThreads) and some more.
+const agentThreads = 128
 
 // minSpillDir is the spill emptyDir's size when spilling is off (the agent
 // still makes its directory there).

@@ -238,6 +238,11 @@ func TestTranslateVariants(t *testing.T) {
 	if pod.Labels[sandbox.LabelRuntime] != "runsc" || pod.Labels[sandbox.LabelNetwork] != "egress" || pod.Annotations[AnnotationNetwork] != "egress" {
 		t.Errorf("labels %v", pod.Labels)
 	}
+	// Restricted under gVisor: the agent's threads count with the commands.
+	pod, _ = translate(spec, testConfig(t, func(c *Config) { c.PodSecurity = PodSecurityRestricted }))
+	if got := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.HasSuffix(got, "--nproc 384 --no-setuid") {
+		t.Errorf("restricted runsc args %q", got)
+	}
 	// runc on the cluster's default handler: no runtimeClassName.
 	pod, _ = translate(testSpec(t), testConfig(t, nil))
 	if pod.Spec.RuntimeClassName != nil {
