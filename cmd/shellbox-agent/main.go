@@ -40,7 +40,22 @@
 // It serves uploads and downloads in --root (PUT and GET /v1/files),
 // confined to it and done as --uid/--gid (package executor/files).
 //
-// SIGTERM or SIGINT stops serving, kills every command and exits.
+// In a Kubernetes pod (sandbox/kube; pod.go) an init container delivers it
+// (--install copies the binary into an emptyDir), and it serves on TCP
+// instead of a socket (--listen :7070), requiring on every request the
+// per-session token it reads once from $SHELLBOX_AGENT_TOKEN and unsets.
+// With a token it makes itself non-dumpable, so no process without
+// CAP_SYS_PTRACE can read its memory or /proc/1/environ. With --no-setuid
+// (the restricted Pod Security profile: no root, no capabilities) commands
+// run as the agent's own uid; it then also ignores every signal the Go
+// runtime would die of (as PID 1 the kernel drops SIGKILL and SIGSTOP from
+// inside the namespace), and trees are process groups only (no tag groups
+// without CAP_SETGID): see sandbox/kube's package doc for what that costs.
+// --nproc sets the commands' RLIMIT_NPROC (a pod under gVisor, whose spec
+// has no pids limit).
+//
+// SIGTERM or SIGINT stops serving, kills every command and exits (not with
+// --no-setuid: there the pod's deletion ends it).
 package main
 
 import (
@@ -89,6 +104,11 @@ func versionString() string {
 
 type options struct {
 	socket, spillDir, root, home string
+	listen                       string // TCP address; "" serves the unix socket
+	token                        string // from EnvToken, with listen
+	noSetuid                     bool
+	install, own                 string
+	nproc                        int64
 	uid, gid                     int
 	oomScoreAdj                  int
 	tagFirst, tagCount           uint
@@ -247,6 +267,11 @@ func run(args []string, stderr io.Writer) int {
 	fs.UintVar(&o.tagCount, "tag-gid-count", 65536, "number of tag gids (0: no tags; trees without a cgroup are then process groups)")
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "per-command cgroups: auto, off, v1 or v2")
 	fs.IntVar(&o.maxFinished, "max-finished-tasks", local.DefaultMaxFinishedTasks, "finished background tasks kept per session")
+	fs.StringVar(&o.listen, "listen", "", "TCP address to serve the protocol on instead of --socket, e.g. :7070 (Kubernetes: the pod IP); every request must carry the token in $"+EnvToken)
+	fs.BoolVar(&o.noSetuid, "no-setuid", false, "commands run as the agent's own uid/gid (a non-root pod under the restricted Pod Security profile): --uid/--gid must be the agent's; the agent makes itself non-dumpable and ignores the signals that would end it (see below)")
+	fs.StringVar(&o.install, "install", "", "copy this binary to the given path (mode 0555) and exit: an init container delivering the agent")
+	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
+	fs.Int64Var(&o.nproc, "nproc", 0, "RLIMIT_NPROC of commands (0: leave it): the workload's process limit under gVisor, which counts it per uid inside the sandbox (on runc the kernel counts the uid's processes host-wide: do not use it there); a root agent is exempt")
 	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egress.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
 	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -263,6 +288,31 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shellbox-agent %s (protocol %d, %s, %s/%s)\n", versionString(), agentapi.Protocol, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
 	}
+	if o.install != "" {
+		if err := install(o); err != nil {
+			logger.Print(err)
+			return 1
+		}
+		return 0
+	}
+	if o.own != "" {
+		logger.Print("--own goes with --install")
+		return 2
+	}
+	if o.listen != "" {
+		// Read once and dropped from the environment, so no command's
+		// environment can inherit it (baseEnv drops SHELLBOX_* anyway).
+		o.token = os.Getenv(EnvToken)
+		os.Unsetenv(EnvToken)
+		if len(o.token) < minTokenLen {
+			logger.Printf("--listen needs a per-session token of at least %d bytes in $%s", minTokenLen, EnvToken)
+			return 2
+		}
+	}
+	if o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
+		logger.Printf("--no-setuid: --uid/--gid %d:%d must be the agent's own, %d:%d", o.uid, o.gid, os.Geteuid(), os.Getegid())
+		return 2
+	}
 	if err := serve(o, logger); err != nil {
 		logger.Print(err)
 		return 1
@@ -276,14 +326,37 @@ func serve(o options, logger *log.Logger) error {
 		// anyway, so they are reaped here as they would be in a sandbox.
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	stopSignals := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	if o.noSetuid {
+		// Commands of the agent's uid may signal it. As PID 1 of its pid
+		// namespace the kernel already drops SIGKILL and SIGSTOP from
+		// inside it, and every signal without a handler; the Go runtime
+		// has handlers for the rest, and would exit on them. So the agent
+		// ignores every signal that would end it, SIGTERM included: the
+		// kubelet's SIGKILL after the (short) grace period ends the pod.
+		signal.Ignore(fatalSignals...)
+		stopSignals = nil
+	}
+	var (
+		ctx  context.Context
+		stop context.CancelFunc
+	)
+	if len(stopSignals) > 0 {
+		ctx, stop = signal.NotifyContext(context.Background(), stopSignals...)
+	} else {
+		// (NotifyContext with no signals would relay every signal.)
+		ctx, stop = context.WithCancel(context.Background())
+	}
 	defer stop()
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
 		return fmt.Errorf("spill dir: %w", err)
 	}
-	if err := os.Chmod(o.spillDir, 0o755); err != nil {
+	if err := os.Chmod(o.spillDir, 0o755); err != nil && !(o.noSetuid && errors.Is(err, os.ErrPermission)) {
+		// (Without setuid the commands are the agent's uid: no mode keeps
+		// them out, and a non-root agent cannot chmod a root-owned
+		// emptyDir.)
 		return fmt.Errorf("spill dir: %w", err)
 	}
 	cfg := local.Config{
@@ -295,7 +368,7 @@ func serve(o options, logger *log.Logger) error {
 		MaxFinishedTasks: o.maxFinished,
 		MemoryCgroup:     "auto",
 	}
-	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
+	if !o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
 		if o.uid != 0 && o.tagCount > 0 {
 			cfg.TagGroups = local.GroupRange{First: uint32(o.tagFirst), Count: uint32(o.tagCount)}
@@ -304,12 +377,30 @@ func serve(o options, logger *log.Logger) error {
 	if o.oomScoreAdj != 0 {
 		cfg.OOMScoreAdj, cfg.OOMScoreAdjInherit = o.oomScoreAdj, true
 	}
+	if o.nproc > 0 {
+		// Set on the agent, inherited by every command. The agent's own
+		// threads were made at start (reserveThreads), and root is exempt.
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(o.nproc), Max: uint64(o.nproc)}); err != nil {
+			return fmt.Errorf("--nproc: %w", err)
+		}
+	}
 	e, err := local.New(cfg)
 	if err != nil {
 		return err
 	}
 	if n, err := e.AdoptSpillFiles(); err != nil || n > 0 {
 		logger.Printf("spill files of an earlier agent: %d, evicted first when space is needed (%v)", n, err)
+	}
+	if o.token != "" || o.noSetuid {
+		// Non-dumpable: no process without CAP_SYS_PTRACE may ptrace the
+		// agent or read its /proc/<pid>/{mem,environ,fd,...} (they become
+		// root's), so a command of the agent's own uid (--no-setuid)
+		// cannot lift the token from its memory. After local.New, which
+		// opens this process's oom_score_adj while it still may; before
+		// serving: no command exists yet.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+		}
 	}
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
@@ -321,7 +412,7 @@ func serve(o options, logger *log.Logger) error {
 	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
 		tree.UID, tree.GID = o.uid, o.gid
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree}
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {
@@ -340,8 +431,16 @@ func serve(o options, logger *log.Logger) error {
 	if err != nil {
 		return err
 	}
-	l, err := agentapi.Listen(o.socket)
-	if err != nil {
+	var l net.Listener
+	where := o.socket
+	if o.listen != "" {
+		// No unix socket beside it: under --no-setuid a command could
+		// connect to one (same uid); the token is the only key.
+		if l, err = net.Listen("tcp", o.listen); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		where = "tcp " + l.Addr().String() + " (token required)"
+	} else if l, err = agentapi.Listen(o.socket); err != nil {
 		return err
 	}
 	tracking := e.Isolation()
@@ -349,7 +448,7 @@ func serve(o options, logger *log.Logger) error {
 		tracking += fmt.Sprintf(" + tag groups %d+%d", cfg.TagGroups.First, cfg.TagGroups.Count)
 	}
 	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
-		versionString(), agentapi.Protocol, o.socket, o.uid, o.gid, o.root, tracking, e.MemoryCgroup())
+		versionString(), agentapi.Protocol, where, o.uid, o.gid, o.root, tracking, e.MemoryCgroup())
 
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
 	errc := make(chan error, 1)

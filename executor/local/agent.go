@@ -43,7 +43,11 @@ func (c Config) checkAgent() error {
 func (e *Executor) initAgent() error {
 	e.tags = newTagPool(e.cfg.TagGroups)
 	if e.cfg.OOMScoreAdjInherit {
-		e.oom = &oomSelf{target: e.cfg.OOMScoreAdj}
+		o, err := newOOMSelf(e.cfg.OOMScoreAdj)
+		if err != nil {
+			return err
+		}
+		e.oom = o
 	}
 	switch mc := e.cfg.MemoryCgroup; {
 	case mc == "auto":

@@ -42,6 +42,20 @@ import (
 type oomSelf struct {
 	mu     sync.Mutex
 	target int
+	// f is this process's oom_score_adj, opened for writing once, at New:
+	// a process that makes itself non-dumpable afterwards (the agent, with
+	// a token) has its /proc/self files turned root's, so a non-root one
+	// could no longer open it; writes on an open file are not checked
+	// again. (Closed by its finalizer with the Executor.)
+	f *os.File
+}
+
+func newOOMSelf(target int) (*oomSelf, error) {
+	f, err := os.OpenFile(selfScoreFile, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("local: OOMScoreAdjInherit: %w", err)
+	}
+	return &oomSelf{target: target, f: f}, nil
 }
 
 const selfScoreFile = "/proc/self/oom_score_adj"
@@ -56,13 +70,8 @@ func readScore(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-func writeScore(v int) error {
-	fd, err := unix.Open(selfScoreFile, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	_, err = unix.Write(fd, []byte(strconv.Itoa(v)))
+func (o *oomSelf) writeScore(v int) error {
+	_, err := o.f.WriteAt([]byte(strconv.Itoa(v)), 0)
 	return err
 }
 
@@ -80,14 +89,14 @@ func (o *oomSelf) around(start func() error) error {
 	if orig >= o.target {
 		return start()
 	}
-	if err := writeScore(o.target); err != nil {
+	if err := o.writeScore(o.target); err != nil {
 		return fmt.Errorf("raise oom_score_adj to %d: %w", o.target, err)
 	}
 	startErr := start()
-	if err := writeScore(orig); err != nil {
+	if err := o.writeScore(orig); err != nil {
 		// Still raised: this process would be the OOM killer's first choice.
 		// Keep trying once more before giving up; the caller reports it.
-		if err2 := writeScore(orig); err2 != nil {
+		if err2 := o.writeScore(orig); err2 != nil {
 			if startErr != nil {
 				return startErr
 			}
