@@ -41,6 +41,13 @@ type Files struct {
 	read, write fileAccess
 }
 
+// HasRules reports whether read or write globs decide transfers by path
+// (then a transfer may not go through a symlink: the path decided must be
+// the path reached).
+func (f Files) HasRules() bool {
+	return len(f.read.allow)+len(f.read.deny)+len(f.write.allow)+len(f.write.deny) > 0
+}
+
 // fileAccess is one direction's globs; empty allow allows every path.
 type fileAccess struct {
 	allow, deny []fileGlob

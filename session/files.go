@@ -41,7 +41,7 @@ func (l *Layer) fileTarget(ctx context.Context, tenant, session string) (fileTar
 			return fileTarget{}, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
 		}
 		ft.pol = pol
-		ft.lim = files.Limits{MaxBytes: pol.Files.MaxBytes, MaxEntries: pol.Files.MaxEntries}
+		ft.lim = files.Limits{MaxBytes: pol.Files.MaxBytes, MaxEntries: pol.Files.MaxEntries, NoSymlinks: pol.Files.HasRules()}
 	}
 	switch e := tb.exec.(type) {
 	case *sandboxed.Executor:

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/server/servertest"
 )
@@ -91,5 +92,57 @@ files:
 	list, err := c.Sessions(ctx)
 	if err != nil || len(list) != 1 || list[0].ID != "s1" {
 		t.Errorf("sessions: %+v, %v", list, err)
+	}
+}
+
+// A planted symlink cannot carry a transfer past the files rules (found by
+// an attack review: "env -> .env" read a denied file, "g -> .git" wrote a
+// hook): with rules, a transfer's path may not go through a link.
+func TestFilesRulesSeeThroughNoSymlink(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`default: allow
+files:
+  read:
+    deny: ["*/.env"]
+  write:
+    deny: ["*/.git/*"]
+`), 0o644)
+	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, err := New(Config{Local: LocalConfig{Root: root, SpillDir: filepath.Join(dir, "spill"), Cgroup: "off"}, Policies: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	ctx := context.Background()
+	ws := filepath.Join(root, "acme")
+	os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".env"), []byte("AWS_SECRET=hunter2\n"), 0o644)
+	os.Symlink(".env", filepath.Join(ws, "env"))
+	os.Symlink(".git", filepath.Join(ws, "g"))
+
+	if _, _, err := l.GetFile(ctx, "acme", "s1", ".env", false); err == nil {
+		t.Fatal("the denied file itself was read")
+	}
+	if _, body, err := l.GetFile(ctx, "acme", "s1", "env", false); err == nil {
+		body.Close()
+		t.Fatal("a denied file was read through a symlink")
+	} else if !strings.Contains(err.Error(), "goes through the symlink") {
+		t.Errorf("read through a link: %v", err)
+	}
+	_, err = l.PutFile(ctx, "acme", "s1", "g/hooks/pre-commit", strings.NewReader("#!/bin/sh\nevil\n"), server.PutFileOptions{Size: -1})
+	if err == nil || !strings.Contains(err.Error(), "goes through the symlink") {
+		t.Errorf("write through a link: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "hooks", "pre-commit")); err == nil {
+		t.Error("a hook was written through the link")
+	}
+	// Paths without links are decided and served as before.
+	if _, err := l.PutFile(ctx, "acme", "s1", "notes.txt", strings.NewReader("ok"), server.PutFileOptions{Size: -1}); err != nil {
+		t.Errorf("a plain upload: %v", err)
 	}
 }

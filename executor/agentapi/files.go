@@ -48,6 +48,9 @@ func filesQuery(p string, l files.Limits) string {
 	if l.MaxEntries > 0 {
 		q.Set("entries", strconv.Itoa(l.MaxEntries))
 	}
+	if l.NoSymlinks {
+		q.Set("nosymlinks", "1")
+	}
 	return q.Encode()
 }
 
@@ -61,7 +64,7 @@ func filesLimits(q url.Values) (files.Limits, error) {
 	if err != nil {
 		return files.Limits{}, err
 	}
-	return files.Limits{MaxBytes: max, MaxEntries: int(min(entries, 1<<30))}, nil
+	return files.Limits{MaxBytes: max, MaxEntries: int(min(entries, 1<<30)), NoSymlinks: q.Get("nosymlinks") == "1"}, nil
 }
 
 // putFile serves PUT /v1/files?path=P[&max=N][&entries=M][&mode=0644]: the

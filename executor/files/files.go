@@ -95,6 +95,11 @@ type Limits struct {
 	MaxBytes int64
 	// MaxEntries caps the entries of a tar.
 	MaxEntries int
+	// NoSymlinks refuses a path that goes through a symlink (any
+	// component, the last one included): for a tenant whose policy decides
+	// transfers by path, so that the path decided is the path reached (a
+	// planted "env -> .env" would otherwise read a denied file).
+	NoSymlinks bool
 }
 
 func (l Limits) withDefaults() Limits {
@@ -180,6 +185,27 @@ func (t Tree) resolve(p string) (abs, rel string, err error) {
 
 func outside(p, root string) error {
 	return executor.Errorf(executor.ErrInvalid, "invalid path: %s is outside the session root %s", p, root)
+}
+
+// noSymlinks refuses rel when one of its components is a symlink (see
+// Limits.NoSymlinks). Components that do not exist yet end the walk.
+func (r *root) noSymlinks(rel, abs string) error {
+	if rel == "." {
+		return nil
+	}
+	cur := ""
+	for _, c := range strings.Split(rel, "/") {
+		cur = path.Join(cur, c)
+		fi, err := r.Lstat(cur)
+		if err != nil {
+			return nil // missing: nothing to follow from here on
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return executor.Errorf(executor.ErrInvalid, "%s goes through the symlink %s: the tenant's files rules decide transfers by path, so a transfer may not follow a link",
+				abs, path.Join(r.t.Root, cur))
+		}
+	}
+	return nil
 }
 
 // root is the tree's root, open, and its real path.

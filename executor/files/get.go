@@ -51,6 +51,11 @@ func (t Tree) Get(ctx context.Context, p string, o GetOptions, open func(Info) (
 			return err
 		}
 		defer r.Close()
+		if lim.NoSymlinks {
+			if err := r.noSymlinks(rel, abs); err != nil {
+				return err
+			}
+		}
 		// O_NONBLOCK: opening a FIFO to look at it must not wait for a
 		// writer.
 		f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)

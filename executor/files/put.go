@@ -58,6 +58,11 @@ func (t Tree) Put(ctx context.Context, p string, body io.Reader, o PutOptions) (
 			return err
 		}
 		defer r.Close()
+		if lim.NoSymlinks {
+			if err := r.noSymlinks(rel, abs); err != nil {
+				return err
+			}
+		}
 		dir := rel
 		if !o.Tar {
 			dir = path.Dir(rel)
