@@ -869,8 +869,10 @@ const heartbeat = 10 * time.Second
 
 // runLogged runs cmd with its stdout and stderr written to log, and prints
 // a summary instead of the lines: the first line of each phase (the first
-// word after debootstrap's "I: ": Retrieving, Validating, Extracting,
-// Unpacking, Configuring, ...), warnings and errors ("W:", "E:") whole, and
+// line with a new first word after debootstrap's "I: ": Retrieving,
+// Validating, Extracting, Unpacking, Configuring, ...; Retrieving and
+// Validating alternate package by package and are shown once), warnings and
+// errors ("W:", "E:") whole, and
 // every heartbeat the latest line with the number of lines so far. The
 // error carries the last lines of output.
 func (p *progress) runLogged(ctx context.Context, name string, log io.Writer, cmd *exec.Cmd) error {
@@ -878,9 +880,9 @@ func (p *progress) runLogged(ctx context.Context, name string, log io.Writer, cm
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.WaitDelay = 5 * time.Second
 	var (
-		last  []string
-		phase string
-		n     int
+		last []string
+		seen = map[string]bool{}
+		n    int
 	)
 	lines := make(chan string)
 	done := make(chan struct{})
@@ -917,8 +919,8 @@ func (p *progress) runLogged(ctx context.Context, name string, log io.Writer, cm
 				case strings.HasPrefix(line, "W: ") || strings.HasPrefix(line, "E: "):
 					p.printf("    %s %s: %s\n", p.elapsed(), name, line)
 					lastPrint = time.Now()
-				case word != phase:
-					phase = word
+				case !seen[word] && len(seen) < 100:
+					seen[word] = true
 					p.printf("    %s %s: %s\n", p.elapsed(), name, strings.TrimPrefix(line, "I: "))
 					lastPrint = time.Now()
 				}
