@@ -158,7 +158,7 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 	}
 	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	watch := newCreationWatch()
-	l, closeRuntime, err := buildLayer(cfg, pol, watch, log, true)
+	l, closeRuntime, err := buildLayer(cfg, pol, nil, log, true, watch)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -175,6 +175,5 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 		_ = l.Close(cctx)
 		_ = closeRuntime()
 	}
-	watch.l = l
 	return ts, watch, cleanup, nil
 }

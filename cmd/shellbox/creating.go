@@ -7,45 +7,38 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shellbox/shellbox/server"
-	"github.com/shellbox/shellbox/session"
-	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 // creationNotice is how long a call on a sandboxed backend may run before
 // the CLI says that it is creating the session's sandbox.
-const creationNotice = time.Second
+var creationNotice = time.Second
 
-// creationWatch hears the session layer create sandboxes (its Observer,
-// for the CLI: nothing else is observed) so that a one-shot call can say
-// it is creating one.
+// creationWatch hears the runtime create a sandbox (creatingRuntime) so that
+// a one-shot call can say that it is waiting for one.
 type creationWatch struct {
-	l       *session.Layer
-	once    sync.Once
-	created chan struct{} // closed by the first creation
-	took    time.Duration
+	startOnce, doneOnce sync.Once
+	started, created    chan struct{} // closed when the first Create begins, and succeeds
+	began               time.Time
+	took                time.Duration
 }
 
-func newCreationWatch() *creationWatch { return &creationWatch{created: make(chan struct{})} }
-
-func (*creationWatch) Notify(string, string, tools.Notice)           {}
-func (*creationWatch) ObserveGate(_ string, g tools.Gate) tools.Gate { return g }
-func (*creationWatch) ObserveEgress(string, string)                  {}
-func (c *creationWatch) ObserveSandboxCreate(_ string, d time.Duration) {
-	c.once.Do(func() { c.took = d; close(c.created) })
+func newCreationWatch() *creationWatch {
+	return &creationWatch{started: make(chan struct{}), created: make(chan struct{})}
 }
 
-// announce watches a call of tenant's session: if it still runs after
-// creationNotice, no sandbox has been created yet and the session has no
-// sandbox older than the call, it says on w that the sandbox is being
-// created, and when it is, how long that took (a new sandbox takes a few
-// hundred milliseconds on runc, seconds on a loaded machine). stop ends the
-// watch and returns once nothing more will be written.
+// wrap is the runtime rt with Create reported to the watch.
+func (c *creationWatch) wrap(rt sandboxRuntime) sandboxRuntime { return creatingRuntime{rt, c} }
+
+// announce watches a call: once it has run for creationNotice while the
+// runtime creates a sandbox, it says so on w, and when the sandbox is
+// created, how long that took (a few hundred milliseconds on runc, seconds
+// on a loaded machine). A call on an existing sandbox says nothing. stop
+// ends the watch and returns once nothing more will be written.
 func (c *creationWatch) announce(tenant, sess string, w io.Writer) (stop func()) {
-	if c == nil || c.l == nil || !c.l.Sandboxed() {
+	if c == nil {
 		return func() {}
 	}
-	began := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -56,18 +49,17 @@ func (c *creationWatch) announce(tenant, sess string, w io.Writer) (stop func())
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.created:
-			return
 		case <-t.C:
 		}
-		list, err := c.l.Sessions(ctx, tenant)
-		if err != nil || ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return
+		case <-c.started:
 		}
-		for _, s := range list {
-			if s.ID == sess && s.Created.Before(began.Add(-time.Second)) {
-				return // an existing sandbox: the command itself is slow
-			}
+		select {
+		case <-c.created:
+			return // created, now waiting for something else
+		default:
 		}
 		fmt.Fprintf(w, "shellbox: creating the sandbox of session %s/%s …\n", tenant, sess)
 		select {
@@ -82,4 +74,26 @@ func (c *creationWatch) announce(tenant, sess string, w io.Writer) (stop func())
 	}
 }
 
-var _ server.Observer = (*creationWatch)(nil)
+// creatingRuntime tells its watch when Create begins and succeeds.
+type creatingRuntime struct {
+	sandboxRuntime
+	watch *creationWatch
+}
+
+func (r creatingRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	c := r.watch
+	c.startOnce.Do(func() { c.began = time.Now(); close(c.started) })
+	sb, err := r.sandboxRuntime.Create(ctx, spec)
+	if err == nil {
+		c.doneOnce.Do(func() { c.took = time.Since(c.began); close(c.created) })
+	}
+	return sb, err
+}
+
+// Sweep passes the runtime's Sweeper through.
+func (r creatingRuntime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
+	if s, ok := r.sandboxRuntime.(sandbox.Sweeper); ok {
+		return s.Sweep(ctx, owner, live)
+	}
+	return nil, nil
+}
