@@ -147,7 +147,7 @@ func quickstart(ctx context.Context, cfg config.Config, testImage, keep bool, st
 	if res.IsError {
 		return exitError{1}
 	}
-	fmt.Fprintf(stderr, "\nNext: `go build -o bin/ ./cmd/...` (CGO_ENABLED=0 for the agent), then\n"+
+	fmt.Fprintf(stderr, "\nNext: `CGO_ENABLED=0 go build -o bin/ ./cmd/...` (shellbox and the static agent side by side), then\n"+
 		"  bin/shellbox call --backend %s --session s1 bash '{\"command\":\"id\",\"description\":\"who am I\"}'\n"+
 		"Configuration: docs/configuration.md; the server: docs/server.md.\n", cfg.Backend)
 	return nil
