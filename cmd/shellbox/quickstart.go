@@ -220,6 +220,10 @@ func moduleRoot() (string, bool) {
 	}
 }
 
+// defaultImage is the image quickstart builds when it is missing (a
+// variable for tests).
+var defaultImage = images.SandboxImage
+
 // ensureImage returns the image the demo sandbox runs: sandbox.image when
 // the engine has it, else the default image built now (root, debootstrap),
 // else — without debootstrap, or asked for — the test image.
@@ -247,20 +251,20 @@ func ensureImage(ctx context.Context, cfg config.Config, testImage bool, step fu
 		step("image %s present", cfg.Sandbox.Image)
 		return cfg.Sandbox.Image, nil
 	}
-	if cfg.Sandbox.Image != images.SandboxImage {
+	if cfg.Sandbox.Image != defaultImage {
 		return "", fmt.Errorf("image %s (sandbox.image) is not on the engine: pull or build it, or unset sandbox.image for the default", cfg.Sandbox.Image)
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		fmt.Fprintf(progress, "shellbox: the default image %s is built with debootstrap, which is not installed:\n"+
 			"    apt-get install -y debootstrap\n"+
-			"then run quickstart again (or `shellbox image build`). For now, the test image.\n", images.SandboxImage)
+			"then run quickstart again (or `shellbox image build`). For now, the test image.\n", defaultImage)
 		return buildTest("no debootstrap")
 	}
-	step("the default image %s is missing: building it (once; a few minutes, network-bound; --test-image takes seconds)", images.SandboxImage)
-	if err := images.BuildOffline(ctx, images.Options{Tag: images.SandboxImage}, progress); err != nil {
+	step("the default image %s is missing: building it (once; a few minutes, network-bound; --test-image takes seconds)", defaultImage)
+	if err := images.BuildOffline(ctx, images.Options{Tag: defaultImage}, progress); err != nil {
 		return "", err
 	}
-	return images.SandboxImage, nil
+	return defaultImage, nil
 }
 
 func dockerHasImage(ctx context.Context, ref string) bool {
