@@ -211,12 +211,23 @@ func BuildOffline(ctx context.Context, opts Options, progress io.Writer) (err er
 	args = append(args, opts.Suite, rootfs, mirror)
 	p.step("debootstrap %s", strings.Join(args, " "))
 	t := time.Now()
-	if err := p.run(ctx, "debootstrap", exec.CommandContext(ctx, opts.Debootstrap, args...)); err != nil {
+	logFile, err := os.CreateTemp(opts.WorkDir, "shellbox-debootstrap-*.log")
+	if err != nil {
+		return fmt.Errorf("offline image build: %w", err)
+	}
+	p.step("debootstrap's own output goes to %s", logFile.Name())
+	err = p.runLogged(ctx, "debootstrap", logFile, exec.CommandContext(ctx, opts.Debootstrap, args...))
+	logFile.Close()
+	if err != nil {
+		if log, rerr := os.ReadFile(logFile.Name()); rerr == nil {
+			p.tail(logFile.Name(), log, 20)
+		}
 		if log, rerr := os.ReadFile(filepath.Join(rootfs, "debootstrap", "debootstrap.log")); rerr == nil {
 			p.tail("debootstrap.log", log, 20)
 		}
-		return fmt.Errorf("offline image build: debootstrap: %w", err)
+		return fmt.Errorf("offline image build: debootstrap (its output: %s): %w", logFile.Name(), err)
 	}
+	os.Remove(logFile.Name())
 	p.step("debootstrap done in %s", since(t))
 
 	// 2. The sandbox user and /workspace.
@@ -823,17 +834,24 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// progress writes "==> " step lines and relays tools' output line by line.
+// progress writes "==> [elapsed] " step lines and relays tools' output line
+// by line, or (runLogged) a summary of it.
 type progress struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
 }
 
 func newProgress(w io.Writer) *progress {
 	if w == nil {
 		w = io.Discard
 	}
-	return &progress{w: w}
+	return &progress{w: w, start: time.Now()}
+}
+
+// elapsed is the time since the progress started, for step lines.
+func (p *progress) elapsed() string {
+	return fmt.Sprintf("[%5.1fs]", time.Since(p.start).Seconds())
 }
 
 func (p *progress) printf(format string, args ...any) {
@@ -843,7 +861,90 @@ func (p *progress) printf(format string, args ...any) {
 }
 
 func (p *progress) step(format string, args ...any) {
-	p.printf("==> "+format+"\n", args...)
+	p.printf("==> "+p.elapsed()+" "+format+"\n", args...)
+}
+
+// heartbeat is how often runLogged says a tool is still at the same phase.
+const heartbeat = 10 * time.Second
+
+// runLogged runs cmd with its stdout and stderr written to log, and prints
+// a summary instead of the lines: the first line of each phase (the first
+// line with a new first word after debootstrap's "I: ": Retrieving,
+// Validating, Extracting, Unpacking, Configuring, ...; Retrieving and
+// Validating alternate package by package and are shown once), warnings and
+// errors ("W:", "E:") whole, and
+// every heartbeat the latest line with the number of lines so far. The
+// error carries the last lines of output.
+func (p *progress) runLogged(ctx context.Context, name string, log io.Writer, cmd *exec.Cmd) error {
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.WaitDelay = 5 * time.Second
+	var (
+		last []string
+		seen = map[string]bool{}
+		n    int
+	)
+	lines := make(chan string)
+	done := make(chan struct{})
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(heartbeat)
+		defer tick.Stop()
+		lastPrint := time.Now()
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					return
+				}
+				n++
+				_, _ = io.WriteString(log, line+"\n")
+				if last = append(last, line); len(last) > 5 {
+					last = last[1:]
+				}
+				word := line
+				if rest, ok := strings.CutPrefix(line, "I: "); ok {
+					word, _, _ = strings.Cut(rest, " ")
+				}
+				switch {
+				case strings.HasPrefix(line, "W: ") || strings.HasPrefix(line, "E: "):
+					p.printf("    %s %s: %s\n", p.elapsed(), name, line)
+					lastPrint = time.Now()
+				case !seen[word] && len(seen) < 100:
+					seen[word] = true
+					p.printf("    %s %s: %s\n", p.elapsed(), name, strings.TrimPrefix(line, "I: "))
+					lastPrint = time.Now()
+				}
+			case <-tick.C:
+				if time.Since(lastPrint) >= heartbeat && len(last) > 0 {
+					p.printf("    %s %s: … %s (%d lines so far)\n", p.elapsed(), name, strings.TrimPrefix(last[len(last)-1], "I: "), n)
+					lastPrint = time.Now()
+				}
+			}
+		}
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if len(last) > 0 {
+			return fmt.Errorf("%w: %s", err, strings.Join(last, " | "))
+		}
+		return err
+	}
+	return nil
 }
 
 func (p *progress) tail(name string, data []byte, n int) {

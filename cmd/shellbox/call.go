@@ -69,11 +69,13 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 				pol = e
 				cfg.Limits = p.Limits
 			}
-			ts, cleanup, err := newToolset(ctx, cfg, runtime, pol, cmd.ErrOrStderr())
+			ts, watch, cleanup, err := newToolset(ctx, cfg, runtime, pol, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			stop := watch.announce(cfg.Tenant, cfg.Session, cmd.ErrOrStderr())
 			res := ts.Call(ctx, tools.Invocation{Tenant: cfg.Tenant, Session: cfg.Session, Tool: args[0], Args: raw})
+			stop()
 			if bg, ok := res.Value.(*tools.Background); ok && cfg.Backend == "local" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: the local backend keeps background tasks only while this process runs: task %s is killed when it exits\n", bg.TaskID)
 			}
@@ -135,7 +137,7 @@ func callArgs(stdin io.Reader, args []string) (json.RawMessage, error) {
 // replaces sandbox.runtime). warn hears what the layer logs (refused egress).
 // cleanup stops watchers and releases the backend (killing the local
 // backend's tasks).
-func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *policies.Engine, warn io.Writer) (*tools.Toolset, func(), error) {
+func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *policies.Engine, warn io.Writer) (*tools.Toolset, *creationWatch, func(), error) {
 	if cfg.Backend == "local" {
 		// Leftovers of a crashed run (their creator is gone) are killed and
 		// removed; a failure here does not stop this call.
@@ -148,22 +150,23 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 		// A flag the policy contradicts is a usage error, not a result.
 		p, err := pol.Policy(cfg.Tenant)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if runtime != p.Runtime {
-			return nil, nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, p.Tenant, p.Runtime)
+			return nil, nil, nil, fmt.Errorf("runtime %s is not allowed by policy %s (sandbox.runtime: %s)", runtime, p.Tenant, p.Runtime)
 		}
 	}
 	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l, closeRuntime, err := newLayerShared(cfg, pol, log)
+	watch := newCreationWatch()
+	l, closeRuntime, err := buildLayer(cfg, pol, nil, log, true, watch)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ts, err := l.Toolset(ctx, cfg.Tenant)
 	if err != nil {
 		l.Close(ctx)
 		closeRuntime()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cleanup := func() {
 		// Cleanup must finish even if the caller's context is gone.
@@ -172,5 +175,5 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 		_ = l.Close(cctx)
 		_ = closeRuntime()
 	}
-	return ts, cleanup, nil
+	return ts, watch, cleanup, nil
 }

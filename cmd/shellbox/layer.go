@@ -14,16 +14,17 @@ import (
 // choices. pol (may be nil) decides calls; obs (may be nil) hears notices
 // and metrics. The caller closes the layer, then closeRuntime.
 func newLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger) (l *session.Layer, closeRuntime func() error, err error) {
-	return buildLayer(cfg, pol, obs, log, false)
+	return buildLayer(cfg, pol, obs, log, false, nil)
 }
 
 // newLayerShared is newLayer for a one-shot call: the local backend runs in
 // local.root itself (not a directory per tenant).
 func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (*session.Layer, func() error, error) {
-	return buildLayer(cfg, pol, nil, log, true)
+	return buildLayer(cfg, pol, nil, log, true, nil)
 }
 
-func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool) (l *session.Layer, closeRuntime func() error, err error) {
+// watch (may be nil) hears the runtime create sandboxes.
+func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Layer, closeRuntime func() error, err error) {
 	sc := session.Config{
 		Owner:                  cfg.Sandbox.Owner,
 		Defaults:               cfg.Sandbox.Defaults(),
@@ -49,6 +50,9 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 			return nil, nil, err
 		}
 		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+		if watch != nil {
+			sc.Runtime = watch.wrap(rt)
+		}
 	} else if cfg.Backend != "local" {
 		return nil, nil, unknownBackend(cfg.Backend)
 	}

@@ -57,6 +57,6 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "config file (default: ./shellbox.yaml, then $XDG_CONFIG_HOME/shellbox/shellbox.yaml)")
 	root.AddCommand(newCallCmd(), newToolsCmd(), newSessionsCmd(), newImageCmd(), newVersionCmd(),
 		newServeCmd(), newMCPCmd(), newTokenCmd(), newApprovalsCmd(), newEventsCmd(),
-		newPolicyCmd(), newAuditCmd(), newCpCmd())
+		newPolicyCmd(), newAuditCmd(), newCpCmd(), newQuickstartCmd())
 	return root
 }
