@@ -219,6 +219,13 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := strings.TrimSpace(req.Token)
+	// Once failures have used the budget, every login waits, right or
+	// wrong: a guess that happens to be right gets no answer of its own.
+	if c.failed.Tokens() < 1 {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many failed logins; wait a moment")
+		return
+	}
 	tenant, isTenant := c.s.tokens.lookup(tok)
 	_, isOperator := c.operators.lookup(tok)
 	if tok == "" || !isTenant && !isOperator {
@@ -237,7 +244,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id := randomToken()
 	c.mu.Lock()
-	c.pruneLocked()
+	c.pruneLocked(l.label())
 	c.logins[loginID(id)] = l
 	c.mu.Unlock()
 	setLogAttr(r.Context(), "console", l.label())
@@ -258,24 +265,40 @@ func loginID(cookie string) string {
 
 // pruneLocked drops expired logins and, when the store is full, the one
 // closest to expiry.
-func (c *console) pruneLocked() {
+func (c *console) pruneLocked(principal string) {
 	now := time.Now()
+	n := 0
 	for k, l := range c.logins {
 		if now.After(l.expires) {
 			delete(c.logins, k)
+		} else if l.label() == principal {
+			n++
 		}
 	}
-	for len(c.logins) >= maxConsoleSessions {
+	// A principal's own logins make room for its next one first (at most
+	// maxLoginsPerPrincipal each): one tenant logging in again and again
+	// cannot push another's, or the operator's, login out.
+	evict := func(of string) {
 		var oldest string
 		var at time.Time
 		for k, l := range c.logins {
-			if oldest == "" || l.expires.Before(at) {
+			if (of == "" || l.label() == of) && (oldest == "" || l.expires.Before(at)) {
 				oldest, at = k, l.expires
 			}
 		}
 		delete(c.logins, oldest)
 	}
+	for ; n >= maxLoginsPerPrincipal; n-- {
+		evict(principal)
+	}
+	for len(c.logins) >= maxConsoleSessions {
+		evict("")
+	}
 }
+
+// maxLoginsPerPrincipal bounds the live logins of one tenant (or of the
+// operators together).
+const maxLoginsPerPrincipal = 16
 
 // auth resolves the request's login or answers 401; a POST also needs the
 // login's CSRF token and a same-origin request.

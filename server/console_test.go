@@ -284,3 +284,41 @@ func TestConsoleTenants(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// From an attack review: a tenant logging in again and again cannot push
+// the operator's login out, and once failed logins have used their budget
+// a right token waits too (a lucky guess gets no answer of its own).
+func TestConsoleLoginLimits(t *testing.T) {
+	r, _ := newConsoleRig(t)
+	op := newConsoleClient(r)
+	if resp := op.login(tokenOperator); resp.StatusCode != 200 {
+		t.Fatalf("operator login: %d", resp.StatusCode)
+	}
+	for range maxLoginsPerPrincipal * 3 {
+		if resp := newConsoleClient(r).login(tokenAcme); resp.StatusCode != 200 {
+			t.Fatalf("tenant login: %d", resp.StatusCode)
+		}
+	}
+	if resp, m := op.send("GET", "/ui/api/me", nil, nil); resp.StatusCode != 200 || m["operator"] != true {
+		t.Errorf("the operator's login after 48 tenant logins: %d %v", resp.StatusCode, m)
+	}
+	r.srv.console.mu.Lock()
+	n := 0
+	for _, l := range r.srv.console.logins {
+		if l.label() == "tenant:acme" {
+			n++
+		}
+	}
+	r.srv.console.mu.Unlock()
+	if n > maxLoginsPerPrincipal {
+		t.Errorf("tenant acme holds %d logins, over %d", n, maxLoginsPerPrincipal)
+	}
+	for {
+		if resp := newConsoleClient(r).login("wrong"); resp.StatusCode == 429 {
+			break
+		}
+	}
+	if resp := newConsoleClient(r).login(tokenAcme); resp.StatusCode != 429 {
+		t.Errorf("a right token while failures are over budget: %d, want 429", resp.StatusCode)
+	}
+}
