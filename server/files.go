@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 )
@@ -81,6 +82,42 @@ func (s *Server) fileTransfer(w http.ResponseWriter) (FileTransfer, bool) {
 	return ft, ok
 }
 
+// fileRequest reads what every files request names (the session, the path)
+// and takes a call slot of the tenant for it (a stat may create the
+// sandbox, as any transfer may); done releases the slot. ok false: the
+// answer is written.
+func (s *Server) fileRequest(w http.ResponseWriter, r *http.Request) (id, p string, ft FileTransfer, tenant string, done func(), ok bool) {
+	if id, ok = s.sessionID(w, r); !ok {
+		return
+	}
+	if p, ok = filePath(w, r); !ok {
+		return
+	}
+	if ft, ok = s.fileTransfer(w); !ok {
+		return
+	}
+	tenant = tenantOf(r.Context())
+	done, ok = s.beginTransfer(w, tenant)
+	return
+}
+
+// FileError maps the classes of executor/files (and the executor's) onto
+// the server's, for a FileTransfer implementation.
+func FileError(err error) error {
+	class := ErrUnavailable
+	switch {
+	case errors.Is(err, executor.ErrInvalid), errors.Is(err, executor.ErrAborted):
+		class = ErrInvalid
+	case errors.Is(err, executor.ErrNotFound):
+		class = ErrNotFound
+	case errors.Is(err, files.ErrTooLarge):
+		class = ErrTooLarge
+	case errors.Is(err, files.ErrNoSpace):
+		class = ErrNoSpace
+	}
+	return Errorf(class, "%v", err)
+}
+
 // beginTransfer takes a call slot of the tenant and registers with Drain,
 // as a tool call does; the returned func releases both.
 func (s *Server) beginTransfer(w http.ResponseWriter, tenant string) (func(), bool) {
@@ -119,18 +156,11 @@ func filePath(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // putFile serves PUT /v1/sessions/{id}/files?path=P[&mode=0644].
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.sessionID(w, r)
+	id, p, ft, tenant, done, ok := s.fileRequest(w, r)
 	if !ok {
 		return
 	}
-	p, ok := filePath(w, r)
-	if !ok {
-		return
-	}
-	ft, ok := s.fileTransfer(w)
-	if !ok {
-		return
-	}
+	defer done()
 	o := PutFileOptions{Tar: agentapi.IsTar(r.Header.Get("Content-Type")), Size: r.ContentLength}
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
@@ -140,12 +170,6 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Mode = fs.FileMode(v)
 	}
-	tenant := tenantOf(r.Context())
-	done, ok := s.beginTransfer(w, tenant)
-	if !ok {
-		return
-	}
-	defer done()
 	res, err := ft.PutFile(r.Context(), tenant, id, p, r.Body, o)
 	if err != nil {
 		s.countError("files")
@@ -159,20 +183,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 // with Accept: application/x-tar a tar of P. The Shellbox-File header
 // carries what P is (files.Info as JSON).
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.sessionID(w, r)
-	if !ok {
-		return
-	}
-	p, ok := filePath(w, r)
-	if !ok {
-		return
-	}
-	ft, ok := s.fileTransfer(w)
-	if !ok {
-		return
-	}
-	tenant := tenantOf(r.Context())
-	done, ok := s.beginTransfer(w, tenant)
+	id, p, ft, tenant, done, ok := s.fileRequest(w, r)
 	if !ok {
 		return
 	}
@@ -204,19 +215,12 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 
 // statFile serves GET /v1/sessions/{id}/files/stat?path=P.
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.sessionID(w, r)
+	id, p, ft, tenant, done, ok := s.fileRequest(w, r)
 	if !ok {
 		return
 	}
-	p, ok := filePath(w, r)
-	if !ok {
-		return
-	}
-	ft, ok := s.fileTransfer(w)
-	if !ok {
-		return
-	}
-	info, err := ft.StatFile(r.Context(), tenantOf(r.Context()), id, p)
+	defer done()
+	info, err := ft.StatFile(r.Context(), tenant, id, p)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"io"
 	"path"
 
@@ -47,7 +46,7 @@ func (l *Layer) fileTarget(ctx context.Context, tenant, session string) (fileTar
 	case *sandboxed.Executor:
 		a, err := e.Files(ctx, session)
 		if err != nil {
-			return fileTarget{}, fileError(err)
+			return fileTarget{}, server.FileError(err)
 		}
 		ft.agent, ft.root = a, e.Root()
 	default:
@@ -96,7 +95,7 @@ func (l *Layer) PutFile(ctx context.Context, tenant, session, p string, body io.
 	}
 	w, err := ft.agent.PutFile(ctx, p, body, files.PutOptions{Tar: o.Tar, Mode: o.Mode, Limits: ft.lim})
 	if err != nil {
-		return files.Written{}, fileError(err)
+		return files.Written{}, server.FileError(err)
 	}
 	l.log.Info("file uploaded", "tenant", tenant, "session", session, "path", w.Path, "bytes", w.Bytes, "tar", o.Tar)
 	return w, nil
@@ -113,7 +112,7 @@ func (l *Layer) GetFile(ctx context.Context, tenant, session, p string, tar bool
 	}
 	info, body, err := ft.agent.GetFile(ctx, p, files.GetOptions{Tar: tar, Limits: ft.lim})
 	if err != nil {
-		return files.Info{}, nil, fileError(err)
+		return files.Info{}, nil, server.FileError(err)
 	}
 	return info, body, nil
 }
@@ -130,25 +129,9 @@ func (l *Layer) StatFile(ctx context.Context, tenant, session, p string) (files.
 	}
 	info, err := ft.agent.StatFile(ctx, p)
 	if err != nil {
-		return files.Info{}, fileError(err)
+		return files.Info{}, server.FileError(err)
 	}
 	return info, nil
-}
-
-// fileError maps an executor or files class onto the server's.
-func fileError(err error) error {
-	class := server.ErrUnavailable
-	switch {
-	case errors.Is(err, executor.ErrInvalid), errors.Is(err, executor.ErrAborted):
-		class = server.ErrInvalid
-	case errors.Is(err, executor.ErrNotFound):
-		class = server.ErrNotFound
-	case errors.Is(err, files.ErrTooLarge):
-		class = server.ErrTooLarge
-	case errors.Is(err, files.ErrNoSpace):
-		class = server.ErrNoSpace
-	}
-	return server.Errorf(class, "%v", err)
 }
 
 // treeAgent is the local backend's files ability: the tree in process.

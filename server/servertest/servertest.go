@@ -5,7 +5,6 @@ package servertest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -190,22 +189,6 @@ func (b *LocalBackend) tree(ctx context.Context, tenant string) (files.Tree, err
 	return files.Tree{Root: filepath.Join(b.Dir, tenant, "root"), UID: -1, GID: -1}, nil
 }
 
-// fileErr maps the files package's classes onto the server's.
-func fileErr(err error) error {
-	class := server.ErrUnavailable
-	switch {
-	case errors.Is(err, executor.ErrInvalid), errors.Is(err, executor.ErrAborted):
-		class = server.ErrInvalid
-	case errors.Is(err, executor.ErrNotFound):
-		class = server.ErrNotFound
-	case errors.Is(err, files.ErrTooLarge):
-		class = server.ErrTooLarge
-	case errors.Is(err, files.ErrNoSpace):
-		class = server.ErrNoSpace
-	}
-	return server.Errorf(class, "%v", err)
-}
-
 // PutFile implements server.FileTransfer in the tenant's root.
 func (b *LocalBackend) PutFile(ctx context.Context, tenant, session, p string, body io.Reader, o server.PutFileOptions) (files.Written, error) {
 	t, err := b.tree(ctx, tenant)
@@ -214,7 +197,7 @@ func (b *LocalBackend) PutFile(ctx context.Context, tenant, session, p string, b
 	}
 	w, err := t.Put(ctx, p, body, files.PutOptions{Tar: o.Tar, Mode: o.Mode, Limits: b.FileLimits})
 	if err != nil {
-		return files.Written{}, fileErr(err)
+		return files.Written{}, server.FileError(err)
 	}
 	return w, nil
 }
@@ -227,7 +210,7 @@ func (b *LocalBackend) GetFile(ctx context.Context, tenant, session, p string, t
 	}
 	info, body, err := t.Open(ctx, p, files.GetOptions{Tar: tar, Limits: b.FileLimits})
 	if err != nil {
-		return files.Info{}, nil, fileErr(err)
+		return files.Info{}, nil, server.FileError(err)
 	}
 	return info, body, nil
 }
@@ -240,7 +223,7 @@ func (b *LocalBackend) StatFile(ctx context.Context, tenant, session, p string) 
 	}
 	info, err := t.Stat(p)
 	if err != nil {
-		return files.Info{}, fileErr(err)
+		return files.Info{}, server.FileError(err)
 	}
 	return info, nil
 }
