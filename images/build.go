@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shellbox/shellbox/mountinfo"
 )
 
 // Image names and labels.
@@ -775,63 +777,17 @@ func imageID(ctx context.Context, docker, ref string) string {
 // debootstrap left mounted inside it (it mounts proc and sysfs in the
 // target), so RemoveAll never walks into a live mount.
 func removeRootfs(work string) error {
-	mounts, err := mountsUnder(work)
+	mounts, err := mountinfo.Under(work)
 	if err != nil {
 		return fmt.Errorf("cannot remove %s: %w", work, err)
 	}
 	for i := len(mounts) - 1; i >= 0; i-- { // deepest first
 		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
 	}
-	if mounts, _ = mountsUnder(work); len(mounts) > 0 {
+	if mounts, _ = mountinfo.Under(work); len(mounts) > 0 {
 		return fmt.Errorf("not removing %s: still mounted: %s", work, strings.Join(mounts, ", "))
 	}
 	return os.RemoveAll(work)
-}
-
-func mountsUnder(dir string) ([]string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	}
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // progress writes "==> [elapsed] " step lines and relays tools' output line

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/mountinfo"
 )
 
 // hierarchy is one cgroup hierarchy shellbox makes per-command cgroups in.
@@ -97,31 +99,12 @@ func cgroupMounts() ([]cgroupMount, error) {
 			continue
 		}
 		out = append(out, cgroupMount{
-			mount: mount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3])},
+			mount: mount{dir: mountinfo.Unescape(pf[4]), root: mountinfo.Unescape(pf[3])},
 			v2:    sf[0] == "cgroup2",
 			opts:  strings.Split(sf[2], ","),
 		})
 	}
 	return out, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes of mountinfo (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // detect finds the hierarchy mode asks for, and a v1 fallback when the

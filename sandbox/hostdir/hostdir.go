@@ -20,11 +20,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -253,42 +253,21 @@ func remove(dir string) error {
 // directory that has them at all (its file server runs in a user namespace,
 // where the kernel refuses a non-recursive bind over locked submounts).
 func Submounts(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	all, err := mountinfo.Under(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mountinfo: %v", sandbox.ErrUnavailable, err)
 	}
 	dir = filepath.Clean(dir)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp != dir && sandbox.Overlaps(mp, dir) && strings.HasPrefix(mp, dir+"/") {
+	for _, mp := range all {
+		if mp != dir {
 			out = append(out, mp)
 		}
 	}
 	return out, nil
-}
-
-// unescapeMountinfo decodes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // CheckRunscMounts refuses, for a gVisor sandbox, mount sources that have

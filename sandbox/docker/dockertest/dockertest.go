@@ -32,6 +32,7 @@ import (
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -131,7 +132,7 @@ func StateDir(t testing.TB) string {
 
 // RemoveTree unmounts whatever is mounted under dir, then removes it.
 func RemoveTree(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return err
 	}
@@ -143,25 +144,6 @@ func RemoveTree(dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
-}
-
-func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 {
-			continue
-		}
-		if mp := f[4]; strings.HasPrefix(mp, dir+"/") || mp == dir {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
 }
 
 // RemoveLeftovers removes what test runs that are gone (crashed, killed)
