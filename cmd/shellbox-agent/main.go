@@ -59,6 +59,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -251,8 +252,14 @@ func (w *threadWatch) check(logger *log.Logger) {
 	}
 }
 
+// logTailBytes bounds the log the agent keeps for GET /v1/log.
+const logTailBytes = 64 << 10
+
 func run(args []string, stderr io.Writer) int {
-	logger := log.New(stderr, "shellbox-agent: ", 0)
+	// The log goes to stderr (which the runtimes may discard) and into a
+	// bounded tail served at GET /v1/log (`shellbox sessions logs`).
+	recent := output.NewTail(logTailBytes)
+	logger := log.New(io.MultiWriter(stderr, recent), "shellbox-agent: ", log.LUTC|log.Ldate|log.Ltime|log.Lmicroseconds|log.Lmsgprefix)
 	var o options
 	fs := flag.NewFlagSet("shellbox-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -313,14 +320,27 @@ func run(args []string, stderr io.Writer) int {
 		logger.Printf("--no-setuid: --uid/--gid %d:%d must be the agent's own, %d:%d", o.uid, o.gid, os.Geteuid(), os.Getegid())
 		return 2
 	}
-	if err := serve(o, logger); err != nil {
+	if err := serve(o, logger, recentLog(recent)); err != nil {
 		logger.Print(err)
 		return 1
 	}
 	return 0
 }
 
-func serve(o options, logger *log.Logger) error {
+// recentLog returns the tail's text from its first whole line.
+func recentLog(t *output.Tail) func() string {
+	return func() string {
+		b := t.Bytes()
+		if t.Truncated() {
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				b = b[i+1:]
+			}
+		}
+		return string(b)
+	}
+}
+
+func serve(o options, logger *log.Logger, recent func() string) error {
 	if os.Getpid() != 1 {
 		// Not a sandbox's init (a test, a developer): adopt the orphans
 		// anyway, so they are reaped here as they would be in a sandbox.
@@ -367,6 +387,7 @@ func serve(o options, logger *log.Logger) error {
 		Cgroup:           local.CgroupMode(o.cgroup),
 		MaxFinishedTasks: o.maxFinished,
 		MemoryCgroup:     "auto",
+		Logf:             logger.Printf,
 	}
 	if !o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
@@ -412,7 +433,7 @@ func serve(o options, logger *log.Logger) error {
 	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
 		tree.UID, tree.GID = o.uid, o.gid
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token}
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token, Log: recent}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {

@@ -108,7 +108,8 @@ sandbox:
 			// The whole status (the signal, if one ended the task) says
 			// more than the text: seen twice in CI, not yet understood.
 			js, _ := run("call", "--json", "bash_output", fmt.Sprintf(`{"task_id":%q}`, id))
-			t.Fatalf("reads after restart lack %q:\n%s\nthe task as JSON: %s", want, text, js)
+			agentLog, _ := run("sessions", "logs", "--tenant", dockerTenant, "restart")
+			t.Fatalf("reads after restart lack %q:\n%s\nthe task as JSON: %s\nthe agent's log:\n%s", want, text, js, agentLog)
 		}
 	}
 	// The killed client's command did not outlive its connection.

@@ -98,7 +98,31 @@ func newSessionsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, rm)
+	logs := &cobra.Command{
+		Use:   "logs SESSION",
+		Short: "Print the recent log of the session's agent: which command's tree it signalled, and why",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if c, err := remote(cmd); err != nil || c != nil {
+				if err != nil {
+					return err
+				}
+				return fmt.Errorf("sessions logs reads the agent through the engine on this host; it does not go through --server")
+			}
+			b, err := layerFromFlags(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			s, err := b.AgentLog(cmd.Context(), b.tenant, args[0])
+			if err != nil {
+				return fmt.Errorf("session %s/%s: %w", b.tenant, args[0], err)
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), s)
+			return err
+		},
+	}
+	cmd.AddCommand(ls, rm, logs)
 	return cmd
 }
 

@@ -175,6 +175,15 @@ func (c *Client) Has(ctx context.Context, session string, shell executor.Shell) 
 	return c.do(ctx, http.MethodGet, "/v1/has?"+q.Encode(), nil, nil, &h) == nil && h.Has
 }
 
+// Log returns the agent's recent log lines (GET /v1/log).
+func (c *Client) Log(ctx context.Context) (string, error) {
+	var l LogAnswer
+	if err := c.do(ctx, http.MethodGet, "/v1/log", nil, nil, &l); err != nil {
+		return "", err
+	}
+	return l.Log, nil
+}
+
 // task is a handle on a background task in the agent.
 type task struct {
 	c           *Client

@@ -50,6 +50,7 @@
 //	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
 //	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}
+//	GET  /v1/log                     → {"log":"…"}: the agent's recent log lines (which command's tree it signalled, and why)
 //	GET  /v1/spill?path=P[&offset=N][&limit=M] → the bytes of spill file P (application/octet-stream)
 //	POST /v1/egress                  (Upgrade: shellbox-egress/1) → 204, or 101 and a proxied connection
 //	PUT  /v1/files?path=P[&max=N][&entries=M][&mode=0644]  a file's bytes, or (Content-Type: application/x-tar) a tar into the directory P → files.Written

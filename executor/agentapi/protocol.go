@@ -97,6 +97,12 @@ type HasAnswer struct {
 	Has bool `json:"has"`
 }
 
+// LogAnswer answers GET /v1/log: the agent's most recent log output (a
+// bounded tail, whole lines where it can).
+type LogAnswer struct {
+	Log string `json:"log"`
+}
+
 // Error is the body of every non-2xx answer. Class is one of the Class*
 // constants; Message is the error's text, exactly as the model would read it.
 type Error struct {

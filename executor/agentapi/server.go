@@ -48,6 +48,10 @@ type ServerConfig struct {
 	// user (package files). Unset, they answer 404 like any unknown
 	// endpoint.
 	Files *files.Tree
+	// Log, if set, serves GET /v1/log: the agent's recent log lines (what
+	// ended which command, and why), for an operator. Unset, the endpoint
+	// answers 404 like any unknown one.
+	Log func() string
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -105,6 +109,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
+	}
+	if cfg.Log != nil {
+		s.mux.HandleFunc("GET /v1/log", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, LogAnswer{Log: cfg.Log()})
+		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Class: ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})

@@ -264,6 +264,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		oomBase: e.oomSample(),
+		logf:    e.cfg.Logf,
 	}
 	newCmd := func() *exec.Cmd {
 		return &exec.Cmd{

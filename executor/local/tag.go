@@ -164,33 +164,36 @@ func parseGroups(status []byte) ([]uint32, error) {
 // goes to the pidfd's process (if that one died and the pid was reused, the
 // check may read the newcomer, but the signal finds no one). Without pidfds
 // (an old kernel, gVisor) it is a plain kill, as with any pid list.
-func signalTagged(pid int, tag uint32, sig syscall.Signal) {
+func signalTagged(pid int, tag uint32, sig syscall.Signal) (sent bool) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		if err == unix.ESRCH {
-			return
+			return false
 		}
-		if hasGroup(pid, tag) {
-			unix.Kill(pid, sig)
-		}
-		return
+		return hasGroup(pid, tag) && unix.Kill(pid, sig) == nil
 	}
 	defer unix.Close(fd)
-	if hasGroup(pid, tag) {
-		if unix.PidfdSendSignal(fd, sig, nil, 0) == unix.ENOSYS {
-			unix.Kill(pid, sig)
-		}
+	if !hasGroup(pid, tag) {
+		return false
 	}
+	err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	if err == unix.ENOSYS {
+		err = unix.Kill(pid, sig)
+	}
+	return err == nil
 }
 
 // tagSignalTree sends sig once to every process of the tree that is not in
-// the process group pgid (which signalTree signals as a group).
-func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) {
+// the process group pgid (which signalTree signals as a group), and returns
+// the pids it signalled.
+func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) []int {
+	var out []int
 	for _, pid := range scanTagged(tag) {
-		if st, err := readProcStat(pid); err == nil && st.pgrp != pgid {
-			signalTagged(pid, tag, sig)
+		if st, err := readProcStat(pid); err == nil && st.pgrp != pgid && signalTagged(pid, tag, sig) {
+			out = append(out, pid)
 		}
 	}
+	return out
 }
 
 // tagTreeAlive reports whether a live process carries tag.
