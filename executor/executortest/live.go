@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +76,17 @@ func liveOutput(s *session) {
 	}
 	s.checkInvariants(tools.ToolBash, args, r)
 	s.want("the streamed call", r, "ready\nafter\n[stderr]\nwarn")
-	if got := rec.text(); got != "ready\nwarn\nafter\n" && got != "warn\nready\nafter\n" {
+	got := rec.text()
+	if s.suite.h.Transport != nil {
+		// A transport's client may hand over its last messages just after
+		// the result (the MCP SDK handles notifications on a goroutine of
+		// its own): what arrived must be what was written, so far.
+		if !strings.HasPrefix("ready\nwarn\nafter\n", got) && !strings.HasPrefix("warn\nready\nafter\n", got) {
+			s.t.Errorf("live output %q, want a prefix of ready, warn and after, in the order written", got)
+		}
+		return
+	}
+	if got != "ready\nwarn\nafter\n" && got != "warn\nready\nafter\n" {
 		s.t.Errorf("live output %q, want ready, warn and after, in the order written", got)
 	}
 }
