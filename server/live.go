@@ -3,9 +3,10 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -115,18 +116,41 @@ func wantsStream(r *http.Request) bool {
 
 // sseWriter writes a streamed REST call's events. Its header goes out with
 // the first event, so a call refused before it ran (limits, shutdown)
-// still answers with its plain status and error body.
+// still answers with its plain status and error body. Its methods may be
+// called from several goroutines.
 type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex
 	started bool
+	last    time.Time // of the last write
 }
 
 func newSSEWriter(w http.ResponseWriter) *sseWriter {
 	return &sseWriter{w: w, rc: http.NewResponseController(w)}
 }
 
+// begun reports whether the event stream's header was sent.
+func (s *sseWriter) begun() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
 func (s *sseWriter) event(name string, v any) error {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return s.write("event: " + name + "\ndata: " + b.String() + "\n")
+}
+
+func (s *sseWriter) write(text string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.started {
 		s.started = true
 		h := s.w.Header()
@@ -135,14 +159,38 @@ func (s *sseWriter) event(name string, v any) error {
 		h.Set("X-Accel-Buffering", "no")
 		s.w.WriteHeader(http.StatusOK)
 	}
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n", name, b.String()); err != nil {
+	s.last = time.Now()
+	if _, err := io.WriteString(s.w, text); err != nil {
 		return err
 	}
 	return s.rc.Flush()
+}
+
+// keepalive writes a comment whenever the stream was silent for every,
+// so proxies do not cut a call whose command prints nothing for a while
+// (the first one starts the stream). stop ends it and waits for it.
+func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				s.mu.Lock()
+				silent := time.Since(s.last) >= every
+				s.mu.Unlock()
+				if silent && s.write(": keepalive\n\n") != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }

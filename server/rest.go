@@ -156,9 +156,11 @@ func (s *Server) callStreamed(w http.ResponseWriter, r *http.Request, tenant, id
 			return nil
 		})
 	}
+	stopKeepalive := sse.keepalive(s.liveKeepalive)
 	res, err := s.call(r.Context(), tenant, id, tool, raw, live)
 	stop()
-	if err != nil && !sse.started {
+	stopKeepalive()
+	if err != nil && !sse.begun() {
 		s.writeCallErr(w, err)
 		return
 	}
