@@ -11,6 +11,12 @@
 // change one character of the model-facing contract, and why one conformance
 // suite (executor/executortest) can hold every implementation to it.
 //
+// A foreground call may also be watched while it runs: Spec.Live receives
+// its output as the pumps read it (never blocking them), for a harness that
+// shows its user a long build; what it returns is unchanged. output.Feed is
+// the bounded, coalescing queue between Live and a consumer; agentapi carries
+// Live as a streamed answer. Background tasks are read with Task.Read.
+//
 // Semantics every implementation owes (DESIGN §3):
 //   - each command runs in its own process group and, where the kernel allows, its
 //     own cgroup; timeout, Kill and a cancelled foreground call send SIGTERM to the
