@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	m3client "github.com/mark3labs/mcp-go/client"
+	m3transport "github.com/mark3labs/mcp-go/client/transport"
+	m3 "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shellbox/shellbox/server"
@@ -293,4 +296,67 @@ func BenchmarkCall100MB(b *testing.B) {
 func median(ds []time.Duration) float64 {
 	slices.Sort(ds)
 	return float64(ds[len(ds)/2].Microseconds()) / 1000
+}
+
+// TestLiveMCPGoM3: mark3labs/mcp-go (at its default revision, over
+// streamable HTTP) sends a progress token in _meta and gets the output in
+// notifications/progress while the command runs.
+func TestLiveMCPGoM3(t *testing.T) {
+	srv := servertest.Start(t, servertest.NewLocalBackend(t), nil)
+	rest := client.New(srv.URL, servertest.TokenAcme, nil)
+	session := "live-m3"
+	tr, err := m3transport.NewStreamableHTTP(srv.URL+"/mcp", m3transport.WithHTTPHeaders(map[string]string{
+		"Authorization": "Bearer " + servertest.TokenAcme, server.SessionHeader: session}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m3client.NewClient(tr)
+	messages := make(chan string, 1024)
+	c.OnNotification(func(n m3.JSONRPCNotification) {
+		if n.Method == "notifications/progress" && n.Params.AdditionalFields["progressToken"] == "m3-token" {
+			msg, _ := n.Params.AdditionalFields["message"].(string)
+			messages <- msg
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Initialize(ctx, m3.InitializeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	flag := session + ".flag"
+	req := m3.CallToolRequest{}
+	req.Params.Name = "bash"
+	req.Params.Arguments = bashArgs(waitingCommand(flag))
+	req.Params.Meta = &m3.Meta{ProgressToken: "m3-token"}
+	type outcome struct {
+		res *m3.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.CallTool(ctx, req)
+		done <- outcome{res, err}
+	}()
+	select {
+	case msg := <-messages:
+		if msg != "ready\n" {
+			t.Errorf("first progress message %q", msg)
+		}
+	case o := <-done:
+		t.Fatalf("the call returned before any progress notification: %+v %v", o.res, o.err)
+	case <-ctx.Done():
+		t.Fatal("no progress notification")
+	}
+	release(t, rest, session, flag)
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if tc, ok := o.res.Content[0].(m3.TextContent); !ok || tc.Text != "ready\nafter" {
+		t.Fatalf("result %+v", o.res.Content)
+	}
 }
