@@ -141,7 +141,8 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 // events (LiveOutput) while a foreground command runs, then one "result"
 // event whose data is exactly the body the call answers without streaming
 // (its status, when not 200, is in that body's error). A call refused
-// before it ran answers as without streaming.
+// before it ran, or answered with another status than 200 before any
+// event, answers as without streaming.
 func (s *Server) callStreamed(w http.ResponseWriter, r *http.Request, tenant, id, tool string, raw json.RawMessage) {
 	sse := newSSEWriter(w)
 	var live executor.Live
@@ -171,7 +172,13 @@ func (s *Server) callStreamed(w http.ResponseWriter, r *http.Request, tenant, id
 		sse.event("error", apiError{errorBody{Code: code, Message: err.Error()}})
 		return
 	}
-	_, resp := s.callResponse(raw, res)
+	status, resp := s.callResponse(raw, res)
+	if status != http.StatusOK && !sse.begun() {
+		// Nothing was streamed (malformed arguments, an unknown task): the
+		// plain answer keeps its status.
+		writeJSON(w, status, resp)
+		return
+	}
 	sse.event("result", resp)
 }
 

@@ -229,6 +229,19 @@ func TestLiveREST(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("unknown tool, streamed: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	resp = postTool(t, srv.URL+"/v1/sessions/live-rest/tools/bash_output", "?stream=1", "", map[string]any{"task_id": "nope"})
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"code":"no_such_task"`) {
+		t.Errorf("unknown task, streamed: %d %s", resp.StatusCode, body)
+	}
+	// A tool that answers 200 without output still streams: one result event.
+	resp = postTool(t, url, "", "text/event-stream", bashArgs("true"))
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(string(body), "event: result\ndata: {\"text\":\"(no output)\"") {
+		t.Errorf("a silent call, streamed: %q", body)
+	}
 }
 
 // TestLiveRESTHugeOutput: 100 MB printed as fast as the pipe takes it
