@@ -124,7 +124,7 @@ func (e *Executor) afterExit(p *proc) {
 			if b := p.out.errTail.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
 				note = "\n" + note
 			}
-			sink{p.out.errTail, p.out.errRing, p.out.spill}.Write([]byte(note))
+			sink{tail: p.out.errTail, ring: p.out.errRing, spill: p.out.spill}.Write([]byte(note))
 		}
 	}
 }

@@ -293,8 +293,13 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
 	}
 
-	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill})
-	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill})
+	var live executor.Live
+	if t == nil {
+		// Background tasks are read with bash_output, not streamed.
+		live = spec.Live
+	}
+	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill, live, executor.Stdout})
+	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill, live, executor.Stderr})
 	go p.waitLeader()
 
 	var oomErr error

@@ -63,17 +63,23 @@ func (o *outputs) finish() {
 	o.spill.Close()
 }
 
-// sink is one stream's writer: it feeds the stream's tail and ring and the
-// call's shared spill. It never blocks on a reader.
+// sink is one stream's writer: it feeds the stream's tail and ring, the
+// call's shared spill and its live output, if any. It never blocks on a
+// reader (executor.Live must not block either).
 type sink struct {
-	tail  *output.Tail
-	ring  *output.Ring
-	spill *output.Spill
+	tail   *output.Tail
+	ring   *output.Ring
+	spill  *output.Spill
+	live   executor.Live // foreground calls only
+	stream string
 }
 
 func (s sink) Write(p []byte) (int, error) {
 	s.tail.Write(p)
 	s.spill.Write(p)
+	if s.live != nil {
+		s.live(executor.Chunk{Stream: s.stream, Data: p})
+	}
 	if s.ring != nil {
 		s.ring.Write(p)
 		// The reader fell behind: the spill file must exist (and it holds
