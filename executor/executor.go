@@ -98,6 +98,14 @@ type Spec struct {
 	SpillLimit int64
 	// Permissions granted for this call.
 	Permissions []string
+	// EgressGrant, when set, names the call's network grant: an opaque token
+	// (egress.ValidCredential) that the sandbox's egress proxy presents to
+	// the relay for a connection only when every process holding the
+	// connection's socket belongs to this command's tree. It is never put in
+	// the command's environment, where every process of the sandbox user
+	// could read it (/proc/<pid>/environ); an executor that cannot attribute
+	// connections to trees ignores it, and the call gets no grant.
+	EgressGrant string
 }
 
 // Result is how a foreground command (or a finished background task) ended.

@@ -418,7 +418,18 @@ func serve(o options, logger *log.Logger) error {
 		if err != nil {
 			return fmt.Errorf("egress proxy: %w", err)
 		}
-		p := egress.NewProxy(egress.ProxyConfig{Logger: logger})
+		pcfg := egress.ProxyConfig{Logger: logger}
+		if cfg.TagGroups.Count > 0 {
+			// A call's network grant holds for its own tree only: the
+			// proxy finds the processes holding a connection's socket
+			// (reading their fds as the commands' user) and the executor
+			// says which grant their tag carries. Without tags no
+			// connection carries a grant.
+			uid, gid := o.uid, o.gid
+			asUser := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
+			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, asUser, e.Grant) }
+		}
+		p := egress.NewProxy(pcfg)
 		go func() {
 			if err := p.Serve(ctx, pl); err != nil {
 				logger.Print(err)
