@@ -348,6 +348,12 @@ func serve(o options, logger *log.Logger) error {
 		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
+	// Before any command: one call's commands may not trace, or read or
+	// write the memory of, another call's (same uid); strace and gdb fail
+	// with EPERM in sandboxes.
+	if err := local.DenyTracing(); err != nil {
+		return err
+	}
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
