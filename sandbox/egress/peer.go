@@ -38,7 +38,10 @@ import (
 // agent (root, without CAP_SYS_PTRACE) reads them as the commands' user,
 // through the asUser hook. A holder that cannot be read (another user's
 // process) or a lookup that fails gives no grant: the connection goes
-// where the allowlist allows, as any other.
+// where the allowlist allows, as any other. A holder made non-dumpable
+// (prctl) cannot be read either and so is not counted: that takes a granted
+// process the attacker already controls, which on runc /proc/<pid>/mem
+// allows (docs/security.md, Known limits).
 
 // Holder is a process holding a socket open.
 type Holder struct {
