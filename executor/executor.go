@@ -109,6 +109,14 @@ type Spec struct {
 	// not data of the spec (never serialized: a transport carries it in its
 	// own way, agentapi as a streamed answer) and background tasks ignore it.
 	Live Live `json:"-"`
+	// EgressGrant, when set, names the call's network grant: an opaque token
+	// (egress.ValidCredential) that the sandbox's egress proxy presents to
+	// the relay for a connection only when every process holding the
+	// connection's socket belongs to this command's tree. It is never put in
+	// the command's environment, where every process of the sandbox user
+	// could read it (/proc/<pid>/environ); an executor that cannot attribute
+	// connections to trees ignores it, and the call gets no grant.
+	EgressGrant string
 }
 
 // Stream names of a Chunk.

@@ -368,6 +368,12 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
+	// Before any command: one call's commands may not trace, or read or
+	// write the memory of, another call's (same uid); strace and gdb fail
+	// with EPERM in sandboxes.
+	if err := local.DenyTracing(); err != nil {
+		return err
+	}
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
@@ -439,7 +445,18 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		if err != nil {
 			return fmt.Errorf("egress proxy: %w", err)
 		}
-		p := egress.NewProxy(egress.ProxyConfig{Logger: logger})
+		pcfg := egress.ProxyConfig{Logger: logger}
+		if cfg.TagGroups.Count > 0 {
+			// A call's network grant holds for its own tree only: the
+			// proxy finds the processes holding a connection's socket
+			// (reading their fds as the commands' user) and the executor
+			// says which grant their tag carries. Without tags no
+			// connection carries a grant.
+			uid, gid := o.uid, o.gid
+			asUser := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
+			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, asUser, e.Grant) }
+		}
+		p := egress.NewProxy(pcfg)
 		go func() {
 			if err := p.Serve(ctx, pl); err != nil {
 				logger.Print(err)

@@ -312,6 +312,10 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 	}
 
 	e.mu.Lock()
+	if p.tag != 0 {
+		// Only a tagged tree can be told apart from the others (grant.go).
+		p.grant = spec.EgressGrant
+	}
 	e.running[p] = struct{}{}
 	if t != nil && oomErr == nil {
 		t.p = p

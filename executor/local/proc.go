@@ -110,7 +110,8 @@ type proc struct {
 	// the OOM-kill counter at start (-1: not watched), and the hook that
 	// frees the tag and notes an OOM kill.
 	tag          uint32
-	tagGone      bool // the tagged tree was seen gone (supervisor only)
+	tagGone      bool   // the tagged tree was seen gone (supervisor only)
+	grant        string // the tree's network grant (grant.go); under Executor.mu
 	oomBase      int64
 	oomKilled    bool
 	beforeFinish func()

@@ -77,15 +77,17 @@ type Config struct {
 	// granted reports whether a connection's credential belongs to a call
 	// of the sandbox's session that runs with PermissionNetwork, and if so
 	// returns a context that ends with the call (or background task): such
-	// a call's commands get a proxy URL with a credential of their own.
-	// What the credential allows, and that its tunnels end with the
-	// context, is the hook's to enforce.
+	// a call's Spec carries a credential of its own (EgressGrant), which
+	// the agent's proxy presents only for connections of the call's own
+	// process tree. What the credential allows, and that its tunnels end
+	// with the context, is the hook's to enforce.
 	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
 }
 
 // PermissionNetwork is the sandbox permission (a call's
 // sandbox_permissions, once the policy granted it) that gives the call's
-// commands a credential for the sandbox's egress proxy (see Config.Egress).
+// process tree a credential at the sandbox's egress proxy (see
+// Config.Egress).
 const PermissionNetwork = egress.Permission
 
 // Executor runs commands in per-session sandboxes.
@@ -523,8 +525,9 @@ func (e *Executor) spawn(fn func()) bool {
 }
 
 // withEgress points the command's HTTP clients at the sandbox's egress
-// proxy, if it has one, with a credential of the call's own when the call
-// holds PermissionNetwork; release, nil without a credential, ends it. A
+// proxy, if it has one, and when the call holds PermissionNetwork gives it a
+// credential of its own in spec.EgressGrant, which the agent binds to the
+// command's process tree; release, nil without a credential, ends it. A
 // call granted the network in a sandbox without a proxy (created while its
 // policy gave no network) is refused: it would fail in ways that do not say
 // why.
@@ -536,13 +539,15 @@ func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, rel
 		}
 		return spec, nil, nil
 	}
-	credential := ""
 	if slices.Contains(spec.Permissions, PermissionNetwork) {
-		credential = rand.Text()
+		// The credential goes to the agent, not into the environment: its
+		// proxy presents it only for connections of this command's tree.
+		credential := rand.Text()
 		e.grant(spec.Session, credential)
 		release = sync.OnceFunc(func() { e.revoke(spec.Session, credential) })
+		spec.EgressGrant = credential
 	}
-	vars := egress.EnvWithCredential(egress.DefaultListen, credential)
+	vars := egress.Env(egress.DefaultListen)
 	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")
