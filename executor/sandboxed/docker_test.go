@@ -43,10 +43,11 @@ func testImage(t testing.TB) {
 }
 
 type rig struct {
-	rt      sandbox.Runtime
-	manager *sandbox.Manager
-	exec    *sandboxed.Executor
-	opts    []sandbox.Opt
+	stateDir string
+	rt       sandbox.Runtime
+	manager  *sandbox.Manager
+	exec     *sandboxed.Executor
+	opts     []sandbox.Opt
 }
 
 // newRig wires a sandboxed executor on a real engine with a per-test owner
@@ -66,7 +67,8 @@ func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
-	rt := e.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), runtime)
+	stateDir := dockertest.StateDir(t)
+	rt := e.Runtime(t, stateDir, dockertest.Agent(t), runtime)
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
 		Owner:   dockertest.Owner(t),
@@ -75,7 +77,7 @@ func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{rt: rt, manager: m}
+	r := &rig{stateDir: stateDir, rt: rt, manager: m}
 	r.opts = append([]sandbox.Opt{
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),
