@@ -92,6 +92,28 @@ func TestSessionsListAndDelete(t *testing.T) {
 	}
 }
 
+// Deleting a session (sessions rm, REST DELETE) ends it: its workspace
+// goes, also when its sandbox had already gone behind shellbox's back.
+func TestDeleteSessionRemovesTheWorkspace(t *testing.T) {
+	l, f := newFakeLayer(t, nil, nil)
+	ctx := context.Background()
+	for _, s := range []string{"a", "gone"} {
+		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.DeleteSession(ctx, "acme", "a"); err != nil || f.HasWorkspace("acme", "a") {
+		t.Errorf("delete: %v, workspace kept %v", err, f.HasWorkspace("acme", "a"))
+	}
+	f.Vanish("acme", "gone")
+	if err := l.DeleteSession(ctx, "acme", "gone"); err != nil || f.HasWorkspace("acme", "gone") {
+		t.Errorf("delete of a session whose sandbox vanished: %v, workspace kept %v", err, f.HasWorkspace("acme", "gone"))
+	}
+	if err := l.DeleteSession(ctx, "acme", "gone"); !errors.Is(err, server.ErrNoSuchSession) {
+		t.Errorf("second delete: %v, want ErrNoSuchSession", err)
+	}
+}
+
 func TestPolicySettingsAndQuota(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`
