@@ -44,6 +44,7 @@ func testImage(t testing.TB) {
 
 type rig struct {
 	stateDir string
+	owner    string
 	rt       sandbox.Runtime
 	manager  *sandbox.Manager
 	exec     *sandboxed.Executor
@@ -69,15 +70,16 @@ func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.
 	testImage(t)
 	stateDir := dockertest.StateDir(t)
 	rt := e.Runtime(t, stateDir, dockertest.Agent(t), runtime)
+	owner := dockertest.Owner(t)
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
-		Owner:   dockertest.Owner(t),
+		Owner:   owner,
 		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{stateDir: stateDir, rt: rt, manager: m}
+	r := &rig{stateDir: stateDir, owner: owner, rt: rt, manager: m}
 	r.opts = append([]sandbox.Opt{
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
@@ -149,6 +151,91 @@ func workspaceSurvives(t *testing.T, e enginetest.Engine, runtime string) {
 		res := call(t, ts, s, "bash", bash("ls -A /workspace | wc -l"))
 		if res.Text != "0" {
 			t.Errorf("a new session with the same id: /workspace has %q entries, want 0", res.Text)
+		}
+	})
+}
+
+// TestWorkspaceAfterRestart: a server that starts (Adopt) while a
+// session's sandbox lies dead keeps the session's workspace, and the
+// session's next call finds its files in a new sandbox; the workspace of
+// a session with no sandbox at all is swept then. On every engine (runc).
+func TestWorkspaceAfterRestart(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
+		r := newRig(t, e, sandbox.RuntimeRunc, executor.DefaultLimits())
+		ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ts.Close()
+		for _, s := range []string{"dead", "gone"} {
+			if res := call(t, ts, s, "bash", bash("echo "+s+" > /workspace/f && echo ok")); res.Text != "ok" {
+				t.Fatalf("%s: %q", s, res.Text)
+			}
+		}
+		byName := map[string]sandbox.Sandbox{}
+		for _, sb := range r.manager.Sandboxes() {
+			byName[sb.Session] = sb
+		}
+		// The server goes; meanwhile one sandbox dies (its agent killed: it
+		// stays, exited) and another is removed through the engine.
+		r.exec.Close()
+		if err := syscall.Kill(e.Pid(t, byName["dead"].ID), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		e.RemoveBehind(t, byName["gone"].ID)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sb, err := r.rt.Get(context.Background(), tenant, "dead")
+			if err == nil && sb.State != sandbox.StateRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed sandbox is still %v (%v)", sb.State, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		// The next server: same runtime, state directory and owner.
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: sandboxed.WaitAgent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := m.Adopt(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wsDir := func(s string) string { return filepath.Join(r.stateDir, "workspaces", tenant, s) }
+		if len(rep.Removed) != 1 || rep.Removed[0].Session != "dead" {
+			t.Errorf("removed at adopt: %+v, want the dead sandbox", rep.Removed)
+		}
+		if !slices.Contains(rep.Swept, wsDir("gone")) || slices.Contains(rep.Swept, wsDir("dead")) {
+			t.Errorf("swept %v: want the workspace of gone, not dead's", rep.Swept)
+		}
+		ex, err := sandboxed.New(sandboxed.Config{
+			Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(),
+			Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts2, err := tools.New(ex, tools.Config{Home: "/workspace"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ts2.Close()
+			ex.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, s := range []string{"dead", "gone"} {
+				m.Remove(ctx, tenant, s)
+			}
+		})
+		if res := call(t, ts2, "dead", "bash", bash("cat /workspace/f")); res.Text != "dead" {
+			t.Errorf("the dead sandbox's session after the restart: %q, want its file", res.Text)
+		}
+		if res := call(t, ts2, "gone", "bash", bash("ls -A /workspace | wc -l")); res.Text != "0" {
+			t.Errorf("the removed sandbox's session after the restart: %q entries, want a new, empty workspace", res.Text)
 		}
 	})
 }
