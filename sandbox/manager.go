@@ -339,6 +339,16 @@ func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.D
 	rctx := context.WithoutCancel(ctx)
 	for _, v := range victims {
 		c, cancel := context.WithTimeout(rctx, m.cfg.RemoveTimeout)
+		if v.sb.ID == "" {
+			// A session this Manager knows without a sandbox: if one is
+			// on the engine now, another process made it; not ours to
+			// judge idle. The next Ensure takes it over.
+			if _, err := m.cfg.Runtime.Get(c, v.k.tenant, v.k.session); !errors.Is(err, ErrNotFound) {
+				cancel()
+				m.release(v.k, v.r, false)
+				continue
+			}
+		}
 		err := m.destroy(c, v.k, v.sb.ID)
 		err = m.endSession(c, v.k, err)
 		cancel()

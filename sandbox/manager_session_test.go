@@ -143,3 +143,31 @@ func TestManagerAdoptSweepsWorkspacesOfEndedSessions(t *testing.T) {
 		t.Errorf("Ensure after Adopt: %v, reuses %d", err, f.Reuses.Load())
 	}
 }
+
+// The reaper leaves a session without a sandbox here alone when a sandbox
+// of it is on the engine after all (another process made it).
+func TestManagerReapSparesASessionRecreatedElsewhere(t *testing.T) {
+	f := newFake()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	m, _ := newManager(t, f, func(c *sandbox.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	ctx := context.Background()
+	if _, err := m.Ensure(ctx, spec(t, "s1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemoveSandbox(ctx, "acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	f.Put(sandbox.Sandbox{Tenant: "acme", Session: "s1", Owner: "srv", State: sandbox.StateRunning})
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	if _, err := m.Reap(ctx, 30*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Get(ctx, "acme", "s1"); err != nil || !f.HasWorkspace("acme", "s1") {
+		t.Errorf("reaped a session recreated elsewhere: %v, workspace %v", err, f.HasWorkspace("acme", "s1"))
+	}
+}
