@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // newFakeLayer is a Layer over the in-memory runtime: sandboxes are
@@ -93,9 +95,34 @@ func TestSessionsListAndDelete(t *testing.T) {
 }
 
 // Deleting a session (sessions rm, REST DELETE) ends it: its workspace
-// goes, also when its sandbox had already gone behind shellbox's back.
+// goes, also when its sandbox had already gone behind shellbox's back; and
+// so in a server, whose observer wraps the runtime.
 func TestDeleteSessionRemovesTheWorkspace(t *testing.T) {
-	l, f := newFakeLayer(t, nil, nil)
+	t.Run("plain", func(t *testing.T) {
+		l, f := newFakeLayer(t, nil, nil)
+		deleteRemovesWorkspace(t, l, f)
+	})
+	t.Run("observed", func(t *testing.T) {
+		f := sandboxtest.NewFake()
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Observer: nopObserver{},
+			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close(context.Background()) })
+		deleteRemovesWorkspace(t, l, f)
+	})
+}
+
+// nopObserver hears nothing.
+type nopObserver struct{}
+
+func (nopObserver) Notify(string, string, tools.Notice)           {}
+func (nopObserver) ObserveGate(_ string, g tools.Gate) tools.Gate { return g }
+func (nopObserver) ObserveSandboxCreate(string, time.Duration)    {}
+func (nopObserver) ObserveEgress(string, string)                  {}
+
+func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
 	ctx := context.Background()
 	for _, s := range []string{"a", "gone"} {
 		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
