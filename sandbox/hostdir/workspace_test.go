@@ -208,3 +208,28 @@ func TestWorkspaceRefusals(t *testing.T) {
 		t.Errorf("RemoveWorkspace ../x: %v", err)
 	}
 }
+
+// BenchmarkWorkspace: making a session's workspace (a tmpfs mount) and
+// removing it, what a new session and its end add to the sandbox's own
+// creation and removal.
+//
+//	go test ./sandbox/hostdir/ -run '^$' -bench BenchmarkWorkspace
+func BenchmarkWorkspace(b *testing.B) {
+	probe := b.TempDir()
+	if err := unix.Mount("tmpfs", probe, "tmpfs", 0, "size=1m"); err != nil {
+		b.Skipf("cannot mount a tmpfs here (not root?): %v", err)
+	}
+	unix.Unmount(probe, unix.MNT_DETACH)
+	d, err := hostdir.New(b.TempDir(), hostdir.QuotaTmpfs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := d.Workspace("acme", "s1", 1<<20, 1000, 1000); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.RemoveWorkspace("acme", "s1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
