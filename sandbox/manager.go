@@ -39,6 +39,15 @@ type Config struct {
 // session), created on first use and reused after, removed on request, when
 // idle (Reap) or, after a restart, when found dead or orphaned (Adopt).
 //
+// A session outlives its sandboxes: a sandbox that died is replaced
+// (RemoveSandbox, then Ensure) and the new one finds what the runtime keeps
+// per session (SessionState: the workspace). The session ends when it is
+// removed (Remove) or reaped; only then does that state go. The Manager
+// remembers the sessions it serves, with or without a sandbox at the
+// moment, so that a Sweep never takes a live session's state while its
+// sandbox is being replaced, and so the reaper also ends sessions whose
+// sandbox is gone.
+//
 // It does not speak the agent's protocol: it hands out a Sandbox, whose
 // Agent endpoint the caller dials.
 //
@@ -52,6 +61,10 @@ type Manager struct {
 
 	mu      sync.Mutex
 	entries map[key]*entry
+	// sessions are the live sessions, with their last use: every session
+	// with an entry, and those whose sandbox was removed (RemoveSandbox,
+	// a failed replacement, a dead one at Adopt) while the session goes on.
+	sessions map[key]time.Time
 }
 
 type key struct{ tenant, session string }
@@ -89,7 +102,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, entries: map[key]*entry{}}, nil
+	return &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}}, nil
 }
 
 // Ensure returns the running sandbox of spec's tenant and session, creating
@@ -120,6 +133,7 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 		if e.busy == nil {
 			e.sb.LastUsed = m.cfg.Now()
+			m.sessions[k] = e.sb.LastUsed
 			sb := e.sb
 			m.mu.Unlock()
 			return sb, nil
@@ -155,11 +169,13 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 func (m *Manager) Touch(tenant, session string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.entries[key{tenant, session}]
+	k := key{tenant, session}
+	e := m.entries[k]
 	if e == nil || e.busy != nil {
 		return false
 	}
 	e.sb.LastUsed = m.cfg.Now()
+	m.sessions[k] = e.sb.LastUsed
 	return true
 }
 
@@ -180,11 +196,25 @@ func (m *Manager) Sandboxes() []Sandbox {
 	return out
 }
 
-// Remove deletes a session's sandbox and what its runtime keeps for it
-// (spill files included). It waits for a creation in progress to finish
-// first. When no sandbox existed it returns ErrNotFound; a sandbox of
-// another owner is ErrConflict and is left alone.
+// Remove ends a session: it deletes the session's sandbox and everything
+// its runtime keeps for it (spill files, and the workspace of a runtime
+// with SessionState). It waits for a creation in progress to finish first.
+// When there was neither a sandbox nor session state it returns
+// ErrNotFound; a sandbox of another owner is ErrConflict and is left alone,
+// with the session's state.
 func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
+	return m.remove(ctx, tenant, session, true)
+}
+
+// RemoveSandbox deletes the session's sandbox but not the session: what the
+// runtime keeps per session (SessionState: the workspace) stays for the
+// sandbox the next Ensure creates. It is how a dead sandbox is replaced.
+// ErrNotFound: there was no sandbox.
+func (m *Manager) RemoveSandbox(ctx context.Context, tenant, session string) error {
+	return m.remove(ctx, tenant, session, false)
+}
+
+func (m *Manager) remove(ctx context.Context, tenant, session string, end bool) error {
 	if err := CheckID("tenant", tenant); err != nil {
 		return err
 	}
@@ -218,7 +248,10 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
 			defer cancel()
 			r.err = m.destroy(rctx, k, id)
-			m.release(k, r)
+			if end {
+				r.err = m.endSession(rctx, k, r.err)
+			}
+			m.release(k, r, end && r.err == nil)
 		}()
 		select {
 		case <-done:
@@ -227,6 +260,26 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// endSession removes the runtime's state of session k after destroy
+// returned err, and returns the outcome: not found only if there was
+// neither a sandbox nor state. A session whose sandbox could not be
+// removed keeps its state.
+func (m *Manager) endSession(ctx context.Context, k key, err error) error {
+	ss, ok := m.cfg.Runtime.(SessionState)
+	if !ok || (err != nil && !errors.Is(err, ErrNotFound)) {
+		return err
+	}
+	had, serr := ss.RemoveSession(ctx, k.tenant, k.session)
+	switch {
+	case serr != nil:
+		return serr
+	case had:
+		m.cfg.Logger.Info("session state removed", "tenant", k.tenant, "session", k.session)
+		return nil
+	}
+	return err
 }
 
 // Inspect returns the session's sandbox as the runtime sees it now (its
@@ -254,15 +307,26 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.Duration) ([]Sandbox, error) {
 	now := m.cfg.Now()
 	type victim struct {
-		k  key
-		sb Sandbox
-		r  *entry
+		k    key
+		sb   Sandbox
+		idle time.Duration
+		r    *entry
 	}
 	var victims []victim
 	m.mu.Lock()
 	for k, e := range m.entries {
 		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(e.sb.LastUsed) >= ttl {
-			victims = append(victims, victim{k, e.sb, nil})
+			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(e.sb.LastUsed)})
+		}
+	}
+	// Sessions whose sandbox is gone (died and not replaced yet) end the
+	// same way, with their state.
+	for k, used := range m.sessions {
+		if _, ok := m.entries[k]; ok {
+			continue
+		}
+		if ttl := idleTTL(k.tenant); ttl > 0 && now.Sub(used) >= ttl {
+			victims = append(victims, victim{k: k, idle: now.Sub(used)})
 		}
 	}
 	for i := range victims {
@@ -275,16 +339,30 @@ func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.D
 	rctx := context.WithoutCancel(ctx)
 	for _, v := range victims {
 		c, cancel := context.WithTimeout(rctx, m.cfg.RemoveTimeout)
+		if v.sb.ID == "" {
+			// A session this Manager knows without a sandbox: if one is
+			// on the engine now, another process made it; not ours to
+			// judge idle. The next Ensure takes it over.
+			if _, err := m.cfg.Runtime.Get(c, v.k.tenant, v.k.session); !errors.Is(err, ErrNotFound) {
+				cancel()
+				m.release(v.k, v.r, false)
+				continue
+			}
+		}
 		err := m.destroy(c, v.k, v.sb.ID)
+		err = m.endSession(c, v.k, err)
 		cancel()
 		v.r.err = err
-		m.release(v.k, v.r)
+		m.release(v.k, v.r, err == nil || errors.Is(err, ErrNotFound))
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 			continue
 		}
+		if v.sb.ID == "" {
+			continue
+		}
 		m.cfg.Logger.Info("sandbox reaped", "tenant", v.k.tenant, "session", v.k.session, "id", v.sb.ID,
-			"idle", now.Sub(v.sb.LastUsed).Round(time.Second))
+			"idle", v.idle.Round(time.Second))
 		reaped = append(reaped, v.sb)
 	}
 	return reaped, errors.Join(errs...)
@@ -310,7 +388,9 @@ func (m *Manager) ReapEvery(ctx context.Context, idleTTL func(tenant string) tim
 type AdoptReport struct {
 	// Kept: running sandboxes of this owner, now managed (LastUsed = now).
 	Kept []Sandbox
-	// Removed: sandboxes of this owner that were not running.
+	// Removed: sandboxes of this owner that were not running. Their
+	// sessions go on (with the runtime's SessionState, their workspaces
+	// are kept for their next sandbox) until removed or reaped.
 	Removed []Sandbox
 	// Swept: per-sandbox state with no sandbox (host directories), as the
 	// runtime's Sweeper names it.
@@ -319,9 +399,11 @@ type AdoptReport struct {
 
 // Adopt reconciles the engine with the Manager, typically once at server
 // start: it lists this owner's sandboxes, keeps the running ones, removes
-// the others, and has the runtime sweep state that no sandbox uses (if it
-// is a Sweeper). Sessions the Manager is already handling are left as they
-// are. Errors are collected; Adopt does as much as it can.
+// the others (their sessions go on, reaped when idle), and has the runtime
+// sweep state of sessions neither on the engine nor live here (if it is a
+// Sweeper): a workspace whose session has no sandbox at all ends then.
+// Sessions the Manager is already handling are left as they are. Errors
+// are collected; Adopt does as much as it can.
 func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	var rep AdoptReport
 	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
@@ -344,6 +426,7 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		if valid && sb.State == StateRunning {
 			sb.LastUsed = m.cfg.Now()
 			m.entries[k] = &entry{sb: sb}
+			m.sessions[k] = sb.LastUsed
 			m.mu.Unlock()
 			live[k] = true
 			rep.Kept = append(rep.Kept, sb)
@@ -358,6 +441,14 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		}
 		rep.Removed = append(rep.Removed, sb)
 		m.cfg.Logger.Info("sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", k.tenant, "session", k.session, "id", sb.ID)
+		if _, ok := m.cfg.Runtime.(SessionState); ok && valid {
+			m.mu.Lock()
+			if _, known := m.sessions[k]; !known {
+				m.sessions[k] = m.cfg.Now()
+			}
+			m.mu.Unlock()
+			live[k] = true
+		}
 	}
 
 	if sw, ok := m.cfg.Runtime.(Sweeper); ok {
@@ -368,8 +459,9 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 			}
 			m.mu.Lock()
 			_, known := m.entries[k]
+			_, serving := m.sessions[k]
 			m.mu.Unlock()
-			return known
+			return known || serving
 		})
 		if err != nil {
 			errs = append(errs, err)
@@ -411,6 +503,7 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 	} else {
 		sb.LastUsed = m.cfg.Now()
 		e.sb = sb
+		m.sessions[k] = sb.LastUsed
 	}
 	close(e.busy)
 	e.busy = nil
@@ -506,12 +599,16 @@ func (m *Manager) claimLocked(k key) *entry {
 	return r
 }
 
-// release ends the removal r of k: the session has no sandbox any more.
-func (m *Manager) release(k key, r *entry) {
+// release ends the removal r of k: the session has no sandbox any more,
+// and, if ended, is no session either.
+func (m *Manager) release(k key, r *entry, ended bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.entries[k] == r {
 		delete(m.entries, k)
+	}
+	if ended {
+		delete(m.sessions, k)
 	}
 	close(r.busy)
 }

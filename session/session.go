@@ -370,11 +370,17 @@ func (l *Layer) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// timedRuntime reports how long creating a sandbox takes.
+// timedRuntime reports how long creating a sandbox takes. It passes the
+// optional abilities the Manager looks for through.
 type timedRuntime struct {
 	sandbox.Runtime
 	observe func(tenant string, d time.Duration)
 }
+
+var (
+	_ sandbox.Sweeper      = timedRuntime{}
+	_ sandbox.SessionState = timedRuntime{}
+)
 
 func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	start := time.Now()
@@ -383,6 +389,15 @@ func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 		t.observe(spec.Tenant, time.Since(start))
 	}
 	return sb, err
+}
+
+// RemoveSession passes the runtime's SessionState through the timing
+// wrapper (a runtime without any has no session state to remove).
+func (t timedRuntime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	if s, ok := t.Runtime.(sandbox.SessionState); ok {
+		return s.RemoveSession(ctx, tenant, session)
+	}
+	return false, nil
 }
 
 // Sweep passes the runtime's Sweeper through the timing wrapper.

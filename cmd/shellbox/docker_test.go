@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -127,6 +128,10 @@ sandbox:
 	}
 	if out, _ = run("sessions", "ls"); strings.Contains(out, "restart") {
 		t.Errorf("still listed after rm: %q", out)
+	}
+	// The session's workspace ended with it.
+	if _, err := os.Lstat(filepath.Join(state, "workspaces", dockerTenant, "restart")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace after sessions rm: %v", err)
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 )
 
 // sandboxRuntime is a runtime of the sandboxed backends, with the abilities
-// the CLI and the server use.
+// the CLI and the server use. SessionState is part of it so that wrappers
+// (creatingRuntime) keep it: ending a session removes its workspace.
 type sandboxRuntime interface {
 	sandbox.Runtime
 	sandbox.Pinger
+	sandbox.SessionState
 	Close() error
 }
 

@@ -43,10 +43,12 @@ func testImage(t testing.TB) {
 }
 
 type rig struct {
-	rt      sandbox.Runtime
-	manager *sandbox.Manager
-	exec    *sandboxed.Executor
-	opts    []sandbox.Opt
+	stateDir string
+	owner    string
+	rt       sandbox.Runtime
+	manager  *sandbox.Manager
+	exec     *sandboxed.Executor
+	opts     []sandbox.Opt
 }
 
 // newRig wires a sandboxed executor on a real engine with a per-test owner
@@ -66,16 +68,18 @@ func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
-	rt := e.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), runtime)
+	stateDir := dockertest.StateDir(t)
+	rt := e.Runtime(t, stateDir, dockertest.Agent(t), runtime)
+	owner := dockertest.Owner(t)
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
-		Owner:   dockertest.Owner(t),
+		Owner:   owner,
 		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{rt: rt, manager: m}
+	r := &rig{stateDir: stateDir, owner: owner, rt: rt, manager: m}
 	r.opts = append([]sandbox.Opt{
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),

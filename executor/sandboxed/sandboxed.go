@@ -14,8 +14,10 @@
 //
 // Connections are cached per session. A call whose connection fails drops
 // it; the next call dials again, and if the sandbox itself is gone (its
-// agent cannot be dialled) it is removed and a fresh one created. Tasks of a
-// sandbox that died are gone with it: their ids answer "no such task".
+// agent cannot be dialled) it is removed and a fresh one created, which
+// finds the session's workspace where the runtime keeps one per session
+// (sandbox.SessionState). Tasks of a sandbox that died are gone with it:
+// their ids answer "no such task".
 package sandboxed
 
 import (
@@ -458,8 +460,9 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		// The agent is gone: the sandbox is dead. Replace it.
-		if rerr := e.cfg.Manager.Remove(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+		// The agent is gone: the sandbox is dead. Replace it; the session
+		// (its workspace) goes on into the new one.
+		if rerr := e.cfg.Manager.RemoveSandbox(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
 			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable (%v); removing it: %w", session, err, rerr)
 		}
 	}

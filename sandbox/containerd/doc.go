@@ -16,7 +16,10 @@
 //     allowing privileged syscalls only for the capabilities kept);
 //   - a read-only root file system (no writable /run: containerd's default
 //     spec has a tmpfs there, Docker's has not); /workspace (owned by the
-//     sandbox user) and /tmp are size-limited tmpfs mounts; /dev/shm and
+//     sandbox user) and /tmp are size-limited tmpfs mounts, the workspace
+//     the session's own on the host (sandbox/hostdir), bound non-recursively
+//     so that it outlives the container (Remove keeps it, RemoveSession
+//     removes it: sandbox.SessionState); /dev/shm and
 //     /dev/mqueue private (new IPC namespace), /sys and the cgroupfs
 //     read-only, Docker's masked and read-only /proc paths;
 //   - new PID, network, IPC, UTS, mount and cgroup namespaces: the network

@@ -110,10 +110,11 @@ func labels(spec sandbox.Spec, hostDir string) map[string]string {
 // translate turns a validated Spec into the OCI spec options of its
 // container, to apply after the image's config (oci.WithImageConfig, which
 // needs the image and is the caller's). agentBinary is the agent's host
-// path, hostDir the session's host directory. It is pure; every hardening
-// decision of the containerd backend is here, and they are Docker's
-// (sandbox/docker's translate), spelled in OCI terms.
-func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
+// path, hostDir the session's host directory, workspace the session's host
+// workspace ("": none, the sandbox gets a tmpfs of its own). It is pure;
+// every hardening decision of the containerd backend is here, and they are
+// Docker's (sandbox/docker's translate), spelled in OCI terms.
+func translate(spec sandbox.Spec, agentBinary, hostDir, workspace string) []oci.SpecOpts {
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
 
@@ -167,11 +168,7 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 			Destination: sandbox.TmpPath, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.TmpBytes), "mode=1777"},
 		},
-		{
-			Destination: sandbox.WorkspacePath, Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.WorkspaceBytes),
-				fmt.Sprintf("uid=%d", spec.UID), fmt.Sprintf("gid=%d", spec.GID), "mode=0755"},
-		},
+		workspaceMount(spec, workspace),
 		{
 			Destination: sandbox.AgentPath, Type: "bind", Source: agentBinary,
 			Options: []string{"rbind", "ro", "rprivate"},
@@ -242,6 +239,24 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		},
 	}
 	return append(opts, rlimits...)
+}
+
+// workspaceMount is /workspace: the session's host workspace, a tmpfs of
+// spec.WorkspaceBytes that shellbox mounted on the host (sandbox/hostdir)
+// and that outlives the container, so the session's next sandbox finds its
+// files; without one, a tmpfs of the sandbox's own.
+func workspaceMount(spec sandbox.Spec, workspace string) specs.Mount {
+	if workspace != "" {
+		return specs.Mount{
+			Destination: sandbox.WorkspacePath, Type: "bind", Source: workspace,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "rprivate"},
+		}
+	}
+	return specs.Mount{
+		Destination: sandbox.WorkspacePath, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.WorkspaceBytes),
+			fmt.Sprintf("uid=%d", spec.UID), fmt.Sprintf("gid=%d", spec.GID), "mode=0755"},
+	}
 }
 
 // withoutRlimit removes an rlimit of the spec.

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellbox/shellbox/sandbox"
@@ -37,12 +38,17 @@ func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 }
 
 // generate applies translate to containerd's default spec, as Create does
-// after the image's config.
+// after the image's config, without a host workspace.
 func generate(t *testing.T, spec sandbox.Spec) *specs.Spec {
+	t.Helper()
+	return generateWith(t, spec, "")
+}
+
+func generateWith(t *testing.T, spec sandbox.Spec, workspace string) *specs.Spec {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "shellbox")
 	s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: ContainerID(spec.Tenant, spec.Session)},
-		translate(spec, testAgent, testHostDir)...)
+		translate(spec, testAgent, testHostDir, workspace)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +270,34 @@ func TestTranslateMounts(t *testing.T) {
 	has(by["/sys/fs/cgroup"], "ro", "nosuid", "noexec", "nodev")
 	has(by["/sys"], "ro")
 	has(by["/proc"], "nosuid", "noexec", "nodev")
+}
+
+// TestTranslateWorkspace: a session's host workspace replaces the
+// sandbox's own tmpfs at /workspace, bound alone (not recursively),
+// nosuid and nodev, and is not one of the Spec's mounts when read back.
+func TestTranslateWorkspace(t *testing.T) {
+	const ws = "/state/workspaces/acme/s1"
+	s := generateWith(t, testSpec(t), ws)
+	var found []specs.Mount
+	for _, m := range s.Mounts {
+		if m.Destination == sandbox.WorkspacePath {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Type != "bind" || found[0].Source != ws ||
+		!slices.Equal(found[0].Options, []string{"bind", "rw", "nosuid", "nodev", "rprivate"}) {
+		t.Errorf("workspace mounts %+v, want one bind of %s", found, ws)
+	}
+	spec, err := typeurl.MarshalAny(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := describe(containers.Container{ID: "x", Spec: spec})
+	for _, m := range sb.Mounts {
+		if m.Target == sandbox.WorkspacePath {
+			t.Errorf("the workspace is listed as a Spec mount: %+v", sb.Mounts)
+		}
+	}
 }
 
 func TestTranslateEgress(t *testing.T) {

@@ -15,7 +15,10 @@
 //   - a read-only root filesystem; /workspace (owned by the sandbox user) and
 //     /tmp are size-limited tmpfs mounts, the one disk quota that works on
 //     overlay storage (fuse-overlayfs included) and under gVisor alike; their
-//     pages count towards the memory limit;
+//     pages count towards the memory limit. The workspace is the session's
+//     own tmpfs on the host (sandbox/hostdir), bound non-recursively, so it
+//     outlives the container: Remove keeps it, RemoveSession removes it
+//     (sandbox.SessionState);
 //   - network "none" (loopback only), private IPC and cgroup namespaces;
 //   - memory (swap = memory: no swap), CPU (NanoCPUs) and pids limits, core
 //     dumps off, no restart, no logging (output goes through the agent);

@@ -75,6 +75,7 @@ var (
 	_ sandbox.Pinger        = (*Runtime)(nil)
 	_ sandbox.RuntimeLister = (*Runtime)(nil)
 	_ sandbox.Sweeper       = (*Runtime)(nil)
+	_ sandbox.SessionState  = (*Runtime)(nil)
 	_ API                   = (*client.Client)(nil)
 )
 
@@ -176,16 +177,28 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	sb, err := r.create(ctx, spec, name, dir)
+	var ws string
+	var made bool
+	if r.dirs.Workspaces() {
+		if ws, made, err = r.dirs.Workspace(spec.Tenant, spec.Session, spec.WorkspaceBytes, spec.UID, spec.GID); err != nil {
+			_ = r.dirs.Remove(spec.Tenant, spec.Session)
+			return sandbox.Sandbox{}, err
+		}
+	}
+	sb, err := r.create(ctx, spec, name, dir, ws)
 	if err != nil && !errors.Is(err, sandbox.ErrAlreadyExists) {
-		// The directory is ours alone only if no sandbox uses it.
+		// The directory is ours alone only if no sandbox uses it; a
+		// workspace made now goes with it, one a sandbox left stays.
 		_ = r.dirs.Remove(spec.Tenant, spec.Session)
+		if made {
+			_, _ = r.dirs.RemoveWorkspace(spec.Tenant, spec.Session)
+		}
 	}
 	return sb, err
 }
 
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir string) (sandbox.Sandbox, error) {
-	cfg, hc := translate(spec, dir, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir, ws string) (sandbox.Sandbox, error) {
+	cfg, hc := translate(spec, dir, ws, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {
@@ -270,10 +283,37 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Sweep implements sandbox.Sweeper: host directories of this runtime's
-// state directory that no live sandbox uses.
+// RemoveSession implements sandbox.SessionState: the session's workspace,
+// and its host directory if a sandbox removed behind shellbox's back left
+// it. The caller makes sure no sandbox of the session exists.
+func (r *Runtime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	if err := r.dirs.Check(tenant, session); err != nil {
+		return false, err
+	}
+	had := r.dirs.Exists(tenant, session)
+	if err := r.dirs.Remove(tenant, session); err != nil {
+		return had, err
+	}
+	ws, err := r.dirs.RemoveWorkspace(tenant, session)
+	return had || ws, err
+}
+
+// Sweep implements sandbox.Sweeper: host directories and workspaces of
+// this runtime's state directory that neither a container on the engine
+// (of any owner: its agent uses the directory) nor live claims.
 func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
-	return r.dirs.Sweep(live)
+	all, err := r.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ tenant, session string }
+	used := map[key]bool{}
+	for _, sb := range all {
+		used[key{sb.Tenant, sb.Session}] = true
+	}
+	return r.dirs.Sweep(func(tenant, session string) bool {
+		return used[key{tenant, session}] || (live != nil && live(tenant, session))
+	})
 }
 
 func (r *Runtime) removeContainer(ctx context.Context, id string) error {
@@ -391,11 +431,11 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 }
 
 // mountsOf returns the Spec.Mounts of a container: its binds other than
-// the agent's and the host dir's, by target.
+// the agent's, the host dir's and the workspace's, by target.
 func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
 	var out []sandbox.Mount
 	for _, m := range mounts {
-		if m.Type != mount.TypeBind || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount {
+		if m.Type != mount.TypeBind || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount || m.Destination == sandbox.WorkspacePath {
 			continue
 		}
 		out = append(out, sandbox.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
@@ -81,7 +82,8 @@ func TestHardeningApplied(t *testing.T) {
 			{"WorkingDir", cfg.WorkingDir, "/workspace"},
 			{"Entrypoint", strings.Join(cfg.Entrypoint, " "), sandbox.AgentPath},
 			{"Tmpfs /tmp", hc.Tmpfs["/tmp"], fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", 16*sandbox.MiB)},
-			{"Tmpfs /workspace", hc.Tmpfs["/workspace"], fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,uid=1000,gid=1000,mode=0755", 32*sandbox.MiB)},
+			// The session's workspace is a tmpfs on the host, bound in.
+			{"Tmpfs /workspace", hc.Tmpfs["/workspace"], ""},
 			{"label tenant", cfg.Labels[sandbox.LabelTenant], tenant},
 			{"label session", cfg.Labels[sandbox.LabelSession], "hardening"},
 			{"label owner", cfg.Labels[sandbox.LabelOwner], e.owner},
@@ -99,8 +101,15 @@ func TestHardeningApplied(t *testing.T) {
 				t.Errorf("agent mount is writable")
 			}
 		}
-		if len(info.Mounts) != 2 {
-			t.Errorf("mounts: %+v, want the agent and the host dir", info.Mounts)
+		ws := filepath.Join(e.stateDir, "workspaces", tenant, "hardening")
+		if len(info.Mounts) != 3 || !slices.ContainsFunc(info.Mounts, func(m container.MountPoint) bool {
+			return m.Destination == sandbox.WorkspacePath && m.Source == ws && m.RW
+		}) {
+			t.Errorf("mounts: %+v, want the agent, the host dir and the workspace %s", info.Mounts, ws)
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(ws, &st); err != nil || st.Type != unix.TMPFS_MAGIC || int64(st.Blocks)*st.Bsize != 32*sandbox.MiB {
+			t.Errorf("workspace %s: type %#x, %d bytes, %v; want a tmpfs of %d", ws, st.Type, int64(st.Blocks)*st.Bsize, err, 32*sandbox.MiB)
 		}
 	})
 }

@@ -46,10 +46,11 @@ func sanitise(id string) string {
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
 // translate turns a validated Spec into the container's config: hostDir is
-// the session's host directory, agent the agent binary's host path, runtime
-// the engine's name for spec.Runtime. It is pure; every hardening decision
-// of the Docker backend is here.
-func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Config, *container.HostConfig) {
+// the session's host directory, workspace the session's host workspace
+// ("": none, the sandbox gets a tmpfs of its own), agent the agent binary's
+// host path, runtime the engine's name for spec.Runtime. It is pure; every
+// hardening decision of the Docker backend is here.
+func translate(spec sandbox.Spec, hostDir, workspace, agent, runtime string) (*container.Config, *container.HostConfig) {
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -143,6 +144,17 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 		CgroupnsMode:  container.CgroupnsModePrivate, // API 1.41
 		OomScoreAdj:   0,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if workspace != "" {
+		// The session's workspace, a tmpfs of spec.WorkspaceBytes that
+		// shellbox mounted on the host (sandbox/hostdir): it outlives the
+		// container, so the session's next sandbox finds its files. Its
+		// root is the sandbox user's; nosuid and nodev are the tmpfs's own.
+		delete(hc.Tmpfs, sandbox.WorkspacePath)
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: workspace, Target: sandbox.WorkspacePath,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true},
+		})
 	}
 	for _, m := range spec.Mounts {
 		// Non-recursive: on API 1.41 a read-only recursive bind leaves the

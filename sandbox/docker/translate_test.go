@@ -17,9 +17,41 @@ import (
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
-// tr translates with the host directory and agent the tests expect.
+// tr translates with the host directory and agent the tests expect, and no
+// host workspace.
 func tr(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
-	return translate(spec, "/state/sessions/acme/s:1", "/opt/agent", spec.Runtime)
+	return translate(spec, "/state/sessions/acme/s:1", "", "/opt/agent", spec.Runtime)
+}
+
+// TestTranslateWorkspace: a session's host workspace replaces the
+// sandbox's own tmpfs at /workspace, bound alone (not what may be mounted
+// below it), and is not one of the Spec's mounts when read back.
+func TestTranslateWorkspace(t *testing.T) {
+	spec := testSpec(t)
+	_, hc := translate(spec, "/state/sessions/acme/s:1", "/state/workspaces/acme/s:1", "/opt/agent", spec.Runtime)
+	if _, ok := hc.Tmpfs[sandbox.WorkspacePath]; ok {
+		t.Errorf("a tmpfs at /workspace besides the host workspace: %v", hc.Tmpfs)
+	}
+	if _, ok := hc.Tmpfs[sandbox.TmpPath]; !ok {
+		t.Errorf("/tmp lost its tmpfs: %v", hc.Tmpfs)
+	}
+	var found []mount.Mount
+	for _, m := range hc.Mounts {
+		if m.Target == sandbox.WorkspacePath {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Type != mount.TypeBind || found[0].Source != "/state/workspaces/acme/s:1" || found[0].ReadOnly ||
+		found[0].BindOptions == nil || !found[0].BindOptions.NonRecursive {
+		t.Errorf("workspace mounts %+v, want one writable non-recursive bind of the host workspace", found)
+	}
+	got := mountsOf([]container.MountPoint{
+		{Type: mount.TypeBind, Source: "/state/workspaces/acme/s:1", Destination: sandbox.WorkspacePath, RW: true},
+		{Type: mount.TypeBind, Source: "/data", Destination: "/data", RW: true},
+	})
+	if len(got) != 1 || got[0].Target != "/data" {
+		t.Errorf("mountsOf: %+v, want /data only", got)
+	}
 }
 
 func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
