@@ -39,7 +39,7 @@ type Config struct {
 	Claims Claims
 	// MaxCreating bounds the sandboxes being created at once (default
 	// DefaultMaxCreating); CreateQueue bounds the creations waiting for a
-	// slot (default DefaultCreateQueue), CreateQueueWait how long each
+	// slot (default DefaultCreateQueue; negative: none), CreateQueueWait how long each
 	// waits (default DefaultCreateQueueWait). See Admission in the package
 	// doc.
 	MaxCreating     int
@@ -110,15 +110,18 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxCreating < 0 || cfg.CreateQueue < 0 || cfg.CreateQueueWait < 0 {
-		return nil, fmt.Errorf("%w: manager: negative admission settings (maxCreating %d, createQueue %d, createQueueWait %s)",
-			ErrInvalid, cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait)
+	if cfg.MaxCreating < 0 || cfg.CreateQueueWait < 0 {
+		return nil, fmt.Errorf("%w: manager: negative admission settings (maxCreating %d, createQueueWait %s)",
+			ErrInvalid, cfg.MaxCreating, cfg.CreateQueueWait)
 	}
 	if cfg.MaxCreating == 0 {
 		cfg.MaxCreating = DefaultMaxCreating
 	}
-	if cfg.CreateQueue == 0 {
+	switch {
+	case cfg.CreateQueue == 0:
 		cfg.CreateQueue = DefaultCreateQueue
+	case cfg.CreateQueue < 0:
+		cfg.CreateQueue = 0 // no queue: a creation without a free slot fails at once
 	}
 	if cfg.CreateQueueWait == 0 {
 		cfg.CreateQueueWait = DefaultCreateQueueWait
