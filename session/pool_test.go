@@ -89,6 +89,10 @@ func TestWarmPoolFromPolicy(t *testing.T) {
 	if _, err := l.CreateSession(ctx, "acme", "s3", server.SessionOptions{}); !errors.Is(err, server.ErrNotAllowed) {
 		t.Fatalf("a third session past limits.sessions 2: %v", err)
 	}
+	if _, err := l.CreateSession(ctx, "acme", sandbox.PoolPrefix+"x", server.SessionOptions{}); !errors.Is(err, server.ErrInvalid) ||
+		!strings.Contains(err.Error(), "reserved for warm pools") {
+		t.Fatalf("a session named like a pooled sandbox: %v", err)
+	}
 	if err := l.DeleteSession(ctx, "acme", "s1"); err != nil {
 		t.Fatal(err)
 	}

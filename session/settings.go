@@ -54,6 +54,9 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 	if l.cfg.Unavailable != nil {
 		return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
 	}
+	if sandbox.IsPooled(session) {
+		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "session %q: names starting with %q are reserved for warm pools", session, sandbox.PoolPrefix)
+	}
 	l.mu.Lock()
 	o := l.opts[tenant+"/"+session]
 	l.mu.Unlock()
