@@ -43,9 +43,16 @@ type Claims interface {
 
 // DirClaims keeps claims as files in a directory of the server's state:
 // <dir>/<tenant>/<pooled>, holding the session's name. A claim is a link(2)
-// of a complete, synced temporary file to that name, which fails if the
-// name exists: there is no moment at which a claim is half-made, and no
-// two sessions can hold one sandbox.
+// of a complete temporary file to that name, which fails if the name
+// exists: there is no moment at which a claim is half-made, and no two
+// sessions can hold one sandbox. A symlink <dir>/<tenant>/<session> ->
+// <pooled> (no session name starts with PoolPrefix) indexes it for
+// Lookup, which believes it only if the claim it points to names the
+// session; a crash between the claim and its index leaves a claim that
+// List shows and claiming it again for the same session re-indexes
+// (Manager.Adopt does). Nothing is fsynced: a claim must survive
+// the server's crash, which the page cache does; a host's crash stops
+// every sandbox, and Adopt removes stopped ones with their claims.
 type DirClaims struct {
 	dir string
 }
@@ -93,9 +100,6 @@ func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) err
 	}
 	defer os.Remove(tmp)
 	_, err = f.WriteString(session)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -105,14 +109,24 @@ func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) err
 	final := filepath.Join(tdir, pooled)
 	if err := os.Link(tmp, final); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			if held, rerr := readClaim(final); rerr == nil && held == session {
-				return nil
+			if held, rerr := readClaim(final); rerr != nil || held != session {
+				return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", ErrAlreadyExists, tenant, pooled)
 			}
-			return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", ErrAlreadyExists, tenant, pooled)
+		} else {
+			return fmt.Errorf("claims: %w", err)
 		}
-		return fmt.Errorf("claims: %w", err)
 	}
-	return syncDir(tdir)
+	// The index: a fresh symlink renamed over whatever stale one the
+	// session's earlier sandbox left.
+	link := filepath.Join(tdir, ".index-"+hex.EncodeToString(rnd[:]))
+	if err := os.Symlink(pooled, link); err != nil {
+		return fmt.Errorf("claims: index: %w", err)
+	}
+	if err := os.Rename(link, filepath.Join(tdir, session)); err != nil {
+		os.Remove(link)
+		return fmt.Errorf("claims: index: %w", err)
+	}
+	return nil
 }
 
 // Lookup implements Claims.
@@ -120,16 +134,29 @@ func (d *DirClaims) Lookup(ctx context.Context, tenant, session string) (string,
 	if err := CheckID("tenant", tenant); err != nil {
 		return "", err
 	}
-	cs, err := d.tenantClaims(tenant)
+	if err := CheckID("session", session); err != nil || IsPooled(session) {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	tdir := filepath.Join(d.dir, tenant)
+	pooled, err := os.Readlink(filepath.Join(tdir, session))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("claims: %w", err)
 	}
-	for _, c := range cs {
-		if c.Session == session {
-			return c.Pooled, nil
-		}
+	if !IsPooled(pooled) || CheckID("session", pooled) != nil {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
 	}
-	return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	held, err := readClaim(filepath.Join(tdir, pooled))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && held != session {
+		// A stale index: the claim was released (or is another's).
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	if err != nil {
+		return "", fmt.Errorf("claims: %w", err)
+	}
+	return pooled, nil
 }
 
 // List implements Claims.
@@ -160,8 +187,19 @@ func (d *DirClaims) Release(_ context.Context, tenant, pooled string) error {
 	if !IsPooled(pooled) || CheckID("session", pooled) != nil {
 		return fmt.Errorf("%w: %q is not a pooled sandbox's name", ErrInvalid, pooled)
 	}
-	if err := os.Remove(filepath.Join(d.dir, tenant, pooled)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	tdir := filepath.Join(d.dir, tenant)
+	session, rerr := readClaim(filepath.Join(tdir, pooled))
+	if err := os.Remove(filepath.Join(tdir, pooled)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("claims: %w", err)
+	}
+	// Its index goes after it, if it still points to it.
+	if rerr == nil && CheckID("session", session) == nil && !IsPooled(session) {
+		idx := filepath.Join(tdir, session)
+		if to, err := os.Readlink(idx); err == nil && to == pooled {
+			if err := os.Remove(idx); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("claims: index: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -222,18 +260,6 @@ func checkClaim(tenant, pooled, session string) error {
 	}
 	if IsPooled(session) {
 		return fmt.Errorf("%w: session %q: names starting with %q are reserved for warm pools", ErrInvalid, session, PoolPrefix)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("claims: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("claims: %w", err)
 	}
 	return nil
 }

@@ -97,3 +97,46 @@ func TestDirClaimsIgnoresLeftovers(t *testing.T) {
 		t.Fatalf("List: %+v, %v; want no claims", cs, err)
 	}
 }
+
+// A crash between a claim and its index leaves a claim Lookup cannot see
+// until it is claimed again for its session (Adopt does); an index whose
+// claim is gone or another's is not believed.
+func TestDirClaimsIndex(t *testing.T) {
+	dir := t.TempDir()
+	c, err := sandbox.NewDirClaims(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := os.MkdirAll(filepath.Join(dir, "acme"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "acme", poolA), []byte("s1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := c.List(ctx); err != nil || len(cs) != 1 || cs[0].Session != "s1" {
+		t.Fatalf("List: %+v, %v", cs, err)
+	}
+	if _, err := c.Lookup(ctx, "acme", "s1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Lookup without an index: %v", err)
+	}
+	if err := c.Claim(ctx, "acme", poolA, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Lookup(ctx, "acme", "s1"); err != nil || got != poolA {
+		t.Fatalf("Lookup after re-claiming: %q, %v", got, err)
+	}
+	// An index pointing to another session's claim.
+	if err := os.Symlink(poolA, filepath.Join(dir, "acme", "s2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lookup(ctx, "acme", "s2"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Lookup through another's claim: %v", err)
+	}
+	if err := c.Release(ctx, "acme", poolA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "acme", "s1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the index outlived its claim: %v", err)
+	}
+}

@@ -470,7 +470,12 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 				continue
 			}
 			// Claimed (perhaps just before a crash): the session's.
+			// Claiming it again for the session restores an index the
+			// crash may have cut short.
 			delete(claimed, rk)
+			if err := m.cfg.Claims.Claim(ctx, sb.Tenant, sb.Session, s); err != nil {
+				errs = append(errs, err)
+			}
 			sb.PoolName, sb.Session = sb.Session, s
 		}
 		k := key{sb.Tenant, sb.Session}
