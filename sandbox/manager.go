@@ -34,6 +34,11 @@ type Config struct {
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
 
+	// Prepare, if set, is called on a pooled sandbox once it is ready,
+	// before it joins its pool, e.g. to run one command so that the first
+	// call of the session claiming it finds the image's files cached. A
+	// sandbox it fails for is removed.
+	Prepare func(ctx context.Context, sb Sandbox) error
 	// Claims records which session each claimed pooled sandbox belongs to
 	// (DirClaims in the state directory on one host). Nil: no warm pools.
 	Claims Claims

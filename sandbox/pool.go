@@ -262,7 +262,11 @@ func (m *Manager) createPooled(parent context.Context, p *pool, spec Spec) error
 	defer cancel()
 	sb, err := m.cfg.Runtime.Create(ctx, spec)
 	if err == nil {
-		if err = m.ready(ctx, sb); err != nil {
+		err = m.ready(ctx, sb)
+		if err == nil && m.cfg.Prepare != nil {
+			err = m.cfg.Prepare(ctx, sb)
+		}
+		if err != nil {
 			err = m.discard(ctx, sb, err)
 		}
 	}

@@ -400,3 +400,36 @@ func TestFillGivesWayToSessions(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Prepare runs on every pooled sandbox before it joins the pool; one it
+// fails for is removed, never claimed.
+func TestPoolPrepare(t *testing.T) {
+	f := newFake()
+	var prepared []string
+	var mu sync.Mutex
+	m, _ := newManager(t, f, withClaims(claims(t)), func(c *sandbox.Config) {
+		c.MaxCreating = 1
+		c.Prepare = func(_ context.Context, sb sandbox.Sandbox) error {
+			mu.Lock()
+			defer mu.Unlock()
+			prepared = append(prepared, sb.Session)
+			if len(prepared) == 1 {
+				return errors.New("first one is bad")
+			}
+			return nil
+		}
+	})
+	if rep, err := m.Fill(context.Background(), []sandbox.PoolTarget{target(t, 1)}); err == nil || rep.Created != 0 || rep.Missing != 1 {
+		t.Fatalf("fill with a failing Prepare: %+v, %v", rep, err)
+	}
+	if n := len(pooled(t, f)); n != 0 {
+		t.Fatalf("%d pooled sandboxes left, want the failed one removed", n)
+	}
+	if rep := fill(t, m, target(t, 1)); rep.Created != 1 {
+		t.Fatalf("second fill: %+v", rep)
+	}
+	sb, err := m.Ensure(context.Background(), spec(t, "s1"))
+	if err != nil || sb.PoolName != prepared[1] {
+		t.Fatalf("claimed %+v, %v; want the prepared %s", sb, err, prepared[1])
+	}
+}

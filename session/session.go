@@ -146,9 +146,11 @@ func New(cfg Config) (*Layer, error) {
 	if cfg.Observer != nil {
 		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
 	}
-	ready := cfg.Ready
+	ready, prepare := cfg.Ready, sandboxed.WarmUp
 	if ready == nil {
 		ready = sandboxed.WaitAgent
+	} else {
+		prepare = nil // sandboxes without an agent
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
@@ -156,6 +158,7 @@ func New(cfg Config) (*Layer, error) {
 		Ready:   ready,
 		Logger:  cfg.Logger,
 		Claims:  cfg.Claims,
+		Prepare: prepare,
 
 		MaxCreating:     cfg.Admission.MaxCreating,
 		CreateQueue:     cfg.Admission.CreateQueue,

@@ -73,7 +73,8 @@ func newPoolRig(t testing.TB, e enginetest.Engine) *poolRig {
 // start makes a fresh Manager, executor and tools (a server starting).
 func (r *poolRig) start(t testing.TB) {
 	t.Helper()
-	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: sandboxed.WaitAgent, Claims: r.claims})
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: sandboxed.WaitAgent, Claims: r.claims,
+		Prepare: sandboxed.WarmUp})
 	if err != nil {
 		t.Fatal(err)
 	}
