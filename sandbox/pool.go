@@ -180,8 +180,11 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 			m.pools[k] = p
 		}
 		p.template = t.Template // adopted pools have none yet
+		// Counted as creating at once, so a concurrent Fill does not
+		// plan the same sandboxes.
 		for range p.size - len(p.ready) - p.creating {
 			jobs = append(jobs, job{p, p.template})
+			p.creating++
 		}
 	}
 	m.mu.Unlock()
@@ -197,21 +200,26 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 	var errs []error
 	done := make(chan error)
 	started := 0
-	for _, j := range jobs {
+	for i, j := range jobs {
 		release, ok := m.adm.tryAcquire()
 		if !ok {
+			m.mu.Lock()
+			for _, j := range jobs[i:] {
+				j.p.creating--
+			}
+			m.mu.Unlock()
 			break
 		}
 		spec := j.spec.Clone()
 		spec.Session = poolName(j.p.hash)
 		m.mu.Lock()
-		j.p.creating++
 		m.named[key{spec.Tenant, spec.Session}] = true
 		m.mu.Unlock()
 		started++
 		go func() {
-			defer release()
-			done <- m.createPooled(ctx, j.p, spec)
+			err := m.createPooled(ctx, j.p, spec)
+			release() // before Fill returns: its slot is free then
+			done <- err
 		}()
 	}
 	for range started {
@@ -335,11 +343,20 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool) {
 			continue
 		}
 		if err != nil {
-			// Unclaimed still: back to the pool, and a cold start.
-			m.mu.Lock()
-			p.ready = append([]Sandbox{sb}, p.ready...)
-			m.mu.Unlock()
+			// Unclaimed still: back to its pool if the pool still wants
+			// it, and a cold start.
 			m.cfg.Logger.Warn("claiming a pooled sandbox", "tenant", spec.Tenant, "session", spec.Session, "err", err)
+			m.mu.Lock()
+			back := m.pools[k] == p && len(p.ready) < p.size
+			if back {
+				p.ready = append([]Sandbox{sb}, p.ready...)
+			}
+			m.mu.Unlock()
+			if !back {
+				if err := m.removePooled(ctx, sb, "pool drained"); err != nil {
+					m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
+				}
+			}
 			return Sandbox{}, false
 		}
 		sb.PoolName, sb.Session = pooled, spec.Session

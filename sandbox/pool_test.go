@@ -433,3 +433,23 @@ func TestPoolPrepare(t *testing.T) {
 		t.Fatalf("claimed %+v, %v; want the prepared %s", sb, err, prepared[1])
 	}
 }
+
+// Concurrent passes plan each missing sandbox once.
+func TestPoolConcurrentFills(t *testing.T) {
+	f := newFake()
+	m, _ := newManager(t, f, withClaims(claims(t)), func(c *sandbox.Config) { c.MaxCreating = 8 })
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.Fill(context.Background(), []sandbox.PoolTarget{target(t, 3)}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.Creates.Load(); n != 3 {
+		t.Fatalf("%d creates for a pool of 3 filled by 4 concurrent passes", n)
+	}
+}
