@@ -185,6 +185,9 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	if err := executor.ValidSession(c.Tenant); err != nil {
 		return Config{}, fmt.Errorf("config: tenant: %w", err)
 	}
+	if err := c.Sandbox.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: sandbox: %w", err)
+	}
 	if err := c.Server.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: server: %w", err)
 	}
@@ -296,6 +299,34 @@ type Sandbox struct {
 	// Labels are extra labels on every sandbox (e.g. for an operator's
 	// inventory); shellbox's own org.shellbox.* labels cannot be set.
 	Labels map[string]string `mapstructure:"labels"`
+	// MaxCreating bounds the sandboxes being created at once; CreateQueue
+	// the creations waiting for a slot, each at most CreateQueueWait
+	// (then the session's call fails, saying how busy the host is).
+	// Calls to existing sandboxes never wait on them.
+	MaxCreating     int           `mapstructure:"maxCreating"`
+	CreateQueue     int           `mapstructure:"createQueue"`
+	CreateQueueWait time.Duration `mapstructure:"createQueueWait"`
+}
+
+func (c Sandbox) validate() error {
+	switch {
+	case c.MaxCreating < 1:
+		return fmt.Errorf("maxCreating %d: must be at least 1", c.MaxCreating)
+	case c.CreateQueue < 0:
+		return fmt.Errorf("createQueue %d: must not be negative", c.CreateQueue)
+	case c.CreateQueueWait <= 0:
+		return fmt.Errorf("createQueueWait %s: must be positive", c.CreateQueueWait)
+	}
+	return nil
+}
+
+// Admission is the session layer's bound on sandbox creations.
+func (c Sandbox) Admission() session.Admission {
+	q := c.CreateQueue
+	if q == 0 {
+		q = -1 // no queue: the layer's 0 means its default
+	}
+	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: q, CreateQueueWait: c.CreateQueueWait}
 }
 
 func sandboxDefaults() map[string]any {
@@ -305,18 +336,21 @@ func sandboxDefaults() map[string]any {
 		owner = "shellbox-" + h
 	}
 	return map[string]any{
-		"sandbox::stateDir":       "/var/lib/shellbox",
-		"sandbox::owner":          owner,
-		"sandbox::image":          "shellbox-sandbox:bookworm",
-		"sandbox::runtime":        d.Runtime,
-		"sandbox::agent":          "",
-		"sandbox::cpus":           d.CPUs,
-		"sandbox::memoryBytes":    d.MemoryBytes,
-		"sandbox::pidsLimit":      d.PidsLimit,
-		"sandbox::workspaceBytes": d.WorkspaceBytes,
-		"sandbox::tmpBytes":       d.TmpBytes,
-		"sandbox::spillBytes":     d.SpillBytes,
-		"sandbox::labels":         map[string]string{},
+		"sandbox::stateDir":        "/var/lib/shellbox",
+		"sandbox::owner":           owner,
+		"sandbox::image":           "shellbox-sandbox:bookworm",
+		"sandbox::runtime":         d.Runtime,
+		"sandbox::agent":           "",
+		"sandbox::cpus":            d.CPUs,
+		"sandbox::memoryBytes":     d.MemoryBytes,
+		"sandbox::pidsLimit":       d.PidsLimit,
+		"sandbox::workspaceBytes":  d.WorkspaceBytes,
+		"sandbox::tmpBytes":        d.TmpBytes,
+		"sandbox::spillBytes":      d.SpillBytes,
+		"sandbox::labels":          map[string]string{},
+		"sandbox::maxCreating":     sandbox.DefaultMaxCreating,
+		"sandbox::createQueue":     sandbox.DefaultCreateQueue,
+		"sandbox::createQueueWait": sandbox.DefaultCreateQueueWait,
 	}
 }
 

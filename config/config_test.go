@@ -53,6 +53,8 @@ func TestErrors(t *testing.T) {
 		"server:\n  tenants:\n    acme: {tokens: []}\n": "no tokens",
 		"server:\n  logLevel: loud\n":                   `logLevel "loud"`,
 		"limits:\n  tailBytes: -1\n":                    "config: limits",
+		"sandbox:\n  maxCreating: 0\n":                  "config: sandbox: maxCreating 0: must be at least 1",
+		"sandbox:\n  createQueueWait: 0s\n":             "config: sandbox: createQueueWait 0s: must be positive",
 	} {
 		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)

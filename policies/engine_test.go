@@ -129,6 +129,17 @@ func TestPolicyDefaultTenantFallback(t *testing.T) {
 	}
 }
 
+func TestTenantsAreThoseWithTheirOwnFile(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	writePolicy(t, dir, "default", "default: deny\n")
+	writePolicy(t, dir, "broken", "default: maybe\n")
+	e := openEngine(t, dir, Options{NoWatch: true})
+	if got := strings.Join(e.Tenants(), ","); got != "acme,default" {
+		t.Fatalf("Tenants() = %s, want acme,default (broken.yaml never loaded)", got)
+	}
+}
+
 func TestAskApproveDenyExpire(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "acme", acmePolicy)

@@ -46,6 +46,11 @@ type Sandbox struct {
 	// LastUsed is when the Manager last handed the sandbox out (Ensure,
 	// Touch). Zero in values coming straight from a Runtime.
 	LastUsed time.Time
+	// PoolName, for a sandbox a session claimed from a warm pool, is the
+	// name it was created under (the session the runtime knows it by);
+	// Session is then the claiming session. Empty otherwise. Only the
+	// Manager sets it.
+	PoolName string
 }
 
 // Endpoint says how to reach a sandbox's agent: the one thing every caller

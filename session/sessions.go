@@ -46,7 +46,7 @@ func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
 	if l.manager == nil {
 		return nil, nil
 	}
-	list, err := l.cfg.Runtime.List(ctx, l.cfg.Owner)
+	list, err := l.manager.List(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -50,6 +53,15 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 			return nil, nil, err
 		}
 		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+		sc.Admission = cfg.Sandbox.Admission()
+		// Claims of warm pools' sandboxes live with the sessions' host
+		// directories: one host, one state directory.
+		claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
+		if err != nil {
+			rt.Close()
+			return nil, nil, fmt.Errorf("sandbox.stateDir: %w", err)
+		}
+		sc.Claims = claims
 		if watch != nil {
 			sc.Runtime = watch.wrap(rt)
 		}
