@@ -109,11 +109,14 @@ func labels(spec sandbox.Spec, hostDir string) map[string]string {
 
 // translate turns a validated Spec into the OCI spec options of its
 // container, to apply after the image's config (oci.WithImageConfig, which
-// needs the image and is the caller's). agentBinary is the agent's host
-// path, hostDir the session's host directory. It is pure; every hardening
+// needs the image and is the caller's). binds are spec.Mounts as the
+// engine mounts them (their sources pinned at neutral paths, hostdir.Pin;
+// spec.Mounts themselves are recorded in the annotation LabelMounts),
+// agentBinary is the agent's host path, hostDir the session's host
+// directory. It is pure; every hardening
 // decision of the containerd backend is here, and they are Docker's
 // (sandbox/docker's translate), spelled in OCI terms.
-func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
+func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir string) []oci.SpecOpts {
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
 
@@ -184,7 +187,7 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 			Options: []string{"rbind", "rw", "rprivate"},
 		},
 	}
-	for _, m := range spec.Mounts {
+	for _, m := range binds {
 		// Non-recursive ("bind", not "rbind"): an allowlisted directory
 		// should not bring whatever the host mounted under it, nor leave
 		// those mounts writable under a read-only bind. no-new-privileges
@@ -231,6 +234,7 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		oci.WithoutRunMount,
 		oci.WithoutMounts("/sys/fs/cgroup", sandbox.TmpPath, sandbox.WorkspacePath, sandbox.AgentPath, sandbox.HostDirMount),
 		oci.WithMounts(mounts),
+		oci.WithAnnotations(map[string]string{sandbox.LabelMounts: sandbox.MountsRecord(spec.Mounts)}),
 		oci.WithDefaultUnixDevices,
 		oci.WithMemoryLimit(uint64(spec.MemoryBytes)),
 		oci.WithMemorySwap(spec.MemoryBytes), // = the limit: no swap

@@ -42,7 +42,7 @@ func generate(t *testing.T, spec sandbox.Spec) *specs.Spec {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "shellbox")
 	s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: ContainerID(spec.Tenant, spec.Session)},
-		translate(spec, testAgent, testHostDir)...)
+		translate(spec, spec.Mounts, testAgent, testHostDir)...)
 	if err != nil {
 		t.Fatal(err)
 	}

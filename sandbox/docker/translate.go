@@ -45,11 +45,13 @@ func sanitise(id string) string {
 // any back.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
-// translate turns a validated Spec into the container's config: hostDir is
-// the session's host directory, agent the agent binary's host path, runtime
-// the engine's name for spec.Runtime. It is pure; every hardening decision
+// translate turns a validated Spec into the container's config: binds are
+// spec.Mounts as the engine mounts them (their sources pinned at neutral
+// paths, hostdir.Pin; spec.Mounts themselves are recorded in LabelMounts),
+// hostDir is the session's host directory, agent the agent binary's host
+// path, runtime the engine's name for spec.Runtime. It is pure; every hardening decision
 // of the Docker backend is here.
-func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Config, *container.HostConfig) {
+func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, agent, runtime string) (*container.Config, *container.HostConfig) {
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -60,6 +62,7 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 	labels[sandbox.LabelOwner] = spec.Owner
 	labels[sandbox.LabelRuntime] = spec.Runtime
 	labels[sandbox.LabelNetwork] = spec.Network
+	labels[sandbox.LabelMounts] = sandbox.MountsRecord(spec.Mounts)
 
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
@@ -144,7 +147,7 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 		OomScoreAdj:   0,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
-	for _, m := range spec.Mounts {
+	for _, m := range binds {
 		// Non-recursive: on API 1.41 a read-only recursive bind leaves the
 		// filesystems mounted below its source writable (ReadOnly remounts
 		// the top one only), and an allowlisted directory should not bring

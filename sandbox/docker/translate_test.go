@@ -19,7 +19,7 @@ import (
 
 // tr translates with the host directory and agent the tests expect.
 func tr(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
-	return translate(spec, "/state/sessions/acme/s:1", "/opt/agent", spec.Runtime)
+	return translate(spec, spec.Mounts, "/state/sessions/acme/s:1", "/opt/agent", spec.Runtime)
 }
 
 func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {

@@ -109,12 +109,16 @@ func (d *Dirs) Check(tenant, session string) error {
 }
 
 // CheckMounts refuses mounts whose source overlaps the state directory's
-// sessions, where every sandbox's agent socket is: lexically, and on the
-// resolved state directory.
+// sessions, where every sandbox's agent socket is, or its pins (Pin):
+// lexically, and on the resolved state directory.
 func (d *Dirs) CheckMounts(mounts []sandbox.Mount) error {
-	own := []string{filepath.Join(d.stateDir, sessionsDir)}
-	if real, err := filepath.EvalSymlinks(own[0]); err == nil && real != own[0] {
-		own = append(own, real)
+	var own []string
+	for _, sub := range []string{sessionsDir, pinsDir} {
+		p := filepath.Join(d.stateDir, sub)
+		own = append(own, p)
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+			own = append(own, real)
+		}
 	}
 	for i, m := range mounts {
 		for _, o := range own {
