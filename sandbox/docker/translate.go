@@ -43,7 +43,11 @@ func sanitise(id string) string {
 // none of them: changing uid from 0 to non-zero clears the permitted and
 // effective sets, and no-new-privileges stops setuid binaries from getting
 // any back.
-var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+//
+// CAP_SETPCAP is for the agent's first act: it empties the bounding set
+// (which commands inherit) of all its threads, then drops CAP_SETPCAP
+// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // translate turns a validated Spec into the container's config: binds are
 // spec.Mounts as the engine mounts them (their sources pinned at neutral
@@ -88,7 +92,10 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, agent, runtime
 
 	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
 	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
-	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}}
+	// No POSIX message queues: RLIMIT_MSGQUEUE 0 makes every mq_open that
+	// creates one fail (EMFILE), for root too, so /dev/mqueue (runc) is no
+	// writable space outside the policy's sizes.
+	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}, {Name: "msgqueue", Soft: 0, Hard: 0}}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		// Under gVisor the pids cgroup counts the threads of the gVisor
 		// kernel (the ptrace platform spends several host threads per guest
@@ -140,6 +147,10 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, agent, runtime
 			PidsLimit:  &pids,
 			Ulimits:    ulimits,
 		},
+		// /dev/shm is a tmpfs (private IPC namespace) as big as /tmp: the
+		// same scratch budget of the policy (sandbox.tmp), not Docker's
+		// default 64 MiB, and its pages count towards the memory limit.
+		ShmSize:       spec.TmpBytes,
 		LogConfig:     container.LogConfig{Type: "none"}, // output goes through the agent
 		Init:          &noInit,                           // the agent is PID 1 and reaps
 		IpcMode:       container.IPCModePrivate,

@@ -74,7 +74,7 @@ func TestTranslateRunc(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], v)
 		}
 	}
-	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}) {
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}) {
 		t.Errorf("caps: drop %v add %v", hc.CapDrop, hc.CapAdd)
 	}
 	if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
@@ -103,6 +103,13 @@ func TestTranslateRunc(t *testing.T) {
 	}
 	if slices.ContainsFunc(r.Ulimits, func(u *container.Ulimit) bool { return u.Name == "nproc" }) {
 		t.Errorf("runc must not use RLIMIT_NPROC (host-wide per uid)")
+	}
+	// No message queues; /dev/shm as big as /tmp.
+	if !slices.ContainsFunc(r.Ulimits, func(u *container.Ulimit) bool { return u.Name == "msgqueue" && u.Soft == 0 && u.Hard == 0 }) {
+		t.Errorf("ulimits %+v: want msgqueue 0", r.Ulimits)
+	}
+	if hc.ShmSize != 134217728 {
+		t.Errorf("ShmSize %d, want /tmp's 134217728", hc.ShmSize)
 	}
 }
 
