@@ -11,6 +11,10 @@
 // root) and is also handed to the agent (sandbox.EnvSpillBytes), which owns
 // the quota either way. The parents, <StateDir>/sessions and the tenant
 // directories, are 0700: no host user but root reaches what a sandbox wrote.
+//
+// While a sandbox is created, its mount sources are pinned under
+// <StateDir>/pins/<tenant>/<session>/ (0700; Pin, pin.go): opened beneath
+// their allowlist entries and bound at neutral paths the engine mounts.
 package hostdir
 
 import (
