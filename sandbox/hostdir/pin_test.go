@@ -201,3 +201,34 @@ func TestPinRace(t *testing.T) {
 	t.Logf("%d attempts against %d swaps: %d pinned the allowed directory, %d refused, 0 escaped; a check by path would have read outside %d times",
 		attempts, swaps.Load(), pinned, refused, pathLost)
 }
+
+// Verify compares the directory a process sees at each target with the
+// pinned one: this process, whose root is the host's, sees the source
+// itself at the source's path, and another directory elsewhere.
+func TestPinVerify(t *testing.T) {
+	needMount(t)
+	d := newDirs(t)
+	allowed, outside := pinTree(t)
+	sub := filepath.Join(allowed, "sub")
+	p, err := d.Pin("acme", "s1", []sandbox.Mount{{Source: sub, Root: allowed, Target: sub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Verify(sandbox.RuntimeRunc, os.Getpid()); err != nil {
+		t.Errorf("the same directory: %v", err)
+	}
+	p.Release()
+	p, err = d.Pin("acme", "s1", []sandbox.Mount{{Source: sub, Root: allowed, Target: outside}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	err = p.Verify(sandbox.RuntimeRunc, os.Getpid())
+	if !errors.Is(err, sandbox.ErrConflict) || !strings.Contains(err.Error(), "the sandbox sees another directory at "+outside) {
+		t.Errorf("another directory: %v", err)
+	}
+	// gVisor's mounts are the sentry's: nothing to compare on the host.
+	if err := p.Verify(sandbox.RuntimeRunsc, os.Getpid()); err != nil {
+		t.Errorf("runsc: %v", err)
+	}
+}
