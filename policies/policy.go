@@ -85,6 +85,10 @@ type Mount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly"`
+	// Root is, in a session's mount, the resolved source of the entry that
+	// allowed it (Source or a directory above it): the sandbox opens Source
+	// beneath it without following symlinks (sandbox.Mount.Root).
+	Root string `json:"-"`
 }
 
 // User is who commands run as inside the sandbox.

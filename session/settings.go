@@ -170,7 +170,7 @@ func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
 func sandboxMounts(ms []policies.Mount) []sandbox.Mount {
 	out := make([]sandbox.Mount, len(ms))
 	for i, m := range ms {
-		out[i] = sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+		out[i] = sandbox.Mount{Source: m.Source, Root: m.Root, Target: m.Target, ReadOnly: m.ReadOnly}
 	}
 	return out
 }

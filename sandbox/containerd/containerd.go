@@ -181,9 +181,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if err := spec.CheckMountSources(); err != nil {
-		return sandbox.Sandbox{}, err
-	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
 			return sandbox.Sandbox{}, err
@@ -228,6 +225,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return sandbox.Sandbox{}, err
 		}
 	}
+	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	// The sandbox has its own copies of the mounts once its task exists
+	// (or there is no sandbox): a pin a failed release leaves bound is
+	// cleared by the session's next Pin.
+	defer pins.Release()
 	// A snapshot under the id without a container is what a create that
 	// crashed midway left: it is shellbox's (the id is), and in the way.
 	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
@@ -241,7 +246,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		client.WithNewSnapshot(id, img),
 		client.WithRuntime(shim, shimOpts),
 		client.WithContainerLabels(labels(spec, dir)),
-		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, translate(spec, r.cfg.AgentBinary, dir, ws)...)...),
+		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, translate(spec, pins.Mounts(), r.cfg.AgentBinary, dir, ws)...)...),
 	)
 	ctr, err = r.client.NewContainer(ctx, id, opts...)
 	if err != nil {
@@ -276,6 +281,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if st.Status != client.Running {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: task %s is %s right after start (exit code %d): is the agent binary static and runnable?",
 			sandbox.ErrUnavailable, id, st.Status, st.ExitStatus)
+	}
+	if err := pins.Verify(spec.Runtime, int(task.Pid())); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("containerd: container %s: %w", id, err)
 	}
 	info, err := ctr.Info(ctx, client.WithoutRefreshedMetadata)
 	if err != nil {
@@ -611,7 +619,9 @@ func describe(c containers.Container) sandbox.Sandbox {
 	if dir := c.Labels[LabelHostDir]; dir != "" {
 		sb.Agent = hostdir.Endpoint(dir)
 	}
-	if s := specOf(c); s != nil {
+	if s := specOf(c); s != nil && s.Annotations[sandbox.LabelMounts] != "" {
+		sb.Mounts, _ = sandbox.ParseMountsRecord(s.Annotations[sandbox.LabelMounts])
+	} else if s != nil {
 		for _, m := range s.Mounts {
 			if m.Type != "bind" || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount || m.Destination == sandbox.WorkspacePath {
 				continue

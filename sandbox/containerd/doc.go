@@ -31,7 +31,10 @@
 //     oom_score_adj 0;
 //   - the session's host directory (sandbox/hostdir) bind-mounted at
 //     /run/shellbox, recursive so the spill tmpfs mounted on the host shows
-//     through; Spec.Mounts as non-recursive binds, read-only where asked;
+//     through; Spec.Mounts as non-recursive binds, read-only where asked, of
+//     their sources pinned by sandbox/hostdir.Pin (checked by device and
+//     inode on runc once the task started), recorded as allowed in the
+//     spec's annotation org.shellbox.mounts;
 //   - no stdio: the agent's output goes nowhere (Docker: log driver none).
 //
 // Labels on the container: org.shellbox.{managed,tenant,session,owner,

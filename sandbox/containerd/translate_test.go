@@ -48,7 +48,7 @@ func generateWith(t *testing.T, spec sandbox.Spec, workspace string) *specs.Spec
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "shellbox")
 	s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: ContainerID(spec.Tenant, spec.Session)},
-		translate(spec, testAgent, testHostDir, workspace)...)
+		translate(spec, spec.Mounts, testAgent, testHostDir, workspace)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTranslateProcess(t *testing.T) {
 	c := p.Capabilities
 	for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
 		got := slices.Sorted(slices.Values(set))
-		if want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETUID"}; !slices.Equal(got, want) {
+		if want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}; !slices.Equal(got, want) {
 			t.Errorf("%s capabilities %q, want %q", name, got, want)
 		}
 	}
@@ -100,6 +100,9 @@ func TestTranslateProcess(t *testing.T) {
 	}
 	if v, ok := rl["RLIMIT_CORE"]; !ok || v != 0 {
 		t.Errorf("RLIMIT_CORE %d (set: %v), want 0", v, ok)
+	}
+	if v, ok := rl["RLIMIT_MSGQUEUE"]; !ok || v != 0 {
+		t.Errorf("RLIMIT_MSGQUEUE %d (set: %v), want 0: no message queues", v, ok)
 	}
 	if _, ok := rl["RLIMIT_NOFILE"]; ok {
 		t.Error("RLIMIT_NOFILE set: the sandbox inherits the daemon's, as on Docker")
@@ -261,8 +264,11 @@ func TestTranslateMounts(t *testing.T) {
 	}
 
 	// Docker's /dev/shm and mqueue: private, noexec, nosuid, nodev; the
-	// cgroupfs read-only.
-	has(by["/dev/shm"], "nosuid", "noexec", "nodev", "mode=1777", "size=65536k")
+	// cgroupfs read-only. /dev/shm is as big as /tmp (50 MiB here), once.
+	has(by["/dev/shm"], "nosuid", "noexec", "nodev", "mode=1777", "size=52428800")
+	if n := len(slices.DeleteFunc(slices.Clone(by["/dev/shm"].Options), func(o string) bool { return !strings.HasPrefix(o, "size=") })); n != 1 {
+		t.Errorf("/dev/shm: %d size options: %q", n, by["/dev/shm"].Options)
+	}
 	if by["/dev/mqueue"].Type != "mqueue" {
 		t.Errorf("mqueue %+v", by["/dev/mqueue"])
 	}

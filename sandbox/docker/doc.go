@@ -23,7 +23,12 @@
 //   - memory (swap = memory: no swap), CPU (NanoCPUs) and pids limits, core
 //     dumps off, no restart, no logging (output goes through the agent);
 //   - the session's host directory bind-mounted at /run/shellbox, recursive so
-//     the spill tmpfs mounted on the host shows through.
+//     the spill tmpfs mounted on the host shows through;
+//   - Spec.Mounts as non-recursive binds of their sources pinned by
+//     sandbox/hostdir.Pin (opened beneath their entries, no symlink followed,
+//     bound at a neutral path until the container started, then checked by
+//     device and inode on runc); the label org.shellbox.mounts records them
+//     as allowed.
 //
 // # gVisor (runsc)
 //

@@ -153,9 +153,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if err := spec.CheckMountSources(); err != nil {
-		return sandbox.Sandbox{}, err
-	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
 			return sandbox.Sandbox{}, err
@@ -185,7 +182,19 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 			return sandbox.Sandbox{}, err
 		}
 	}
-	sb, err := r.create(ctx, spec, name, dir, ws)
+	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
+	if err != nil {
+		_ = r.dirs.Remove(spec.Tenant, spec.Session)
+		if made {
+			_, _ = r.dirs.RemoveWorkspace(spec.Tenant, spec.Session)
+		}
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := r.create(ctx, spec, pins, name, dir, ws)
+	// The sandbox has its own copies of the mounts now (or there is no
+	// sandbox): a pin a failed release leaves bound is cleared by the
+	// session's next Pin.
+	_ = pins.Release()
 	if err != nil && !errors.Is(err, sandbox.ErrAlreadyExists) {
 		// The directory is ours alone only if no sandbox uses it; a
 		// workspace made now goes with it, one a sandbox left stays.
@@ -197,8 +206,8 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return sb, err
 }
 
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir, ws string) (sandbox.Sandbox, error) {
-	cfg, hc := translate(spec, dir, ws, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pins *hostdir.Pins, name, dir, ws string) (sandbox.Sandbox, error) {
+	cfg, hc := translate(spec, pins.Mounts(), dir, ws, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {
@@ -229,6 +238,12 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir, ws s
 		}
 		return sandbox.Sandbox{}, fmt.Errorf("%w: container %s is %s right after start (exit code %d): is the agent binary static and runnable?",
 			sandbox.ErrUnavailable, name, sb.State, code)
+	}
+	if info.State != nil {
+		if err := pins.Verify(spec.Runtime, info.State.Pid); err != nil {
+			r.removeDetached(ctx, resp.ID)
+			return sandbox.Sandbox{}, fmt.Errorf("container %s: %w", name, err)
+		}
 	}
 	return sb, nil
 }
@@ -409,6 +424,11 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 	}
 	sb.Agent = endpoint(hostDirOf(info.Mounts))
 	sb.Mounts = mountsOf(info.Mounts)
+	if info.Config != nil {
+		if ms, ok := sandbox.ParseMountsRecord(info.Config.Labels[sandbox.LabelMounts]); ok {
+			sb.Mounts = ms
+		}
+	}
 	sb.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	return sb
 }
@@ -427,11 +447,16 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 		Mounts:  mountsOf(c.Mounts),
 		Created: time.Unix(c.Created, 0),
 	}
+	if ms, ok := sandbox.ParseMountsRecord(c.Labels[sandbox.LabelMounts]); ok {
+		sb.Mounts = ms
+	}
 	return sb
 }
 
 // mountsOf returns the Spec.Mounts of a container: its binds other than
-// the agent's, the host dir's and the workspace's, by target.
+// the agent's, the host dir's and the workspace's, by target. (A container
+// shellbox made records them in LabelMounts, as they were allowed: the
+// engine's record names the pins they were mounted from.)
 func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
 	var out []sandbox.Mount
 	for _, m := range mounts {

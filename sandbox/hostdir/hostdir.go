@@ -43,6 +43,10 @@
 // with the tmpfs) and deletes the empty mount point, never walking what a
 // sandbox wrote. Without the mount privilege (QuotaAgent) there are no host
 // workspaces: each sandbox gets its own tmpfs, which dies with it.
+//
+// While a sandbox is created, its mount sources are pinned under
+// <StateDir>/pins/<tenant>/<session>/ (0700; Pin, pin.go): opened beneath
+// their allowlist entries and bound at neutral paths the engine mounts.
 package hostdir
 
 import (
@@ -141,11 +145,12 @@ func (d *Dirs) Check(tenant, session string) error {
 }
 
 // CheckMounts refuses mounts whose source overlaps the state directory's
-// sessions, where every sandbox's agent socket is, or its workspaces:
-// lexically, and on the resolved state directory.
+// sessions, where every sandbox's agent socket is, its workspaces, or its
+// pins (Pin): lexically, and on the resolved state directory.
 func (d *Dirs) CheckMounts(mounts []sandbox.Mount) error {
 	var own []string
-	for _, p := range []string{filepath.Join(d.stateDir, sessionsDir), filepath.Join(d.stateDir, workspacesDir)} {
+	for _, sub := range []string{sessionsDir, workspacesDir, pinsDir} {
+		p := filepath.Join(d.stateDir, sub)
 		own = append(own, p)
 		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
 			own = append(own, real)
