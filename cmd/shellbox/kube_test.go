@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,4 +161,27 @@ func TestKubeSessions(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("sessions").Get(context.Background(), kube.PodName("acme", "s1"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod after rm: %v", err)
 	}
+}
+
+// `serve` with the kube backend starts on a cluster that grants its RBAC:
+// ready (the API server answers its pod list), the NetworkPolicy made.
+func TestKubeServe(t *testing.T) {
+	isolate(t)
+	cs := fake.NewClientset()
+	fakeCluster(t, cs)
+	s := startServe(t, kubeConfigFile(t))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(s.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s", path, resp.Status)
+		}
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("sessions").Get(context.Background(), kube.NetworkPolicyName("prod"), metav1.GetOptions{}); err != nil {
+		t.Errorf("network policy: %v", err)
+	}
+	s.stop()
 }
