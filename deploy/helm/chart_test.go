@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	kubefake "helm.sh/helm/v3/pkg/kube/fake"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
@@ -35,25 +36,10 @@ import (
 
 const chartDir = "shellbox"
 
-// render runs `helm template` (an install with DryRun and ClientOnly) of
-// the chart as release "prod" in namespace "shellbox", and decodes every
-// object: typed where client-go knows the kind, unstructured otherwise.
+// render templates the chart and decodes every object: typed where client-go knows the kind, unstructured otherwise.
 func render(t *testing.T, vals map[string]any) map[string]runtime.Object {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &action.Configuration{
-		Releases:     storage.Init(driver.NewMemory()),
-		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: chartutil.DefaultCapabilities,
-		Log:          func(string, ...any) {},
-	}
-	inst := action.NewInstall(cfg)
-	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
-	inst.ReleaseName, inst.Namespace = "prod", "shellbox"
-	rel, err := inst.RunWithContext(context.Background(), ch, vals)
+	rel, err := template(t, vals)
 	if err != nil {
 		t.Fatalf("template: %v", err)
 	}
@@ -81,6 +67,26 @@ func render(t *testing.T, vals map[string]any) map[string]runtime.Object {
 		objs[key] = obj
 	}
 	return objs
+}
+
+// template runs `helm template` (an install with DryRun and ClientOnly)
+// as release "prod" in namespace "shellbox".
+func template(t *testing.T, vals map[string]any) (*release.Release, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &action.Configuration{
+		Releases:     storage.Init(driver.NewMemory()),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
+	inst := action.NewInstall(cfg)
+	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
+	inst.ReleaseName, inst.Namespace = "prod", "shellbox"
+	return inst.RunWithContext(context.Background(), ch, vals)
 }
 
 func get[T runtime.Object](t *testing.T, objs map[string]runtime.Object, key string) T {
@@ -330,5 +336,14 @@ func TestToggles(t *testing.T) {
 	}
 	if _, ok := render(t, map[string]any{"sessions": map[string]any{"createNamespace": false}})["Namespace//prod-sessions"]; ok {
 		t.Errorf("a Namespace with sessions.createNamespace false")
+	}
+}
+
+// The session pods cannot share the server's namespace: they get their own
+// Pod Security level.
+func TestSessionsNamespaceApart(t *testing.T) {
+	_, err := template(t, map[string]any{"sessions": map[string]any{"namespace": "shellbox"}})
+	if err == nil || !strings.Contains(err.Error(), "sessions.namespace must differ from the release's namespace") {
+		t.Errorf("same namespace: %v", err)
 	}
 }
