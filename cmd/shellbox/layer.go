@@ -29,7 +29,7 @@ func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (
 // watch (may be nil) hears the runtime create sandboxes.
 func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Layer, closeRuntime func() error, err error) {
 	sc := session.Config{
-		Owner:                  cfg.Sandbox.Owner,
+		Owner:                  cfg.Owner(),
 		Defaults:               cfg.Sandbox.Defaults(),
 		Choices:                map[string]session.Choices{},
 		Local:                  session.LocalConfig{Root: cfg.Local.Root, Home: cfg.Local.Home, SpillDir: cfg.Local.SpillDir, Cgroup: cfg.Local.Cgroup, Shared: shared},
@@ -47,7 +47,11 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 	}
 	closeRuntime = func() error { return nil }
 	if isSandboxed(cfg.Backend) {
-		agent, agentErr := agentBinary(cfg.Sandbox.Agent)
+		var agent string
+		var agentErr error
+		if cfg.Backend != "kube" { // kube's pods copy it from kube.agentImage
+			agent, agentErr = agentBinary(cfg.Sandbox.Agent)
+		}
 		rt, err := openRuntime(cfg, agent)
 		if err != nil {
 			return nil, nil, err
