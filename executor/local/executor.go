@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -267,9 +268,13 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		logf:    e.cfg.Logf,
 	}
 	newCmd := func() *exec.Cmd {
+		cmdPath, args := path, argv
+		if shim := e.cfg.ExecShim; len(shim) > 0 {
+			cmdPath, args = shim[0], append(append(slices.Clone(shim), path), argv...)
+		}
 		return &exec.Cmd{
-			Path:   path,
-			Args:   argv,
+			Path:   cmdPath,
+			Args:   args,
 			Env:    withPWD(spec.Env, wd.real),
 			Dir:    wd.procPath(),
 			Stdout: ends[0],
