@@ -1,4 +1,8 @@
-package sandboxed_test
+// Package kubeconformance runs the executor conformance suite through
+// session pods of a real cluster. It is a package of its own so that its
+// test binary (several minutes: every case makes pods) runs beside
+// executor/sandboxed's, under its own timeout.
+package kubeconformance_test
 
 import (
 	"context"
@@ -13,6 +17,8 @@ import (
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
+
+var tenant = dockertest.Tenant("t1")
 
 // TestConformanceKube runs the executor conformance suite, unchanged,
 // with every session in its own pod of the real cluster of
