@@ -7,18 +7,27 @@
 package config
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -38,6 +47,7 @@ type Config struct {
 	Sandbox               Sandbox           `mapstructure:"sandbox"`
 	Docker                Docker            `mapstructure:"docker"`
 	Containerd            Containerd        `mapstructure:"containerd"`
+	Kube                  Kube              `mapstructure:"kube"`
 	Server                Server            `mapstructure:"server"`
 	Policies              Policies          `mapstructure:"policies"`
 	Audit                 Audit             `mapstructure:"audit"`
@@ -185,13 +195,37 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	if err := executor.ValidSession(c.Tenant); err != nil {
 		return Config{}, fmt.Errorf("config: tenant: %w", err)
 	}
-	if err := c.Server.validate(); err != nil {
-		return Config{}, fmt.Errorf("config: server: %w", err)
+	if err := c.Sandbox.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: sandbox: %w", err)
 	}
 	if err := c.Egress.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: egress: %w", err)
 	}
+	if c.Backend == "kube" {
+		if v.InConfig("sandbox::owner") {
+			return Config{}, fmt.Errorf("config: sandbox.owner: not used by the kube backend, whose sessions' owner is kube.release")
+		}
+		if err := c.Kube.validate(); err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+	}
+	if err := c.Server.addTokensFile(); err != nil {
+		return Config{}, fmt.Errorf("config: server.tokensFile: %w", err)
+	}
+	if err := c.Server.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: server: %w", err)
+	}
 	return c, nil
+}
+
+// Owner is the owner of the sessions' sandboxes: the one a server adopts
+// and reaps. On the kube backend it is kube.release (a pod's hostname
+// changes with every restart); elsewhere sandbox.owner.
+func (c Config) Owner() string {
+	if c.Backend == "kube" {
+		return c.Kube.Runtime().Release
+	}
+	return c.Sandbox.Owner
 }
 
 // DefaultFile is the first of ./shellbox.yaml and
@@ -233,6 +267,9 @@ type Server struct {
 	// OperatorTokens are sha256:<hex> hashes of the operator console's
 	// all-tenant logins (/ui); tenant tokens see their own tenant there.
 	OperatorTokens []string `mapstructure:"operatorTokens"`
+	// TokensFile, if set, is a YAML file of more token hashes, kept apart
+	// from the rest of the config (a Kubernetes Secret): TokensFileFormat.
+	TokensFile string `mapstructure:"tokensFile"`
 }
 
 // Tenant is one tenant of the server.
@@ -257,7 +294,59 @@ func serverDefaults() map[string]any {
 		"server::logLevel":          "info",
 		"server::tenants":           map[string]any{},
 		"server::operatorTokens":    []string{},
+		"server::tokensFile":        "",
 	}
+}
+
+// TokensFileFormat is the format of server.tokensFile: hashes (`shellbox
+// token`) added to server.tenants.NAME.tokens and server.operatorTokens. A
+// tenant named only here gets the default limits.
+const TokensFileFormat = "tenants: {NAME: [sha256:…]}, operatorTokens: [sha256:…]"
+
+// maxTokensFileBytes bounds server.tokensFile.
+const maxTokensFileBytes = 1 << 20
+
+type tokensFile struct {
+	Tenants        map[string][]string `yaml:"tenants"`
+	OperatorTokens []string            `yaml:"operatorTokens"`
+}
+
+// addTokensFile adds the hashes of TokensFile, read once (the server
+// reads its config at start).
+func (c *Server) addTokensFile() error {
+	if c.TokensFile == "" {
+		return nil
+	}
+	f, err := os.Open(c.TokensFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, maxTokensFileBytes+1))
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.TokensFile, err)
+	}
+	if len(src) > maxTokensFileBytes {
+		return fmt.Errorf("%s: larger than %d bytes", c.TokensFile, maxTokensFileBytes)
+	}
+	var tf tokensFile
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&tf); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: %w (want %s)", c.TokensFile, err, TokensFileFormat)
+	}
+	tenants := make(map[string]Tenant, len(c.Tenants)+len(tf.Tenants))
+	maps.Copy(tenants, c.Tenants)
+	for name, hashes := range tf.Tenants {
+		// viper folds the config's keys to lower case: so must this file.
+		name = strings.ToLower(name)
+		t := tenants[name]
+		t.Tokens = append(slices.Clone(t.Tokens), hashes...)
+		tenants[name] = t
+	}
+	c.Tenants = tenants
+	c.OperatorTokens = append(slices.Clone(c.OperatorTokens), tf.OperatorTokens...)
+	return nil
 }
 
 func (c Server) validate() error {
@@ -296,6 +385,34 @@ type Sandbox struct {
 	// Labels are extra labels on every sandbox (e.g. for an operator's
 	// inventory); shellbox's own org.shellbox.* labels cannot be set.
 	Labels map[string]string `mapstructure:"labels"`
+	// MaxCreating bounds the sandboxes being created at once; CreateQueue
+	// the creations waiting for a slot, each at most CreateQueueWait
+	// (then the session's call fails, saying how busy the host is).
+	// Calls to existing sandboxes never wait on them.
+	MaxCreating     int           `mapstructure:"maxCreating"`
+	CreateQueue     int           `mapstructure:"createQueue"`
+	CreateQueueWait time.Duration `mapstructure:"createQueueWait"`
+}
+
+func (c Sandbox) validate() error {
+	switch {
+	case c.MaxCreating < 1:
+		return fmt.Errorf("maxCreating %d: must be at least 1", c.MaxCreating)
+	case c.CreateQueue < 0:
+		return fmt.Errorf("createQueue %d: must not be negative", c.CreateQueue)
+	case c.CreateQueueWait <= 0:
+		return fmt.Errorf("createQueueWait %s: must be positive", c.CreateQueueWait)
+	}
+	return nil
+}
+
+// Admission is the session layer's bound on sandbox creations.
+func (c Sandbox) Admission() session.Admission {
+	q := c.CreateQueue
+	if q == 0 {
+		q = -1 // no queue: the layer's 0 means its default
+	}
+	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: q, CreateQueueWait: c.CreateQueueWait}
 }
 
 func sandboxDefaults() map[string]any {
@@ -305,18 +422,21 @@ func sandboxDefaults() map[string]any {
 		owner = "shellbox-" + h
 	}
 	return map[string]any{
-		"sandbox::stateDir":       "/var/lib/shellbox",
-		"sandbox::owner":          owner,
-		"sandbox::image":          "shellbox-sandbox:bookworm",
-		"sandbox::runtime":        d.Runtime,
-		"sandbox::agent":          "",
-		"sandbox::cpus":           d.CPUs,
-		"sandbox::memoryBytes":    d.MemoryBytes,
-		"sandbox::pidsLimit":      d.PidsLimit,
-		"sandbox::workspaceBytes": d.WorkspaceBytes,
-		"sandbox::tmpBytes":       d.TmpBytes,
-		"sandbox::spillBytes":     d.SpillBytes,
-		"sandbox::labels":         map[string]string{},
+		"sandbox::stateDir":        "/var/lib/shellbox",
+		"sandbox::owner":           owner,
+		"sandbox::image":           "shellbox-sandbox:bookworm",
+		"sandbox::runtime":         d.Runtime,
+		"sandbox::agent":           "",
+		"sandbox::cpus":            d.CPUs,
+		"sandbox::memoryBytes":     d.MemoryBytes,
+		"sandbox::pidsLimit":       d.PidsLimit,
+		"sandbox::workspaceBytes":  d.WorkspaceBytes,
+		"sandbox::tmpBytes":        d.TmpBytes,
+		"sandbox::spillBytes":      d.SpillBytes,
+		"sandbox::labels":          map[string]string{},
+		"sandbox::maxCreating":     sandbox.DefaultMaxCreating,
+		"sandbox::createQueue":     sandbox.DefaultCreateQueue,
+		"sandbox::createQueueWait": sandbox.DefaultCreateQueueWait,
 	}
 }
 
@@ -349,8 +469,69 @@ type Containerd struct {
 	RuntimeConfigs map[string]string `mapstructure:"runtimeConfigs"`
 }
 
+// Kube is what only the kube backend needs (sandbox/kube): one pod per
+// session in Namespace. The cluster is reached with Kubeconfig, or from
+// inside it (the pod's service account) when that is empty.
+type Kube struct {
+	Namespace  string `mapstructure:"namespace"`
+	Kubeconfig string `mapstructure:"kubeconfig"`
+	// Release names the installation (the Helm release): the session
+	// pods' owner and org.shellbox.release label.
+	Release         string            `mapstructure:"release"`
+	AgentImage      string            `mapstructure:"agentImage"`
+	AgentPath       string            `mapstructure:"agentPath"`
+	AgentPort       int32             `mapstructure:"agentPort"`
+	RuntimeClasses  map[string]string `mapstructure:"runtimeClasses"`
+	PodSecurity     string            `mapstructure:"podSecurity"`
+	ImagePullPolicy string            `mapstructure:"imagePullPolicy"`
+	CPURequestRatio float64           `mapstructure:"cpuRequestRatio"`
+	AgentDirBytes   int64             `mapstructure:"agentDirBytes"`
+	// GracePeriodSeconds is the session pods' termination grace period.
+	GracePeriodSeconds int64         `mapstructure:"gracePeriodSeconds"`
+	ReadyTimeout       time.Duration `mapstructure:"readyTimeout"`
+	// ServerSelector are the server pods' labels, which the session pods'
+	// NetworkPolicy admits (empty: shellbox manages no NetworkPolicy);
+	// ServerNamespace is their namespace (default Namespace).
+	ServerSelector  map[string]string `mapstructure:"serverSelector"`
+	ServerNamespace string            `mapstructure:"serverNamespace"`
+}
+
+// Runtime is the sandbox/kube configuration of k.
+func (k Kube) Runtime() kube.Config {
+	return kube.Config{Namespace: k.Namespace, Release: k.Release, AgentImage: k.AgentImage, AgentPath: k.AgentPath,
+		AgentPort: k.AgentPort, RuntimeClasses: k.RuntimeClasses, PodSecurity: k.PodSecurity,
+		ImagePullPolicy: corev1.PullPolicy(k.ImagePullPolicy), CPURequestRatio: k.CPURequestRatio,
+		AgentDirBytes: k.AgentDirBytes, GracePeriodSeconds: k.GracePeriodSeconds, ReadyTimeout: k.ReadyTimeout,
+		ServerSelector: k.ServerSelector, ServerNamespace: k.ServerNamespace}
+}
+
+func (k Kube) validate() error {
+	if err := k.Runtime().Validate(); err != nil {
+		return err
+	}
+	if err := confine.CheckID("kube.release", k.Release); err != nil {
+		return err
+	}
+	return nil
+}
+
 func runtimeDefaults() map[string]any {
 	return map[string]any{
+		"kube::namespace":            "shellbox-sessions",
+		"kube::kubeconfig":           "",
+		"kube::release":              kube.DefaultRelease,
+		"kube::agentImage":           "",
+		"kube::agentPath":            kube.DefaultAgentPath,
+		"kube::agentPort":            kube.DefaultAgentPort,
+		"kube::runtimeClasses":       map[string]string{sandbox.RuntimeRunc: "", sandbox.RuntimeRunsc: kube.DefaultGVisorClass},
+		"kube::podSecurity":          kube.PodSecurityBaseline,
+		"kube::imagePullPolicy":      string(corev1.PullIfNotPresent),
+		"kube::cpuRequestRatio":      0.1,
+		"kube::agentDirBytes":        int64(128 * sandbox.MiB),
+		"kube::gracePeriodSeconds":   int64(2),
+		"kube::readyTimeout":         kube.DefaultReadyTimeout,
+		"kube::serverSelector":       map[string]string{},
+		"kube::serverNamespace":      "",
 		"docker::engineRuntimes":     map[string]string{},
 		"containerd::address":        "/run/containerd/containerd.sock",
 		"containerd::namespace":      "shellbox",

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/config"
 )
@@ -53,9 +54,98 @@ func TestErrors(t *testing.T) {
 		"server:\n  tenants:\n    acme: {tokens: []}\n": "no tokens",
 		"server:\n  logLevel: loud\n":                   `logLevel "loud"`,
 		"limits:\n  tailBytes: -1\n":                    "config: limits",
+		"sandbox:\n  maxCreating: 0\n":                  "config: sandbox: maxCreating 0: must be at least 1",
+		"sandbox:\n  createQueueWait: 0s\n":             "config: sandbox: createQueueWait 0s: must be positive",
 	} {
 		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
 		}
+	}
+}
+
+// The kube section decodes and maps onto sandbox/kube's configuration; the
+// sessions' owner is the release there.
+func TestKube(t *testing.T) {
+	cfg, err := config.Load(nil, write(t, `backend: kube
+kube:
+  namespace: sbx
+  release: prod
+  agentImage: shellbox:1.2
+  agentPort: 7171
+  runtimeClasses: {runsc: gvisor-systrap}
+  podSecurity: restricted
+  readyTimeout: 45s
+  serverSelector: {app.kubernetes.io/name: shellbox}
+  serverNamespace: shellbox
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := cfg.Kube.Runtime()
+	if k.Namespace != "sbx" || k.Release != "prod" || k.AgentImage != "shellbox:1.2" || k.AgentPort != 7171 ||
+		k.RuntimeClasses["runsc"] != "gvisor-systrap" || k.RuntimeClasses["runc"] != "" || k.PodSecurity != "restricted" ||
+		k.ReadyTimeout != 45*time.Second || k.ServerSelector["app.kubernetes.io/name"] != "shellbox" || k.ServerNamespace != "shellbox" ||
+		k.ImagePullPolicy != "IfNotPresent" || k.AgentPath != "/usr/local/bin/shellbox-agent" {
+		t.Errorf("kube: %+v", k)
+	}
+	if cfg.Owner() != "prod" {
+		t.Errorf("owner %q, want the release", cfg.Owner())
+	}
+	// Other backends keep sandbox.owner and do not need kube.agentImage.
+	cfg, err = config.Load(nil, write(t, "backend: docker\nsandbox: {owner: me}\n"))
+	if err != nil || cfg.Owner() != "me" {
+		t.Errorf("docker: owner %q, %v", cfg.Owner(), err)
+	}
+}
+
+// server.tokensFile adds its hashes to the tenants and the operator tokens.
+func TestTokensFile(t *testing.T) {
+	h := func(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.yaml")
+	os.WriteFile(tokens, []byte("tenants:\n  acme: ["+h('a')+"]\n  Beta: ["+h('b')+"]\noperatorTokens: ["+h('c')+"]\n"), 0o600)
+	cfg, err := config.Load(nil, write(t, "server:\n  tokensFile: "+tokens+"\n  tenants:\n    acme: {tokens: ["+h('d')+"], maxConcurrentCalls: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, beta := cfg.Server.Tenants["acme"], cfg.Server.Tenants["beta"]
+	if strings.Join(acme.Tokens, ",") != h('d')+","+h('a') || acme.MaxConcurrentCalls != 3 ||
+		strings.Join(beta.Tokens, ",") != h('b') || strings.Join(cfg.Server.OperatorTokens, ",") != h('c') {
+		t.Errorf("tenants %+v, operator tokens %v", cfg.Server.Tenants, cfg.Server.OperatorTokens)
+	}
+	os.WriteFile(tokens, []byte("tenant:\n  acme: [x]\n"), 0o600)
+	if _, err := config.Load(nil, write(t, "server: {tokensFile: "+tokens+"}\n")); err == nil ||
+		!strings.Contains(err.Error(), "config: server.tokensFile: "+tokens) || !strings.Contains(err.Error(), "field tenant not found") {
+		t.Errorf("unknown key: %v", err)
+	}
+	os.WriteFile(tokens, []byte("tenants:\n  acme: []\n"), 0o600)
+	if _, err := config.Load(nil, write(t, "server: {tokensFile: "+tokens+"}\n")); err == nil || !strings.Contains(err.Error(), "tenants::acme: no tokens") {
+		t.Errorf("no tokens: %v", err)
+	}
+	if _, err := config.Load(nil, write(t, "server: {tokensFile: "+filepath.Join(dir, "none")+"}\n")); err == nil ||
+		!strings.Contains(err.Error(), "config: server.tokensFile: open ") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Bad kube settings are errors naming the key, on the kube backend only.
+func TestKubeErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		"backend: kube\n": "config: kube.agentImage: required",
+		"backend: kube\nkube: {agentImage: x, namespace: Bad_NS}\n":                  `config: kube.namespace "Bad_NS"`,
+		"backend: kube\nkube: {agentImage: x, release: ../x}\n":                      "config: kube.release",
+		"backend: kube\nkube: {agentImage: x, podSecurity: privileged}\n":            `config: kube.podSecurity "privileged"`,
+		"backend: kube\nkube: {agentImage: x, runtimeClasses: {kata: k}}\n":          `config: kube.runtimeClasses: "kata"`,
+		"backend: kube\nkube: {agentImage: x}\nsandbox: {owner: me}\n":               "config: sandbox.owner: not used by the kube backend",
+		"backend: kube\nkube: {agentImage: x, imagePullPolicy: Sometimes}\n":         `config: kube.imagePullPolicy "Sometimes"`,
+		"backend: kube\nkube: {agentImage: x, serverSelector: {app: \"a b\"}}\n":     "config: kube.serverSelector",
+		"backend: kube\nkube: {agentImage: x, agentPort: 0, cpuRequestRatio: 1.5}\n": "config: kube.cpuRequestRatio 1.5",
+	} {
+		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
+	if _, err := config.Load(nil, write(t, "backend: docker\nkube: {namespace: Bad_NS}\n")); err != nil {
+		t.Errorf("kube settings are checked on the kube backend only: %v", err)
 	}
 }

@@ -55,6 +55,9 @@ func CheckMountTarget(target string) error {
 	return nil
 }
 
+// Within reports whether p is dir or below it (both clean, slash-separated).
+func Within(p, dir string) bool { return within(p, dir) }
+
 // within reports whether p is dir or below it (both clean, slash-separated).
 func within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")

@@ -11,6 +11,12 @@
 // change one character of the model-facing contract, and why one conformance
 // suite (executor/executortest) can hold every implementation to it.
 //
+// A foreground call may also be watched while it runs: Spec.Live receives
+// its output as the pumps read it (never blocking them), for a harness that
+// shows its user a long build; what it returns is unchanged. output.Feed is
+// the bounded, coalescing queue between Live and a consumer; agentapi carries
+// Live as a streamed answer. Background tasks are read with Task.Read.
+//
 // Semantics every implementation owes (DESIGN §3):
 //   - each command runs in its own process group and, where the kernel allows, its
 //     own cgroup; timeout, Kill and a cancelled foreground call send SIGTERM to the
@@ -98,7 +104,45 @@ type Spec struct {
 	SpillLimit int64
 	// Permissions granted for this call.
 	Permissions []string
+	// Live, if set, receives a foreground command's output as it arrives, in
+	// arrival order, while the result is built exactly as without it. It is
+	// not data of the spec (never serialized: a transport carries it in its
+	// own way, agentapi as a streamed answer) and background tasks ignore it.
+	Live Live `json:"-"`
+	// EgressGrant, when set, names the call's network grant: an opaque token
+	// (egress.ValidCredential) that the sandbox's egress proxy presents to
+	// the relay for a connection only when every process holding the
+	// connection's socket belongs to this command's tree. It is never put in
+	// the command's environment, where every process of the sandbox user
+	// could read it (/proc/<pid>/environ); an executor that cannot attribute
+	// connections to trees ignores it, and the call gets no grant.
+	EgressGrant string
 }
+
+// Stream names of a Chunk.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// Chunk is a piece of a running foreground command's output (Spec.Live).
+type Chunk struct {
+	// Stream is Stdout or Stderr.
+	Stream string `json:"stream"`
+	// Data is output as the command wrote it: bytes, not necessarily whole
+	// lines or whole UTF-8 sequences.
+	Data []byte `json:"data,omitempty"`
+	// Skipped counts the bytes written before Data (on either stream) that
+	// were not streamed because a consumer fell behind its bound. They are
+	// in the result's tails and the spill file as usual.
+	Skipped int64 `json:"skipped,omitempty"`
+}
+
+// Live receives live output. It is called from the executor's output pumps,
+// one chunk at a time: it must not block (a slow consumer must drop, not
+// stall the command: output.Feed does that) and must not keep Data, which
+// the caller reuses. It is never called after Run returns.
+type Live func(Chunk)
 
 // Result is how a foreground command (or a finished background task) ended.
 type Result struct {

@@ -394,15 +394,21 @@ func testArchive(ctx context.Context, tag string, p *progress) (_ *Archive, err 
 	if err := p.run(ctx, "", cmd); err != nil {
 		return nil, err
 	}
-	epoch := time.Unix(0, 0)
-	a, err := NewArchive(ctx, rootfs, ImageSpec{
+	return archiveWork(ctx, work, rootfs, ImageSpec{
 		Name:    tag,
 		Labels:  map[string]string{LabelImage: "test"},
 		Comment: "shellbox test image (host binaries)",
 		Owner:   testImageOwner,
-		MTime:   &epoch,
-		TempDir: work,
 	})
+}
+
+// archiveWork archives rootfs, a directory in work, deterministically
+// (every mtime the epoch) with its layer in work, and removes rootfs; the
+// archive's Close removes work.
+func archiveWork(ctx context.Context, work, rootfs string, spec ImageSpec) (*Archive, error) {
+	epoch := time.Unix(0, 0)
+	spec.MTime, spec.TempDir = &epoch, work
+	a, err := NewArchive(ctx, rootfs, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -122,6 +122,28 @@ func blob(t *testing.T, files map[string][]byte, d ocispec.Descriptor) []byte {
 	return b
 }
 
+// layerHeaders returns the tar headers of a gzipped layer, by name.
+func layerHeaders(t *testing.T, layer []byte) map[string]*tar.Header {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(layer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	seen := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[h.Name] = h
+	}
+	return seen
+}
+
 func TestArchiveLayout(t *testing.T) {
 	root := testRootfs(t)
 	a := newTestArchive(t, root, "shellbox-test-archive")
@@ -580,23 +602,7 @@ func TestBuildTestImageOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	blob(t, files, man.Config)
-	layer := blob(t, files, man.Layers[0])
-	gz, err := gzip.NewReader(bytes.NewReader(layer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	seen := map[string]*tar.Header{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen[h.Name] = h
-	}
+	seen := layerHeaders(t, blob(t, files, man.Layers[0]))
 	for _, want := range []struct {
 		name     string
 		uid, gid int

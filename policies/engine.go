@@ -291,6 +291,20 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
+// Tenants lists the tenants with a policy file of their own that loads
+// (DefaultTenant's included), sorted.
+func (e *Engine) Tenants() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []string
+	for _, t := range slices.Sorted(mapsKeys(e.tenants)) {
+		if e.tenants[t].good != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Policy returns the policy in force for tenant: its own file's last good
 // policy, else (no file) the default tenant's.
 func (e *Engine) Policy(tenant string) (*Policy, error) {

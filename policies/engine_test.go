@@ -129,6 +129,17 @@ func TestPolicyDefaultTenantFallback(t *testing.T) {
 	}
 }
 
+func TestTenantsAreThoseWithTheirOwnFile(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	writePolicy(t, dir, "default", "default: deny\n")
+	writePolicy(t, dir, "broken", "default: maybe\n")
+	e := openEngine(t, dir, Options{NoWatch: true})
+	if got := strings.Join(e.Tenants(), ","); got != "acme,default" {
+		t.Fatalf("Tenants() = %s, want acme,default (broken.yaml never loaded)", got)
+	}
+}
+
 func TestAskApproveDenyExpire(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "acme", acmePolicy)
@@ -420,4 +431,66 @@ func TestEngineConcurrent(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	wg.Wait()
+}
+
+// A Kubernetes ConfigMap volume is updated by the kubelet's atomic writer:
+// the files are symlinks through ..data, and an update writes a new
+// timestamped directory, points ..data_tmp at it, renames ..data_tmp over
+// ..data and removes the old directory. The watched directory sees that
+// rename, and the policies through the symlinks are reloaded.
+func TestHotReloadConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, acme string) {
+		t.Helper()
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "acme.yaml"), []byte(acme), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_01_10_00_00.1", acmePolicy)
+	if err := os.Symlink("..2026_12_01_10_00_00.1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/acme.yaml", filepath.Join(dir, "acme.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	e := openEngine(t, dir, Options{Debounce: 20 * time.Millisecond})
+	decision := func() Decision {
+		x, err := e.Explain("acme", "bash", "ls", "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.Decision
+	}
+	if decision() != Allow {
+		t.Fatal("ls not allowed at start")
+	}
+	if _, err := e.Policy("..data"); err == nil {
+		t.Error("the ..data link was taken for a tenant")
+	}
+
+	// The atomic writer's update.
+	version("..2026_12_01_10_01_00.2", strings.Replace(acmePolicy, "default: allow", "default: deny", 1))
+	if err := os.Symlink("..2026_12_01_10_01_00.2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_12_01_10_00_00.1")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for decision() != Deny {
+		if time.Now().After(deadline) {
+			t.Fatal("the ConfigMap update was not reloaded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := e.Ready(); err != nil {
+		t.Errorf("Ready after the swap: %v", err)
+	}
 }

@@ -31,6 +31,7 @@ sandbox:
   mounts:
     - {source: /srv/cache, target: /cache}
   user: {uid: 2000, gid: 2000}
+  pool: {size: 3}
 limits:
   defaultTimeout: 30s
   maxTimeout: 5m
@@ -88,6 +89,7 @@ func TestLoadFileGood(t *testing.T) {
 		{"network", strings.Join(p.Network.Allow, ","), "mirror.internal:443"},
 		{"mount", p.Mounts[0], Mount{Source: "/srv/cache", Target: "/cache", ReadOnly: true}},
 		{"user", p.User, User{UID: 2000, GID: 2000}},
+		{"pool", p.PoolSize, 3},
 		{"defaultTimeout", p.Limits.DefaultTimeout, 30 * time.Second},
 		{"maxTimeout", p.Limits.MaxTimeout, 5 * time.Minute},
 		{"grace (default)", p.Limits.Grace, 2 * time.Second},
@@ -134,6 +136,8 @@ func TestLoadFileErrors(t *testing.T) {
 		{"image conflict", "sandbox:\n  images: [a]\n  defaultImage: b\n", []string{`acme.yaml:3: sandbox.defaultImage: "b" is not in sandbox.images`}},
 		{"memory conflict", "sandbox:\n  memory: 100MiB\n  disk: 100MiB\n", []string{"acme.yaml:2: sandbox.memory: 104857600 bytes must exceed"}},
 		{"root user", "sandbox:\n  user: {uid: 0, gid: 5}\n", []string{"acme.yaml:2: sandbox.user: 0:5: commands never run as root"}},
+		{"negative pool", "sandbox:\n  pool: {size: -1}\n", []string{"acme.yaml:2: sandbox.pool.size: must be between 0 and 256, got -1"}},
+		{"huge pool", "sandbox:\n  pool:\n    size: 1000\n", []string{"acme.yaml:3: sandbox.pool.size: must be between 0 and 256, got 1000"}},
 		{"bad size", "sandbox:\n  memory: lots\n", []string{`acme.yaml:2: sandbox.memory: "lots" is not a size`}},
 		{"bad duration", "askTimeout: 5\n", []string{"acme.yaml:1: askTimeout: expected a duration such as 30s or 5m, got integer 5"}},
 		{"duplicate rule", "rules:\n  - {name: a, decision: deny, match: {command: [rm]}}\n  - {name: a, decision: deny, match: {command: [rm]}}\n", []string{`acme.yaml:3: rules[1].name: rule "a" is already defined at rules[0]`}},

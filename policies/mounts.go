@@ -100,7 +100,9 @@ func mountErrorf(class error, format string, args ...any) error {
 // path is not even lexically below an entry is refused before anything on
 // the host is looked at, so the answers tell nothing about other paths.
 // The resolved paths go to the sandbox (the session layer makes them its
-// spec's mounts), which checks them again when it is created.
+// spec's mounts) with their entries' (Root): the sandbox opens each
+// beneath its entry, following no symlink, and mounts what it opened, so a
+// symlink swapped in after this check cannot redirect the mount.
 func (p *Policy) SessionMounts(requested []MountRequest) ([]Mount, error) {
 	if requested == nil {
 		return p.defaultMounts()
@@ -189,7 +191,7 @@ func (p *Policy) sessionMount(key string, r MountRequest, roots []string) (Mount
 	if err := confine.CheckMountTarget(target); err != nil {
 		return Mount{}, mountErrorf(ErrInvalid, "%s: %v", key, err)
 	}
-	return Mount{Source: resolved, Target: target, ReadOnly: r.ReadOnly || e.ReadOnly}, nil
+	return Mount{Source: resolved, Target: target, ReadOnly: r.ReadOnly || e.ReadOnly, Root: roots[best]}, nil
 }
 
 // entryOf returns the entry whose resolved source (in roots) holds the resolved
@@ -232,7 +234,7 @@ func (p *Policy) defaultMounts() ([]Mount, error) {
 		} else if !fi.IsDir() {
 			return nil, mountErrorf(ErrUnavailable, "policy %s: %s: %s is not a directory", p.Tenant, key, e.Source)
 		}
-		out = append(out, Mount{Source: resolved, Target: e.Target, ReadOnly: e.ReadOnly})
+		out = append(out, Mount{Source: resolved, Target: e.Target, ReadOnly: e.ReadOnly, Root: resolved})
 	}
 	return out, nil
 }

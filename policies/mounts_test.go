@@ -69,11 +69,12 @@ func TestSessionMountsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each is its own entry (Root: what the sandbox opens it beneath).
 	want := []Mount{
-		{Source: base + "/data", Target: "/data", ReadOnly: true},
-		{Source: base + "/scratch", Target: "/scratch", ReadOnly: false},
-		{Source: base + "/scratch/frozen", Target: "/frozen", ReadOnly: true},
-		{Source: base + "/shared", Target: "/shared", ReadOnly: true},
+		{Source: base + "/data", Target: "/data", ReadOnly: true, Root: base + "/data"},
+		{Source: base + "/scratch", Target: "/scratch", ReadOnly: false, Root: base + "/scratch"},
+		{Source: base + "/scratch/frozen", Target: "/frozen", ReadOnly: true, Root: base + "/scratch/frozen"},
+		{Source: base + "/shared", Target: "/shared", ReadOnly: true, Root: base + "/shared"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("default mounts\n%+v\nwant\n%+v", got, want)
@@ -98,8 +99,10 @@ func TestSessionMountsRequested(t *testing.T) {
 		return MountRequest{Source: base + "/" + src, Target: tgt, ReadOnly: true}
 	}
 	rw := func(src, tgt string) MountRequest { return MountRequest{Source: base + "/" + src, Target: tgt} }
+	// Root: the resolved source of the entry that allowed it, the
+	// directory the sandbox opens the source beneath.
 	m := func(src, tgt string, ro bool) Mount {
-		return Mount{Source: base + "/" + src, Target: tgt, ReadOnly: ro}
+		return Mount{Source: base + "/" + src, Target: tgt, ReadOnly: ro, Root: base + "/" + strings.SplitN(src, "/", 2)[0]}
 	}
 	good := []struct {
 		name string

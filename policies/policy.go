@@ -85,6 +85,10 @@ type Mount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly"`
+	// Root is, in a session's mount, the resolved source of the entry that
+	// allowed it (Source or a directory above it): the sandbox opens Source
+	// beneath it without following symlinks (sandbox.Mount.Root).
+	Root string `json:"-"`
 }
 
 // User is who commands run as inside the sandbox.
@@ -126,6 +130,9 @@ type Policy struct {
 	Network      Network
 	Mounts       []Mount
 	User         User
+	// PoolSize is how many ready sandboxes the tenant's warm pool keeps
+	// (sandbox.pool.size; 0: none).
+	PoolSize int
 
 	// Limits are the executor's defaults and caps for this tenant's calls.
 	Limits             executor.Limits
@@ -340,7 +347,15 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		}
 		p.User = User{UID: s.User.UID, GID: s.User.GID}
 	}
+	if s.Pool.Size < 0 || s.Pool.Size > MaxPoolSize {
+		l.addf("sandbox.pool.size", "must be between 0 and %d, got %d", MaxPoolSize, s.Pool.Size)
+	}
+	p.PoolSize = s.Pool.Size
 }
+
+// MaxPoolSize bounds sandbox.pool.size: each pooled sandbox holds its
+// memory and processes on the host while it waits.
+const MaxPoolSize = 256
 
 func compileLimits(l *located, p *Policy, s *limitsSchema) {
 	lim := &p.Limits

@@ -49,6 +49,11 @@ type sandboxSchema struct {
 	Network      networkSchema `mapstructure:"network"`
 	Mounts       []mountSchema `mapstructure:"mounts"`
 	User         userSchema    `mapstructure:"user"`
+	Pool         poolSchema    `mapstructure:"pool"`
+}
+
+type poolSchema struct {
+	Size int `mapstructure:"size"`
 }
 
 type networkSchema struct {

@@ -21,6 +21,51 @@
 // .owner, .managed) so a restarted server finds its own and never another
 // server's.
 //
+// # Warm pools
+//
+// A pool holds ready sandboxes of one template: a tenant's Spec with no
+// session (PoolTarget). Pooled sandboxes are created under reserved session
+// names (PoolPrefix, the template's hash, a random suffix), so they carry
+// the ordinary labels and every runtime creates, finds, lists and removes
+// them unchanged; no client may name a session with that prefix.
+//
+// Ensure, for a session with no sandbox, claims a ready pooled sandbox whose
+// TemplateHash (everything in the Spec but Session and Owner) equals the
+// session's Spec's, so a session asking for what the template lacks
+// (another image, other mounts: a bind mount cannot be added to a running
+// container) gets a cold start. Nothing per session lives in the sandbox
+// itself: the commands' environment (DSH_SESSION_ID included) is built per
+// call, the egress allowlist is decided per connection by the tenant's
+// policy as it is then, and the user, resources and mounts are the
+// tenant's (the template's). The agent is checked (Config.Ready) at claim.
+//
+// A claim is a record in Claims, made atomically before the sandbox is
+// handed out (DirClaims: link(2), which fails when the name exists; on
+// Kubernetes a label patch with the object's resourceVersion fits the same
+// interface), so a pooled sandbox goes to one session only, whichever
+// processes race for it and wherever one crashes: a record made just before
+// a crash is found by Adopt, which gives the sandbox to its session.
+// Adopt tells claimed sandboxes (adopted as their sessions') from pooled,
+// unclaimed ones (kept for the pools) and drops claim records whose sandbox
+// is gone; List shows claimed sandboxes under their sessions and pooled ones
+// not at all.
+//
+// Fill is one pass that makes the engine match the wanted pools: it creates
+// what is missing, only while a creation slot is free and no session waits
+// for one (sessions first), and removes pooled sandboxes no pool wants (a
+// template change rolls its pool: the old ones are removed unclaimed, never
+// handed out). One process runs it (FillEvery): the server on one host, the
+// elected replica on Kubernetes.
+//
+// # Admission
+//
+// Creations (not claims, not adoptions) take one of Config.MaxCreating
+// slots; past them they queue, at most Config.CreateQueue of them, for at
+// most Config.CreateQueueWait, then fail (ErrUnavailable) with "too many
+// sandboxes being created: N in progress, M queued; waited 30s". So a burst
+// of new sessions cannot take the host's CPUs from the calls of existing
+// ones, which never wait here.
+//
 // # Reaching the agent
 //
 // A runtime says, per sandbox, how to reach its agent (Sandbox.Agent, an

@@ -33,11 +33,37 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
+
+	// Prepare, if set, is called on a pooled sandbox once it is ready,
+	// before it joins its pool, e.g. to run one command so that the first
+	// call of the session claiming it finds the image's files cached. A
+	// sandbox it fails for is removed.
+	Prepare func(ctx context.Context, sb Sandbox) error
+	// Claims records which session each claimed pooled sandbox belongs to
+	// (DirClaims in the state directory on one host). Nil: no warm pools.
+	Claims Claims
+	// MaxCreating bounds the sandboxes being created at once (default
+	// DefaultMaxCreating); CreateQueue bounds the creations waiting for a
+	// slot (default DefaultCreateQueue; negative: none), CreateQueueWait how long each
+	// waits (default DefaultCreateQueueWait). See Admission in the package
+	// doc.
+	MaxCreating     int
+	CreateQueue     int
+	CreateQueueWait time.Duration
 }
 
 // Manager owns the lifecycle of a server's sandboxes: one per (tenant,
 // session), created on first use and reused after, removed on request, when
 // idle (Reap) or, after a restart, when found dead or orphaned (Adopt).
+//
+// A session outlives its sandboxes: a sandbox that died is replaced
+// (RemoveSandbox, then Ensure) and the new one finds what the runtime keeps
+// per session (SessionState: the workspace). The session ends when it is
+// removed (Remove) or reaped; only then does that state go. The Manager
+// remembers the sessions it serves, with or without a sandbox at the
+// moment, so that a Sweep never takes a live session's state while its
+// sandbox is being replaced, and so the reaper also ends sessions whose
+// sandbox is gone.
 //
 // It does not speak the agent's protocol: it hands out a Sandbox, whose
 // Agent endpoint the caller dials.
@@ -50,8 +76,21 @@ type Config struct {
 type Manager struct {
 	cfg Config
 
+	adm  *admission
+	kick chan struct{} // a claim wakes FillEvery
+
 	mu      sync.Mutex
 	entries map[key]*entry
+	// sessions are the live sessions, with their last use: every session
+	// with an entry, and those whose sandbox was removed (RemoveSandbox,
+	// a failed replacement, a dead one at Adopt) while the session goes on.
+	sessions map[key]time.Time
+	// pools are the warm pools by poolKey; named are the runtime names
+	// (tenant, pooled session) of every pooled sandbox this Manager has or
+	// is creating, claimed ones included, so Adopt's sweep keeps their
+	// state.
+	pools map[string]*pool
+	named map[key]bool
 }
 
 type key struct{ tenant, session string }
@@ -89,7 +128,24 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, entries: map[key]*entry{}}, nil
+	if cfg.MaxCreating < 0 || cfg.CreateQueueWait < 0 {
+		return nil, fmt.Errorf("%w: manager: negative admission settings (maxCreating %d, createQueueWait %s)",
+			ErrInvalid, cfg.MaxCreating, cfg.CreateQueueWait)
+	}
+	if cfg.MaxCreating == 0 {
+		cfg.MaxCreating = DefaultMaxCreating
+	}
+	switch {
+	case cfg.CreateQueue == 0:
+		cfg.CreateQueue = DefaultCreateQueue
+	case cfg.CreateQueue < 0:
+		cfg.CreateQueue = 0 // no queue: a creation without a free slot fails at once
+	}
+	if cfg.CreateQueueWait == 0 {
+		cfg.CreateQueueWait = DefaultCreateQueueWait
+	}
+	return &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{},
+		adm: newAdmission(cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait), kick: make(chan struct{}, 1)}, nil
 }
 
 // Ensure returns the running sandbox of spec's tenant and session, creating
@@ -120,6 +176,7 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 		if e.busy == nil {
 			e.sb.LastUsed = m.cfg.Now()
+			m.sessions[k] = e.sb.LastUsed
 			sb := e.sb
 			m.mu.Unlock()
 			return sb, nil
@@ -155,11 +212,13 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 func (m *Manager) Touch(tenant, session string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.entries[key{tenant, session}]
+	k := key{tenant, session}
+	e := m.entries[k]
 	if e == nil || e.busy != nil {
 		return false
 	}
 	e.sb.LastUsed = m.cfg.Now()
+	m.sessions[k] = e.sb.LastUsed
 	return true
 }
 
@@ -180,15 +239,26 @@ func (m *Manager) Sandboxes() []Sandbox {
 	return out
 }
 
-// Remove deletes a session's sandbox and what its runtime keeps for it
-// (spill files included). It waits for a creation in progress to finish
-// first. When no sandbox existed it returns ErrNotFound; a sandbox of
-// another owner is ErrConflict and is left alone.
+// Remove ends a session: it deletes the session's sandbox and everything
+// its runtime keeps for it (spill files, and the workspace of a runtime
+// with SessionState). It waits for a creation in progress to finish first.
+// When there was neither a sandbox nor session state it returns
+// ErrNotFound; a sandbox of another owner is ErrConflict and is left alone,
+// with the session's state.
 func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
-	if err := CheckID("tenant", tenant); err != nil {
-		return err
-	}
-	if err := CheckID("session", session); err != nil {
+	return m.remove(ctx, tenant, session, true)
+}
+
+// RemoveSandbox deletes the session's sandbox but not the session: what the
+// runtime keeps per session (SessionState: the workspace) stays for the
+// sandbox the next Ensure creates. It is how a dead sandbox is replaced.
+// ErrNotFound: there was no sandbox.
+func (m *Manager) RemoveSandbox(ctx context.Context, tenant, session string) error {
+	return m.remove(ctx, tenant, session, false)
+}
+
+func (m *Manager) remove(ctx context.Context, tenant, session string, end bool) error {
+	if err := checkSession(tenant, session); err != nil {
 		return err
 	}
 	k := key{tenant, session}
@@ -205,9 +275,9 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 				return ctx.Err()
 			}
 		}
-		var id string
+		var sb Sandbox
 		if e != nil {
-			id = e.sb.ID
+			sb = e.sb
 		}
 		r := m.claimLocked(k)
 		m.mu.Unlock()
@@ -217,8 +287,11 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 			defer close(done)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
 			defer cancel()
-			r.err = m.destroy(rctx, k, id)
-			m.release(k, r)
+			r.err = m.destroy(rctx, k, sb)
+			if end {
+				r.err = m.endSession(rctx, k, r.err)
+			}
+			m.release(k, r, end && r.err == nil)
 		}()
 		select {
 		case <-done:
@@ -229,17 +302,111 @@ func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 	}
 }
 
+// endSession removes the runtime's state of session k after destroy
+// returned err, and returns the outcome: not found only if there was
+// neither a sandbox nor state. A session whose sandbox could not be
+// removed keeps its state.
+func (m *Manager) endSession(ctx context.Context, k key, err error) error {
+	ss, ok := m.cfg.Runtime.(SessionState)
+	if !ok || (err != nil && !errors.Is(err, ErrNotFound)) {
+		return err
+	}
+	had, serr := ss.RemoveSession(ctx, k.tenant, k.session)
+	switch {
+	case serr != nil:
+		return serr
+	case had:
+		m.cfg.Logger.Info("session state removed", "tenant", k.tenant, "session", k.session)
+		return nil
+	}
+	return err
+}
+
 // Inspect returns the session's sandbox as the runtime sees it now (its
 // state, whether it was OOM-killed), whether or not this Manager knows it;
 // ErrNotFound when there is none.
 func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox, error) {
-	if err := CheckID("tenant", tenant); err != nil {
+	if err := checkSession(tenant, session); err != nil {
 		return Sandbox{}, err
 	}
-	if err := CheckID("session", session); err != nil {
-		return Sandbox{}, err
+	return m.get(ctx, tenant, session)
+}
+
+// List returns this owner's sandboxes on the engine, in any state, as
+// sessions see them: a claimed pooled sandbox under its session (PoolName
+// set), unclaimed pooled ones not at all.
+func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
+	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := m.claimed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := list[:0]
+	for _, sb := range list {
+		if IsPooled(sb.Session) {
+			s, ok := claimed[key{sb.Tenant, sb.Session}]
+			if !ok {
+				continue
+			}
+			sb.PoolName, sb.Session = sb.Session, s
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// claimed maps the runtime names (tenant, pooled) of claimed sandboxes to
+// their sessions.
+func (m *Manager) claimed(ctx context.Context) (map[key]string, error) {
+	out := map[key]string{}
+	if m.cfg.Claims == nil {
+		return out, nil
+	}
+	cs, err := m.cfg.Claims.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		out[key{c.Tenant, c.Pooled}] = c.Session
+	}
+	return out, nil
+}
+
+// get is Runtime.Get of a session, which may be a claimed pooled sandbox.
+func (m *Manager) get(ctx context.Context, tenant, session string) (Sandbox, error) {
+	if m.cfg.Claims != nil {
+		pooled, err := m.cfg.Claims.Lookup(ctx, tenant, session)
+		switch {
+		case err == nil:
+			sb, err := m.cfg.Runtime.Get(ctx, tenant, pooled)
+			if err != nil {
+				return Sandbox{}, err
+			}
+			sb.PoolName, sb.Session = pooled, session
+			return sb, nil
+		case !errors.Is(err, ErrNotFound):
+			return Sandbox{}, err
+		}
 	}
 	return m.cfg.Runtime.Get(ctx, tenant, session)
+}
+
+// checkSession checks a tenant and a session named by a caller: pooled
+// names are the Manager's.
+func checkSession(tenant, session string) error {
+	if err := CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if err := CheckID("session", session); err != nil {
+		return err
+	}
+	if IsPooled(session) {
+		return fmt.Errorf("%w: session %q: names starting with %q are reserved for warm pools", ErrInvalid, session, PoolPrefix)
+	}
+	return nil
 }
 
 // Reap removes the sandboxes not used for idleTTL or longer and returns
@@ -254,15 +421,26 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.Duration) ([]Sandbox, error) {
 	now := m.cfg.Now()
 	type victim struct {
-		k  key
-		sb Sandbox
-		r  *entry
+		k    key
+		sb   Sandbox
+		idle time.Duration
+		r    *entry
 	}
 	var victims []victim
 	m.mu.Lock()
 	for k, e := range m.entries {
 		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(e.sb.LastUsed) >= ttl {
-			victims = append(victims, victim{k, e.sb, nil})
+			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(e.sb.LastUsed)})
+		}
+	}
+	// Sessions whose sandbox is gone (died and not replaced yet) end the
+	// same way, with their state.
+	for k, used := range m.sessions {
+		if _, ok := m.entries[k]; ok {
+			continue
+		}
+		if ttl := idleTTL(k.tenant); ttl > 0 && now.Sub(used) >= ttl {
+			victims = append(victims, victim{k: k, idle: now.Sub(used)})
 		}
 	}
 	for i := range victims {
@@ -275,16 +453,30 @@ func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.D
 	rctx := context.WithoutCancel(ctx)
 	for _, v := range victims {
 		c, cancel := context.WithTimeout(rctx, m.cfg.RemoveTimeout)
-		err := m.destroy(c, v.k, v.sb.ID)
+		if v.sb.ID == "" {
+			// A session this Manager knows without a sandbox: if one is
+			// on the engine now, another process made it; not ours to
+			// judge idle. The next Ensure takes it over.
+			if _, err := m.cfg.Runtime.Get(c, v.k.tenant, v.k.session); !errors.Is(err, ErrNotFound) {
+				cancel()
+				m.release(v.k, v.r, false)
+				continue
+			}
+		}
+		err := m.destroy(c, v.k, v.sb)
+		err = m.endSession(c, v.k, err)
 		cancel()
 		v.r.err = err
-		m.release(v.k, v.r)
+		m.release(v.k, v.r, err == nil || errors.Is(err, ErrNotFound))
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 			continue
 		}
+		if v.sb.ID == "" {
+			continue
+		}
 		m.cfg.Logger.Info("sandbox reaped", "tenant", v.k.tenant, "session", v.k.session, "id", v.sb.ID,
-			"idle", now.Sub(v.sb.LastUsed).Round(time.Second))
+			"idle", v.idle.Round(time.Second))
 		reaped = append(reaped, v.sb)
 	}
 	return reaped, errors.Join(errs...)
@@ -310,27 +502,69 @@ func (m *Manager) ReapEvery(ctx context.Context, idleTTL func(tenant string) tim
 type AdoptReport struct {
 	// Kept: running sandboxes of this owner, now managed (LastUsed = now).
 	Kept []Sandbox
-	// Removed: sandboxes of this owner that were not running.
+	// Removed: sandboxes of this owner that were not running. Their
+	// sessions go on (with the runtime's SessionState, their workspaces
+	// are kept for their next sandbox) until removed or reaped.
 	Removed []Sandbox
 	// Swept: per-sandbox state with no sandbox (host directories), as the
 	// runtime's Sweeper names it.
 	Swept []string
+	// Pooled: running, unclaimed pooled sandboxes, kept for the warm pools
+	// (the next Fill keeps those of the templates it is given and removes
+	// the others).
+	Pooled []Sandbox
+	// Released: claims whose sandbox is gone, dropped.
+	Released []Claim
 }
 
 // Adopt reconciles the engine with the Manager, typically once at server
 // start: it lists this owner's sandboxes, keeps the running ones, removes
-// the others, and has the runtime sweep state that no sandbox uses (if it
-// is a Sweeper). Sessions the Manager is already handling are left as they
-// are. Errors are collected; Adopt does as much as it can.
+// the others (their sessions go on, reaped when idle), and has the runtime
+// sweep state of sessions neither on the engine nor live here (if it is a
+// Sweeper): a workspace whose session has no sandbox at all ends then.
+// Sessions the Manager is already handling are left as they are. Errors
+// are collected; Adopt does as much as it can.
 func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	var rep AdoptReport
 	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
 	if err != nil {
 		return rep, err
 	}
+	claimed, err := m.claimed(ctx)
+	if err != nil {
+		return rep, err
+	}
 	var errs []error
+	// live holds runtime names (a pooled sandbox's is its pooled name).
 	live := map[key]bool{}
 	for _, sb := range list {
+		rk := key{sb.Tenant, sb.Session}
+		if IsPooled(sb.Session) {
+			s, ok := claimed[rk]
+			if !ok {
+				if m.adoptPooled(sb) {
+					live[rk] = true
+					rep.Pooled = append(rep.Pooled, sb)
+					continue
+				}
+				if err := m.cfg.Runtime.Remove(ctx, sb.ID); err != nil {
+					errs = append(errs, err)
+					live[rk] = true
+					continue
+				}
+				rep.Removed = append(rep.Removed, sb)
+				m.cfg.Logger.Info("pooled sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
+				continue
+			}
+			// Claimed (perhaps just before a crash): the session's.
+			// Claiming it again for the session restores an index the
+			// crash may have cut short.
+			delete(claimed, rk)
+			if err := m.cfg.Claims.Claim(ctx, sb.Tenant, sb.Session, s); err != nil {
+				errs = append(errs, err)
+			}
+			sb.PoolName, sb.Session = sb.Session, s
+		}
 		k := key{sb.Tenant, sb.Session}
 		valid := CheckID("tenant", k.tenant) == nil && CheckID("session", k.session) == nil
 		m.mu.Lock()
@@ -338,26 +572,38 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		if valid && e != nil {
 			// Ensure got there first; the entry is authoritative.
 			m.mu.Unlock()
-			live[k] = true
+			live[rk] = true
 			continue
 		}
 		if valid && sb.State == StateRunning {
 			sb.LastUsed = m.cfg.Now()
 			m.entries[k] = &entry{sb: sb}
+			m.sessions[k] = sb.LastUsed
+			if sb.PoolName != "" {
+				m.named[rk] = true
+			}
 			m.mu.Unlock()
-			live[k] = true
+			live[rk] = true
 			rep.Kept = append(rep.Kept, sb)
 			m.cfg.Logger.Info("sandbox adopted", "tenant", k.tenant, "session", k.session, "id", sb.ID)
 			continue
 		}
 		m.mu.Unlock()
-		if err := m.cfg.Runtime.Remove(ctx, sb.ID); err != nil {
+		if err := m.destroy(ctx, k, sb); err != nil {
 			errs = append(errs, err)
-			live[k] = true // keep its directory until the container is gone
+			live[rk] = true // keep its directory until the container is gone
 			continue
 		}
 		rep.Removed = append(rep.Removed, sb)
 		m.cfg.Logger.Info("sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", k.tenant, "session", k.session, "id", sb.ID)
+		if _, ok := m.cfg.Runtime.(SessionState); ok && valid {
+			m.mu.Lock()
+			if _, known := m.sessions[k]; !known {
+				m.sessions[k] = m.cfg.Now()
+			}
+			m.mu.Unlock()
+			live[k] = true
+		}
 	}
 
 	if sw, ok := m.cfg.Runtime.(Sweeper); ok {
@@ -368,8 +614,10 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 			}
 			m.mu.Lock()
 			_, known := m.entries[k]
+			_, serving := m.sessions[k]
+			known = known || m.named[k]
 			m.mu.Unlock()
-			return known
+			return known || serving
 		})
 		if err != nil {
 			errs = append(errs, err)
@@ -379,16 +627,49 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		}
 		rep.Swept = swept
 	}
+
+	// Claims left are of sandboxes that are gone (removed between their
+	// removal and their claim's, or by hand).
+	for rk, s := range claimed {
+		if err := m.cfg.Claims.Release(ctx, rk.tenant, rk.session); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Released = append(rep.Released, Claim{Tenant: rk.tenant, Pooled: rk.session, Session: s})
+	}
 	return rep, errors.Join(errs...)
+}
+
+// adoptPooled puts a running, unclaimed pooled sandbox found at Adopt in
+// its template's pool (of size 0 until Fill says what it wants), and
+// reports whether it did.
+func (m *Manager) adoptPooled(sb Sandbox) bool {
+	h := poolHash(sb.Session)
+	if sb.State != StateRunning || h == "" || m.cfg.Claims == nil || CheckID("tenant", sb.Tenant) != nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := poolKey(sb.Tenant, h)
+	p := m.pools[k]
+	if p == nil {
+		p = &pool{tenant: sb.Tenant, hash: h}
+		m.pools[k] = p
+	}
+	for _, r := range p.ready {
+		if r.ID == sb.ID {
+			return true
+		}
+	}
+	p.ready = append(p.ready, sb)
+	m.named[key{sb.Tenant, sb.Session}] = true
+	return true
 }
 
 // complete fills the Manager's part of spec and validates it.
 func (m *Manager) complete(spec Spec) (Spec, error) {
 	spec = spec.Clone()
-	if err := CheckID("tenant", spec.Tenant); err != nil {
-		return Spec{}, err
-	}
-	if err := CheckID("session", spec.Session); err != nil {
+	if err := checkSession(spec.Tenant, spec.Session); err != nil {
 		return Spec{}, err
 	}
 	spec.Owner = m.cfg.Owner
@@ -411,6 +692,7 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 	} else {
 		sb.LastUsed = m.cfg.Now()
 		e.sb = sb
+		m.sessions[k] = sb.LastUsed
 	}
 	close(e.busy)
 	e.busy = nil
@@ -418,7 +700,7 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 
 func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
 	rt := m.cfg.Runtime
-	old, err := rt.Get(ctx, spec.Tenant, spec.Session)
+	old, err := m.get(ctx, spec.Tenant, spec.Session)
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
@@ -432,12 +714,20 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		m.cfg.Logger.Info("sandbox adopted", "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 		return old, nil
 	default:
-		if err := rt.Remove(ctx, old.ID); err != nil {
+		if err := m.destroy(ctx, key{spec.Tenant, spec.Session}, old); err != nil {
 			return Sandbox{}, err
 		}
 		m.cfg.Logger.Info("sandbox removed", "reason", "replacing: "+string(old.State), "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 	}
 
+	if sb, ok := m.claim(ctx, spec); ok {
+		return sb, nil
+	}
+	release, err := m.adm.acquire(ctx)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer release()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		return Sandbox{}, err
@@ -469,33 +759,49 @@ func (m *Manager) discard(ctx context.Context, sb Sandbox, cause error) error {
 	return cause
 }
 
-// destroy removes a session's sandbox (id, or whatever the runtime has under
-// the session's name when id is empty).
-func (m *Manager) destroy(ctx context.Context, k key, id string) error {
+// destroy removes a session's sandbox (sb, or whatever the runtime has for
+// the session when sb.ID is empty), and its claim if it came from a pool.
+func (m *Manager) destroy(ctx context.Context, k key, sb Sandbox) error {
 	rt := m.cfg.Runtime
-	found := false
-	if id == "" {
-		sb, err := rt.Get(ctx, k.tenant, k.session)
+	if sb.ID == "" {
+		got, err := m.get(ctx, k.tenant, k.session)
 		switch {
 		case errors.Is(err, ErrNotFound):
+			return fmt.Errorf("%w: %s", ErrNotFound, k)
 		case err != nil:
 			return err
-		case sb.Owner != m.cfg.Owner:
-			return fmt.Errorf("%w: sandbox %s belongs to owner %q", ErrConflict, k, sb.Owner)
-		default:
-			id = sb.ID
+		case got.Owner != m.cfg.Owner:
+			return fmt.Errorf("%w: sandbox %s belongs to owner %q", ErrConflict, k, got.Owner)
+		}
+		sb = got
+	}
+	if err := rt.Remove(ctx, sb.ID); err != nil {
+		return err
+	}
+	// A pooled sandbox's runtime state (SessionState: its workspace) is
+	// kept under its pooled name, which no later sandbox takes: it goes
+	// with the sandbox, claimed or not. (So a session that claimed one
+	// starts its next sandbox with an empty workspace.)
+	pooled := sb.PoolName
+	if pooled == "" && IsPooled(k.session) {
+		pooled = k.session
+	}
+	if ss, ok := rt.(SessionState); ok && pooled != "" {
+		if _, err := ss.RemoveSession(ctx, k.tenant, pooled); err != nil {
+			m.cfg.Logger.Warn("removing a pooled sandbox's state", "tenant", k.tenant, "name", pooled, "err", err)
 		}
 	}
-	if id != "" {
-		found = true
-		if err := rt.Remove(ctx, id); err != nil {
-			return err
+	if sb.PoolName != "" {
+		// The claim goes after the sandbox: a crash in between leaves a
+		// claim without a sandbox, which Adopt drops.
+		if err := m.cfg.Claims.Release(ctx, k.tenant, sb.PoolName); err != nil {
+			m.cfg.Logger.Warn("releasing a claim", "tenant", k.tenant, "session", k.session, "name", sb.PoolName, "err", err)
 		}
+		m.mu.Lock()
+		delete(m.named, key{k.tenant, sb.PoolName})
+		m.mu.Unlock()
 	}
-	if !found {
-		return fmt.Errorf("%w: %s", ErrNotFound, k)
-	}
-	m.cfg.Logger.Info("sandbox removed", "tenant", k.tenant, "session", k.session, "id", id)
+	m.cfg.Logger.Info("sandbox removed", "tenant", k.tenant, "session", k.session, "id", sb.ID)
 	return nil
 }
 
@@ -506,12 +812,16 @@ func (m *Manager) claimLocked(k key) *entry {
 	return r
 }
 
-// release ends the removal r of k: the session has no sandbox any more.
-func (m *Manager) release(k key, r *entry) {
+// release ends the removal r of k: the session has no sandbox any more,
+// and, if ended, is no session either.
+func (m *Manager) release(k key, r *entry, ended bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.entries[k] == r {
 		delete(m.entries, k)
+	}
+	if ended {
+		delete(m.sessions, k)
 	}
 	close(r.busy)
 }

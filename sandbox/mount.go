@@ -1,7 +1,7 @@
 package sandbox
 
 import (
-	"os"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +15,13 @@ type Mount struct {
 	// (no symlink in it), since whoever allowed it checked that path. It
 	// must exist and be a directory when the sandbox is created.
 	Source string `json:"source"`
+	// Root is the allowlist entry Source was allowed under: its resolved
+	// source, Source itself or a directory above it. The runtime opens
+	// Source beneath Root without following any symlink and mounts the
+	// directory it opened, not the path (sandbox/hostdir.Pin): a symlink
+	// swapped into Source's path after the check cannot redirect the mount.
+	// Empty means Source.
+	Root string `json:"root,omitempty"`
 	// Target is where commands see it: absolute, clean, apart from every
 	// path shellbox or the engine manages (CheckMountTarget) and from the
 	// other mounts' targets.
@@ -49,6 +56,10 @@ func WithMounts(mounts ...Mount) Opt {
 				return invalid("mounts", "[%d]: source %q contains a NUL byte", i, m.Source)
 			case !filepath.IsAbs(m.Source) || filepath.Clean(m.Source) != m.Source:
 				return invalid("mounts", "[%d]: source %q must be an absolute, clean host path", i, m.Source)
+			case m.Root != "" && (strings.ContainsRune(m.Root, 0) || !filepath.IsAbs(m.Root) || filepath.Clean(m.Root) != m.Root):
+				return invalid("mounts", "[%d]: root %q must be an absolute, clean host path", i, m.Root)
+			case m.Root != "" && !confine.Within(m.Source, m.Root):
+				return invalid("mounts", "[%d]: source %s is not below its root %s", i, m.Source, m.Root)
 			}
 			if err := CheckMountTarget(m.Target); err != nil {
 				return invalid("mounts", "[%d]: %v", i, err)
@@ -64,28 +75,40 @@ func WithMounts(mounts ...Mount) Opt {
 	}
 }
 
-// CheckMountSources checks, on the host, that every mount source of s is
-// a directory that exists and is still the resolved path it was when
-// allowed (a symlink swapped into it since is refused). Backends call it
-// when they create the sandbox. What remains is the window between this
-// check and the engine's mount, which the engine resolves again; paths an
-// untrusted party can rename inside should not be allowlisted.
-func (s Spec) CheckMountSources() error {
-	for i, m := range s.Mounts {
-		real, err := filepath.EvalSymlinks(m.Source)
-		if err != nil {
-			return invalid("mounts", "[%d]: source: %v", i, err)
-		}
-		if real != m.Source {
-			return invalid("mounts", "[%d]: source %s now resolves to %s (a symlink was put in its path since it was allowed)", i, m.Source, real)
-		}
-		fi, err := os.Stat(real)
-		if err != nil {
-			return invalid("mounts", "[%d]: source: %v", i, err)
-		}
-		if !fi.IsDir() {
-			return invalid("mounts", "[%d]: source %s is not a directory", i, m.Source)
-		}
+// EntryRoot is the directory m's source is opened beneath: Root, or
+// Source when Root is empty.
+func (m Mount) EntryRoot() string {
+	if m.Root != "" {
+		return m.Root
 	}
-	return nil
+	return m.Source
+}
+
+// LabelMounts is the label (Docker) or OCI annotation (containerd) that
+// records a sandbox's mounts as they were allowed (JSON, MountsRecord):
+// the engine's own record names the neutral paths the sources were pinned
+// at for the mount (sandbox/hostdir.Pin), gone once the sandbox started.
+const LabelMounts = "org.shellbox.mounts"
+
+// MountsRecord is the value of LabelMounts for mounts.
+func MountsRecord(mounts []Mount) string {
+	rec := make([]Mount, len(mounts))
+	for i, m := range mounts {
+		rec[i] = Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+	}
+	b, _ := json.Marshal(rec) // strings and bools only: cannot fail
+	return string(b)
+}
+
+// ParseMountsRecord reads a LabelMounts value, sorted by target; ok is
+// false for an empty or malformed one.
+func ParseMountsRecord(v string) (mounts []Mount, ok bool) {
+	if v == "" || json.Unmarshal([]byte(v), &mounts) != nil {
+		return nil, false
+	}
+	if len(mounts) == 0 {
+		return nil, true
+	}
+	slices.SortFunc(mounts, func(a, b Mount) int { return strings.Compare(a.Target, b.Target) })
+	return mounts, true
 }

@@ -46,6 +46,11 @@ type Sandbox struct {
 	// LastUsed is when the Manager last handed the sandbox out (Ensure,
 	// Touch). Zero in values coming straight from a Runtime.
 	LastUsed time.Time
+	// PoolName, for a sandbox a session claimed from a warm pool, is the
+	// name it was created under (the session the runtime knows it by);
+	// Session is then the claiming session. Empty otherwise. Only the
+	// Manager sets it.
+	PoolName string
 }
 
 // Endpoint says how to reach a sandbox's agent: the one thing every caller
@@ -111,15 +116,31 @@ type Runtime interface {
 	List(ctx context.Context, owner string) ([]Sandbox, error)
 
 	// Remove kills and deletes the sandbox with that id and what the runtime
-	// keeps for it (its host directory and spill files). Removing a sandbox
-	// that is already gone is not an error.
+	// keeps for it alone (its host directory and spill files). What it keeps
+	// for the session (SessionState: the workspace) stays, for the
+	// session's next sandbox. Removing a sandbox that is already gone is not
+	// an error.
 	Remove(ctx context.Context, id string) error
 }
 
-// Sweeper is an optional Runtime ability: removing per-sandbox state that
-// outlived its sandbox (a host directory whose container was removed while
-// no server ran). Sweep removes the state of every (tenant, session) of
-// owner for which live reports false, and returns what it removed.
+// SessionState is an optional Runtime ability: state kept per session
+// rather than per sandbox, which outlives Remove so that the session's next
+// sandbox finds it (the single-host runtimes' workspace: a sandbox that died
+// over its memory limit, lost its agent or was removed behind shellbox's
+// back must not take the session's files with it). Create reuses it.
+type SessionState interface {
+	// RemoveSession deletes the session's state and reports whether there
+	// was any. The caller makes sure no sandbox of the session exists or is
+	// being created meanwhile (the Manager holds the session). Idempotent.
+	RemoveSession(ctx context.Context, tenant, session string) (bool, error)
+}
+
+// Sweeper is an optional Runtime ability: removing state that outlived its
+// sandbox or session (a host directory whose container was removed while no
+// server ran, the workspace of a session no server knows). Sweep removes the
+// state of every (tenant, session) of owner for which live reports false,
+// and returns what it removed. live is true for a session that is live even
+// if it has no sandbox at the moment (one being replaced).
 type Sweeper interface {
 	Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error)
 }

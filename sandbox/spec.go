@@ -119,6 +119,10 @@ type Spec struct {
 	// tmpfs: on overlay storage (fuse-overlayfs included) the engine cannot
 	// quota a directory, and tmpfs's size is the one limit every runtime
 	// (runc and gVisor) enforces. So their sum must stay below MemoryBytes.
+	// (A runtime with SessionState keeps the workspace's tmpfs per session,
+	// on the host: the sandbox is charged for the pages it writes.)
+	// TmpBytes also sizes the /dev/shm tmpfs (the runtimes' default is 64
+	// MiB whatever the policy says); its pages count towards MemoryBytes.
 	WorkspaceBytes int64
 	TmpBytes       int64
 	// SpillBytes caps the spill files of the session together (the full output

@@ -27,7 +27,9 @@ func (e *limitError) Error() string { return e.msg }
 // call runs one tool call of the tenant's session: the one path REST and MCP
 // share. A non-nil error means the call did not run (limits, shutdown, no
 // backend); otherwise the Result is the tool's, error results included.
-func (s *Server) call(ctx context.Context, tenant, session, tool string, args json.RawMessage) (tools.Result, error) {
+// live, if set, receives a foreground command's output as it runs
+// (tools.Invocation.Live).
+func (s *Server) call(ctx context.Context, tenant, session, tool string, args json.RawMessage, live executor.Live) (tools.Result, error) {
 	tl := s.limits[tenant]
 	if tl != nil {
 		if err := tl.acquire(); err != nil {
@@ -46,7 +48,7 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 		return tools.Result{}, err
 	}
 	start := time.Now()
-	res := ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: args})
+	res := ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: args, Live: live})
 	s.metrics.observeResult(tenant, tool, res, time.Since(start))
 	s.book.called(tenant, session, tool, args, res)
 	return res, nil

@@ -295,7 +295,10 @@ func (s *Server) mcpTool(name string) mcp.ToolHandler {
 			// No arguments at all: the tools report the first missing one.
 			args = nil
 		}
-		res, err := s.call(ctx, tenant, session, name, args)
+		live, stopLive := mcpLive(ctx, req, name)
+		res, err := s.call(ctx, tenant, session, name, args, live)
+		// The last progress notification goes out before the result.
+		stopLive()
 		if err != nil {
 			// The call did not run; the model reads why.
 			return toMCPResult(errorResult(err.Error())), nil

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -123,11 +124,66 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, resp)
 		return
 	}
-	res, err := s.call(r.Context(), tenant, id, tool, raw)
+	if wantsStream(r) {
+		s.callStreamed(w, r, tenant, id, tool, raw)
+		return
+	}
+	res, err := s.call(r.Context(), tenant, id, tool, raw, nil)
 	if err != nil {
 		s.writeCallErr(w, err)
 		return
 	}
+	status, resp := s.callResponse(raw, res)
+	writeJSON(w, status, resp)
+}
+
+// callStreamed is a tool call answered as server-sent events: "output"
+// events (LiveOutput) while a foreground command runs, then one "result"
+// event whose data is exactly the body the call answers without streaming
+// (its status, when not 200, is in that body's error). A call refused
+// before it ran, or answered with another status than 200 before any
+// event, answers as without streaming.
+func (s *Server) callStreamed(w http.ResponseWriter, r *http.Request, tenant, id, tool string, raw json.RawMessage) {
+	sse := newSSEWriter(w)
+	var live executor.Live
+	stop := func() {}
+	if streams(tool) {
+		live, stop = liveFeed(r.Context(), func(chunks []executor.Chunk) error {
+			for _, o := range liveOutputs(chunks) {
+				if err := sse.event("output", o); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	stopKeepalive := sse.keepalive(s.liveKeepalive)
+	res, err := s.call(r.Context(), tenant, id, tool, raw, live)
+	stop()
+	stopKeepalive()
+	if err != nil && !sse.begun() {
+		s.writeCallErr(w, err)
+		return
+	}
+	if err != nil {
+		// Refusals (limits, shutdown) come before the command runs, so
+		// before any output; an error after output is the backend's.
+		_, code := statusOf(err)
+		sse.event("error", apiError{errorBody{Code: code, Message: err.Error()}})
+		return
+	}
+	status, resp := s.callResponse(raw, res)
+	if status != http.StatusOK && !sse.begun() {
+		// Nothing was streamed (malformed arguments, an unknown task): the
+		// plain answer keeps its status.
+		writeJSON(w, status, resp)
+		return
+	}
+	sse.event("result", resp)
+}
+
+// callResponse is the status and body of a finished tool call.
+func (s *Server) callResponse(raw json.RawMessage, res tools.Result) (int, ToolResponse) {
 	resp := toolResponse(res)
 	status := http.StatusOK
 	if len(raw) > 0 && !json.Valid(raw) {
@@ -140,7 +196,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusNotFound
 		resp.Error = &errorBody{Code: "no_such_task", Message: res.Value.(*tools.ErrorValue).Message}
 	}
-	writeJSON(w, status, resp)
+	return status, resp
 }
 
 func (s *Server) writeCallErr(w http.ResponseWriter, err error) {

@@ -84,6 +84,9 @@ type Server struct {
 	console *console
 
 	mcpHTTP *mcp.StreamableHTTPHandler
+	// liveKeepalive is how long a streamed REST call stays silent before a
+	// keepalive comment (as the event streams, 15 s).
+	liveKeepalive time.Duration
 	// mcpStateless serves MCP revision 2026-07-28 (no MCP sessions).
 	mcpStateless *mcp.StreamableHTTPHandler
 	// mcpSrvs are the MCP servers, one per tool list (keyed by the tools'
@@ -122,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{cfg: cfg, limits: map[string]*tenantLimits{}, log: cfg.Logger}
+	s := &Server{cfg: cfg, limits: map[string]*tenantLimits{}, log: cfg.Logger, liveKeepalive: 15 * time.Second}
 	seen := map[[32]byte]string{}
 	for name, tc := range cfg.Tenants {
 		if !confine.ValidID(name) {

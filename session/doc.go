@@ -17,7 +17,12 @@
 //   - the egress relay of sandboxes whose policy allows network, decided
 //     per connection by the tenant's current policy (egress.go);
 //   - after a restart, adopting the sandboxes a previous process left and
-//     watching their background tasks again (Start).
+//     watching their background tasks again (Start);
+//   - the tenants' warm pools (KeepPools, PoolTargets): for a tenant whose
+//     policy sets sandbox.pool.size, ready sandboxes made exactly as a
+//     session of the tenant with no options gets its own, which such a
+//     session claims on its first use (sandbox.Manager does the claiming).
+//     On Kubernetes only the elected replica is to run KeepPools.
 //
 // The Layer implements server.Backend. Its observers (completion notices,
 // gate and sandbox metrics, egress counts) are given at construction

@@ -57,6 +57,16 @@ type Config struct {
 	// IdleTTL reaps sandboxes of tenants without a policy idle that long
 	// (0: never); a policy sets its tenant's.
 	IdleTTL time.Duration
+	// Claims records the claims of warm pools' sandboxes (on one host:
+	// sandbox.DirClaims in the state directory). Nil: no warm pools,
+	// whatever the policies' sandbox.pool.size.
+	Claims sandbox.Claims
+	// Admission bounds the sandboxes being created at once.
+	Admission Admission
+	// PoolInterval is how often the warm pools are compared with the
+	// policies (a reload that changes a pool is seen then), besides after
+	// each claim (default 10s).
+	PoolInterval time.Duration
 
 	// Observer hears notices and metrics (the server); nil hears nothing.
 	Observer server.Observer
@@ -79,6 +89,14 @@ type LocalConfig struct {
 	// Shared: every tenant uses Root and SpillDir themselves (a one-shot
 	// call, which serves one tenant).
 	Shared bool
+}
+
+// Admission bounds sandbox creations (sandbox.Config's MaxCreating,
+// CreateQueue, CreateQueueWait; zero values take the defaults).
+type Admission struct {
+	MaxCreating     int
+	CreateQueue     int
+	CreateQueueWait time.Duration
 }
 
 // Layer is the session layer: it implements server.Backend.
@@ -128,15 +146,23 @@ func New(cfg Config) (*Layer, error) {
 	if cfg.Observer != nil {
 		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
 	}
-	ready := cfg.Ready
+	ready, prepare := cfg.Ready, sandboxed.WarmUp
 	if ready == nil {
 		ready = sandboxed.WaitAgent
+	} else {
+		prepare = nil // sandboxes without an agent
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
 		Owner:   cfg.Owner,
 		Ready:   ready,
 		Logger:  cfg.Logger,
+		Claims:  cfg.Claims,
+		Prepare: prepare,
+
+		MaxCreating:     cfg.Admission.MaxCreating,
+		CreateQueue:     cfg.Admission.CreateQueue,
+		CreateQueueWait: cfg.Admission.CreateQueueWait,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
@@ -162,11 +188,61 @@ func (l *Layer) Start(ctx context.Context) {
 	if err != nil {
 		l.log.Warn("adopting sandboxes", "err", err)
 	}
-	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept))
+	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept),
+		"pooled", len(rep.Pooled), "claimsReleased", len(rep.Released))
 	go l.rewatch(ctx, rep.Kept)
 	if interval := reapInterval(l.cfg.IdleTTL, l.cfg.Policies != nil); interval > 0 {
 		go l.manager.ReapEvery(ctx, l.idleTTL, interval)
 	}
+	go l.KeepPools(ctx)
+}
+
+// KeepPools keeps the tenants' warm pools (PoolTargets) filled until ctx
+// ends, and drains the pools no policy wants any more. Start runs it; on
+// Kubernetes only the elected replica will. Without policies or Claims it
+// drains what Adopt found and returns.
+func (l *Layer) KeepPools(ctx context.Context) {
+	if l.manager == nil {
+		return
+	}
+	if l.cfg.Policies == nil || l.cfg.Claims == nil {
+		if _, err := l.manager.Fill(ctx, nil); err != nil {
+			l.log.Warn("draining warm pools", "err", err)
+		}
+		return
+	}
+	interval := l.cfg.PoolInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	l.manager.FillEvery(ctx, l.PoolTargets, interval)
+}
+
+// PoolTargets are the warm pools the policies want: for each tenant with a
+// policy file of its own and a sandbox.pool.size, that many sandboxes made
+// as a session of the tenant with no options gets its own (so such a
+// session's Spec has the pool's template hash and claims one).
+func (l *Layer) PoolTargets() []sandbox.PoolTarget {
+	if l.cfg.Policies == nil || l.manager == nil {
+		return nil
+	}
+	var out []sandbox.PoolTarget
+	if l.cfg.Unavailable != nil {
+		return nil // no sandbox can be made
+	}
+	for _, tenant := range l.cfg.Policies.Tenants() {
+		pol, err := l.cfg.Policies.Policy(tenant)
+		if err != nil || pol.PoolSize <= 0 {
+			continue
+		}
+		spec, err := l.policySpec(tenant, "pool-template", server.SessionOptions{}, pol)
+		if err != nil {
+			l.log.Warn("warm pool template", "tenant", tenant, "err", err)
+			continue
+		}
+		out = append(out, sandbox.PoolTarget{Template: spec, Size: pol.PoolSize})
+	}
+	return out
 }
 
 // idleTTL is a tenant's idle TTL: its policy's, else Config.IdleTTL.
@@ -370,11 +446,17 @@ func (l *Layer) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// timedRuntime reports how long creating a sandbox takes.
+// timedRuntime reports how long creating a sandbox takes. It passes the
+// optional abilities the Manager looks for through.
 type timedRuntime struct {
 	sandbox.Runtime
 	observe func(tenant string, d time.Duration)
 }
+
+var (
+	_ sandbox.Sweeper      = timedRuntime{}
+	_ sandbox.SessionState = timedRuntime{}
+)
 
 func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	start := time.Now()
@@ -383,6 +465,15 @@ func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sa
 		t.observe(spec.Tenant, time.Since(start))
 	}
 	return sb, err
+}
+
+// RemoveSession passes the runtime's SessionState through the timing
+// wrapper (a runtime without any has no session state to remove).
+func (t timedRuntime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	if s, ok := t.Runtime.(sandbox.SessionState); ok {
+		return s.RemoveSession(ctx, tenant, session)
+	}
+	return false, nil
 }
 
 // Sweep passes the runtime's Sweeper through the timing wrapper.

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // newFakeLayer is a Layer over the in-memory runtime: sandboxes are
@@ -89,6 +91,53 @@ func TestSessionsListAndDelete(t *testing.T) {
 	}
 	if list, _ := l.Sessions(ctx, "acme"); len(list) != 1 || list[0].ID != "b" {
 		t.Errorf("after delete: %+v", list)
+	}
+}
+
+// Deleting a session (sessions rm, REST DELETE) ends it: its workspace
+// goes, also when its sandbox had already gone behind shellbox's back; and
+// so in a server, whose observer wraps the runtime.
+func TestDeleteSessionRemovesTheWorkspace(t *testing.T) {
+	t.Run("plain", func(t *testing.T) {
+		l, f := newFakeLayer(t, nil, nil)
+		deleteRemovesWorkspace(t, l, f)
+	})
+	t.Run("observed", func(t *testing.T) {
+		f := sandboxtest.NewFake()
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Observer: nopObserver{},
+			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close(context.Background()) })
+		deleteRemovesWorkspace(t, l, f)
+	})
+}
+
+// nopObserver hears nothing.
+type nopObserver struct{}
+
+func (nopObserver) Notify(string, string, tools.Notice)           {}
+func (nopObserver) ObserveGate(_ string, g tools.Gate) tools.Gate { return g }
+func (nopObserver) ObserveSandboxCreate(string, time.Duration)    {}
+func (nopObserver) ObserveEgress(string, string)                  {}
+
+func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
+	ctx := context.Background()
+	for _, s := range []string{"a", "gone"} {
+		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.DeleteSession(ctx, "acme", "a"); err != nil || f.HasWorkspace("acme", "a") {
+		t.Errorf("delete: %v, workspace kept %v", err, f.HasWorkspace("acme", "a"))
+	}
+	f.Vanish("acme", "gone")
+	if err := l.DeleteSession(ctx, "acme", "gone"); err != nil || f.HasWorkspace("acme", "gone") {
+		t.Errorf("delete of a session whose sandbox vanished: %v, workspace kept %v", err, f.HasWorkspace("acme", "gone"))
+	}
+	if err := l.DeleteSession(ctx, "acme", "gone"); !errors.Is(err, server.ErrNoSuchSession) {
+		t.Errorf("second delete: %v, want ErrNoSuchSession", err)
 	}
 }
 

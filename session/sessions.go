@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sort"
 
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
 )
@@ -44,7 +46,7 @@ func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
 	if l.manager == nil {
 		return nil, nil
 	}
-	list, err := l.cfg.Runtime.List(ctx, l.cfg.Owner)
+	list, err := l.manager.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -129,4 +131,23 @@ func sessionInfo(sb sandbox.Sandbox) server.SessionInfo {
 		si.Mounts = append(si.Mounts, server.Mount{Source: m.Source, Target: m.Target, ReadOnly: &ro})
 	}
 	return si
+}
+
+// AgentLog returns the recent log of the agent in the session's sandbox
+// (`shellbox sessions logs`): which command's tree it signalled, and why.
+// It creates nothing.
+func (l *Layer) AgentLog(ctx context.Context, tenant, session string) (string, error) {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return "", err
+	}
+	e, ok := tb.exec.(*sandboxed.Executor)
+	if !ok {
+		return "", server.Errorf(server.ErrInvalid, "the local backend has no agent: its commands run in this process")
+	}
+	s, err := e.AgentLog(ctx, session)
+	if errors.Is(err, executor.ErrNotFound) {
+		return "", server.NoSuchSession(session)
+	}
+	return s, err
 }

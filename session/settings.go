@@ -54,6 +54,9 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 	if l.cfg.Unavailable != nil {
 		return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
 	}
+	if sandbox.IsPooled(session) {
+		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "session %q: names starting with %q are reserved for warm pools", session, sandbox.PoolPrefix)
+	}
 	l.mu.Lock()
 	o := l.opts[tenant+"/"+session]
 	l.mu.Unlock()
@@ -82,15 +85,43 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 	if err != nil {
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
 	}
+	if err := checkChoices(pol, o, d.Image); err != nil {
+		return sandbox.Spec{}, err
+	}
+	if err := l.checkSessions(ctx, pol, tenant, session); err != nil {
+		return sandbox.Spec{}, err
+	}
+	return l.policySpec(tenant, session, o, pol)
+}
+
+// checkChoices refuses a session's runtime or image the policy does not
+// allow.
+func checkChoices(pol *policies.Policy, o server.SessionOptions, defImage string) error {
 	if o.Runtime != "" && o.Runtime != pol.Runtime {
-		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "runtime %s is not allowed by policy %s (sandbox.runtime: %s)", o.Runtime, pol.Tenant, pol.Runtime)
+		return server.Errorf(server.ErrNotAllowed, "runtime %s is not allowed by policy %s (sandbox.runtime: %s)", o.Runtime, pol.Tenant, pol.Runtime)
+	}
+	if _, err := pol.Image(o.Image, defImage); err != nil {
+		return server.Errorf(server.ErrNotAllowed, "%v", err)
+	}
+	return nil
+}
+
+// policySpec is the spec of a session of a tenant with a policy, created
+// with options o, over the defaults; the session quota is not checked
+// here. A warm pool's template is one with no options (PoolTargets).
+func (l *Layer) policySpec(tenant, session string, o server.SessionOptions, pol *policies.Policy) (sandbox.Spec, error) {
+	d := l.cfg.Defaults
+	if err := checkChoices(pol, o, d.Image); err != nil {
+		return sandbox.Spec{}, err
 	}
 	img, err := pol.Image(o.Image, d.Image)
 	if err != nil {
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
 	}
-	if err := l.checkSessions(ctx, pol, tenant, session); err != nil {
-		return sandbox.Spec{}, err
+	opts := []sandbox.Opt{
+		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
+		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
+		sandbox.WithLabels(d.Labels),
 	}
 	mounts, err := pol.SessionMounts(mountRequests(o.Mounts))
 	if err != nil {
@@ -139,7 +170,7 @@ func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
 func sandboxMounts(ms []policies.Mount) []sandbox.Mount {
 	out := make([]sandbox.Mount, len(ms))
 	for i, m := range ms {
-		out[i] = sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+		out[i] = sandbox.Mount{Source: m.Source, Root: m.Root, Target: m.Target, ReadOnly: m.ReadOnly}
 	}
 	return out
 }
@@ -157,7 +188,9 @@ func newSpec(tenant, session string, opts []sandbox.Opt) (sandbox.Spec, error) {
 // other processes of the owner too), the session's own (being re-adopted)
 // excepted.
 func (l *Layer) checkSessions(ctx context.Context, pol *policies.Policy, tenant, session string) error {
-	list, err := l.cfg.Runtime.List(ctx, l.cfg.Owner)
+	// The Manager's list: claimed pool sandboxes under their sessions,
+	// unclaimed ones (nobody's session) not at all.
+	list, err := l.manager.List(ctx)
 	if err != nil {
 		return server.Errorf(server.ErrUnavailable, "count the tenant's sessions: %v", err)
 	}

@@ -168,3 +168,22 @@ func section(b *strings.Builder, s string) {
 	}
 	b.WriteString(strings.TrimSuffix(s, "\n"))
 }
+
+// RenderLive is live output as a harness shows its user while a call runs
+// (MCP progress messages): the chunks' bytes in arrival order, both streams
+// interleaved as a terminal shows them, each gap a line "[… N bytes not
+// streamed …]", invalid UTF-8 replaced. It is not for the model: the result
+// text is RenderForeground's whatever was streamed.
+func RenderLive(chunks []executor.Chunk) string {
+	var b strings.Builder
+	for _, c := range chunks {
+		if c.Skipped > 0 {
+			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+				b.WriteByte('\n')
+			}
+			fmt.Fprintf(&b, "[… %d bytes not streamed …]\n", c.Skipped)
+		}
+		b.Write(c.Data)
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
+}

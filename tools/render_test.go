@@ -199,3 +199,21 @@ func TestRenderFixedTexts(t *testing.T) {
 		}
 	}
 }
+
+func TestRenderLive(t *testing.T) {
+	for _, tt := range []struct {
+		chunks []executor.Chunk
+		want   string
+	}{
+		{nil, ""},
+		{[]executor.Chunk{{Stream: executor.Stdout, Data: []byte("a\n")}, {Stream: executor.Stderr, Data: []byte("b")}}, "a\nb"},
+		{[]executor.Chunk{{Stream: executor.Stdout, Data: []byte("partial")}, {Stream: executor.Stdout, Data: []byte("next\n"), Skipped: 1234}},
+			"partial\n[… 1234 bytes not streamed …]\nnext\n"},
+		{[]executor.Chunk{{Stream: executor.Stdout, Skipped: 7}}, "[… 7 bytes not streamed …]\n"},
+		{[]executor.Chunk{{Stream: executor.Stdout, Data: []byte("\xff\xfeok")}}, "\uFFFDok"},
+	} {
+		if got := RenderLive(tt.chunks); got != tt.want {
+			t.Errorf("RenderLive(%+v) = %q, want %q", tt.chunks, got, tt.want)
+		}
+	}
+}

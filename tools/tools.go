@@ -182,6 +182,11 @@ type Invocation struct {
 	Session string
 	Tool    string
 	Args    json.RawMessage
+	// Live, if set, receives the output of a foreground bash or pwsh call
+	// as it arrives (executor.Spec.Live: it must not block). The result is
+	// the same with or without it. A background start, bash_output and
+	// bash_kill never call it: a task's output is read with bash_output.
+	Live executor.Live
 }
 
 // Call runs one tool call. It never returns a Go error: every failure is a
@@ -256,6 +261,7 @@ func (t *Toolset) shell(ctx context.Context, inv Invocation) Result {
 		t.watch(inv.Session, task)
 		return Result{Text: RenderBackground(task.ID()), Value: &Background{Kind: "background", TaskID: task.ID()}}
 	}
+	spec.Live = inv.Live
 	res, err := t.exec.Run(ctx, spec)
 	if err != nil {
 		return errorOf(err)

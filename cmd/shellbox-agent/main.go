@@ -1,6 +1,8 @@
 // Command shellbox-agent is the agent inside every sandbox: a static binary
 // (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent and run as the
-// sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL.
+// sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL
+// (and CAP_SETPCAP, which it uses at start to empty the capability bounding
+// set that its commands inherit, and then drops: caps.go).
 //
 // It serves the agentapi protocol on a unix socket in the session's host
 // directory (mode 0600: the commands, which run as --uid, cannot connect)
@@ -43,7 +45,10 @@
 // In a Kubernetes pod (sandbox/kube; pod.go) an init container delivers it
 // (--install copies the binary into an emptyDir), and it serves on TCP
 // instead of a socket (--listen :7070), requiring on every request the
-// per-session token it reads once from $SHELLBOX_AGENT_TOKEN and unsets.
+// per-session token it reads once from $SHELLBOX_AGENT_TOKEN and unsets, or
+// from --token-file (then removed where it may be): the initial environment
+// block stays in the agent's memory, readable as /proc/1/environ wherever
+// non-dumpability is not honoured, so a file keeps the token out of it.
 // With a token it makes itself non-dumpable, so no process without
 // CAP_SYS_PTRACE can read its memory or /proc/1/environ. With --no-setuid
 // (the restricted Pod Security profile: no root, no capabilities) commands
@@ -59,6 +64,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -105,7 +111,8 @@ func versionString() string {
 type options struct {
 	socket, spillDir, root, home string
 	listen                       string // TCP address; "" serves the unix socket
-	token                        string // from EnvToken, with listen
+	token                        string // from EnvToken or tokenFile, with listen
+	tokenFile                    string
 	noSetuid                     bool
 	install, own                 string
 	nproc                        int64
@@ -251,8 +258,14 @@ func (w *threadWatch) check(logger *log.Logger) {
 	}
 }
 
+// logTailBytes bounds the log the agent keeps for GET /v1/log.
+const logTailBytes = 64 << 10
+
 func run(args []string, stderr io.Writer) int {
-	logger := log.New(stderr, "shellbox-agent: ", 0)
+	// The log goes to stderr (which the runtimes may discard) and into a
+	// bounded tail served at GET /v1/log (`shellbox sessions logs`).
+	recent := output.NewTail(logTailBytes)
+	logger := log.New(io.MultiWriter(stderr, recent), "shellbox-agent: ", log.LUTC|log.Ldate|log.Ltime|log.Lmicroseconds|log.Lmsgprefix)
 	var o options
 	fs := flag.NewFlagSet("shellbox-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -268,6 +281,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "per-command cgroups: auto, off, v1 or v2")
 	fs.IntVar(&o.maxFinished, "max-finished-tasks", local.DefaultMaxFinishedTasks, "finished background tasks kept per session")
 	fs.StringVar(&o.listen, "listen", "", "TCP address to serve the protocol on instead of --socket, e.g. :7070 (Kubernetes: the pod IP); every request must carry the token in $"+EnvToken)
+	fs.StringVar(&o.tokenFile, "token-file", "", "with --listen: read the token from this file (then removed, where the agent may) instead of $"+EnvToken+", so that the agent's initial environment, which /proc/1/environ shows, holds no secret")
 	fs.BoolVar(&o.noSetuid, "no-setuid", false, "commands run as the agent's own uid/gid (a non-root pod under the restricted Pod Security profile): --uid/--gid must be the agent's; the agent makes itself non-dumpable and ignores the signals that would end it (see below)")
 	fs.StringVar(&o.install, "install", "", "copy this binary to the given path (mode 0555) and exit: an init container delivering the agent")
 	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
@@ -304,8 +318,16 @@ func run(args []string, stderr io.Writer) int {
 		// environment can inherit it (baseEnv drops SHELLBOX_* anyway).
 		o.token = os.Getenv(EnvToken)
 		os.Unsetenv(EnvToken)
+		if o.tokenFile != "" {
+			tok, err := tokenFromFile(o.tokenFile)
+			if err != nil {
+				logger.Print(err)
+				return 2
+			}
+			o.token = tok
+		}
 		if len(o.token) < minTokenLen {
-			logger.Printf("--listen needs a per-session token of at least %d bytes in $%s", minTokenLen, EnvToken)
+			logger.Printf("--listen needs a per-session token of at least %d bytes in $%s or --token-file", minTokenLen, EnvToken)
 			return 2
 		}
 	}
@@ -313,14 +335,32 @@ func run(args []string, stderr io.Writer) int {
 		logger.Printf("--no-setuid: --uid/--gid %d:%d must be the agent's own, %d:%d", o.uid, o.gid, os.Geteuid(), os.Getegid())
 		return 2
 	}
-	if err := serve(o, logger); err != nil {
+	// Before any command: they inherit the bounding set (caps.go).
+	if err := dropBoundingSet(); err != nil && !errors.Is(err, errNoSetpcap) {
+		logger.Print(err)
+		return 1
+	}
+	if err := serve(o, logger, recentLog(recent)); err != nil {
 		logger.Print(err)
 		return 1
 	}
 	return 0
 }
 
-func serve(o options, logger *log.Logger) error {
+// recentLog returns the tail's text from its first whole line.
+func recentLog(t *output.Tail) func() string {
+	return func() string {
+		b := t.Bytes()
+		if t.Truncated() {
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				b = b[i+1:]
+			}
+		}
+		return string(b)
+	}
+}
+
+func serve(o options, logger *log.Logger, recent func() string) error {
 	if os.Getpid() != 1 {
 		// Not a sandbox's init (a test, a developer): adopt the orphans
 		// anyway, so they are reaped here as they would be in a sandbox.
@@ -348,6 +388,12 @@ func serve(o options, logger *log.Logger) error {
 		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
+	// Before any command: one call's commands may not trace, or read or
+	// write the memory of, another call's (same uid); strace and gdb fail
+	// with EPERM in sandboxes.
+	if err := local.DenyTracing(); err != nil {
+		return err
+	}
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
@@ -367,6 +413,7 @@ func serve(o options, logger *log.Logger) error {
 		Cgroup:           local.CgroupMode(o.cgroup),
 		MaxFinishedTasks: o.maxFinished,
 		MemoryCgroup:     "auto",
+		Logf:             logger.Printf,
 	}
 	if !o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
@@ -412,13 +459,24 @@ func serve(o options, logger *log.Logger) error {
 	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
 		tree.UID, tree.GID = o.uid, o.gid
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token}
+	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token, Log: recent}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {
 			return fmt.Errorf("egress proxy: %w", err)
 		}
-		p := egress.NewProxy(egress.ProxyConfig{Logger: logger})
+		pcfg := egress.ProxyConfig{Logger: logger}
+		if cfg.TagGroups.Count > 0 {
+			// A call's network grant holds for its own tree only: the
+			// proxy finds the processes holding a connection's socket
+			// (reading their fds as the commands' user) and the executor
+			// says which grant their tag carries. Without tags no
+			// connection carries a grant.
+			uid, gid := o.uid, o.gid
+			asUser := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
+			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, asUser, e.Grant) }
+		}
+		p := egress.NewProxy(pcfg)
 		go func() {
 			if err := p.Serve(ctx, pl); err != nil {
 				logger.Print(err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -83,4 +84,27 @@ func install(o options) error {
 		}
 	}
 	return nil
+}
+
+// maxTokenFile bounds what tokenFromFile reads.
+const maxTokenFile = 4096
+
+// tokenFromFile reads the token from path (trailing newlines dropped) and
+// removes the file if it may (a Secret volume is read-only: the file stays,
+// readable by root only if the pod says so).
+func tokenFromFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	if len(b) > maxTokenFile {
+		return "", fmt.Errorf("--token-file: %s is over %d bytes", path, maxTokenFile)
+	}
+	_ = os.Remove(path)
+	return strings.TrimRight(string(b), "\r\n"), nil
 }

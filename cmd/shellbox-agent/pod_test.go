@@ -37,6 +37,38 @@ func TestListenNeedsToken(t *testing.T) {
 	}
 }
 
+// TestTokenFile: --token-file reads the token (not the environment) and
+// removes the file; a missing, short or oversized file refuses to start.
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "token")
+	if err := os.WriteFile(f, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenFromFile(f)
+	if err != nil || tok != testToken {
+		t.Errorf("token %q, %v", tok, err)
+	}
+	if _, err := os.Stat(f); !os.IsNotExist(err) {
+		t.Errorf("the token file stays: %v", err)
+	}
+	os.WriteFile(f, bytes.Repeat([]byte("x"), maxTokenFile+1), 0o600)
+	if _, err := tokenFromFile(f); err == nil || !strings.Contains(err.Error(), "over 4096 bytes") {
+		t.Errorf("oversized: %v", err)
+	}
+	t.Setenv(EnvToken, "")
+	for name, content := range map[string]string{"short": "short\n", "missing": ""} {
+		p := filepath.Join(dir, name)
+		if content != "" {
+			os.WriteFile(p, []byte(content), 0o600)
+		}
+		var out bytes.Buffer
+		if code := run([]string{"--listen", "127.0.0.1:0", "--token-file", p}, &out); code != 2 {
+			t.Errorf("%s: %d %q", name, code, out.String())
+		}
+	}
+}
+
 // TestInstall: --install copies the running binary, mode 0555; --own gives
 // a directory to --uid:--gid, 0755.
 func TestInstall(t *testing.T) {

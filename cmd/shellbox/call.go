@@ -84,7 +84,7 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 		},
 	}
 	addRemoteFlags(cmd)
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker or containerd (a hardened container per session)")
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker or containerd (a hardened container per session), kube (a pod per session)")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
 	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default sandbox.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")

@@ -80,6 +80,11 @@ type creatingRuntime struct {
 	watch *creationWatch
 }
 
+var (
+	_ sandbox.Sweeper      = creatingRuntime{}
+	_ sandbox.SessionState = creatingRuntime{}
+)
+
 func (r creatingRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	c := r.watch
 	c.startOnce.Do(func() { c.began = time.Now(); close(c.started) })

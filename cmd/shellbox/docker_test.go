@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -108,7 +109,8 @@ sandbox:
 			// The whole status (the signal, if one ended the task) says
 			// more than the text: seen twice in CI, not yet understood.
 			js, _ := run("call", "--json", "bash_output", fmt.Sprintf(`{"task_id":%q}`, id))
-			t.Fatalf("reads after restart lack %q:\n%s\nthe task as JSON: %s", want, text, js)
+			agentLog, _ := run("sessions", "logs", "--tenant", dockerTenant, "restart")
+			t.Fatalf("reads after restart lack %q:\n%s\nthe task as JSON: %s\nthe agent's log:\n%s", want, text, js, agentLog)
 		}
 	}
 	// The killed client's command did not outlive its connection.
@@ -126,6 +128,10 @@ sandbox:
 	}
 	if out, _ = run("sessions", "ls"); strings.Contains(out, "restart") {
 		t.Errorf("still listed after rm: %q", out)
+	}
+	// The session's workspace ended with it.
+	if _, err := os.Lstat(filepath.Join(state, "workspaces", dockerTenant, "restart")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace after sessions rm: %v", err)
 	}
 }
 

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -26,7 +29,7 @@ func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (
 // watch (may be nil) hears the runtime create sandboxes.
 func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Layer, closeRuntime func() error, err error) {
 	sc := session.Config{
-		Owner:                  cfg.Sandbox.Owner,
+		Owner:                  cfg.Owner(),
 		Defaults:               cfg.Sandbox.Defaults(),
 		Choices:                map[string]session.Choices{},
 		Local:                  session.LocalConfig{Root: cfg.Local.Root, Home: cfg.Local.Home, SpillDir: cfg.Local.SpillDir, Cgroup: cfg.Local.Cgroup, Shared: shared},
@@ -44,12 +47,25 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 	}
 	closeRuntime = func() error { return nil }
 	if isSandboxed(cfg.Backend) {
-		agent, agentErr := agentBinary(cfg.Sandbox.Agent)
+		var agent string
+		var agentErr error
+		if cfg.Backend != "kube" { // kube's pods copy it from kube.agentImage
+			agent, agentErr = agentBinary(cfg.Sandbox.Agent)
+		}
 		rt, err := openRuntime(cfg, agent)
 		if err != nil {
 			return nil, nil, err
 		}
 		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+		sc.Admission = cfg.Sandbox.Admission()
+		// Claims of warm pools' sandboxes live with the sessions' host
+		// directories: one host, one state directory.
+		claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
+		if err != nil {
+			rt.Close()
+			return nil, nil, fmt.Errorf("sandbox.stateDir: %w", err)
+		}
+		sc.Claims = claims
 		if watch != nil {
 			sc.Runtime = watch.wrap(rt)
 		}

@@ -57,7 +57,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 			return srv.ServeStdio(ctx, cfg.Tenant, cfg.Session, readCloser{in}, writeCloser{out})
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker or containerd")
+	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker, containerd or kube")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
 	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); an ask is denied at once (no approver on stdio)")

@@ -9,22 +9,26 @@ import (
 )
 
 // sandboxRuntime is a runtime of the sandboxed backends, with the abilities
-// the CLI and the server use.
+// the CLI and the server use. SessionState is part of it so that wrappers
+// (creatingRuntime) keep it: ending a session removes its workspace.
 type sandboxRuntime interface {
 	sandbox.Runtime
 	sandbox.Pinger
+	sandbox.SessionState
 	Close() error
 }
 
 // isSandboxed reports whether a backend runs sessions in sandboxes.
-func isSandboxed(backend string) bool { return backend == "docker" || backend == "containerd" }
+func isSandboxed(backend string) bool {
+	return backend == "docker" || backend == "containerd" || backend == "kube"
+}
 
 // backends lists the backends, for errors.
-const backends = "local, docker, containerd"
+const backends = "local, docker, containerd, kube"
 
 // openRuntime opens the runtime of a sandboxed backend, with the agent
 // binary at agent ("" : not found; creating a sandbox then fails, and the
-// spec builder says why).
+// spec builder says why; kube takes it from kube.agentImage instead).
 func openRuntime(cfg config.Config, agent string) (sandboxRuntime, error) {
 	if agent == "" {
 		agent = "/nonexistent/shellbox-agent"
@@ -39,6 +43,9 @@ func openRuntime(cfg config.Config, agent string) (sandboxRuntime, error) {
 		return rt, nil
 	case "containerd":
 		return openContainerd(cfg, agent)
+	case "kube":
+		// The session pods copy the agent from kube.agentImage.
+		return openKube(cfg)
 	}
 	return nil, unknownBackend(cfg.Backend)
 }

@@ -42,7 +42,7 @@ containerd:
 		cfg.Containerd.Runtimes["runsc"] != "io.containerd.runsc.v1" || cfg.Containerd.RuntimeConfigs["runsc"] != "/etc/runsc.toml" {
 		t.Errorf("config: %+v %+v %+v", cfg.Sandbox, cfg.Docker, cfg.Containerd)
 	}
-	if _, err := openRuntime(config.Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd)`) {
+	if _, err := openRuntime(config.Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd, kube)`) {
 		t.Errorf("unknown backend: %v", err)
 	}
 }

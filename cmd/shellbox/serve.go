@@ -43,7 +43,7 @@ running for the next process to adopt.`,
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: docker or containerd (a hardened container per session), or local (host processes, unsandboxed)")
+	cmd.Flags().String("backend", "local", "where commands run: docker or containerd (a hardened container per session), kube (a pod per session), or local (host processes, unsandboxed)")
 	cmd.Flags().String("listen", "127.0.0.1:8080", "address to listen on (server.listen)")
 	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); unset: every call is allowed")
 	return cmd
@@ -65,6 +65,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var approvals server.Approvals
 	if pol != nil {
 		approvals = session.Approvals(pol)
+	}
+	if cfg.Backend == "kube" {
+		rt, err := openKube(cfg)
+		if err != nil {
+			return err
+		}
+		if err := prepareKube(ctx, rt); err != nil {
+			return err
+		}
 	}
 	tenants := map[string]server.TenantConfig{}
 	for name, t := range cfg.Server.Tenants {

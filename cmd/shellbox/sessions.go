@@ -98,7 +98,31 @@ func newSessionsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, rm)
+	logs := &cobra.Command{
+		Use:   "logs SESSION",
+		Short: "Print the recent log of the session's agent: which command's tree it signalled, and why",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if c, err := remote(cmd); err != nil || c != nil {
+				if err != nil {
+					return err
+				}
+				return fmt.Errorf("sessions logs reads the agent through the engine on this host; it does not go through --server")
+			}
+			b, err := layerFromFlags(cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			s, err := b.AgentLog(cmd.Context(), b.tenant, args[0])
+			if err != nil {
+				return fmt.Errorf("session %s/%s: %w", b.tenant, args[0], err)
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), s)
+			return err
+		},
+	}
+	cmd.AddCommand(ls, rm, logs)
 	return cmd
 }
 
@@ -132,16 +156,20 @@ func newImageCmd() *cobra.Command {
 		Use:   "image",
 		Short: "Build sandbox images without a registry",
 	}
-	var test, toContainerd bool
+	var test, server, toContainerd bool
 	var opts images.Options
+	var serverBins images.ServerOptions
 	build := &cobra.Command{
 		Use:   "build",
-		Short: "Build the default sandbox image offline (debootstrap), or the test image, into Docker, containerd or a file",
+		Short: "Build the default sandbox image offline (debootstrap), the test image or the server image, into Docker, containerd or a file",
 		Long: `Build the default sandbox image offline (debootstrap, as root) or, with --test,
 the small test image from this host's binaries, and import it into Docker; with
 --containerd into the containerd of the containerd.* settings (address,
 namespace, snapshotter; SHELLBOX_CONTAINERD_ADDRESS reaches containerd.address),
-unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
+unpacked; with --output FILE as an OCI image archive (ctr images import FILE).
+With --server, the server image of the Helm chart (and kube.agentImage): this
+shellbox and the agent (static builds), a non-root user, nothing else; into a
+file (--output) or containerd (--containerd; a node's is namespace k8s.io).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			progress := cmd.ErrOrStderr()
@@ -154,6 +182,24 @@ unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
 				opts.Containerd = &images.Containerd{Address: cfg.Containerd.Address,
 					Namespace: cfg.Containerd.Namespace, Snapshotter: cfg.Containerd.Snapshotter}
 			}
+			if server {
+				if serverBins.Shellbox == "" {
+					self, err := os.Executable()
+					if err != nil {
+						return err
+					}
+					serverBins.Shellbox = self
+				}
+				if serverBins.Agent == "" {
+					a, err := agentBinary("")
+					if err != nil {
+						return err
+					}
+					serverBins.Agent = a
+				}
+				serverBins.Tag, serverBins.Containerd, serverBins.Output = opts.Tag, opts.Containerd, opts.Output
+				return images.BuildServerImage(cmd.Context(), serverBins, progress)
+			}
 			if test {
 				to := images.TestOptions{Tag: opts.Tag, Containerd: opts.Containerd, Output: opts.Output}
 				return images.BuildTestImage(cmd.Context(), to, progress)
@@ -165,9 +211,12 @@ unpacked; with --output FILE as an OCI image archive (ctr images import FILE).`,
 		},
 	}
 	build.Flags().BoolVar(&test, "test", false, "build the small test image ("+images.TestImage+") from this host's binaries instead")
+	build.Flags().BoolVar(&server, "server", false, "build the server image ("+images.ServerImage+") from static shellbox and shellbox-agent binaries instead")
+	build.Flags().StringVar(&serverBins.Shellbox, "shellbox", "", "with --server: the static shellbox binary (default: this one)")
+	build.Flags().StringVar(&serverBins.Agent, "agent", "", "with --server: the static shellbox-agent binary (default: next to shellbox, else PATH)")
 	build.Flags().BoolVar(&toContainerd, "containerd", false, "import into containerd (containerd.address, containerd.namespace) instead of Docker")
 	build.Flags().StringVar(&opts.Output, "output", "", "write an OCI image archive to this file instead of Docker")
-	build.Flags().StringVar(&opts.Tag, "tag", "", "image tag (default "+images.SandboxImage+", with --test "+images.TestImage+")")
+	build.Flags().StringVar(&opts.Tag, "tag", "", "image tag (default "+images.SandboxImage+", with --test "+images.TestImage+", with --server "+images.ServerImage+")")
 	build.Flags().StringVar(&opts.Mirror, "mirror", "", "Debian mirror URL (default: this host's apt source, or $"+images.MirrorEnv+")")
 	cmd.AddCommand(build)
 	return cmd

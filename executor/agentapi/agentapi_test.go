@@ -468,3 +468,41 @@ func TestPeekRoundTrip(t *testing.T) {
 		t.Errorf("the first read after peeks: %+v, %v", o, err)
 	}
 }
+
+// TestLogEndpoint: GET /v1/log serves ServerConfig.Log; without it the
+// endpoint is as unknown as any other.
+func TestLogEndpoint(t *testing.T) {
+	e, err := local.New(local.Config{Root: t.TempDir(), SpillDir: t.TempDir(), Limits: testLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	for _, tc := range []struct {
+		log     func() string
+		want    string
+		wantErr string
+	}{
+		{func() string { return "line 1\nline 2\n" }, "line 1\nline 2\n", ""},
+		{nil, "", "no such endpoint: GET /v1/log"},
+	} {
+		srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Log: tc.log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := agentapi.Dial(context.Background(), serve(t, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Log(context.Background())
+		c.Close()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Log without a log: %q, %v; want an error with %q", got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Log = %q, %v; want %q", got, err, tc.want)
+		}
+	}
+}

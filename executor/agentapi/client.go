@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -127,7 +129,12 @@ func (c *Client) Run(ctx context.Context, spec executor.Spec) (executor.Result, 
 	})
 	defer unwatch()
 	var res executor.Result
-	err := c.do(rctx, http.MethodPost, "/v1/run", map[string]string{HeaderCall: call}, spec, &res)
+	var err error
+	if spec.Live != nil {
+		res, err = c.runStreamed(rctx, call, spec)
+	} else {
+		err = c.do(rctx, http.MethodPost, "/v1/run", map[string]string{HeaderCall: call}, spec, &res)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return executor.Result{}, executor.Aborted()
@@ -135,6 +142,80 @@ func (c *Client) Run(ctx context.Context, spec executor.Spec) (executor.Result, 
 		return executor.Result{}, err
 	}
 	return res, nil
+}
+
+// runStreamed runs spec asking for a streamed answer, and hands each output
+// frame to spec.Live as it is read. An agent that answers with a plain
+// Result (one that predates streaming) is a run without live output.
+func (c *Client) runStreamed(ctx context.Context, call string, spec executor.Spec) (executor.Result, error) {
+	const op = "/v1/run"
+	resp, err := c.send(ctx, http.MethodPost, op, op, map[string]string{HeaderCall: call, "Accept": ContentTypeStream}, spec)
+	if err != nil {
+		return executor.Result{}, err
+	}
+	defer resp.Body.Close()
+	mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	if resp.StatusCode/100 != 2 || !strings.EqualFold(strings.TrimSpace(mt), ContentTypeStream) {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+		switch {
+		case err != nil:
+			return executor.Result{}, c.readError(ctx, http.MethodPost, op, err)
+		case len(b) > MaxResponseBytes:
+			return executor.Result{}, executor.Errorf(executor.ErrUnavailable, "agent at %s: POST %s: answer over %d bytes", c.socket, op, MaxResponseBytes)
+		case resp.StatusCode/100 != 2:
+			return executor.Result{}, c.statusError(http.MethodPost, op, resp, b)
+		}
+		var res executor.Result
+		if err := json.Unmarshal(b, &res); err != nil {
+			return executor.Result{}, executor.Errorf(executor.ErrUnavailable, "agent at %s: POST %s: bad answer: %w", c.socket, op, err)
+		}
+		return res, nil
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := readLine(br, MaxResponseBytes)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // a stream ends with its result
+			}
+			return executor.Result{}, c.readError(ctx, http.MethodPost, op, err)
+		}
+		var f Frame
+		if err := json.Unmarshal(line, &f); err != nil {
+			return executor.Result{}, executor.Errorf(executor.ErrUnavailable, "agent at %s: POST %s: bad frame: %w", c.socket, op, err)
+		}
+		switch {
+		case f.Output != nil:
+			spec.Live(*f.Output)
+		case f.Result != nil:
+			return *f.Result, nil
+		case f.Error != nil:
+			return executor.Result{}, decodeError(*f.Error)
+		}
+	}
+}
+
+// errLongLine is a frame over the client's bound.
+var errLongLine = errors.New("frame over the size bound")
+
+// readLine reads one line of at most limit bytes, without its newline.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > limit+1 {
+			return nil, errLongLine
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
+	}
 }
 
 // Start starts spec as a background task in the agent. The task belongs to
@@ -173,6 +254,15 @@ func (c *Client) Has(ctx context.Context, session string, shell executor.Shell) 
 	var h HasAnswer
 	q := url.Values{"session": {session}, "shell": {string(shell)}}
 	return c.do(ctx, http.MethodGet, "/v1/has?"+q.Encode(), nil, nil, &h) == nil && h.Has
+}
+
+// Log returns the agent's recent log lines (GET /v1/log).
+func (c *Client) Log(ctx context.Context) (string, error) {
+	var l LogAnswer
+	if err := c.do(ctx, http.MethodGet, "/v1/log", nil, nil, &l); err != nil {
+		return "", err
+	}
+	return l.Log, nil
 }
 
 // task is a handle on a background task in the agent.

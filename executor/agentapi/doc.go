@@ -40,7 +40,7 @@
 // executor.KillResult its Go names ("AlreadyDone", "Status").
 //
 //	GET  /v1/hello                   → Hello {"protocol":1,"agent":"…","pwsh":false,"root":"/workspace","home":"/workspace"}
-//	POST /v1/run                     Spec → executor.Result
+//	POST /v1/run                     Spec → executor.Result; with "Accept: application/x-ndjson", a stream of Frames (below)
 //	POST /v1/calls/{call}/cancel     → 204
 //	POST /v1/start                   Spec → Started {"id":"…"}
 //	GET  /v1/tasks?session=S         → TaskList {"tasks":[{"id":…,"session":…,"status":{…}}]}
@@ -50,11 +50,24 @@
 //	POST /v1/tasks/{id}/wait         {"session":S} → executor.Result, when the task ends (long poll)
 //	POST /v1/tasks/{id}/kill         {"session":S} → executor.KillResult
 //	GET  /v1/has?session=S&shell=pwsh → {"has":true}
+//	GET  /v1/log                     → {"log":"…"}: the agent's recent log lines (which command's tree it signalled, and why)
 //	GET  /v1/spill?path=P[&offset=N][&limit=M] → the bytes of spill file P (application/octet-stream)
 //	POST /v1/egress                  (Upgrade: shellbox-egress/1) → 204, or 101 and a proxied connection
 //	PUT  /v1/files?path=P[&max=N][&entries=M][&mode=0644]  a file's bytes, or (Content-Type: application/x-tar) a tar into the directory P → files.Written
 //	GET  /v1/files?path=P[&max=N][&entries=M]  → a file's bytes, or (Accept: application/x-tar) a tar of P; Shellbox-File: files.Info as JSON
 //	GET  /v1/files/stat?path=P       → files.Info (a final symlink not followed)
+//
+// A client that wants a foreground command's output while it runs (a Spec
+// with Live set) asks POST /v1/run for application/x-ndjson. The agent then
+// answers 200 at once with one JSON Frame per line: {"output":Chunk} frames
+// as the command writes (Data base64; at most StreamPending bytes held for a
+// slow client, the rest counted in Skipped; coalesced over StreamInterval),
+// then exactly one {"result":Result} or {"error":Error}, whose Result is the
+// one a plain run returns. The protocol version is unchanged: an agent that
+// predates streaming ignores Accept and answers the plain Result, which the
+// client returns as a run without live output; a client that predates it
+// never asks. A client that stops reading is a client gone: the command's
+// tree is killed, as when a plain run's connection drops.
 //
 // /v1/egress exists only in an agent that runs the sandbox's egress proxy;
 // its long poll and what follows the 101 are sandbox/egress's (see that

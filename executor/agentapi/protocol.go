@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
@@ -24,6 +25,31 @@ const (
 	// (POST /v1/calls/{call}/cancel).
 	HeaderCall = "Shellbox-Call"
 )
+
+// Streamed runs (POST /v1/run with "Accept: application/x-ndjson").
+const (
+	// ContentTypeStream is the media type a client asks for, and a streaming
+	// agent answers with: one JSON Frame per line. An agent that predates
+	// streaming ignores the Accept header and answers application/json with
+	// the Result, which the client takes as a run without live output.
+	ContentTypeStream = "application/x-ndjson"
+	// StreamPending bounds the output an agent holds for a client that has
+	// not read it yet; what does not fit is counted in Chunk.Skipped.
+	StreamPending = 64 << 10
+	// StreamInterval is the least time between two writes of output frames:
+	// output is coalesced for that long.
+	StreamInterval = 50 * time.Millisecond
+)
+
+// Frame is one line of a streamed run's answer: exactly one field is set.
+// Output frames come while the command runs (Chunk.Data is base64, as
+// encoding/json writes []byte); the last frame is a Result, or an Error of
+// the same classes and text as a non-streamed run's error answer.
+type Frame struct {
+	Output *executor.Chunk  `json:"output,omitempty"`
+	Result *executor.Result `json:"result,omitempty"`
+	Error  *Error           `json:"error,omitempty"`
+}
 
 // Request body bounds.
 const (
@@ -95,6 +121,12 @@ type TaskList struct {
 // HasAnswer is the answer of GET /v1/has.
 type HasAnswer struct {
 	Has bool `json:"has"`
+}
+
+// LogAnswer answers GET /v1/log: the agent's most recent log output (a
+// bounded tail, whole lines where it can).
+type LogAnswer struct {
+	Log string `json:"log"`
 }
 
 // Error is the body of every non-2xx answer. Class is one of the Class*

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
+	"github.com/shellbox/shellbox/executor/output"
 )
 
 // ServerConfig configures a Server.
@@ -48,6 +49,10 @@ type ServerConfig struct {
 	// user (package files). Unset, they answer 404 like any unknown
 	// endpoint.
 	Files *files.Tree
+	// Log, if set, serves GET /v1/log: the agent's recent log lines (what
+	// ended which command, and why), for an operator. Unset, the endpoint
+	// answers 404 like any unknown one.
+	Log func() string
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -106,6 +111,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
 	}
+	if cfg.Log != nil {
+		s.mux.HandleFunc("GET /v1/log", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, LogAnswer{Log: cfg.Log()})
+		})
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Class: ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
@@ -159,12 +169,73 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		s.register(call, cancel)
 		defer s.unregister(call)
 	}
+	if streamed(r) {
+		s.runStreamed(ctx, cancel, w, spec)
+		return
+	}
 	res, err := s.cfg.Runner.Run(ctx, spec)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// runStreamed runs spec with its live output sent as it arrives: a
+// ContentTypeStream answer of Frames, output frames while the command runs
+// (bounded and paced by an output.Feed: a slow client loses bytes with a
+// count, it never stalls the command), then one result or error frame.
+// A client that stops reading is a client gone: the command is killed.
+func (s *Server) runStreamed(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, spec executor.Spec) {
+	feed := output.NewFeed(StreamPending)
+	spec.Live = feed.Write
+	type outcome struct {
+		res executor.Result
+		err error
+	}
+	ran := make(chan outcome, 1)
+	go func() {
+		res, err := s.cfg.Runner.Run(ctx, spec)
+		feed.Close()
+		ran <- outcome{res, err}
+	}()
+	w.Header().Set("Content-Type", ContentTypeStream)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	if rc.Flush() != nil {
+		cancel()
+	}
+	err := feed.Pump(ctx, StreamInterval, func(chunks []executor.Chunk) error {
+		for i := range chunks {
+			if err := enc.Encode(Frame{Output: &chunks[i]}); err != nil {
+				return err
+			}
+		}
+		return rc.Flush()
+	})
+	if err != nil {
+		cancel()
+	}
+	o := <-ran
+	if o.err != nil {
+		e, _ := encodeError(o.err)
+		enc.Encode(Frame{Error: &e})
+		return
+	}
+	enc.Encode(Frame{Result: &o.res})
+}
+
+// streamed reports whether a run asks for a streamed answer.
+func streamed(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, t := range strings.Split(v, ",") {
+			if mt, _, _ := strings.Cut(strings.TrimSpace(t), ";"); strings.EqualFold(mt, ContentTypeStream) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // register names a run for cancel; a cancel that came first cancels it now.

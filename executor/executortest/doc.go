@@ -18,7 +18,8 @@
 //		InProcess   bool
 //		MemoryProbe func() uint64
 //		// Transport carries the calls through an API (REST, MCP) instead of
-//		// calling the Toolset; Skip names cases it cannot express.
+//		// calling the Toolset, and must deliver an Invocation's Live output
+//		// (REST event stream, MCP progress); Skip names cases it cannot express.
 //		Transport func(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result
 //		Skip      map[string]string
 //	}

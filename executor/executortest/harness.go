@@ -242,6 +242,10 @@ func groups() []group {
 		{name: "tree", scenarios: treeScenarios()},
 		{name: "bg", cases: backgroundCases(), scenarios: backgroundScenarios()},
 		{name: "pwsh", scenarios: pwshScenarios()},
+		{name: "live", scenarios: []scenario{
+			{name: "output", run: liveOutput},
+			{name: "background", run: liveBackground},
+		}},
 	}
 }
 

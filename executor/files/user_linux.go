@@ -28,6 +28,16 @@ func (t Tree) asUser(fn func() error) error {
 	if t.UID < 0 {
 		return fn()
 	}
+	return AsUser(t.UID, t.GID, fn)
+}
+
+// AsUser runs fn with the calling thread's filesystem ids (or, where the
+// kernel has no setfsuid, its effective ids) set to uid and gid, as a
+// Tree's transfers do (see asUser): what fn does in the calling goroutine
+// is checked as that user's, which is also what lets the agent read the
+// /proc/<pid>/fd links of its commands (egress.Holders) without
+// CAP_SYS_PTRACE. It shares the MaxUserThreads budget with transfers.
+func AsUser(uid, gid int, fn func() error) error {
 	// fn may wait on the network with its thread locked: at most
 	// MaxUserThreads threads are held so at once, whatever the number of
 	// transfers in flight (the rest wait here, on no thread of their own),
@@ -35,7 +45,7 @@ func (t Tree) asUser(fn func() error) error {
 	userThreads <- struct{}{}
 	defer func() { <-userThreads }()
 	runtime.LockOSThread()
-	restore, err := switchIDs(t.UID, t.GID)
+	restore, err := switchIDs(uid, gid)
 	if err != nil {
 		if restore() {
 			runtime.UnlockOSThread()

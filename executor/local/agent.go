@@ -110,6 +110,9 @@ func (e *Executor) oomSample() int64 {
 // afterExit runs once p's tree is gone and its output drained, before the
 // result is final: it frees p's tag and notes an OOM kill.
 func (e *Executor) afterExit(p *proc) {
+	// The tree is gone, or what is left of it is stuck for good: its
+	// network grant ends here, whatever becomes of the tag.
+	e.forgetGrant(p)
 	if p.tag != 0 {
 		// A tagged process that outlived the kill loop (stuck in an
 		// uninterruptible sleep) keeps its tag for good.
@@ -124,7 +127,7 @@ func (e *Executor) afterExit(p *proc) {
 			if b := p.out.errTail.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
 				note = "\n" + note
 			}
-			sink{p.out.errTail, p.out.errRing, p.out.spill}.Write([]byte(note))
+			sink{tail: p.out.errTail, ring: p.out.errRing, spill: p.out.spill}.Write([]byte(note))
 		}
 	}
 }

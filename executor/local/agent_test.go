@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -407,5 +408,39 @@ func TestForkRetried(t *testing.T) {
 	}
 	if d := time.Since(t0); d < 100*time.Millisecond {
 		t.Errorf("ran after %s: the limit did not hold it back, the test proves nothing", d)
+	}
+}
+
+// TestTagForeignNamespace: outside a sandbox, /proc shows other sandboxes'
+// commands, which carry tags of the same range as this executor's (every
+// agent starts at the range's first gid). A process of another pid namespace
+// that carries this executor's tag is not of its trees: ending a tree leaves
+// it alone. (Seen in CI: a test's agent on the host ended a sandbox's
+// background task whose tag it shared.)
+func TestTagForeignNamespace(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	e := agentExec(t)
+	tag := e.cfg.TagGroups.First // the first command's
+	foreign := exec.Command("sleep", "100")
+	foreign.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWPID,
+		Credential: &syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{tag}},
+	}
+	if err := foreign.Start(); err != nil {
+		t.Skipf("cannot start a process in a new pid namespace here: %v", err)
+	}
+	t.Cleanup(func() { foreign.Process.Kill(); foreign.Wait() })
+	res := run(t, e, executor.Request{Command: "sleep 30", Timeout: 300 * time.Millisecond})
+	if !res.TimedOut {
+		t.Fatalf("not timed out: %+v", res)
+	}
+	if err := foreign.Process.Signal(syscall.Signal(0)); err != nil {
+		ws, _ := foreign.ProcessState.Sys().(syscall.WaitStatus)
+		t.Fatalf("the foreign process carrying tag %d was ended with the tree: %v %v", tag, err, ws)
+	}
+	// Still alive, and unsignalled: it would have died of SIGTERM.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", foreign.Process.Pid)); err != nil || !strings.Contains(string(b), "State:\tS") {
+		t.Errorf("foreign process state: %v\n%s", err, b)
 	}
 }

@@ -84,6 +84,11 @@ type Config struct {
 	// kill from a plain SIGKILL (Result.OOMKilled): "" for none, "auto" for
 	// this process's own, or a cgroup directory.
 	MemoryCgroup string
+	// Logf, if set, is told when a command's tree is signalled and why (a
+	// timeout, a kill request, a caller that went away, a leader that left
+	// processes behind), with what was signalled: the agent's log, which
+	// is how an operator finds out what ended a task.
+	Logf func(format string, args ...any)
 }
 
 // withDefaults fills in the defaults and checks every field, naming the one

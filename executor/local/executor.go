@@ -264,6 +264,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		oomBase: e.oomSample(),
+		logf:    e.cfg.Logf,
 	}
 	newCmd := func() *exec.Cmd {
 		return &exec.Cmd{
@@ -292,8 +293,13 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
 	}
 
-	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill})
-	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill})
+	var live executor.Live
+	if t == nil {
+		// Background tasks are read with bash_output, not streamed.
+		live = spec.Live
+	}
+	go p.pump(pipes[0], sink{out.outTail, out.outRing, out.spill, live, executor.Stdout})
+	go p.pump(pipes[1], sink{out.errTail, out.errRing, out.spill, live, executor.Stderr})
 	go p.waitLeader()
 
 	var oomErr error
@@ -306,6 +312,10 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 	}
 
 	e.mu.Lock()
+	if p.tag != 0 {
+		// Only a tagged tree can be told apart from the others (grant.go).
+		p.grant = spec.EgressGrant
+	}
 	e.running[p] = struct{}{}
 	if t != nil && oomErr == nil {
 		t.p = p

@@ -63,17 +63,23 @@ func (o *outputs) finish() {
 	o.spill.Close()
 }
 
-// sink is one stream's writer: it feeds the stream's tail and ring and the
-// call's shared spill. It never blocks on a reader.
+// sink is one stream's writer: it feeds the stream's tail and ring, the
+// call's shared spill and its live output, if any. It never blocks on a
+// reader (executor.Live must not block either).
 type sink struct {
-	tail  *output.Tail
-	ring  *output.Ring
-	spill *output.Spill
+	tail   *output.Tail
+	ring   *output.Ring
+	spill  *output.Spill
+	live   executor.Live // foreground calls only
+	stream string
 }
 
 func (s sink) Write(p []byte) (int, error) {
 	s.tail.Write(p)
 	s.spill.Write(p)
+	if s.live != nil {
+		s.live(executor.Chunk{Stream: s.stream, Data: p})
+	}
 	if s.ring != nil {
 		s.ring.Write(p)
 		// The reader fell behind: the spill file must exist (and it holds
@@ -104,10 +110,12 @@ type proc struct {
 	// the OOM-kill counter at start (-1: not watched), and the hook that
 	// frees the tag and notes an OOM kill.
 	tag          uint32
-	tagGone      bool // the tagged tree was seen gone (supervisor only)
+	tagGone      bool   // the tagged tree was seen gone (supervisor only)
+	grant        string // the tree's network grant (grant.go); under Executor.mu
 	oomBase      int64
 	oomKilled    bool
 	beforeFinish func()
+	logf         func(format string, args ...any) // nil: no log (Config.Logf)
 
 	exited chan struct{} // the leader exited; it is not reaped yet
 	killCh chan struct{} // closed by the first kill request
@@ -224,13 +232,13 @@ func (p *proc) supervise() {
 	case <-p.exited:
 	case <-timer:
 		p.timedOut = true
-		p.terminate()
+		p.terminate("timed out after " + p.timeout.String())
 	case <-p.killCh:
-		p.terminate()
+		p.terminate("killed (a kill request, or its caller went away)")
 	}
 	<-p.exited
 	// Whatever the leader left running goes the same way.
-	p.terminate()
+	p.terminate("its leader exited, leaving processes behind")
 
 	p.reap()
 	if p.cg != nil {
@@ -272,21 +280,29 @@ func (p *proc) reap() {
 
 // terminate ends the whole tree in two phases: SIGTERM to all of it, up to
 // grace for it to go, then SIGKILL until nothing is left. It returns at once
-// when the tree is already gone.
-func (p *proc) terminate() {
+// when the tree is already gone. why goes to the log.
+func (p *proc) terminate(why string) {
 	if p.treeEmpty() {
 		return
 	}
+	p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
 	p.signalTree(unix.SIGTERM)
 	if p.waitEmpty(p.grace) {
 		return
 	}
+	p.log("command %s: its tree outlived the %s grace: SIGKILL", p.id, p.grace)
 	deadline := time.Now().Add(killBound)
 	for {
 		p.killAll()
 		if p.waitEmpty(50*time.Millisecond) || time.Now().After(deadline) {
 			return
 		}
+	}
+}
+
+func (p *proc) log(format string, args ...any) {
+	if p.logf != nil {
+		p.logf(format, args...)
 	}
 }
 
@@ -305,7 +321,9 @@ func (p *proc) signalTree(sig syscall.Signal) {
 		unix.Kill(p.pid, sig) // the leader left its group (setpgid)
 	}
 	if p.tag != 0 {
-		tagSignalTree(p.tag, p.pid, sig)
+		if out := tagSignalTree(p.tag, p.pid, sig); len(out) > 0 && sig != unix.SIGKILL {
+			p.log("command %s: %s also to %v, outside its process group (tag %d)", p.id, unix.SignalName(sig), out, p.tag)
+		}
 	}
 	if p.cg != nil {
 		pids, _ := p.cg.procs()

@@ -86,15 +86,25 @@ func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
 // scanTagged lists the live processes whose supplementary groups hold tag,
 // except this process. Every process of a tagged command's tree carries the
 // tag (the process group is a subset), so this one read per process, of
-// /proc/<pid>/status, is the whole scan.
-func scanTagged(tag uint32) []int {
+// /proc/<pid>/status, is the whole scan. An error means the scan could not
+// be made (or finished): the caller cannot conclude that no process is left.
+//
+// In a sandbox the agent is PID 1 of its pid namespace, and every process it
+// sees is of its namespace or below it. Outside one (a test, a developer's
+// host), /proc shows every process of the host, among them the commands of
+// other agents' sandboxes, which carry tags of the same range: there only
+// processes of this process's own pid namespace are taken (ownPidNS).
+func scanTagged(tag uint32) ([]int, error) {
 	defer scanning()()
 	d, err := os.Open("/proc")
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
 	self := os.Getpid()
 	var out []int
 	for _, n := range names {
@@ -106,11 +116,34 @@ func scanTagged(tag uint32) []int {
 		if err != nil {
 			continue
 		}
-		if live, groups, err := parseStatus(b); err == nil && live && slices.Contains(groups, tag) {
+		if live, groups, err := parseStatus(b); err == nil && live && slices.Contains(groups, tag) && inOwnPidNS(n) {
 			out = append(out, pid)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// ownPidNS is this process's pid namespace ("pid:[inode]"), or "" when it is
+// PID 1 of it (a sandbox's agent: nothing visible is foreign) or the link
+// cannot be read.
+var ownPidNS = sync.OnceValue(func() string {
+	if os.Getpid() == 1 {
+		return ""
+	}
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
+})
+
+// inOwnPidNS reports whether process pid (its /proc name) is in this
+// process's pid namespace, where that matters (ownPidNS). A process whose
+// namespace cannot be read (gone, or not ours to inspect) is not taken.
+func inOwnPidNS(pid string) bool {
+	own := ownPidNS()
+	if own == "" {
+		return true
+	}
+	ns, err := os.Readlink("/proc/" + pid + "/ns/pid")
+	return err == nil && ns == own
 }
 
 // hasGroup reports whether the supplementary groups of pid hold gid, from
@@ -164,36 +197,42 @@ func parseGroups(status []byte) ([]uint32, error) {
 // goes to the pidfd's process (if that one died and the pid was reused, the
 // check may read the newcomer, but the signal finds no one). Without pidfds
 // (an old kernel, gVisor) it is a plain kill, as with any pid list.
-func signalTagged(pid int, tag uint32, sig syscall.Signal) {
+func signalTagged(pid int, tag uint32, sig syscall.Signal) (sent bool) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		if err == unix.ESRCH {
-			return
+			return false
 		}
-		if hasGroup(pid, tag) {
-			unix.Kill(pid, sig)
-		}
-		return
+		return hasGroup(pid, tag) && unix.Kill(pid, sig) == nil
 	}
 	defer unix.Close(fd)
-	if hasGroup(pid, tag) {
-		if unix.PidfdSendSignal(fd, sig, nil, 0) == unix.ENOSYS {
-			unix.Kill(pid, sig)
-		}
+	if !hasGroup(pid, tag) {
+		return false
 	}
+	err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	if err == unix.ENOSYS {
+		err = unix.Kill(pid, sig)
+	}
+	return err == nil
 }
 
 // tagSignalTree sends sig once to every process of the tree that is not in
-// the process group pgid (which signalTree signals as a group).
-func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) {
-	for _, pid := range scanTagged(tag) {
-		if st, err := readProcStat(pid); err == nil && st.pgrp != pgid {
-			signalTagged(pid, tag, sig)
+// the process group pgid (which signalTree signals as a group), and returns
+// the pids it signalled.
+func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) []int {
+	var out []int
+	pids, _ := scanTagged(tag) // what could not be scanned, the next round finds
+	for _, pid := range pids {
+		if st, err := readProcStat(pid); err == nil && st.pgrp != pgid && signalTagged(pid, tag, sig) {
+			out = append(out, pid)
 		}
 	}
+	return out
 }
 
-// tagTreeAlive reports whether a live process carries tag.
+// tagTreeAlive reports whether a live process carries tag; a scan that
+// failed counts as alive.
 func tagTreeAlive(tag uint32) bool {
-	return len(scanTagged(tag)) > 0
+	pids, err := scanTagged(tag)
+	return err != nil || len(pids) > 0
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/executor/output"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
@@ -156,5 +158,63 @@ func logWarm(b *testing.B, p50 map[string]time.Duration) {
 				runtime, dp.Round(10*time.Microsecond), cp.Round(10*time.Microsecond), ep.Round(10*time.Microsecond),
 				float64(ep)/float64(dp), p50["host"].Round(10*time.Microsecond))
 		}
+	}
+}
+
+// BenchmarkLive100MB: a foreground call printing 100 MB in a warm sandbox,
+// through the tools, without and with live output (an output.Feed of the
+// server's bound drained every 200 ms, as the server streams it), the two
+// alternating within each iteration; the medians are reported as plain-ms
+// and live-ms.
+//
+//	go test ./executor/sandboxed/ -run '^$' -bench Live100MB -benchtime 5x
+func BenchmarkLive100MB(b *testing.B) {
+	for _, e := range enginetest.All {
+		b.Run(e.Name, func(b *testing.B) {
+			r := newRig(b, e, sandbox.RuntimeRunc, executor.DefaultLimits())
+			ts, err := tools.New(r.exec, tools.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ts.Close()
+			session := "live-bench"
+			defer func() {
+				r.exec.Forget(session)
+				r.manager.Remove(context.Background(), tenant, session)
+			}()
+			args := json.RawMessage(`{"command":"head -c 104857600 /dev/zero | tr '\\0' x","description":"print 100 MB"}`)
+			call := func(live executor.Live) time.Duration {
+				t0 := time.Now()
+				res := ts.Call(context.Background(), tools.Invocation{Tenant: tenant, Session: session, Tool: "bash", Args: args, Live: live})
+				d := time.Since(t0)
+				if fg, ok := res.Value.(*tools.Foreground); !ok || !fg.Truncated {
+					b.Fatalf("got %q", res.Text)
+				}
+				return d
+			}
+			call(nil) // creates the sandbox
+			var plain, live []time.Duration
+			for i := 0; b.Loop(); i++ {
+				feed := output.NewFeed(16 << 10)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					feed.Pump(context.Background(), 200*time.Millisecond, func([]executor.Chunk) error { return nil })
+				}()
+				if i%2 == 0 {
+					plain = append(plain, call(nil))
+					live = append(live, call(feed.Write))
+				} else {
+					live = append(live, call(feed.Write))
+					plain = append(plain, call(nil))
+				}
+				feed.Close()
+				<-done
+			}
+			slices.Sort(plain)
+			slices.Sort(live)
+			b.ReportMetric(float64(plain[len(plain)/2].Microseconds())/1000, "plain-ms")
+			b.ReportMetric(float64(live[len(live)/2].Microseconds())/1000, "live-ms")
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,10 +44,14 @@ func testImage(t testing.TB) {
 }
 
 type rig struct {
-	rt      sandbox.Runtime
-	manager *sandbox.Manager
-	exec    *sandboxed.Executor
-	opts    []sandbox.Opt
+	// stateDir is the runtime's state directory (the sessions' host
+	// directories are below it).
+	stateDir string
+	owner    string
+	rt       sandbox.Runtime
+	manager  *sandbox.Manager
+	exec     *sandboxed.Executor
+	opts     []sandbox.Opt
 }
 
 // newRig wires a sandboxed executor on a real engine with a per-test owner
@@ -66,16 +71,18 @@ func newRigWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
 	testImage(t)
-	rt := e.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), runtime)
+	stateDir := dockertest.StateDir(t)
+	rt := e.Runtime(t, stateDir, dockertest.Agent(t), runtime)
+	owner := dockertest.Owner(t)
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
-		Owner:   dockertest.Owner(t),
+		Owner:   owner,
 		Ready:   sandboxed.WaitAgent,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{rt: rt, manager: m}
+	r := &rig{stateDir: stateDir, owner: owner, rt: rt, manager: m}
 	r.opts = append([]sandbox.Opt{
 		sandbox.WithImage(dockertest.Image),
 		sandbox.WithRuntime(runtime),
@@ -259,13 +266,57 @@ func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 		alive(t)
 	})
 	t.Run("fill workspace and tmp", func(t *testing.T) {
-		for _, dir := range []string{"/workspace", "/tmp"} {
+		// /dev/shm is a tmpfs as big as /tmp (16 MiB here), not the
+		// runtime's default 64 MiB.
+		for _, dir := range []string{"/workspace", "/tmp", "/dev/shm"} {
 			res := call(t, ts, s, "bash", bash("head -c 100000000 /dev/zero > "+dir+"/fill; echo rc=$?; rm -f "+dir+"/fill"))
 			if !strings.Contains(res.Text, "No space left on device") || !strings.Contains(res.Text, "rc=1") {
 				t.Errorf("%s: want ENOSPC, got %q", dir, res.Text)
 			}
 		}
 		alive(t)
+	})
+	t.Run("leaks", func(t *testing.T) {
+		// Commands have no capability left to regain: the bounding set is
+		// empty (the agent empties it at start), on both runtimes.
+		res := call(t, ts, s, "bash", bash("grep '^CapBnd:' /proc/self/status"))
+		if !regexp.MustCompile(`^CapBnd:\s+0000000000000000$`).MatchString(res.Text) {
+			t.Errorf("bounding set: %q, want 0", res.Text)
+		}
+		// No POSIX message queue can be made (RLIMIT_MSGQUEUE 0): /dev/mqueue
+		// is no writable space outside the policy's sizes.
+		res = call(t, ts, s, "bash", bash("touch /dev/mqueue/q 2>/dev/null && echo created || echo refused; ulimit -q"))
+		if res.Text != "refused\n0" {
+			t.Errorf("message queues: %q, want refused and ulimit -q 0", res.Text)
+		}
+		// /dev/shm is sized by the policy (sandbox.tmp), not the runtime.
+		res = call(t, ts, s, "bash", bash("df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2"))
+		if res.Text != "16384" {
+			t.Errorf("/dev/shm: %q KiB, want 16384 (as /tmp)", res.Text)
+		}
+		// The agent's environment holds nothing secret: whatever a command
+		// can read of it (runc: nothing, the agent is root and the command
+		// is not; gVisor lets it read /proc/1/environ) is the image's
+		// variables and the spill cap.
+		res = call(t, ts, s, "bash", bash("cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n' | cut -d= -f1 | sort | tr '\\n' ' '; echo; cat /proc/1/maps 2>/dev/null | wc -l"))
+		t.Logf("the agent's environment and maps as a command reads them: %q", res.Text)
+		names, maps, _ := strings.Cut(res.Text, "\n")
+		for _, name := range strings.Fields(names) {
+			if !slices.Contains([]string{"PATH", "HOME", "HOSTNAME", "LANG", "TERM", sandbox.EnvSpillBytes}, name) {
+				t.Errorf("the agent's environment has %s", name)
+			}
+		}
+		if runtime == sandbox.RuntimeRunc && (strings.TrimSpace(names) != "" || strings.TrimSpace(maps) != "0") {
+			t.Errorf("runc: a command reads the agent's environ or maps: %q", res.Text)
+		}
+		// What the mount table shows of the host: under runc, bind mounts
+		// show their sources' paths (the kernel's mountinfo root field; a
+		// documented leak, docs/security.md); under gVisor nothing.
+		res = call(t, ts, s, "bash", bash("cat /proc/self/mountinfo"))
+		if runtime == sandbox.RuntimeRunsc && strings.Contains(res.Text, r.stateDir) {
+			t.Errorf("gVisor's mount table shows the state directory %s:\n%s", r.stateDir, res.Text)
+		}
+		t.Logf("mountinfo:\n%s", res.Text)
 	})
 	t.Run("2G of output", func(t *testing.T) {
 		// What the call adds to the process is what is bounded: the test

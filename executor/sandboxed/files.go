@@ -69,3 +69,30 @@ func (f fileConn) StatFile(ctx context.Context, path string) (files.Info, error)
 	info, err := f.fa.StatFile(ctx, path)
 	return info, f.check(err)
 }
+
+// logAgent is an agent that serves its log (agentapi.Client).
+type logAgent interface {
+	Log(ctx context.Context) (string, error)
+}
+
+// AgentLog returns the recent log of the session's agent: what it did to
+// which command's tree, and why. It never creates a sandbox: a session
+// without one is executor.ErrNotFound.
+func (e *Executor) AgentLog(ctx context.Context, session string) (string, error) {
+	if err := executor.ValidSession(session); err != nil {
+		return "", err
+	}
+	if !e.hasSandbox(ctx, session) {
+		return "", executor.Errorf(executor.ErrNotFound, "session %s has no sandbox", session)
+	}
+	a, err := e.agent(ctx, session)
+	if err != nil {
+		return "", err
+	}
+	la, ok := a.Agent.(logAgent)
+	if !ok {
+		return "", executor.Errorf(executor.ErrUnavailable, "the agent of session %s cannot serve its log", session)
+	}
+	s, err := la.Log(ctx)
+	return s, e.check(session, a, err)
+}

@@ -14,8 +14,10 @@
 //
 // Connections are cached per session. A call whose connection fails drops
 // it; the next call dials again, and if the sandbox itself is gone (its
-// agent cannot be dialled) it is removed and a fresh one created. Tasks of a
-// sandbox that died are gone with it: their ids answer "no such task".
+// agent cannot be dialled) it is removed and a fresh one created, which
+// finds the session's workspace where the runtime keeps one per session
+// (sandbox.SessionState). Tasks of a sandbox that died are gone with it:
+// their ids answer "no such task".
 package sandboxed
 
 import (
@@ -77,15 +79,17 @@ type Config struct {
 	// granted reports whether a connection's credential belongs to a call
 	// of the sandbox's session that runs with PermissionNetwork, and if so
 	// returns a context that ends with the call (or background task): such
-	// a call's commands get a proxy URL with a credential of their own.
-	// What the credential allows, and that its tunnels end with the
-	// context, is the hook's to enforce.
+	// a call's Spec carries a credential of its own (EgressGrant), which
+	// the agent's proxy presents only for connections of the call's own
+	// process tree. What the credential allows, and that its tunnels end
+	// with the context, is the hook's to enforce.
 	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
 }
 
 // PermissionNetwork is the sandbox permission (a call's
 // sandbox_permissions, once the policy granted it) that gives the call's
-// commands a credential for the sandbox's egress proxy (see Config.Egress).
+// process tree a credential at the sandbox's egress proxy (see
+// Config.Egress).
 const PermissionNetwork = egress.Permission
 
 // Executor runs commands in per-session sandboxes.
@@ -192,6 +196,32 @@ func WaitAgent(ctx context.Context, sb sandbox.Sandbox) error {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// WarmUp prepares a pooled sandbox (sandbox.Config.Prepare): it runs
+// `true` through the agent once, as a session's first call would, so that
+// call finds the shell's files in the page cache (on fuse-overlayfs
+// storage a container's first process start costs tens of milliseconds
+// more than its next). ctx bounds it.
+func WarmUp(ctx context.Context, sb sandbox.Sandbox) error {
+	c, err := agentapi.DialEndpoint(ctx, sb.Agent)
+	if err != nil {
+		return fmt.Errorf("warming sandbox %s up: %w", sb.ID, err)
+	}
+	defer c.Close()
+	spec, err := executor.DefaultLimits().Resolve(ctx, executor.Request{Session: sb.Session, Shell: executor.Bash, Command: "true"},
+		"/workspace", []string{"PATH=" + DefaultPath, "HOME=/workspace", "LANG=C.UTF-8"})
+	if err != nil {
+		return fmt.Errorf("warming sandbox %s up: %w", sb.ID, err)
+	}
+	res, err := c.Run(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("warming sandbox %s up: %w", sb.ID, err)
+	}
+	if res.ExitCode != 0 || res.Signal != "" {
+		return fmt.Errorf("warming sandbox %s up: `true` ended with exit code %d, signal %q", sb.ID, res.ExitCode, res.Signal)
+	}
+	return nil
 }
 
 // Resolve applies the defaults and caps; workdirs are checked lexically here
@@ -456,8 +486,9 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		// The agent is gone: the sandbox is dead. Replace it.
-		if rerr := e.cfg.Manager.Remove(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+		// The agent is gone: the sandbox is dead. Replace it; the session
+		// (its workspace) goes on into the new one.
+		if rerr := e.cfg.Manager.RemoveSandbox(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
 			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable (%v); removing it: %w", session, err, rerr)
 		}
 	}
@@ -523,8 +554,9 @@ func (e *Executor) spawn(fn func()) bool {
 }
 
 // withEgress points the command's HTTP clients at the sandbox's egress
-// proxy, if it has one, with a credential of the call's own when the call
-// holds PermissionNetwork; release, nil without a credential, ends it. A
+// proxy, if it has one, and when the call holds PermissionNetwork gives it a
+// credential of its own in spec.EgressGrant, which the agent binds to the
+// command's process tree; release, nil without a credential, ends it. A
 // call granted the network in a sandbox without a proxy (created while its
 // policy gave no network) is refused: it would fail in ways that do not say
 // why.
@@ -536,13 +568,15 @@ func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, rel
 		}
 		return spec, nil, nil
 	}
-	credential := ""
 	if slices.Contains(spec.Permissions, PermissionNetwork) {
-		credential = rand.Text()
+		// The credential goes to the agent, not into the environment: its
+		// proxy presents it only for connections of this command's tree.
+		credential := rand.Text()
 		e.grant(spec.Session, credential)
 		release = sync.OnceFunc(func() { e.revoke(spec.Session, credential) })
+		spec.EgressGrant = credential
 	}
-	vars := egress.EnvWithCredential(egress.DefaultListen, credential)
+	vars := egress.Env(egress.DefaultListen)
 	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")

@@ -96,6 +96,7 @@ var (
 	_ sandbox.Pinger        = (*Runtime)(nil)
 	_ sandbox.RuntimeLister = (*Runtime)(nil)
 	_ sandbox.Sweeper       = (*Runtime)(nil)
+	_ sandbox.SessionState  = (*Runtime)(nil)
 )
 
 // New returns a Runtime with its own client of the daemon at cfg.Address.
@@ -180,9 +181,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if err := spec.CheckMountSources(); err != nil {
-		return sandbox.Sandbox{}, err
-	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
 			return sandbox.Sandbox{}, err
@@ -214,12 +212,27 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		ctr  client.Container
 		task client.Task
 		done bool
+		ws   string
+		made bool
 	)
 	defer func() {
 		if !done {
-			r.undo(ctx, id, ctr, task, spec.Tenant, spec.Session)
+			r.undo(ctx, id, ctr, task, spec.Tenant, spec.Session, made)
 		}
 	}()
+	if r.dirs.Workspaces() {
+		if ws, made, err = r.dirs.Workspace(spec.Tenant, spec.Session, spec.WorkspaceBytes, spec.UID, spec.GID); err != nil {
+			return sandbox.Sandbox{}, err
+		}
+	}
+	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	// The sandbox has its own copies of the mounts once its task exists
+	// (or there is no sandbox): a pin a failed release leaves bound is
+	// cleared by the session's next Pin.
+	defer pins.Release()
 	// A snapshot under the id without a container is what a create that
 	// crashed midway left: it is shellbox's (the id is), and in the way.
 	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
@@ -233,7 +246,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		client.WithNewSnapshot(id, img),
 		client.WithRuntime(shim, shimOpts),
 		client.WithContainerLabels(labels(spec, dir)),
-		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, translate(spec, r.cfg.AgentBinary, dir)...)...),
+		client.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, translate(spec, pins.Mounts(), r.cfg.AgentBinary, dir, ws)...)...),
 	)
 	ctr, err = r.client.NewContainer(ctx, id, opts...)
 	if err != nil {
@@ -269,6 +282,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: task %s is %s right after start (exit code %d): is the agent binary static and runnable?",
 			sandbox.ErrUnavailable, id, st.Status, st.ExitStatus)
 	}
+	if err := pins.Verify(spec.Runtime, int(task.Pid())); err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("containerd: container %s: %w", id, err)
+	}
 	info, err := ctr.Info(ctx, client.WithoutRefreshedMetadata)
 	if err != nil {
 		return sandbox.Sandbox{}, r.convert(err, "container info %s", id)
@@ -279,8 +295,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return sb, nil
 }
 
-// undo removes what a failed Create made, even if ctx ended.
-func (r *Runtime) undo(ctx context.Context, id string, ctr client.Container, task client.Task, tenant, session string) {
+// undo removes what a failed Create made, even if ctx ended: the session's
+// workspace only if it made it (madeWorkspace), not one a sandbox left.
+func (r *Runtime) undo(ctx context.Context, id string, ctr client.Container, task client.Task, tenant, session string, madeWorkspace bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if task != nil {
@@ -291,6 +308,9 @@ func (r *Runtime) undo(ctx context.Context, id string, ctr client.Container, tas
 	}
 	_ = r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id)
 	_ = r.dirs.Remove(tenant, session)
+	if madeWorkspace {
+		_, _ = r.dirs.RemoveWorkspace(tenant, session)
+	}
 }
 
 // shim returns the containerd runtime and its options for a Spec runtime.
@@ -495,9 +515,25 @@ func shimMissing(err error) bool {
 		strings.Contains(err.Error(), "executable file not found")
 }
 
-// Sweep implements sandbox.Sweeper: it removes the host directories under
-// the state directory that neither a container on the daemon (of any
-// owner: its agent uses the directory) nor live claims.
+// RemoveSession implements sandbox.SessionState: the session's workspace,
+// and its host directory if a container removed behind shellbox's back left
+// it. The caller makes sure no sandbox of the session exists.
+func (r *Runtime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	if err := r.dirs.Check(tenant, session); err != nil {
+		return false, err
+	}
+	defer r.lock(ContainerID(tenant, session))()
+	had := r.dirs.Exists(tenant, session)
+	if err := r.dirs.Remove(tenant, session); err != nil {
+		return had, err
+	}
+	ws, err := r.dirs.RemoveWorkspace(tenant, session)
+	return had || ws, err
+}
+
+// Sweep implements sandbox.Sweeper: it removes the host directories and
+// workspaces under the state directory that neither a container on the
+// daemon (of any owner: its agent uses the directory) nor live claims.
 func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
 	all, err := r.List(ctx, "")
 	if err != nil {
@@ -583,9 +619,11 @@ func describe(c containers.Container) sandbox.Sandbox {
 	if dir := c.Labels[LabelHostDir]; dir != "" {
 		sb.Agent = hostdir.Endpoint(dir)
 	}
-	if s := specOf(c); s != nil {
+	if s := specOf(c); s != nil && s.Annotations[sandbox.LabelMounts] != "" {
+		sb.Mounts, _ = sandbox.ParseMountsRecord(s.Annotations[sandbox.LabelMounts])
+	} else if s != nil {
 		for _, m := range s.Mounts {
-			if m.Type != "bind" || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount {
+			if m.Type != "bind" || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount || m.Destination == sandbox.WorkspacePath {
 				continue
 			}
 			sb.Mounts = append(sb.Mounts, sandbox.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")})

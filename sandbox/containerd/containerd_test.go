@@ -150,9 +150,11 @@ func TestHardening(t *testing.T) {
 			// The agent (PID 1, root) keeps SETUID, SETGID and KILL: bits 5-7.
 			checks := []struct{ name, cmd, want string }{
 				{"agent capabilities", "grep ^CapEff /proc/1/status | tr -d '\\t '", "CapEff:00000000000000e0"},
-				{"agent bounding set", "grep ^CapBnd /proc/1/status | tr -d '\\t '", "CapBnd:00000000000000e0"},
+				{"agent bounding set", "grep ^CapBnd /proc/1/status | tr -d '\\t '", "CapBnd:0000000000000000"},
 				{"agent seccomp", "grep ^Seccomp: /proc/1/status | tr -d '\\t '", "Seccomp:2"},
 				{"command capabilities", "grep ^CapEff /proc/self/status | tr -d '\\t '", "CapEff:0000000000000000"},
+				{"command bounding set", "grep ^CapBnd /proc/self/status | tr -d '\\t '", "CapBnd:0000000000000000"},
+				{"no message queues", "touch /dev/mqueue/q 2>/dev/null && echo created || echo refused", "refused"},
 				{"command user", "id -u; id -g", "1000\n1000"},
 				{"read-only root", "touch /rootfs-write 2>/dev/null && echo writable || echo read-only", "read-only"},
 				{"read-only agent", "test -w /.shellbox/agent && echo writable || echo read-only", "read-only"},

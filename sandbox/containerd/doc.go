@@ -16,7 +16,10 @@
 //     allowing privileged syscalls only for the capabilities kept);
 //   - a read-only root file system (no writable /run: containerd's default
 //     spec has a tmpfs there, Docker's has not); /workspace (owned by the
-//     sandbox user) and /tmp are size-limited tmpfs mounts; /dev/shm and
+//     sandbox user) and /tmp are size-limited tmpfs mounts, the workspace
+//     the session's own on the host (sandbox/hostdir), bound non-recursively
+//     so that it outlives the container (Remove keeps it, RemoveSession
+//     removes it: sandbox.SessionState); /dev/shm and
 //     /dev/mqueue private (new IPC namespace), /sys and the cgroupfs
 //     read-only, Docker's masked and read-only /proc paths;
 //   - new PID, network, IPC, UTS, mount and cgroup namespaces: the network
@@ -28,7 +31,10 @@
 //     oom_score_adj 0;
 //   - the session's host directory (sandbox/hostdir) bind-mounted at
 //     /run/shellbox, recursive so the spill tmpfs mounted on the host shows
-//     through; Spec.Mounts as non-recursive binds, read-only where asked;
+//     through; Spec.Mounts as non-recursive binds, read-only where asked, of
+//     their sources pinned by sandbox/hostdir.Pin (checked by device and
+//     inode on runc once the task started), recorded as allowed in the
+//     spec's annotation org.shellbox.mounts;
 //   - no stdio: the agent's output goes nowhere (Docker: log driver none).
 //
 // Labels on the container: org.shellbox.{managed,tenant,session,owner,

@@ -81,7 +81,11 @@ func part(id string) string {
 // changing uid from 0 to non-zero clears the permitted and effective sets,
 // and no-new-privileges stops setuid binaries from getting any back. The
 // same set as sandbox/docker.
-var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+//
+// CAP_SETPCAP is for the agent's first act: it empties the bounding set
+// (which commands inherit) of all its threads, then drops CAP_SETPCAP
+// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // runscContainerType is the annotation by which gVisor's shim tells a
 // sandbox's root container (specutils.ContainerdContainerTypeAnnotation).
@@ -109,11 +113,15 @@ func labels(spec sandbox.Spec, hostDir string) map[string]string {
 
 // translate turns a validated Spec into the OCI spec options of its
 // container, to apply after the image's config (oci.WithImageConfig, which
-// needs the image and is the caller's). agentBinary is the agent's host
-// path, hostDir the session's host directory. It is pure; every hardening
-// decision of the containerd backend is here, and they are Docker's
-// (sandbox/docker's translate), spelled in OCI terms.
-func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
+// needs the image and is the caller's). binds are spec.Mounts as the
+// engine mounts them (their sources pinned at neutral paths, hostdir.Pin;
+// spec.Mounts themselves are recorded in the annotation LabelMounts),
+// agentBinary is the agent's host path, hostDir the session's host
+// directory, workspace the session's host workspace ("": none, the sandbox
+// gets a tmpfs of its own). It is pure; every hardening decision of the
+// containerd backend is here, and they are Docker's (sandbox/docker's
+// translate), spelled in OCI terms.
+func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, workspace string) []oci.SpecOpts {
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
 
@@ -128,6 +136,9 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
+		// No POSIX message queues (as sandbox/docker): mq_open that creates
+		// one fails, so /dev/mqueue is no writable space.
+		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_MSGQUEUE", Hard: 0, Soft: 0}),
 		// No RLIMIT_NOFILE: the sandbox inherits the daemon's, as Docker's
 		// containers inherit dockerd's. containerd's default spec sets 1024,
 		// which builds outgrow; a higher one fails where root cannot raise
@@ -167,11 +178,7 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 			Destination: sandbox.TmpPath, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.TmpBytes), "mode=1777"},
 		},
-		{
-			Destination: sandbox.WorkspacePath, Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.WorkspaceBytes),
-				fmt.Sprintf("uid=%d", spec.UID), fmt.Sprintf("gid=%d", spec.GID), "mode=0755"},
-		},
+		workspaceMount(spec, workspace),
 		{
 			Destination: sandbox.AgentPath, Type: "bind", Source: agentBinary,
 			Options: []string{"rbind", "ro", "rprivate"},
@@ -184,7 +191,7 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 			Options: []string{"rbind", "rw", "rprivate"},
 		},
 	}
-	for _, m := range spec.Mounts {
+	for _, m := range binds {
 		// Non-recursive ("bind", not "rbind"): an allowlisted directory
 		// should not bring whatever the host mounted under it, nor leave
 		// those mounts writable under a read-only bind. no-new-privileges
@@ -231,6 +238,8 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 		oci.WithoutRunMount,
 		oci.WithoutMounts("/sys/fs/cgroup", sandbox.TmpPath, sandbox.WorkspacePath, sandbox.AgentPath, sandbox.HostDirMount),
 		oci.WithMounts(mounts),
+		withShmSize(spec.TmpBytes),
+		oci.WithAnnotations(map[string]string{sandbox.LabelMounts: sandbox.MountsRecord(spec.Mounts)}),
 		oci.WithDefaultUnixDevices,
 		oci.WithMemoryLimit(uint64(spec.MemoryBytes)),
 		oci.WithMemorySwap(spec.MemoryBytes), // = the limit: no swap
@@ -244,7 +253,42 @@ func translate(spec sandbox.Spec, agentBinary, hostDir string) []oci.SpecOpts {
 	return append(opts, rlimits...)
 }
 
+// workspaceMount is /workspace: the session's host workspace, a tmpfs of
+// spec.WorkspaceBytes that shellbox mounted on the host (sandbox/hostdir)
+// and that outlives the container, so the session's next sandbox finds its
+// files; without one, a tmpfs of the sandbox's own.
+func workspaceMount(spec sandbox.Spec, workspace string) specs.Mount {
+	if workspace != "" {
+		return specs.Mount{
+			Destination: sandbox.WorkspacePath, Type: "bind", Source: workspace,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "rprivate"},
+		}
+	}
+	return specs.Mount{
+		Destination: sandbox.WorkspacePath, Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"rw", "exec", "nosuid", "nodev", fmt.Sprintf("size=%d", spec.WorkspaceBytes),
+			fmt.Sprintf("uid=%d", spec.UID), fmt.Sprintf("gid=%d", spec.GID), "mode=0755"},
+	}
+}
+
 // withoutRlimit removes an rlimit of the spec.
+// withShmSize sizes the /dev/shm tmpfs of containerd's default spec (64
+// MiB): as big as /tmp, the same scratch budget of the policy, as
+// sandbox/docker does (ShmSize).
+func withShmSize(bytes int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		for i, m := range s.Mounts {
+			if m.Destination != "/dev/shm" {
+				continue
+			}
+			opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return strings.HasPrefix(o, "size=") })
+			s.Mounts[i].Options = append(opts, "size="+strconv.FormatInt(bytes, 10))
+			return nil
+		}
+		return fmt.Errorf("%w: containerd: the default spec has no /dev/shm mount to size", sandbox.ErrUnavailable)
+	}
+}
+
 func withoutRlimit(typ string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 		if s.Process != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellbox/shellbox/sandbox"
@@ -37,12 +38,17 @@ func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
 }
 
 // generate applies translate to containerd's default spec, as Create does
-// after the image's config.
+// after the image's config, without a host workspace.
 func generate(t *testing.T, spec sandbox.Spec) *specs.Spec {
+	t.Helper()
+	return generateWith(t, spec, "")
+}
+
+func generateWith(t *testing.T, spec sandbox.Spec, workspace string) *specs.Spec {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "shellbox")
 	s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: ContainerID(spec.Tenant, spec.Session)},
-		translate(spec, testAgent, testHostDir)...)
+		translate(spec, spec.Mounts, testAgent, testHostDir, workspace)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +78,7 @@ func TestTranslateProcess(t *testing.T) {
 	c := p.Capabilities
 	for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
 		got := slices.Sorted(slices.Values(set))
-		if want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETUID"}; !slices.Equal(got, want) {
+		if want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}; !slices.Equal(got, want) {
 			t.Errorf("%s capabilities %q, want %q", name, got, want)
 		}
 	}
@@ -94,6 +100,9 @@ func TestTranslateProcess(t *testing.T) {
 	}
 	if v, ok := rl["RLIMIT_CORE"]; !ok || v != 0 {
 		t.Errorf("RLIMIT_CORE %d (set: %v), want 0", v, ok)
+	}
+	if v, ok := rl["RLIMIT_MSGQUEUE"]; !ok || v != 0 {
+		t.Errorf("RLIMIT_MSGQUEUE %d (set: %v), want 0: no message queues", v, ok)
 	}
 	if _, ok := rl["RLIMIT_NOFILE"]; ok {
 		t.Error("RLIMIT_NOFILE set: the sandbox inherits the daemon's, as on Docker")
@@ -255,8 +264,11 @@ func TestTranslateMounts(t *testing.T) {
 	}
 
 	// Docker's /dev/shm and mqueue: private, noexec, nosuid, nodev; the
-	// cgroupfs read-only.
-	has(by["/dev/shm"], "nosuid", "noexec", "nodev", "mode=1777", "size=65536k")
+	// cgroupfs read-only. /dev/shm is as big as /tmp (50 MiB here), once.
+	has(by["/dev/shm"], "nosuid", "noexec", "nodev", "mode=1777", "size=52428800")
+	if n := len(slices.DeleteFunc(slices.Clone(by["/dev/shm"].Options), func(o string) bool { return !strings.HasPrefix(o, "size=") })); n != 1 {
+		t.Errorf("/dev/shm: %d size options: %q", n, by["/dev/shm"].Options)
+	}
 	if by["/dev/mqueue"].Type != "mqueue" {
 		t.Errorf("mqueue %+v", by["/dev/mqueue"])
 	}
@@ -264,6 +276,34 @@ func TestTranslateMounts(t *testing.T) {
 	has(by["/sys/fs/cgroup"], "ro", "nosuid", "noexec", "nodev")
 	has(by["/sys"], "ro")
 	has(by["/proc"], "nosuid", "noexec", "nodev")
+}
+
+// TestTranslateWorkspace: a session's host workspace replaces the
+// sandbox's own tmpfs at /workspace, bound alone (not recursively),
+// nosuid and nodev, and is not one of the Spec's mounts when read back.
+func TestTranslateWorkspace(t *testing.T) {
+	const ws = "/state/workspaces/acme/s1"
+	s := generateWith(t, testSpec(t), ws)
+	var found []specs.Mount
+	for _, m := range s.Mounts {
+		if m.Destination == sandbox.WorkspacePath {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Type != "bind" || found[0].Source != ws ||
+		!slices.Equal(found[0].Options, []string{"bind", "rw", "nosuid", "nodev", "rprivate"}) {
+		t.Errorf("workspace mounts %+v, want one bind of %s", found, ws)
+	}
+	spec, err := typeurl.MarshalAny(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := describe(containers.Container{ID: "x", Spec: spec})
+	for _, m := range sb.Mounts {
+		if m.Target == sandbox.WorkspacePath {
+			t.Errorf("the workspace is listed as a Spec mount: %+v", sb.Mounts)
+		}
+	}
 }
 
 func TestTranslateEgress(t *testing.T) {

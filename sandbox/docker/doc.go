@@ -15,12 +15,20 @@
 //   - a read-only root filesystem; /workspace (owned by the sandbox user) and
 //     /tmp are size-limited tmpfs mounts, the one disk quota that works on
 //     overlay storage (fuse-overlayfs included) and under gVisor alike; their
-//     pages count towards the memory limit;
+//     pages count towards the memory limit. The workspace is the session's
+//     own tmpfs on the host (sandbox/hostdir), bound non-recursively, so it
+//     outlives the container: Remove keeps it, RemoveSession removes it
+//     (sandbox.SessionState);
 //   - network "none" (loopback only), private IPC and cgroup namespaces;
 //   - memory (swap = memory: no swap), CPU (NanoCPUs) and pids limits, core
 //     dumps off, no restart, no logging (output goes through the agent);
 //   - the session's host directory bind-mounted at /run/shellbox, recursive so
-//     the spill tmpfs mounted on the host shows through.
+//     the spill tmpfs mounted on the host shows through;
+//   - Spec.Mounts as non-recursive binds of their sources pinned by
+//     sandbox/hostdir.Pin (opened beneath their entries, no symlink followed,
+//     bound at a neutral path until the container started, then checked by
+//     device and inode on runc); the label org.shellbox.mounts records them
+//     as allowed.
 //
 // # gVisor (runsc)
 //

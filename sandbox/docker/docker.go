@@ -75,6 +75,7 @@ var (
 	_ sandbox.Pinger        = (*Runtime)(nil)
 	_ sandbox.RuntimeLister = (*Runtime)(nil)
 	_ sandbox.Sweeper       = (*Runtime)(nil)
+	_ sandbox.SessionState  = (*Runtime)(nil)
 	_ API                   = (*client.Client)(nil)
 )
 
@@ -152,9 +153,6 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if err := spec.CheckMountSources(); err != nil {
-		return sandbox.Sandbox{}, err
-	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
 			return sandbox.Sandbox{}, err
@@ -176,16 +174,40 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	sb, err := r.create(ctx, spec, name, dir)
-	if err != nil && !errors.Is(err, sandbox.ErrAlreadyExists) {
-		// The directory is ours alone only if no sandbox uses it.
+	var ws string
+	var made bool
+	if r.dirs.Workspaces() {
+		if ws, made, err = r.dirs.Workspace(spec.Tenant, spec.Session, spec.WorkspaceBytes, spec.UID, spec.GID); err != nil {
+			_ = r.dirs.Remove(spec.Tenant, spec.Session)
+			return sandbox.Sandbox{}, err
+		}
+	}
+	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
+	if err != nil {
 		_ = r.dirs.Remove(spec.Tenant, spec.Session)
+		if made {
+			_, _ = r.dirs.RemoveWorkspace(spec.Tenant, spec.Session)
+		}
+		return sandbox.Sandbox{}, err
+	}
+	sb, err := r.create(ctx, spec, pins, name, dir, ws)
+	// The sandbox has its own copies of the mounts now (or there is no
+	// sandbox): a pin a failed release leaves bound is cleared by the
+	// session's next Pin.
+	_ = pins.Release()
+	if err != nil && !errors.Is(err, sandbox.ErrAlreadyExists) {
+		// The directory is ours alone only if no sandbox uses it; a
+		// workspace made now goes with it, one a sandbox left stays.
+		_ = r.dirs.Remove(spec.Tenant, spec.Session)
+		if made {
+			_, _ = r.dirs.RemoveWorkspace(spec.Tenant, spec.Session)
+		}
 	}
 	return sb, err
 }
 
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir string) (sandbox.Sandbox, error) {
-	cfg, hc := translate(spec, dir, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pins *hostdir.Pins, name, dir, ws string) (sandbox.Sandbox, error) {
+	cfg, hc := translate(spec, pins.Mounts(), dir, ws, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {
@@ -216,6 +238,12 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, name, dir strin
 		}
 		return sandbox.Sandbox{}, fmt.Errorf("%w: container %s is %s right after start (exit code %d): is the agent binary static and runnable?",
 			sandbox.ErrUnavailable, name, sb.State, code)
+	}
+	if info.State != nil {
+		if err := pins.Verify(spec.Runtime, info.State.Pid); err != nil {
+			r.removeDetached(ctx, resp.ID)
+			return sandbox.Sandbox{}, fmt.Errorf("container %s: %w", name, err)
+		}
 	}
 	return sb, nil
 }
@@ -270,10 +298,37 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Sweep implements sandbox.Sweeper: host directories of this runtime's
-// state directory that no live sandbox uses.
+// RemoveSession implements sandbox.SessionState: the session's workspace,
+// and its host directory if a sandbox removed behind shellbox's back left
+// it. The caller makes sure no sandbox of the session exists.
+func (r *Runtime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	if err := r.dirs.Check(tenant, session); err != nil {
+		return false, err
+	}
+	had := r.dirs.Exists(tenant, session)
+	if err := r.dirs.Remove(tenant, session); err != nil {
+		return had, err
+	}
+	ws, err := r.dirs.RemoveWorkspace(tenant, session)
+	return had || ws, err
+}
+
+// Sweep implements sandbox.Sweeper: host directories and workspaces of
+// this runtime's state directory that neither a container on the engine
+// (of any owner: its agent uses the directory) nor live claims.
 func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
-	return r.dirs.Sweep(live)
+	all, err := r.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ tenant, session string }
+	used := map[key]bool{}
+	for _, sb := range all {
+		used[key{sb.Tenant, sb.Session}] = true
+	}
+	return r.dirs.Sweep(func(tenant, session string) bool {
+		return used[key{tenant, session}] || (live != nil && live(tenant, session))
+	})
 }
 
 func (r *Runtime) removeContainer(ctx context.Context, id string) error {
@@ -369,6 +424,11 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 	}
 	sb.Agent = endpoint(hostDirOf(info.Mounts))
 	sb.Mounts = mountsOf(info.Mounts)
+	if info.Config != nil {
+		if ms, ok := sandbox.ParseMountsRecord(info.Config.Labels[sandbox.LabelMounts]); ok {
+			sb.Mounts = ms
+		}
+	}
 	sb.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	return sb
 }
@@ -387,15 +447,20 @@ func fromSummary(c container.Summary) sandbox.Sandbox {
 		Mounts:  mountsOf(c.Mounts),
 		Created: time.Unix(c.Created, 0),
 	}
+	if ms, ok := sandbox.ParseMountsRecord(c.Labels[sandbox.LabelMounts]); ok {
+		sb.Mounts = ms
+	}
 	return sb
 }
 
 // mountsOf returns the Spec.Mounts of a container: its binds other than
-// the agent's and the host dir's, by target.
+// the agent's, the host dir's and the workspace's, by target. (A container
+// shellbox made records them in LabelMounts, as they were allowed: the
+// engine's record names the pins they were mounted from.)
 func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
 	var out []sandbox.Mount
 	for _, m := range mounts {
-		if m.Type != mount.TypeBind || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount {
+		if m.Type != mount.TypeBind || m.Destination == sandbox.AgentPath || m.Destination == sandbox.HostDirMount || m.Destination == sandbox.WorkspacePath {
 			continue
 		}
 		out = append(out, sandbox.Mount{Source: m.Source, Target: m.Destination, ReadOnly: !m.RW})

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,8 +128,8 @@ func TestMountSourceErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for src, want := range map[string]string{
-		filepath.Join(dir, "missing"): "no such file or directory",
-		file:                          "is not a directory",
+		filepath.Join(dir, "missing"): "no such directory",
+		file:                          "not a directory",
 	} {
 		_, err := e.m.Ensure(context.Background(), e.spec("badmount", sandbox.WithMounts(sandbox.Mount{Source: src, Target: "/data", ReadOnly: true})))
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), want) {
@@ -137,4 +139,83 @@ func TestMountSourceErrors(t *testing.T) {
 	if list, _ := e.rt.List(context.Background(), e.owner); len(list) != 0 {
 		t.Errorf("left behind: %+v", list)
 	}
+}
+
+// envRaceAttempts sets the sandboxes TestMountRace creates per runtime
+// (default 6; each is a container).
+const envRaceAttempts = "SHELLBOX_MOUNT_RACE_SANDBOXES"
+
+// TestMountRace: while the tenant exchanges an allowed subdirectory with a
+// symlink leading out of its entry (renameat2 RENAME_EXCHANGE, in a loop),
+// sandboxes are created with the subdirectory as a mount source; each is
+// refused or sees the allowed directory, never the one outside, on both
+// runtimes. (sandbox/hostdir's TestPinRace runs the same race 200 times by
+// default, 1,000 with SHELLBOX_MOUNT_RACE_ATTEMPTS=1000, without an engine.)
+func TestMountRace(t *testing.T) {
+	attempts := 6
+	if v := os.Getenv(envRaceAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("$%s: %q is not a positive number", envRaceAttempts, v)
+		}
+		attempts = n
+	}
+	runtimes(t, func(t *testing.T, runtime string) {
+		e := newEnv(t, runtime)
+		allowed, outside := dockertest.MountDir(t, 0, 0), dockertest.MountDir(t, 0, 0)
+		sub, swap := filepath.Join(allowed, "sub"), filepath.Join(allowed, "swap")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(sub, "f"), []byte("inside"), 0o644)
+		os.WriteFile(filepath.Join(outside, "f"), []byte("SECRET"), 0o644)
+		if err := os.Symlink(outside, swap); err != nil {
+			t.Fatal(err)
+		}
+		var stop atomic.Bool
+		done := make(chan error, 1)
+		go func() {
+			for !stop.Load() {
+				if err := unix.Renameat2(unix.AT_FDCWD, sub, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		var seen, refused int
+		for i := 0; i < attempts; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			sb, err := e.m.Ensure(ctx, e.spec("race", sandbox.WithMounts(sandbox.Mount{Source: sub, Root: allowed, Target: "/data", ReadOnly: true})))
+			if err != nil {
+				cancel()
+				if !errors.Is(err, sandbox.ErrInvalid) || strings.Contains(err.Error(), outside) {
+					t.Fatalf("attempt %d: %v", i, err)
+				}
+				refused++
+				continue
+			}
+			err = e.ready(ctx, sb)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.run(sb, 1000, "cat /data/f", 30*time.Second)
+			if r.Stdout != "inside" {
+				t.Fatalf("attempt %d: the sandbox reads %+v at /data/f", i, r)
+			}
+			seen++
+			ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+			err = e.m.Remove(ctx, tenant, "race")
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop.Store(true)
+		if err := <-done; err != nil {
+			t.Fatalf("the swapper failed: %v", err)
+		}
+		t.Logf("%d sandboxes: %d saw the allowed directory, %d refused, 0 escaped", attempts, seen, refused)
+	})
 }

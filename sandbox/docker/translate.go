@@ -43,13 +43,20 @@ func sanitise(id string) string {
 // none of them: changing uid from 0 to non-zero clears the permitted and
 // effective sets, and no-new-privileges stops setuid binaries from getting
 // any back.
-var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+//
+// CAP_SETPCAP is for the agent's first act: it empties the bounding set
+// (which commands inherit) of all its threads, then drops CAP_SETPCAP
+// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
-// translate turns a validated Spec into the container's config: hostDir is
-// the session's host directory, agent the agent binary's host path, runtime
-// the engine's name for spec.Runtime. It is pure; every hardening decision
-// of the Docker backend is here.
-func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Config, *container.HostConfig) {
+// translate turns a validated Spec into the container's config: binds are
+// spec.Mounts as the engine mounts them (their sources pinned at neutral
+// paths, hostdir.Pin; spec.Mounts themselves are recorded in LabelMounts),
+// hostDir is the session's host directory, workspace the session's host
+// workspace ("": none, the sandbox gets a tmpfs of its own), agent the
+// agent binary's host path, runtime the engine's name for spec.Runtime. It
+// is pure; every hardening decision of the Docker backend is here.
+func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, agent, runtime string) (*container.Config, *container.HostConfig) {
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -60,6 +67,7 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 	labels[sandbox.LabelOwner] = spec.Owner
 	labels[sandbox.LabelRuntime] = spec.Runtime
 	labels[sandbox.LabelNetwork] = spec.Network
+	labels[sandbox.LabelMounts] = sandbox.MountsRecord(spec.Mounts)
 
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))
@@ -85,7 +93,10 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 
 	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
 	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
-	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}}
+	// No POSIX message queues: RLIMIT_MSGQUEUE 0 makes every mq_open that
+	// creates one fail (EMFILE), for root too, so /dev/mqueue (runc) is no
+	// writable space outside the policy's sizes.
+	ulimits := []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}, {Name: "msgqueue", Soft: 0, Hard: 0}}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		// Under gVisor the pids cgroup counts the threads of the gVisor
 		// kernel (the ptrace platform spends several host threads per guest
@@ -137,6 +148,10 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 			PidsLimit:  &pids,
 			Ulimits:    ulimits,
 		},
+		// /dev/shm is a tmpfs (private IPC namespace) as big as /tmp: the
+		// same scratch budget of the policy (sandbox.tmp), not Docker's
+		// default 64 MiB, and its pages count towards the memory limit.
+		ShmSize:       spec.TmpBytes,
 		LogConfig:     container.LogConfig{Type: "none"}, // output goes through the agent
 		Init:          &noInit,                           // the agent is PID 1 and reaps
 		IpcMode:       container.IPCModePrivate,
@@ -144,7 +159,18 @@ func translate(spec sandbox.Spec, hostDir, agent, runtime string) (*container.Co
 		OomScoreAdj:   0,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
-	for _, m := range spec.Mounts {
+	if workspace != "" {
+		// The session's workspace, a tmpfs of spec.WorkspaceBytes that
+		// shellbox mounted on the host (sandbox/hostdir): it outlives the
+		// container, so the session's next sandbox finds its files. Its
+		// root is the sandbox user's; nosuid and nodev are the tmpfs's own.
+		delete(hc.Tmpfs, sandbox.WorkspacePath)
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: workspace, Target: sandbox.WorkspacePath,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate, NonRecursive: true},
+		})
+	}
+	for _, m := range binds {
 		// Non-recursive: on API 1.41 a read-only recursive bind leaves the
 		// filesystems mounted below its source writable (ReadOnly remounts
 		// the top one only), and an allowlisted directory should not bring

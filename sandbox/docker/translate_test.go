@@ -17,9 +17,41 @@ import (
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
-// tr translates with the host directory and agent the tests expect.
+// tr translates with the host directory and agent the tests expect, and no
+// host workspace.
 func tr(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
-	return translate(spec, "/state/sessions/acme/s:1", "/opt/agent", spec.Runtime)
+	return translate(spec, spec.Mounts, "/state/sessions/acme/s:1", "", "/opt/agent", spec.Runtime)
+}
+
+// TestTranslateWorkspace: a session's host workspace replaces the
+// sandbox's own tmpfs at /workspace, bound alone (not what may be mounted
+// below it), and is not one of the Spec's mounts when read back.
+func TestTranslateWorkspace(t *testing.T) {
+	spec := testSpec(t)
+	_, hc := translate(spec, spec.Mounts, "/state/sessions/acme/s:1", "/state/workspaces/acme/s:1", "/opt/agent", spec.Runtime)
+	if _, ok := hc.Tmpfs[sandbox.WorkspacePath]; ok {
+		t.Errorf("a tmpfs at /workspace besides the host workspace: %v", hc.Tmpfs)
+	}
+	if _, ok := hc.Tmpfs[sandbox.TmpPath]; !ok {
+		t.Errorf("/tmp lost its tmpfs: %v", hc.Tmpfs)
+	}
+	var found []mount.Mount
+	for _, m := range hc.Mounts {
+		if m.Target == sandbox.WorkspacePath {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Type != mount.TypeBind || found[0].Source != "/state/workspaces/acme/s:1" || found[0].ReadOnly ||
+		found[0].BindOptions == nil || !found[0].BindOptions.NonRecursive {
+		t.Errorf("workspace mounts %+v, want one writable non-recursive bind of the host workspace", found)
+	}
+	got := mountsOf([]container.MountPoint{
+		{Type: mount.TypeBind, Source: "/state/workspaces/acme/s:1", Destination: sandbox.WorkspacePath, RW: true},
+		{Type: mount.TypeBind, Source: "/data", Destination: "/data", RW: true},
+	})
+	if len(got) != 1 || got[0].Target != "/data" {
+		t.Errorf("mountsOf: %+v, want /data only", got)
+	}
 }
 
 func testSpec(t *testing.T, opts ...sandbox.Opt) sandbox.Spec {
@@ -74,7 +106,7 @@ func TestTranslateRunc(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], v)
 		}
 	}
-	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}) {
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}) {
 		t.Errorf("caps: drop %v add %v", hc.CapDrop, hc.CapAdd)
 	}
 	if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
@@ -103,6 +135,13 @@ func TestTranslateRunc(t *testing.T) {
 	}
 	if slices.ContainsFunc(r.Ulimits, func(u *container.Ulimit) bool { return u.Name == "nproc" }) {
 		t.Errorf("runc must not use RLIMIT_NPROC (host-wide per uid)")
+	}
+	// No message queues; /dev/shm as big as /tmp.
+	if !slices.ContainsFunc(r.Ulimits, func(u *container.Ulimit) bool { return u.Name == "msgqueue" && u.Soft == 0 && u.Hard == 0 }) {
+		t.Errorf("ulimits %+v: want msgqueue 0", r.Ulimits)
+	}
+	if hc.ShmSize != 134217728 {
+		t.Errorf("ShmSize %d, want /tmp's 134217728", hc.ShmSize)
 	}
 }
 

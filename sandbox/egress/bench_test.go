@@ -2,8 +2,11 @@ package egress
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -58,6 +61,37 @@ func BenchmarkThroughput(b *testing.B) {
 		resp.Body.Close()
 		if n != size {
 			b.Fatalf("got %d bytes", n)
+		}
+	}
+}
+
+// BenchmarkHolders is the attribution a grant lookup costs per proxied
+// connection (TreeGrant): the client socket's line in /proc/net/tcp, then
+// the fd links of every process, here with a child process holding the
+// socket among this host's processes.
+func BenchmarkHolders(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	port := strings.TrimPrefix(l.Addr().String(), "127.0.0.1:")
+	child := exec.Command("bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/"+port+"; read -r _ <&3")
+	if err := child.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	c, err := l.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	procs, _ := os.ReadDir("/proc")
+	b.ReportMetric(float64(len(procs)), "proc-entries")
+	for b.Loop() {
+		hs, err := Holders(c, nil)
+		if err != nil || len(hs) != 1 || hs[0].PID != child.Process.Pid {
+			b.Fatalf("holders %v %v, want the child %d", hs, err, child.Process.Pid)
 		}
 	}
 }

@@ -63,6 +63,16 @@
 // that answers nonsense, and logs at most a line a second. Copies use fixed
 // buffers.
 //
+// # Grants belong to the call's processes
+//
+// A call granted the network permission (sandbox_permissions) carries no
+// credential: the executor hands its grant to the agent with the command
+// (executor.Spec.EgressGrant), and the proxy presents it to the relay
+// (CredentialHeader) only for a connection whose client socket is held by
+// that command's process tree alone (ProxyConfig.Grant, TreeGrant; see
+// peer.go for how a connection is attributed). A client's
+// Proxy-Authorization is refused with a reason.
+//
 // # What a connection may reach
 //
 // The relay's Check returns a Decision: Addr vets every address the dial

@@ -13,10 +13,13 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -470,59 +473,130 @@ func TestRelayConfig(t *testing.T) {
 	}
 }
 
-// TestCredential: the password of a client's Proxy-Authorization reaches
-// the check (which here allows anything for "granted"), over CONNECT and
-// plain requests alike, and is not forwarded to the destination.
-func TestCredential(t *testing.T) {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Proxy-Authorization") != "" {
-			t.Error("the proxy forwarded Proxy-Authorization")
-		}
-		io.WriteString(w, "ok")
-	}))
+// TestTreeGrant: a grant reaches the relay only for a connection whose
+// socket is held by the granted tree (here: processes carrying
+// supplementary group 70001), over CONNECT and plain requests alike; the
+// same request from a process without the group goes where the allowlist
+// says (refused here), and a client offering Proxy-Authorization (a
+// credential read from another process, as grants once were) gets the
+// proxy's own refusal saying why.
+func TestTreeGrant(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the clients are started with a supplementary group of the test's choosing")
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
-	tlsOrigin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "tls ok") }))
-	defer tlsOrigin.Close()
-	r := newRig(t, ProxyConfig{}, "only.example:443")
+	const tag = 70001
+	var lookups atomic.Int64
+	r := newRig(t, ProxyConfig{Grant: func(c net.Conn) (string, error) {
+		lookups.Add(1)
+		return TreeGrant(c, nil, func(groups []uint32) string {
+			if slices.Contains(groups, tag) {
+				return "granted"
+			}
+			return ""
+		})
+	}}, "only.example:443")
 	r.startRelay(t, RelayConfig{})
+	host := strings.TrimPrefix(origin.URL, "http://")
+	port := strings.TrimPrefix(r.proxyAddr, "127.0.0.1:")
 
-	client := func(cred string) *http.Client {
-		env := EnvWithCredential(r.proxyAddr, cred)
-		u, err := url.Parse(env["HTTPS_PROXY"])
+	// client runs a request through the proxy from bash (with groups),
+	// from a subshell so that two processes of the tree hold the socket.
+	client := func(groups []uint32, head string) string {
+		// (cat may see a reset: a refused client's extra bytes are unread.)
+		script := `exec 3<>/dev/tcp/127.0.0.1/` + port + ` && (printf '` + head + `' >&3; cat <&3 2>/dev/null; true)`
+		cmd := exec.Command("bash", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: groups}}
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v: %s", script, err, out)
 		}
-		tr := &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true,
-			TLSClientConfig: tlsOrigin.Client().Transport.(*http.Transport).TLSClientConfig}
-		return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		return string(out)
 	}
+	get := `GET http://` + host + `/ HTTP/1.1\r\nHost: x\r\n\r\n`
+	connect := `CONNECT ` + host + ` HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`
 	for _, c := range []struct {
-		cred, url string
-		status    int
+		name   string
+		groups []uint32
+		head   string
+		want   []string
 	}{
-		{"granted", origin.URL, 200},
-		{"granted", tlsOrigin.URL, 200},
-		{"revoked", origin.URL, 403},
-		{"", origin.URL, 403},
+		{"granted GET", []uint32{tag}, get, []string{"HTTP/1.1 200 OK", "\r\n\r\nok"}},
+		{"granted CONNECT", []uint32{tag}, connect, []string{"HTTP/1.1 200 Connection established", "\r\n\r\nok"}},
+		{"another tree", []uint32{70002}, get, []string{"HTTP/1.1 403 Forbidden", "Shellbox-Error: shellbox: egress to " + host + " is not allowed by policy test"}},
+		{"no tree", nil, connect, []string{"HTTP/1.1 403 Forbidden"}},
+		{"replayed credential", []uint32{70002}, `GET http://` + host + `/ HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic c2hlbGxib3g6Z3JhbnRlZA==\r\n\r\n`,
+			[]string{"HTTP/1.1 403 Forbidden", "Shellbox-Error: shellbox egress proxy: Proxy-Authorization is not accepted: a network grant holds only for the processes of the call it was granted to"}},
 	} {
-		resp, err := client(c.cred).Get(c.url)
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-			resp.Body.Close()
-		} else if strings.Contains(err.Error(), "Forbidden") {
-			status = 403
-		}
-		if status != c.status {
-			t.Errorf("credential %q to %s: status %d (%v), want %d", c.cred, c.url, status, err, c.status)
+		got := client(c.groups, c.head)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", c.name, got, w)
+			}
 		}
 	}
-	if env := EnvWithCredential("127.0.0.1:3128", "tok"); env["http_proxy"] != "http://shellbox:tok@127.0.0.1:3128" || env["NO_PROXY"] == "" {
-		t.Errorf("env %v", env)
+	if n := lookups.Load(); n != 4 {
+		t.Errorf("%d grant lookups, want 4 (none for the refused credential)", n)
 	}
 	for s, want := range map[string]bool{"a-Z_9": true, "": false, "a b": false, "a:b": false, strings.Repeat("a", 129): false} {
 		if ValidCredential(s) != want {
 			t.Errorf("ValidCredential(%q) != %v", s, want)
+		}
+	}
+	if env := Env("127.0.0.1:3128"); env["http_proxy"] != "http://127.0.0.1:3128" || env["NO_PROXY"] == "" {
+		t.Errorf("env %v", env)
+	}
+}
+
+// TestHolders: the holders of a connection's client socket are found with
+// their groups; the proxy's own process is never one, and a connection
+// from this process has none.
+func TestHolders(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// (An error is right too where a process of this uid cannot be read,
+	// as pid 1 of a container without CAP_SYS_PTRACE over it.)
+	if hs, err := Holders(s, nil); len(hs) != 0 || (err != nil && !strings.Contains(err.Error(), "cannot read the fd links of process")) {
+		t.Errorf("a connection of this process: %v %v, want no holder", hs, err)
+	}
+	if g, err := TreeGrant(s, nil, func([]uint32) string { return "x" }); g != "" || err == nil {
+		t.Errorf("TreeGrant without a holder: %q %v, want an error", g, err)
+	}
+	called := false
+	Holders(s, func(fn func() error) error { called = true; return fn() })
+	if !called {
+		t.Error("Holders did not scan through asUser")
+	}
+}
+
+func TestParseProcAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"0100007F:0CEA":                         "127.0.0.1:3306",
+		"0000000000000000FFFF00000100007F:1F90": "127.0.0.1:8080",
+		"00000000000000000000000001000000:0050": "[::1]:80",
+	} {
+		got, err := parseProcAddr([]byte(in))
+		if err != nil || got.String() != want {
+			t.Errorf("parseProcAddr(%s) = %v %v, want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0100007F", "0100007G:0050", "0100007F:10000", "01:0050"} {
+		if _, err := parseProcAddr([]byte(bad)); err == nil {
+			t.Errorf("parseProcAddr(%q): no error", bad)
 		}
 	}
 }
@@ -612,15 +686,14 @@ func TestDecisionAddr(t *testing.T) {
 func TestDecisionUntil(t *testing.T) {
 	target := tcpServer(t, func(c net.Conn) { io.Copy(c, c) }) // echo
 	grant, revoke := context.WithCancel(context.Background())
-	r := newRig(t, ProxyConfig{})
+	r := newRig(t, ProxyConfig{Grant: func(net.Conn) (string, error) { return "granted", nil }})
 	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
 		if c.Credential != "granted" {
 			return Decision{}, errors.New("no grant")
 		}
 		return Decision{Until: grant}, nil
 	}})
-	auth := "Proxy-Authorization: Basic c2hlbGxib3g6Z3JhbnRlZA==\r\n" // shellbox:granted
-	c, br := r.connect(t, target, auth)
+	c, br := r.connect(t, target, "")
 	io.WriteString(c, "ping\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
 		t.Fatalf("echo through the tunnel: %q %v", line, err)
@@ -630,7 +703,7 @@ func TestDecisionUntil(t *testing.T) {
 	if rest, err := io.ReadAll(br); strings.Contains(string(rest), "after") {
 		t.Fatalf("the tunnel outlived its grant: %q %v", rest, err)
 	}
-	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n"+auth+"\r\n")
+	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	if status != "403 Forbidden" || !strings.Contains(hdr, "the grant this connection names has ended") {
 		t.Errorf("after the grant ended: %s %q", status, hdr)
 	}

@@ -18,8 +18,8 @@ import (
 
 // Upgrade is the protocol name of the long poll's Upgrade header; Header
 // carries the waiting connection's destination in the 101 answer.
-// CredentialHeader carries the password of the client's
-// Proxy-Authorization (see EnvWithCredential), when it gave one.
+// CredentialHeader carries the network grant of the process tree that
+// opened the connection (ProxyConfig.Grant), when it holds one.
 const (
 	Upgrade          = "shellbox-egress/1"
 	TargetHeader     = "Shellbox-Egress-Target"
@@ -27,8 +27,8 @@ const (
 )
 
 // Permission is the sandbox permission (sandbox_permissions) that, once a
-// policy grants it for a call, gives the call's commands a credential the
-// relay's check honours (EnvWithCredential). confine defines it, for
+// policy grants it for a call, gives the call's process tree a credential
+// the relay's check honours (ProxyConfig.Grant). confine defines it, for
 // policies to decide it.
 const Permission = confine.PermissionNetwork
 
@@ -37,19 +37,12 @@ const Permission = confine.PermissionNetwork
 const DefaultListen = "127.0.0.1:3128"
 
 // Env returns the variables that point a command's HTTP clients at the proxy
-// listening on addr.
-func Env(addr string) map[string]string { return EnvWithCredential(addr, "") }
-
-// EnvWithCredential is Env with a credential in the proxy URL
-// (http://shellbox:<credential>@addr): clients send it as
-// Proxy-Authorization, the proxy hands it to the relay, and the relay's check
-// may allow more for it (a call's granted network permission). A credential
-// is 1-128 of [A-Za-z0-9_-].
-func EnvWithCredential(addr, credential string) map[string]string {
+// listening on addr. They hold no secret: a call's network grant is bound
+// to its process tree by the proxy (ProxyConfig.Grant), never carried in
+// the environment, which every process of the sandbox user can read
+// (/proc/<pid>/environ).
+func Env(addr string) map[string]string {
 	u := "http://" + addr
-	if credential != "" {
-		u = "http://shellbox:" + credential + "@" + addr
-	}
 	return map[string]string{
 		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
 		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
@@ -91,6 +84,12 @@ type ProxyConfig struct {
 	PollTimeout time.Duration
 	// Logger hears about failures; nil discards.
 	Logger *log.Logger
+	// Grant, if set, returns the network grant (a credential, see
+	// ValidCredential) of the process tree that opened a client
+	// connection, "" when it holds none; the proxy hands it to the relay
+	// (CredentialHeader). An error gives no grant, and is logged. Unset,
+	// no connection carries a grant (TreeGrant is the agent's).
+	Grant func(c net.Conn) (string, error)
 }
 
 // Proxy is the in-sandbox end: an HTTP proxy whose connections leave only
@@ -197,7 +196,25 @@ func (p *Proxy) client(c net.Conn) {
 		refuse(c, http.StatusBadRequest, "shellbox egress proxy: "+err.Error())
 		return
 	}
-	w := &waiter{target: target, credential: credentialOf(req), verdict: make(chan relayed, 1)}
+	if req.Header.Get("Proxy-Authorization") != "" {
+		// Grants used to be credentials in the environment: a client
+		// replaying one (read from another process's environ) is told why
+		// it does not work rather than silently treated as ungranted.
+		refuse(c, http.StatusForbidden, "shellbox egress proxy: Proxy-Authorization is not accepted: a network grant holds only for the processes of the call it was granted to, which need no credential")
+		return
+	}
+	w := &waiter{target: target, verdict: make(chan relayed, 1)}
+	if p.cfg.Grant != nil {
+		g, err := p.cfg.Grant(c)
+		switch {
+		case err != nil:
+			p.cfg.Logger.Printf("egress %s from %s: no grant: %v", target, c.RemoteAddr(), err)
+		case g != "" && !ValidCredential(g):
+			p.cfg.Logger.Printf("egress %s from %s: no grant: malformed credential", target, c.RemoteAddr())
+		default:
+			w.credential = g
+		}
+	}
 	if !p.pending.push(w) {
 		refuse(c, http.StatusServiceUnavailable, fmt.Sprintf("shellbox egress proxy: %d connections are waiting for the server already", p.cfg.MaxPending))
 		return
@@ -276,21 +293,6 @@ func targetOf(req *http.Request) (string, error) {
 		return "", fmt.Errorf("%s: destination over %d bytes", clip(host), maxTargetBytes)
 	}
 	return host, nil
-}
-
-// credentialOf returns the password of a request's Basic
-// Proxy-Authorization when it is a well-formed credential, else "".
-func credentialOf(req *http.Request) string {
-	h := req.Header.Get("Proxy-Authorization")
-	if h == "" {
-		return ""
-	}
-	r := &http.Request{Header: http.Header{"Authorization": {h}}}
-	_, pass, ok := r.BasicAuth()
-	if !ok || !ValidCredential(pass) {
-		return ""
-	}
-	return pass
 }
 
 // ValidCredential reports whether s is a well-formed credential: 1-128 of

@@ -37,9 +37,10 @@ var ErrNoProxy = errors.New("the agent runs no egress proxy")
 type Conn struct {
 	// Target is the destination, host:port, as the client named it.
 	Target string
-	// Credential is the password of the client's Proxy-Authorization, if it
-	// sent a well-formed one (see EnvWithCredential); "" otherwise. It is
-	// the client's claim: the check decides what it is worth.
+	// Credential is the network grant the proxy found on the process tree
+	// that opened the connection (ProxyConfig.Grant), if well-formed; ""
+	// otherwise. It is the agent's claim (the agent runs in the sandbox):
+	// the check decides what it is worth.
 	Credential string
 }
 

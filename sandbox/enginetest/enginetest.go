@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker"
@@ -36,6 +38,9 @@ type Engine struct {
 	// Pid returns the host pid of a running sandbox's first process (under
 	// gVisor: the sentry).
 	Pid func(t testing.TB, id string) int
+	// RemoveBehind removes a sandbox through the engine itself, behind
+	// shellbox's back (docker rm -f).
+	RemoveBehind func(t testing.TB, id string)
 }
 
 // Docker is the Docker engine (DOCKER_HOST, else the default socket).
@@ -58,6 +63,13 @@ var Docker = Engine{
 			t.Fatal(err)
 		}
 		return info.State.Pid
+	},
+	RemoveBehind: func(t testing.TB, id string) {
+		t.Helper()
+		err := dockertest.Engine(t).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
 	},
 }
 
@@ -93,6 +105,10 @@ var Containerd = Engine{
 	Pid: func(t testing.TB, id string) int {
 		t.Helper()
 		return int(containerdtest.TaskPid(t, containerdtest.Address(t), id))
+	},
+	RemoveBehind: func(t testing.TB, id string) {
+		t.Helper()
+		containerdtest.RemoveBehind(t, containerdtest.Address(t), id)
 	},
 }
 

@@ -11,6 +11,42 @@
 // root) and is also handed to the agent (sandbox.EnvSpillBytes), which owns
 // the quota either way. The parents, <StateDir>/sessions and the tenant
 // directories, are 0700: no host user but root reaches what a sandbox wrote.
+// A host directory lives as long as one sandbox: Prepare empties it.
+//
+// # Workspaces
+//
+// A session's /workspace must outlive its sandbox: a sandbox dies whole
+// over its memory limit under gVisor, its agent can crash, the engine can
+// restart or remove it, and the session's next sandbox must find the files.
+// So the workspace is per session, not per sandbox:
+// <StateDir>/workspaces/<tenant>/<session>, a tmpfs of the policy's
+// workspace size that shellbox mounts on the host (Workspace) and the
+// runtime bind-mounts at /workspace. Removing a sandbox leaves it; only
+// ending the session (RemoveWorkspace: sessions rm, REST DELETE, the idle
+// reaper) or a Sweep that finds its session gone removes it.
+//
+// Why a host tmpfs: its size= is an exact bound the kernel enforces for
+// runc and gVisor alike (gVisor's file server writes through to it), it
+// needs nothing but the mount the spill quota already needs, and it
+// survives every death of the sandbox. It does not survive a host reboot,
+// and its pages are host memory, also between two sandboxes of a session
+// (the sandbox that wrote them is charged while it lives). An ext4 image on
+// a loop device would survive a reboot, but needs loop devices (absent in
+// many containers running shellbox), mkfs and an fsck story, for a
+// workspace the design calls scratch space.
+//
+// Its root is the sandbox user's (uid:gid, 0755); the directories above it
+// are root's, 0700, so no host user reaches it and the sandbox cannot
+// rename or replace its mount point. Creation and removal go through
+// os.Root below the state directory and mount on the directory's own
+// descriptor, so no symlink is followed; removal unmounts (the files go
+// with the tmpfs) and deletes the empty mount point, never walking what a
+// sandbox wrote. Without the mount privilege (QuotaAgent) there are no host
+// workspaces: each sandbox gets its own tmpfs, which dies with it.
+//
+// While a sandbox is created, its mount sources are pinned under
+// <StateDir>/pins/<tenant>/<session>/ (0700; Pin, pin.go): opened beneath
+// their allowlist entries and bound at neutral paths the engine mounts.
 package hostdir
 
 import (
@@ -109,17 +145,21 @@ func (d *Dirs) Check(tenant, session string) error {
 }
 
 // CheckMounts refuses mounts whose source overlaps the state directory's
-// sessions, where every sandbox's agent socket is: lexically, and on the
-// resolved state directory.
+// sessions, where every sandbox's agent socket is, its workspaces, or its
+// pins (Pin): lexically, and on the resolved state directory.
 func (d *Dirs) CheckMounts(mounts []sandbox.Mount) error {
-	own := []string{filepath.Join(d.stateDir, sessionsDir)}
-	if real, err := filepath.EvalSymlinks(own[0]); err == nil && real != own[0] {
-		own = append(own, real)
+	var own []string
+	for _, sub := range []string{sessionsDir, workspacesDir, pinsDir} {
+		p := filepath.Join(d.stateDir, sub)
+		own = append(own, p)
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+			own = append(own, real)
+		}
 	}
 	for i, m := range mounts {
 		for _, o := range own {
 			if sandbox.Overlaps(m.Source, o) {
-				return fmt.Errorf("%w: mounts: [%d]: source %s overlaps shellbox's session state (agent sockets)", sandbox.ErrInvalid, i, m.Source)
+				return fmt.Errorf("%w: mounts: [%d]: source %s overlaps shellbox's session state (agent sockets, workspaces)", sandbox.ErrInvalid, i, m.Source)
 			}
 		}
 	}
@@ -187,10 +227,25 @@ func (d *Dirs) Exists(tenant, session string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// Sweep removes every host directory for which live reports false and
-// returns the removed paths. Errors are collected; it removes what it can.
+// Sweep removes every host directory and every workspace for which live
+// reports false and returns the removed paths. Errors are collected; it
+// removes what it can. live decides per session: a workspace outlives its
+// sandboxes, so live must say true for a session whose sandbox is being
+// replaced, not only for sessions that have one.
 func (d *Dirs) Sweep(live func(tenant, session string) bool) ([]string, error) {
-	root := filepath.Join(d.stateDir, sessionsDir)
+	removed, err := d.sweepTree(sessionsDir, live, func(tenant, session string) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return remove(d.Path(tenant, session))
+	})
+	ws, werr := d.sweepWorkspaces(live)
+	return append(removed, ws...), errors.Join(err, werr)
+}
+
+// sweepTree calls rm for every <tenant>/<session> under <StateDir>/<tree>
+// for which live reports false, and returns their paths.
+func (d *Dirs) sweepTree(tree string, live func(tenant, session string) bool, rm func(tenant, session string) error) ([]string, error) {
+	root := filepath.Join(d.stateDir, tree)
 	tenants, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -213,15 +268,11 @@ func (d *Dirs) Sweep(live func(tenant, session string) bool) ([]string, error) {
 			if live(t.Name(), s.Name()) {
 				continue
 			}
-			dir := filepath.Join(root, t.Name(), s.Name())
-			d.mu.Lock()
-			err := remove(dir)
-			d.mu.Unlock()
-			if err != nil {
+			if err := rm(t.Name(), s.Name()); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			removed = append(removed, dir)
+			removed = append(removed, filepath.Join(root, t.Name(), s.Name()))
 		}
 	}
 	return removed, errors.Join(errs...)

@@ -124,14 +124,15 @@ func TestSweep(t *testing.T) {
 }
 
 // A mount may not bring shellbox's session state into a sandbox: the
-// directory of every session's host dir (other sandboxes' agent sockets).
+// directory of every session's host dir (other sandboxes' agent sockets),
+// nor any session's workspace.
 func TestCheckMounts(t *testing.T) {
 	d, err := hostdir.New("/var/lib/shellbox", hostdir.QuotaAgent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, src := range []string{"/var/lib/shellbox", "/var/lib/shellbox/sessions", "/var/lib/shellbox/sessions/beta",
-		"/var/lib/shellbox/sessions/acme/s-1/spill", "/"} {
+		"/var/lib/shellbox/sessions/acme/s-1/spill", "/var/lib/shellbox/workspaces", "/var/lib/shellbox/workspaces/acme/s-1", "/"} {
 		err := d.CheckMounts([]sandbox.Mount{{Source: src, Target: "/data"}})
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "shellbox's session state") {
 			t.Errorf("source %s: %v", src, err)

@@ -31,6 +31,11 @@
 //     limit is passed. The pages count towards the pod's memory limit (as
 //     Docker's tmpfs do), so Create requires workspace+tmp+spill < memory.
 //     The agent's own emptyDir is on disk (written once, Config.AgentDirBytes).
+//     An emptyDir lives as long as its pod: it would survive a restart of
+//     the container inside the pod, but with restartPolicy Never a sandbox
+//     that dies is a pod the Manager replaces, so its /workspace starts
+//     empty (unlike Docker and containerd, whose workspaces are per session
+//     on the host: sandbox/hostdir). The runtime has no sandbox.SessionState.
 //   - Resources: limits cpu = Spec.CPUs and memory = Spec.MemoryBytes;
 //     requests memory in full, cpu at Config.CPURequestRatio of the limit.
 //     The pids limit cannot be set per pod: it is the kubelet's

@@ -100,35 +100,53 @@ type Config struct {
 	ServerNamespace string
 }
 
+// Validate reports the first setting of c that cannot work, naming it as
+// the configuration does (kube.agentImage); New checks the same.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// configError is a setting that cannot work: sandbox.ErrInvalid, with a
+// text that names the setting and nothing else.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == sandbox.ErrInvalid }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if c.Namespace == "" || len(validation.IsDNS1123Label(c.Namespace)) > 0 {
-		return c, fmt.Errorf("%w: kube: namespace %q: must be a DNS-1123 label", sandbox.ErrInvalid, c.Namespace)
+		return c, configErrorf("kube.namespace %q: must be a DNS-1123 label", c.Namespace)
 	}
 	if c.Release == "" {
 		c.Release = DefaultRelease
 	}
 	if c.AgentImage == "" {
-		return c, fmt.Errorf("%w: kube: agent image: required (the shellbox image, whose static agent the init container copies)", sandbox.ErrInvalid)
+		return c, configErrorf("kube.agentImage: required (the shellbox image, whose static agent the init container copies)")
 	}
 	if c.AgentPath == "" {
 		c.AgentPath = DefaultAgentPath
 	}
 	if !strings.HasPrefix(c.AgentPath, "/") {
-		return c, fmt.Errorf("%w: kube: agent path %q: must be absolute", sandbox.ErrInvalid, c.AgentPath)
+		return c, configErrorf("kube.agentPath %q: must be absolute", c.AgentPath)
 	}
 	if c.AgentPort == 0 {
 		c.AgentPort = DefaultAgentPort
 	}
 	if c.AgentPort < 1 || c.AgentPort > 65535 {
-		return c, fmt.Errorf("%w: kube: agent port %d", sandbox.ErrInvalid, c.AgentPort)
+		return c, configErrorf("kube.agentPort %d: must be 1 to 65535", c.AgentPort)
 	}
 	rcs := map[string]string{sandbox.RuntimeRunc: "", sandbox.RuntimeRunsc: DefaultGVisorClass}
 	for k, v := range c.RuntimeClasses {
 		if k != sandbox.RuntimeRunc && k != sandbox.RuntimeRunsc {
-			return c, fmt.Errorf("%w: kube: runtime classes: %q is not a runtime (runc or runsc)", sandbox.ErrInvalid, k)
+			return c, configErrorf("kube.runtimeClasses: %q is not a runtime (runc or runsc)", k)
 		}
 		if v != "" && len(validation.IsDNS1123Subdomain(v)) > 0 {
-			return c, fmt.Errorf("%w: kube: runtime class %q: not a valid name", sandbox.ErrInvalid, v)
+			return c, configErrorf("kube.runtimeClasses.%s %q: not a valid RuntimeClass name", k, v)
 		}
 		rcs[k] = v
 	}
@@ -138,16 +156,20 @@ func (c Config) withDefaults() (Config, error) {
 		c.PodSecurity = PodSecurityBaseline
 	case PodSecurityBaseline, PodSecurityRestricted:
 	default:
-		return c, fmt.Errorf("%w: kube: pod security %q: must be %q or %q", sandbox.ErrInvalid, c.PodSecurity, PodSecurityBaseline, PodSecurityRestricted)
+		return c, configErrorf("kube.podSecurity %q: must be %q or %q", c.PodSecurity, PodSecurityBaseline, PodSecurityRestricted)
 	}
-	if c.ImagePullPolicy == "" {
+	switch c.ImagePullPolicy {
+	case "":
 		c.ImagePullPolicy = corev1.PullIfNotPresent
+	case corev1.PullIfNotPresent, corev1.PullNever, corev1.PullAlways:
+	default:
+		return c, configErrorf("kube.imagePullPolicy %q: must be IfNotPresent, Never or Always", c.ImagePullPolicy)
 	}
 	if c.CPURequestRatio == 0 {
 		c.CPURequestRatio = 0.1
 	}
 	if c.CPURequestRatio < 0 || c.CPURequestRatio > 1 {
-		return c, fmt.Errorf("%w: kube: CPU request ratio %v: must be in (0, 1]", sandbox.ErrInvalid, c.CPURequestRatio)
+		return c, configErrorf("kube.cpuRequestRatio %v: must be in (0, 1]", c.CPURequestRatio)
 	}
 	if c.AgentDirBytes == 0 {
 		c.AgentDirBytes = 128 * sandbox.MiB
@@ -164,9 +186,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ServerNamespace == "" {
 		c.ServerNamespace = c.Namespace
 	}
+	if len(validation.IsDNS1123Label(c.ServerNamespace)) > 0 {
+		return c, configErrorf("kube.serverNamespace %q: must be a DNS-1123 label", c.ServerNamespace)
+	}
+	switch {
+	case c.AgentDirBytes < 0:
+		return c, configErrorf("kube.agentDirBytes %d: must not be negative", c.AgentDirBytes)
+	case c.GracePeriodSeconds < 0:
+		return c, configErrorf("kube.gracePeriodSeconds %d: must not be negative", c.GracePeriodSeconds)
+	case c.ReadyTimeout < 0:
+		return c, configErrorf("kube.readyTimeout %v: must not be negative", c.ReadyTimeout)
+	}
 	for k, v := range c.ServerSelector {
 		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
-			return c, fmt.Errorf("%w: kube: server selector: %q=%q is not a valid label", sandbox.ErrInvalid, k, v)
+			return c, configErrorf("kube.serverSelector: %q=%q is not a valid label", k, v)
 		}
 	}
 	return c, nil

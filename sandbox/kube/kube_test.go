@@ -532,3 +532,35 @@ func TestConvert(t *testing.T) {
 		t.Errorf("the context's error is lost: %v", got)
 	}
 }
+
+// A setting that cannot work is ErrInvalid naming its configuration key.
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Namespace: "sessions", AgentImage: "shellbox:1"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mod  func(*Config)
+		want string
+	}{
+		"namespace":   {func(c *Config) { c.Namespace = "Not_A_Label" }, `kube.namespace "Not_A_Label"`},
+		"image":       {func(c *Config) { c.AgentImage = "" }, "kube.agentImage: required"},
+		"path":        {func(c *Config) { c.AgentPath = "bin/agent" }, `kube.agentPath "bin/agent": must be absolute`},
+		"port":        {func(c *Config) { c.AgentPort = 70000 }, "kube.agentPort 70000"},
+		"runtime":     {func(c *Config) { c.RuntimeClasses = map[string]string{"kata": "x"} }, `kube.runtimeClasses: "kata" is not a runtime`},
+		"class":       {func(c *Config) { c.RuntimeClasses = map[string]string{"runsc": "G V"} }, `kube.runtimeClasses.runsc "G V"`},
+		"podSecurity": {func(c *Config) { c.PodSecurity = "privileged" }, `kube.podSecurity "privileged"`},
+		"pull":        {func(c *Config) { c.ImagePullPolicy = "Sometimes" }, `kube.imagePullPolicy "Sometimes"`},
+		"ratio":       {func(c *Config) { c.CPURequestRatio = 2 }, "kube.cpuRequestRatio 2"},
+		"serverNs":    {func(c *Config) { c.ServerNamespace = "a.b" }, `kube.serverNamespace "a.b"`},
+		"grace":       {func(c *Config) { c.GracePeriodSeconds = -1 }, "kube.gracePeriodSeconds -1"},
+		"selector":    {func(c *Config) { c.ServerSelector = map[string]string{"app": "a b"} }, "kube.serverSelector"},
+	} {
+		c := ok
+		tc.mod(&c)
+		err := c.Validate()
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid starting %q", name, err, tc.want)
+		}
+	}
+}

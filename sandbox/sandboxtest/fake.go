@@ -23,23 +23,29 @@ type Fake struct {
 	// state holds the keys whose per-sandbox state exists: made by Create,
 	// dropped by Remove and Sweep (and left behind by Put's Orphan).
 	state map[string]bool
-	n     int
+	// workspace holds the keys whose per-session state (SessionState, as a
+	// single-host runtime's workspace) exists: made by Create, kept by
+	// Remove, dropped by RemoveSession and Sweep.
+	workspace map[string]bool
+	n         int
 
-	// Creates and Removes count the calls that created or removed one.
-	Creates, Removes atomic.Int32
+	// Creates and Removes count the calls that created or removed one;
+	// Reuses the creates that found the session's workspace.
+	Creates, Removes, Reuses atomic.Int32
 	// CreateHook, if set, runs inside Create before the sandbox exists; an
 	// error fails the Create.
 	CreateHook func(spec sandbox.Spec) error
 }
 
 var (
-	_ sandbox.Runtime = (*Fake)(nil)
-	_ sandbox.Sweeper = (*Fake)(nil)
+	_ sandbox.Runtime      = (*Fake)(nil)
+	_ sandbox.Sweeper      = (*Fake)(nil)
+	_ sandbox.SessionState = (*Fake)(nil)
 )
 
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
-	return &Fake{byKey: map[string]sandbox.Sandbox{}, state: map[string]bool{}}
+	return &Fake{byKey: map[string]sandbox.Sandbox{}, state: map[string]bool{}, workspace: map[string]bool{}}
 }
 
 func fakeKey(tenant, session string) string { return tenant + "/" + session }
@@ -72,6 +78,10 @@ func (f *Fake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	}
 	f.byKey[k] = sb
 	f.state[k] = true
+	if f.workspace[k] {
+		f.Reuses.Add(1)
+	}
+	f.workspace[k] = true
 	return sb, nil
 }
 
@@ -116,22 +126,38 @@ func (f *Fake) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Sweep implements sandbox.Sweeper.
+// RemoveSession implements sandbox.SessionState.
+func (f *Fake) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := fakeKey(tenant, session)
+	had := f.workspace[k]
+	delete(f.workspace, k)
+	return had, nil
+}
+
+// Sweep implements sandbox.Sweeper: per-sandbox state, then workspaces
+// (named "workspace:<tenant>/<session>").
 func (f *Fake) Sweep(ctx context.Context, owner string, live func(tenant, session string) bool) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []string
-	for k := range f.state {
-		sb, ok := f.byKey[k]
-		if ok && sb.Owner != owner {
-			continue // another owner's sandbox uses it
+	for _, set := range []struct {
+		m      map[string]bool
+		prefix string
+	}{{f.state, ""}, {f.workspace, "workspace:"}} {
+		for k := range set.m {
+			sb, ok := f.byKey[k]
+			if ok && sb.Owner != owner {
+				continue // another owner's sandbox uses it
+			}
+			tenant, session := splitKey(k)
+			if live(tenant, session) {
+				continue
+			}
+			delete(set.m, k)
+			out = append(out, set.prefix+k)
 		}
-		tenant, session := splitKey(k)
-		if live(tenant, session) {
-			continue
-		}
-		delete(f.state, k)
-		out = append(out, k)
 	}
 	return out, nil
 }
@@ -165,6 +191,40 @@ func (f *Fake) Orphan(tenant, session string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.state[fakeKey(tenant, session)] = true
+}
+
+// Vanish removes a sandbox behind the Manager's back (docker rm -f): its
+// per-sandbox state and the session's workspace stay.
+func (f *Fake) Vanish(tenant, session string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.byKey, fakeKey(tenant, session))
+}
+
+// Kill marks a sandbox exited (its agent died, or its memory limit took it).
+func (f *Fake) Kill(tenant, session string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := fakeKey(tenant, session)
+	if sb, ok := f.byKey[k]; ok {
+		sb.State = sandbox.StateExited
+		f.byKey[k] = sb
+	}
+}
+
+// HasWorkspace reports whether the session's workspace exists.
+func (f *Fake) HasWorkspace(tenant, session string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.workspace[fakeKey(tenant, session)]
+}
+
+// Workspace plants a session's workspace (an earlier session's, or one
+// whose sandbox was removed while no server ran).
+func (f *Fake) Workspace(tenant, session string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workspace[fakeKey(tenant, session)] = true
 }
 
 // HasState reports whether the per-sandbox state of tenant/session exists.

@@ -45,7 +45,7 @@ type Harness struct {
 }
 
 // Run runs the runtime conformance suite: create, get, list by owner,
-// remove, already exists, not found, conflict with a foreign object, bad
+// remove, session state that outlives a sandbox, already exists, not found, conflict with a foreign object, bad
 // specs, adoption by a restarted server, concurrent ensure, and the
 // hardening as seen from inside.
 func Run(t *testing.T, h Harness) {
@@ -96,6 +96,46 @@ func Run(t *testing.T, h Harness) {
 		}
 		if err := rt.Remove(ctx, sb.ID); err != nil {
 			t.Errorf("second Remove: %v, want nil (already gone is not an error)", err)
+		}
+	})
+
+	t.Run("SessionState", func(t *testing.T) {
+		rt := h.New(t)
+		ss, ok := rt.(sandbox.SessionState)
+		if !ok {
+			t.Skip("the runtime keeps no state per session (no sandbox.SessionState)")
+		}
+		t.Cleanup(func() { _, _ = ss.RemoveSession(context.Background(), h.Tenant, "kept") })
+		sb := create(t, rt, "kept")
+		if h.Exec != nil {
+			if out := h.Exec(t, sb, "echo kept > /workspace/f && echo ok"); out != "ok\n" {
+				t.Fatalf("writing the workspace: %q", out)
+			}
+		}
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		// The session's next sandbox finds its workspace.
+		sb = create(t, rt, "kept")
+		if h.Exec != nil {
+			if out := h.Exec(t, sb, "cat /workspace/f"); out != "kept\n" {
+				t.Errorf("the next sandbox's workspace: %q, want the file", out)
+			}
+		}
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if had, err := ss.RemoveSession(ctx, h.Tenant, "kept"); err != nil || !had {
+			t.Fatalf("RemoveSession: %v, had %v; want the workspace removed", err, had)
+		}
+		if had, err := ss.RemoveSession(ctx, h.Tenant, "kept"); err != nil || had {
+			t.Errorf("second RemoveSession: %v, had %v", err, had)
+		}
+		sb = create(t, rt, "kept")
+		if h.Exec != nil {
+			if out := h.Exec(t, sb, "ls -A /workspace | wc -l"); out != "0\n" {
+				t.Errorf("a new session's workspace has %q entries, want 0", out)
+			}
 		}
 	})
 

@@ -116,6 +116,97 @@ func (c *Client) Call(ctx context.Context, session, tool string, args json.RawMe
 	if err != nil {
 		return tools.Result{}, err
 	}
+	return decodeToolResponse(resp.StatusCode, b)
+}
+
+// CallStream is Call with the output of a foreground command (bash, pwsh)
+// while it runs: the server answers with server-sent events, and live is
+// called with each "output" event, in order, on this goroutine, before
+// CallStream returns the result, which is exactly Call's. Output the
+// server could not send in time is counted in LiveOutput.Skipped. Tools
+// that run no command just return their result.
+func (c *Client) CallStream(ctx context.Context, session, tool string, args json.RawMessage, live func(server.LiveOutput)) (tools.Result, error) {
+	path := "/v1/sessions/" + url.PathEscape(session) + "/tools/" + url.PathEscape(tool) + "?stream=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(args))
+	if err != nil {
+		return tools.Result{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); mt != "text/event-stream" {
+		// Refused before it ran: the plain answer.
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		if err != nil {
+			return tools.Result{}, err
+		}
+		return decodeToolResponse(resp.StatusCode, b)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var event string
+	var data []byte
+	for {
+		line, err := readLine(br, maxResponse)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the call's event stream ended without a result")
+			}
+			return tools.Result{}, err
+		}
+		switch {
+		case len(line) == 0:
+			switch event {
+			case "output":
+				var o server.LiveOutput
+				if err := json.Unmarshal(data, &o); err != nil {
+					return tools.Result{}, fmt.Errorf("malformed output event: %w", err)
+				}
+				if live != nil {
+					live(o)
+				}
+			case "result":
+				return decodeToolResponse(http.StatusOK, data)
+			case "error":
+				return tools.Result{}, errorOf(http.StatusOK, data)
+			}
+			event, data = "", nil
+		case bytes.HasPrefix(line, []byte("event:")):
+			event = strings.TrimSpace(string(line[len("event:"):]))
+		case bytes.HasPrefix(line, []byte("data:")):
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(line[len("data:"):], []byte(" "))...)
+		}
+	}
+}
+
+// readLine reads one line of at most limit bytes, without its line ending.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > limit {
+			return nil, fmt.Errorf("an event line over %d bytes", limit)
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(line[:len(line)-1], []byte("\r")), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+		default:
+			return nil, err
+		}
+	}
+}
+
+// decodeToolResponse is the Result of a tool call's answer body b.
+func decodeToolResponse(status int, b []byte) (tools.Result, error) {
 	var body struct {
 		Text    *string         `json:"text"`
 		IsError bool            `json:"isError"`
@@ -123,10 +214,10 @@ func (c *Client) Call(ctx context.Context, session, tool string, args json.RawMe
 		Notices []tools.Notice  `json:"notices"`
 	}
 	if err := json.Unmarshal(b, &body); err != nil || body.Text == nil {
-		if resp.StatusCode/100 == 2 {
+		if status/100 == 2 {
 			return tools.Result{}, fmt.Errorf("malformed tool response: %q", clip(b))
 		}
-		return tools.Result{}, errorOf(resp.StatusCode, b)
+		return tools.Result{}, errorOf(status, b)
 	}
 	v, err := DecodeValue(body.Result)
 	if err != nil {

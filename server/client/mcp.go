@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -52,6 +54,66 @@ func CallMCP(ctx context.Context, cs *mcp.ClientSession, tool string, args json.
 		return tools.Result{}, err
 	}
 	return FromMCP(res)
+}
+
+// CallMCPLive is CallMCP with live output: the call carries a progress
+// token, and live is called with the message of each progress notification
+// the server sends for it (the command's output as text, see
+// server.LiveBytes), in order. The server sends the last one before the
+// result, but the SDK handles notifications on a goroutine of its own, so
+// the last calls of live may come just after CallMCPLive returned. cs's
+// client must route progress notifications with pr.
+func CallMCPLive(ctx context.Context, cs *mcp.ClientSession, pr *ProgressRouter, tool string, args json.RawMessage, live func(message string)) (tools.Result, error) {
+	p := &mcp.CallToolParams{Name: tool}
+	if len(args) > 0 {
+		p.Arguments = args
+	}
+	token := pr.add(live)
+	defer pr.remove(token)
+	p.SetProgressToken(token)
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	return FromMCP(res)
+}
+
+// ProgressRouter hands each progress notification to the call whose token
+// it carries. Set its Handle as the mcp.ClientOptions'
+// ProgressNotificationHandler. The zero value is ready to use.
+type ProgressRouter struct {
+	mu    sync.Mutex
+	next  int64
+	calls map[string]func(string)
+}
+
+func (pr *ProgressRouter) add(live func(string)) string {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.calls == nil {
+		pr.calls = map[string]func(string){}
+	}
+	pr.next++
+	token := "live-" + strconv.FormatInt(pr.next, 10)
+	pr.calls[token] = live
+	return token
+}
+
+func (pr *ProgressRouter) remove(token string) {
+	pr.mu.Lock()
+	delete(pr.calls, token)
+	pr.mu.Unlock()
+}
+
+// Handle is an mcp.ClientOptions.ProgressNotificationHandler.
+func (pr *ProgressRouter) Handle(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	token, _ := req.Params.ProgressToken.(string)
+	pr.mu.Lock()
+	live := pr.calls[token]
+	pr.mu.Unlock()
+	if live != nil {
+		live(req.Params.Message)
+	}
 }
 
 // FromMCP converts an MCP tool result made by the server.

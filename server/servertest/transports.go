@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -46,7 +48,15 @@ func transportResult(ctx context.Context, err error) tools.Result {
 func RESTTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
 	c := client.New(serve(t, ts).URL, TokenAcme, nil)
 	return func(ctx context.Context, inv tools.Invocation) tools.Result {
-		r, err := c.Call(ctx, inv.Session, inv.Tool, inv.Args)
+		var r tools.Result
+		var err error
+		if inv.Live != nil {
+			r, err = c.CallStream(ctx, inv.Session, inv.Tool, inv.Args, func(o server.LiveOutput) {
+				inv.Live(executor.Chunk{Stream: o.Stream, Data: []byte(o.Text), Skipped: o.Skipped})
+			})
+		} else {
+			r, err = c.Call(ctx, inv.Session, inv.Tool, inv.Args)
+		}
 		if err != nil {
 			return transportResult(ctx, err)
 		}
@@ -83,6 +93,7 @@ func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: revision}
 	}
 	var mu sync.Mutex
+	var pr client.ProgressRouter
 	sessions := map[string]*mcp.ClientSession{}
 	t.Cleanup(func() {
 		mu.Lock()
@@ -97,7 +108,7 @@ func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context
 		if cs, ok := sessions[session]; ok {
 			return cs, nil
 		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, nil)
+		c := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pr.Handle})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		cs, err := c.Connect(ctx, client.MCPTransport(url, TokenAcme, session, nil), opts)
@@ -120,7 +131,15 @@ func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context
 		if len(args) > 0 && !json.Valid(args) {
 			return transportResult(ctx, errors.New("MCP cannot carry malformed JSON"))
 		}
-		r, err := client.CallMCP(ctx, cs, inv.Tool, args)
+		var r tools.Result
+		if inv.Live != nil {
+			// A progress message is both streams as text: it arrives as stdout.
+			r, err = client.CallMCPLive(ctx, cs, &pr, inv.Tool, args, func(msg string) {
+				inv.Live(executor.Chunk{Stream: executor.Stdout, Data: []byte(msg)})
+			})
+		} else {
+			r, err = client.CallMCP(ctx, cs, inv.Tool, args)
+		}
 		if err != nil {
 			return transportResult(ctx, err)
 		}

@@ -262,3 +262,24 @@ func TaskPid(t testing.TB, addr, id string) uint32 {
 	}
 	return task.Pid()
 }
+
+// RemoveBehind removes a sandbox's task, container and snapshot through the
+// daemon itself, as an operator would, behind shellbox's back: the
+// runtime's state for it (its host directory, the session's workspace)
+// stays.
+func RemoveBehind(t testing.TB, addr, id string) {
+	t.Helper()
+	c, ctx := Client(t, addr)
+	ctr, err := c.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			t.Fatalf("delete task %s: %v", id, err)
+		}
+	}
+	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil {
+		t.Fatalf("delete container %s: %v", id, err)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/sandbox/kube"
+)
+
+// kubeRuntime is the kube runtime as a sandboxRuntime: a clientset holds
+// nothing that needs closing.
+type kubeRuntime struct{ *kube.Runtime }
+
+func (kubeRuntime) Close() error { return nil }
+
+// RemoveSession: a session pod keeps nothing beyond the pod (its workspace
+// is an emptyDir, which goes with it), so there is no session state to end.
+func (kubeRuntime) RemoveSession(context.Context, string, string) (bool, error) { return false, nil }
+
+// newClientset is the clientset of kube.kubeconfig, or of the pod's
+// service account when it is empty (tests replace it with a fake).
+var newClientset = func(c config.Kube) (kubernetes.Interface, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if c.Kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kube.kubeconfig is empty and this is not a pod with a service account: %w", err)
+		}
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kube.kubeconfig %s: %w", c.Kubeconfig, err)
+		}
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+// openKube opens the kube runtime (sandbox/kube). It does not contact the
+// API server.
+func openKube(cfg config.Config) (kubeRuntime, error) {
+	cs, err := newClientset(cfg.Kube)
+	if err != nil {
+		return kubeRuntime{}, fmt.Errorf("kube backend: %w", err)
+	}
+	rt, err := kube.New(cs, cfg.Kube.Runtime())
+	if err != nil {
+		return kubeRuntime{}, fmt.Errorf("kube backend: %w", err)
+	}
+	return kubeRuntime{rt}, nil
+}
+
+// prepareKube is the kube backend's part of a server's start: the API
+// server answers with the RBAC for the session pods, and the release's
+// session NetworkPolicy is as configured (kube.serverSelector). Each error
+// names the resource whose RBAC is missing.
+func prepareKube(ctx context.Context, rt kubeRuntime) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rt.Ping(ctx); err != nil {
+		return fmt.Errorf("kube backend: %w", err)
+	}
+	if err := rt.EnsureNetworkPolicy(ctx); err != nil {
+		return fmt.Errorf("kube backend: the session pods' NetworkPolicy (kube.serverSelector; RBAC: networkpolicies get, create, update): %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/kube"
+	"github.com/shellbox/shellbox/server"
+)
+
+// fakeCluster makes the kube backend use cs.
+func fakeCluster(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	old := newClientset
+	newClientset = func(config.Kube) (kubernetes.Interface, error) { return cs, nil }
+	t.Cleanup(func() { newClientset = old })
+}
+
+// kubeConfigFile is a kube backend's config with a tenant, as the chart
+// writes it.
+func kubeConfigFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(f, []byte(`backend: kube
+server:
+  listen: 127.0.0.1:0
+  tenants:
+    acme: {tokens: [`+server.HashToken("t")+`]}
+kube:
+  namespace: sessions
+  release: prod
+  agentImage: shellbox:test
+  serverSelector: {app.kubernetes.io/instance: prod}
+  serverNamespace: shellbox
+`), 0o644)
+	return f
+}
+
+// forbid makes cs refuse verb on resource as the RBAC authorizer does.
+func forbid(cs *fake.Clientset, verb, resource string) {
+	cs.PrependReactor(verb, resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "",
+			fmt.Errorf("User %q cannot %s resource %q in the namespace %q", "system:serviceaccount:shellbox:prod", verb, resource, a.GetNamespace()))
+	})
+}
+
+// The kube backend is opened from package config's kube.* settings; at a
+// server's start it checks its RBAC and keeps the session NetworkPolicy.
+func TestKubeOpenAndPrepare(t *testing.T) {
+	isolate(t)
+	cs := fake.NewClientset()
+	fakeCluster(t, cs)
+	cfg, err := config.Load(nil, kubeConfigFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := openRuntime(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr := rt.(kubeRuntime)
+	got := kr.Config()
+	if got.Namespace != "sessions" || got.Release != "prod" || got.AgentImage != "shellbox:test" ||
+		got.RuntimeClasses[sandbox.RuntimeRunsc] != "gvisor" || got.ServerNamespace != "shellbox" || got.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("runtime config: %+v", got)
+	}
+	ctx := context.Background()
+	for range 2 { // idempotent
+		if err := prepareKube(ctx, kr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	np, err := cs.NetworkingV1().NetworkPolicies("sessions").Get(ctx, kube.NetworkPolicyName("prod"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("network policy: %v", err)
+	}
+	if from := np.Spec.Ingress[0].From[0]; from.PodSelector.MatchLabels["app.kubernetes.io/instance"] != "prod" ||
+		from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "shellbox" {
+		t.Errorf("ingress from %+v", from)
+	}
+}
+
+// Missing RBAC stops a server at its start, naming the resource.
+func TestKubeServeRBAC(t *testing.T) {
+	for _, tc := range []struct{ verb, resource, want string }{
+		{"list", "pods", "no RBAC for pods in namespace sessions"},
+		{"create", "networkpolicies", "no RBAC for networkpolicies in namespace sessions"},
+	} {
+		t.Run(tc.resource, func(t *testing.T) {
+			isolate(t)
+			cs := fake.NewClientset()
+			forbid(cs, tc.verb, tc.resource)
+			fakeCluster(t, cs)
+			_, errs, code := cli(t, "", "serve", "--config", kubeConfigFile(t))
+			if code == 0 || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "kube backend") {
+				t.Errorf("exit %d, stderr %q, want %q", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+// Without kube.kubeconfig outside a pod, or with a kubeconfig that does
+// not load, the error says which.
+func TestKubeClusterConfig(t *testing.T) {
+	isolate(t)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	cfg := config.Config{Backend: "kube"}
+	cfg.Kube.Namespace, cfg.Kube.AgentImage = "s", "i"
+	if _, err := openRuntime(cfg, ""); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig is empty and this is not a pod") {
+		t.Errorf("in-cluster: %v", err)
+	}
+	cfg.Kube.Kubeconfig = filepath.Join(t.TempDir(), "none")
+	if _, err := openRuntime(cfg, ""); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig "+cfg.Kube.Kubeconfig) {
+		t.Errorf("kubeconfig: %v", err)
+	}
+}
+
+// `sessions ls` and `sessions rm` act on the release's session pods.
+func TestKubeSessions(t *testing.T) {
+	isolate(t)
+	pod := func(name, tenant, session, owner string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "sessions",
+				Labels: map[string]string{sandbox.LabelManaged: "true"},
+				Annotations: map[string]string{kube.AnnotationTenant: tenant, kube.AnnotationSession: session,
+					kube.AnnotationOwner: owner, kube.AnnotationRuntime: "runsc"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+	}
+	cs := fake.NewClientset(pod(kube.PodName("acme", "s1"), "acme", "s1", "prod"), pod("other", "acme", "s2", "staging"))
+	fakeCluster(t, cs)
+	file := kubeConfigFile(t)
+	out, errs, code := cli(t, "", "sessions", "ls", "--config", file)
+	if code != 0 || !strings.Contains(out, "acme") || !strings.Contains(out, "s1") || !strings.Contains(out, "runsc") {
+		t.Fatalf("ls: exit %d, %q %q", code, out, errs)
+	}
+	if strings.Contains(out, "s2") {
+		t.Errorf("ls shows another release's session: %q", out)
+	}
+	out, errs, code = cli(t, "", "sessions", "rm", "--config", file, "--tenant", "acme", "s1")
+	if code != 0 || !strings.Contains(out, "removed acme/s1") {
+		t.Fatalf("rm: exit %d, %q %q", code, out, errs)
+	}
+	if _, err := cs.CoreV1().Pods("sessions").Get(context.Background(), kube.PodName("acme", "s1"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod after rm: %v", err)
+	}
+}
+
+// `serve` with the kube backend starts on a cluster that grants its RBAC:
+// ready (the API server answers its pod list), the NetworkPolicy made.
+func TestKubeServe(t *testing.T) {
+	isolate(t)
+	cs := fake.NewClientset()
+	fakeCluster(t, cs)
+	s := startServe(t, kubeConfigFile(t))
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(s.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s", path, resp.Status)
+		}
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("sessions").Get(context.Background(), kube.NetworkPolicyName("prod"), metav1.GetOptions{}); err != nil {
+		t.Errorf("network policy: %v", err)
+	}
+	s.stop()
+}

@@ -1,0 +1,349 @@
+package helm
+
+import (
+	"context"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox/kube"
+)
+
+const chartDir = "shellbox"
+
+// render templates the chart and decodes every object: typed where client-go knows the kind, unstructured otherwise.
+func render(t *testing.T, vals map[string]any) map[string]runtime.Object {
+	t.Helper()
+	rel, err := template(t, vals)
+	if err != nil {
+		t.Fatalf("template: %v", err)
+	}
+	objs := map[string]runtime.Object{}
+	for _, doc := range strings.Split(rel.Manifest, "\n---") {
+		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+			continue
+		}
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("%v in\n%s", err, doc)
+		}
+		if u.Object == nil {
+			continue
+		}
+		key := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+		if _, dup := objs[key]; dup {
+			t.Errorf("%s rendered twice", key)
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			objs[key] = &u // not a client-go kind (ServiceMonitor)
+			continue
+		}
+		objs[key] = obj
+	}
+	return objs
+}
+
+// template runs `helm template` (an install with DryRun and ClientOnly)
+// as release "prod" in namespace "shellbox".
+func template(t *testing.T, vals map[string]any) (*release.Release, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &action.Configuration{
+		Releases:     storage.Init(driver.NewMemory()),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
+	inst := action.NewInstall(cfg)
+	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
+	inst.ReleaseName, inst.Namespace = "prod", "shellbox"
+	return inst.RunWithContext(context.Background(), ch, vals)
+}
+
+func get[T runtime.Object](t *testing.T, objs map[string]runtime.Object, key string) T {
+	t.Helper()
+	o, ok := objs[key].(T)
+	if !ok {
+		t.Fatalf("no %s among %v", key, slices.Sorted(maps.Keys(objs)))
+	}
+	return o
+}
+
+// helm lint passes with the defaults and with every value set.
+func TestLint(t *testing.T) {
+	for name, vals := range map[string]map[string]any{"defaults": nil, "full": fullValues()} {
+		res := action.NewLint().Run([]string{chartDir}, vals)
+		for _, m := range res.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("%s: %s", name, m)
+			}
+		}
+		for _, err := range res.Errors {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+const hashA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+func fullValues() map[string]any {
+	return map[string]any{
+		"tokens":         map[string]any{"tenants": map[string]any{"acme": []any{hashA}}, "operatorTokens": []any{hashA}},
+		"server":         map[string]any{"tenants": map[string]any{"acme": map[string]any{"maxConcurrentCalls": 4}}},
+		"policies":       map[string]any{"default.yaml": "version: 1\n"},
+		"serviceMonitor": map[string]any{"enabled": true},
+		"config":         map[string]any{"limits": map[string]any{"tailBytes": 20000}},
+	}
+}
+
+// The defaults render exactly these objects.
+func TestObjects(t *testing.T) {
+	got := slices.Sorted(maps.Keys(render(t, nil)))
+	want := []string{
+		"ConfigMap/shellbox/prod-config", "ConfigMap/shellbox/prod-policies", "Deployment/shellbox/prod",
+		"Namespace//prod-sessions", "PodDisruptionBudget/shellbox/prod", "Role/prod-sessions/prod",
+		"RoleBinding/prod-sessions/prod", "Secret/shellbox/prod-tokens", "Service/shellbox/prod",
+		"ServiceAccount/shellbox/prod",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("objects:\n got %v\nwant %v", got, want)
+	}
+}
+
+// The server pod meets the restricted Pod Security level (the admission's
+// own checks), runs non-root on a read-only root with no capabilities,
+// probes /healthz and /readyz, and never pulls.
+func TestServerPod(t *testing.T) {
+	objs := render(t, nil)
+	d := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod")
+	ps := d.Spec.Template.Spec
+	ev, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := policy.AggregateCheckResults(ev.EvaluatePod(psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()},
+		&d.Spec.Template.ObjectMeta, &ps))
+	if !r.Allowed {
+		t.Errorf("the server pod fails restricted: %s: %s", r.ForbiddenReason(), r.ForbiddenDetail())
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %d, strategy %s: want one server per release, recreated", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("containers: %d", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || !*sc.RunAsNonRoot || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
+		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || !*ps.SecurityContext.RunAsNonRoot {
+		t.Errorf("security context: %+v (pod %+v)", sc, ps.SecurityContext)
+	}
+	if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Image != "shellbox:latest" {
+		t.Errorf("image %s, pull policy %s", c.Image, c.ImagePullPolicy)
+	}
+	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "http" {
+			t.Errorf("probe %s: %+v", path, probe)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources: %+v", c.Resources)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		if m.SubPath != "" {
+			t.Errorf("mount %s uses subPath: its file would never be updated", m.Name)
+		}
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["policies"] != "/etc/shellbox/policies" || mounts["tokens"] != "/etc/shellbox/tokens" || mounts["config"] != "/etc/shellbox/config" {
+		t.Errorf("mounts: %v", mounts)
+	}
+	svc := get[*corev1.Service](t, objs, "Service/shellbox/prod")
+	if !maps.Equal(svc.Spec.Selector, d.Spec.Selector.MatchLabels) || svc.Spec.Ports[0].TargetPort.String() != "http" {
+		t.Errorf("service: %+v", svc.Spec)
+	}
+}
+
+// The Role grants what sandbox/kube calls, exactly, in the sessions
+// namespace, to the server's ServiceAccount.
+func TestRole(t *testing.T) {
+	objs := render(t, nil)
+	role := get[*rbacv1.Role](t, objs, "Role/prod-sessions/prod")
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
+	}
+	if len(role.Rules) != len(want) {
+		t.Fatalf("rules: %+v", role.Rules)
+	}
+	for i := range want {
+		g, w := role.Rules[i], want[i]
+		if !slices.Equal(g.APIGroups, w.APIGroups) || !slices.Equal(g.Resources, w.Resources) || !slices.Equal(g.Verbs, w.Verbs) ||
+			len(g.ResourceNames) > 0 || len(g.NonResourceURLs) > 0 {
+			t.Errorf("rule %d: %+v, want %+v", i, g, w)
+		}
+	}
+	rb := get[*rbacv1.RoleBinding](t, objs, "RoleBinding/prod-sessions/prod")
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != "prod" || len(rb.Subjects) != 1 ||
+		rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "prod", Namespace: "shellbox"}) {
+		t.Errorf("binding: %+v", rb)
+	}
+	ns := get[*corev1.Namespace](t, objs, "Namespace//prod-sessions")
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels["pod-security.kubernetes.io/warn"] != "restricted" {
+		t.Errorf("sessions namespace labels: %v", ns.Labels)
+	}
+}
+
+// loadRendered writes the rendered config and tokens where a test can
+// read them and loads them with package config, as the server does.
+func loadRendered(t *testing.T, objs map[string]runtime.Object) config.Config {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "SHELLBOX_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	dir := t.TempDir()
+	cm := get[*corev1.ConfigMap](t, objs, "ConfigMap/shellbox/prod-config")
+	file := filepath.Join(dir, "shellbox.yaml")
+	os.WriteFile(file, []byte(cm.Data["shellbox.yaml"]), 0o644)
+	sec := get[*corev1.Secret](t, objs, "Secret/shellbox/prod-tokens")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	os.WriteFile(tokens, []byte(sec.StringData["tokens.yaml"]), 0o600)
+	if !strings.Contains(cm.Data["shellbox.yaml"], "tokensFile: /etc/shellbox/tokens/tokens.yaml") {
+		t.Errorf("the config does not read the mounted tokens:\n%s", cm.Data["shellbox.yaml"])
+	}
+	t.Setenv("SHELLBOX_SERVER_TOKENSFILE", tokens)
+	cfg, err := config.Load(nil, file)
+	if err != nil {
+		t.Fatalf("the rendered config does not load: %v\n%s", err, cm.Data["shellbox.yaml"])
+	}
+	return cfg
+}
+
+// The defaults' ConfigMap is a valid kube configuration, whose namespace,
+// release, agent image and server selector are the chart's own objects'.
+func TestConfigDefaults(t *testing.T) {
+	objs := render(t, nil)
+	cfg := loadRendered(t, objs)
+	d := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod")
+	k := cfg.Kube.Runtime()
+	if err := k.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Backend != "kube" || k.Namespace != "prod-sessions" || k.Release != "prod" || cfg.Owner() != "prod" ||
+		k.AgentImage != d.Spec.Template.Spec.Containers[0].Image || k.AgentPath != kube.DefaultAgentPath ||
+		k.ServerNamespace != "shellbox" || k.RuntimeClasses["runsc"] != "gvisor" || k.PodSecurity != "baseline" {
+		t.Errorf("kube config: %+v", k)
+	}
+	// The NetworkPolicy the server keeps admits exactly the server pods.
+	if !maps.Equal(k.ServerSelector, d.Spec.Selector.MatchLabels) {
+		t.Errorf("kube.serverSelector %v, server pods %v", k.ServerSelector, d.Spec.Selector.MatchLabels)
+	}
+	if cfg.Server.Listen != ":8080" || cfg.Policies.Dir != "" || cfg.Audit.File != "/var/lib/shellbox/audit.log" || len(cfg.Server.Tenants) != 0 {
+		t.Errorf("server config: listen %q, policies %q, audit %q, tenants %v", cfg.Server.Listen, cfg.Policies.Dir, cfg.Audit.File, cfg.Server.Tenants)
+	}
+}
+
+// Tokens, tenants, policies and extra config reach the server's
+// configuration; the policy files are ones the engine loads.
+func TestConfigValues(t *testing.T) {
+	objs := render(t, fullValues())
+	cfg := loadRendered(t, objs)
+	acme := cfg.Server.Tenants["acme"]
+	if !slices.Equal(acme.Tokens, []string{hashA}) || acme.MaxConcurrentCalls != 4 || !slices.Equal(cfg.Server.OperatorTokens, []string{hashA}) {
+		t.Errorf("tenants %+v, operator tokens %v", cfg.Server.Tenants, cfg.Server.OperatorTokens)
+	}
+	if cfg.Policies.Dir != "/etc/shellbox/policies" || cfg.Limits.TailBytes != 20000 {
+		t.Errorf("policies.dir %q, limits.tailBytes %d", cfg.Policies.Dir, cfg.Limits.TailBytes)
+	}
+	cm := get[*corev1.ConfigMap](t, objs, "ConfigMap/shellbox/prod-policies")
+	dir := t.TempDir()
+	for name, body := range cm.Data {
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
+	}
+	e, err := policies.Open(dir, policies.Options{NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Ready(); err != nil {
+		t.Errorf("the rendered policies do not load: %v", err)
+	}
+	if _, err := e.Policy("acme"); err != nil {
+		t.Errorf("acme's policy: %v", err)
+	}
+	// A config change rolls the server (it reads its config once); a
+	// policy change does not (it reloads them).
+	d0 := get[*appsv1.Deployment](t, render(t, nil), "Deployment/shellbox/prod")
+	d1 := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod")
+	if d0.Spec.Template.Annotations["checksum/config"] == d1.Spec.Template.Annotations["checksum/config"] {
+		t.Errorf("the config checksum did not change with the config")
+	}
+}
+
+// serviceMonitor.enabled and podDisruptionBudget.enabled add and remove
+// their objects.
+func TestToggles(t *testing.T) {
+	objs := render(t, map[string]any{"serviceMonitor": map[string]any{"enabled": true, "interval": "15s"},
+		"podDisruptionBudget": map[string]any{"enabled": false}})
+	sm := get[*unstructured.Unstructured](t, objs, "ServiceMonitor/shellbox/prod")
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if sm.GetAPIVersion() != "monitoring.coreos.com/v1" || len(eps) != 1 ||
+		eps[0].(map[string]any)["path"] != "/metrics" || eps[0].(map[string]any)["interval"] != "15s" {
+		t.Errorf("service monitor: %v", sm.Object)
+	}
+	if _, ok := objs["PodDisruptionBudget/shellbox/prod"]; ok {
+		t.Errorf("a PodDisruptionBudget with podDisruptionBudget.enabled false")
+	}
+	pdb := get[*policyv1.PodDisruptionBudget](t, render(t, nil), "PodDisruptionBudget/shellbox/prod")
+	if pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] != "prod" {
+		t.Errorf("pdb: %+v", pdb.Spec)
+	}
+	if _, ok := render(t, map[string]any{"sessions": map[string]any{"createNamespace": false}})["Namespace//prod-sessions"]; ok {
+		t.Errorf("a Namespace with sessions.createNamespace false")
+	}
+}
+
+// The session pods cannot share the server's namespace: they get their own
+// Pod Security level.
+func TestSessionsNamespaceApart(t *testing.T) {
+	_, err := template(t, map[string]any{"sessions": map[string]any{"namespace": "shellbox"}})
+	if err == nil || !strings.Contains(err.Error(), "sessions.namespace must differ from the release's namespace") {
+		t.Errorf("same namespace: %v", err)
+	}
+}

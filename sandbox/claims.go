@@ -1,0 +1,265 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Claim says that the pooled sandbox of Tenant created under the name
+// Pooled (its Session as the runtime knows it) belongs to Session.
+type Claim struct {
+	Tenant, Pooled, Session string
+}
+
+// Claims records which session each claimed pool sandbox belongs to. It is
+// what lets a restarted server find a claimed sandbox as its session's: the
+// runtime still knows it by its pooled name.
+//
+// Methods are safe for concurrent use, by several processes too.
+type Claims interface {
+	// Claim records that pooled now belongs to session. It is atomic: of
+	// concurrent claims of one pooled sandbox exactly one succeeds, the
+	// others get ErrAlreadyExists (claiming it again for the same session
+	// succeeds).
+	Claim(ctx context.Context, tenant, pooled, session string) error
+	// Lookup returns the pooled name of the sandbox session claimed, or
+	// ErrNotFound.
+	Lookup(ctx context.Context, tenant, session string) (string, error)
+	// List returns every claim.
+	List(ctx context.Context) ([]Claim, error)
+	// Release forgets the claim of pooled, whose sandbox is gone. Releasing
+	// one that does not exist is not an error.
+	Release(ctx context.Context, tenant, pooled string) error
+}
+
+// DirClaims keeps claims as files in a directory of the server's state:
+// <dir>/<tenant>/<pooled>, holding the session's name. A claim is a link(2)
+// of a complete temporary file to that name, which fails if the name
+// exists: there is no moment at which a claim is half-made, and no two
+// sessions can hold one sandbox. A symlink <dir>/<tenant>/<session> ->
+// <pooled> (no session name starts with PoolPrefix) indexes it for
+// Lookup, which believes it only if the claim it points to names the
+// session; a crash between the claim and its index leaves a claim that
+// List shows and claiming it again for the same session re-indexes
+// (Manager.Adopt does). Nothing is fsynced: a claim must survive
+// the server's crash, which the page cache does; a host's crash stops
+// every sandbox, and Adopt removes stopped ones with their claims.
+type DirClaims struct {
+	dir string
+}
+
+var _ Claims = (*DirClaims)(nil)
+
+// maxClaimFile bounds what Lookup and List read of a claim file (a session
+// id is at most 64 bytes).
+const maxClaimFile = 256
+
+// NewDirClaims returns the claims kept in dir, creating it (mode 0700).
+func NewDirClaims(dir string) (*DirClaims, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: claims: empty directory", ErrInvalid)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	return &DirClaims{dir: abs}, nil
+}
+
+// Claim implements Claims.
+func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) error {
+	if err := checkClaim(tenant, pooled, session); err != nil {
+		return err
+	}
+	tdir := filepath.Join(d.dir, tenant)
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	// Temporary names start with a dot, which no tenant, session or pooled
+	// name does: List skips them, and a crash leaves only such a file.
+	tmp := filepath.Join(tdir, ".claim-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	defer os.Remove(tmp)
+	_, err = f.WriteString(session)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	final := filepath.Join(tdir, pooled)
+	if err := os.Link(tmp, final); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			if held, rerr := readClaim(final); rerr != nil || held != session {
+				return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", ErrAlreadyExists, tenant, pooled)
+			}
+		} else {
+			return fmt.Errorf("claims: %w", err)
+		}
+	}
+	// The index: a fresh symlink renamed over whatever stale one the
+	// session's earlier sandbox left.
+	link := filepath.Join(tdir, ".index-"+hex.EncodeToString(rnd[:]))
+	if err := os.Symlink(pooled, link); err != nil {
+		return fmt.Errorf("claims: index: %w", err)
+	}
+	if err := os.Rename(link, filepath.Join(tdir, session)); err != nil {
+		os.Remove(link)
+		return fmt.Errorf("claims: index: %w", err)
+	}
+	return nil
+}
+
+// Lookup implements Claims.
+func (d *DirClaims) Lookup(ctx context.Context, tenant, session string) (string, error) {
+	if err := CheckID("tenant", tenant); err != nil {
+		return "", err
+	}
+	if err := CheckID("session", session); err != nil || IsPooled(session) {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	tdir := filepath.Join(d.dir, tenant)
+	pooled, err := os.Readlink(filepath.Join(tdir, session))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	if err != nil {
+		return "", fmt.Errorf("claims: %w", err)
+	}
+	if !IsPooled(pooled) || CheckID("session", pooled) != nil {
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	held, err := readClaim(filepath.Join(tdir, pooled))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && held != session {
+		// A stale index: the claim was released (or is another's).
+		return "", fmt.Errorf("%w: no claim of session %s/%s", ErrNotFound, tenant, session)
+	}
+	if err != nil {
+		return "", fmt.Errorf("claims: %w", err)
+	}
+	return pooled, nil
+}
+
+// List implements Claims.
+func (d *DirClaims) List(context.Context) ([]Claim, error) {
+	tenants, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	var out []Claim
+	for _, t := range tenants {
+		if !t.IsDir() || CheckID("tenant", t.Name()) != nil {
+			continue
+		}
+		cs, err := d.tenantClaims(t.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
+// Release implements Claims.
+func (d *DirClaims) Release(_ context.Context, tenant, pooled string) error {
+	if err := CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if !IsPooled(pooled) || CheckID("session", pooled) != nil {
+		return fmt.Errorf("%w: %q is not a pooled sandbox's name", ErrInvalid, pooled)
+	}
+	tdir := filepath.Join(d.dir, tenant)
+	session, rerr := readClaim(filepath.Join(tdir, pooled))
+	if err := os.Remove(filepath.Join(tdir, pooled)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("claims: %w", err)
+	}
+	// Its index goes after it, if it still points to it.
+	if rerr == nil && CheckID("session", session) == nil && !IsPooled(session) {
+		idx := filepath.Join(tdir, session)
+		if to, err := os.Readlink(idx); err == nil && to == pooled {
+			if err := os.Remove(idx); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("claims: index: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// tenantClaims reads a tenant's claim files; malformed ones are skipped.
+func (d *DirClaims) tenantClaims(tenant string) ([]Claim, error) {
+	tdir := filepath.Join(d.dir, tenant)
+	ents, err := os.ReadDir(tdir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claims: %w", err)
+	}
+	var out []Claim
+	for _, e := range ents {
+		name := e.Name()
+		if !e.Type().IsRegular() || !IsPooled(name) || CheckID("session", name) != nil {
+			continue
+		}
+		session, err := readClaim(filepath.Join(tdir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if CheckID("session", session) != nil {
+			continue
+		}
+		out = append(out, Claim{Tenant: tenant, Pooled: name, Session: session})
+	}
+	return out, nil
+}
+
+func readClaim(path string) (string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxClaimFile))
+	if err != nil {
+		return "", fmt.Errorf("claims: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func checkClaim(tenant, pooled, session string) error {
+	if err := CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if err := CheckID("session", pooled); err != nil || !IsPooled(pooled) {
+		return fmt.Errorf("%w: %q is not a pooled sandbox's name", ErrInvalid, pooled)
+	}
+	if err := CheckID("session", session); err != nil {
+		return err
+	}
+	if IsPooled(session) {
+		return fmt.Errorf("%w: session %q: names starting with %q are reserved for warm pools", ErrInvalid, session, PoolPrefix)
+	}
+	return nil
+}

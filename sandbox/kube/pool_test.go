@@ -1,0 +1,62 @@
+package kube
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Warm pools work on Kubernetes through the runtime seam unchanged: pooled
+// sandboxes are pods under their pooled names, a claim hands one to a
+// session, and a restarted server finds it as the session's. (DirClaims
+// stands in here for the claim store replicas will share: a label patch
+// with the pod's resourceVersion.)
+func TestWarmPoolOnPods(t *testing.T) {
+	c := newCluster(t)
+	claims, err := sandbox.NewDirClaims(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newManager := func() *sandbox.Manager {
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: c.runtime(t, nil), Owner: "srv", Claims: claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ctx := context.Background()
+	m := newManager()
+	tmpl := testSpec(t)
+	rep, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 2}})
+	if err != nil || rep.Created != 2 {
+		t.Fatalf("fill: %+v, %v", rep, err)
+	}
+	s1 := tmpl.Clone()
+	s1.Session = "s1"
+	sb, err := m.Ensure(ctx, s1)
+	if err != nil || sb.Session != "s1" || !sandbox.IsPooled(sb.PoolName) {
+		t.Fatalf("claim: %+v, %v", sb, err)
+	}
+	if _, err := c.pod(t, PodName(tmpl.Tenant, sb.PoolName)); err != nil {
+		t.Fatalf("the claimed pod under its pooled name: %v", err)
+	}
+	if sb.Agent.Token == "" {
+		t.Fatal("a claimed pod has no agent token")
+	}
+
+	m2 := newManager()
+	adopt, err := m2.Adopt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(adopt.Kept) != 1 || adopt.Kept[0].ID != sb.ID || adopt.Kept[0].Session != "s1" || len(adopt.Pooled) != 1 {
+		t.Fatalf("after a restart: kept %+v, pooled %+v", adopt.Kept, adopt.Pooled)
+	}
+	if err := m2.Remove(ctx, tmpl.Tenant, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := claims.List(ctx); len(cs) != 0 {
+		t.Fatalf("claims after removing s1: %+v", cs)
+	}
+}

@@ -1,0 +1,383 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PoolPrefix starts the session name of every pooled sandbox (PoolPrefix,
+// the template's hash, "-", a random suffix). Sessions may not use it.
+const PoolPrefix = "pool@"
+
+// IsPooled reports whether name is a pooled sandbox's session name.
+func IsPooled(name string) bool { return strings.HasPrefix(name, PoolPrefix) }
+
+// PoolTarget is one wanted warm pool: Size ready sandboxes of Template.
+type PoolTarget struct {
+	// Template is the Spec of the pool's sandboxes; its Session and Owner
+	// are ignored (the Manager names pooled sandboxes and owns them).
+	Template Spec
+	// Size is how many unclaimed sandboxes to keep ready.
+	Size int
+}
+
+// TemplateHash identifies what a sandbox of spec is, whichever session it
+// serves: a hash of everything in spec but Session and Owner. A session
+// claims a pooled sandbox only of its own Spec's hash.
+func TemplateHash(spec Spec) string {
+	spec = spec.Clone()
+	spec.Session, spec.Owner = "", ""
+	// Empty and nil are the same setting.
+	if len(spec.Env) == 0 {
+		spec.Env = nil
+	}
+	if len(spec.Labels) == 0 {
+		spec.Labels = nil
+	}
+	if len(spec.AgentArgs) == 0 {
+		spec.AgentArgs = nil
+	}
+	if len(spec.Mounts) == 0 {
+		spec.Mounts = nil
+	}
+	// %#v prints every field, and maps in key order.
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", spec)))
+	return hex.EncodeToString(sum[:8])
+}
+
+// poolName returns a fresh pooled session name of template hash h.
+func poolName(h string) string {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24)
+	return PoolPrefix + h + "-" + hex.EncodeToString(rnd[:])
+}
+
+// poolHash is the template hash in a pooled session name ("" if none).
+func poolHash(name string) string {
+	rest, ok := strings.CutPrefix(name, PoolPrefix)
+	if !ok {
+		return ""
+	}
+	h, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return ""
+	}
+	return h
+}
+
+// pool is one warm pool as the Manager keeps it. Guarded by Manager.mu.
+type pool struct {
+	tenant, hash string
+	template     Spec
+	// size is the wanted number of ready sandboxes; 0 for a pool no target
+	// names (adopted sandboxes before the first Fill), which Fill drains.
+	size int
+	// ready are claimable sandboxes, oldest first; creating counts
+	// creations under way.
+	ready    []Sandbox
+	creating int
+}
+
+func poolKey(tenant, hash string) string { return tenant + "/" + hash }
+
+// PoolStatus is one pool's state (Pools).
+type PoolStatus struct {
+	Tenant, Hash    string
+	Size            int
+	Ready, Creating int
+}
+
+// Pools reports the warm pools the Manager keeps.
+func (m *Manager) Pools() []PoolStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []PoolStatus
+	for _, p := range m.pools {
+		out = append(out, PoolStatus{Tenant: p.tenant, Hash: p.hash, Size: p.size, Ready: len(p.ready), Creating: p.creating})
+	}
+	return out
+}
+
+// Admission reports the sandboxes being created now and the creations
+// waiting for a slot.
+func (m *Manager) Admission() (creating, queued int) {
+	m.adm.mu.Lock()
+	defer m.adm.mu.Unlock()
+	return len(m.adm.slots), m.adm.queued
+}
+
+// FillReport says what one Fill did.
+type FillReport struct {
+	// Created and Removed are pooled sandboxes made ready and removed
+	// (drained: their template is no longer wanted, or the pool shrank).
+	Created, Removed int
+	// Missing is how many ready sandboxes the pools still lack (no
+	// creation slot was free, or creations failed).
+	Missing int
+}
+
+// Fill makes the pools match targets, once: it removes the ready sandboxes
+// of templates no target names any more (a template change rolls its pool)
+// and of pools larger than wanted, and creates missing ones, as many at a
+// time as creation slots are free while no session waits for one. It
+// returns when its creations have ended. Creations and removals run under
+// Config.CreateTimeout / RemoveTimeout whatever ctx does. Without Claims
+// (Config.Claims) pools cannot be claimed, so Fill refuses non-empty
+// targets.
+func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, error) {
+	var rep FillReport
+	want := map[string]PoolTarget{}
+	for _, t := range targets {
+		if t.Size <= 0 {
+			continue
+		}
+		if m.cfg.Claims == nil {
+			return rep, fmt.Errorf("%w: warm pools need a claims store (Config.Claims)", ErrInvalid)
+		}
+		spec := t.Template.Clone()
+		spec.Session, spec.Owner = PoolPrefix+"template", m.cfg.Owner
+		if err := spec.Validate(); err != nil {
+			return rep, fmt.Errorf("pool of tenant %s: %w", spec.Tenant, err)
+		}
+		t.Template = spec
+		want[poolKey(spec.Tenant, TemplateHash(spec))] = t
+	}
+
+	var victims []Sandbox
+	type job struct {
+		p    *pool
+		spec Spec
+	}
+	var jobs []job
+	m.mu.Lock()
+	for k, p := range m.pools {
+		t, ok := want[k]
+		size := 0
+		if ok {
+			size = t.Size
+		}
+		p.size = size
+		if n := len(p.ready) - size; n > 0 {
+			// The newest go first: the oldest have waited longest to be
+			// used, and are the same template.
+			victims = append(victims, p.ready[len(p.ready)-n:]...)
+			p.ready = p.ready[:len(p.ready)-n]
+		}
+		if !ok && p.creating == 0 {
+			delete(m.pools, k)
+		}
+	}
+	for k, t := range want {
+		p := m.pools[k]
+		if p == nil {
+			p = &pool{tenant: t.Template.Tenant, hash: TemplateHash(t.Template), size: t.Size}
+			m.pools[k] = p
+		}
+		p.template = t.Template // adopted pools have none yet
+		// Counted as creating at once, so a concurrent Fill does not
+		// plan the same sandboxes.
+		for range p.size - len(p.ready) - p.creating {
+			jobs = append(jobs, job{p, p.template})
+			p.creating++
+		}
+	}
+	m.mu.Unlock()
+
+	for _, sb := range victims {
+		if err := m.removePooled(ctx, sb, "pool drained"); err != nil {
+			m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
+			continue
+		}
+		rep.Removed++
+	}
+
+	var errs []error
+	done := make(chan error)
+	started := 0
+	for i, j := range jobs {
+		release, ok := m.adm.tryAcquire()
+		if !ok {
+			m.mu.Lock()
+			for _, j := range jobs[i:] {
+				j.p.creating--
+			}
+			m.mu.Unlock()
+			break
+		}
+		spec := j.spec.Clone()
+		spec.Session = poolName(j.p.hash)
+		m.mu.Lock()
+		m.named[key{spec.Tenant, spec.Session}] = true
+		m.mu.Unlock()
+		started++
+		go func() {
+			err := m.createPooled(ctx, j.p, spec)
+			release() // before Fill returns: its slot is free then
+			done <- err
+		}()
+	}
+	for range started {
+		if err := <-done; err != nil {
+			errs = append(errs, err)
+		} else {
+			rep.Created++
+		}
+	}
+
+	m.mu.Lock()
+	for _, p := range m.pools {
+		rep.Missing += max(p.size-len(p.ready)-p.creating, 0)
+	}
+	m.mu.Unlock()
+	return rep, errors.Join(errs...)
+}
+
+// FillEvery runs Fill with targets() at once, then every interval, at once
+// again after a claim (a session took a ready sandbox) and while a pass
+// made progress but left some missing, until ctx ends. It logs failures.
+// On Kubernetes, only the elected replica is to run it.
+func (m *Manager) FillEvery(ctx context.Context, targets func() []PoolTarget, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rep, err := m.Fill(ctx, targets())
+		if err != nil {
+			m.cfg.Logger.Warn("filling warm pools", "err", err)
+		}
+		if rep.Missing > 0 && rep.Created > 0 && ctx.Err() == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.kick:
+		}
+	}
+}
+
+// createPooled creates one sandbox of p, whose name spec.Session is in
+// m.named already, and makes it ready to claim (or removes it if p no
+// longer wants it).
+func (m *Manager) createPooled(parent context.Context, p *pool, spec Spec) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), m.cfg.CreateTimeout)
+	defer cancel()
+	sb, err := m.cfg.Runtime.Create(ctx, spec)
+	if err == nil {
+		err = m.ready(ctx, sb)
+		if err == nil && m.cfg.Prepare != nil {
+			err = m.cfg.Prepare(ctx, sb)
+		}
+		if err != nil {
+			err = m.discard(ctx, sb, err)
+		}
+	}
+	m.mu.Lock()
+	p.creating--
+	if err != nil {
+		delete(m.named, key{spec.Tenant, spec.Session})
+		m.mu.Unlock()
+		return fmt.Errorf("pooled sandbox of tenant %s: %w", spec.Tenant, err)
+	}
+	keep := m.pools[poolKey(p.tenant, p.hash)] == p && len(p.ready) < p.size
+	if keep {
+		p.ready = append(p.ready, sb)
+	}
+	if m.pools[poolKey(p.tenant, p.hash)] == p && p.size == 0 && p.creating == 0 && len(p.ready) == 0 {
+		delete(m.pools, poolKey(p.tenant, p.hash))
+	}
+	m.mu.Unlock()
+	if !keep {
+		return m.removePooled(ctx, sb, "pool drained")
+	}
+	m.cfg.Logger.Info("pooled sandbox created", "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
+	return nil
+}
+
+// removePooled removes an unclaimed pooled sandbox.
+func (m *Manager) removePooled(ctx context.Context, sb Sandbox, reason string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
+	defer cancel()
+	if err := m.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.named, key{sb.Tenant, sb.Session})
+	m.mu.Unlock()
+	m.cfg.Logger.Info("pooled sandbox removed", "reason", reason, "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
+	return nil
+}
+
+// claim gives spec's session a ready pooled sandbox of its template, if
+// there is one: the claim is recorded (Claims) before the sandbox is
+// handed out, and its agent checked. false: none, the session gets a cold
+// start.
+func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool) {
+	if m.cfg.Claims == nil {
+		return Sandbox{}, false
+	}
+	k := poolKey(spec.Tenant, TemplateHash(spec))
+	for {
+		m.mu.Lock()
+		p := m.pools[k]
+		if p == nil || len(p.ready) == 0 {
+			m.mu.Unlock()
+			return Sandbox{}, false
+		}
+		sb := p.ready[0]
+		p.ready = p.ready[1:]
+		m.mu.Unlock()
+		m.kickFill()
+
+		pooled := sb.Session
+		err := m.cfg.Claims.Claim(ctx, spec.Tenant, pooled, spec.Session)
+		if errors.Is(err, ErrAlreadyExists) {
+			// Another process claimed it: it is that session's now.
+			m.cfg.Logger.Info("pooled sandbox claimed elsewhere", "tenant", spec.Tenant, "name", pooled)
+			continue
+		}
+		if err != nil {
+			// Unclaimed still: back to its pool if the pool still wants
+			// it, and a cold start.
+			m.cfg.Logger.Warn("claiming a pooled sandbox", "tenant", spec.Tenant, "session", spec.Session, "err", err)
+			m.mu.Lock()
+			back := m.pools[k] == p && len(p.ready) < p.size
+			if back {
+				p.ready = append([]Sandbox{sb}, p.ready...)
+			}
+			m.mu.Unlock()
+			if !back {
+				if err := m.removePooled(ctx, sb, "pool drained"); err != nil {
+					m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
+				}
+			}
+			return Sandbox{}, false
+		}
+		sb.PoolName, sb.Session = pooled, spec.Session
+		if err := m.ready(ctx, sb); err != nil {
+			m.cfg.Logger.Warn("claimed pooled sandbox not ready", "tenant", spec.Tenant, "session", spec.Session, "name", pooled, "err", err)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
+			if err := m.destroy(rctx, key{spec.Tenant, spec.Session}, sb); err != nil {
+				m.cfg.Logger.Warn("removing pooled sandbox", "tenant", spec.Tenant, "name", pooled, "err", err)
+			}
+			cancel()
+			continue
+		}
+		m.cfg.Logger.Info("sandbox claimed from pool", "tenant", spec.Tenant, "session", spec.Session, "name", pooled, "id", sb.ID)
+		return sb, true
+	}
+}
+
+// kickFill wakes FillEvery, without waiting.
+func (m *Manager) kickFill() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
