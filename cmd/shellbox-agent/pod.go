@@ -73,10 +73,13 @@ func install(o options) error {
 		return fmt.Errorf("install: %w", err)
 	}
 	if o.own != "" {
-		if err := os.Chown(o.own, o.uid, o.gid); err != nil {
+		// The mode first, while the directory is still root's: once it is
+		// the user's, changing its mode would take CAP_FOWNER, which the
+		// init container does not have.
+		if err := os.Chmod(o.own, 0o755); err != nil {
 			return fmt.Errorf("install: --own: %w", err)
 		}
-		if err := os.Chmod(o.own, 0o755); err != nil {
+		if err := os.Chown(o.own, o.uid, o.gid); err != nil {
 			return fmt.Errorf("install: --own: %w", err)
 		}
 	}

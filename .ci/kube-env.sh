@@ -1,0 +1,87 @@
+# Sourced by setup-kube.sh and teardown-kube.sh (after toolchain.sh): the
+# CI cluster's versions, directories, addresses and the helpers both use.
+# The caller defines log and die.
+
+K8S_VERSION=v1.37.2
+ETCD_VERSION=v3.7.3
+# The only /v2 version the module proxy lists.
+KUBE_ROUTER_VERSION=v2.1.0
+KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
+KUBE_DIR=$SHELLBOX_CI_CACHE/kubernetes-$K8S_VERSION
+ETCD_DIR=$SHELLBOX_CI_CACHE/etcd-$ETCD_VERSION
+ROUTER_DIR=$SHELLBOX_CI_CACHE/kube-router-$KUBE_ROUTER_VERSION
+
+CONF_DIR=/etc/shellbox-kube
+PKI=$CONF_DIR/pki
+ADMIN_KUBECONFIG=$CONF_DIR/admin.kubeconfig
+VAR=/var/lib/shellbox-kube
+IMAGES=$VAR/images
+RUN=/run/shellbox-kube
+LOGS=/var/log/shellbox-kube
+CTRD_SOCK=$RUN/containerd.sock
+CNI_BIN=/usr/lib/cni
+CNI_NET=shellbox-kube
+BRIDGE=shellbox-kube0
+CLUSTER_CIDR=10.245.0.0/16
+POD_CIDR=10.245.0.0/24
+SVC_CIDR=10.97.0.0/24
+KUBE_SVC_IP=10.97.0.1
+PAUSE_IMAGE=shellbox-ci/pause:1
+# sandbox/kube's Config.AgentImage and AgentPath in the tests.
+AGENT_IMAGE=shellbox-agent:ci
+AGENT_PATH=/usr/local/bin/shellbox-agent
+TEST_IMAGE=${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}
+# Daemons in start order (teardown stops them in reverse).
+DAEMONS="etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router"
+# Set by the kubelet at start (protectKernelDefaults false): restored by teardown.
+KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
+# Paths the kubelet and libcni use whatever they are told: teardown removes
+# those that did not exist before the first setup.
+SYSTEM_DIRS="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni"
+
+NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
+if [[ -z "${NODE_IP:-}" ]]; then
+  _dev=$(ip -4 route show default 2>/dev/null | awk 'NR == 1 {print $5}')
+  NODE_IP=$(ip -4 -o addr show dev "${_dev:-lo}" 2>/dev/null | awk 'NR == 1 {print $4}' | cut -d/ -f1)
+  NODE_IP=${NODE_IP:-127.0.0.1}
+fi
+
+# daemon_pid NAME: the recorded pid, if alive and still running the binary
+# recorded with it (a recycled pid is never ours).
+daemon_pid() {
+  local pid exe want
+  [[ -s "$RUN/$1.pid" ]] || return 0
+  pid=$(<"$RUN/$1.pid")
+  want=$(cat "$RUN/$1.exe" 2>/dev/null) || return 0
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 0
+  if [[ "$exe" == "$want" || "$exe" == "$want (deleted)" ]]; then echo "$pid"; fi
+}
+
+# stop_daemon NAME [SECONDS]: SIGTERM, SIGKILL after SECONDS (default 20).
+stop_daemon() {
+  local name=$1 t=${2:-20} pid i
+  pid=$(daemon_pid "$name")
+  if [[ -n "$pid" ]]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < t * 10; i++)); do
+      [[ -n "$(daemon_pid "$name")" ]] || break
+      sleep 0.1
+    done
+    if [[ -n "$(daemon_pid "$name")" ]]; then
+      log "$name (pid $pid) did not exit in ${t}s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.2
+    fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$RUN/$name.pid" "$RUN/$name.exe" "$RUN/$name.hash"
+}
+
+kc() { "$KUBE_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$RUN/kubectl-cache" "$@"; }
+# ctr_: ctr on the cluster's containerd, namespace k8s.io, without the
+# warning every ctr command prints on a cgroup v1 host.
+ctr_() {
+  "$CONTAINERD_DIR/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
+}

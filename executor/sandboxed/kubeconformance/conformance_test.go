@@ -1,0 +1,92 @@
+// Package kubeconformance runs the executor conformance suite through
+// session pods of a real cluster. It is a package of its own so that its
+// test binary (several minutes: every case makes pods) runs beside
+// executor/sandboxed's, under its own timeout.
+package kubeconformance_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+)
+
+var tenant = dockertest.Tenant("t1")
+
+// TestConformanceKube runs the executor conformance suite, unchanged,
+// with every session in its own pod of the real cluster of
+// SHELLBOX_KUBECONFIG (.ci/setup-kube.sh), its commands going through the
+// pod's agent over TCP with the session's token: under runc, and under
+// gVisor (RuntimeClass gvisor). Without a cluster it skips with the reason
+// (fails under CI=true).
+func TestConformanceKube(t *testing.T) {
+	c := kubetest.Connect(t)
+	for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		t.Run(runtime, func(t *testing.T) {
+			ns := c.Namespace(t)
+			cfg := kubetest.Config(ns)
+			var managers sync.Map // executor.BashExecutor → *sandbox.Manager
+			executortest.Run(t, executortest.Harness{
+				New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
+					rt := c.New(t, cfg, runtime)
+					m, err := sandbox.NewManager(sandbox.Config{
+						Runtime:       rt,
+						Owner:         dockertest.Owner(t),
+						Ready:         sandboxed.WaitAgent,
+						CreateTimeout: 2 * time.Minute,
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					e, err := sandboxed.New(sandboxed.Config{
+						Manager: m,
+						Tenant:  tenant,
+						Spec: func(session string) (sandbox.Spec, error) {
+							// Room for the suite's 100 MB spill, all three
+							// volumes being memory charged to the pod.
+							s := kubetest.Spec(t, tenant, session, "", runtime,
+								sandbox.WithMemory(sandbox.GiB+512*sandbox.MiB),
+								sandbox.WithWorkspaceSize(256*sandbox.MiB),
+								sandbox.WithSpillSize(256*sandbox.MiB))
+							s.Owner = ""
+							return s, nil
+						},
+						Limits: lim,
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					managers.Store(e, m)
+					t.Cleanup(func() {
+						e.Close()
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+						defer cancel()
+						for _, sb := range m.Sandboxes() {
+							if err := m.Remove(ctx, sb.Tenant, sb.Session); err != nil {
+								t.Errorf("remove sandbox %s/%s: %v", sb.Tenant, sb.Session, err)
+							}
+						}
+					})
+					return e
+				},
+				Root: executortest.FixedRoot("/workspace"),
+				Home: "/home/sandbox",
+				EndSession: func(e executor.BashExecutor, session string) {
+					if m, ok := managers.Load(e); ok {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						e.(*sandboxed.Executor).Forget(session)
+						m.(*sandbox.Manager).Remove(ctx, tenant, session)
+					}
+				},
+			})
+		})
+	}
+}
