@@ -125,10 +125,6 @@ type options struct {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == landlockExecArg {
-		// Not the agent: the per-call shim (landlock.go).
-		os.Exit(landlockExec(os.Args[2:], os.Stderr))
-	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(maxProcs)
 	}
@@ -419,14 +415,6 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		MemoryCgroup:     "auto",
 		Logf:             logger.Printf,
 	}
-	if abi := landlockABI(); abi > 0 {
-		// Each call in a Landlock domain of its own (landlock.go).
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("the agent's own path, for the per-call Landlock shim: %w", err)
-		}
-		cfg.ExecShim = []string{self, landlockExecArg}
-	}
 	if !o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
 		if o.uid != 0 && o.tagCount > 0 {
@@ -516,9 +504,6 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 	tracking := e.Isolation()
 	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
 		tracking += fmt.Sprintf(" + tag groups %d+%d", cfg.TagGroups.First, cfg.TagGroups.Count)
-	}
-	if len(cfg.ExecShim) > 0 {
-		tracking += ", a Landlock domain per call"
 	}
 	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
 		versionString(), agentapi.Protocol, where, o.uid, o.gid, o.root, tracking, e.MemoryCgroup())

@@ -59,12 +59,6 @@ type Config struct {
 	// Credential, when set, runs commands as another uid/gid (the server must
 	// be allowed to switch to it).
 	Credential *syscall.Credential
-	// ExecShim, if set, starts every command through a program that execs
-	// it: the command runs as ExecShim followed by the command's resolved
-	// path and its argv (the agent puts each call in a Landlock domain of
-	// its own this way). The shim must exec in the same process, so pids,
-	// groups, the process group and the exit status are the command's.
-	ExecShim []string
 	// OOMScoreAdj, when non-zero, is written to each command's oom_score_adj
 	// right after it starts (processes it forks before that keep the old
 	// value). Raising it needs no privilege, which is how an agent protects

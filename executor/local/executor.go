@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -268,13 +267,9 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		logf:    e.cfg.Logf,
 	}
 	newCmd := func() *exec.Cmd {
-		cmdPath, args := path, argv
-		if shim := e.cfg.ExecShim; len(shim) > 0 {
-			cmdPath, args = shim[0], append(append(slices.Clone(shim), path), argv...)
-		}
 		return &exec.Cmd{
-			Path:   cmdPath,
-			Args:   args,
+			Path:   path,
+			Args:   argv,
 			Env:    withPWD(spec.Env, wd.real),
 			Dir:    wd.procPath(),
 			Stdout: ends[0],
