@@ -539,14 +539,7 @@ func (r *Runtime) Sweep(ctx context.Context, owner string, live func(tenant, ses
 	if err != nil {
 		return nil, err
 	}
-	type key struct{ tenant, session string }
-	used := map[key]bool{}
-	for _, sb := range all {
-		used[key{sb.Tenant, sb.Session}] = true
-	}
-	return r.dirs.Sweep(func(tenant, session string) bool {
-		return used[key{tenant, session}] || (live != nil && live(tenant, session))
-	})
+	return r.dirs.SweepUnused(all, live)
 }
 
 // state maps a task status to a sandbox state, and tells whether an exited

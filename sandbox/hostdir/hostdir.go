@@ -227,6 +227,20 @@ func (d *Dirs) Exists(tenant, session string) bool {
 	return err == nil && fi.IsDir()
 }
 
+// SweepUnused is Sweep for a runtime: it keeps the state of every sandbox in
+// sandboxes (all the engine has, of any owner: their agents use it) and of
+// every session live reports (nil: none).
+func (d *Dirs) SweepUnused(sandboxes []sandbox.Sandbox, live func(tenant, session string) bool) ([]string, error) {
+	type key struct{ tenant, session string }
+	used := map[key]bool{}
+	for _, sb := range sandboxes {
+		used[key{sb.Tenant, sb.Session}] = true
+	}
+	return d.Sweep(func(tenant, session string) bool {
+		return used[key{tenant, session}] || (live != nil && live(tenant, session))
+	})
+}
+
 // Sweep removes every host directory and every workspace for which live
 // reports false and returns the removed paths. Errors are collected; it
 // removes what it can. live decides per session: a workspace outlives its
