@@ -897,16 +897,7 @@ func (p *progress) runLogged(ctx context.Context, name string, log io.Writer, cm
 	err := cmd.Run()
 	pw.Close()
 	<-done
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if len(last) > 0 {
-			return fmt.Errorf("%w: %s", err, strings.Join(last, " | "))
-		}
-		return err
-	}
-	return nil
+	return commandError(ctx, err, last)
 }
 
 func (p *progress) tail(name string, data []byte, n int) {
@@ -949,16 +940,21 @@ func (p *progress) run(ctx context.Context, prefix string, cmd *exec.Cmd) error 
 	err := cmd.Run()
 	pw.Close()
 	<-done
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if len(last) > 0 {
-			return fmt.Errorf("%w: %s", err, strings.Join(last, " | "))
-		}
-		return err
+	return commandError(ctx, err, last)
+}
+
+// commandError is a relayed command's error with the last lines it printed;
+// the context's error when the context ended it.
+func commandError(ctx context.Context, err error, last []string) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case len(last) > 0:
+		return fmt.Errorf("%w: %s", err, strings.Join(last, " | "))
 	}
-	return nil
+	return err
 }
 
 func since(t time.Time) string {
