@@ -114,7 +114,7 @@ type options struct {
 	token                        string // from EnvToken or tokenFile, with listen
 	tokenFile                    string
 	noSetuid                     bool
-	install, own                 string
+	install, own, tokenOut       string
 	nproc                        int64
 	uid, gid                     int
 	oomScoreAdj                  int
@@ -284,6 +284,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.tokenFile, "token-file", "", "with --listen: read the token from this file (then removed, where the agent may) instead of $"+EnvToken+", so that the agent's initial environment, which /proc/1/environ shows, holds no secret")
 	fs.BoolVar(&o.noSetuid, "no-setuid", false, "commands run as the agent's own uid/gid (a non-root pod under the restricted Pod Security profile): --uid/--gid must be the agent's; the agent makes itself non-dumpable and ignores the signals that would end it (see below)")
 	fs.StringVar(&o.install, "install", "", "copy this binary to the given path (mode 0555) and exit: an init container delivering the agent")
+	fs.StringVar(&o.tokenOut, "token-out", "", "with --install: write $"+EnvToken+" to this file (mode 0400) for the agent's --token-file")
 	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
 	fs.Int64Var(&o.nproc, "nproc", 0, "RLIMIT_NPROC of commands (0: leave it): the workload's process limit under gVisor, which counts it per uid inside the sandbox (on runc the kernel counts the uid's processes host-wide: do not use it there); a root agent is exempt")
 	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egress.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
@@ -309,8 +310,8 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if o.own != "" {
-		logger.Print("--own goes with --install")
+	if o.own != "" || o.tokenOut != "" {
+		logger.Print("--own and --token-out go with --install")
 		return 2
 	}
 	if o.listen != "" {

@@ -72,6 +72,11 @@ func install(o options) error {
 	if err := os.Rename(tmp.Name(), o.install); err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
+	if o.tokenOut != "" {
+		if err := writeToken(o.tokenOut); err != nil {
+			return err
+		}
+	}
 	if o.own != "" {
 		// The mode first, while the directory is still root's: once it is
 		// the user's, changing its mode would take CAP_FOWNER, which the
@@ -81,6 +86,39 @@ func install(o options) error {
 		}
 		if err := os.Chown(o.own, o.uid, o.gid); err != nil {
 			return fmt.Errorf("install: --own: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeToken is --install's --token-out: it writes the token the init
+// container got in $SHELLBOX_AGENT_TOKEN (a Secret's key) to path, mode
+// 0400, owned by the init container's uid (the agent's: root under
+// baseline, the sandbox user under restricted), for the agent's
+// --token-file, which removes it before any command runs. The sandbox
+// container never has the variable, so the agent's initial environment,
+// /proc/1/environ, holds no secret (gVisor shows it to the commands' uid).
+// Where the init container is root, the directory becomes root's, mode
+// 0700: nothing for commands to read or write there.
+func writeToken(path string) error {
+	tok := os.Getenv(EnvToken)
+	if len(tok) < minTokenLen {
+		return fmt.Errorf("--token-out: $%s holds no token of at least %d bytes", EnvToken, minTokenLen)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	if err != nil {
+		return fmt.Errorf("--token-out: %w", err)
+	}
+	if _, err := f.WriteString(tok); err != nil {
+		f.Close()
+		return fmt.Errorf("--token-out: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--token-out: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+			return fmt.Errorf("--token-out: %w", err)
 		}
 	}
 	return nil

@@ -3,7 +3,9 @@ package kube
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -91,6 +93,7 @@ func testAgentOverTCP(t *testing.T, level string) {
 }
 
 // kubelet starts the agent of the first pod that has its Secret, as the
+// kubelet would (the init container writing the token file first),
 // kubelet would start the sandbox container (its command, arguments,
 // environment, and runAsUser/runAsGroup), and marks the pod running and
 // ready at 127.0.0.1; it stops the agent when done closes.
@@ -114,17 +117,30 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 		}
 	}
 	ctr := pod.Spec.Containers[0]
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	for _, e := range ctr.Env {
-		v := e.Value
-		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
-			s, err := c.cs.CoreV1().Secrets("sessions").Get(ctx, ref.SecretKeyRef.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
+	envOf := func(ctr corev1.Container) ([]string, error) {
+		env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		for _, e := range ctr.Env {
+			v := e.Value
+			if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+				s, err := c.cs.CoreV1().Secrets("sessions").Get(ctx, ref.SecretKeyRef.Name, metav1.GetOptions{})
+				if err != nil {
+					return nil, err
+				}
+				v = string(s.Data[ref.SecretKeyRef.Key])
 			}
-			v = string(s.Data[ref.SecretKeyRef.Key])
+			env = append(env, e.Name+"="+v)
 		}
-		env = append(env, e.Name+"="+v)
+		return env, nil
+	}
+	env, err := envOf(ctr)
+	if err != nil {
+		return err
+	}
+	credOf := func(sc *corev1.SecurityContext) *syscall.SysProcAttr {
+		if sc != nil && sc.RunAsUser != nil && sc.RunAsGroup != nil {
+			return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsGroup)}}
+		}
+		return nil
 	}
 	// The container's arguments, then what differs on a host: the
 	// directories the pod's volumes would be, loopback only, no cgroups.
@@ -133,28 +149,42 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 		return err
 	}
 	defer os.RemoveAll(base)
-	ws, spill := filepath.Join(base, "ws"), filepath.Join(base, "spill")
-	for _, d := range []string{ws, spill} {
+	os.Chmod(base, 0o755)
+	ws, spill, tokDir, agentDir := filepath.Join(base, "ws"), filepath.Join(base, "spill"), filepath.Join(base, "token"), filepath.Join(base, "agent")
+	for _, d := range []string{ws, spill, tokDir, agentDir} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
 	}
 	// An emptyDir is 0777; /workspace is given to the user by the init
 	// container's --own (baseline).
-	if err := os.Chmod(spill, 0o777); err != nil {
+	for _, d := range []string{spill, tokDir, agentDir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			return err
+		}
+	}
+	// The init container's part that the agent needs: the token file
+	// (--token-out), written with its environment and as its user.
+	ic := pod.Spec.InitContainers[0]
+	ienv, err := envOf(ic)
+	if err != nil {
 		return err
+	}
+	tokFile := filepath.Join(tokDir, "token")
+	init := exec.Command(bin, "--install", filepath.Join(agentDir, "shellbox-agent"), "--token-out", tokFile)
+	init.Env, init.SysProcAttr = ienv, credOf(ic.SecurityContext)
+	if out, err := init.CombinedOutput(); err != nil {
+		return fmt.Errorf("the init container (args %q): %v: %s", ic.Args, err, out)
 	}
 	if err := os.Chown(ws, 1000, 1000); err != nil {
 		return err
 	}
-	os.Chmod(base, 0o755)
 	args := append(append([]string{}, ctr.Args...), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--spill-dir", spill, "--root", ws, "--home", ws, "--cgroup", "off", "--socket", filepath.Join(base, "unused.sock"))
+		"--spill-dir", spill, "--root", ws, "--home", ws, "--cgroup", "off", "--socket", filepath.Join(base, "unused.sock"),
+		"--token-file", tokFile)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	if sc := ctr.SecurityContext; sc != nil && sc.RunAsUser != nil && sc.RunAsGroup != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsGroup)}}
-	}
+	cmd.SysProcAttr = credOf(ctr.SecurityContext)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -190,6 +220,10 @@ func kubelet(t *testing.T, c *cluster, bin string, port int, done <-chan struct{
 		}
 	case <-time.After(20 * time.Second):
 		return fmt.Errorf("the agent never served")
+	}
+	// Read and removed before serving: no command finds it.
+	if _, err := os.Stat(tokFile); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the token file after the agent's start: %v, want it removed", err)
 	}
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{
 		Name: ContainerSandbox, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}

@@ -173,6 +173,9 @@ func isolation(t *testing.T, c *kubetest.Cluster, rt string) {
 		{"no service-account token", "ls /var/run/secrets/kubernetes.io 2>/dev/null | wc -l", "0"},
 		{"no capabilities", "grep ^CapEff /proc/self/status | tr -d '\\t '", "CapEff:0000000000000000"},
 		{"not root", "id -u", "1000"},
+		// The session's token: in neither the agent's initial environment
+		// (gVisor shows /proc/1/environ to the commands' uid) nor a file.
+		{"no token", "tr '\\0' '\\n' </proc/1/environ 2>/dev/null | grep -c SHELLBOX_AGENT_TOKEN; find /run/shellbox/token -type f 2>/dev/null | wc -l", "0\n0"},
 	}
 	for _, c := range inside {
 		if got := strings.TrimSpace(kubetest.Exec(t, a, c.cmd)); got != c.want {

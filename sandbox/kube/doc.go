@@ -66,19 +66,27 @@
 // Secret second, with the owner reference in its create: a Secret never
 // exists without its owner, so no failure or crash can leak one. A crash
 // between the two leaves a labelled pod without a Secret, whose container
-// cannot start (its token variable refers to the missing Secret) and
+// cannot start (its init container's token variable refers to the missing
+// Secret) and
 // which Get reports StateOther: the Manager replaces it. The kubelet starts
 // the sandbox container only after the init container, by when the Secret
 // is there.
 //
-// The agent gets the token as an environment variable (secretKeyRef), not
-// a Secret volume: a file the agent can read, a command of the agent's
-// uid (restricted, below) can read too, and a Secret volume is read-only,
-// so the agent could not take it away. The variable lives only in the
-// agent: it reads it once and unsets it, commands never inherit SHELLBOX_*
-// variables, and the agent makes itself non-dumpable, so /proc/1/environ
-// and /proc/1/mem are root's and ptrace is refused to anyone without
-// CAP_SYS_PTRACE. The agent compares it in constant time (agentapi).
+// The token reaches the agent as a file, never as a variable of the
+// sandbox container: an initial environment block stays in PID 1's memory
+// as /proc/1/environ, which gVisor shows to the commands' uid whatever the
+// agent's dumpability, and under restricted (below) agent and commands
+// share a uid. A Secret volume would be no better: readable by a command
+// of the agent's uid, and read-only, so the agent could not remove it. So
+// the init container gets the Secret's key (secretKeyRef) in its own
+// environment (it has exited before any command exists) and writes it
+// into a memory emptyDir of its own, "token" (64 KiB), mode 0400, owned by
+// its uid, which is the agent's (--install --token-out; as root it also
+// makes the directory root's, mode 0700); the agent reads it and removes
+// it before it serves (--token-file). The agent makes itself
+// non-dumpable, so /proc/1/mem is root's and ptrace is refused to anyone
+// without CAP_SYS_PTRACE, and compares the token in constant time
+// (agentapi).
 //
 // # Pod Security: baseline by default, restricted as a choice
 //

@@ -59,6 +59,11 @@ const (
 	volWorkspace = "workspace"
 	volTmp       = "tmp"
 	volSpill     = "spill"
+	volToken     = "token"
+	// tokenFile is the token's file in TokenDir, and tokenDirBytes the
+	// size of its emptyDir.
+	tokenFile     = "token"
+	tokenDirBytes = 64 << 10
 	// installDir is where the init container sees the agent's emptyDir.
 	installDir = "/shellbox-install"
 )
@@ -66,6 +71,10 @@ const (
 // SpillDir is the agent's spill directory in a session pod: its own
 // memory-backed emptyDir, below sandbox.HostDirMount.
 var SpillDir = sandbox.HostDirMount + "/spill"
+
+// TokenDir is where the init container writes the session's token and the
+// agent reads (and removes) it: a memory emptyDir of its own.
+var TokenDir = sandbox.HostDirMount + "/token"
 
 // partLen bounds each of the tenant and session parts of a pod name, so
 // that "shellbox-" + 2 parts + the hash stays a DNS-1123 label (63 bytes):
@@ -199,16 +208,18 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 	}
 	env = append(env,
 		corev1.EnvVar{Name: sandbox.EnvSpillBytes, Value: strconv.FormatInt(spec.SpillBytes, 10)},
-		// An environment variable, not a Secret volume: a file the agent
-		// can read, a command of the agent's uid (restricted) can read
-		// too, and a Secret volume is read-only, so the agent could not
-		// take it away. The variable lives in the agent's memory only: it
-		// unsets it, commands never get SHELLBOX_* variables, and the
-		// agent is non-dumpable, so /proc/1/environ is root's.
-		corev1.EnvVar{Name: EnvToken, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: SecretKey,
-		}}},
 	)
+	// The token reaches the agent as a file, not as a variable of the
+	// sandbox container: an initial environment stays in PID 1's memory
+	// as /proc/1/environ, which gVisor shows to the commands' uid whatever
+	// the agent's dumpability. A Secret volume would do no better: a file
+	// the agent can read, a command of its uid (restricted) can read too,
+	// and the agent could not remove it (read-only). So the init container
+	// gets the Secret's key in its environment (it exits before any
+	// command exists) and writes it into a memory emptyDir of its own,
+	// mode 0400 (--token-out); the agent reads it and removes it at start
+	// (--token-file), before it serves.
+	args = append(args, "--token-file", TokenDir+"/"+tokenFile)
 
 	cpu := resource.NewMilliQuantity(int64(spec.CPUs*1000+0.5), resource.DecimalSI)
 	cpuReq := resource.NewMilliQuantity(max(1, int64(spec.CPUs*1000*cfg.CPURequestRatio+0.5)), resource.DecimalSI)
@@ -259,6 +270,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 			{Name: volWorkspace, MountPath: sandbox.WorkspacePath},
 			{Name: volTmp, MountPath: sandbox.TmpPath},
 			{Name: volSpill, MountPath: SpillDir},
+			{Name: volToken, MountPath: TokenDir},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -267,7 +279,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 	// itself into the agent's emptyDir (the image needs no shell), and,
 	// where it may (baseline: root with CAP_CHOWN only), gives /workspace
 	// to the sandbox user as Docker's tmpfs is (uid=,gid=,mode=0755).
-	installArgs := []string{"--install", installDir + "/" + path.Base(sandbox.AgentPath)}
+	installArgs := []string{"--install", installDir + "/" + path.Base(sandbox.AgentPath), "--token-out", TokenDir + "/" + tokenFile}
 	isc := &corev1.SecurityContext{
 		Privileged:               ptr(false),
 		AllowPrivilegeEscalation: ptr(false),
@@ -289,6 +301,9 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		ImagePullPolicy: cfg.ImagePullPolicy,
 		Command:         []string{cfg.AgentPath},
 		Args:            installArgs,
+		Env: []corev1.EnvVar{{Name: EnvToken, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: SecretKey,
+		}}}},
 		// The same as the sandbox's: the pod's effective request is the
 		// larger of the two, so this adds nothing, and a LimitRange that
 		// demands limits is met.
@@ -297,6 +312,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: volAgent, MountPath: installDir},
 			{Name: volWorkspace, MountPath: sandbox.WorkspacePath},
+			{Name: volToken, MountPath: TokenDir},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -341,6 +357,9 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 				memDir(volWorkspace, spec.WorkspaceBytes),
 				memDir(volTmp, spec.TmpBytes),
 				memDir(volSpill, max(spec.SpillBytes, minSpillDir)),
+				// The token, from the init container to the agent, which
+				// removes it (a page is all it takes).
+				memDir(volToken, tokenDirBytes),
 			},
 		},
 	}

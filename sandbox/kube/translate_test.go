@@ -99,8 +99,12 @@ func wantPod() *corev1.Pod {
 				Image:           "shellbox:1.0",
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Command:         []string{"/usr/local/bin/shellbox-agent"},
-				Args:            []string{"--install", "/shellbox-install/agent", "--own", "/workspace", "--uid", "1000", "--gid", "1000"},
-				Resources:       res,
+				Args: []string{"--install", "/shellbox-install/agent", "--token-out", "/run/shellbox/token/token",
+					"--own", "/workspace", "--uid", "1000", "--gid", "1000"},
+				// The token: in the init container's environment only.
+				Env: []corev1.EnvVar{{Name: "SHELLBOX_AGENT_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "token"}}}},
+				Resources: res,
 				SecurityContext: &corev1.SecurityContext{
 					Privileged: &f, AllowPrivilegeEscalation: &f, ReadOnlyRootFilesystem: &tr, ProcMount: &dp,
 					RunAsUser: &zero, RunAsGroup: &zero, RunAsNonRoot: &f,
@@ -109,6 +113,7 @@ func wantPod() *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "agent", MountPath: "/shellbox-install"},
 					{Name: "workspace", MountPath: "/workspace"},
+					{Name: "token", MountPath: "/run/shellbox/token"},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -117,12 +122,10 @@ func wantPod() *corev1.Pod {
 				Image:           "shellbox-test:latest",
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Command:         []string{"/.shellbox/agent"},
-				Args:            []string{"--uid", "1000", "--gid", "1000", "--listen", ":7070", "--spill-dir", "/run/shellbox/spill"},
+				Args:            []string{"--uid", "1000", "--gid", "1000", "--listen", ":7070", "--spill-dir", "/run/shellbox/spill", "--token-file", "/run/shellbox/token/token"},
 				Env: []corev1.EnvVar{
 					{Name: "LANG", Value: "C.UTF-8"},
 					{Name: "SHELLBOX_SPILL_BYTES", Value: "67108864"},
-					{Name: "SHELLBOX_AGENT_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-						LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "token"}}},
 				},
 				WorkingDir: "/workspace",
 				Ports:      []corev1.ContainerPort{{Name: "agent", ContainerPort: 7070, Protocol: corev1.ProtocolTCP}},
@@ -141,6 +144,7 @@ func wantPod() *corev1.Pod {
 					{Name: "workspace", MountPath: "/workspace"},
 					{Name: "tmp", MountPath: "/tmp"},
 					{Name: "spill", MountPath: "/run/shellbox/spill"},
+					{Name: "token", MountPath: "/run/shellbox/token"},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -159,6 +163,7 @@ func wantPod() *corev1.Pod {
 				mem("workspace", "512Mi"),
 				mem("tmp", "128Mi"),
 				mem("spill", "64Mi"),
+				mem("token", "64Ki"),
 			},
 		},
 	}
@@ -193,8 +198,9 @@ func TestTranslateRestricted(t *testing.T) {
 		sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = &uid, &gid, &tr
 		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}
 	}
-	want.Spec.InitContainers[0].Args = []string{"--install", "/shellbox-install/agent"}
-	want.Spec.Containers[0].Args = append(want.Spec.Containers[0].Args, "--no-setuid")
+	want.Spec.InitContainers[0].Args = []string{"--install", "/shellbox-install/agent", "--token-out", "/run/shellbox/token/token"}
+	args := want.Spec.Containers[0].Args
+	want.Spec.Containers[0].Args = append(args[:len(args)-2:len(args)-2], "--no-setuid", "--token-file", "/run/shellbox/token/token")
 	want.Spec.SecurityContext.RunAsNonRoot = &tr
 	if !equality.Semantic.DeepEqual(pod, want) {
 		t.Errorf("pod differs (-got +want):\n%s", diff.Diff(pod, want))
@@ -216,7 +222,7 @@ func TestTranslateVariants(t *testing.T) {
 		t.Errorf("runtimeClassName %v, want my-gvisor", rc)
 	}
 	c := pod.Spec.Containers[0]
-	if got := strings.Join(c.Args, " "); got != "--uid 1000 --gid 1000 --listen :9000 --spill-dir /run/shellbox/spill --egress-listen 127.0.0.1:3128 --nproc 256" {
+	if got := strings.Join(c.Args, " "); got != "--uid 1000 --gid 1000 --listen :9000 --spill-dir /run/shellbox/spill --egress-listen 127.0.0.1:3128 --nproc 256 --token-file /run/shellbox/token/token" {
 		t.Errorf("args %q", got)
 	}
 	if c.Ports[0].ContainerPort != 9000 || c.ImagePullPolicy != corev1.PullNever || pod.Spec.InitContainers[0].ImagePullPolicy != corev1.PullNever {
@@ -240,7 +246,7 @@ func TestTranslateVariants(t *testing.T) {
 	}
 	// Restricted under gVisor: the agent's threads count with the commands.
 	pod, _ = translate(spec, testConfig(t, func(c *Config) { c.PodSecurity = PodSecurityRestricted }))
-	if got := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.HasSuffix(got, "--nproc 384 --no-setuid") {
+	if got := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.HasSuffix(got, "--nproc 384 --no-setuid --token-file /run/shellbox/token/token") {
 		t.Errorf("restricted runsc args %q", got)
 	}
 	// runc on the cluster's default handler: no runtimeClassName.
