@@ -89,6 +89,7 @@ import (
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/local/landlock"
 	"github.com/shellbox/shellbox/executor/output"
 	sbx "github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
@@ -395,6 +396,12 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 	if err := local.DenyTracing(); err != nil {
 		return err
 	}
+	// Each call in a Landlock domain of its own, so that one call cannot
+	// open another's /proc/<pid>/mem (executor/local/landlock). Where it
+	// cannot be (gVisor has no Landlock, and its sentry refuses that open
+	// anyway), commands start directly and the log says why. Before the
+	// reaper starts: Shim runs the shim once and waits for it.
+	shim, shimErr := landlock.Shim()
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.spillDir, 0o755); err != nil {
@@ -415,6 +422,12 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		MaxFinishedTasks: o.maxFinished,
 		MemoryCgroup:     "auto",
 		Logf:             logger.Printf,
+	}
+	if shimErr != nil {
+		logger.Printf("no Landlock domain per call: %v", shimErr)
+	} else {
+		defer shim.Close()
+		cfg.ExecShim = shim
 	}
 	if !o.noSetuid && (o.uid != os.Geteuid() || o.gid != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.uid), Gid: uint32(o.gid)}
@@ -505,6 +518,9 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 	tracking := e.Isolation()
 	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
 		tracking += fmt.Sprintf(" + tag groups %d+%d", cfg.TagGroups.First, cfg.TagGroups.Count)
+	}
+	if cfg.ExecShim != nil {
+		tracking += ", a Landlock domain per call"
 	}
 	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
 		versionString(), agentapi.Protocol, where, o.uid, o.gid, o.root, tracking, e.MemoryCgroup())

@@ -17,8 +17,8 @@ import (
 // the memory of, nor take a descriptor of, a process of another call,
 // although both run as the sandbox user (the agent's seccomp filter,
 // executor/local.DenyTracing). Opening /proc/<pid>/mem is not a system
-// call the filter can tell apart: it is reported, and documented as a
-// known limit (docs/security.md).
+// call the filter can tell apart: each call's Landlock domain refuses it on
+// runc (executor/local/landlock), and gVisor's sentry does.
 func TestDockerPtrace(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) { testPtrace(t, rt) })
@@ -59,6 +59,17 @@ func testPtrace(t *testing.T, rt string) {
 		if !strings.Contains(got, want) {
 			t.Errorf("%s: the other call's process:\n%s\nwant %q", rt, got, want)
 		}
+	}
+	// Its memory file: refused by the calls' Landlock domains on runc,
+	// by the sentry under gVisor.
+	if !strings.Contains(got, "mem: EACCES\n") && !strings.Contains(got, "mem: EPERM\n") {
+		t.Errorf("%s: the other call's /proc/<pid>/mem opens:\n%s\n%s", rt, got, sb.logs())
+	}
+	// The agent says which: a domain per call on runc, none under gVisor
+	// (no Landlock there).
+	logs := sb.logs()
+	if on := strings.Contains(logs, ", a Landlock domain per call"); on != (rt == "runc") {
+		t.Errorf("%s: Landlock domain per call %v; the agent's log:\n%s", rt, on, logs)
 	}
 	t.Logf("%s: %s", rt, strings.ReplaceAll(strings.TrimSpace(got), "\n", "; "))
 }

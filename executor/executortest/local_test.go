@@ -2,12 +2,14 @@ package executortest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/local/landlock"
 )
 
 // TestLocal holds the reference executor to the suite, tracking trees the
@@ -19,14 +21,33 @@ func TestLocal(t *testing.T) { runLocal(t, local.CgroupAuto) }
 // hierarchy, as on hosts (and in sandboxes) without cgroup v2.
 func TestLocalCgroupV1(t *testing.T) { runLocal(t, local.CgroupV1) }
 
-func runLocal(t *testing.T, mode local.CgroupMode) {
+// TestLocalLandlock runs the suite with every command started through the
+// per-call Landlock shim, as the agent starts them where the kernel has
+// Landlock.
+func TestLocalLandlock(t *testing.T) {
+	shim, err := landlock.Shim()
+	if errors.Is(err, landlock.ErrUnsupported) {
+		t.Skipf("no per-call Landlock shim on this host: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shim.Close() }) // after the parallel subtests
+	runLocal(t, local.CgroupAuto, func(c *local.Config) { c.ExecShim = shim })
+}
+
+func runLocal(t *testing.T, mode local.CgroupMode, mut ...func(*local.Config)) {
 	root, home := t.TempDir(), t.TempDir()
 	if _, err := local.New(local.Config{Root: root, Cgroup: mode}); err != nil {
 		t.Skipf("cgroup mode %s unavailable on this host: %v", mode, err)
 	}
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
-			e, err := local.New(local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim, Cgroup: mode})
+			cfg := local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim, Cgroup: mode}
+			for _, m := range mut {
+				m(&cfg)
+			}
+			e, err := local.New(cfg)
 			if err != nil {
 				t.Fatalf("local.New: %v", err)
 			}

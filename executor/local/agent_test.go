@@ -376,15 +376,21 @@ func TestParseGroups(t *testing.T) {
 
 // TestForkRetried: a fork refused for a moment (EAGAIN: here RLIMIT_NPROC
 // of the command's user, in a sandbox its pids limit) is retried until it
-// passes. Not parallel: the limit is the test process's, and other tests'
+// passes, also through the Landlock shim (whose own exec is the one
+// refused). Not parallel: the limit is the test process's, and other tests'
 // commands would inherit it.
 func TestForkRetried(t *testing.T) {
 	requireRoot(t)
+	t.Run("direct", func(t *testing.T) { testForkRetried(t, nil) })
+	t.Run("shim", func(t *testing.T) { testForkRetried(t, landlockShim(t)) })
+}
+
+func testForkRetried(t *testing.T, shim *os.File) {
 	// RLIMIT_NPROC counts every process of the uid on the machine: a uid of
 	// this test alone, so that other packages' commands (sandboxes run as
 	// 1000) cannot keep it over the limit.
 	uid := uint32(61000 + os.Getpid()%1000)
-	e := agentExec(t, func(c *Config) { c.Credential = &syscall.Credential{Uid: uid, Gid: uid} })
+	e := agentExec(t, func(c *Config) { c.Credential = &syscall.Credential{Uid: uid, Gid: uid}; c.ExecShim = shim })
 	tk := start(t, e, executor.Request{Command: "sleep 100"})
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &old); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/local/landlock"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -30,8 +32,25 @@ func BenchmarkForegroundInterleaved(b *testing.B) {
 	}
 	paths := []*path{{name: "bash", call: func() error { return exec.Command("bash", "-c", "true").Run() }}}
 	args := json.RawMessage(`{"command":"true","description":"do nothing"}`)
-	for _, mode := range []local.CgroupMode{local.CgroupV2, local.CgroupV1, local.CgroupOff} {
-		e, err := local.New(local.Config{Root: b.TempDir(), SpillDir: b.TempDir(), Cgroup: mode})
+	// Each mode, and v2 and off again with every command started through
+	// the per-call Landlock shim (as the agent starts them), for its cost.
+	type variant struct {
+		mode local.CgroupMode
+		shim *os.File
+	}
+	variants := []variant{{mode: local.CgroupV2}, {mode: local.CgroupV1}, {mode: local.CgroupOff}}
+	if shim, err := landlock.Shim(); err != nil {
+		b.Logf("no Landlock shim: %v", err)
+	} else {
+		b.Cleanup(func() { shim.Close() })
+		variants = append(variants, variant{local.CgroupV2, shim}, variant{local.CgroupOff, shim})
+	}
+	for _, v := range variants {
+		mode, name := v.mode, string(v.mode)
+		if v.shim != nil {
+			name += "+landlock"
+		}
+		e, err := local.New(local.Config{Root: b.TempDir(), SpillDir: b.TempDir(), Cgroup: mode, ExecShim: v.shim})
 		if err != nil {
 			b.Logf("cgroup mode %s unavailable: %v", mode, err)
 			continue
@@ -42,7 +61,7 @@ func BenchmarkForegroundInterleaved(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(ts.Close)
-		paths = append(paths, &path{name: string(mode), call: func() error {
+		paths = append(paths, &path{name: name, call: func() error {
 			r := ts.Call(context.Background(), tools.Invocation{Session: "bench", Tool: "bash", Args: args})
 			if r.IsError || r.Text != "(no output)" {
 				return fmt.Errorf("got %q", r.Text)

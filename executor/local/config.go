@@ -59,6 +59,16 @@ type Config struct {
 	// Credential, when set, runs commands as another uid/gid (the server must
 	// be allowed to switch to it).
 	Credential *syscall.Credential
+	// ExecShim, if set, is a program every command starts through, which
+	// execs the command in the same process (so its pid, process group,
+	// credentials and exit status are the command's): the child runs
+	// /proc/self/fd/3, ExecShim as its fd 3, with argv ExecShim's base
+	// name, the command's resolved path, then the command's argv. The
+	// shim must close fd 3 before the exec, and exit 127 if the command
+	// does not exist, 126 if it cannot run. The agent puts each call in a
+	// Landlock domain of its own this way (package landlock). Not closed
+	// by Close.
+	ExecShim *os.File
 	// OOMScoreAdj, when non-zero, is written to each command's oom_score_adj
 	// right after it starts (processes it forks before that keep the old
 	// value). Raising it needs no privilege, which is how an agent protects

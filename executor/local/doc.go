@@ -122,8 +122,8 @@
 //
 // # As a sandbox's PID 1
 //
-// cmd/shellbox-agent runs an Executor as the sandbox's init, and three more
-// things matter there (agent.go, reap.go, oom.go):
+// cmd/shellbox-agent runs an Executor as the sandbox's init, and four more
+// things matter there (agent.go, reap.go, oom.go, Config.ExecShim):
 //
 //   - Reaping. Orphans of every command's tree are reparented to PID 1 and
 //     must be reaped, but the leaders must not be, by anyone but their
@@ -140,6 +140,11 @@
 //     reported with Result.OOMKilled, and a last stderr line naming the
 //     memory limit. (Under gVisor there is no such counter, and a sandbox over
 //     its limit is killed whole by the host.)
+//   - One call may not reach another's processes. With Config.ExecShim every
+//     command starts through a shim that execs it in the same process, after
+//     putting it in a Landlock domain of its own (package landlock): the
+//     exec keeps the process, so the pid, process group, tag group and exit
+//     status the executor tracks are the command's.
 //
 // # Output and memory
 //

@@ -267,7 +267,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		logf:    e.cfg.Logf,
 	}
 	newCmd := func() *exec.Cmd {
-		return &exec.Cmd{
+		c := &exec.Cmd{
 			Path:   path,
 			Args:   argv,
 			Env:    withPWD(spec.Env, wd.real),
@@ -275,6 +275,12 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 			Stdout: ends[0],
 			Stderr: ends[1],
 		}
+		if shim := e.cfg.ExecShim; shim != nil {
+			c.Path = "/proc/self/fd/3"
+			c.Args = append([]string{filepath.Base(shim.Name()), path}, argv...)
+			c.ExtraFiles = []*os.File{shim}
+		}
+		return c
 	}
 	h := e.hier.Load()
 	err = e.launchRetrying(p, newCmd, h)

@@ -23,8 +23,9 @@ import (
 // a command: filters are inherited across fork and execve and cannot be
 // removed, so every command gets it. The price: strace, gdb and other
 // tracers do not work in a sandbox (they fail with EPERM). What the filter
-// cannot see is /proc/<pid>/mem, opened by path: the same user may still
-// open another call's (docs/security.md, Known limits).
+// cannot see is /proc/<pid>/mem, opened by path: the agent puts each call
+// in a Landlock domain of its own for that (Config.ExecShim, package
+// landlock; docs/security.md, Known limits).
 
 // seccomp(2) constants (linux/seccomp.h, linux/audit.h).
 const (

@@ -185,11 +185,14 @@ func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 	// granted foreground call runs, looks for the grant in that call's
 	// environment (nothing there), then uses the proxy as the granted call
 	// does, and with a credential: refused both times, with the policy's
-	// and the proxy's reasons. The granted call itself, and a setsid'd
-	// process of its tree, still get through meanwhile.
+	// and the proxy's reasons. Nor can it hijack the granted process (open
+	// its /proc/<pid>/mem to write into it: refused by the calls' Landlock
+	// domains on runc, by the sentry under gVisor). The granted call itself,
+	// and a setsid'd process of its tree, still get through meanwhile.
 	thief := call(t, ts, "net", tools.ToolBash, bash(`while [ ! -s /tmp/granted-pid ]; do sleep 0.1; done
 pid=$(cat /tmp/granted-pid)
-echo "environ: $(tr '\0' '\n' < /proc/$pid/environ | grep -ci 'shellbox:')"
+echo "environ: $(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -ci 'shellbox:')"
+if (exec 3<>/proc/$pid/mem) 2>/dev/null; then echo "mem: open"; else echo "mem: refused"; fi
 curl -sS -m 30 -D - -o /dev/null http://`+denied+`/stolen | grep -i '^shellbox-error'
 curl -sS -m 30 -D - -o /dev/null -x http://shellbox:guess@127.0.0.1:3128 http://`+denied+`/stolen | grep -i '^shellbox-error'
 touch /tmp/thief-done
@@ -209,6 +212,7 @@ setsid curl -sS -m 30 http://`+denied+`/setsid < /dev/null`,
 	loot := call(t, ts, "net", tools.ToolBashOutput, map[string]any{"task_id": thiefID}).Text
 	for _, want := range []string{
 		"environ: 0\n",
+		"mem: refused\n",
 		"Shellbox-Error: shellbox: egress to " + denied + " is not allowed by policy test",
 		"Shellbox-Error: shellbox egress proxy: Proxy-Authorization is not accepted: a network grant holds only for the processes of the call it was granted to",
 		"status: completed, exit code: 0",

@@ -40,8 +40,10 @@ import (
 // process) or a lookup that fails gives no grant: the connection goes
 // where the allowlist allows, as any other. A holder made non-dumpable
 // (prctl) cannot be read either and so is not counted: that takes a granted
-// process the attacker already controls, which on runc /proc/<pid>/mem
-// allows (docs/security.md, Known limits).
+// process the attacker already controls. Taking one over by writing its
+// /proc/<pid>/mem is refused: each call runs in a Landlock domain of its
+// own on runc (executor/local/landlock; where the kernel has Landlock ABI
+// 2, else docs/security.md, Known limits), and gVisor's sentry refuses it.
 
 // Holder is a process holding a socket open.
 type Holder struct {
