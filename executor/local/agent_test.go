@@ -339,8 +339,12 @@ func TestReapOrphans(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
-	if n := <-reaped; n < 800 {
-		t.Errorf("reaped %d orphans, want at least the storm's 800", n)
+	// Not every one of the storm's 800 sleeps is an orphan: one that exits
+	// while its subshell still runs is reaped by that bash (its SIGCHLD
+	// handler), and how many do depends on the machine's load (786–793
+	// seen on a loaded CI machine). That none is left is checked above.
+	if n := <-reaped; n == 0 {
+		t.Errorf("reaped no orphans: the storm made none, or ReapOrphans missed them all")
 	}
 	leadersMu.Lock()
 	left := len(leaders)
