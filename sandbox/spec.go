@@ -67,6 +67,17 @@ const (
 // MaxUserThreads).
 const AgentTasks = 18
 
+// GVisorLookupCaps are the capabilities a runtime gives the agent under
+// gVisor (Spec.Runtime runsc) on top of its own: the egress proxy reads its
+// commands' /proc/<pid>/fd links with them (CAP_SYS_PTRACE for the links,
+// CAP_DAC_READ_SEARCH for the 0500 directory), where gVisor refuses the
+// agent acting as the commands' user. The agent keeps them permitted only
+// and raises them on one thread per lookup (executor/files, AsTracer);
+// commands never get them. Not under runc: there acting as the user
+// suffices, and CAP_DAC_READ_SEARCH would open open_by_handle_at(2) on the
+// host's kernel (gVisor has none).
+var GVisorLookupCaps = []string{"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
+
 // PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands
 // may have n processes and threads: n plus the agent's own (AgentTasks).
 func PidsCgroupLimit(n int64) int64 { return n + AgentTasks }

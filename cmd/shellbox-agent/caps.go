@@ -53,11 +53,52 @@ func dropBoundingSet() error {
 	data[0].Effective &= keep
 	data[0].Permitted &= keep
 	data[0].Inheritable &= keep
-	_, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	runtime.KeepAlive(&hdr)
-	runtime.KeepAlive(&data)
+	if err := capsetAllThreads(&hdr, &data); err != nil {
+		return fmt.Errorf("give up CAP_SETPCAP: %w", err)
+	}
+	return nil
+}
+
+// capsetAllThreads sets the capability sets of every thread: capset(2)
+// sets the calling thread's alone, and Go runs on many.
+func capsetAllThreads(hdr *unix.CapUserHeader, data *[2]unix.CapUserData) error {
+	_, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(hdr)
+	runtime.KeepAlive(data)
 	if e != 0 {
-		return fmt.Errorf("give up CAP_SETPCAP: %w", e)
+		return e
+	}
+	return nil
+}
+
+// Capabilities kept for the egress proxy's lookups.
+//
+// Under gVisor the runtime also gives the agent CAP_SYS_PTRACE and
+// CAP_DAC_READ_SEARCH: the egress proxy reads its commands' /proc/<pid>/fd
+// links with them, where acting as the commands' user is refused
+// (executor/files, AsTracer). The agent needs them nowhere else, so it
+// keeps them in its permitted set only, out of the effective (and
+// inheritable) set of every thread, and AsTracer raises them on one
+// locked thread for a lookup. A process without them is left as it is.
+
+// lowerTracerCaps clears CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH from the
+// effective and inheritable sets of every thread, when the permitted set
+// holds both (files.TracerCaps: the proxy then reads fd links with
+// files.AsTracer).
+func lowerTracerCaps() error {
+	const tracer = 1<<unix.CAP_SYS_PTRACE | 1<<unix.CAP_DAC_READ_SEARCH
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if data[0].Permitted&tracer != tracer {
+		return nil
+	}
+	data[0].Effective &^= tracer
+	data[0].Inheritable &^= tracer
+	if err := capsetAllThreads(&hdr, &data); err != nil {
+		return fmt.Errorf("lower CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH: %w", err)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@
 // (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent and run as the
 // sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL
 // (and CAP_SETPCAP, which it uses at start to empty the capability bounding
-// set that its commands inherit, and then drops: caps.go).
+// set that its commands inherit, and then drops: caps.go; under gVisor also
+// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, permitted only, raised on one
+// thread for the egress proxy's lookups).
 //
 // It serves the agentapi protocol on a unix socket in the session's host
 // directory (mode 0600: the commands, which run as --uid, cannot connect)
@@ -342,6 +344,10 @@ func run(args []string, stderr io.Writer) int {
 		logger.Print(err)
 		return 1
 	}
+	if err := lowerTracerCaps(); err != nil {
+		logger.Print(err)
+		return 1
+	}
 	if err := serve(o, logger, recentLog(recent)); err != nil {
 		logger.Print(err)
 		return 1
@@ -480,15 +486,23 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 			return fmt.Errorf("egress proxy: %w", err)
 		}
 		pcfg := egress.ProxyConfig{Logger: logger}
-		if cfg.TagGroups.Count > 0 {
+		if cfg.TagGroups.Count > 0 || strings.HasPrefix(e.Isolation(), "cgroup") {
 			// A call's network grant holds for its own tree only: the
 			// proxy finds the processes holding a connection's socket
-			// (reading their fds as the commands' user) and the executor
-			// says which grant their tag carries. Without tags no
-			// connection carries a grant.
+			// (reading their fds as the commands' user, or under gVisor,
+			// whose runtime gives the agent CAP_SYS_PTRACE and
+			// CAP_DAC_READ_SEARCH for it, with those raised on the
+			// lookup's thread) and the executor says which grant their
+			// tag or cgroup (gVisor's cgroupfs is writable: there each
+			// command gets a cgroup, and no tag) carries. Without either
+			// no connection carries a grant.
 			uid, gid := o.uid, o.gid
-			asUser := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
-			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, asUser, e.Grant) }
+			read := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
+			if files.TracerCaps() {
+				read = files.AsTracer
+			}
+			grantOf := func(h egress.Holder) string { return e.Grant(h.Groups, h.Cgroups) }
+			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, read, grantOf) }
 		}
 		p := egress.NewProxy(pcfg)
 		go func() {

@@ -22,8 +22,11 @@ import (
 // thread can come back and its commands still cannot signal or trace it.
 // The Go runtime starts no thread from a locked one (it asks its template
 // thread), so no other thread inherits the ids. The thread is restored
-// before it is unlocked; if it cannot be, it stays locked and dies with the
-// goroutine rather than go back to the pool as another user.
+// before it is unlocked, its capability sets included (coming back to a
+// root id copies permitted capabilities into the effective set, and the
+// agent keeps some permitted only: AsTracer); if it cannot be, it stays
+// locked and dies with the goroutine rather than go back to the pool as
+// another user or with more capabilities.
 func (t Tree) asUser(fn func() error) error {
 	if t.UID < 0 {
 		return fn()
@@ -36,7 +39,8 @@ func (t Tree) asUser(fn func() error) error {
 // Tree's transfers do (see asUser): what fn does in the calling goroutine
 // is checked as that user's, which is also what lets the agent read the
 // /proc/<pid>/fd links of its commands (egress.Holders) without
-// CAP_SYS_PTRACE. It shares the MaxUserThreads budget with transfers.
+// CAP_SYS_PTRACE on Linux (not under gVisor: AsTracer). It shares the
+// MaxUserThreads budget with transfers.
 func AsUser(uid, gid int, fn func() error) error {
 	// fn may wait on the network with its thread locked: at most
 	// MaxUserThreads threads are held so at once, whatever the number of
@@ -71,8 +75,21 @@ var userThreads = make(chan struct{}, MaxUserThreads)
 var forceEffectiveIDs = false
 
 // switchIDs switches the thread to uid and gid for file access and returns
-// how to switch back (true: restored).
+// how to switch back (true: restored, capability sets included).
 func switchIDs(uid, gid int) (restore func() bool, err error) {
+	// Going back to root ids raises what the permitted set holds (all of
+	// it for the effective ids, the file system capabilities for
+	// setfsuid): the sets are put back as they were.
+	caps, err := threadCaps()
+	if err != nil {
+		return func() bool { return true }, cannotSwitch(uid, gid, err.Error())
+	}
+	restoreIDs, err := switchThreadIDs(uid, gid)
+	return func() bool { return restoreIDs() && setThreadCaps(caps) == nil }, err
+}
+
+// switchThreadIDs is switchIDs but for the capability sets.
+func switchThreadIDs(uid, gid int) (restore func() bool, err error) {
 	prevUID, uerr := unix.SetfsuidRetUid(-1)
 	prevGID, gerr := unix.SetfsgidRetGid(-1)
 	if !forceEffectiveIDs && uerr == nil && gerr == nil && prevUID >= 0 && prevGID >= 0 {

@@ -110,9 +110,6 @@ func (e *Executor) oomSample() int64 {
 // afterExit runs once p's tree is gone and its output drained, before the
 // result is final: it frees p's tag and notes an OOM kill.
 func (e *Executor) afterExit(p *proc) {
-	// The tree is gone, or what is left of it is stuck for good: its
-	// network grant ends here, whatever becomes of the tag.
-	e.forgetGrant(p)
 	if p.tag != 0 {
 		// A tagged process that outlived the kill loop (stuck in an
 		// uninterruptible sleep) keeps its tag for good.

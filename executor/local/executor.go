@@ -318,10 +318,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 	}
 
 	e.mu.Lock()
-	if p.tag != 0 {
-		// Only a tagged tree can be told apart from the others (grant.go).
-		p.grant = spec.EgressGrant
-	}
+	p.grantTree(spec.EgressGrant)
 	e.running[p] = struct{}{}
 	if t != nil && oomErr == nil {
 		t.p = p
@@ -332,6 +329,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		p.kill()
 	}
 	e.mu.Unlock()
+	p.treeGone = func() { e.forgetGrant(p) }
 	p.beforeFinish = func() { e.afterExit(p) }
 	p.onDone = func() { e.retire(p, t) }
 	go p.supervise()

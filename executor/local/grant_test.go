@@ -1,9 +1,12 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/shellbox/shellbox/executor"
@@ -34,32 +37,119 @@ func TestGrantBoundToTree(t *testing.T) {
 	other := start(t, e, executor.Request{Command: "echo $$ > other; sleep 100"})
 	defer other.Kill(context.Background())
 	escaped, others := groupsOf("escaped"), groupsOf("other")
-	if g := e.Grant(escaped); g != "g1" {
+	if g := e.Grant(escaped, nil); g != "g1" {
 		t.Errorf("a setsid'd process of the granted tree: grant %q, want g1", g)
 	}
-	if g := e.Grant(others); g != "" {
+	if g := e.Grant(others, nil); g != "" {
 		t.Errorf("a process of another command: grant %q", g)
 	}
-	if g := e.Grant(nil); g != "" {
+	if g := e.Grant(nil, nil); g != "" {
 		t.Errorf("no groups: grant %q", g)
 	}
 	if _, err := granted.Kill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if g := e.Grant(escaped); g != "" {
+	if g := e.Grant(escaped, nil); g != "" {
 		t.Errorf("after the tree ended: grant %q", g)
 	}
 	// A later command (tags are handed out round robin) has no grant.
 	again := start(t, e, executor.Request{Command: "echo $$ > again; sleep 100"})
 	defer again.Kill(context.Background())
-	if g := e.Grant(groupsOf("again")); g != "" {
+	if g := e.Grant(groupsOf("again"), nil); g != "" {
 		t.Errorf("a later command without a grant: grant %q", g)
 	}
 
 	plain := newExec(t, CgroupOff)
-	tk := start(t, plain, executor.Request{Command: "sleep 100"}, func(s *executor.Spec) { s.EgressGrant = "g2" })
+	tk := start(t, plain, executor.Request{Command: "echo $$ > plain; sleep 100"}, func(s *executor.Spec) { s.EgressGrant = "g2" })
 	defer tk.Kill(context.Background())
-	if g := plain.Grant([]uint32{0}); g != "" {
-		t.Errorf("an executor without tags: grant %q", g)
+	cg, err := os.ReadFile("/proc/" + strconv.Itoa(readPid(t, filepath.Join(plain.cfg.Root, "plain"))) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := plain.Grant([]uint32{0}, cg); g != "" {
+		t.Errorf("an executor without tags or cgroups: grant %q", g)
+	}
+}
+
+// TestGrantBoundToCgroup: where the executor makes a cgroup per command (a
+// gVisor sandbox's agent: no tags then), a command's network grant is
+// found from the cgroup of any process of its tree, setsid'd ones
+// included, and from no other command's; it ends with the tree, before
+// the cgroup is another command's.
+func TestGrantBoundToCgroup(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	e := newExec(t, CgroupAuto, func(c *Config) { c.Credential = &syscall.Credential{Uid: 1000, Gid: 1000} })
+	if e.hier.Load() == nil {
+		t.Skip("no usable cgroup hierarchy")
+	}
+	os.Chmod(filepath.Dir(e.cfg.Root), 0o755)
+	os.Chmod(e.cfg.Root, 0o777)
+	cgroupsOf := func(pidFile string) []byte {
+		t.Helper()
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(readPid(t, filepath.Join(e.cfg.Root, pidFile))) + "/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	granted := start(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > escaped; exec sleep 100' & sleep 100"},
+		func(s *executor.Spec) { s.EgressGrant = "g1" })
+	other := start(t, e, executor.Request{Command: "echo $$ > other; sleep 100"})
+	defer other.Kill(context.Background())
+	escaped, others := cgroupsOf("escaped"), cgroupsOf("other")
+	if g := e.Grant(nil, escaped); g != "g1" {
+		t.Errorf("a setsid'd process of the granted tree (cgroups %q): grant %q, want g1", escaped, g)
+	}
+	if g := e.Grant(nil, others); g != "" {
+		t.Errorf("a process of another command: grant %q", g)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := e.Grant(nil, self); g != "" {
+		t.Errorf("a process of no command: grant %q", g)
+	}
+	if _, err := granted.Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g := e.Grant(nil, escaped); g != "" {
+		t.Errorf("after the tree ended: grant %q", g)
+	}
+	// The next command takes the ended one's cgroup from the pool, and not
+	// its grant.
+	again := start(t, e, executor.Request{Command: "echo $$ > again; sleep 100"})
+	defer again.Kill(context.Background())
+	reused := cgroupsOf("again")
+	if !bytes.Equal(reused, escaped) {
+		t.Errorf("the next command's cgroups %q, want the pooled %q", reused, escaped)
+	}
+	if g := e.Grant(nil, reused); g != "" {
+		t.Errorf("a later command in the granted one's cgroup: grant %q", g)
+	}
+}
+
+func TestGrantCgroupLines(t *testing.T) {
+	v1 := grantCgroup{ctrl: "freezer", path: "/shellbox/c1"}
+	v2 := grantCgroup{v2: true, path: "/shellbox/c1"}
+	for _, c := range []struct {
+		g    grantCgroup
+		in   string
+		want bool
+	}{
+		{v1, "7:freezer:/shellbox/c1\n0::/\n", true},
+		{v1, "7:cpu,freezer:/shellbox/c1\n", true},
+		{v1, "7:freezer:/shellbox/c1/sub\n", false},
+		{v1, "7:pids:/shellbox/c1\n", false},
+		{v1, "0::/shellbox/c1\n", false},
+		{v2, "0::/shellbox/c1\n", true},
+		{v2, "7:freezer:/shellbox/c1\n0::/\n", false},
+		{v2, "", false},
+		{grantCgroup{}, "0::\n", false},
+	} {
+		if got := c.g.holds([]byte(c.in)); got != c.want {
+			t.Errorf("%+v.holds(%q) = %v, want %v", c.g, c.in, got, c.want)
+		}
 	}
 }

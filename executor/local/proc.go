@@ -110,8 +110,10 @@ type proc struct {
 	// the OOM-kill counter at start (-1: not watched), and the hook that
 	// frees the tag and notes an OOM kill.
 	tag          uint32
-	tagGone      bool   // the tagged tree was seen gone (supervisor only)
-	grant        string // the tree's network grant (grant.go); under Executor.mu
+	tagGone      bool        // the tagged tree was seen gone (supervisor only)
+	grant        string      // the tree's network grant (grant.go); under Executor.mu
+	grantCg      grantCgroup // the cgroup it is bound to, if not a tag; under Executor.mu
+	treeGone     func()      // called once the tree is gone, before its cgroup is released
 	oomBase      int64
 	oomKilled    bool
 	beforeFinish func()
@@ -241,6 +243,10 @@ func (p *proc) supervise() {
 	p.terminate("its leader exited, leaving processes behind")
 
 	p.reap()
+	if p.treeGone != nil {
+		// Before the cgroup can be another command's (grant.go).
+		p.treeGone()
+	}
 	if p.cg != nil {
 		// The leader is reaped and the tree gone: nothing refers to the
 		// cgroup any more, so it can go back to the pool (cgroupPool). An

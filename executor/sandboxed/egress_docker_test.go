@@ -142,28 +142,16 @@ func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 
 	// A call holding the network permission reaches what the list does not,
 	// with no credential in its environment: the proxy knows its processes.
-	// Under gVisor the agent cannot read its commands' fd links (gVisor
-	// checks the real uid, which the agent does not switch), so no
-	// connection is attributed and grants fail closed: the allowlist holds.
-	bound := runtime == sandbox.RuntimeRunc
-	// fetched says whether out is what curl printed for path: the page, or
-	// on runsc the 403's body (the policy's reason, with a newline).
-	refusal := "shellbox: egress to " + denied + " is not allowed by policy test (sandbox.network.allow: " + allowed + ")\n"
+	// On runsc as on runc: under gVisor the agent reads the fd links with
+	// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH raised on the lookup's thread.
 	fetched := func(out string, paths ...string) bool {
 		want := ""
 		for _, p := range paths {
-			if bound {
-				want += "hello from the host " + p + "\n"
-			} else {
-				want += refusal + "\n"
-			}
+			want += "hello from the host " + p + "\n"
 		}
 		return strings.TrimRight(out, "\n") == strings.TrimRight(want, "\n")
 	}
-	granted := int64(0)
-	if bound {
-		granted = 2
-	}
+	const granted = 2
 	res := call(t, ts, "net", tools.ToolBash, bash(`curl -sS -m 30 http://`+denied+`/granted; echo; echo "$HTTPS_PROXY"`,
 		"sandbox_permissions", []string{"network"}, "justification", "fetch from the other host"))
 	if out, proxy, _ := strings.Cut(res.Text, "\nhttp://"); !fetched(out, "/granted") || proxy != "127.0.0.1:3128" {
@@ -226,6 +214,22 @@ setsid curl -sS -m 30 http://`+denied+`/setsid < /dev/null`,
 	}
 	if n := deniedHits.Load(); n != 2*granted {
 		t.Errorf("the other host saw %d requests, want %d (the granted ones)", n, 2*granted)
+	}
+
+	// While the proxy looks connections up (with its lookup capabilities
+	// raised, under gVisor), the agent's threads stay root's: a command
+	// can signal none of them (kill(2) with a thread's id is checked
+	// against that thread's ids).
+	probe := run(`(for i in $(seq 3); do curl -s -m 30 -o /dev/null http://` + denied + `/probe; done) &
+n=0; hits=0
+while kill -0 $! 2>/dev/null; do
+  for d in /proc/1/task/*; do n=$((n+1)); kill -0 ${d##*/} 2>/dev/null && hits=$((hits+1)); done
+done
+wait
+echo "signalled $hits of $n"`)
+	t.Logf("%s: %s", runtime, probe)
+	if !strings.HasPrefix(probe, "signalled 0 of ") || probe == "signalled 0 of 0" {
+		t.Errorf("signalling the agent's threads during lookups: %q, want none of some", probe)
 	}
 
 	// A sandbox without egress: no variables, no proxy.

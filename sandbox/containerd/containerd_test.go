@@ -150,6 +150,9 @@ func TestHardening(t *testing.T) {
 			// The agent (PID 1, root) keeps SETUID, SETGID and KILL: bits 5-7.
 			checks := []struct{ name, cmd, want string }{
 				{"agent capabilities", "grep ^CapEff /proc/1/status | tr -d '\\t '", "CapEff:00000000000000e0"},
+				// Under gVisor SYS_PTRACE and DAC_READ_SEARCH too, permitted
+				// only (the egress proxy raises them for its lookups).
+				{"agent permitted capabilities", "grep ^CapPrm /proc/1/status | tr -d '\\t '", "CapPrm:" + agentPermitted(runtime)},
 				{"agent bounding set", "grep ^CapBnd /proc/1/status | tr -d '\\t '", "CapBnd:0000000000000000"},
 				{"agent seccomp", "grep ^Seccomp: /proc/1/status | tr -d '\\t '", "Seccomp:2"},
 				{"command capabilities", "grep ^CapEff /proc/self/status | tr -d '\\t '", "CapEff:0000000000000000"},
@@ -416,4 +419,14 @@ func TestOOMKilled(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// agentPermitted is the real agent's CapPrm once it started: SETUID, SETGID
+// and KILL (bits 5-7), and under gVisor SYS_PTRACE (19) and DAC_READ_SEARCH
+// (2) for the egress proxy's lookups.
+func agentPermitted(runtime string) string {
+	if runtime == sandbox.RuntimeRunsc {
+		return "00000000000800e4"
+	}
+	return "00000000000000e0"
 }

@@ -208,6 +208,11 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		})
 	}
 
+	caps := slices.Clone(agentCaps)
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		// For the egress proxy's lookups (sandbox.GVisorLookupCaps).
+		caps = append(caps, sandbox.GVisorLookupCaps...)
+	}
 	zero := 0
 	opts := []oci.SpecOpts{
 		// The agent is PID 1, as root: it runs each command as spec.UID:GID.
@@ -216,7 +221,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		oci.WithProcessCwd(sandbox.WorkspacePath),
 		oci.WithUIDGID(0, 0),
 		oci.WithHostname("sandbox"),
-		oci.WithCapabilities(slices.Clone(agentCaps)),
+		oci.WithCapabilities(caps),
 		oci.WithAmbientCapabilities(nil),
 		oci.WithNoNewPrivileges,
 		// After the capabilities: the default profile allows the syscalls

@@ -202,6 +202,17 @@ func TestTranslateRunsc(t *testing.T) {
 	if i < 0 || s.Process.Rlimits[i].Hard != 64 || s.Process.Rlimits[i].Soft != 64 {
 		t.Errorf("rlimits %+v: want RLIMIT_NPROC 64", s.Process.Rlimits)
 	}
+	// The egress proxy's lookup capabilities, under gVisor only.
+	c := s.Process.Capabilities
+	for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
+		got := slices.Sorted(slices.Values(set))
+		if want := []string{"CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_PTRACE"}; !slices.Equal(got, want) {
+			t.Errorf("%s capabilities %q, want %q", name, got, want)
+		}
+	}
+	if len(c.Inheritable) != 0 || len(c.Ambient) != 0 {
+		t.Errorf("inheritable %q, ambient %q: want none", c.Inheritable, c.Ambient)
+	}
 }
 
 func TestTranslateMounts(t *testing.T) {

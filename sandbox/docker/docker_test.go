@@ -56,7 +56,12 @@ func TestHardeningApplied(t *testing.T) {
 		}
 		caps := slices.Clone(hc.CapAdd)
 		slices.Sort(caps)
-		if want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}; !slices.Equal(caps, want) {
+		want := []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}
+		if rt == sandbox.RuntimeRunsc {
+			// The egress proxy's lookups (sandbox.GVisorLookupCaps).
+			want = []string{"CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_PTRACE"}
+		}
+		if !slices.Equal(caps, want) {
 			t.Errorf("CapAdd = %v, want %v", hc.CapAdd, want)
 		}
 		if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
@@ -122,13 +127,18 @@ func TestHardeningObserved(t *testing.T) {
 
 		r := e.run(sb, 1000, "cat /proc/self/status", 10*time.Second)
 		st := r.Stdout
+		// The container's bounding set (SETUID, SETGID, KILL, SETPCAP; under
+		// gVisor SYS_PTRACE and DAC_READ_SEARCH too): the stand-in agent
+		// keeps it; the real one empties it at start (cmd/shellbox-agent
+		// caps.go; executor/sandboxed's hostile suite checks a command's
+		// CapBnd is 0).
+		bnd := "00000000000001e0"
+		if rt == sandbox.RuntimeRunsc {
+			bnd = "00000000000801e4"
+		}
 		for field, want := range map[string]string{
 			"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapInh": "0000000000000000",
-			// The container's bounding set (SETUID, SETGID, KILL, SETPCAP):
-			// the stand-in agent keeps it; the real one empties it at start
-			// (cmd/shellbox-agent caps.go; executor/sandboxed's hostile
-			// suite checks a command's CapBnd is 0).
-			"CapBnd": "00000000000001e0", "Uid": "1000\t1000\t1000\t1000", "Gid": "1000\t1000\t1000\t1000",
+			"CapBnd": bnd, "Uid": "1000\t1000\t1000\t1000", "Gid": "1000\t1000\t1000\t1000",
 		} {
 			if got := statusField(st, field); got != want {
 				t.Errorf("command's %s = %q, want %q", field, got, want)
@@ -158,9 +168,15 @@ func TestHardeningObserved(t *testing.T) {
 		})
 
 		// The agent (PID 1) gets SETUID, SETGID, KILL and SETPCAP, nothing
-		// else (the real agent drops SETPCAP once it used it).
-		if got := statusField(e.run(sb, 1000, "cat /proc/1/status", 10*time.Second).Stdout, "CapEff"); got != "00000000000001e0" {
-			t.Errorf("agent's CapEff = %q, want 00000000000001e0", got)
+		// else (the real agent drops SETPCAP once it used it); under gVisor
+		// also SYS_PTRACE and DAC_READ_SEARCH (the real agent keeps them
+		// permitted only: executor/sandboxed's egress test uses them).
+		want := "00000000000001e0"
+		if rt == sandbox.RuntimeRunsc {
+			want = "00000000000801e4"
+		}
+		if got := statusField(e.run(sb, 1000, "cat /proc/1/status", 10*time.Second).Stdout, "CapEff"); got != want {
+			t.Errorf("agent's CapEff = %q, want %s", got, want)
 		}
 
 		// Root filesystem: read-only even for uid 0.

@@ -109,12 +109,17 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 		pids = runscHostPids(spec.PidsLimit)
 		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: spec.PidsLimit, Hard: spec.PidsLimit})
 	}
+	caps := slices.Clone(agentCaps)
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		// For the egress proxy's lookups (sandbox.GVisorLookupCaps).
+		caps = append(caps, sandbox.GVisorLookupCaps...)
+	}
 	noInit := false
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(sandbox.NetworkNone),
 		Runtime:     runtime,
 		CapDrop:     []string{"ALL"},
-		CapAdd:      slices.Clone(agentCaps),
+		CapAdd:      caps,
 		// The default seccomp profile stays: only "seccomp=unconfined" or a
 		// custom profile would change it.
 		SecurityOpt:    []string{"no-new-privileges"},

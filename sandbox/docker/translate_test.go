@@ -154,6 +154,10 @@ func TestTranslateRunsc(t *testing.T) {
 	if i < 0 || hc.Ulimits[i].Soft != 100 || hc.Ulimits[i].Hard != 100 {
 		t.Errorf("ulimits %+v", hc.Ulimits)
 	}
+	// The egress proxy's lookup capabilities, under gVisor only.
+	if want := []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}; !slices.Equal(hc.CapAdd, want) {
+		t.Errorf("CapAdd %v, want %v", hc.CapAdd, want)
+	}
 }
 
 // Host directory mounts are binds after shellbox's own, read-only as asked,

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -487,11 +488,19 @@ func TestTreeGrant(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
 	const tag = 70001
-	var lookups atomic.Int64
+	// The clients are this process's children: in its cgroups.
+	ownCgroups, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lookups, otherCgroups atomic.Int64
 	r := newRig(t, ProxyConfig{Grant: func(c net.Conn) (string, error) {
 		lookups.Add(1)
-		return TreeGrant(c, nil, func(groups []uint32) string {
-			if slices.Contains(groups, tag) {
+		return TreeGrant(c, nil, func(h Holder) string {
+			if !bytes.Equal(h.Cgroups, ownCgroups) {
+				otherCgroups.Add(1)
+			}
+			if slices.Contains(h.Groups, tag) {
 				return "granted"
 			}
 			return ""
@@ -539,6 +548,9 @@ func TestTreeGrant(t *testing.T) {
 	if n := lookups.Load(); n != 4 {
 		t.Errorf("%d grant lookups, want 4 (none for the refused credential)", n)
 	}
+	if n := otherCgroups.Load(); n != 0 {
+		t.Errorf("%d holders whose cgroups were not the test's %q", n, ownCgroups)
+	}
 	for s, want := range map[string]bool{"a-Z_9": true, "": false, "a b": false, "a:b": false, strings.Repeat("a", 129): false} {
 		if ValidCredential(s) != want {
 			t.Errorf("ValidCredential(%q) != %v", s, want)
@@ -573,7 +585,7 @@ func TestHolders(t *testing.T) {
 	if hs, err := Holders(s, nil); len(hs) != 0 || (err != nil && !strings.Contains(err.Error(), "cannot read the fd links of process")) {
 		t.Errorf("a connection of this process: %v %v, want no holder", hs, err)
 	}
-	if g, err := TreeGrant(s, nil, func([]uint32) string { return "x" }); g != "" || err == nil {
+	if g, err := TreeGrant(s, nil, func(Holder) string { return "x" }); g != "" || err == nil {
 		t.Errorf("TreeGrant without a holder: %q %v, want an error", g, err)
 	}
 	called := false

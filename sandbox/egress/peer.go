@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -31,31 +32,42 @@ import (
 //     same open /proc/<pid> directory as its fd links, so a process that
 //     exits and whose pid is reused in between is not mistaken for the
 //     newcomer (the old directory answers ESRCH);
-//   - the groups name the tree (executor/local's tag groups), and the
+//   - the groups name the tree (executor/local's tag groups), or, where
+//     the agent makes a cgroup per command (under gVisor, whose cgroupfs it
+//     may write), the process's cgroup does (/proc/<pid>/cgroup, read from
+//     the same directory): either is inherited by every process of the
+//     tree and can be neither dropped nor joined by a command; the
 //     executor says which grant, if any, that tree holds.
 //
-// Reading another process's fd links takes the ptrace read right: the
-// agent (root, without CAP_SYS_PTRACE) reads them as the commands' user,
-// through the asUser hook. A holder that cannot be read (another user's
+// Reading another process's fd links takes the ptrace read right, which
+// the agent (root) gets through the asUser hook: on Linux by acting as the
+// commands' user (executor/files AsUser), under gVisor, which checks the
+// real ids there, by raising CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH on the
+// lookup's thread (AsTracer). A holder that cannot be read (another user's
 // process) or a lookup that fails gives no grant: the connection goes
-// where the allowlist allows, as any other. A holder made non-dumpable
-// (prctl) cannot be read either and so is not counted: that takes a granted
-// process the attacker already controls. Taking one over by writing its
+// where the allowlist allows, as any other. On Linux a holder made
+// non-dumpable (prctl) cannot be read either and so is not counted: that
+// takes a granted process the attacker already controls; under gVisor
+// CAP_SYS_PTRACE reads it too. Taking one over by writing its
 // /proc/<pid>/mem is refused: each call runs in a Landlock domain of its
 // own on runc (executor/local/landlock; where the kernel has Landlock ABI
 // 2, else docs/security.md, Known limits), and gVisor's sentry refuses it.
 
 // Holder is a process holding a socket open.
 type Holder struct {
-	PID    int
-	Groups []uint32 // supplementary groups
+	PID     int
+	Groups  []uint32 // supplementary groups
+	Cgroups []byte   // its /proc/<pid>/cgroup (up to maxCgroupBytes)
 }
 
 // maxHolderFDs bounds the fd links read per process, and maxProcs the
 // processes scanned: beyond them a lookup gives up (no grant).
+// maxCgroupBytes bounds a holder's /proc/<pid>/cgroup: a line per
+// hierarchy.
 const (
-	maxHolderFDs = 1 << 16
-	maxProcs     = 1 << 16
+	maxHolderFDs   = 1 << 16
+	maxProcs       = 1 << 16
+	maxCgroupBytes = 4096
 )
 
 // Holders returns the processes of this host (this sandbox) holding the
@@ -189,40 +201,41 @@ func holdersOf(inode uint64, uid uint32) ([]Holder, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		groups, held, owner, err := holds(pid, want)
+		h, held, owner, err := holds(pid, want)
 		if held {
-			out = append(out, Holder{PID: pid, Groups: groups})
+			out = append(out, h)
 		} else if denied == nil && owner == uid && (errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)) {
 			denied = fmt.Errorf("process %d: %w", pid, err)
 		}
 	}
 	if len(out) == 0 && denied != nil {
 		// Said, not swallowed: where reading a process's fd links takes
-		// more than its user's ids (gVisor checks the real uid), no
-		// connection can be attributed, and no grant applies.
+		// more than asUser gives (gVisor without CAP_SYS_PTRACE: a
+		// Kubernetes pod), no connection can be attributed, and no grant
+		// applies.
 		return nil, fmt.Errorf("socket holders: cannot read the fd links of %w", denied)
 	}
 	return out, nil
 }
 
 // holds reports whether process pid has an fd linked to target, and if so
-// its supplementary groups, read through one open /proc/<pid> directory;
-// owner is the uid owning /proc/<pid> (the process's, while it is
-// dumpable) and err says why its fd links could not be read.
-func holds(pid int, target string) (groups []uint32, held bool, owner uint32, err error) {
+// its supplementary groups and cgroups, read through one open /proc/<pid>
+// directory; owner is the uid owning /proc/<pid> (the process's, while it
+// is dumpable) and err says why its fd links could not be read.
+func holds(pid int, target string) (h Holder, held bool, owner uint32, err error) {
 	dir, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, false, 0, err
+		return Holder{}, false, 0, err
 	}
 	defer unix.Close(dir)
 	var st unix.Stat_t
 	if err := unix.Fstat(dir, &st); err != nil {
-		return nil, false, 0, err
+		return Holder{}, false, 0, err
 	}
 	owner = st.Uid
 	fdDir, err := unix.Openat(dir, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, false, owner, err
+		return Holder{}, false, owner, err
 	}
 	fds := os.NewFile(uintptr(fdDir), "fd")
 	defer fds.Close()
@@ -241,11 +254,25 @@ func holds(pid int, target string) (groups []uint32, held bool, owner uint32, er
 		}
 	}
 	if !found {
-		return nil, false, owner, linkErr
+		return Holder{}, false, owner, linkErr
 	}
+	groups, err := readGroups(dir)
+	if err != nil {
+		return Holder{}, false, owner, err
+	}
+	cgroups, err := readAt(dir, "cgroup", maxCgroupBytes)
+	if err != nil {
+		return Holder{}, false, owner, err
+	}
+	return Holder{PID: pid, Groups: groups, Cgroups: cgroups}, true, owner, nil
+}
+
+// readGroups returns the supplementary groups of the process whose /proc
+// directory is open as dir.
+func readGroups(dir int) ([]uint32, error) {
 	sfd, err := unix.Openat(dir, "status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, false, owner, err
+		return nil, err
 	}
 	f := os.NewFile(uintptr(sfd), "status")
 	defer f.Close()
@@ -255,24 +282,45 @@ func holds(pid int, target string) (groups []uint32, held bool, owner uint32, er
 		if !ok {
 			continue
 		}
+		var groups []uint32
 		for _, g := range bytes.Fields(rest) {
 			v, err := strconv.ParseUint(string(g), 10, 32)
 			if err != nil {
-				return nil, false, owner, fmt.Errorf("malformed Groups line %q", sc.Bytes())
+				return nil, fmt.Errorf("malformed Groups line %q", sc.Bytes())
 			}
 			groups = append(groups, uint32(v))
 		}
-		return groups, true, owner, nil
+		return groups, nil
 	}
-	return nil, false, owner, errors.New("no Groups line")
+	return nil, errors.New("no Groups line")
+}
+
+// readAt reads file name of the directory open as dir, up to max bytes
+// (a longer file is an error).
+func readAt(dir int, name string, max int) ([]byte, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("%s: longer than %d bytes", name, max)
+	}
+	return b, nil
 }
 
 // TreeGrant returns the network grant of the process tree that holds the
-// client end of c: grantOf maps a holder's supplementary groups to its
-// tree's grant ("" for none), and every holder must map to the same one.
-// A connection held by a granted tree and by any other process (passed
-// over a unix socket, or inherited) has none. asUser is as for Holders.
-func TreeGrant(c net.Conn, asUser func(fn func() error) error, grantOf func(groups []uint32) string) (string, error) {
+// client end of c: grantOf maps a holder (its supplementary groups and
+// cgroups) to its tree's grant ("" for none), and every holder must map to
+// the same one. A connection held by a granted tree and by any other
+// process (passed over a unix socket, or inherited) has none. asUser is as
+// for Holders.
+func TreeGrant(c net.Conn, asUser func(fn func() error) error, grantOf func(h Holder) string) (string, error) {
 	hs, err := Holders(c, asUser)
 	if err != nil {
 		return "", err
@@ -280,9 +328,9 @@ func TreeGrant(c net.Conn, asUser func(fn func() error) error, grantOf func(grou
 	if len(hs) == 0 {
 		return "", errors.New("no process holds the client's socket")
 	}
-	g := grantOf(hs[0].Groups)
+	g := grantOf(hs[0])
 	for _, h := range hs[1:] {
-		if grantOf(h.Groups) != g {
+		if grantOf(h) != g {
 			return "", fmt.Errorf("the client's socket is held by processes of different calls (pids %d and %d)", hs[0].PID, h.PID)
 		}
 	}

@@ -185,7 +185,11 @@
 // outside) and ingress only from the server pods to the agent port. The
 // egress allowlist and network grants keep working through the relay on
 // the agent connection, which the server opens; the agent's proxy listens
-// on the pod's loopback only. It needs a NetworkPolicy implementation on
+// on the pod's loopback only. Under gVisor grants fail closed here: the
+// agent reads its commands' fd links with CAP_SYS_PTRACE there, which
+// Pod Security baseline forbids, so the Docker and containerd runtimes'
+// sandbox.GVisorLookupCaps are not added (executor/files, AsTracer). It
+// needs a NetworkPolicy implementation on
 // the cluster (kube-router on the lab's): without one the policy is inert.
 //
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
