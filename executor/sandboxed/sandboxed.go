@@ -486,6 +486,26 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		if ctx.Err() != nil {
 			break
 		}
+		// A sandbox the runtime says runs has its agent (PID 1) alive:
+		// not answering is the network's doing for a while — a new
+		// server pod's address not yet in the sessions' NetworkPolicy
+		// (kube-router applies it moments after the pod starts), a
+		// congested node. Removing it would end its background tasks, so
+		// it is dialled again, and never removed.
+		if ag, err := e.redial(ctx, spec, sb, err); err == nil {
+			e.mu.Lock()
+			if prev, ok := e.agents[session]; ok {
+				e.mu.Unlock()
+				ag.Close()
+				return prev, nil
+			}
+			a := e.connect(ag, sb)
+			e.agents[session] = a
+			e.mu.Unlock()
+			return a, nil
+		} else if errors.Is(err, errStillRunning) {
+			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
+		}
 		// The agent is gone: the sandbox is dead. Replace it; the session
 		// (its workspace) goes on into the new one.
 		if rerr := e.cfg.Manager.RemoveSandbox(ctx, e.cfg.Tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
@@ -493,6 +513,48 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		}
 	}
 	return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable: %w", session, lastErr)
+}
+
+// errStillRunning is redial's error for a sandbox that runs but whose
+// agent did not answer within redialFor.
+var errStillRunning = errors.New("its agent does not answer although the sandbox runs")
+
+// redialFor bounds how long redial waits for the agent of a running
+// sandbox; redialFirst is its first pause, doubled up to redialMax.
+var (
+	redialFor   = 30 * time.Second
+	redialFirst = 100 * time.Millisecond
+	redialMax   = 2 * time.Second
+)
+
+// redial dials sb's agent again for as long as the runtime says the
+// sandbox runs, up to redialFor. It returns the runtime's error, or
+// dialErr, when the sandbox is not running (it is dead: the caller
+// replaces it), and an error wrapping errStillRunning when the sandbox
+// runs but its agent never answered.
+func (e *Executor) redial(ctx context.Context, spec sandbox.Spec, sb sandbox.Sandbox, dialErr error) (Agent, error) {
+	deadline := time.Now().Add(redialFor)
+	pause := redialFirst
+	for {
+		cur, err := e.cfg.Manager.Inspect(ctx, spec.Tenant, spec.Session)
+		if err != nil || cur.State != sandbox.StateRunning || cur.ID != sb.ID {
+			return nil, dialErr
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (for %s: %v)", errStillRunning, redialFor, dialErr)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, redialMax)
+		ag, err := e.cfg.Dial(ctx, cur)
+		if err == nil {
+			return ag, nil
+		}
+		dialErr = err
+	}
 }
 
 // check passes err through, dropping the session's connection when it is a
