@@ -30,6 +30,9 @@ PAUSE_IMAGE=shellbox-ci/pause:1
 # sandbox/kube's Config.AgentImage and AgentPath in the tests.
 AGENT_IMAGE=shellbox-agent:ci
 AGENT_PATH=/usr/local/bin/shellbox-agent
+# The server image (images.BuildServerImage): what the chart installs in the
+# chart tests (deploy/helm/e2e), holding the agent the session pods copy.
+SERVER_IMAGE=shellbox:ci
 TEST_IMAGE=${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}
 # Daemons in start order (teardown stops them in reverse).
 DAEMONS="etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router"

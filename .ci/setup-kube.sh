@@ -17,7 +17,9 @@
 #      archive writer): the pod sandbox (pause) and shellbox-agent:ci, which
 #      holds the static agent built from this checkout at
 #      /usr/local/bin/shellbox-agent (sandbox/kube's init container copies
-#      it); and the test image shellbox-test:latest, exported from Docker as
+#      it); shellbox:ci, the server image (`shellbox image build --server`)
+#      that the chart tests (deploy/helm/e2e) install; and the test image
+#      shellbox-test:latest, exported from Docker as
 #      setup-containerd.sh does. Imported into namespace k8s.io, each only
 #      when changed;
 #   4. a PKI (openssl), kubeconfigs, and the daemons, as plain processes
@@ -205,12 +207,16 @@ mkdir -p "$IMAGES" "$VAR" "$RUN" "$LOGS" "$PKI" "$CONF_DIR/cni"
   export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
   go build -trimpath -ldflags "-s -w" -o "$IMAGES/pause" .ci/kube/pause.go
   go build -trimpath -o "$IMAGES/shellbox-agent" ./cmd/shellbox-agent
+  go build -trimpath -o "$IMAGES/shellbox" ./cmd/shellbox
   go build -o "$IMAGES/image" .ci/kube/image.go
 ) || die "building the pause program, the agent or the image helper failed (output above)"
 "$IMAGES/image" -name "$PAUSE_IMAGE" -binary "$IMAGES/pause" -path /pause -out "$IMAGES/pause.tar" >"$IMAGES/pause.digest" ||
   die "writing the pause image failed"
 "$IMAGES/image" -name "$AGENT_IMAGE" -binary "$IMAGES/shellbox-agent" -path "$AGENT_PATH" -out "$IMAGES/agent.tar" >"$IMAGES/agent.digest" ||
   die "writing the agent image failed"
+"$IMAGES/shellbox" image build --server --shellbox "$IMAGES/shellbox" --agent "$IMAGES/shellbox-agent" \
+  --tag "$SERVER_IMAGE" --output "$IMAGES/server.tar" >"$IMAGES/server.log" 2>&1 ||
+  die "writing the server image failed: $(tail -5 "$IMAGES/server.log")"
 if ! docker image inspect "$TEST_IMAGE" >/dev/null 2>&1; then
   [[ -x "$HERE/../images/testimage/build.sh" || -f "$HERE/../images/testimage/build.sh" ]] || die "no $TEST_IMAGE in Docker"
   log "Docker has no $TEST_IMAGE: building it (images/testimage/build.sh)"
@@ -572,6 +578,7 @@ import_image() { # NAME ARCHIVE|- KEY
 }
 import_image "$PAUSE_IMAGE" "$IMAGES/pause.tar" "$(cut -d' ' -f1 "$IMAGES/pause.digest")"
 import_image "$AGENT_IMAGE" "$IMAGES/agent.tar" "$(cut -d' ' -f1 "$IMAGES/agent.digest")"
+import_image "$SERVER_IMAGE" "$IMAGES/server.tar" "sha256:$(sha256sum "$IMAGES/server.tar" | cut -c1-64)"
 import_image "$TEST_IMAGE" - "$docker_id"
 
 # The kubelet rewrites some kernel sysctls at start: keep the originals once

@@ -46,7 +46,13 @@ func transportResult(ctx context.Context, err error) tools.Result {
 
 // RESTTransport carries suite calls over POST /v1/sessions/{id}/tools/{tool}.
 func RESTTransport(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result {
-	c := client.New(serve(t, ts).URL, TokenAcme, nil)
+	return RemoteREST(serve(t, ts).URL, TokenAcme)
+}
+
+// RemoteREST carries suite calls over the REST API of the server at url
+// (one already running: in a cluster, say) with a tenant's token.
+func RemoteREST(url, token string) func(context.Context, tools.Invocation) tools.Result {
+	c := client.New(url, token, nil)
 	return func(ctx context.Context, inv tools.Invocation) tools.Result {
 		var r tools.Result
 		var err error
@@ -87,7 +93,14 @@ func MCPSessionsTransport(t *testing.T, ts *tools.Toolset) func(context.Context,
 }
 
 func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context.Context, tools.Invocation) tools.Result {
-	url := serve(t, ts).URL + "/mcp"
+	return RemoteMCP(t, serve(t, ts).URL, TokenAcme, revision)
+}
+
+// RemoteMCP carries suite calls over /mcp of the server at url with a
+// tenant's token, at revision ("" for the client's default, 2026-07-28),
+// one MCP client per sandbox session; they are closed when t ends.
+func RemoteMCP(t testing.TB, url, token, revision string) func(context.Context, tools.Invocation) tools.Result {
+	url += "/mcp"
 	var opts *mcp.ClientSessionOptions
 	if revision != "" {
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: revision}
@@ -111,7 +124,7 @@ func mcpTransport(t *testing.T, ts *tools.Toolset, revision string) func(context
 		c := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pr.Handle})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cs, err := c.Connect(ctx, client.MCPTransport(url, TokenAcme, session, nil), opts)
+		cs, err := c.Connect(ctx, client.MCPTransport(url, token, session, nil), opts)
 		if err == nil && revision != "" && cs.InitializeResult().ProtocolVersion != revision {
 			cs.Close()
 			return nil, fmt.Errorf("negotiated MCP revision %s, want %s", cs.InitializeResult().ProtocolVersion, revision)

@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// runtimes are the policy runtimes the chart tests run every case on, and
+// the tenants that have them.
+var runtimes = []struct{ tenant, runtime string }{{"acme", "runc"}, {"gv", "runsc"}}
+
+// chartPolicy is the tenants' policy: rm denied, uname asked, egress to
+// allow only.
+func chartPolicy(runtime, allow string) string {
+	return fmt.Sprintf(`version: 1
+description: the chart tests' tenant on %[1]s
+default: allow
+askTimeout: 2m
+sandbox:
+  runtime: %[1]s
+  memory: 512MiB
+  disk: 64MiB
+  network:
+    allow: ["%[2]s"]
+limits:
+  sessions: 32
+rules:
+  - name: no-delete
+    decision: deny
+    reason: deleting files is not allowed here
+    match:
+      command: [rm]
+  - name: ask-uname
+    decision: ask
+    reason: uname needs a human
+    match:
+      command: [uname]
+`, runtime, allow)
+}
+
+// nodeIP is the cluster node's InternalIP: this host, as pods reach it.
+func nodeIP(t *testing.T, c *kubetest.Cluster) string {
+	nodes, err := c.CS.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("the cluster's node: %v", err)
+	}
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP", nodes.Items[0].Name)
+	return ""
+}
+
+// hostServer serves "hello <path>" on the node's address; it counts the
+// requests it answers.
+func hostServer(t *testing.T, ip string) (addr string, hits *atomic.Int64) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits = new(atomic.Int64)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), hits
+}
+
+func bashArgs(command string, background bool) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"command": command, "description": "e2e", "run_in_background": background})
+	return b
+}
+
+// TestChart installs the chart and holds the shellbox it gives, through
+// its Service, to what a tenant and an operator expect, on runc and on
+// gVisor: policy decisions (deny, ask approved through the API), the
+// egress allowlist through the server's relay, what a session pod cannot
+// reach, and a server pod killed while background tasks run: the new pod
+// serves their output and status, the workspace and the sessions' pods are
+// the same, over REST and MCP.
+func TestChart(t *testing.T) {
+	c := kubetest.Connect(t)
+	ip := nodeIP(t, c)
+	allowed, hits := hostServer(t, ip)
+	denied, _ := hostServer(t, ip)
+	var tenants []Tenant
+	for _, rt := range runtimes {
+		tenants = append(tenants, Tenant{Name: rt.tenant, Policy: chartPolicy(rt.runtime, allowed)})
+	}
+	r := Install(t, c, Options{Tenants: tenants})
+	ctx := context.Background()
+
+	clients := map[string]*client.Client{}
+	call := func(t *testing.T, tenant, session, command string) tools.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		res, err := clients[tenant].Call(ctx, session, tools.ToolBash, bashArgs(command, false))
+		if err != nil {
+			t.Fatalf("%s %q: %v", tenant, command, err)
+		}
+		return res
+	}
+	run := func(t *testing.T, tenant, session, command string) string {
+		t.Helper()
+		res := call(t, tenant, session, command)
+		if res.IsError {
+			t.Fatalf("%s %q: %s", tenant, command, res.Text)
+		}
+		return res.Text
+	}
+	for _, rt := range runtimes {
+		clients[rt.tenant] = client.New(r.URL, r.Tokens[rt.tenant], nil)
+	}
+
+	for _, rt := range runtimes {
+		t.Run("policy/"+rt.runtime, func(t *testing.T) {
+			res := call(t, rt.tenant, "pol", "rm -f x")
+			if !res.IsError || !strings.Contains(res.Text, "denied by policy "+rt.tenant+"/no-delete: deleting files is not allowed here") {
+				t.Errorf("rm: %+v", res)
+			}
+			// An ask: held until an approver decides it through the API.
+			type answer struct {
+				res tools.Result
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+				defer cancel()
+				res, err := clients[rt.tenant].Call(ctx, "pol", tools.ToolBash, bashArgs("uname -s", false))
+				got <- answer{res, err}
+			}()
+			var id string
+			for deadline := time.Now().Add(time.Minute); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				aps, err := clients[rt.tenant].Approvals(ctx, "pending")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range aps {
+					if a.Session == "pol" && a.Command == "uname -s" && a.Rule == "ask-uname" {
+						id = a.ID
+					}
+				}
+			}
+			if id == "" {
+				t.Fatal("no pending approval for uname -s after 1m")
+			}
+			// The tenant's own approver (its token) decides it.
+			if _, err := clients[rt.tenant].Decide(ctx, id, true, "e2e-approver", "fine"); err != nil {
+				t.Errorf("approve %s: %v", id, err)
+			}
+			if a := <-got; a.err != nil || a.res.IsError || a.res.Text != "Linux" {
+				t.Errorf("the approved call: %+v %v", a.res, a.err)
+			}
+		})
+
+		t.Run("egress/"+rt.runtime, func(t *testing.T) {
+			before := hits.Load()
+			if got := run(t, rt.tenant, "net", "curl -sS -m 30 http://"+allowed+"/curl"); got != "hello /curl" {
+				t.Errorf("curl to the allowlisted host: %q", got)
+			}
+			got := run(t, rt.tenant, "net", "curl -sS -m 30 -D - -o /dev/null http://"+denied+"/; echo \"exit $?\"")
+			if !strings.HasPrefix(got, "HTTP/1.1 403 Forbidden\r\n") || !strings.Contains(got, "egress to "+denied+" is not allowed by policy "+rt.tenant) {
+				t.Errorf("curl to a host off the list: %q", got)
+			}
+			if n := hits.Load() - before; n != 1 {
+				t.Errorf("the allowlisted host saw %d requests, want 1", n)
+			}
+		})
+
+		t.Run("isolation/"+rt.runtime, func(t *testing.T) {
+			// Around the proxy: the session pod's NetworkPolicy (the
+			// server's) lets nothing out, not even to the API server, the
+			// shellbox Service or the allowlisted host directly.
+			host, port, _ := net.SplitHostPort(allowed)
+			svc := strings.TrimPrefix(r.URL, "http://")
+			shost, sport, _ := net.SplitHostPort(svc)
+			api, err := c.CS.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe := func(h, p string) string {
+				return fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed`, h, p)
+			}
+			for _, dst := range [][2]string{{host, port}, {shost, sport}, {api.Spec.ClusterIP, "443"}} {
+				// kube-router applies the policy to a new pod within
+				// moments of its start (sandbox/kube TestClusterIsolation
+				// measures that window): closed within 30 s, and for good.
+				got := ""
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+					if got = run(t, rt.tenant, "iso", probe(dst[0], dst[1])); got == "closed" || time.Now().After(deadline) {
+						break
+					}
+				}
+				if got != "closed" {
+					t.Errorf("a session pod connecting to %s:%s directly: %s after 30 s", dst[0], dst[1], got)
+				}
+			}
+			if got := run(t, rt.tenant, "iso", `grep CapEff /proc/self/status; ls /var/run/secrets/kubernetes.io 2>&1 | head -1`); !strings.HasPrefix(got, "CapEff:\t0000000000000000\n") || !strings.Contains(got, "No such file or directory") {
+				t.Errorf("capabilities and service-account token in a session pod: %q", got)
+			}
+		})
+	}
+
+	t.Run("server-killed", func(t *testing.T) {
+		// A background task per runtime, a file in each workspace; then
+		// the server pod goes mid-task.
+		const ticks = 40
+		script := fmt.Sprintf(`for i in $(seq 1 %d); do echo tick $i; sleep 0.25; done; echo done`, ticks)
+		tasks := map[string]string{}
+		for _, rt := range runtimes {
+			run(t, rt.tenant, "bg", "echo kept > /workspace/f")
+			res, err := clients[rt.tenant].Call(ctx, "bg", tools.ToolBash, bashArgs(script, true))
+			if err != nil || res.IsError {
+				t.Fatalf("%s: start the background task: %v %+v", rt.runtime, err, res)
+			}
+			bg, ok := res.Value.(*tools.Background)
+			if !ok {
+				t.Fatalf("%s: the background start's value: %#v", rt.runtime, res.Value)
+			}
+			tasks[rt.tenant] = bg.TaskID
+		}
+		before, err := r.SessionPods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Some output read before the kill, the rest after.
+		outs := map[string]*strings.Builder{}
+		read := func(tenant string) executor.Output {
+			t.Helper()
+			args, _ := json.Marshal(map[string]string{"task_id": tasks[tenant]})
+			res, err := clients[tenant].Call(ctx, "bg", tools.ToolBashOutput, args)
+			if err != nil || res.IsError {
+				t.Fatalf("%s: bash_output: %v %+v", tenant, err, res)
+			}
+			o := res.Value.(*tools.TaskOutput).Output
+			if outs[tenant] == nil {
+				outs[tenant] = new(strings.Builder)
+			}
+			outs[tenant].WriteString(o.Stdout)
+			if o.Lost != 0 {
+				t.Errorf("%s: %d bytes lost", tenant, o.Lost)
+			}
+			return o
+		}
+		for _, rt := range runtimes {
+			read(rt.tenant)
+		}
+		killed := time.Now()
+		newPod := r.KillServer(t)
+		t.Logf("server pod replaced by %s, serving again after %s", newPod, time.Since(killed).Round(time.Millisecond))
+
+		after, err := r.SessionPods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(before, ",") != strings.Join(after, ",") {
+			t.Errorf("session pods before the kill %v, after %v: want the same pods", before, after)
+		}
+		for _, rt := range runtimes {
+			var o executor.Output
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+				o = read(rt.tenant)
+				if o.Status.State != executor.Running || time.Now().After(deadline) {
+					break
+				}
+			}
+			if o.Status.State != executor.Completed || o.Status.ExitCode != 0 {
+				t.Errorf("%s: the task after the server's replacement: %+v", rt.runtime, o.Status)
+			}
+			var want strings.Builder
+			for i := 1; i <= ticks; i++ {
+				fmt.Fprintf(&want, "tick %d\n", i)
+			}
+			want.WriteString("done\n")
+			if got := outs[rt.tenant].String(); got != want.String() {
+				t.Errorf("%s: the task's output read across the kill:\n%q\nwant\n%q", rt.runtime, got, want.String())
+			}
+			if got := run(t, rt.tenant, "bg", "cat /workspace/f"); got != "kept" {
+				t.Errorf("%s: the workspace after the kill: %q", rt.runtime, got)
+			}
+		}
+		// MCP (the stateless revision) reaches the same session through
+		// the new pod.
+		mc := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+		cs, err := mc.Connect(ctx, client.MCPTransport(r.URL+"/mcp", r.Tokens["acme"], "bg", nil), nil)
+		if err != nil {
+			t.Fatalf("MCP after the kill: %v", err)
+		}
+		defer cs.Close()
+		res, err := client.CallMCP(ctx, cs, tools.ToolBash, bashArgs("cat /workspace/f", false))
+		if err != nil || res.IsError || res.Text != "kept" {
+			t.Errorf("MCP call after the kill: %v %+v", err, res)
+		}
+	})
+}
