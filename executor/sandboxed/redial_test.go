@@ -36,7 +36,9 @@ func TestRedialRunningSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		e, err := New(Config{Manager: m, Tenant: "t", Limits: executor.DefaultLimits(), Dial: dial,
-			Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec("t", session, sandbox.WithImage("img")) }})
+			Spec: func(session string) (sandbox.Spec, error) {
+				return sandbox.NewSpec("t", session, sandbox.WithImage("img"))
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
