@@ -105,7 +105,8 @@ func TestChart(t *testing.T) {
 	denied, _ := hostServer(t, ip)
 	var tenants []Tenant
 	for _, rt := range runtimes {
-		tenants = append(tenants, Tenant{Name: rt.tenant, Policy: chartPolicy(rt.runtime, allowed)})
+		tenants = append(tenants, Tenant{Name: rt.tenant, Policy: chartPolicy(rt.runtime, allowed)},
+			Tenant{Name: "h" + rt.tenant, Policy: hostilePolicy(rt.runtime)})
 	}
 	r := Install(t, c, Options{Tenants: tenants})
 	ctx := context.Background()
@@ -131,6 +132,10 @@ func TestChart(t *testing.T) {
 	}
 	for _, rt := range runtimes {
 		clients[rt.tenant] = client.New(r.URL, r.Tokens[rt.tenant], nil)
+		clients["h"+rt.tenant] = client.New(r.URL, r.Tokens["h"+rt.tenant], nil)
+	}
+	for _, rt := range runtimes {
+		t.Run("hostile/"+rt.runtime, func(t *testing.T) { hostile(t, clients["h"+rt.tenant], rt.runtime) })
 	}
 
 	for _, rt := range runtimes {
@@ -312,6 +317,128 @@ func TestChart(t *testing.T) {
 		res, err := client.CallMCP(ctx, cs, tools.ToolBash, bashArgs("cat /workspace/f", false))
 		if err != nil || res.IsError || res.Text != "kept" {
 			t.Errorf("MCP call after the kill: %v %+v", err, res)
+		}
+	})
+}
+
+// hostilePolicy is the hostile cases' tenant: small limits to hit.
+func hostilePolicy(runtime string) string {
+	return fmt.Sprintf(`version: 1
+description: the chart tests' hostile tenant on %[1]s
+default: allow
+sandbox:
+  runtime: %[1]s
+  memory: 256MiB
+  pids: 256
+  disk: 32MiB
+  tmp: 16MiB
+limits:
+  grace: 500ms
+  spillLimit: 8MiB
+  spillBytes: 16MiB
+`, runtime)
+}
+
+// hostile runs what a hostile command does against a session of c's
+// tenant (hostilePolicy) through the Service, the cases of
+// executor/sandboxed TestHostile that a remote caller can observe: every
+// one ends in a result, and the session answers the next call.
+func hostile(t *testing.T, c *client.Client, runtime string) {
+	const s = "hostile"
+	ctx := context.Background()
+	call := func(t *testing.T, args map[string]any) tools.Result {
+		t.Helper()
+		b, _ := json.Marshal(args)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		res, err := c.Call(ctx, s, tools.ToolBash, b)
+		if err != nil {
+			t.Fatalf("%v: %v", args["command"], err)
+		}
+		return res
+	}
+	bash := func(command string, kv ...any) map[string]any {
+		m := map[string]any{"command": command, "description": "hostile"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	fg := func(t *testing.T, res tools.Result) *tools.Foreground {
+		t.Helper()
+		f, ok := res.Value.(*tools.Foreground)
+		if !ok {
+			t.Fatalf("not a foreground result: %q", res.Text)
+		}
+		return f
+	}
+	alive := func(t *testing.T) {
+		t.Helper()
+		if got := call(t, bash("echo alive")); got.Text != "alive" {
+			t.Fatalf("session not usable afterwards: %q", got.Text)
+		}
+	}
+	alive(t)
+	t.Run("fork bomb", func(t *testing.T) {
+		call(t, bash(`b() { b | b & }; b`, "timeoutMs", 3000))
+		alive(t)
+	})
+	t.Run("memory bomb", func(t *testing.T) {
+		// A string doubling in bash: past the 256 MiB limit in seconds,
+		// also under gVisor, where a pipe read costs a trip to the sentry.
+		res := call(t, bash(`x=a; while :; do x=$x$x; done`, "timeoutMs", 60000))
+		// runc: the kernel kills the command; gVisor: the whole pod goes
+		// and the next call gets a new one.
+		if f := fg(t, res); f.Signal != "SIGKILL" {
+			t.Errorf("want SIGKILL, got %q", res.Text)
+		}
+		alive(t)
+	})
+	t.Run("fill workspace and tmp", func(t *testing.T) {
+		for _, dir := range []string{"/workspace", "/tmp"} {
+			res := call(t, bash("head -c 100000000 /dev/zero > "+dir+"/fill; echo rc=$?; rm -f "+dir+"/fill"))
+			if !strings.Contains(res.Text, "No space left on device") || !strings.Contains(res.Text, "rc=1") {
+				t.Errorf("%s: want ENOSPC, got %q", dir, res.Text)
+			}
+		}
+		alive(t)
+	})
+	t.Run("2G of output", func(t *testing.T) {
+		// Under gVisor the pod's pipes and sockets carry ~10 MB/s on
+		// this 2-core node: 300 MB there hits the same bounds (the
+		// 8 MiB spill cap, the tail) as 2 GB does on runc.
+		n := "2000000000"
+		if runtime == "runsc" {
+			n = "300000000"
+		}
+		res := call(t, bash("head -c "+n+" /dev/zero", "timeoutMs", 300000))
+		f := fg(t, res)
+		if !f.Truncated || !strings.Contains(res.Text, "[output truncated; full output unavailable: spill limit of 8388608 bytes reached") {
+			t.Errorf("want a truncated tail with an honest marker, got truncated=%v %q", f.Truncated, res.Text[max(0, len(res.Text)-300):])
+		}
+		alive(t)
+	})
+	t.Run("trap TERM loop", func(t *testing.T) {
+		res := call(t, bash(`trap '' TERM; while :; do :; done`, "timeoutMs", 500))
+		if f := fg(t, res); !f.TimedOut || f.Signal != "SIGKILL" {
+			t.Errorf("got %q", res.Text)
+		}
+		alive(t)
+	})
+	t.Run("setsid and nohup escapes", func(t *testing.T) {
+		call(t, bash(`setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & (setsid -f sleep 302); sleep 30`, "timeoutMs", 500))
+		res := call(t, bash(`for p in /proc/[0-9]*; do cat $p/cmdline 2>/dev/null | tr '\0' ' '; echo; done | grep -c '^sleep 30[012]'`))
+		if !strings.HasPrefix(res.Text, "0") {
+			t.Errorf("escapees survived: %q", res.Text)
+		}
+	})
+	t.Run("workdir escapes", func(t *testing.T) {
+		call(t, bash("ln -sfn / /workspace/root"))
+		for _, wd := range []string{"../../etc", "/etc", "root", "/workspace/root/etc"} {
+			res := call(t, bash("pwd", "workdir", wd))
+			if !res.IsError || !strings.Contains(res.Text, "outside the session root") {
+				t.Errorf("workdir %s: %q", wd, res.Text)
+			}
 		}
 	})
 }

@@ -13,7 +13,8 @@
 //
 // Each Install is a release of its own (e2e-<random>: its namespace, its
 // sessions namespace, labelled org.shellbox.test=1 with its session pods),
-// uninstalled and deleted when the test ends.
+// uninstalled and deleted when the test ends; what a crashed run left is
+// found by that label (.ci/teardown-kube.sh removes the whole cluster).
 package e2e
 
 import (
@@ -107,14 +108,21 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 		Tokens: map[string]string{}, Operator: "op-" + randomHex(16), c: c}
 
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: map[string]string{
-		kubetest.LabelTest:                   "1",
-		"pod-security.kubernetes.io/enforce": "restricted",
-	}}}
-	if _, err := c.CS.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", r.Namespace, err)
-	}
+	// Both namespaces are made here, labelled, so that a run that crashed
+	// leaves nothing a label cannot find (the chart would make the
+	// sessions' one, labelled for Pod Security alone): the server's at
+	// restricted, the sessions' at the chart's default level, baseline.
 	t.Cleanup(func() { r.uninstall(t) })
+	for ns, level := range map[string]string{r.Namespace: "restricted", r.SessionsNamespace: "baseline"} {
+		o := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+			kubetest.LabelTest:                   "1",
+			"pod-security.kubernetes.io/enforce": level,
+			"pod-security.kubernetes.io/warn":    "restricted",
+		}}}
+		if _, err := c.CS.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create namespace %s: %v", ns, err)
+		}
+	}
 
 	settings := cli.New()
 	settings.KubeConfig = os.Getenv(kubetest.EnvKubeconfig)
@@ -141,7 +149,7 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 	}
 	vals := map[string]any{
 		"image":    map[string]any{"repository": ServerRepository, "tag": ServerTag, "pullPolicy": "IfNotPresent"},
-		"sessions": map[string]any{"namespace": r.SessionsNamespace},
+		"sessions": map[string]any{"namespace": r.SessionsNamespace, "createNamespace": false},
 		"sandbox": map[string]any{
 			"image":   kubetest.Image,
 			"runtime": "runc",

@@ -19,6 +19,9 @@ func TestPolicies(t *testing.T) {
 		if p.Sandbox().Runtime != rt.runtime {
 			t.Errorf("chartPolicy(%s): runtime %q", rt.runtime, p.Sandbox().Runtime)
 		}
+		if _, err := policies.Parse("h"+rt.tenant+".yaml", []byte(hostilePolicy(rt.runtime))); err != nil {
+			t.Fatalf("hostilePolicy(%s): %v", rt.runtime, err)
+		}
 	}
 	for _, rt := range []string{"runc", "runsc"} {
 		for i, tn := range SuiteTenants("x", rt) {
