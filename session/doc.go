@@ -34,6 +34,7 @@
 //
 // Contexts: a Layer's background work (re-watching, reaping, pools) runs
 // under the context given to Start, reaping and pools under the leader's
-// context within it; relays under their executor's lifetime, which Close
-// ends. Request contexts bound only the caller's wait.
+// context within it, until that ends or Close, which waits for them (so a
+// Lease is released before the process exits); relays under their
+// executor's lifetime, which Close ends. Request contexts bound only the caller's wait.
 package session

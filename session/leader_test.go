@@ -42,16 +42,24 @@ type term struct {
 }
 
 // fakeLeader grants leadership when the test sends a term, for as long as
-// the term's context lives.
-type fakeLeader struct{ terms chan term }
+// the term's context and Run's live.
+type fakeLeader struct {
+	terms chan term
+	ended chan struct{} // closed when Run returns
+}
 
 func (f *fakeLeader) Run(ctx context.Context, lead func(context.Context)) {
+	defer close(f.ended)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case tm := <-f.terms:
-			lead(tm.ctx)
+			lctx, cancel := context.WithCancel(tm.ctx)
+			stop := context.AfterFunc(ctx, cancel)
+			lead(lctx)
+			stop()
+			cancel()
 			close(tm.done)
 		}
 	}
@@ -130,6 +138,15 @@ func TestLoopsWithoutLeader(t *testing.T) {
 	if got := obs.changes(); !slices.Equal(got, []bool{true}) {
 		t.Errorf("leadership observed: %v, want [true]", got)
 	}
+	// Close stops both loops and waits for them.
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := l.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := obs.changes(); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("leadership observed after Close: %v, want [true false]", got)
+	}
 }
 
 // With a Leader the loops run only while it grants leadership: revoked,
@@ -137,7 +154,7 @@ func TestLoopsWithoutLeader(t *testing.T) {
 // granted again, both run again.
 func TestLeaderGrantsAndRevokes(t *testing.T) {
 	obs := &leaderObserver{}
-	leader := &fakeLeader{terms: make(chan term)}
+	leader := &fakeLeader{terms: make(chan term), ended: make(chan struct{})}
 	l, f := leaderLayer(t, leader, obs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -188,5 +205,25 @@ func TestLeaderGrantsAndRevokes(t *testing.T) {
 	revoke(tm, stop)
 	if got := obs.changes(); !slices.Equal(got, []bool{true, false, true, false}) {
 		t.Errorf("leadership observed: %v, want [true false true false]", got)
+	}
+
+	// Close ends the leadership too (a Lease is released), and waits for
+	// the Leader to return.
+	tm, stop = grant()
+	defer stop()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := l.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tm.done:
+	default:
+		t.Error("Close returned while lead ran")
+	}
+	select {
+	case <-leader.ended:
+	default:
+		t.Error("Close returned while the Leader ran")
 	}
 }

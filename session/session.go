@@ -113,6 +113,10 @@ type Layer struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenant
+	// stopLead ends the reaping and pools Start started (and the
+	// competition for leadership); leading is done when they have ended.
+	stopLead context.CancelFunc
+	leading  sync.WaitGroup
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
@@ -209,11 +213,15 @@ func (l *Layer) Start(ctx context.Context) {
 	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept),
 		"pooled", len(rep.Pooled), "claimsReleased", len(rep.Released))
 	go l.rewatch(ctx, rep.Kept)
+	ctx, stop := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.stopLead = stop
+	l.mu.Unlock()
 	if l.cfg.Leader == nil {
-		go l.lead(ctx)
+		l.leading.Go(func() { l.lead(ctx) })
 		return
 	}
-	go l.cfg.Leader.Run(ctx, l.lead)
+	l.leading.Go(func() { l.cfg.Leader.Run(ctx, l.lead) })
 }
 
 // lead reaps idle sandboxes and keeps the warm pools until ctx ends, and
@@ -476,13 +484,33 @@ func (l *Layer) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the Toolsets' watchers and closes the executors: connections for sandboxes (sandboxes and their
-// tasks keep running, for the next process), the tasks themselves for the
-// local backend. It does not close the Runtime, which the caller owns.
+// Close stops what Start started — reaping, the warm pools, and the
+// leadership, which it gives up (the Kubernetes Lease is released, so
+// another replica takes over at once) — and waits for that within ctx;
+// then it stops the Toolsets' watchers and closes the executors:
+// connections for sandboxes (sandboxes and their tasks keep running, for
+// the next process), the tasks themselves for the local backend. It does
+// not close the Runtime, which the caller owns.
 func (l *Layer) Close(ctx context.Context) error {
+	var errs []error
+	l.mu.Lock()
+	stop := l.stopLead
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		done := make(chan struct{})
+		go func() {
+			l.leading.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("session: stopping the reaper and warm pools: %w", ctx.Err()))
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var errs []error
 	for _, tb := range l.tenants {
 		tb.tools.Close()
 		errs = append(errs, tb.close(ctx))
