@@ -130,6 +130,13 @@ func NewElector(cs kubernetes.Interface, cfg ElectorConfig) (*Elector, error) {
 	return e, nil
 }
 
+// Elector is an Elector for the runtime's release, its Lease in the
+// runtime's namespace, on the runtime's clientset, with the default
+// timings and identity.
+func (r *Runtime) Elector(log *slog.Logger) (*Elector, error) {
+	return NewElector(r.cs, ElectorConfig{Namespace: r.cfg.Namespace, Release: r.cfg.Release, Logger: log})
+}
+
 // Identity is this process's holder identity.
 func (e *Elector) Identity() string { return e.cfg.Identity }
 
