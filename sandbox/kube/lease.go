@@ -209,7 +209,7 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 			},
 			OnStoppedLeading: func() {},
 			OnNewLeader: func(identity string) {
-				if identity != e.cfg.Identity {
+				if identity != "" && identity != e.cfg.Identity {
 					e.log.Info("another replica leads", "leader", identity)
 				}
 			},
@@ -240,13 +240,18 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 	stopElect()
 	<-ran
 	switch {
-	case done == nil:
 	case lost:
-		e.log.Warn("stopped leading: the lease was not renewed in time")
+		if done != nil {
+			e.log.Warn("stopped leading: the lease was not renewed in time")
+		}
 	default:
-		if err := e.release(); err != nil {
-			e.log.Warn("stopped leading; releasing the lease", "err", err)
-		} else {
+		// Even without a lead: the Lease may have been acquired as ctx
+		// ended, too late to lead.
+		err := e.release()
+		switch {
+		case err != nil:
+			e.log.Warn("releasing the lease", "err", err, "led", done != nil)
+		case done != nil:
 			e.log.Info("stopped leading: lease released")
 		}
 	}
