@@ -33,6 +33,7 @@ type metrics struct {
 	httpLatency   *prometheus.HistogramVec
 	createLatency *prometheus.HistogramVec
 	egress        *prometheus.CounterVec
+	leader        prometheus.Gauge
 	sessionsDesc  *prometheus.Desc
 	tasksDesc     *prometheus.Desc
 
@@ -78,10 +79,13 @@ func newMetrics(s *Server) *metrics {
 	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shellbox_egress_connections_total", Help: "Connections of sandboxes' egress proxies, by tenant and outcome (allowed, denied, failed).",
 	}, []string{"tenant", "outcome"})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shellbox_leader", Help: "1 while this process reaps idle sandboxes and keeps the warm pools (on Kubernetes: the replica holding the release's Lease), else 0.",
+	})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
-		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m,
+		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m.leader, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -227,6 +231,17 @@ func (s *Server) ObserveSandboxCreate(tenant string, d time.Duration) {
 // outcome (allowed, denied, failed); a backend calls it.
 func (s *Server) ObserveEgress(tenant, outcome string) {
 	s.metrics.egress.WithLabelValues(tenant, outcome).Inc()
+}
+
+// ObserveLeader records whether this process is the one reaping idle
+// sandboxes and keeping the warm pools; a backend calls it when that
+// changes.
+func (s *Server) ObserveLeader(leading bool) {
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	s.metrics.leader.Set(v)
 }
 
 // ConsoleMetrics is the console's summary of the metrics of some tenants.

@@ -207,6 +207,9 @@ type Observer interface {
 	ObserveSandboxCreate(tenant string, d time.Duration)
 	// ObserveEgress counts one egress connection by outcome.
 	ObserveEgress(tenant, outcome string)
+	// ObserveLeader records whether this process reaps idle sandboxes and
+	// keeps the warm pools (the elected replica on Kubernetes).
+	ObserveLeader(leading bool)
 }
 
 var _ Observer = (*Server)(nil)

@@ -21,15 +21,20 @@
 //   - the tenants' warm pools (KeepPools, PoolTargets): for a tenant whose
 //     policy sets sandbox.pool.size, ready sandboxes made exactly as a
 //     session of the tenant with no options gets its own, which such a
-//     session claims on its first use (sandbox.Manager does the claiming).
-//     On Kubernetes only the elected replica is to run KeepPools.
+//     session claims on its first use (sandbox.Manager does the claiming);
+//   - which process reaps idle sandboxes and keeps the warm pools
+//     (Config.Leader): every server on one host; on Kubernetes, of the
+//     replicas of a release, only the one holding its Lease
+//     (sandbox/kube's Elector), and only while it holds it.
 //
 // The Layer implements server.Backend. Its observers (completion notices,
 // gate and sandbox metrics, egress counts) are given at construction
 // (Config.Observer); nothing is assigned afterwards. cmd/ only parses flags
 // and configuration, opens the runtime and constructs.
 //
-// Contexts: a Layer's background work (re-watching, reaping) runs
-// under the context given to Start; relays under their executor's
-// lifetime, which Close ends. Request contexts bound only the caller's wait.
+// Contexts: a Layer's background work (re-watching, reaping, pools) runs
+// under the context given to Start, reaping and pools under the leader's
+// context within it, until that ends or Close, which waits for them (so a
+// Lease is released before the process exits); relays under their
+// executor's lifetime, which Close ends. Request contexts bound only the caller's wait.
 package session

@@ -68,6 +68,12 @@ type Config struct {
 	// each claim (default 10s).
 	PoolInterval time.Duration
 
+	// Leader, if set, decides when this process reaps idle sandboxes and
+	// keeps the warm pools: only while it leads (on Kubernetes, the
+	// replica holding the release's Lease). Nil: always (one host, one
+	// server).
+	Leader Leader
+
 	// Observer hears notices and metrics (the server); nil hears nothing.
 	Observer server.Observer
 	// Logger (default: discard).
@@ -107,6 +113,10 @@ type Layer struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenant
+	// stopLead ends the reaping and pools Start started (and the
+	// competition for leadership); leading is done when they have ended.
+	stopLead context.CancelFunc
+	leading  sync.WaitGroup
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
@@ -174,12 +184,24 @@ func New(cfg Config) (*Layer, error) {
 // Sandboxed reports whether sessions run in sandboxes.
 func (l *Layer) Sandboxed() bool { return l.manager != nil }
 
+// Leader elects, among the processes sharing the sandboxes (replicas of
+// one release), the one that reaps idle sandboxes and keeps the warm pools.
+type Leader interface {
+	// Run calls lead each time this process becomes the leader, with a
+	// context that is cancelled as soon as it stops being the leader or
+	// ctx ends, and waits for lead to return before it competes again (so
+	// two calls of lead never overlap). It returns when ctx has ended and
+	// the last lead has returned.
+	Run(ctx context.Context, lead func(ctx context.Context))
+}
+
 // Start takes over what a previous process of this owner left — its
 // running sandboxes are kept (dead ones and orphaned state removed) and
 // their background tasks watched again, so their completion notices reach
-// the event streams — and reaps idle sandboxes until ctx ends. A server
-// calls it once, before serving; a one-shot call does not (it must not
-// sweep what a running server is creating).
+// the event streams — and, until ctx ends, reaps idle sandboxes and keeps
+// the warm pools while this process leads (Config.Leader; always without
+// one). A server calls it once, before serving; a one-shot call does not
+// (it must not sweep what a running server is creating).
 func (l *Layer) Start(ctx context.Context) {
 	if l.manager == nil {
 		return
@@ -191,16 +213,47 @@ func (l *Layer) Start(ctx context.Context) {
 	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept),
 		"pooled", len(rep.Pooled), "claimsReleased", len(rep.Released))
 	go l.rewatch(ctx, rep.Kept)
-	if interval := reapInterval(l.cfg.IdleTTL, l.cfg.Policies != nil); interval > 0 {
-		go l.manager.ReapEvery(ctx, l.idleTTL, interval)
+	ctx, stop := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.stopLead = stop
+	l.mu.Unlock()
+	if l.cfg.Leader == nil {
+		l.leading.Go(func() { l.lead(ctx) })
+		return
 	}
-	go l.KeepPools(ctx)
+	l.leading.Go(func() { l.cfg.Leader.Run(ctx, l.lead) })
+}
+
+// lead reaps idle sandboxes and keeps the warm pools until ctx ends, and
+// returns when both loops have: a replica that loses its leadership does
+// nothing more of either once lead has returned.
+func (l *Layer) lead(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	l.log.Info("reaping idle sandboxes and keeping warm pools")
+	l.observeLeader(true)
+	defer l.observeLeader(false)
+	var wg sync.WaitGroup
+	if interval := reapInterval(l.cfg.IdleTTL, l.cfg.Policies != nil); interval > 0 {
+		wg.Go(func() { l.manager.ReapEvery(ctx, l.idleTTL, interval) })
+	}
+	wg.Go(func() { l.KeepPools(ctx) })
+	wg.Wait()
+	<-ctx.Done() // KeepPools may return at once (no pools to keep)
+	l.log.Info("stopped reaping idle sandboxes and keeping warm pools")
+}
+
+func (l *Layer) observeLeader(leading bool) {
+	if l.cfg.Observer != nil {
+		l.cfg.Observer.ObserveLeader(leading)
+	}
 }
 
 // KeepPools keeps the tenants' warm pools (PoolTargets) filled until ctx
-// ends, and drains the pools no policy wants any more. Start runs it; on
-// Kubernetes only the elected replica will. Without policies or Claims it
-// drains what Adopt found and returns.
+// ends, and drains the pools no policy wants any more. Start runs it while
+// this process leads (Config.Leader). Without policies or Claims it drains
+// what Adopt found and returns.
 func (l *Layer) KeepPools(ctx context.Context) {
 	if l.manager == nil {
 		return
@@ -431,13 +484,33 @@ func (l *Layer) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the Toolsets' watchers and closes the executors: connections for sandboxes (sandboxes and their
-// tasks keep running, for the next process), the tasks themselves for the
-// local backend. It does not close the Runtime, which the caller owns.
+// Close stops what Start started — reaping, the warm pools, and the
+// leadership, which it gives up (the Kubernetes Lease is released, so
+// another replica takes over at once) — and waits for that within ctx;
+// then it stops the Toolsets' watchers and closes the executors:
+// connections for sandboxes (sandboxes and their tasks keep running, for
+// the next process), the tasks themselves for the local backend. It does
+// not close the Runtime, which the caller owns.
 func (l *Layer) Close(ctx context.Context) error {
+	var errs []error
+	l.mu.Lock()
+	stop := l.stopLead
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		done := make(chan struct{})
+		go func() {
+			l.leading.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("session: stopping the reaper and warm pools: %w", ctx.Err()))
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var errs []error
 	for _, tb := range l.tenants {
 		tb.tools.Close()
 		errs = append(errs, tb.close(ctx))

@@ -121,6 +121,7 @@ func (nopObserver) Notify(string, string, tools.Notice)           {}
 func (nopObserver) ObserveGate(_ string, g tools.Gate) tools.Gate { return g }
 func (nopObserver) ObserveSandboxCreate(string, time.Duration)    {}
 func (nopObserver) ObserveEgress(string, string)                  {}
+func (nopObserver) ObserveLeader(bool)                            {}
 
 func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
 	ctx := context.Background()

@@ -11,11 +11,14 @@ import (
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/sandbox/kube"
+	"github.com/shellbox/shellbox/session"
 )
 
 // kubeRuntime is the kube runtime as a sandboxRuntime: a clientset holds
 // nothing that needs closing.
 type kubeRuntime struct{ *kube.Runtime }
+
+var _ session.Leader = (*kube.Elector)(nil)
 
 func (kubeRuntime) Close() error { return nil }
 

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -184,4 +186,80 @@ func TestKubeServe(t *testing.T) {
 		t.Errorf("network policy: %v", err)
 	}
 	s.stop()
+}
+
+// Two `serve` replicas of one release compete for its Lease (identity:
+// POD_NAME and a suffix): one leads (shellbox_leader 1), the other waits;
+// the leader, stopped, releases the Lease and the other takes over.
+func TestKubeServeLeader(t *testing.T) {
+	isolate(t)
+	t.Setenv("POD_NAME", "prod-5c7d-q8")
+	cs := fake.NewClientset()
+	fakeCluster(t, cs)
+	file := kubeConfigFile(t)
+	replicas := []*served{startServe(t, file), startServe(t, file)}
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases("sessions").Get(context.Background(), "prod-shellbox-leader", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *l.Spec.HolderIdentity
+	}
+	leading := func(s *served) bool {
+		resp, err := http.Get(s.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		switch {
+		case strings.Contains(string(body), "\nshellbox_leader 1\n"):
+			return true
+		case strings.Contains(string(body), "\nshellbox_leader 0\n"):
+			return false
+		}
+		t.Fatalf("no shellbox_leader in /metrics:\n%s", body)
+		return false
+	}
+	// leader waits (10s) until exactly one of live leads, and returns it.
+	leader := func(live ...*served) *served {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var lead []*served
+			for _, s := range live {
+				if leading(s) {
+					lead = append(lead, s)
+				}
+			}
+			if len(lead) > 1 {
+				t.Fatal("two replicas lead")
+			}
+			if len(lead) == 1 && strings.HasPrefix(holder(), "prod-5c7d-q8-") {
+				return lead[0]
+			}
+		}
+		t.Fatalf("no replica leads within 10s (lease holder %q)", holder())
+		return nil
+	}
+	first := leader(replicas...)
+	firstID := holder()
+	other := replicas[0]
+	if other == first {
+		other = replicas[1]
+	}
+	first.stop()
+	if h := holder(); h == firstID {
+		t.Fatalf("the stopped leader still holds the lease")
+	}
+	leader(other)
+	if h := holder(); h == firstID || h == "" {
+		t.Errorf("lease holder %q after the takeover", h)
+	}
+	other.stop()
+	if h := holder(); h != "" {
+		t.Errorf("lease holder %q after both stopped, want none (released)", h)
+	}
 }

@@ -57,6 +57,16 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 			return nil, nil, err
 		}
 		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+		if kr, ok := rt.(kubeRuntime); ok {
+			// The replicas of a release share its sessions: only the
+			// holder of its Lease reaps them and keeps the warm pools.
+			el, err := kr.Elector(log)
+			if err != nil {
+				rt.Close()
+				return nil, nil, fmt.Errorf("kube backend: %w", err)
+			}
+			sc.Leader = el
+		}
 		sc.Admission = cfg.Sandbox.Admission()
 		// Claims of warm pools' sandboxes live with the sessions' host
 		// directories: one host, one state directory.

@@ -168,6 +168,13 @@ func TestServerPod(t *testing.T) {
 		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || !*ps.SecurityContext.RunAsNonRoot {
 		t.Errorf("security context: %+v (pod %+v)", sc, ps.SecurityContext)
 	}
+	podName := false
+	for _, e := range c.Env {
+		podName = podName || e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}
+	if !podName {
+		t.Errorf("env %+v: no POD_NAME from the downward API (the leader Lease's identity)", c.Env)
+	}
 	if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Image != "shellbox:latest" {
 		t.Errorf("image %s, pull policy %s", c.Image, c.ImagePullPolicy)
 	}
@@ -205,6 +212,7 @@ func TestRole(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}
 	if len(role.Rules) != len(want) {
 		t.Fatalf("rules: %+v", role.Rules)

@@ -192,9 +192,23 @@
 // needs a NetworkPolicy implementation on
 // the cluster (kube-router on the lab's): without one the policy is inert.
 //
+// # Leader election (lease.go)
+//
+// The server replicas of a release share its sessions; one of them, the
+// holder of the coordination.k8s.io/v1 Lease LeaseName(release) in
+// Config.Namespace, reaps idle sessions and keeps the warm pools
+// (session.Config.Leader). Elector is client-go's leaderelection over a
+// LeaseLock (defaults 15s lease, 10s renew deadline, 2s retry), with the
+// pod's name (POD_NAME) and a random suffix as identity. A leader that
+// cannot renew stops leading (its lead context is cancelled) after the
+// renew deadline, before the lease can have expired for the others; one
+// that shuts down stops leading first and releases the Lease after, so the
+// next takes over at its next retry.
+//
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
 // delete), secrets (create, get, list, delete), events (list),
-// networkpolicies (get, create, update; with a ServerSelector); and,
-// cluster-wide and optional, runtimeclasses (get) for Runtimes, which
-// counts a configured class it may not look at as present.
+// networkpolicies (get, create, update; with a ServerSelector), leases
+// (get, create, update: the Elector); and, cluster-wide and optional,
+// runtimeclasses (get) for Runtimes, which counts a configured class it
+// may not look at as present.
 package kube
