@@ -470,17 +470,7 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		}
 		ag, err := e.cfg.Dial(ctx, sb)
 		if err == nil {
-			e.mu.Lock()
-			if prev, ok := e.agents[session]; ok {
-				// A concurrent call dialled first: keep one connection.
-				e.mu.Unlock()
-				ag.Close()
-				return prev, nil
-			}
-			a := e.connect(ag, sb)
-			e.agents[session] = a
-			e.mu.Unlock()
-			return a, nil
+			return e.keep(session, ag, sb), nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
@@ -493,16 +483,7 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		// congested node. Removing it would end its background tasks, so
 		// it is dialled again, and never removed.
 		if ag, err := e.redial(ctx, spec, sb, err); err == nil {
-			e.mu.Lock()
-			if prev, ok := e.agents[session]; ok {
-				e.mu.Unlock()
-				ag.Close()
-				return prev, nil
-			}
-			a := e.connect(ag, sb)
-			e.agents[session] = a
-			e.mu.Unlock()
-			return a, nil
+			return e.keep(session, ag, sb), nil
 		} else if errors.Is(err, errStillRunning) {
 			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
 		}
@@ -513,6 +494,21 @@ func (e *Executor) agent(ctx context.Context, session string) (*conn, error) {
 		}
 	}
 	return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable: %w", session, lastErr)
+}
+
+// keep makes ag the session's connection, unless a concurrent call
+// dialled first: then there is one connection, the first.
+func (e *Executor) keep(session string, ag Agent, sb sandbox.Sandbox) *conn {
+	e.mu.Lock()
+	if prev, ok := e.agents[session]; ok {
+		e.mu.Unlock()
+		ag.Close()
+		return prev
+	}
+	a := e.connect(ag, sb)
+	e.agents[session] = a
+	e.mu.Unlock()
+	return a
 }
 
 // errStillRunning is redial's error for a sandbox that runs but whose
