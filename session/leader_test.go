@@ -2,14 +2,11 @@ package session
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 	"github.com/shellbox/shellbox/server"
@@ -70,15 +67,7 @@ func (f *fakeLeader) Run(ctx context.Context, lead func(context.Context)) {
 // second), started with leader (nil: none).
 func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Layer, *sandboxtest.Fake) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte("sandbox:\n  pool: {size: 2}\nlimits:\n  idleTTL: 1ms\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e, _ := acmePolicy(t, "sandbox:\n  pool: {size: 2}\nlimits:\n  idleTTL: 1ms\n")
 	claims, err := sandbox.NewDirClaims(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

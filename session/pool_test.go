@@ -32,9 +32,13 @@ func waitPool(t *testing.T, l *Layer, not string) string {
 	}
 }
 
-func TestWarmPoolFromPolicy(t *testing.T) {
-	dir, data := t.TempDir(), t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(poolPolicy(data, "1GiB")), 0o644); err != nil {
+// acmePolicy returns a policy engine over one policy file, tenant acme's,
+// without watching or approvers (closed when t ends), and the file's
+// directory, for a test that edits it.
+func acmePolicy(t *testing.T, body string) (*policies.Engine, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
@@ -42,6 +46,12 @@ func TestWarmPoolFromPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
+	return e, dir
+}
+
+func TestWarmPoolFromPolicy(t *testing.T) {
+	data := t.TempDir()
+	e, dir := acmePolicy(t, poolPolicy(data, "1GiB"))
 	claims, err := sandbox.NewDirClaims(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
