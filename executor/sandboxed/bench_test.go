@@ -12,6 +12,7 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/output"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
@@ -33,8 +34,8 @@ func BenchmarkColdSession(b *testing.B) {
 
 func benchCold(b *testing.B, e enginetest.Engine, runtime string) {
 	b.Run(e.Name+"-"+runtime, func(b *testing.B) {
-		r := newRig(b, e, runtime, executor.DefaultLimits())
-		ts, err := tools.New(r.exec, tools.Config{})
+		r := sandboxedtest.New(b, e, runtime, executor.DefaultLimits())
+		ts, err := tools.New(r.Exec, tools.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -52,8 +53,8 @@ func benchCold(b *testing.B, e enginetest.Engine, runtime string) {
 				b.Fatalf("got %q", res.Text)
 			}
 			b.StopTimer()
-			r.exec.Forget(session)
-			if err := r.manager.Remove(context.Background(), tenant, session); err != nil {
+			r.Exec.Forget(session)
+			if err := r.Manager.Remove(context.Background(), tenant, session); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
@@ -98,8 +99,8 @@ func BenchmarkWarmCall(b *testing.B) {
 // benchWarm measures a warm call on engine e and runtime into p50; on
 // Docker also the exec API into the same container.
 func benchWarm(b *testing.B, e enginetest.Engine, runtime string, p50 map[string]time.Duration) {
-	r := newRig(b, e, runtime, executor.DefaultLimits())
-	ts, err := tools.New(r.exec, tools.Config{})
+	r := sandboxedtest.New(b, e, runtime, executor.DefaultLimits())
+	ts, err := tools.New(r.Exec, tools.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func benchWarm(b *testing.B, e enginetest.Engine, runtime string, p50 map[string
 		return
 	}
 	var id string
-	for _, sb := range r.manager.Sandboxes() {
+	for _, sb := range r.Manager.Sandboxes() {
 		if sb.Session == session {
 			id = sb.ID
 		}
@@ -171,16 +172,16 @@ func logWarm(b *testing.B, p50 map[string]time.Duration) {
 func BenchmarkLive100MB(b *testing.B) {
 	for _, e := range enginetest.All {
 		b.Run(e.Name, func(b *testing.B) {
-			r := newRig(b, e, sandbox.RuntimeRunc, executor.DefaultLimits())
-			ts, err := tools.New(r.exec, tools.Config{})
+			r := sandboxedtest.New(b, e, sandbox.RuntimeRunc, executor.DefaultLimits())
+			ts, err := tools.New(r.Exec, tools.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer ts.Close()
 			session := "live-bench"
 			defer func() {
-				r.exec.Forget(session)
-				r.manager.Remove(context.Background(), tenant, session)
+				r.Exec.Forget(session)
+				r.Manager.Remove(context.Background(), tenant, session)
 			}()
 			args := json.RawMessage(`{"command":"head -c 104857600 /dev/zero | tr '\\0' x","description":"print 100 MB"}`)
 			call := func(live executor.Live) time.Duration {

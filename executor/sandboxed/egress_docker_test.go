@@ -15,6 +15,7 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/egress"
@@ -88,13 +89,13 @@ func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 			t.Errorf("relay of %s: %v", sb.Session, err)
 		}
 	}
-	r := newRigWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
-	ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+	r := sandboxedtest.NewWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
+	ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ts.Close()
-	r.opts = append(r.opts, sandbox.WithNetwork(sandbox.NetworkEgress))
+	r.Opts = append(r.Opts, sandbox.WithNetwork(sandbox.NetworkEgress))
 
 	run := func(command string) string {
 		t.Helper()
@@ -233,7 +234,7 @@ echo "signalled $hits of $n"`)
 	}
 
 	// A sandbox without egress: no variables, no proxy.
-	r.opts = r.opts[:len(r.opts)-1]
+	r.Opts = r.Opts[:len(r.Opts)-1]
 	res = call(t, ts, "nonet", tools.ToolBash, bash(`echo "[${HTTP_PROXY-unset}]"; (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; echo "proxy $?"`))
 	if res.Text != "[unset]\nproxy 1" {
 		t.Errorf("sandbox without egress: %q", res.Text)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
@@ -16,8 +17,8 @@ import (
 // TestPeekInSandbox: the operator console's peek reaches a sandboxed task
 // through the agent and leaves the model's bash_output cursor alone.
 func TestPeekInSandbox(t *testing.T) {
-	r := newRig(t, enginetest.Docker, sandbox.RuntimeRunc, executor.DefaultLimits())
-	ts, err := tools.New(r.exec, tools.Config{})
+	r := sandboxedtest.New(t, enginetest.Docker, sandbox.RuntimeRunc, executor.DefaultLimits())
+	ts, err := tools.New(r.Exec, tools.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func TestPeekInSandbox(t *testing.T) {
 		t.Fatalf("start: %s", res.Text)
 	}
 	ctx := context.Background()
-	task, err := r.exec.Task(ctx, "peek", bg.TaskID)
+	task, err := r.Exec.Task(ctx, "peek", bg.TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
@@ -38,7 +39,7 @@ func newPoolRig(t testing.TB, e enginetest.Engine) *poolRig {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
-	testImage(t)
+	sandboxedtest.TestImage(t)
 	c, err := sandbox.NewDirClaims(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
@@ -34,11 +35,11 @@ func TestWorkspaceSurvivesTheSandbox(t *testing.T) {
 func workspaceSurvives(t *testing.T, e enginetest.Engine, runtime string) {
 	lim := executor.DefaultLimits()
 	lim.Grace = 500 * time.Millisecond
-	r := newRig(t, e, runtime, lim,
+	r := sandboxedtest.New(t, e, runtime, lim,
 		sandbox.WithMemory(128*sandbox.MiB),
 		sandbox.WithWorkspaceSize(16*sandbox.MiB),
 		sandbox.WithTmpSize(8*sandbox.MiB))
-	ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+	ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func workspaceSurvives(t *testing.T, e enginetest.Engine, runtime string) {
 	// from the next (containerd's ids are the session's).
 	sandboxOf := func(t *testing.T) sandbox.Sandbox {
 		t.Helper()
-		for _, sb := range r.manager.Sandboxes() {
+		for _, sb := range r.Manager.Sandboxes() {
 			if sb.Session == s {
 				return sb
 			}
@@ -135,14 +136,14 @@ func workspaceSurvives(t *testing.T, e enginetest.Engine, runtime string) {
 		}
 	})
 	t.Run("ends with the session", func(t *testing.T) {
-		ws := filepath.Join(r.stateDir, "workspaces", tenant, s)
+		ws := filepath.Join(r.StateDir, "workspaces", tenant, s)
 		if _, err := os.Stat(filepath.Join(ws, "first")); err != nil {
 			t.Fatalf("the host workspace: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		r.exec.Forget(s)
-		if err := r.manager.Remove(ctx, tenant, s); err != nil {
+		r.Exec.Forget(s)
+		if err := r.Manager.Remove(ctx, tenant, s); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Lstat(ws); !errors.Is(err, os.ErrNotExist) {
@@ -161,8 +162,8 @@ func workspaceSurvives(t *testing.T, e enginetest.Engine, runtime string) {
 // a session with no sandbox at all is swept then. On every engine (runc).
 func TestWorkspaceAfterRestart(t *testing.T) {
 	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
-		r := newRig(t, e, sandbox.RuntimeRunc, executor.DefaultLimits())
-		ts, err := tools.New(r.exec, tools.Config{Home: "/workspace"})
+		r := sandboxedtest.New(t, e, sandbox.RuntimeRunc, executor.DefaultLimits())
+		ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,19 +174,19 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 			}
 		}
 		byName := map[string]sandbox.Sandbox{}
-		for _, sb := range r.manager.Sandboxes() {
+		for _, sb := range r.Manager.Sandboxes() {
 			byName[sb.Session] = sb
 		}
 		// The server goes; meanwhile one sandbox dies (its agent killed: it
 		// stays, exited) and another is removed through the engine.
-		r.exec.Close()
+		r.Exec.Close()
 		if err := syscall.Kill(e.Pid(t, byName["dead"].ID), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		e.RemoveBehind(t, byName["gone"].ID)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			sb, err := r.rt.Get(context.Background(), tenant, "dead")
+			sb, err := r.Runtime.Get(context.Background(), tenant, "dead")
 			if err == nil && sb.State != sandbox.StateRunning {
 				break
 			}
@@ -196,7 +197,7 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 		}
 
 		// The next server: same runtime, state directory and owner.
-		m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: sandboxed.WaitAgent})
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: r.Runtime, Owner: r.Owner, Ready: sandboxed.WaitAgent})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +205,7 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wsDir := func(s string) string { return filepath.Join(r.stateDir, "workspaces", tenant, s) }
+		wsDir := func(s string) string { return filepath.Join(r.StateDir, "workspaces", tenant, s) }
 		if len(rep.Removed) != 1 || rep.Removed[0].Session != "dead" {
 			t.Errorf("removed at adopt: %+v, want the dead sandbox", rep.Removed)
 		}
@@ -213,7 +214,7 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 		}
 		ex, err := sandboxed.New(sandboxed.Config{
 			Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(),
-			Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) },
+			Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.Opts...) },
 		})
 		if err != nil {
 			t.Fatal(err)

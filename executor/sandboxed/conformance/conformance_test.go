@@ -1,0 +1,68 @@
+// Package conformance runs the executor conformance suite with every
+// session in its own container, on every engine (Docker, containerd) and
+// both runtimes (runc, gVisor). It is a package of its own so that its
+// test binary (minutes: every case starts containers) runs beside
+// executor/sandboxed's hostile, egress, pool and workspace tests, each
+// under its own timeout.
+package conformance_test
+
+import (
+	"flag"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
+)
+
+// TestMain runs the suite's cases 4 at a time unless -test.parallel says
+// otherwise: much of a case is waiting (on a container start, a timeout,
+// a background task), and go test's default (GOMAXPROCS: 2 on the CI
+// machine) makes the run a queue.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "4")
+	}
+	code := m.Run()
+	dockertest.RemoveAgent()
+	os.Exit(code)
+}
+
+func conformance(t *testing.T, e enginetest.Engine, runtime string) {
+	var rigs sync.Map // executor.BashExecutor → *sandboxedtest.Rig
+	executortest.Run(t, executortest.Harness{
+		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
+			// Room for the suite's 100 MB spill in one session.
+			r := sandboxedtest.New(t, e, runtime, lim, sandbox.WithSpillSize(256*sandbox.MiB))
+			rigs.Store(r.Exec, r)
+			return r.Exec
+		},
+		Root: executortest.FixedRoot("/workspace"),
+		// DSH_HOME differs from the root so the suite can tell them apart.
+		Home: "/home/sandbox",
+		EndSession: func(e executor.BashExecutor, session string) {
+			if r, ok := rigs.Load(e); ok {
+				r.(*sandboxedtest.Rig).EndSession(session)
+			}
+		},
+	})
+}
+
+// TestConformanceRunc runs the conformance suite, unchanged, with every
+// session in its own runc container, on every engine.
+func TestConformanceRunc(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { conformance(t, e, sandbox.RuntimeRunc) })
+}
+
+// TestConformanceRunsc runs it under gVisor.
+func TestConformanceRunsc(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { conformance(t, e, sandbox.RuntimeRunsc) })
+}
