@@ -117,7 +117,10 @@ func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 		alive(t)
 	})
 	t.Run("memory bomb", func(t *testing.T) {
-		res := call(t, ts, s, "bash", bash(`x=$(head -c 600000000 /dev/zero | tr '\0' a); echo ${#x}`, "timeoutMs", 60000))
+		// Under gVisor on a loaded 2-core machine, filling 256 MiB through
+		// the sentry's pipes took over a minute: the timeout is far from
+		// what the call needs to be killed.
+		res := call(t, ts, s, "bash", bash(`x=$(head -c 600000000 /dev/zero | tr '\0' a); echo ${#x}`, "timeoutMs", 150000))
 		t.Logf("memory bomb: %q", lastLines(res.Text, 4))
 		// runc: the kernel kills the command, the agent reports it. gVisor:
 		// the host's OOM killer takes the whole sandbox (the sentry); the
