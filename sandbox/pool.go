@@ -32,7 +32,11 @@ type PoolTarget struct {
 // claims a pooled sandbox only of its own Spec's hash.
 func TemplateHash(spec Spec) string {
 	spec = spec.Clone()
-	spec.Session, spec.Owner = "", ""
+	// Settings are a session's record, not a setting: a session whose
+	// options make the template's spec claims from its pool (the pooled
+	// sandbox keeps the template's empty record; what the session asked
+	// for is what the template has).
+	spec.Session, spec.Owner, spec.Settings = "", "", ""
 	// Empty and nil are the same setting.
 	if len(spec.Env) == 0 {
 		spec.Env = nil

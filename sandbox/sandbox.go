@@ -37,7 +37,9 @@ type Sandbox struct {
 	// Mounts are the host directory mounts (Spec.Mounts) as the backend
 	// reports them, by target.
 	Mounts []Mount
-	State  State
+	// Settings is the Spec's Settings as the backend kept them.
+	Settings string
+	State    State
 	// OOMKilled reports that the engine saw the sandbox's memory cgroup kill
 	// its main process (under gVisor that is the whole sandbox: the host's
 	// OOM killer takes the sentry).

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/shellbox/shellbox/confine"
 )
@@ -160,7 +162,23 @@ type Spec struct {
 
 	// Mounts are host directories bind-mounted into the sandbox (WithMounts).
 	Mounts []Mount
+
+	// Settings is the creator's record of what the session asked for when
+	// it was created (the session layer: its options as JSON), kept with
+	// the sandbox (label or annotation LabelSettings) so that any server
+	// process, or this one after a restart, makes the session's next
+	// sandbox as the session asked. Opaque to runtimes; at most
+	// MaxSettingsBytes of printable text (WithSettings).
+	Settings string
 }
+
+// LabelSettings is the label (Docker), OCI annotation (containerd) or pod
+// annotation (Kubernetes) that keeps a sandbox's Spec.Settings.
+const LabelSettings = "org.shellbox.settings"
+
+// MaxSettingsBytes bounds Spec.Settings (containerd's labels are bounded by
+// 4,096 bytes; a record is far smaller).
+const MaxSettingsBytes = 3072
 
 // Opt changes a Spec. Options are pure: they touch nothing but the Spec, so
 // they can be tested by applying them to a DefaultSpec. An option rejects a
@@ -302,6 +320,24 @@ func WithSpillSize(bytes int64) Opt {
 	}
 }
 
+// WithSettings sets the creator's record of the session's requested
+// settings (Spec.Settings): printable text, at most MaxSettingsBytes.
+func WithSettings(record string) Opt {
+	return func(s *Spec) error {
+		if len(record) > MaxSettingsBytes {
+			return invalid("settings", "%d bytes: more than %d", len(record), MaxSettingsBytes)
+		}
+		if !utf8.ValidString(record) {
+			return invalid("settings", "not UTF-8")
+		}
+		if i := strings.IndexFunc(record, unicode.IsControl); i >= 0 {
+			return invalid("settings", "a control character at byte %d", i)
+		}
+		s.Settings = record
+		return nil
+	}
+}
+
 // WithNetwork sets the network: NetworkNone or NetworkEgress.
 func WithNetwork(network string) Opt {
 	return func(s *Spec) error {
@@ -403,6 +439,7 @@ func (s Spec) Validate() error {
 		WithWorkspaceSize(s.WorkspaceBytes), WithTmpSize(s.TmpBytes),
 		WithSpillSize(s.SpillBytes), WithNetwork(s.Network), WithUser(s.UID, s.GID),
 		WithLabels(s.Labels), WithAgentArgs(s.AgentArgs...), WithMounts(s.Mounts...),
+		WithSettings(s.Settings),
 	}
 	for _, kv := range s.Env {
 		k, v, ok := strings.Cut(kv, "=")
@@ -441,7 +478,7 @@ func checkRuntime(r string) error {
 
 func reservedLabel(k string) bool {
 	switch k {
-	case LabelManaged, LabelTenant, LabelSession, LabelOwner, LabelRuntime, LabelNetwork:
+	case LabelManaged, LabelTenant, LabelSession, LabelOwner, LabelRuntime, LabelNetwork, LabelMounts, LabelSettings:
 		return true
 	}
 	return false

@@ -84,6 +84,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"env", func(s *sandbox.Spec) { s.Env = []string{"=x"} }},
 		{"labels", func(s *sandbox.Spec) { s.Labels = map[string]string{sandbox.LabelOwner: "me"} }},
 		{"agent", func(s *sandbox.Spec) { s.AgentArgs = []string{"a\x00b"} }},
+		{"labels", func(s *sandbox.Spec) { s.Labels = map[string]string{sandbox.LabelSettings: "{}"} }},
+		{"settings", func(s *sandbox.Spec) { s.Settings = strings.Repeat("a", sandbox.MaxSettingsBytes+1) }},
+		{"settings", func(s *sandbox.Spec) { s.Settings = "{\"a\":\"b\n\"}" }},
+		{"settings", func(s *sandbox.Spec) { s.Settings = "\xff" }},
 	}
 	for _, c := range cases {
 		s := complete(t)

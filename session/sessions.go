@@ -77,7 +77,7 @@ func (l *Layer) CreateSession(ctx context.Context, tenant, session string, opts 
 	prev, had := l.opts[k]
 	l.opts[k] = opts
 	l.mu.Unlock()
-	spec, err := l.spec(ctx, tenant, session)
+	spec, err := l.specWith(ctx, tenant, session, opts)
 	if err != nil {
 		l.mu.Lock()
 		if had {

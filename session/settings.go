@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -46,20 +47,35 @@ type Choices struct {
 var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
 	"mounts need an allowlist, and this server has none: set policies.dir and list the directories in the tenant's sandbox.mounts")
 
-// spec is the sandbox spec of a new session: the options it was created
-// with (CreateSession), within the tenant's policy, over the
-// defaults. It also enforces the tenant's session quota. Errors wrap the
-// server's classes.
+// spec is the sandbox spec of a session: the options it was created with
+// (settings), within the tenant's policy, over the defaults. It also
+// enforces the tenant's session quota. Errors wrap the server's classes.
 func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {
+	if err := l.specUsable(session); err != nil {
+		return sandbox.Spec{}, err
+	}
+	o, err := l.settings(ctx, tenant, session)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	return l.specWith(ctx, tenant, session, o)
+}
+
+func (l *Layer) specUsable(session string) error {
 	if l.cfg.Unavailable != nil {
-		return sandbox.Spec{}, server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
+		return server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
 	}
 	if sandbox.IsPooled(session) {
-		return sandbox.Spec{}, server.Errorf(server.ErrInvalid, "session %q: names starting with %q are reserved for warm pools", session, sandbox.PoolPrefix)
+		return server.Errorf(server.ErrInvalid, "session %q: names starting with %q are reserved for warm pools", session, sandbox.PoolPrefix)
 	}
-	l.mu.Lock()
-	o := l.opts[tenant+"/"+session]
-	l.mu.Unlock()
+	return nil
+}
+
+// specWith is spec with the session's options o.
+func (l *Layer) specWith(ctx context.Context, tenant, session string, o server.SessionOptions) (sandbox.Spec, error) {
+	if err := l.specUsable(session); err != nil {
+		return sandbox.Spec{}, err
+	}
 	d := l.cfg.Defaults
 	opts := []sandbox.Opt{
 		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
@@ -78,7 +94,7 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 		if err != nil {
 			return sandbox.Spec{}, err
 		}
-		opts = append(opts, sandbox.WithImage(img), sandbox.WithRuntime(rt))
+		opts = append(opts, sandbox.WithImage(img), sandbox.WithRuntime(rt), withRecord(o))
 		return newSpec(tenant, session, opts)
 	}
 	pol, err := l.cfg.Policies.Policy(tenant)
@@ -92,6 +108,46 @@ func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec,
 		return sandbox.Spec{}, err
 	}
 	return l.policySpec(tenant, session, o, pol)
+}
+
+// settings returns what the session asked for when it was created
+// (CreateSession). The record its sandbox keeps (sandbox.Spec.Settings)
+// comes first: it is the same for every server replica, and outlives a
+// restart; a session created through another replica, or deleted and
+// created anew there, is made as it asked there. Without a sandbox, or
+// one made before records were kept, this process's own record answers.
+// A session that asked for nothing has none.
+func (l *Layer) settings(ctx context.Context, tenant, session string) (server.SessionOptions, error) {
+	sb, err := l.manager.Inspect(ctx, tenant, session)
+	switch {
+	case err == nil && sb.Settings != "":
+		var o server.SessionOptions
+		if err := json.Unmarshal([]byte(sb.Settings), &o); err != nil {
+			return server.SessionOptions{}, server.Errorf(server.ErrUnavailable,
+				"session %s: the settings its sandbox %s keeps (%s) are unreadable: %v; delete the session to start it afresh",
+				session, sb.ID, sandbox.LabelSettings, err)
+		}
+		return o, nil
+	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
+		return server.SessionOptions{}, server.Errorf(server.ErrUnavailable, "session %s: reading its settings from its sandbox: %v", session, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.opts[tenant+"/"+session], nil
+}
+
+// withRecord keeps o with the sandbox (sandbox.WithSettings) so that any
+// server process makes the session's next sandbox as it asked; a session
+// that asked for nothing keeps no record.
+func withRecord(o server.SessionOptions) sandbox.Opt {
+	if o.Image == "" && o.Runtime == "" && o.Mounts == nil {
+		return sandbox.WithSettings("")
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return func(*sandbox.Spec) error { return fmt.Errorf("session settings: %w", err) }
+	}
+	return sandbox.WithSettings(string(b))
 }
 
 // checkChoices refuses a session's runtime or image the policy does not
@@ -135,7 +191,7 @@ func (l *Layer) policySpec(tenant, session string, o server.SessionOptions, pol 
 	}
 	opts = append(opts, sandbox.WithImage(img))
 	opts = append(opts, policyOptions(pol.Sandbox())...)
-	opts = append(opts, sandbox.WithMounts(sandboxMounts(mounts)...),
+	opts = append(opts, withRecord(o), sandbox.WithMounts(sandboxMounts(mounts)...),
 		// The agent drops to the policy's user for commands (Spec.UID only
 		// owns /workspace).
 		sandbox.WithAgentArgs("--uid", strconv.Itoa(pol.User.UID), "--gid", strconv.Itoa(pol.User.GID)))

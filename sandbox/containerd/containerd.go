@@ -612,7 +612,11 @@ func describe(c containers.Container) sandbox.Sandbox {
 	if dir := c.Labels[LabelHostDir]; dir != "" {
 		sb.Agent = hostdir.Endpoint(dir)
 	}
-	if s := specOf(c); s != nil && s.Annotations[sandbox.LabelMounts] != "" {
+	s := specOf(c)
+	if s != nil {
+		sb.Settings = s.Annotations[sandbox.LabelSettings]
+	}
+	if s != nil && s.Annotations[sandbox.LabelMounts] != "" {
 		sb.Mounts, _ = sandbox.ParseMountsRecord(s.Annotations[sandbox.LabelMounts])
 	} else if s != nil {
 		for _, m := range s.Mounts {

@@ -111,6 +111,17 @@ func labels(spec sandbox.Spec, hostDir string) map[string]string {
 	return l
 }
 
+// records are the OCI annotations that keep what the container's own
+// record cannot say: spec.Mounts as allowed (the mounts name pinned
+// paths) and spec.Settings (labels are bounded by 4,096 bytes).
+func records(spec sandbox.Spec) map[string]string {
+	a := map[string]string{sandbox.LabelMounts: sandbox.MountsRecord(spec.Mounts)}
+	if spec.Settings != "" {
+		a[sandbox.LabelSettings] = spec.Settings
+	}
+	return a
+}
+
 // translate turns a validated Spec into the OCI spec options of its
 // container, to apply after the image's config (oci.WithImageConfig, which
 // needs the image and is the caller's). binds are spec.Mounts as the
@@ -244,7 +255,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		oci.WithoutMounts("/sys/fs/cgroup", sandbox.TmpPath, sandbox.WorkspacePath, sandbox.AgentPath, sandbox.HostDirMount),
 		oci.WithMounts(mounts),
 		withShmSize(spec.TmpBytes),
-		oci.WithAnnotations(map[string]string{sandbox.LabelMounts: sandbox.MountsRecord(spec.Mounts)}),
+		oci.WithAnnotations(records(spec)),
 		oci.WithDefaultUnixDevices,
 		oci.WithMemoryLimit(uint64(spec.MemoryBytes)),
 		oci.WithMemorySwap(spec.MemoryBytes), // = the limit: no swap

@@ -409,6 +409,7 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 		sb.Owner = info.Config.Labels[sandbox.LabelOwner]
 		sb.Network = info.Config.Labels[sandbox.LabelNetwork]
 		sb.Runtime = info.Config.Labels[sandbox.LabelRuntime]
+		sb.Settings = info.Config.Labels[sandbox.LabelSettings]
 		sb.Image = info.Config.Image
 	}
 	if info.State != nil {
@@ -428,17 +429,18 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 
 func fromSummary(c container.Summary) sandbox.Sandbox {
 	sb := sandbox.Sandbox{
-		ID:      c.ID,
-		Tenant:  c.Labels[sandbox.LabelTenant],
-		Session: c.Labels[sandbox.LabelSession],
-		Owner:   c.Labels[sandbox.LabelOwner],
-		Runtime: c.Labels[sandbox.LabelRuntime],
-		Network: c.Labels[sandbox.LabelNetwork],
-		Image:   c.Image,
-		State:   state(c.State),
-		Agent:   endpoint(hostDirOf(c.Mounts)),
-		Mounts:  mountsOf(c.Mounts),
-		Created: time.Unix(c.Created, 0),
+		ID:       c.ID,
+		Tenant:   c.Labels[sandbox.LabelTenant],
+		Session:  c.Labels[sandbox.LabelSession],
+		Owner:    c.Labels[sandbox.LabelOwner],
+		Runtime:  c.Labels[sandbox.LabelRuntime],
+		Network:  c.Labels[sandbox.LabelNetwork],
+		Settings: c.Labels[sandbox.LabelSettings],
+		Image:    c.Image,
+		State:    state(c.State),
+		Agent:    endpoint(hostDirOf(c.Mounts)),
+		Mounts:   mountsOf(c.Mounts),
+		Created:  time.Unix(c.Created, 0),
 	}
 	if ms, ok := sandbox.ParseMountsRecord(c.Labels[sandbox.LabelMounts]); ok {
 		sb.Mounts = ms

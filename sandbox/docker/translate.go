@@ -68,6 +68,9 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 	labels[sandbox.LabelRuntime] = spec.Runtime
 	labels[sandbox.LabelNetwork] = spec.Network
 	labels[sandbox.LabelMounts] = sandbox.MountsRecord(spec.Mounts)
+	if spec.Settings != "" {
+		labels[sandbox.LabelSettings] = spec.Settings
+	}
 
 	env := slices.Clone(spec.Env)
 	env = append(env, sandbox.EnvSpillBytes+"="+strconv.FormatInt(spec.SpillBytes, 10))

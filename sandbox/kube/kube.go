@@ -768,14 +768,15 @@ func (r *Runtime) Runtimes(ctx context.Context) ([]string, error) {
 func describe(p *corev1.Pod, token string, port int32) sandbox.Sandbox {
 	a := p.Annotations
 	sb := sandbox.Sandbox{
-		ID:      p.Name,
-		Tenant:  a[AnnotationTenant],
-		Session: a[AnnotationSession],
-		Owner:   a[AnnotationOwner],
-		Runtime: a[AnnotationRuntime],
-		Image:   a[AnnotationImage],
-		Network: a[AnnotationNetwork],
-		Created: p.CreationTimestamp.Time,
+		ID:       p.Name,
+		Tenant:   a[AnnotationTenant],
+		Session:  a[AnnotationSession],
+		Owner:    a[AnnotationOwner],
+		Runtime:  a[AnnotationRuntime],
+		Image:    a[AnnotationImage],
+		Network:  a[AnnotationNetwork],
+		Settings: a[AnnotationSettings],
+		Created:  p.CreationTimestamp.Time,
 	}
 	if m := a[AnnotationMounts]; m != "" && m != "[]" {
 		_ = json.Unmarshal([]byte(m), &sb.Mounts)

@@ -41,6 +41,9 @@ const (
 	// host directories are hostPath volumes, which the pod's Pod Security
 	// level forbids, so Create refuses them).
 	AnnotationMounts = "org.shellbox.mounts"
+	// AnnotationSettings is the Spec's Settings (sandbox.LabelSettings):
+	// any replica reads what the session asked for from its pod.
+	AnnotationSettings = sandbox.LabelSettings
 )
 
 // Names inside a session pod.
@@ -173,6 +176,9 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		AnnotationRuntime: spec.Runtime,
 		AnnotationNetwork: spec.Network,
 		AnnotationMounts:  string(mounts),
+	}
+	if spec.Settings != "" {
+		annotations[AnnotationSettings] = spec.Settings
 	}
 
 	args := append([]string{}, spec.AgentArgs...)

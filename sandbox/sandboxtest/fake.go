@@ -74,7 +74,7 @@ func (f *Fake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	sb := sandbox.Sandbox{
 		ID: fmt.Sprintf("c%d", f.n), Tenant: spec.Tenant, Session: spec.Session, Owner: spec.Owner,
 		Runtime: spec.Runtime, Image: spec.Image, Network: spec.Network, Mounts: spec.Mounts,
-		State: sandbox.StateRunning, Created: time.Now(),
+		Settings: spec.Settings, State: sandbox.StateRunning, Created: time.Now(),
 	}
 	f.byKey[k] = sb
 	f.state[k] = true

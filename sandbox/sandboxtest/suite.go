@@ -69,7 +69,14 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CreateGetListRemove", func(t *testing.T) {
 		rt := h.New(t)
 		spec := h.Spec(t, h.Tenant, "crud", owner)
-		sb := create(t, rt, "crud")
+		// The creator's record of the session's settings is kept with
+		// the sandbox, exactly, whatever it holds (JSON in practice).
+		spec.Settings = `{"image":"x:1","mounts":[{"source":"a b","target":"/mnt/ü"}],"pad":"` + strings.Repeat("s", 2000) + `"}`
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatalf("Create crud: %v", err)
+		}
+		t.Cleanup(func() { _ = rt.Remove(context.Background(), sb.ID) })
 		if sb.ID == "" || sb.Tenant != h.Tenant || sb.Session != "crud" || sb.Owner != owner ||
 			sb.Runtime != spec.Runtime || sb.State != sandbox.StateRunning {
 			t.Fatalf("created: %+v", sb)
@@ -81,6 +88,18 @@ func Run(t *testing.T, h Harness) {
 		if err != nil || got.ID != sb.ID || got.Owner != owner || got.Runtime != spec.Runtime ||
 			got.State != sandbox.StateRunning || got.Agent != sb.Agent {
 			t.Fatalf("Get: %+v, %v; created %+v", got, err, sb)
+		}
+		if got.Settings != spec.Settings {
+			t.Errorf("Get: settings %.80q…, want %.80q…", got.Settings, spec.Settings)
+		}
+		list, err := rt.List(ctx, owner)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		for _, l := range list {
+			if l.ID == sb.ID && l.Settings != spec.Settings {
+				t.Errorf("List: settings %.80q…, want %.80q…", l.Settings, spec.Settings)
+			}
 		}
 		if !contains(t, rt, owner, sb.ID) || !contains(t, rt, "", sb.ID) || contains(t, rt, "sbtest-other", sb.ID) {
 			t.Errorf("List by owner: want it under %q and \"\", not under another owner", owner)
