@@ -50,7 +50,51 @@ type Config struct {
 	MaxCreating     int
 	CreateQueue     int
 	CreateQueueWait time.Duration
+	// UseRecordEvery, for a runtime that keeps last uses (UseRecorder),
+	// is how often a sandbox in use has its use recorded (default
+	// DefaultUseRecordEvery): a record is at most this stale, so idle
+	// TTLs well above it are judged right by every process.
+	UseRecordEvery time.Duration
 }
+
+// DefaultUseRecordEvery is Config.UseRecordEvery's default.
+const DefaultUseRecordEvery = 30 * time.Second
+
+// UseRecorder is a Runtime that keeps each sandbox's last use with the
+// sandbox (Kubernetes: a pod annotation), so that every server process
+// sharing the sandboxes (a release's replicas) judges idleness by the uses
+// of all of them: the reaper, in the one process that leads, sees sessions
+// served only by the others. Its Get and List fill Sandbox.LastUsed from
+// the record (zero: never recorded).
+type UseRecorder interface {
+	RecordUse(ctx context.Context, sb Sandbox, at time.Time) error
+}
+
+// Unwrapper is a Runtime that wraps another (to observe it) and passes
+// its optional abilities through: AsUseRecorder looks behind it.
+type Unwrapper interface {
+	Unwrap() Runtime
+}
+
+// AsUseRecorder returns rt, or the runtime rt wraps (Unwrapper, at any
+// depth), as a UseRecorder.
+func AsUseRecorder(rt Runtime) (UseRecorder, bool) {
+	for rt != nil {
+		if r, ok := rt.(UseRecorder); ok {
+			return r, true
+		}
+		u, ok := rt.(Unwrapper)
+		if !ok {
+			return nil, false
+		}
+		rt = u.Unwrap()
+	}
+	return nil, false
+}
+
+// maxRecording bounds the use records being written at once; a use that
+// finds no slot is recorded with the session's next one.
+const maxRecording = 8
 
 // Manager owns the lifecycle of a server's sandboxes: one per (tenant,
 // session), created on first use and reused after, removed on request, when
@@ -91,6 +135,11 @@ type Manager struct {
 	// state.
 	pools map[string]*pool
 	named map[key]bool
+
+	// recorder is the runtime as a UseRecorder (nil: none); recording
+	// holds a slot per use record being written.
+	recorder  UseRecorder
+	recording chan struct{}
 }
 
 type key struct{ tenant, session string }
@@ -105,6 +154,9 @@ type entry struct {
 	busy     chan struct{}
 	creating bool
 	err      error
+	// recorded is when this process last had the sandbox's use recorded
+	// (UseRecorder).
+	recorded time.Time
 }
 
 // NewManager checks cfg and returns a Manager. It does not touch the engine:
@@ -144,8 +196,47 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.CreateQueueWait == 0 {
 		cfg.CreateQueueWait = DefaultCreateQueueWait
 	}
-	return &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{},
-		adm: newAdmission(cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait), kick: make(chan struct{}, 1)}, nil
+	if cfg.UseRecordEvery < 0 {
+		return nil, fmt.Errorf("%w: manager: negative useRecordEvery %s", ErrInvalid, cfg.UseRecordEvery)
+	}
+	if cfg.UseRecordEvery == 0 {
+		cfg.UseRecordEvery = DefaultUseRecordEvery
+	}
+	m := &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{},
+		adm: newAdmission(cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait), kick: make(chan struct{}, 1)}
+	if r, ok := AsUseRecorder(cfg.Runtime); ok {
+		m.recorder, m.recording = r, make(chan struct{}, maxRecording)
+	}
+	return m, nil
+}
+
+// used marks e's sandbox used now; m.mu is held. With a UseRecorder the
+// use is recorded with the sandbox when the last record is
+// UseRecordEvery old, in the background: a warm call never waits for it.
+func (m *Manager) used(k key, e *entry) {
+	now := m.cfg.Now()
+	e.sb.LastUsed = now
+	m.sessions[k] = now
+	if m.recorder == nil || now.Sub(e.recorded) < m.cfg.UseRecordEvery {
+		return
+	}
+	select {
+	case m.recording <- struct{}{}:
+	default:
+		return // every slot busy: the next use records
+	}
+	e.recorded = now
+	sb := e.sb
+	go func() {
+		defer func() { <-m.recording }()
+		// Its own bounded lifetime: the call that used the sandbox may
+		// end before the record is written.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.recorder.RecordUse(ctx, sb, now); err != nil && !errors.Is(err, ErrNotFound) {
+			m.cfg.Logger.Warn("recording a sandbox's use", "tenant", sb.Tenant, "session", sb.Session, "id", sb.ID, "err", err)
+		}
+	}()
 }
 
 // Ensure returns the running sandbox of spec's tenant and session, creating
@@ -175,8 +266,7 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 			go m.create(ctx, k, e, spec)
 		}
 		if e.busy == nil {
-			e.sb.LastUsed = m.cfg.Now()
-			m.sessions[k] = e.sb.LastUsed
+			m.used(k, e)
 			sb := e.sb
 			m.mu.Unlock()
 			return sb, nil
@@ -217,8 +307,7 @@ func (m *Manager) Touch(tenant, session string) bool {
 	if e == nil || e.busy != nil {
 		return false
 	}
-	e.sb.LastUsed = m.cfg.Now()
-	m.sessions[k] = e.sb.LastUsed
+	m.used(k, e)
 	return true
 }
 
@@ -410,8 +499,11 @@ func checkSession(tenant, session string) error {
 }
 
 // Reap removes the sandboxes not used for idleTTL or longer and returns
-// them. Only sandboxes the Manager knows (created or adopted by it) are
-// considered. Removal runs under Config.RemoveTimeout each, even if ctx ends.
+// them. Without a UseRecorder only sandboxes the Manager knows (created or
+// adopted by it) are considered; with one, every sandbox of the owner, each
+// by the latest of this process's uses and the recorded ones (those of
+// other processes sharing the sandboxes), or by its creation. Removal runs
+// under Config.RemoveTimeout each, even if ctx ends.
 func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, error) {
 	return m.ReapBy(ctx, func(string) time.Duration { return idleTTL })
 }
@@ -419,6 +511,34 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 // ReapBy is Reap with an idle TTL per tenant (a per-tenant policy); a TTL of
 // zero or less keeps the tenant's sandboxes.
 func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.Duration) ([]Sandbox, error) {
+	// The uses other processes recorded; a reaper that cannot read them
+	// reaps nothing this time rather than judge by its own uses alone.
+	var recorded map[key]Sandbox
+	if m.recorder != nil {
+		list, err := m.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reap: reading the sandboxes' recorded uses: %w", err)
+		}
+		recorded = make(map[key]Sandbox, len(list))
+		for _, sb := range list {
+			recorded[key{sb.Tenant, sb.Session}] = sb
+		}
+	}
+	// lastUse is the latest of this process's use, the recorded one and
+	// the sandbox's creation (a sandbox another process just made has no
+	// use recorded yet).
+	lastUse := func(k key, local time.Time) time.Time {
+		sb, ok := recorded[k]
+		if !ok {
+			return local
+		}
+		for _, t := range []time.Time{sb.LastUsed, sb.Created} {
+			if t.After(local) {
+				local = t
+			}
+		}
+		return local
+	}
 	now := m.cfg.Now()
 	type victim struct {
 		k    key
@@ -429,8 +549,9 @@ func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.D
 	var victims []victim
 	m.mu.Lock()
 	for k, e := range m.entries {
-		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(e.sb.LastUsed) >= ttl {
-			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(e.sb.LastUsed)})
+		used := lastUse(k, e.sb.LastUsed)
+		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(used) >= ttl {
+			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(used)})
 		}
 	}
 	// Sessions whose sandbox is gone (died and not replaced yet) end the
@@ -439,8 +560,25 @@ func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.D
 		if _, ok := m.entries[k]; ok {
 			continue
 		}
+		used = lastUse(k, used)
 		if ttl := idleTTL(k.tenant); ttl > 0 && now.Sub(used) >= ttl {
-			victims = append(victims, victim{k: k, idle: now.Sub(used)})
+			// A sandbox another process made for it meanwhile is judged
+			// by its recorded uses (without a recorder it is not ours to
+			// judge: see below).
+			victims = append(victims, victim{k: k, sb: recorded[k], idle: now.Sub(used)})
+		}
+	}
+	// Sandboxes only other processes serve, by their recorded uses.
+	for k, sb := range recorded {
+		if _, ok := m.entries[k]; ok {
+			continue
+		}
+		if _, ok := m.sessions[k]; ok {
+			continue
+		}
+		used := lastUse(k, time.Time{})
+		if ttl := idleTTL(k.tenant); ttl > 0 && now.Sub(used) >= ttl {
+			victims = append(victims, victim{k: k, sb: sb, idle: now.Sub(used)})
 		}
 	}
 	for i := range victims {

@@ -320,3 +320,95 @@ func TestManagerAdopt(t *testing.T) {
 		t.Errorf("Ensure after Adopt: %+v, %v", sb, err)
 	}
 }
+
+// With a runtime that records uses (Kubernetes), processes sharing the
+// sandboxes (a release's replicas) judge idleness together: the reaping
+// process keeps a session only another process serves, and reaps one only
+// another process made, once idle.
+func TestManagerReapRecordedUses(t *testing.T) {
+	f := sandboxtest.NewRecording()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f.Now = clock
+	withClock := func(c *sandbox.Config) { c.Now = clock }
+	leader, _ := newManager(t, f, withClock)
+	// The other process's runtime is wrapped (as the server's observers
+	// wrap it): the Manager finds the recorder behind it.
+	other, _ := newManager(t, wrapped{f}, withClock)
+	ctx := context.Background()
+	recorded := func(session string, want time.Time) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			sb, err := f.Get(ctx, "acme", session)
+			if err == nil && !sb.LastUsed.Before(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: recorded use %v, %v; want %v", session, sb.LastUsed, err, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// "shared": made by the leader, then served by the other only;
+	// "theirs": made and served by the other only.
+	if _, err := leader.Ensure(ctx, spec(t, "shared")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"shared", "theirs"} {
+		if _, err := other.Ensure(ctx, spec(t, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advance(20 * time.Minute)
+	for _, s := range []string{"shared", "theirs"} {
+		if _, err := other.Ensure(ctx, spec(t, s)); err != nil {
+			t.Fatal(err)
+		}
+		recorded(s, now)
+	}
+	advance(20 * time.Minute) // 40 min after the leader's use, 20 after the other's
+	reaped, err := leader.Reap(ctx, 30*time.Minute)
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaped %+v, %v: the other process used them 20 minutes ago", reaped, err)
+	}
+	// Within UseRecordEvery of the last record, a use is not written
+	// again: no API call per warm call.
+	n := f.Records.Load()
+	other.Touch("acme", "theirs")
+	if f.Records.Load() != n {
+		t.Errorf("a use within UseRecordEvery of the last record was recorded again (%d records, had %d)", f.Records.Load(), n)
+	}
+	advance(11 * time.Minute)
+	reaped, err = leader.Reap(ctx, 30*time.Minute)
+	if err != nil || len(reaped) != 2 {
+		t.Fatalf("reaped %+v, %v; want shared and theirs, idle 31 minutes", reaped, err)
+	}
+	for _, s := range []string{"shared", "theirs"} {
+		if _, err := f.Get(ctx, "acme", s); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("%s still on the runtime: %v", s, err)
+		}
+	}
+	// A sandbox another process has just made is not idle, whatever this
+	// process last saw of its session.
+	if _, err := leader.Ensure(ctx, spec(t, "again")); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.RemoveSandbox(ctx, "acme", "again"); err != nil {
+		t.Fatal(err)
+	}
+	advance(time.Hour)
+	if _, err := other.Ensure(ctx, spec(t, "again")); err != nil {
+		t.Fatal(err)
+	}
+	if reaped, err := leader.Reap(ctx, 30*time.Minute); err != nil || len(reaped) != 0 {
+		t.Errorf("reaped %+v, %v: made a moment ago by the other process", reaped, err)
+	}
+}
+
+// wrapped is a runtime wrapper that passes nothing but Unwrap through.
+type wrapped struct{ sandbox.Runtime }
+
+func (w wrapped) Unwrap() sandbox.Runtime { return w.Runtime }

@@ -531,6 +531,10 @@ var (
 	_ sandbox.SessionState = timedRuntime{}
 )
 
+// Unwrap lets the Manager find the runtime's optional abilities
+// (sandbox.AsUseRecorder).
+func (t timedRuntime) Unwrap() sandbox.Runtime { return t.Runtime }
+
 func (t timedRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	start := time.Now()
 	sb, err := t.Runtime.Create(ctx, spec)

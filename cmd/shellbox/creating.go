@@ -85,6 +85,10 @@ var (
 	_ sandbox.SessionState = creatingRuntime{}
 )
 
+// Unwrap lets the Manager find the runtime's optional abilities
+// (sandbox.AsUseRecorder).
+func (r creatingRuntime) Unwrap() sandbox.Runtime { return r.sandboxRuntime }
+
 func (r creatingRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	c := r.watch
 	c.startOnce.Do(func() { c.began = time.Now(); close(c.started) })

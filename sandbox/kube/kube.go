@@ -615,6 +615,40 @@ func eventTime(e corev1.Event) time.Time {
 	return e.CreationTimestamp.Time
 }
 
+var _ sandbox.UseRecorder = (*Runtime)(nil)
+
+// lastUsed is an AnnotationLastUsed value; zero when absent or not a time.
+func lastUsed(v string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// RecordUse implements sandbox.UseRecorder: it sets the pod's
+// AnnotationLastUsed with a JSON patch whose first operations test that
+// the pod is still sb's session's (a pod of the same name made for another
+// tenant or session meanwhile fails the patch, untouched). A pod that is
+// gone is ErrNotFound.
+func (r *Runtime) RecordUse(ctx context.Context, sb sandbox.Sandbox, at time.Time) error {
+	path := func(k string) string {
+		return "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+	}
+	patch, err := json.Marshal([]map[string]string{
+		{"op": "test", "path": path(AnnotationTenant), "value": sb.Tenant},
+		{"op": "test", "path": path(AnnotationSession), "value": sb.Session},
+		{"op": "add", "path": path(AnnotationLastUsed), "value": at.UTC().Format(time.RFC3339Nano)},
+	})
+	if err != nil {
+		return fmt.Errorf("kube: record the use of pod %s: %w", sb.ID, err)
+	}
+	if _, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, sb.ID, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return r.convert(err, "pods", "record the use of pod %s", sb.ID)
+	}
+	return nil
+}
+
 // Get implements sandbox.Runtime.
 func (r *Runtime) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
 	name := PodName(tenant, session)
@@ -776,6 +810,7 @@ func describe(p *corev1.Pod, token string, port int32) sandbox.Sandbox {
 		Image:    a[AnnotationImage],
 		Network:  a[AnnotationNetwork],
 		Settings: a[AnnotationSettings],
+		LastUsed: lastUsed(a[AnnotationLastUsed]),
 		Created:  p.CreationTimestamp.Time,
 	}
 	if m := a[AnnotationMounts]; m != "" && m != "[]" {

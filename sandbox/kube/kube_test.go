@@ -564,3 +564,43 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// RecordUse keeps the last use on the pod for every replica's reaper; a
+// pod of the name that is not the sandbox's session's is left untouched.
+func TestRecordUse(t *testing.T) {
+	c := newCluster(t)
+	r := c.runtime(t, nil)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, testSpec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.LastUsed.IsZero() {
+		t.Errorf("a new pod has a recorded use: %v", sb.LastUsed)
+	}
+	at := time.Date(2026, 12, 1, 23, 0, 0, 123456789, time.FixedZone("x", 3600))
+	if err := r.RecordUse(ctx, sb, at); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get(ctx, "acme", "s-1")
+	if err != nil || !got.LastUsed.Equal(at) {
+		t.Fatalf("Get: last used %v, %v; want %v", got.LastUsed, err, at)
+	}
+	if list, err := r.List(ctx, ""); err != nil || len(list) != 1 || !list[0].LastUsed.Equal(at) {
+		t.Errorf("List: %+v, %v", list, err)
+	}
+	forged := sb
+	forged.Session = "s-2"
+	if err := r.RecordUse(ctx, forged, at.Add(time.Hour)); err == nil {
+		t.Errorf("recorded a use on a pod of another session")
+	}
+	if got, _ := r.Get(ctx, "acme", "s-1"); !got.LastUsed.Equal(at) {
+		t.Errorf("the refused record changed the pod: %v", got.LastUsed)
+	}
+	if err := r.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RecordUse(ctx, sb, at); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("RecordUse of a gone pod: %v, want ErrNotFound", err)
+	}
+}

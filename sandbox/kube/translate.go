@@ -44,6 +44,10 @@ const (
 	// AnnotationSettings is the Spec's Settings (sandbox.LabelSettings):
 	// any replica reads what the session asked for from its pod.
 	AnnotationSettings = sandbox.LabelSettings
+	// AnnotationLastUsed is the sandbox's last use (RFC 3339, UTC), as
+	// the replicas record it (RecordUse): the leader's reaper judges by
+	// the uses of all of them.
+	AnnotationLastUsed = "org.shellbox.last-used"
 )
 
 // Names inside a session pod.

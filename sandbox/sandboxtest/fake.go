@@ -35,6 +35,37 @@ type Fake struct {
 	// CreateHook, if set, runs inside Create before the sandbox exists; an
 	// error fails the Create.
 	CreateHook func(spec sandbox.Spec) error
+	// Now, if set, is the clock of Created (default time.Now).
+	Now func() time.Time
+}
+
+// Recording is a Fake that keeps each sandbox's last use with it
+// (sandbox.UseRecorder), as the Kubernetes runtime does: Get and List
+// return the latest recorded in LastUsed. Records counts the records
+// written.
+type Recording struct {
+	*Fake
+	Records atomic.Int32
+}
+
+// NewRecording returns an empty Recording fake.
+func NewRecording() *Recording { return &Recording{Fake: NewFake()} }
+
+// RecordUse implements sandbox.UseRecorder: ErrNotFound if sb is gone.
+func (r *Recording) RecordUse(ctx context.Context, sb sandbox.Sandbox, at time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, have := range r.byKey {
+		if have.ID == sb.ID {
+			if at.After(have.LastUsed) {
+				have.LastUsed = at
+				r.byKey[k] = have
+			}
+			r.Records.Add(1)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", sandbox.ErrNotFound, sb.ID)
 }
 
 var (
@@ -74,7 +105,7 @@ func (f *Fake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	sb := sandbox.Sandbox{
 		ID: fmt.Sprintf("c%d", f.n), Tenant: spec.Tenant, Session: spec.Session, Owner: spec.Owner,
 		Runtime: spec.Runtime, Image: spec.Image, Network: spec.Network, Mounts: spec.Mounts,
-		Settings: spec.Settings, State: sandbox.StateRunning, Created: time.Now(),
+		Settings: spec.Settings, State: sandbox.StateRunning, Created: f.now(),
 	}
 	f.byKey[k] = sb
 	f.state[k] = true
@@ -83,6 +114,13 @@ func (f *Fake) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	}
 	f.workspace[k] = true
 	return sb, nil
+}
+
+func (f *Fake) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
 }
 
 // Get implements sandbox.Runtime.

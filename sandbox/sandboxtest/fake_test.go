@@ -9,9 +9,22 @@ import (
 )
 
 func TestFakeConformance(t *testing.T) {
-	f := sandboxtest.NewFake()
+	fakeConformance(t, sandboxtest.NewFake(), nil)
+}
+
+// The fake that records uses passes the same suite, RecordUse included.
+func TestRecordingConformance(t *testing.T) {
+	r := sandboxtest.NewRecording()
+	fakeConformance(t, r.Fake, r)
+}
+
+// fakeConformance runs the suite on f, handed out as rt if set.
+func fakeConformance(t *testing.T, f *sandboxtest.Fake, rt sandbox.Runtime) {
+	if rt == nil {
+		rt = f
+	}
 	sandboxtest.Run(t, sandboxtest.Harness{
-		New:    func(*testing.T) sandbox.Runtime { return f },
+		New:    func(*testing.T) sandbox.Runtime { return rt },
 		Tenant: "fake",
 		Spec: func(t *testing.T, tenant, session, owner string) sandbox.Spec {
 			s, err := sandbox.NewSpec(tenant, session, sandbox.WithImage("img"))

@@ -118,6 +118,29 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("RecordUse", func(t *testing.T) {
+		rt := h.New(t)
+		rec, ok := sandbox.AsUseRecorder(rt)
+		if !ok {
+			t.Skip("the runtime keeps no uses (no sandbox.UseRecorder)")
+		}
+		sb := create(t, rt, "used")
+		at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		if err := rec.RecordUse(ctx, sb, at); err != nil {
+			t.Fatalf("RecordUse: %v", err)
+		}
+		got, err := rt.Get(ctx, h.Tenant, "used")
+		if err != nil || !got.LastUsed.Equal(at) {
+			t.Fatalf("Get after RecordUse: last used %v, %v; want %v", got.LastUsed, err, at)
+		}
+		if err := rt.Remove(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.RecordUse(ctx, sb, at); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("RecordUse of a removed sandbox: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("SessionState", func(t *testing.T) {
 		rt := h.New(t)
 		ss, ok := rt.(sandbox.SessionState)
