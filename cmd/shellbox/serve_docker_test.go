@@ -25,11 +25,7 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dockertest.RemoveAgent()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dockertest.Main(m) }
 
 // dockerConformance runs the conformance suite with every session in its
 // own runc sandbox, every call carried by transport through a real server.

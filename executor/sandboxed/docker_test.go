@@ -3,7 +3,6 @@ package sandboxed_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/shellbox/shellbox/executor"
@@ -14,11 +13,7 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dockertest.RemoveAgent()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dockertest.Main(m) }
 
 // The tests' shorthands.
 var (

@@ -7,7 +7,6 @@
 package conformance_test
 
 import (
-	"os"
 	"sync"
 	"testing"
 
@@ -19,14 +18,10 @@ import (
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 )
 
-// TestMain keeps go test's parallelism (GOMAXPROCS): with 4 cases at a
+// The suite runs at go test's parallelism (GOMAXPROCS): with 4 cases at a
 // time on the 2-core machine, a case whose command must print 100 lines
 // within a 500 ms timeout printed none.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dockertest.RemoveAgent()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dockertest.Main(m) }
 
 func conformance(t *testing.T, e enginetest.Engine, runtime string) {
 	var rigs sync.Map // executor.BashExecutor → *sandboxedtest.Rig

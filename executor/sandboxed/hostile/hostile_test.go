@@ -24,11 +24,7 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	dockertest.RemoveAgent()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { dockertest.Main(m) }
 
 // The tests' shorthands.
 var (

@@ -294,6 +294,14 @@ func Agent(t testing.TB) string {
 	return agentPath
 }
 
+// Main is a TestMain for packages that use Agent: it runs the tests,
+// removes the agent they built, and exits with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveAgent()
+	os.Exit(code)
+}
+
 // RemoveAgent removes what Agent built; call it from TestMain after m.Run.
 func RemoveAgent() {
 	if agentPath != "" {
