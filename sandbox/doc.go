@@ -41,8 +41,9 @@
 //
 // A claim is a record in Claims, made atomically before the sandbox is
 // handed out (DirClaims: link(2), which fails when the name exists; on
-// Kubernetes a label patch with the object's resourceVersion fits the same
-// interface), so a pooled sandbox goes to one session only, whichever
+// Kubernetes, kube.Claims: an annotation on the pooled pod, written by a
+// patch conditioned on its resourceVersion), so a pooled sandbox goes to
+// one session only, whichever
 // processes race for it and wherever one crashes: a record made just before
 // a crash is found by Adopt, which gives the sandbox to its session.
 // Adopt tells claimed sandboxes (adopted as their sessions') from pooled,

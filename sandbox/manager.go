@@ -40,7 +40,8 @@ type Config struct {
 	// sandbox it fails for is removed.
 	Prepare func(ctx context.Context, sb Sandbox) error
 	// Claims records which session each claimed pooled sandbox belongs to
-	// (DirClaims in the state directory on one host). Nil: no warm pools.
+	// (DirClaims in the state directory on one host; on Kubernetes
+	// kube.Claims, on the pods). Nil: no warm pools.
 	Claims Claims
 	// MaxCreating bounds the sandboxes being created at once (default
 	// DefaultMaxCreating); CreateQueue bounds the creations waiting for a

@@ -68,14 +68,21 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 			sc.Leader = el
 		}
 		sc.Admission = cfg.Sandbox.Admission()
-		// Claims of warm pools' sandboxes live with the sessions' host
-		// directories: one host, one state directory.
-		claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
-		if err != nil {
-			rt.Close()
-			return nil, nil, fmt.Errorf("sandbox.stateDir: %w", err)
+		if kr, ok := rt.(kubeRuntime); ok {
+			// On Kubernetes a claim is kept on the pooled pod itself: every
+			// replica of the release, and a server that replaced another,
+			// sees it (a server pod's own directories are emptyDirs).
+			sc.Claims = kr.Claims()
+		} else {
+			// Claims of warm pools' sandboxes live with the sessions' host
+			// directories: one host, one state directory.
+			claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
+			if err != nil {
+				rt.Close()
+				return nil, nil, fmt.Errorf("sandbox.stateDir: %w", err)
+			}
+			sc.Claims = claims
 		}
-		sc.Claims = claims
 		if watch != nil {
 			sc.Runtime = watch.wrap(rt)
 		}

@@ -205,8 +205,21 @@
 // that shuts down stops leading first and releases the Lease after, so the
 // next takes over at its next retry.
 //
+// # Warm-pool claims (claims.go)
+//
+// Claims keeps which session a pooled pod was handed to on the pod itself,
+// not in a server pod's directories (emptyDirs, gone with the pod, unseen
+// by other replicas): the annotation AnnotationClaimedBy holds the session
+// exactly, the label LabelClaimedBy its sanitised form, by which Lookup
+// selects the pods it then checks against the annotation. Claim writes
+// both by a merge patch conditioned on the resourceVersion it read: of
+// replicas racing for one pod, one patch is accepted and the others
+// conflict, re-read and find it claimed (ErrAlreadyExists). The claim goes
+// with the pod; Release, called once the sandbox is gone, has nothing left
+// to do and never unclaims a pod that still exists.
+//
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
-// delete), secrets (create, get, list, delete), events (list),
+// delete, patch: RecordUse and Claims), secrets (create, get, list, delete), events (list),
 // networkpolicies (get, create, update; with a ServerSelector), leases
 // (get, create, update: the Elector); and, cluster-wide and optional,
 // runtimeclasses (get) for Runtimes, which counts a configured class it

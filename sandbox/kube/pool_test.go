@@ -8,18 +8,14 @@ import (
 )
 
 // Warm pools work on Kubernetes through the runtime seam unchanged: pooled
-// sandboxes are pods under their pooled names, a claim hands one to a
-// session, and a restarted server finds it as the session's. (DirClaims
-// stands in here for the claim store replicas will share: a label patch
-// with the pod's resourceVersion.)
+// sandboxes are pods under their pooled names, a claim (Claims, on the
+// pod) hands one to a session, and a restarted server finds it as the
+// session's.
 func TestWarmPoolOnPods(t *testing.T) {
 	c := newCluster(t)
-	claims, err := sandbox.NewDirClaims(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	newManager := func() *sandbox.Manager {
-		m, err := sandbox.NewManager(sandbox.Config{Runtime: c.runtime(t, nil), Owner: "srv", Claims: claims})
+		rt := c.runtime(t, nil)
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "srv", Claims: rt.Claims()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +52,7 @@ func TestWarmPoolOnPods(t *testing.T) {
 	if err := m2.Remove(ctx, tmpl.Tenant, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := claims.List(ctx); len(cs) != 0 {
+	if cs, _ := c.runtime(t, nil).Claims().List(ctx); len(cs) != 0 {
 		t.Fatalf("claims after removing s1: %+v", cs)
 	}
 }
