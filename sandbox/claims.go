@@ -80,7 +80,7 @@ func NewDirClaims(dir string) (*DirClaims, error) {
 
 // Claim implements Claims.
 func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) error {
-	if err := checkClaim(tenant, pooled, session); err != nil {
+	if err := CheckClaim(tenant, pooled, session); err != nil {
 		return err
 	}
 	tdir := filepath.Join(d.dir, tenant)
@@ -248,7 +248,9 @@ func readClaim(path string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func checkClaim(tenant, pooled, session string) error {
+// CheckClaim checks the names of a claim, as every Claims does: a tenant,
+// a pooled sandbox's name, and a session that is not one (ErrInvalid).
+func CheckClaim(tenant, pooled, session string) error {
 	if err := CheckID("tenant", tenant); err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func (r *Runtime) Claims() *Claims { return &Claims{r: r} }
 // being deleted is ErrNotFound, one that is not the pooled sandbox of
 // tenant ErrConflict.
 func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) error {
-	if err := checkClaim(tenant, pooled, session); err != nil {
+	if err := sandbox.CheckClaim(tenant, pooled, session); err != nil {
 		return err
 	}
 	pods := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace)
@@ -198,7 +198,7 @@ func (c *Claims) list(ctx context.Context, sel labels.Selector) ([]sandbox.Claim
 		}
 		a := p.Annotations
 		cl := sandbox.Claim{Tenant: a[AnnotationTenant], Pooled: a[AnnotationSession], Session: a[AnnotationClaimedBy]}
-		if checkClaim(cl.Tenant, cl.Pooled, cl.Session) != nil || p.Name != PodName(cl.Tenant, cl.Pooled) {
+		if sandbox.CheckClaim(cl.Tenant, cl.Pooled, cl.Session) != nil || p.Name != PodName(cl.Tenant, cl.Pooled) {
 			continue
 		}
 		out = append(out, cl)
@@ -214,24 +214,6 @@ func (c *Claims) pooled(p *corev1.Pod, tenant, pooled string) error {
 	}
 	if p.Labels[LabelRelease] != labelValue(c.r.cfg.Release) {
 		return fmt.Errorf("%w: kube: pod %s/%s is of release %q, not %q", sandbox.ErrConflict, p.Namespace, p.Name, p.Labels[LabelRelease], c.r.cfg.Release)
-	}
-	return nil
-}
-
-// checkClaim checks the names of a claim as sandbox.DirClaims does: a
-// tenant, a pooled name, a session that is not one.
-func checkClaim(tenant, pooled, session string) error {
-	if err := sandbox.CheckID("tenant", tenant); err != nil {
-		return err
-	}
-	if err := sandbox.CheckID("session", pooled); err != nil || !sandbox.IsPooled(pooled) {
-		return fmt.Errorf("%w: %q is not a pooled sandbox's name", sandbox.ErrInvalid, pooled)
-	}
-	if err := sandbox.CheckID("session", session); err != nil {
-		return err
-	}
-	if sandbox.IsPooled(session) {
-		return fmt.Errorf("%w: session %q: names starting with %q are reserved for warm pools", sandbox.ErrInvalid, session, sandbox.PoolPrefix)
 	}
 	return nil
 }
