@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -366,5 +367,34 @@ func TestWarmPoolReplicas(t *testing.T) {
 		if got, err := m.Ensure(ctx, a); err != nil || got.ID != sbA.ID {
 			t.Fatalf("Ensure(A) on another replica: %+v, %v, want %s", got, err, sbA.ID)
 		}
+	}
+}
+
+// The use of a claimed pooled sandbox is recorded on its pod, which knows
+// it by its pooled name (Sandbox.PoolName), not by the claiming session.
+func TestRecordUseClaimed(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	ctx := context.Background()
+	pooled := c.pooledPod(t, r, 1)
+	if err := r.Claims().Claim(ctx, "acme", pooled, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := r.Get(ctx, "acme", pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.PoolName, sb.Session = pooled, "s1" // as the Manager hands it out
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if err := r.RecordUse(ctx, sb, at); err != nil {
+		t.Fatalf("RecordUse of a claimed pod: %v", err)
+	}
+	p, err := c.pod(t, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Annotations[AnnotationLastUsed]; got != at.Format(time.RFC3339Nano) {
+		t.Fatalf("last use %q", got)
 	}
 }

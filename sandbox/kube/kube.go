@@ -629,15 +629,20 @@ func lastUsed(v string) time.Time {
 // RecordUse implements sandbox.UseRecorder: it sets the pod's
 // AnnotationLastUsed with a JSON patch whose first operations test that
 // the pod is still sb's session's (a pod of the same name made for another
-// tenant or session meanwhile fails the patch, untouched). A pod that is
+// tenant or session meanwhile fails the patch, untouched). A claimed
+// pooled sandbox's pod is its pooled name's (sb.PoolName). A pod that is
 // gone is ErrNotFound.
 func (r *Runtime) RecordUse(ctx context.Context, sb sandbox.Sandbox, at time.Time) error {
 	path := func(k string) string {
 		return "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
 	}
+	session := sb.Session
+	if sb.PoolName != "" {
+		session = sb.PoolName
+	}
 	patch, err := json.Marshal([]map[string]string{
 		{"op": "test", "path": path(AnnotationTenant), "value": sb.Tenant},
-		{"op": "test", "path": path(AnnotationSession), "value": sb.Session},
+		{"op": "test", "path": path(AnnotationSession), "value": session},
 		{"op": "add", "path": path(AnnotationLastUsed), "value": at.UTC().Format(time.RFC3339Nano)},
 	})
 	if err != nil {
