@@ -263,3 +263,30 @@ func TestKubeServeLeader(t *testing.T) {
 		t.Errorf("lease holder %q after both stopped, want none (released)", h)
 	}
 }
+
+// On Kubernetes the warm-pool claims are the release's, kept on its pods
+// (sandbox/kube.Claims), not in sandbox.stateDir: a server pod's emptyDir,
+// gone with it and unseen by other replicas.
+func TestKubeClaimsOnPods(t *testing.T) {
+	isolate(t)
+	fakeCluster(t, fake.NewClientset())
+	cfg, err := config.Load(nil, kubeConfigFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sandbox.StateDir = t.TempDir()
+	rt, err := openRuntime(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := claimsOf(cfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := claims.(*kube.Claims); !ok {
+		t.Fatalf("kube backend's claims: %T, want *kube.Claims", claims)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Sandbox.StateDir, "claims")); !os.IsNotExist(err) {
+		t.Fatalf("a claims directory in sandbox.stateDir: %v", err)
+	}
+}

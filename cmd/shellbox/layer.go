@@ -68,20 +68,10 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 			sc.Leader = el
 		}
 		sc.Admission = cfg.Sandbox.Admission()
-		if kr, ok := rt.(kubeRuntime); ok {
-			// On Kubernetes a claim is kept on the pooled pod itself: every
-			// replica of the release, and a server that replaced another,
-			// sees it (a server pod's own directories are emptyDirs).
-			sc.Claims = kr.Claims()
-		} else {
-			// Claims of warm pools' sandboxes live with the sessions' host
-			// directories: one host, one state directory.
-			claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
-			if err != nil {
-				rt.Close()
-				return nil, nil, fmt.Errorf("sandbox.stateDir: %w", err)
-			}
-			sc.Claims = claims
+		sc.Claims, err = claimsOf(cfg, rt)
+		if err != nil {
+			rt.Close()
+			return nil, nil, err
 		}
 		if watch != nil {
 			sc.Runtime = watch.wrap(rt)
@@ -95,6 +85,22 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 		return nil, nil, err
 	}
 	return l, closeRuntime, nil
+}
+
+// claimsOf is where rt's warm-pool claims are kept. On Kubernetes, on the
+// pooled pods themselves: every replica of the release, and a server that
+// replaced another, sees them (a server pod's own directories are
+// emptyDirs). Elsewhere with the sessions' host directories: one host, one
+// state directory.
+func claimsOf(cfg config.Config, rt sandboxRuntime) (sandbox.Claims, error) {
+	if kr, ok := rt.(kubeRuntime); ok {
+		return kr.Claims(), nil
+	}
+	claims, err := sandbox.NewDirClaims(filepath.Join(cfg.Sandbox.StateDir, "claims"))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox.stateDir: %w", err)
+	}
+	return claims, nil
 }
 
 // egressConfig is the layer's egress configuration: an empty list in the
