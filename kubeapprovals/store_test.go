@@ -471,6 +471,7 @@ func TestPollFindsDecision(t *testing.T) {
 	}
 }
 
+// policy asks for git push, and gives up after 300ms.
 const policy = `default: allow
 askTimeout: 300ms
 rules:
@@ -480,7 +481,7 @@ rules:
     match: {prefix: ["git push"]}
 `
 
-func engine(t *testing.T, st policies.ApprovalStore) *policies.Engine {
+func engine(t *testing.T, st policies.ApprovalStore, policy string) *policies.Engine {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(policy), 0o600); err != nil {
@@ -506,7 +507,7 @@ func call(cmd string) tools.Call {
 func TestEnginesAcrossReplicas(t *testing.T) {
 	api := newAPIServer(t)
 	sa, sb := api.replica(t, Config{}), api.replica(t, Config{})
-	ea, eb := engine(t, sa), engine(t, sb)
+	ea, eb := engine(t, sa, policy), engine(t, sb, policy)
 	pending := make(chan policies.Approval, 4)
 	eb.Subscribe(func(a policies.Approval) {
 		if a.State == policies.Pending {
