@@ -82,9 +82,9 @@ type Store struct {
 	informer cache.SharedIndexInformer
 	log      *slog.Logger
 
+	subs policies.Subscribers
+
 	mu      sync.Mutex
-	subs    map[int]func(policies.Approval)
-	nextSub int
 	waiters map[string]chan struct{} // by object name; closed at its next change
 	// decided are the objects this replica decided whose decision the
 	// watch has not shown yet: when it does, their tenant's history is
@@ -117,7 +117,7 @@ func New(dc dynamic.Interface, cfg Config) (*Store, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{cfg: cfg, res: dc.Resource(GVR).Namespace(cfg.Namespace), release: kube.LabelValue(cfg.Release),
-		log: cfg.Logger.With("approvals", cfg.Namespace+"/"+GVR.Resource), subs: map[int]func(policies.Approval){},
+		log:     cfg.Logger.With("approvals", cfg.Namespace+"/"+GVR.Resource),
 		waiters: map[string]chan struct{}{}, decided: map[string]bool{}, trim: make(chan string, 64), done: make(chan struct{})}
 	selector := kube.LabelRelease + "=" + s.release
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(dc, GVR, cfg.Namespace, 0,
@@ -154,7 +154,7 @@ func (s *Store) Start(ctx context.Context) error {
 			}
 			s.wake(objectName(a.ID))
 			if !initial {
-				s.notify(a)
+				s.subs.Notify(a)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
@@ -164,7 +164,7 @@ func (s *Store) Start(ctx context.Context) error {
 			}
 			s.wake(objectName(a.ID))
 			if old, ok := s.decode(oldObj); !ok || old.State != a.State {
-				s.notify(a)
+				s.subs.Notify(a)
 			}
 			if a.State != policies.Pending && s.shown(objectName(a.ID)) {
 				select {
@@ -355,35 +355,7 @@ func (s *Store) List(tenant string) []policies.Approval {
 }
 
 // Subscribe calls fn from the watch.
-func (s *Store) Subscribe(fn func(policies.Approval)) (cancel func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id := s.nextSub
-	s.nextSub++
-	s.subs[id] = fn
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.subs, id)
-	}
-}
-
-func (s *Store) notify(a policies.Approval) {
-	s.mu.Lock()
-	subs := make([]func(policies.Approval), 0, len(s.subs))
-	for _, fn := range s.subs {
-		subs = append(subs, fn)
-	}
-	s.mu.Unlock()
-	for _, fn := range subs {
-		func() {
-			defer func() { _ = recover() }() // a panicking subscriber is contained
-			a := a
-			a.Permissions = slices.Clone(a.Permissions)
-			fn(a)
-		}()
-	}
-}
+func (s *Store) Subscribe(fn func(policies.Approval)) (cancel func()) { return s.subs.Subscribe(fn) }
 
 // shown forgets that this replica decided name, and says whether it had.
 func (s *Store) shown(name string) bool {

@@ -95,8 +95,7 @@ type approvals struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenantApprovals
-	subs    map[int]func(Approval)
-	nextSub int
+	subs    Subscribers
 }
 
 var _ ApprovalStore = (*approvals)(nil)
@@ -113,7 +112,7 @@ type pending struct {
 
 func newApprovals(maxPending, maxHistory int) *approvals {
 	return &approvals{maxPending: maxPending, maxHistory: maxHistory,
-		tenants: map[string]*tenantApprovals{}, subs: map[int]func(Approval){}}
+		tenants: map[string]*tenantApprovals{}}
 }
 
 // NewApprovalID is a new approval id: "ap_" and 16 hex digits.
@@ -134,9 +133,8 @@ func (s *approvals) Add(_ context.Context, a Approval) (Approval, error) {
 	a.ID, a.State = NewApprovalID(), Pending
 	p := &pending{a: a, done: make(chan struct{})}
 	t.pending[a.ID] = p
-	subs := s.subscribers()
 	s.mu.Unlock()
-	notify(subs, a)
+	s.subs.Notify(a)
 	return a, nil
 }
 
@@ -204,9 +202,8 @@ func (s *approvals) Finish(_ context.Context, tenant, id, state, approver, reaso
 	}
 	close(p.done)
 	a := p.a
-	subs := s.subscribers()
 	s.mu.Unlock()
-	notify(subs, a)
+	s.subs.Notify(a)
 	return a, nil
 }
 
@@ -247,31 +244,42 @@ func (s *approvals) get(tenant, id string) Approval {
 	return Approval{}
 }
 
-func (s *approvals) Subscribe(fn func(Approval)) func() {
+func (s *approvals) Subscribe(fn func(Approval)) func() { return s.subs.Subscribe(fn) }
+
+// Subscribers are an ApprovalStore's subscribers. The zero value is ready.
+type Subscribers struct {
+	mu   sync.Mutex
+	fns  map[int]func(Approval)
+	next int
+}
+
+// Subscribe adds fn until cancel is called.
+func (s *Subscribers) Subscribe(fn func(Approval)) (cancel func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id := s.nextSub
-	s.nextSub++
-	s.subs[id] = fn
+	if s.fns == nil {
+		s.fns = map[int]func(Approval){}
+	}
+	id := s.next
+	s.next++
+	s.fns[id] = fn
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.subs, id)
+		delete(s.fns, id)
 	}
 }
 
-func (s *approvals) subscribers() []func(Approval) {
-	out := make([]func(Approval), 0, len(s.subs))
-	for _, fn := range s.subs {
-		out = append(out, fn)
+// Notify calls every subscriber with a (a copy each), on this goroutine,
+// outside any lock; a panicking subscriber is contained.
+func (s *Subscribers) Notify(a Approval) {
+	s.mu.Lock()
+	fns := make([]func(Approval), 0, len(s.fns))
+	for _, fn := range s.fns {
+		fns = append(fns, fn)
 	}
-	return out
-}
-
-// notify calls the subscribers outside the lock; a panicking subscriber is
-// contained.
-func notify(subs []func(Approval), a Approval) {
-	for _, fn := range subs {
+	s.mu.Unlock()
+	for _, fn := range fns {
 		func() {
 			defer func() { _ = recover() }()
 			a := a
