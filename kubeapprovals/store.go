@@ -317,8 +317,16 @@ func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason 
 			return policies.Approval{}, err
 		}
 		u.Object["status"] = st
+		// Marked before the write: the watch may show it before Update
+		// returns.
+		s.mu.Lock()
+		s.decided[name] = true
+		s.mu.Unlock()
 		_, err = s.res.Update(rctx, u, metav1.UpdateOptions{}) // carries u's resourceVersion
 		cancel()
+		if err != nil {
+			s.shown(name)
+		}
 		switch {
 		case apierrors.IsConflict(err):
 			continue // changed since the read: reread
@@ -327,9 +335,6 @@ func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason 
 		case err != nil:
 			return policies.Approval{}, fmt.Errorf("approvals: update %s: %w", name, err)
 		}
-		s.mu.Lock()
-		s.decided[name] = true
-		s.mu.Unlock()
 		return a, nil
 	}
 	return policies.Approval{}, fmt.Errorf("approvals: %s: still changing after %d conflicting writes", name, maxConflicts)
