@@ -494,7 +494,18 @@ type Kube struct {
 	// ServerNamespace is their namespace (default Namespace).
 	ServerSelector  map[string]string `mapstructure:"serverSelector"`
 	ServerNamespace string            `mapstructure:"serverNamespace"`
+	// Approvals is where serve holds the asks for approval: "cluster"
+	// (Approval objects in Namespace, shared by the release's replicas:
+	// kubeapprovals) or "memory" (this process's, as on the
+	// other backends: one replica only).
+	Approvals string `mapstructure:"approvals"`
 }
+
+// Stores of kube.approvals.
+const (
+	ApprovalsCluster = "cluster"
+	ApprovalsMemory  = "memory"
+)
 
 // Runtime is the sandbox/kube configuration of k.
 func (k Kube) Runtime() kube.Config {
@@ -511,6 +522,9 @@ func (k Kube) validate() error {
 	}
 	if err := confine.CheckID("kube.release", k.Release); err != nil {
 		return err
+	}
+	if k.Approvals != ApprovalsCluster && k.Approvals != ApprovalsMemory {
+		return fmt.Errorf("kube.approvals %q: %s or %s", k.Approvals, ApprovalsCluster, ApprovalsMemory)
 	}
 	return nil
 }
@@ -532,6 +546,7 @@ func runtimeDefaults() map[string]any {
 		"kube::readyTimeout":         kube.DefaultReadyTimeout,
 		"kube::serverSelector":       map[string]string{},
 		"kube::serverNamespace":      "",
+		"kube::approvals":            ApprovalsCluster,
 		"docker::engineRuntimes":     map[string]string{},
 		"containerd::address":        "/run/containerd/containerd.sock",
 		"containerd::namespace":      "shellbox",

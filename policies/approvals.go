@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -45,6 +46,48 @@ type Approval struct {
 	Decided        time.Time `json:"decided,omitzero"`
 }
 
+// ApprovalStore holds asks for a human decision: pending approvals until
+// they are decided or expire, and a bounded history of decided ones, per
+// tenant. The Engine writes to it (Add, Finish) and waits on it (Wait);
+// approvers list and decide through the Engine. NewMemoryApprovals is the
+// one-process store (the default); a store shared by server replicas
+// (kubeapprovals) lets any of them list and decide what another
+// holds. Implementations must be safe for concurrent use.
+type ApprovalStore interface {
+	// Add holds a as pending, with a new ID and State Pending, and returns
+	// it. It fails when a.Tenant has the store's maximum of pending
+	// approvals already.
+	Add(ctx context.Context, a Approval) (Approval, error)
+	// Wait returns tenant's approval id once it is no longer pending (at
+	// once if it is not), or ctx's error when ctx ends first; an unknown
+	// id is ErrNoSuchApproval. It does not change the approval: the
+	// caller expires it (Finish) when it stops waiting.
+	Wait(ctx context.Context, tenant, id string) (Approval, error)
+	// Finish moves tenant's pending approval id to state (Approved, Denied
+	// or Expired), recording approver, reason and the time at: of
+	// concurrent Finishes of one approval exactly one wins. It returns the
+	// approval as it ends up: if it was finished before, as that decision,
+	// with an error satisfying errors.Is(err, ErrAlreadyDecided); an
+	// unknown id, or one of another tenant, is ErrNoSuchApproval
+	// ("no such approval: <id>").
+	Finish(ctx context.Context, tenant, id, state, approver, reason string, at time.Time) (Approval, error)
+	// List returns tenant's pending approvals (oldest first), then the
+	// decided ones the store keeps (newest first).
+	List(tenant string) []Approval
+	// Subscribe calls fn with every approval that becomes pending or is
+	// finished, of every tenant, until cancel is called. fn must not
+	// block.
+	Subscribe(fn func(Approval)) (cancel func())
+}
+
+// NewMemoryApprovals is the store of one process: at most maxPending
+// pending approvals per tenant, the last maxHistory decided ones kept.
+// Subscribers are called on the goroutine that made the change, before
+// Add or Finish returns.
+func NewMemoryApprovals(maxPending, maxHistory int) ApprovalStore {
+	return newApprovals(maxPending, maxHistory)
+}
+
 // approvals holds the pending approvals and a bounded history of decided
 // ones, per tenant. Subscribers hear of every change.
 type approvals struct {
@@ -52,9 +95,10 @@ type approvals struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenantApprovals
-	subs    map[int]func(Approval)
-	nextSub int
+	subs    Subscribers
 }
+
+var _ ApprovalStore = (*approvals)(nil)
 
 type tenantApprovals struct {
 	pending map[string]*pending
@@ -68,30 +112,58 @@ type pending struct {
 
 func newApprovals(maxPending, maxHistory int) *approvals {
 	return &approvals{maxPending: maxPending, maxHistory: maxHistory,
-		tenants: map[string]*tenantApprovals{}, subs: map[int]func(Approval){}}
+		tenants: map[string]*tenantApprovals{}}
 }
 
-func newID() string {
+// NewApprovalID is a new approval id: "ap_" and 16 hex digits.
+func NewApprovalID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return "ap_" + hex.EncodeToString(b[:])
 }
 
-// add holds a as pending. It fails when the tenant already has maxPending.
-func (s *approvals) add(a Approval) (*pending, error) {
+// Add holds a as pending. It fails when the tenant already has maxPending.
+func (s *approvals) Add(_ context.Context, a Approval) (Approval, error) {
 	s.mu.Lock()
 	t := s.tenant(a.Tenant)
 	if len(t.pending) >= s.maxPending {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("too many pending approvals for tenant %s (limit %d)", a.Tenant, s.maxPending)
+		return Approval{}, TooManyPending(a.Tenant, s.maxPending)
 	}
-	a.ID, a.State = newID(), Pending
+	a.ID, a.State = NewApprovalID(), Pending
 	p := &pending{a: a, done: make(chan struct{})}
 	t.pending[a.ID] = p
-	subs := s.subscribers()
 	s.mu.Unlock()
-	notify(subs, a)
-	return p, nil
+	s.subs.Notify(a)
+	return a, nil
+}
+
+// TooManyPending is Add's error for a tenant at its bound of pending
+// approvals.
+func TooManyPending(tenant string, limit int) error {
+	return fmt.Errorf("too many pending approvals for tenant %s (limit %d)", tenant, limit)
+}
+
+// Wait returns the approval once it is no longer pending.
+func (s *approvals) Wait(ctx context.Context, tenant, id string) (Approval, error) {
+	s.mu.Lock()
+	var p *pending
+	if t := s.tenants[tenant]; t != nil {
+		p = t.pending[id]
+	}
+	s.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return s.get(tenant, id), ctx.Err()
+		}
+	}
+	a := s.get(tenant, id)
+	if a.ID == "" {
+		return a, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip(id, 64))
+	}
+	return a, nil
 }
 
 func (s *approvals) tenant(id string) *tenantApprovals {
@@ -103,10 +175,8 @@ func (s *approvals) tenant(id string) *tenantApprovals {
 	return t
 }
 
-// finish moves a pending approval to state. It returns the approval as it
-// ends up: if it was decided already, as that decision, with
-// ErrAlreadyDecided; if unknown (or another tenant's), ErrNoSuchApproval.
-func (s *approvals) finish(tenant, id, state, approver, reason string, now time.Time) (Approval, error) {
+// Finish moves a pending approval to state.
+func (s *approvals) Finish(_ context.Context, tenant, id, state, approver, reason string, now time.Time) (Approval, error) {
 	s.mu.Lock()
 	t := s.tenants[tenant]
 	if t == nil {
@@ -132,15 +202,14 @@ func (s *approvals) finish(tenant, id, state, approver, reason string, now time.
 	}
 	close(p.done)
 	a := p.a
-	subs := s.subscribers()
 	s.mu.Unlock()
-	notify(subs, a)
+	s.subs.Notify(a)
 	return a, nil
 }
 
-// list returns tenant's pending approvals (oldest first), then its decided
+// List returns tenant's pending approvals (oldest first), then its decided
 // ones (newest first).
-func (s *approvals) list(tenant string) []Approval {
+func (s *approvals) List(tenant string) []Approval {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tenants[tenant]
@@ -175,31 +244,42 @@ func (s *approvals) get(tenant, id string) Approval {
 	return Approval{}
 }
 
-func (s *approvals) subscribe(fn func(Approval)) func() {
+func (s *approvals) Subscribe(fn func(Approval)) func() { return s.subs.Subscribe(fn) }
+
+// Subscribers are an ApprovalStore's subscribers. The zero value is ready.
+type Subscribers struct {
+	mu   sync.Mutex
+	fns  map[int]func(Approval)
+	next int
+}
+
+// Subscribe adds fn until cancel is called.
+func (s *Subscribers) Subscribe(fn func(Approval)) (cancel func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id := s.nextSub
-	s.nextSub++
-	s.subs[id] = fn
+	if s.fns == nil {
+		s.fns = map[int]func(Approval){}
+	}
+	id := s.next
+	s.next++
+	s.fns[id] = fn
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.subs, id)
+		delete(s.fns, id)
 	}
 }
 
-func (s *approvals) subscribers() []func(Approval) {
-	out := make([]func(Approval), 0, len(s.subs))
-	for _, fn := range s.subs {
-		out = append(out, fn)
+// Notify calls every subscriber with a (a copy each), on this goroutine,
+// outside any lock; a panicking subscriber is contained.
+func (s *Subscribers) Notify(a Approval) {
+	s.mu.Lock()
+	fns := make([]func(Approval), 0, len(s.fns))
+	for _, fn := range s.fns {
+		fns = append(fns, fn)
 	}
-	return out
-}
-
-// notify calls the subscribers outside the lock; a panicking subscriber is
-// contained.
-func notify(subs []func(Approval), a Approval) {
-	for _, fn := range subs {
+	s.mu.Unlock()
+	for _, fn := range fns {
 		func() {
 			defer func() { _ = recover() }()
 			a := a

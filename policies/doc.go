@@ -11,8 +11,15 @@
 // runners.go, later.go; pwsh.go and pwsh_match.go map what package pwsh
 // reads of a PowerShell call onto it), the
 // matcher (match.go), the Engine that decides, holds asks for approval and
-// reloads the directory (engine.go, approvals.go), and the audit log
-// (audit.go).
+// reloads the directory (engine.go), and the audit log (audit.go).
+//
+// Asks wait in an ApprovalStore (approvals.go): the Engine adds a pending
+// approval, waits for an approver's decision (Finish) until the policy's
+// askTimeout, and expires it itself when nobody answered or its caller
+// went away. The default store is this process's memory; with several
+// server replicas the store is the cluster's (package
+// kubeapprovals: Approval objects that any replica lists and
+// decides, and the replica holding the call hears of through a watch).
 //
 // A policy's sandbox settings are plain values (Policy.Sandbox,
 // Policy.SessionMounts): the session layer maps them onto a sandbox spec,

@@ -57,8 +57,12 @@ type Options struct {
 	NoApprover bool
 	// MaxPending bounds the pending approvals per tenant (default 64); an
 	// ask beyond it is denied. MaxHistory bounds the decided approvals kept
-	// per tenant (default 256).
+	// per tenant (default 256). They configure the default store; a store
+	// given as Approvals has bounds of its own.
 	MaxPending, MaxHistory int
+	// Approvals holds the asks; nil is NewMemoryApprovals(MaxPending,
+	// MaxHistory), this process's memory. The Engine does not close it.
+	Approvals ApprovalStore
 	// Debounce is the quiet time after a change in the directory before it
 	// is reloaded (default 100ms): editors write in several steps.
 	Debounce time.Duration
@@ -72,7 +76,7 @@ type Engine struct {
 	opts Options
 	log  *slog.Logger
 	now  func() time.Time
-	ap   *approvals
+	ap   ApprovalStore
 
 	mu      sync.RWMutex
 	tenants map[string]*tenantState
@@ -115,12 +119,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = 100 * time.Millisecond
 	}
+	if opts.Approvals == nil {
+		opts.Approvals = NewMemoryApprovals(opts.MaxPending, opts.MaxHistory)
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("policies: %w", err)
 	}
 	e := &Engine{dir: abs, opts: opts, log: opts.Logger, now: opts.Now,
-		ap: newApprovals(opts.MaxPending, opts.MaxHistory), tenants: map[string]*tenantState{}, stop: make(chan struct{})}
+		ap: opts.Approvals, tenants: map[string]*tenantState{}, stop: make(chan struct{})}
 	if err := e.Reload(); err != nil {
 		return nil, err
 	}
@@ -427,7 +434,7 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 		return v, rec
 	}
 	now := e.now()
-	pd, err := e.ap.add(Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
+	a, err := e.ap.Add(ctx, Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
 		Command: clip(c.Request.Command, maxAuditCommand), Workdir: clip(c.Request.Workdir, maxAuditText),
 		Rule: v.Rule, Reason: v.Reason, Justification: clip(c.Justification, maxAuditText),
 		Permissions: slices.Clone(c.Request.Permissions), Created: now, Deadline: now.Add(p.AskTimeout)})
@@ -435,22 +442,33 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 		v.Decision, v.Reason = Deny, "approval required, but "+err.Error()
 		return v, rec
 	}
-	id := pd.a.ID
+	id := a.ID
 	rec.Approval = id
 	// The ask itself is a decision: the log shows the call held even if
 	// nothing ever decides it (a crash).
 	_ = e.audit(rec, v)
-	timer := time.NewTimer(p.AskTimeout)
-	defer timer.Stop()
-	select {
-	case <-pd.done:
-	case <-timer.C:
-		_, _ = e.ap.finish(c.Tenant, id, Expired, "", fmt.Sprintf("no approver answered within %s (askTimeout)", p.AskTimeout), e.now())
-	case <-ctx.Done():
-		_, _ = e.ap.finish(c.Tenant, id, Expired, "", "the call was aborted", e.now())
+	wait, cancel := context.WithTimeout(ctx, p.AskTimeout)
+	a, err = e.ap.Wait(wait, c.Tenant, id)
+	cancel()
+	if err != nil {
+		reason := fmt.Sprintf("no approver answered within %s (askTimeout)", p.AskTimeout)
+		switch {
+		case ctx.Err() != nil:
+			reason = "the call was aborted"
+		case !errors.Is(err, context.DeadlineExceeded):
+			reason = "waiting for a decision failed: " + err.Error()
+		}
+		// The expiry is recorded although the caller may be gone: with a
+		// context of its own, bounded.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expireTimeout)
+		a, err = e.ap.Finish(fctx, c.Tenant, id, Expired, "", reason, e.now())
+		cancel()
+		if err != nil && !errors.Is(err, ErrAlreadyDecided) {
+			e.log.Error("policies: expiring an approval", "tenant", c.Tenant, "approval", id, "err", err)
+			a = Approval{State: Expired, DecisionReason: reason}
+		}
 	}
 	// Whoever finished first (an approver, the timer, the caller) decided.
-	a := e.ap.get(c.Tenant, id)
 	rec.Approver = a.Approver
 	switch a.State {
 	case Approved:
@@ -484,7 +502,7 @@ func (e *Engine) audit(rec Record, v verdict) error {
 
 // Approvals lists tenant's pending approvals (oldest first) and its recently
 // decided ones (newest first, bounded).
-func (e *Engine) Approvals(tenant string) []Approval { return e.ap.list(tenant) }
+func (e *Engine) Approvals(tenant string) []Approval { return e.ap.List(tenant) }
 
 // Decide approves or denies tenant's pending approval id. An unknown id, or
 // one of another tenant, is ErrNoSuchApproval ("no such approval: <id>");
@@ -494,10 +512,16 @@ func (e *Engine) Decide(tenant, id string, approve bool, approver, reason string
 	if approve {
 		state = Approved
 	}
-	return e.ap.finish(tenant, id, state, clip(approver, maxAuditField), clip(reason, maxAuditText), e.now())
+	ctx, cancel := context.WithTimeout(context.Background(), expireTimeout)
+	defer cancel()
+	return e.ap.Finish(ctx, tenant, id, state, clip(approver, maxAuditField), clip(reason, maxAuditText), e.now())
 }
 
 // Subscribe calls fn with every approval that becomes pending or is
 // decided (or expires). fn must not block; it runs on the goroutine that
-// made the change. cancel stops the calls.
-func (e *Engine) Subscribe(fn func(Approval)) (cancel func()) { return e.ap.subscribe(fn) }
+// made the change (the store's: with the memory store, the one that
+// asked or decided). cancel stops the calls.
+func (e *Engine) Subscribe(fn func(Approval)) (cancel func()) { return e.ap.Subscribe(fn) }
+
+// expireTimeout bounds a decision's or an expiry's write to the store.
+const expireTimeout = 30 * time.Second

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/kubeapprovals"
 	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/session"
 )
@@ -26,25 +30,66 @@ func (kubeRuntime) Close() error { return nil }
 // is an emptyDir, which goes with it), so there is no session state to end.
 func (kubeRuntime) RemoveSession(context.Context, string, string) (bool, error) { return false, nil }
 
-// newClientset is the clientset of kube.kubeconfig, or of the pod's
-// service account when it is empty (tests replace it with a fake).
-var newClientset = func(c config.Kube) (kubernetes.Interface, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
+// restConfig is the client configuration of kube.kubeconfig, or of the
+// pod's service account when it is empty.
+func restConfig(c config.Kube) (*rest.Config, error) {
 	if c.Kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
+		rc, err := rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("kube.kubeconfig is empty and this is not a pod with a service account: %w", err)
 		}
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kube.kubeconfig %s: %w", c.Kubeconfig, err)
-		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kube.kubeconfig %s: %w", c.Kubeconfig, err)
+	}
+	return rc, nil
+}
+
+// newClientset is the clientset of restConfig (tests replace it with a
+// fake).
+var newClientset = func(c config.Kube) (kubernetes.Interface, error) {
+	rc, err := restConfig(c)
+	if err != nil {
+		return nil, err
 	}
 	return kubernetes.NewForConfig(rc)
+}
+
+// newDynamicClient is the dynamic client of restConfig, for the Approval
+// objects (tests replace it with a fake).
+var newDynamicClient = func(c config.Kube) (dynamic.Interface, error) {
+	rc, err := restConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(rc)
+}
+
+// approvalStore is where serve holds asks for approval: on the kube
+// backend with policies and kube.approvals "cluster", the release's
+// Approval objects (kubeapprovals), started (its cache filled);
+// otherwise nil, the policy engine's memory. close stops its watch.
+func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ policies.ApprovalStore, close func(), _ error) {
+	if cfg.Backend != "kube" || cfg.Policies.Dir == "" || cfg.Kube.Approvals != config.ApprovalsCluster {
+		return nil, func() {}, nil
+	}
+	dc, err := newDynamicClient(cfg.Kube)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
+	}
+	st, err := kubeapprovals.New(dc, kubeapprovals.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := st.Start(ctx); err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
+	}
+	return st, st.Close, nil
 }
 
 // openKube opens the kube runtime (sandbox/kube). It does not contact the

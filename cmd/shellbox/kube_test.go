@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,11 +17,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/kubeapprovals"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
@@ -288,5 +293,67 @@ func TestKubeClaimsOnPods(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.Sandbox.StateDir, "claims")); !os.IsNotExist(err) {
 		t.Fatalf("a claims directory in sandbox.stateDir: %v", err)
+	}
+}
+
+// On kube with policies the asks are the release's Approval objects
+// (kube.approvals cluster, the default); "memory" keeps them in the
+// process, as do the other backends. A cluster without the CRD stops the
+// server at its start, naming it.
+func TestKubeApprovalStore(t *testing.T) {
+	isolate(t)
+	var dc *dynamicfake.FakeDynamicClient
+	old := newDynamicClient
+	newDynamicClient = func(config.Kube) (dynamic.Interface, error) { return dc, nil }
+	t.Cleanup(func() { newDynamicClient = old })
+	cfg, err := config.Load(nil, kubeConfigFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kube.Approvals != config.ApprovalsCluster {
+		t.Errorf("kube.approvals defaults to %q", cfg.Kube.Approvals)
+	}
+	cfg.Policies.Dir = t.TempDir()
+	ctx := context.Background()
+
+	dc = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{kubeapprovals.GVR: "ApprovalList"})
+	st, closeStore, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	if _, ok := st.(*kubeapprovals.Store); !ok {
+		t.Errorf("cluster: store %T", st)
+	}
+	now := time.Now()
+	if _, err := st.Add(ctx, policies.Approval{Tenant: "acme", Session: "s", Tool: "bash", Command: "git push",
+		Rule: "push", Reason: "r", Created: now, Deadline: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := dc.Resource(kubeapprovals.GVR).Namespace("sessions").List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRelease + "=prod"})
+	if err != nil || len(l.Items) != 1 {
+		t.Errorf("Approval objects in sessions: %v, %v", l, err)
+	}
+
+	for _, c := range []func(*config.Config){
+		func(c *config.Config) { c.Kube.Approvals = config.ApprovalsMemory },
+		func(c *config.Config) { c.Policies.Dir = "" },
+		func(c *config.Config) { c.Backend = "docker" },
+	} {
+		cfg := cfg
+		c(&cfg)
+		if st, _, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler)); st != nil || err != nil {
+			t.Errorf("%+v: store %T, %v; want the engine's memory", cfg.Kube, st, err)
+		}
+	}
+
+	dc = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{kubeapprovals.GVR: "ApprovalList"})
+	dc.PrependReactor("list", "approvals", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(kubeapprovals.GVR.GroupResource(), "")
+	})
+	if _, _, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "CustomResourceDefinition approvals.shellbox.dev is not installed") {
+		t.Errorf("no CRD: %v", err)
 	}
 }

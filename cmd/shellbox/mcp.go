@@ -27,7 +27,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
 			ctx := cmd.Context()
-			pol, closePolicies, err := servePolicies(cfg, log, true)
+			pol, closePolicies, err := servePolicies(cfg, log, true, nil)
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,13 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 // serve runs the server until ctx is done, then shuts down gracefully.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	pol, closePolicies, err := servePolicies(cfg, log, false)
+	// On kube the replicas of a release share the asks for approval.
+	store, closeStore, err := approvalStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	pol, closePolicies, err := servePolicies(cfg, log, false, store)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,9 @@ import (
 // policies.dir, watched and reloaded on change, with approvers (the
 // server's approvals endpoints), auditing to audit.file. close releases both.
 // No policies.dir: nil, and every call is allowed. noApprover: nobody can
-// answer an ask (stdio MCP), so it is denied at once.
-func servePolicies(cfg config.Config, log *slog.Logger, noApprover bool) (*policies.Engine, func(), error) {
+// answer an ask (stdio MCP), so it is denied at once. store holds the asks
+// (nil: the engine's memory; approvalStore).
+func servePolicies(cfg config.Config, log *slog.Logger, noApprover bool, store policies.ApprovalStore) (*policies.Engine, func(), error) {
 	if cfg.Policies.Dir == "" {
 		return nil, func() {}, nil
 	}
@@ -24,7 +25,7 @@ func servePolicies(cfg config.Config, log *slog.Logger, noApprover bool) (*polic
 		}
 		audit = a
 	}
-	e, err := policies.Open(cfg.Policies.Dir, policies.Options{Logger: log, Audit: audit, NoApprover: noApprover})
+	e, err := policies.Open(cfg.Policies.Dir, policies.Options{Logger: log, Audit: audit, NoApprover: noApprover, Approvals: store})
 	if err != nil {
 		if audit != nil {
 			audit.Close()

@@ -31,6 +31,7 @@ import (
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/kubeapprovals"
 	"github.com/shellbox/shellbox/sandbox/kube"
 )
 
@@ -213,6 +214,7 @@ func TestRole(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"shellbox.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	}
 	if len(role.Rules) != len(want) {
 		t.Fatalf("rules: %+v", role.Rules)
@@ -232,6 +234,47 @@ func TestRole(t *testing.T) {
 	ns := get[*corev1.Namespace](t, objs, "Namespace//prod-sessions")
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels["pod-security.kubernetes.io/warn"] != "restricted" {
 		t.Errorf("sessions namespace labels: %v", ns.Labels)
+	}
+	// Approvals in memory: no rule for the Approval objects.
+	objs = render(t, map[string]any{"kube": map[string]any{"approvals": "memory"}})
+	role = get[*rbacv1.Role](t, objs, "Role/prod-sessions/prod")
+	if len(role.Rules) != len(want)-1 || slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "shellbox.dev") }) {
+		t.Errorf("kube.approvals memory: rules %+v", role.Rules)
+	}
+	if cfg := loadRendered(t, objs); cfg.Kube.Approvals != config.ApprovalsMemory {
+		t.Errorf("kube.approvals %q", cfg.Kube.Approvals)
+	}
+}
+
+// The chart's crds/ holds the Approval CRD kubeapprovals uses.
+func TestApprovalCRD(t *testing.T) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := chrt.CRDObjects()
+	if len(crds) != 1 {
+		t.Fatalf("%d CRDs", len(crds))
+	}
+	var crd struct {
+		Metadata struct{ Name string }
+		Spec     struct {
+			Group, Scope string
+			Names        struct{ Kind, Plural string }
+			Versions     []struct {
+				Name            string
+				Served, Storage bool
+			}
+		}
+	}
+	if err := yaml.Unmarshal(crds[0].File.Data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	g := kubeapprovals.GVR
+	if crd.Metadata.Name != kubeapprovals.CRDName || crd.Spec.Group != g.Group || crd.Spec.Scope != "Namespaced" ||
+		crd.Spec.Names.Kind != kubeapprovals.Kind || crd.Spec.Names.Plural != g.Resource ||
+		len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != g.Version || !crd.Spec.Versions[0].Served || !crd.Spec.Versions[0].Storage {
+		t.Errorf("CRD %+v", crd)
 	}
 }
 
@@ -277,6 +320,9 @@ func TestConfigDefaults(t *testing.T) {
 		k.AgentImage != d.Spec.Template.Spec.Containers[0].Image || k.AgentPath != kube.DefaultAgentPath ||
 		k.ServerNamespace != "shellbox" || k.RuntimeClasses["runsc"] != "gvisor" || k.PodSecurity != "baseline" {
 		t.Errorf("kube config: %+v", k)
+	}
+	if cfg.Kube.Approvals != config.ApprovalsCluster {
+		t.Errorf("kube.approvals %q", cfg.Kube.Approvals)
 	}
 	// The NetworkPolicy the server keeps admits exactly the server pods.
 	if !maps.Equal(k.ServerSelector, d.Spec.Selector.MatchLabels) {

@@ -79,7 +79,7 @@ func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) erro
 		if claimed && held != session {
 			return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", sandbox.ErrAlreadyExists, tenant, pooled)
 		}
-		if claimed && p.Labels[LabelClaimedBy] == labelValue(session) {
+		if claimed && p.Labels[LabelClaimedBy] == LabelValue(session) {
 			return nil // this session's already
 		}
 		// Unclaimed, or this session's with its label lost: (re)write both,
@@ -88,7 +88,7 @@ func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) erro
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": p.ResourceVersion,
 			"annotations":     map[string]string{AnnotationClaimedBy: session},
-			"labels":          map[string]string{LabelClaimedBy: labelValue(session)},
+			"labels":          map[string]string{LabelClaimedBy: LabelValue(session)},
 		}})
 		if err != nil {
 			return fmt.Errorf("kube: claim pod %s: %w", name, err)
@@ -122,8 +122,8 @@ func (c *Claims) Lookup(ctx context.Context, tenant, session string) (string, er
 		return "", fmt.Errorf("%w: no claim of session %s/%s", sandbox.ErrNotFound, tenant, session)
 	}
 	sel := c.selector(labels.Set{
-		sandbox.LabelTenant: labelValue(tenant),
-		LabelClaimedBy:      labelValue(session),
+		sandbox.LabelTenant: LabelValue(tenant),
+		LabelClaimedBy:      LabelValue(session),
 	})
 	cs, err := c.list(ctx, sel)
 	if err != nil {
@@ -167,7 +167,7 @@ func (c *Claims) Release(_ context.Context, tenant, pooled string) error {
 // selector selects the release's shellbox pods that carry a claim label,
 // and the labels of extra.
 func (c *Claims) selector(extra labels.Set) labels.Selector {
-	set := labels.Set{sandbox.LabelManaged: "true", LabelRelease: labelValue(c.r.cfg.Release)}
+	set := labels.Set{sandbox.LabelManaged: "true", LabelRelease: LabelValue(c.r.cfg.Release)}
 	for k, v := range extra {
 		set[k] = v
 	}
@@ -212,7 +212,7 @@ func (c *Claims) pooled(p *corev1.Pod, tenant, pooled string) error {
 	if err := c.r.ours(p, tenant, pooled); err != nil {
 		return err
 	}
-	if p.Labels[LabelRelease] != labelValue(c.r.cfg.Release) {
+	if p.Labels[LabelRelease] != LabelValue(c.r.cfg.Release) {
 		return fmt.Errorf("%w: kube: pod %s/%s is of release %q, not %q", sandbox.ErrConflict, p.Namespace, p.Name, p.Labels[LabelRelease], c.r.cfg.Release)
 	}
 	return nil

@@ -202,7 +202,7 @@ func TestClaimsLookupList(t *testing.T) {
 	ctx := context.Background()
 	p1, p2, p3 := c.pooledPod(t, r, 1), c.pooledPod(t, r, 2), c.pooledPod(t, r, 3)
 	long := strings.Repeat("x", 64) // a valid session id, 64 > 63 bytes of a label value
-	if labelValue(long) == long {
+	if LabelValue(long) == long {
 		t.Fatal("the long session needs no sanitising: the test proves nothing")
 	}
 

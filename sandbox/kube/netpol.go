@@ -47,11 +47,11 @@ func networkPolicy(cfg Config) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: NetworkPolicyName(cfg.Release), Namespace: cfg.Namespace,
-			Labels: map[string]string{LabelManagedBy: "shellbox", LabelRelease: labelValue(cfg.Release)},
+			Labels: map[string]string{LabelManagedBy: "shellbox", LabelRelease: LabelValue(cfg.Release)},
 		},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
-				sandbox.LabelManaged: "true", LabelRelease: labelValue(cfg.Release),
+				sandbox.LabelManaged: "true", LabelRelease: LabelValue(cfg.Release),
 			}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{

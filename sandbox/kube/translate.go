@@ -125,9 +125,9 @@ func part(id string) string {
 	return strings.Trim(s, "-")
 }
 
-// labelValue returns v if it is a valid label value, else a sanitised form
+// LabelValue returns v if it is a valid label value, else a sanitised form
 // with a hash of v (the exact value is in an annotation).
-func labelValue(v string) string {
+func LabelValue(v string) string {
 	if len(validation.IsValidLabelValue(v)) == 0 {
 		return v
 	}
@@ -163,12 +163,12 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		labels = map[string]string{}
 	}
 	labels[sandbox.LabelManaged] = "true"
-	labels[sandbox.LabelTenant] = labelValue(spec.Tenant)
-	labels[sandbox.LabelSession] = labelValue(spec.Session)
-	labels[sandbox.LabelOwner] = labelValue(spec.Owner)
+	labels[sandbox.LabelTenant] = LabelValue(spec.Tenant)
+	labels[sandbox.LabelSession] = LabelValue(spec.Session)
+	labels[sandbox.LabelOwner] = LabelValue(spec.Owner)
 	labels[sandbox.LabelRuntime] = spec.Runtime
 	labels[sandbox.LabelNetwork] = spec.Network
-	labels[LabelRelease] = labelValue(cfg.Release)
+	labels[LabelRelease] = LabelValue(cfg.Release)
 	labels[LabelManagedBy] = "shellbox"
 
 	mounts, _ := json.Marshal(append([]sandbox.Mount{}, spec.Mounts...))

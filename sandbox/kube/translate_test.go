@@ -309,15 +309,15 @@ func TestPodName(t *testing.T) {
 
 func TestLabelValue(t *testing.T) {
 	for _, v := range []string{"acme", "a@b:c", strings.Repeat("x", 64), "@@", "-a-"} {
-		got := labelValue(v)
+		got := LabelValue(v)
 		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
-			t.Errorf("labelValue(%q) = %q: %v", v, got, errs)
+			t.Errorf("LabelValue(%q) = %q: %v", v, got, errs)
 		}
 	}
-	if labelValue("acme") != "acme" {
-		t.Errorf("a valid value is changed: %q", labelValue("acme"))
+	if LabelValue("acme") != "acme" {
+		t.Errorf("a valid value is changed: %q", LabelValue("acme"))
 	}
-	if labelValue("a@b") == labelValue("a:b") {
+	if LabelValue("a@b") == LabelValue("a:b") {
 		t.Errorf("values that sanitise alike share a label")
 	}
 }

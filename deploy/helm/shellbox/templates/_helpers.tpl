@@ -60,6 +60,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     "imagePullPolicy" .Values.image.pullPolicy
     "readyTimeout" .Values.kube.readyTimeout
     "cpuRequestRatio" .Values.kube.cpuRequestRatio
+    "approvals" .Values.kube.approvals
     "serverSelector" (include "shellbox.selectorLabels" . | fromYaml)
     "serverNamespace" .Release.Namespace) -}}
 {{- if .Values.policies }}
