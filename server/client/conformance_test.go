@@ -52,9 +52,11 @@ func TestConformanceMCPSessions(t *testing.T) {
 // with Toolsets of its own over the suite's executors, as a remote server
 // has (the chart's): the suite's Toolset starts no task, so it learns of
 // tasks' ends only from the server's event stream
-// (servertest.RemoteNotices), as it does through the chart.
+// (servertest.RemoteNotices), as it does through the chart. The home is
+// the session cwd, as in the server's sandboxes (both /workspace).
 func TestConformanceRemoteNotices(t *testing.T) {
-	root, home := t.TempDir(), t.TempDir()
+	root := t.TempDir()
+	home := root
 	var last executor.BashExecutor
 	var urls sync.Map // executor.BashExecutor → the URL of its server
 	executortest.Run(t, executortest.Harness{
