@@ -13,20 +13,25 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
+// newLocal returns a local executor in root with lim, closed when t ends.
+func newLocal(t *testing.T, root, home string, lim executor.Limits) *local.Executor {
+	e, err := local.New(local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim})
+	if err != nil {
+		t.Fatalf("local.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		e.Close(ctx)
+	})
+	return e
+}
+
 func runLocal(t *testing.T, transport func(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
 	root, home := t.TempDir(), t.TempDir()
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
-			e, err := local.New(local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim})
-			if err != nil {
-				t.Fatalf("local.New: %v", err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				e.Close(ctx)
-			})
-			return e
+			return newLocal(t, root, home, lim)
 		},
 		Root:      executortest.FixedRoot(root),
 		Home:      home,
@@ -61,17 +66,8 @@ func TestConformanceRemoteNotices(t *testing.T) {
 	var urls sync.Map // executor.BashExecutor → the URL of its server
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
-			e, err := local.New(local.Config{Root: root, Home: home, SpillDir: t.TempDir(), Limits: lim})
-			if err != nil {
-				t.Fatalf("local.New: %v", err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				e.Close(ctx)
-			})
-			last = e
-			return e
+			last = newLocal(t, root, home, lim)
+			return last
 		},
 		Root:      executortest.FixedRoot(root),
 		Home:      home,
