@@ -319,3 +319,15 @@ func (s *suite) onNotice(session string, n tools.Notice) {
 	default:
 	}
 }
+
+// Profiles returns the limits Run creates executors with, one per limits
+// profile, in the order Run calls Harness.New: a harness whose executors
+// are configured elsewhere (a server's tenants, each with a policy of its
+// own) sets them up from this before Run.
+func Profiles() []executor.Limits {
+	ls := make([]executor.Limits, numProfiles)
+	for p := range numProfiles {
+		ls[p] = p.limits()
+	}
+	return ls
+}
