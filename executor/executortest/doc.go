@@ -22,6 +22,9 @@
 //		// (REST event stream, MCP progress); Skip names cases it cannot express.
 //		Transport func(t *testing.T, ts *tools.Toolset) func(context.Context, tools.Invocation) tools.Result
 //		Skip      map[string]string
+//		// Notices delivers completion notices when the tasks end elsewhere
+//		// than in Run's Toolset (a remote server's event stream).
+//		Notices func(t *testing.T, e executor.BashExecutor, notify func(session string, n tools.Notice))
 //	}
 //	func Run(t *testing.T, h Harness)
 //

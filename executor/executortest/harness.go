@@ -51,6 +51,16 @@ type Harness struct {
 	// typed Value included, and honour ctx like ts.Call does.
 	Transport func(t *testing.T, ts *tools.Toolset) func(ctx context.Context, inv tools.Invocation) tools.Result
 
+	// Notices, if set, is where the completion notices of background tasks
+	// come from when the tasks do not end in the Toolset Run made (a remote
+	// server runs its own, reached through Transport). Run calls it once per
+	// limits profile, after Transport, with that profile's executor and the
+	// function to give every notice to (it does not block). It returns once
+	// the notices of tasks started from then on are sure to be delivered,
+	// and stops delivering when t ends. Without it, notices come from the
+	// Toolset's OnNotice.
+	Notices func(t *testing.T, e executor.BashExecutor, notify func(session string, n tools.Notice))
+
 	// Skip names the cases ("group/name") the transport cannot express, each
 	// with the reason, e.g. a call MCP refuses at the protocol level.
 	Skip map[string]string
@@ -189,6 +199,9 @@ func Run(t *testing.T, h Harness) {
 		if h.Transport != nil {
 			in.call = h.Transport(t, ts)
 		}
+		if h.Notices != nil {
+			h.Notices(t, e, s.onNotice)
+		}
 		s.insts[p] = in
 	}
 
@@ -292,8 +305,8 @@ func (s *suite) sessionAs(t *testing.T, p profile, id string) *session {
 }
 
 // onNotice routes a completion notice to its session's feed. It must not
-// block (tools.Config.OnNotice): a full feed drops the notice, which a case
-// waiting for it then reports.
+// block (tools.Config.OnNotice, Harness.Notices): a full feed drops the
+// notice, which a case waiting for it then reports.
 func (s *suite) onNotice(session string, n tools.Notice) {
 	s.mu.Lock()
 	ss := s.sessions[session]
@@ -305,4 +318,16 @@ func (s *suite) onNotice(session string, n tools.Notice) {
 	case ss.feed <- n:
 	default:
 	}
+}
+
+// Profiles returns the limits Run creates executors with, one per limits
+// profile, in the order Run calls Harness.New: a harness whose executors
+// are configured elsewhere (a server's tenants, each with a policy of its
+// own) sets them up from this before Run.
+func Profiles() []executor.Limits {
+	ls := make([]executor.Limits, numProfiles)
+	for p := range numProfiles {
+		ls[p] = p.limits()
+	}
+	return ls
 }

@@ -269,6 +269,10 @@ func (s *session) normaliseLocked(text string) string {
 	rs = append(rs, repl{s.root, "<root>"})
 	if s.home != "" {
 		rs = append(rs, repl{s.home, "<home>"})
+		// The managed variable names which it is: where the home is the
+		// session cwd (a server's sandboxes: both /workspace), the bare
+		// path alone would read as <root>.
+		rs = append(rs, repl{"DSH_HOME=" + s.home, "DSH_HOME=<home>"})
 	}
 	alias := s.alias
 	if alias == "" {

@@ -322,42 +322,86 @@ var ErrDropped = errors.New("event stream dropped by the server: the reader fell
 // returns an error, or the stream ends. It returns ErrDropped after the
 // server's "dropped" event, and nil when the server closed the stream.
 func (c *Client) Events(ctx context.Context, session string, fn func(server.Event) error) error {
+	es, err := c.Subscribe(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer es.Close()
+	for {
+		e, err := es.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+}
+
+// Subscribe opens the event stream of a session (all the tenant's sessions
+// when session is ""). It returns once the server has subscribed the
+// stream: every event published after it returns is read by Next, which a
+// caller that must not miss an event (a background task's notice) needs
+// before it starts the task. ctx bounds the whole stream; Close ends it.
+func (c *Client) Subscribe(ctx context.Context, session string) (*EventStream, error) {
 	path := "/v1/events"
 	if session != "" {
 		path = "/v1/sessions/" + url.PathEscape(session) + "/events"
 	}
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return errorOf(resp.StatusCode, b)
+		return nil, errorOf(resp.StatusCode, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+	return &EventStream{ctx: ctx, body: resp.Body, sc: sc}, nil
+}
+
+// EventStream is an open event stream (Client.Subscribe). It is read by
+// one goroutine; Close may be called from any.
+type EventStream struct {
+	ctx  context.Context
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// Next returns the next event. It returns ErrDropped after the server's
+// "dropped" event, io.EOF when the server closed the stream, and ctx's
+// error once ctx is done.
+func (s *EventStream) Next() (server.Event, error) {
+	for s.sc.Scan() {
+		data, ok := strings.CutPrefix(s.sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
 		var e server.Event
 		if err := json.Unmarshal([]byte(data), &e); err != nil {
-			return fmt.Errorf("event: %w", err)
+			return server.Event{}, fmt.Errorf("event: %w", err)
 		}
 		if e.Type == server.EventDropped {
-			return ErrDropped
+			return server.Event{}, ErrDropped
 		}
-		if err := fn(e); err != nil {
-			return err
-		}
+		return e, nil
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if s.ctx.Err() != nil {
+		return server.Event{}, s.ctx.Err()
 	}
-	return sc.Err()
+	if err := s.sc.Err(); err != nil {
+		return server.Event{}, err
+	}
+	return server.Event{}, io.EOF
 }
+
+// Close ends the stream.
+func (s *EventStream) Close() error { return s.body.Close() }
 
 func clip(b []byte) string {
 	if len(b) > 200 {

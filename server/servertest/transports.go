@@ -159,3 +159,42 @@ func RemoteMCP(t testing.TB, url, token, revision string) func(context.Context, 
 		return r
 	}
 }
+
+// RemoteNotices follows the event stream (GET /v1/events) of the tenant of
+// token on the server at url and gives each background task's completion
+// notice to notify, for executortest.Harness.Notices: through a remote
+// server the tasks end in its Toolset, not the suite's, and a caller learns
+// of them from this stream (an MCP client at 2026-07-28 only with its
+// next result, which the suite checks as Result.Notices). It returns once
+// the server has subscribed the stream; the stream ends when t does, and a
+// stream the server ends earlier fails t.
+func RemoteNotices(t testing.TB, url, token string, notify func(session string, n tools.Notice)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	es, err := client.New(url, token, nil).Subscribe(ctx, "")
+	if err != nil {
+		cancel()
+		t.Fatalf("servertest: event stream of %s: %v", url, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer es.Close()
+		for {
+			e, err := es.Next()
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("servertest: event stream of %s ended: %v", url, err)
+				}
+				return
+			}
+			if e.Type == server.EventNotice && e.Notice != nil {
+				notify(e.Session, *e.Notice)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}

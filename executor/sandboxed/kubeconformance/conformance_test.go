@@ -6,7 +6,6 @@ package kubeconformance_test
 
 import (
 	"context"
-	"flag"
 	"os"
 	"sync"
 	"testing"
@@ -23,16 +22,9 @@ import (
 var tenant = dockertest.Tenant("t1")
 
 // TestMain runs the suite's cases 8 at a time unless -test.parallel says
-// otherwise: each case waits seconds for its pod, on the cluster and not
-// on this process, and go test's default (GOMAXPROCS: 2 on the CI
-// machine) makes the run a queue of pod starts.
+// otherwise (kubetest.Parallel).
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		flag.Set("test.parallel", "8")
-	}
+	kubetest.Parallel(8)
 	os.Exit(m.Run())
 }
 

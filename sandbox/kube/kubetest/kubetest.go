@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -209,4 +210,18 @@ func Run(ctx context.Context, sb sandbox.Sandbox, command string, timeout time.D
 		return executor.Result{}, err
 	}
 	return cl.Run(ctx, spec)
+}
+
+// Parallel sets -test.parallel to n unless the command line set it, for
+// the TestMain of a suite whose cases each wait seconds for a pod: the wait
+// is the cluster's, not this process's, and go test's default (GOMAXPROCS,
+// 2 on the CI machine) makes the run a queue of pod starts. It parses the
+// command line first.
+func Parallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", fmt.Sprint(n))
+	}
 }
