@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/sandbox"
@@ -22,6 +23,28 @@ import (
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/tools"
 )
+
+// Conformance runs the executor conformance suite, unchanged, with every
+// session in its own sandbox of engine e under runtime.
+func Conformance(t *testing.T, e enginetest.Engine, runtime string) {
+	var rigs sync.Map // executor.BashExecutor → *Rig
+	executortest.Run(t, executortest.Harness{
+		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
+			// Room for the suite's 100 MB spill in one session.
+			r := New(t, e, runtime, lim, sandbox.WithSpillSize(256*sandbox.MiB))
+			rigs.Store(r.Exec, r)
+			return r.Exec
+		},
+		Root: executortest.FixedRoot("/workspace"),
+		// DSH_HOME differs from the root so the suite can tell them apart.
+		Home: "/home/sandbox",
+		EndSession: func(e executor.BashExecutor, session string) {
+			if r, ok := rigs.Load(e); ok {
+				r.(*Rig).EndSession(session)
+			}
+		},
+	})
+}
 
 // Tenant is this test process's tenant: unique on the engine, so packages
 // testing at the same time never share a sandbox name.
