@@ -461,13 +461,18 @@ func (s *session) callCount() int {
 
 // checkGone records a check that the processes whose pids are in the named
 // pid files (<session>-<name>.pid) no longer exist, and fails the case for
-// any that does. A zombie counts as gone.
+// any that does. A zombie counts as gone, and so does a process that is
+// gone within 2 s: one SIGKILLed a moment ago may still be on its way out
+// (its /proc entry there, its stat or cmdline gone the next instant); a
+// survivor is still there after 2 s.
 func (s *session) checkGone(names ...string) {
 	s.t.Helper()
 	var b strings.Builder
 	b.WriteString(`state() { p=$(cat "$1" 2>/dev/null) || { echo "missing pid file"; return; }; ` +
-		`if kill -0 "$p" 2>/dev/null && [ "$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null)" != Z ]; ` +
-		`then echo "alive: $(tr '\0' ' ' < /proc/$p/cmdline)"; else echo gone; fi; }`)
+		`for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do ` +
+		`st=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) || { echo gone; return; }; ` +
+		`case "$st" in Z|X|"") echo gone; return;; esac; sleep 0.1; done; ` +
+		`echo "alive: $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; }`)
 	for _, n := range names {
 		fmt.Fprintf(&b, `; echo "%s: $(state %s)"`, n, s.f(n+".pid"))
 	}
