@@ -25,7 +25,14 @@ import (
 )
 
 // Conformance runs the executor conformance suite, unchanged, with every
-// session in its own sandbox of engine e under runtime.
+// session in its own sandbox of engine e under runtime. Its callers are
+// three packages (conformance/runc: both engines; conformance/runscdocker;
+// conformance/runsccontainerd) so that each test binary runs under its own
+// timeout: as one package it ran into go test's timeout on the 2-core CI
+// machine, gVisor on both engines alone taking over 11 minutes there. The
+// suite keeps go test's parallelism (GOMAXPROCS): with 4 cases at a time
+// on 2 cores, a case whose command must print 100 lines within a 500 ms
+// timeout printed none.
 func Conformance(t *testing.T, e enginetest.Engine, runtime string) {
 	var rigs sync.Map // executor.BashExecutor → *Rig
 	executortest.Run(t, executortest.Harness{

@@ -1,12 +1,6 @@
 // Package runc runs the executor conformance suite with every session in
-// its own runc container, on every engine (Docker, containerd). The suite is split over packages, conformance/runc (both engines), conformance/runscdocker and conformance/runsccontainerd,
-// so that each test binary runs under its own timeout: as one package
-// (Docker and containerd, runc and gVisor) it ran into go test's
-// 15-minute timeout on the 2-core CI machine beside the other packages,
-// gVisor on both engines alone taking over 11 minutes there. Go test's
-// parallelism (GOMAXPROCS) stays: with 4 cases at a time on 2 cores, a
-// case whose command must print 100 lines within a 500 ms timeout printed
-// none.
+// its own runc container, on every engine (Docker, containerd) (sandboxedtest.Conformance says why the suite is
+// split over three packages).
 package runc_test
 
 import (
