@@ -78,6 +78,13 @@ func (b *localBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset
 	return ts, nil
 }
 
+// ReceiveNotice implements NoticeReceiver, as session.Layer does.
+func (b *localBackend) ReceiveNotice(tenant, session string, n tools.Notice) {
+	if ts, err := b.Toolset(context.Background(), tenant); err == nil {
+		ts.Deliver(session, n)
+	}
+}
+
 func (b *localBackend) Sessions(_ context.Context, tenant string) ([]SessionInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
