@@ -11,16 +11,20 @@
 //
 //   - name "shellbox-" and 16 random hex digits; labels
 //     org.shellbox.release (the release's replicas hear only their own),
-//     org.shellbox.event=notice and app.kubernetes.io/managed-by=shellbox;
+//     org.shellbox.event (notice, or reported) and
+//     app.kubernetes.io/managed-by=shellbox;
 //   - involvedObject: the session's pod by its usual name
 //     (kube.PodName; a claimed pooled pod keeps its pooled name, so the
 //     reference names a pod that may not exist: the annotation is what
 //     counts);
-//   - reason TaskEnded, type Normal, message the notice's text,
+//   - reason TaskEnded, type Normal, message the notice's text (for the
+//     word that a task's end was reported to the model on one replica, so
+//     the others drop their pending copy of its notice: reason
+//     TaskReported),
 //     reportingController shellbox.dev/server, reportingInstance the
 //     publishing process (Config.Instance);
 //   - the annotation org.shellbox.event: the server.Event as JSON (exact
-//     tenant, session, task id, status and text).
+//     type, tenant, session, task id, status and text).
 //
 // Events expire with the API server's --event-ttl (one hour by default);
 // the relay deletes none.
@@ -77,10 +81,15 @@ const (
 	AnnotationEvent = "org.shellbox.event"
 	// Controller is the reportingController of relayed events.
 	Controller = "shellbox.dev/server"
-	// ReasonTaskEnded is the reason of a completion notice.
-	ReasonTaskEnded = "TaskEnded"
-	eventNotice     = "notice"
+	// ReasonTaskEnded is the reason of a completion notice;
+	// ReasonTaskReported of the word that a task's end was reported to the
+	// model (server.EventReported: the other replicas drop their notice).
+	ReasonTaskEnded    = "TaskEnded"
+	ReasonTaskReported = "TaskReported"
 )
+
+// reasons are the relayed event types' reasons.
+var reasons = map[string]string{server.EventNotice: ReasonTaskEnded, server.EventReported: ReasonTaskReported}
 
 // Defaults of Config.
 const (
@@ -165,7 +174,10 @@ func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	release := kube.LabelValue(cfg.Release)
-	sel := labels.SelectorFromSet(labels.Set{kube.LabelRelease: release, LabelEvent: eventNotice})
+	sel, err := labels.Parse(fmt.Sprintf("%s=%s,%s in (%s,%s)", kube.LabelRelease, release, LabelEvent, server.EventNotice, server.EventReported))
+	if err != nil {
+		return nil, fmt.Errorf("kubeevents: release %q: %w", cfg.Release, err)
+	}
 	return &Relay{
 		cfg: cfg, release: release, cs: cs, selector: sel.String(), queue: make(chan server.Event, cfg.Queue),
 		log:  cfg.Logger.With("relay", cfg.Namespace, "instance", cfg.Instance),
@@ -199,10 +211,10 @@ func (r *Relay) Close() {
 	r.wg.Wait()
 }
 
-// Publish queues e for the other replicas. Only completion notices are
-// relayed; it never blocks.
+// Publish queues e for the other replicas. Only completion notices and
+// reported ends are relayed; it never blocks.
 func (r *Relay) Publish(e server.Event) {
-	if e.Type != server.EventNotice || e.Notice == nil {
+	if reasons[e.Type] == "" || e.Notice == nil {
 		return
 	}
 	select {
@@ -262,6 +274,9 @@ func (r *Relay) object(e server.Event) (*corev1.Event, error) {
 		return nil, fmt.Errorf("event of %d bytes: over %d", len(body), maxAnnotated)
 	}
 	msg := e.Notice.Text
+	if e.Type == server.EventReported {
+		msg = "the end of background task " + e.Notice.TaskID + " was reported to the model"
+	}
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage]
 		for !utf8.ValidString(msg) {
@@ -279,14 +294,14 @@ func (r *Relay) object(e server.Event) (*corev1.Event, error) {
 			Name:      "shellbox-" + hex.EncodeToString(b),
 			Namespace: r.cfg.Namespace,
 			Labels: map[string]string{
-				kube.LabelRelease: r.release, LabelEvent: eventNotice, kube.LabelManagedBy: "shellbox",
+				kube.LabelRelease: r.release, LabelEvent: e.Type, kube.LabelManagedBy: "shellbox",
 			},
 			Annotations: map[string]string{AnnotationEvent: string(body)},
 		},
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "Pod", Namespace: r.cfg.Namespace, Name: kube.PodName(e.Tenant, e.Session),
 		},
-		Reason: ReasonTaskEnded, Message: msg, Type: corev1.EventTypeNormal,
+		Reason: reasons[e.Type], Message: msg, Type: corev1.EventTypeNormal,
 		Source:         corev1.EventSource{Component: "shellbox"},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: Controller, ReportingInstance: r.cfg.Instance,
@@ -427,8 +442,8 @@ func (r *Relay) parse(obj *corev1.Event) (server.Event, error) {
 	if obj.ReportingInstance == r.cfg.Instance {
 		return server.Event{}, errOwn
 	}
-	if obj.Labels[kube.LabelRelease] != r.release || obj.ReportingController != Controller || obj.Reason != ReasonTaskEnded {
-		return server.Event{}, errors.New("not a relayed notice of this release")
+	if obj.Labels[kube.LabelRelease] != r.release || obj.ReportingController != Controller {
+		return server.Event{}, errors.New("not a relayed event of this release")
 	}
 	body := obj.Annotations[AnnotationEvent]
 	if body == "" || len(body) > maxAnnotated {
@@ -438,8 +453,8 @@ func (r *Relay) parse(obj *corev1.Event) (server.Event, error) {
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
 		return server.Event{}, fmt.Errorf("annotation %s: %w", AnnotationEvent, err)
 	}
-	if e.Type != server.EventNotice || e.Notice == nil || e.Notice.TaskID == "" || e.Tenant == "" || e.Session == "" {
-		return server.Event{}, fmt.Errorf("annotation %s: not a notice of a tenant's session", AnnotationEvent)
+	if reasons[e.Type] == "" || reasons[e.Type] != obj.Reason || e.Notice == nil || e.Notice.TaskID == "" || e.Tenant == "" || e.Session == "" {
+		return server.Event{}, fmt.Errorf("annotation %s: not a notice (or reported end) of a tenant's session", AnnotationEvent)
 	}
 	return e, nil
 }

@@ -100,7 +100,7 @@ func TestRelay(t *testing.T) {
 	a.quiet(t, 200*time.Millisecond)
 	other.quiet(t, 0)
 
-	list, err := cs.CoreV1().Events("sessions").List(context.Background(), metav1.ListOptions{})
+	list, err := cs.CoreV1().Events("sessions").List(context.Background(), metav1.ListOptions{LabelSelector: "org.shellbox.event=notice"})
 	if err != nil || len(list.Items) != 1 {
 		t.Fatalf("events: %v %v", list, err)
 	}
@@ -109,6 +109,13 @@ func TestRelay(t *testing.T) {
 		ev.ReportingController != Controller || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Namespace != "sessions" ||
 		ev.Labels["org.shellbox.release"] != "rel" || ev.Type != corev1.EventTypeNormal {
 		t.Fatalf("event object: %+v", ev)
+	}
+
+	// A reported end travels too, as its own reason.
+	rep := server.Event{Type: server.EventReported, Tenant: "acme", Session: "s-1", Notice: &tools.Notice{TaskID: "bg_1"}}
+	b.Publish(rep)
+	if got := a.next(t, 10*time.Second); got.Type != server.EventReported || got.Notice.TaskID != "bg_1" || got.Session != "s-1" {
+		t.Fatalf("a heard %+v, want the reported end of bg_1", got)
 	}
 
 	// Approvals and other types are not relayed.
@@ -131,8 +138,12 @@ func TestRelayIgnoresForgeries(t *testing.T) {
 		func(e *corev1.Event) { e.ReportingController = "someone/else" },
 		func(e *corev1.Event) { e.Reason = "Pulled" },
 		func(e *corev1.Event) { e.Annotations[AnnotationEvent] = "{not json" },
-		func(e *corev1.Event) { e.Annotations[AnnotationEvent] = `{"type":"notice","tenant":"acme","session":"s"}` },
-		func(e *corev1.Event) { e.Annotations[AnnotationEvent] = `{"type":"approval","tenant":"acme","session":"s","notice":{"taskId":"x"}}` },
+		func(e *corev1.Event) {
+			e.Annotations[AnnotationEvent] = `{"type":"notice","tenant":"acme","session":"s"}`
+		},
+		func(e *corev1.Event) {
+			e.Annotations[AnnotationEvent] = `{"type":"approval","tenant":"acme","session":"s","notice":{"taskId":"x"}}`
+		},
 		func(e *corev1.Event) { delete(e.Annotations, AnnotationEvent) },
 	} {
 		e := good.DeepCopy()

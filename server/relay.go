@@ -9,9 +9,10 @@ import (
 
 // EventRelay carries events between the server processes (replicas) of one
 // release, so a client's event stream on one replica hears what happened
-// on another. Only completion notices travel through it: approvals reach
-// every replica through their store (kubeapprovals), and "dropped" is a
-// stream's own. On Kubernetes it is kubeevents (Event objects in the
+// on another. Only completion notices (EventNotice) and the word that a
+// task's end was reported to the model (EventReported) travel through it:
+// approvals reach every replica through their store (kubeapprovals), and
+// "dropped" is a stream's own. On Kubernetes it is kubeevents (Event objects in the
 // sessions namespace); a single process needs none.
 //
 // Delivery is at most once per replica and best effort: a relay that
@@ -32,6 +33,9 @@ type EventRelay interface {
 // drops it when it has queued or reported that task's end itself.
 type NoticeReceiver interface {
 	ReceiveNotice(tenant, session string, n tools.Notice)
+	// ForgetNotice drops the notice of a task whose end another replica
+	// reported to the model (pending here, or still to come).
+	ForgetNotice(tenant, session, taskID string)
 }
 
 // maxRecentNotices bounds the notices a server remembers to drop a second
@@ -92,15 +96,33 @@ func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
 	}
 }
 
+// Reported relays that a task's end was reported to the model here, so
+// the other replicas drop their copy of its notice. It never blocks: it is
+// meant for tools.Config.OnReported.
+func (s *Server) Reported(tenant, session, taskID string) {
+	if s.cfg.Relay != nil && taskID != "" {
+		s.cfg.Relay.Publish(Event{Type: EventReported, Tenant: tenant, Session: session,
+			Notice: &tools.Notice{TaskID: taskID}, Time: time.Now().UTC()})
+	}
+}
+
 // onRelayed takes an event another replica published: a completion notice
 // of a tenant this server serves goes to its streams and, for the next
-// tool result, to the backend; anything else is ignored.
+// tool result, to the backend; a reported end makes the backend drop its
+// copy of that notice; anything else is ignored.
 func (s *Server) onRelayed(e Event) {
-	if e.Type != EventNotice || e.Notice == nil || e.Session == "" {
+	if e.Notice == nil || e.Notice.TaskID == "" || e.Session == "" {
 		return
 	}
 	if _, ok := s.limits[e.Tenant]; !ok && len(s.limits) > 0 {
 		return
 	}
-	s.notice(e.Tenant, e.Session, *e.Notice, true)
+	switch e.Type {
+	case EventNotice:
+		s.notice(e.Tenant, e.Session, *e.Notice, true)
+	case EventReported:
+		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
+			nr.ForgetNotice(e.Tenant, e.Session, e.Notice.TaskID)
+		}
+	}
 }

@@ -74,9 +74,31 @@ func TestRelayedNotice(t *testing.T) {
 	if notices, _ := m["notices"].([]any); len(notices) != 1 || notices[0].(map[string]any)["taskId"] != id {
 		t.Fatalf("B's next result: %v", m)
 	}
-	_, m = b.json("POST", "/v1/sessions/s1/tools/bash", tokenAcme, `{"command":"true","description":"and the one after"}`)
+	// Reported to the model on B: neither B nor A (whose watcher queued
+	// it) repeats it.
+	for _, r := range []*rig{b, a} {
+		_, m = r.json("POST", "/v1/sessions/s1/tools/bash", tokenAcme, `{"command":"true","description":"and the one after"}`)
+		if notices, _ := m["notices"].([]any); len(notices) != 0 {
+			t.Fatalf("the notice again: %v", m)
+		}
+	}
+
+	// The other way: a task whose end the model reads with bash_output
+	// on A gets no notice on B's next result.
+	_, m = a.json("POST", "/v1/sessions/s1/tools/bash", tokenAcme, `{"command":"exit 5","description":"end soon","run_in_background":true}`)
+	id2 := m["result"].(map[string]any)["taskId"].(string)
+	select {
+	case <-events:
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's stream heard no notice of A's second task")
+	}
+	_, m = a.json("POST", "/v1/sessions/s1/tools/bash_output", tokenAcme, `{"task_id":"`+id2+`"}`)
+	if r, _ := m["result"].(map[string]any); r == nil || r["status"] == nil {
+		t.Fatalf("bash_output on A: %v", m)
+	}
+	_, m = b.json("POST", "/v1/sessions/s1/tools/bash", tokenAcme, `{"command":"true","description":"after bash_output on A"}`)
 	if notices, _ := m["notices"].([]any); len(notices) != 0 {
-		t.Fatalf("the notice again on B: %v", m)
+		t.Fatalf("B repeats a notice of a task whose end A reported: %v", m)
 	}
 	// A second copy of the same notice (another watcher of the task) is dropped.
 	b.srv.onRelayed(Event{Type: EventNotice, Tenant: "acme", Session: "s1", Notice: &tools.Notice{TaskID: id, Text: "background task " + id + " completed, exit code: 3"}})

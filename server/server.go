@@ -212,6 +212,9 @@ func New(cfg Config) (*Server, error) {
 type Observer interface {
 	// Notify delivers a background completion notice (see Server.Notify).
 	Notify(tenant, session string, n tools.Notice)
+	// Reported says a task's end was reported to the model (see
+	// Server.Reported).
+	Reported(tenant, session, taskID string)
 	// ObserveGate wraps a tenant's policy gate so its decisions are
 	// counted; nil stays nil.
 	ObserveGate(tenant string, g tools.Gate) tools.Gate

@@ -416,6 +416,11 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 				l.cfg.Observer.Notify(name, session, n)
 			}
 		},
+		OnReported: func(session, id string) {
+			if l.cfg.Observer != nil {
+				l.cfg.Observer.Reported(name, session, id)
+			}
+		},
 	})
 	if err != nil {
 		tb.close(context.Background())
@@ -481,6 +486,14 @@ func (l *Layer) ReceiveNotice(tenant, session string, n tools.Notice) {
 		return
 	}
 	tb.tools.Deliver(session, n)
+}
+
+// ForgetNotice implements server.NoticeReceiver: another replica reported
+// the task's end to the model.
+func (l *Layer) ForgetNotice(tenant, session, taskID string) {
+	if tb, err := l.tenant(tenant); err == nil {
+		tb.tools.Forget(session, taskID)
+	}
 }
 
 // Ready implements server.Backend: the policies loaded, the engine answers.

@@ -27,6 +27,11 @@ type Config struct {
 	// OnNotice, if set, is called (from the task's watcher goroutine) with
 	// each background completion notice, for event streams. It must not block.
 	OnNotice func(session string, n Notice)
+	// OnReported, if set, is called once per task when this Toolset reports
+	// its end to the model (a notice in a result, bash_output's final
+	// status, bash_kill), so other replicas drop their copy of its notice
+	// (Forget). It must not block.
+	OnReported func(session, taskID string)
 	// MaxNotices bounds the pending notices per session (default 64); the
 	// oldest are dropped first.
 	MaxNotices int
@@ -470,11 +475,30 @@ func (t *Toolset) Deliver(session string, n Notice) {
 }
 
 // saw records that the model has seen task's end, so its notice is not
-// repeated.
+// repeated, here or (OnReported) on another replica.
 func (t *Toolset) saw(session, id string) {
+	if t.forget(session, id) && t.cfg.OnReported != nil {
+		t.cfg.OnReported(session, id)
+	}
+}
+
+// Forget drops the notice of a task whose end the model saw through
+// another replica (its OnReported), pending here or still to come from
+// this Toolset's watcher.
+func (t *Toolset) Forget(session, id string) {
+	if id != "" {
+		t.forget(session, id)
+	}
+}
+
+// forget records that task's end was reported and drops its notice; it
+// reports whether that is news.
+func (t *Toolset) forget(session, id string) (first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.reported.add(session + "\x00" + id)
+	key := session + "\x00" + id
+	first = !t.reported.has(key)
+	t.reported.add(key)
 	q := t.notices[session]
 	for i, n := range q {
 		if n.TaskID == id {
@@ -486,27 +510,37 @@ func (t *Toolset) saw(session, id string) {
 		}
 	}
 	// The watcher has not queued it yet: tell it not to.
-	if key := session + "\x00" + id; t.watching[key] {
+	if t.watching[key] {
 		t.seen[key] = true
 	}
+	return
 }
 
 // drain returns and forgets session's pending notices, but for the one of
 // task keep (if queued), which stays pending.
 func (t *Toolset) drain(session, keep string) []Notice {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	q := t.notices[session]
 	delete(t.notices, session)
 	out := q[:0:0]
+	var news []string
 	for _, n := range q {
 		if n.TaskID == keep {
 			t.notices[session] = []Notice{n}
 			continue
 		}
 		// Reported now: a copy another replica delivers later is dropped.
-		t.reported.add(session + "\x00" + n.TaskID)
+		if key := session + "\x00" + n.TaskID; !t.reported.has(key) {
+			t.reported.add(key)
+			news = append(news, n.TaskID)
+		}
 		out = append(out, n)
+	}
+	t.mu.Unlock()
+	if t.cfg.OnReported != nil {
+		for _, id := range news {
+			t.cfg.OnReported(session, id)
+		}
 	}
 	if len(out) == 0 {
 		return nil

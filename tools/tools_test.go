@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -469,5 +470,48 @@ func TestDeliverBounded(t *testing.T) {
 	ts.mu.Unlock()
 	if n != maxNoticeSessions {
 		t.Fatalf("%d sessions with pending notices, want %d", n, maxNoticeSessions)
+	}
+}
+
+// TestReportedAcrossReplicas: OnReported is called once per task when its
+// end reaches the model here; Forget (another replica reported it) drops
+// the pending notice and the one still to come from the watcher.
+func TestReportedAcrossReplicas(t *testing.T) {
+	f := newFake()
+	var reported []string
+	var mu sync.Mutex
+	noticed := make(chan Notice, 4)
+	ts := newSet(t, f, Config{
+		OnNotice: func(s string, n Notice) { noticed <- n },
+		OnReported: func(s, id string) {
+			mu.Lock()
+			reported = append(reported, s+"/"+id)
+			mu.Unlock()
+		},
+	})
+	call(t, ts, "bash", `{"command":"sleep 1","description":"a","run_in_background":true}`)
+	f.tasks["t1"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	<-noticed
+	call(t, ts, "bash", `{"command":"true","description":"noop"}`) // carries t1's notice
+	call(t, ts, "bash_output", `{"task_id":"t1"}`)                 // reported already
+	call(t, ts, "bash_kill", `{"task_id":"t1"}`)
+
+	// Forget before the end: the watcher queues nothing.
+	call(t, ts, "bash", `{"command":"sleep 1","description":"b","run_in_background":true}`)
+	ts.Forget("s1", "t2")
+	f.tasks["t2"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	for deadline := time.Now().Add(5 * time.Second); ts.running("s1") != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	// Forget of a pending notice drops it.
+	ts.Deliver("s1", Notice{TaskID: "far", Text: "background task far completed, exit code: 0"})
+	ts.Forget("s1", "far")
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("forgotten notices delivered: %+v", r.Notices)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(reported, []string{"s1/t1"}) {
+		t.Fatalf("OnReported %v, want [s1/t1]", reported)
 	}
 }
