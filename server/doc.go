@@ -7,8 +7,12 @@
 //
 // It imports no backend. Everything it runs goes through two seams: Backend
 // (a tenant's Toolset and its sessions) and, optionally, Approvals (the
-// permission requests a policy is waiting on). cmd/shellbox implements
-// Backend over the docker and local executors.
+// permission requests a policy is waiting on), and, with replicas, an
+// EventRelay (kubeevents on Kubernetes) that carries completion notices
+// between them: a notice is delivered to this process's streams once
+// (the newest 4,096 notices' keys are kept to drop a second copy), and a
+// relayed one also to the Backend (NoticeReceiver) for the session's next
+// tool result. cmd/shellbox implements Backend over the session layer.
 //
 // Tenancy: the tenant of a request is the one its bearer token maps to, never
 // a name the client sends. A tenant's ids (sessions, tasks, approvals) are

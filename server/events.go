@@ -16,6 +16,11 @@ const (
 	// EventDropped: the subscriber fell behind and is dropped; the stream
 	// ends after it. Reconnect and list what you missed.
 	EventDropped = "dropped"
+	// EventReported travels between replicas only (EventRelay), never on
+	// a client's stream: a task's end was reported to the model on one
+	// replica (Notice carries the task id), so the others drop their copy
+	// of its notice.
+	EventReported = "reported"
 )
 
 // Event is one item of a tenant's event stream.

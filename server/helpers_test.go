@@ -21,9 +21,10 @@ import (
 // localBackend is a Backend over executor/local for tests without an engine:
 // one executor and Toolset per tenant, each with its own root.
 type localBackend struct {
-	dir    string
-	lim    executor.Limits
-	notify func(tenant, session string, n tools.Notice)
+	dir      string
+	lim      executor.Limits
+	notify   func(tenant, session string, n tools.Notice)
+	reported func(tenant, session, taskID string)
 
 	mu       sync.Mutex
 	sets     map[string]*tools.Toolset
@@ -70,12 +71,30 @@ func (b *localBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset
 		if b.notify != nil {
 			b.notify(tenant, session, n)
 		}
+	}, OnReported: func(session, id string) {
+		if b.reported != nil {
+			b.reported(tenant, session, id)
+		}
 	}})
 	if err != nil {
 		return nil, err
 	}
 	b.sets[tenant] = ts
 	return ts, nil
+}
+
+// ReceiveNotice implements NoticeReceiver, as session.Layer does.
+func (b *localBackend) ReceiveNotice(tenant, session string, n tools.Notice) {
+	if ts, err := b.Toolset(context.Background(), tenant); err == nil {
+		ts.Deliver(session, n)
+	}
+}
+
+// ForgetNotice implements NoticeReceiver.
+func (b *localBackend) ForgetNotice(tenant, session, taskID string) {
+	if ts, err := b.Toolset(context.Background(), tenant); err == nil {
+		ts.Forget(session, taskID)
+	}
 }
 
 func (b *localBackend) Sessions(_ context.Context, tenant string) ([]SessionInfo, error) {
@@ -146,6 +165,7 @@ func newRig(t *testing.T, mut func(*Config)) *rig {
 		t.Fatal(err)
 	}
 	b.notify = srv.Notify
+	b.reported = srv.Reported
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.CloseClientConnections()

@@ -416,9 +416,10 @@ func TestSlowSSESubscriberDropped(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	// Not reading: the socket fills, the handler blocks, its queue fills.
-	n := tools.Notice{TaskID: strings.Repeat("x", 200), Text: "background task x completed, exit code: 0"}
 	start := time.Now()
 	for i := 0; i < 50000; i++ {
+		// Distinct tasks: a second notice of one task is dropped.
+		n := tools.Notice{TaskID: fmt.Sprintf("%s%d", strings.Repeat("x", 200), i), Text: "background task x completed, exit code: 0"}
 		r.srv.Notify("acme", "s1", n)
 	}
 	if d := time.Since(start); d > 20*time.Second {

@@ -26,6 +26,10 @@ type Config struct {
 	// Approvals, if set, serves the approvals endpoints and events; without
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
+	// Relay, if set, carries completion notices between the replicas of
+	// a release (Kubernetes: kubeevents); without it a notice reaches this
+	// process's streams alone.
+	Relay EventRelay
 	// Tenants maps tenant names to their tokens and limits. A request's
 	// tenant is the one its token belongs to. Required for HTTP.
 	Tenants map[string]TenantConfig
@@ -103,6 +107,10 @@ type Server struct {
 	draining bool
 
 	cancelApprovals func()
+	cancelRelay     func()
+	// recent are the notices delivered lately, so a second copy (this
+	// process's watcher and another replica's both saw the end) is dropped.
+	recent *noticeSet
 }
 
 // New checks cfg and returns a Server.
@@ -160,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
 	s.book = newTaskBook()
+	s.recent = newNoticeSet(maxRecentNotices)
 	c, err := newConsole(s, cfg.Console, seen)
 	if err != nil {
 		return nil, err
@@ -190,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Approvals != nil {
 		s.cancelApprovals = cfg.Approvals.Subscribe(s.onApproval)
 	}
+	if cfg.Relay != nil {
+		s.cancelRelay = cfg.Relay.Subscribe(s.onRelayed)
+	}
 	return s, nil
 }
 
@@ -200,6 +212,9 @@ func New(cfg Config) (*Server, error) {
 type Observer interface {
 	// Notify delivers a background completion notice (see Server.Notify).
 	Notify(tenant, session string, n tools.Notice)
+	// Reported says a task's end was reported to the model (see
+	// Server.Reported).
+	Reported(tenant, session, taskID string)
 	// ObserveGate wraps a tenant's policy gate so its decisions are
 	// counted; nil stays nil.
 	ObserveGate(tenant string, g tools.Gate) tools.Gate
@@ -215,12 +230,11 @@ type Observer interface {
 var _ Observer = (*Server)(nil)
 
 // Notify delivers a background completion notice of the tenant's session to
-// the session's event streams (SSE subscribers, MCP clients). It never
-// blocks: it is meant for tools.Config.OnNotice.
+// the session's event streams (SSE subscribers, MCP clients) and, through
+// the Relay, to the other replicas'. A second notice of the same task is
+// dropped. It never blocks: it is meant for tools.Config.OnNotice.
 func (s *Server) Notify(tenant, session string, n tools.Notice) {
-	s.metrics.taskDone(tenant, n.TaskID)
-	s.book.ended(tenant, session, n)
-	s.events.publish(Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()})
+	s.notice(tenant, session, n, false)
 }
 
 func (s *Server) onApproval(a Approval) {
@@ -366,6 +380,9 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 	if s.cancelApprovals != nil {
 		s.cancelApprovals()
+	}
+	if s.cancelRelay != nil {
+		s.cancelRelay()
 	}
 	return err
 }

@@ -134,7 +134,10 @@ type tenant struct {
 	root string
 }
 
-var _ server.Backend = (*Layer)(nil)
+var (
+	_ server.Backend        = (*Layer)(nil)
+	_ server.NoticeReceiver = (*Layer)(nil)
+)
 
 // New checks cfg and returns a Layer. It does not touch the engine: a
 // server calls Start before serving.
@@ -413,6 +416,11 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 				l.cfg.Observer.Notify(name, session, n)
 			}
 		},
+		OnReported: func(session, id string) {
+			if l.cfg.Observer != nil {
+				l.cfg.Observer.Reported(name, session, id)
+			}
+		},
 	})
 	if err != nil {
 		tb.close(context.Background())
@@ -467,6 +475,25 @@ func (l *Layer) Toolset(_ context.Context, tenant string) (*tools.Toolset, error
 		return nil, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
 	}
 	return tb.tools, nil
+}
+
+// ReceiveNotice implements server.NoticeReceiver: a completion notice
+// another replica watched is queued for the session's next tool result
+// here (tools.Toolset.Deliver drops a copy of one this process has).
+func (l *Layer) ReceiveNotice(tenant, session string, n tools.Notice) {
+	tb, err := l.tenant(tenant)
+	if err != nil {
+		return
+	}
+	tb.tools.Deliver(session, n)
+}
+
+// ForgetNotice implements server.NoticeReceiver: another replica reported
+// the task's end to the model.
+func (l *Layer) ForgetNotice(tenant, session, taskID string) {
+	if tb, err := l.tenant(tenant); err == nil {
+		tb.tools.Forget(session, taskID)
+	}
 }
 
 // Ready implements server.Backend: the policies loaded, the engine answers.

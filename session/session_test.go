@@ -122,6 +122,7 @@ func (nopObserver) ObserveGate(_ string, g tools.Gate) tools.Gate { return g }
 func (nopObserver) ObserveSandboxCreate(string, time.Duration)    {}
 func (nopObserver) ObserveEgress(string, string)                  {}
 func (nopObserver) ObserveLeader(bool)                            {}
+func (nopObserver) Reported(string, string, string)               {}
 
 func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
 	ctx := context.Background()

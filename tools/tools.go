@@ -27,6 +27,11 @@ type Config struct {
 	// OnNotice, if set, is called (from the task's watcher goroutine) with
 	// each background completion notice, for event streams. It must not block.
 	OnNotice func(session string, n Notice)
+	// OnReported, if set, is called once per task when this Toolset reports
+	// its end to the model (a notice in a result, bash_output's final
+	// status, bash_kill), so other replicas drop their copy of its notice
+	// (Forget). It must not block.
+	OnReported func(session, taskID string)
 	// MaxNotices bounds the pending notices per session (default 64); the
 	// oldest are dropped first.
 	MaxNotices int
@@ -123,6 +128,45 @@ type Toolset struct {
 	// of it, those whose end the model saw before their watcher queued it.
 	watching map[string]bool
 	seen     map[string]bool
+	// reported are the tasks whose end the model saw here (bash_output,
+	// bash_kill), the newest maxReported, so a notice of one that another
+	// replica delivers is dropped.
+	reported *keyRing
+}
+
+// Bounds of what a Toolset keeps for notices delivered by other replicas.
+const (
+	maxReported       = 4096
+	maxNoticeSessions = 4096
+)
+
+// keyRing remembers the newest keys, oldest out first. Not safe for
+// concurrent use (Toolset.mu guards it).
+type keyRing struct {
+	keys  map[string]struct{}
+	order []string
+	next  int
+}
+
+func newKeyRing(n int) *keyRing {
+	return &keyRing{keys: make(map[string]struct{}, n), order: make([]string, n)}
+}
+
+func (r *keyRing) add(key string) {
+	if _, ok := r.keys[key]; ok {
+		return
+	}
+	if old := r.order[r.next]; old != "" {
+		delete(r.keys, old)
+	}
+	r.order[r.next] = key
+	r.next = (r.next + 1) % len(r.order)
+	r.keys[key] = struct{}{}
+}
+
+func (r *keyRing) has(key string) bool {
+	_, ok := r.keys[key]
+	return ok
 }
 
 // New returns a Toolset over exec.
@@ -141,7 +185,8 @@ func New(exec executor.BashExecutor, cfg Config) (*Toolset, error) {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	return &Toolset{exec: exec, cfg: cfg, life: life, cancel: cancel,
-		notices: map[string][]Notice{}, watching: map[string]bool{}, seen: map[string]bool{}}, nil
+		notices: map[string][]Notice{}, watching: map[string]bool{}, seen: map[string]bool{},
+		reported: newKeyRing(maxReported)}, nil
 }
 
 // Close stops watching background tasks (it does not kill them: tasks belong
@@ -368,11 +413,7 @@ func (t *Toolset) watch(session string, task executor.Task) {
 		}
 		st := statusOf(res)
 		n := Notice{TaskID: task.ID(), Status: st, Text: RenderNotice(task.ID(), st)}
-		q := append(t.notices[session], n)
-		if len(q) > t.cfg.MaxNotices {
-			q = q[len(q)-t.cfg.MaxNotices:]
-		}
-		t.notices[session] = q
+		t.queue(session, n)
 		t.mu.Unlock()
 		if t.cfg.OnNotice != nil {
 			t.cfg.OnNotice(session, n)
@@ -394,11 +435,70 @@ func (t *Toolset) running(session string) int {
 	return n
 }
 
-// saw records that the model has seen task's end, so its notice is not
-// repeated.
-func (t *Toolset) saw(session, id string) {
+// queue adds n to session's pending notices, unless one of its task is
+// pending already (another replica's copy came first). t.mu is held.
+func (t *Toolset) queue(session string, n Notice) {
+	q := t.notices[session]
+	for _, p := range q {
+		if p.TaskID == n.TaskID {
+			return
+		}
+	}
+	q = append(q, n)
+	if len(q) > t.cfg.MaxNotices {
+		q = q[len(q)-t.cfg.MaxNotices:]
+	}
+	t.notices[session] = q
+}
+
+// Deliver queues, for the session's next tool result, the completion notice
+// of a task another process watched (a replica of the same release, whose
+// event reached this one). It is dropped when this Toolset is watching the
+// task itself (its own notice follows), has one of it pending, or reported
+// its end already (bash_output, bash_kill here). At most maxNoticeSessions
+// sessions have notices pending: past that, a delivered notice of another
+// session is dropped (the model still reads the end with bash_output).
+func (t *Toolset) Deliver(session string, n Notice) {
+	if n.TaskID == "" {
+		return
+	}
+	key := session + "\x00" + n.TaskID
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.watching[key] || t.reported.has(key) {
+		return
+	}
+	if _, ok := t.notices[session]; !ok && len(t.notices) >= maxNoticeSessions {
+		return
+	}
+	t.queue(session, n)
+}
+
+// saw records that the model has seen task's end, so its notice is not
+// repeated, here or (OnReported) on another replica.
+func (t *Toolset) saw(session, id string) {
+	if t.forget(session, id) && t.cfg.OnReported != nil {
+		t.cfg.OnReported(session, id)
+	}
+}
+
+// Forget drops the notice of a task whose end the model saw through
+// another replica (its OnReported), pending here or still to come from
+// this Toolset's watcher.
+func (t *Toolset) Forget(session, id string) {
+	if id != "" {
+		t.forget(session, id)
+	}
+}
+
+// forget records that task's end was reported and drops its notice; it
+// reports whether that is news.
+func (t *Toolset) forget(session, id string) (first bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := session + "\x00" + id
+	first = !t.reported.has(key)
+	t.reported.add(key)
 	q := t.notices[session]
 	for i, n := range q {
 		if n.TaskID == id {
@@ -410,28 +510,37 @@ func (t *Toolset) saw(session, id string) {
 		}
 	}
 	// The watcher has not queued it yet: tell it not to.
-	if key := session + "\x00" + id; t.watching[key] {
+	if t.watching[key] {
 		t.seen[key] = true
 	}
+	return
 }
 
 // drain returns and forgets session's pending notices, but for the one of
 // task keep (if queued), which stays pending.
 func (t *Toolset) drain(session, keep string) []Notice {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	q := t.notices[session]
 	delete(t.notices, session)
-	if keep == "" {
-		return q
-	}
 	out := q[:0:0]
+	var news []string
 	for _, n := range q {
 		if n.TaskID == keep {
 			t.notices[session] = []Notice{n}
 			continue
 		}
+		// Reported now: a copy another replica delivers later is dropped.
+		if key := session + "\x00" + n.TaskID; !t.reported.has(key) {
+			t.reported.add(key)
+			news = append(news, n.TaskID)
+		}
 		out = append(out, n)
+	}
+	t.mu.Unlock()
+	if t.cfg.OnReported != nil {
+		for _, id := range news {
+			t.cfg.OnReported(session, id)
+		}
 	}
 	if len(out) == 0 {
 		return nil

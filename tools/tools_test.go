@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -411,4 +413,105 @@ func FuzzCall(f *testing.F) {
 			t.Fatalf("no typed value for %q %q", tool, args)
 		}
 	})
+}
+
+// TestDeliverFromAnotherReplica: a notice another process watched reaches
+// the session's next result once, and never when this Toolset has it
+// pending, is watching the task or reported its end.
+func TestDeliverFromAnotherReplica(t *testing.T) {
+	f := newFake()
+	noticed := make(chan Notice, 4)
+	ts := newSet(t, f, Config{OnNotice: func(s string, n Notice) { noticed <- n }})
+	n := Notice{TaskID: "far1", Status: executor.Status{State: executor.Completed}, Text: RenderNotice("far1", executor.Status{State: executor.Completed})}
+	ts.Deliver("s1", n)
+	ts.Deliver("s1", n) // the same task again: one pending
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 1 || r.Notices[0] != n {
+		t.Fatalf("notices %+v, want far1's once", r.Notices)
+	}
+	ts.Deliver("s1", n) // after the model saw it
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("a reported notice delivered again: %+v", r.Notices)
+	}
+	if r := ts.Call(context.Background(), Invocation{Session: "s2", Tool: "bash", Args: json.RawMessage(`{"command":"true","description":"noop"}`)}); len(r.Notices) != 0 {
+		t.Fatalf("another session got s1's notice: %+v", r.Notices)
+	}
+
+	// Its end read with bash_output here: a relayed copy is dropped.
+	call(t, ts, "bash", `{"command":"sleep 1","description":"wait","run_in_background":true}`)
+	f.tasks["t1"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	<-noticed
+	if r := call(t, ts, "bash_output", `{"task_id":"t1"}`); !strings.Contains(r.Text, "completed") {
+		t.Fatalf("bash_output: %q", r.Text)
+	}
+	ts.Deliver("s1", Notice{TaskID: "t1", Text: "background task t1 completed, exit code: 0"})
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("notices %+v after bash_output reported t1's end", r.Notices)
+	}
+
+	// Watched here: the relayed copy is dropped, this Toolset's own follows.
+	call(t, ts, "bash", `{"command":"sleep 1","description":"wait","run_in_background":true}`)
+	ts.Deliver("s1", Notice{TaskID: "t2", Text: "background task t2 completed, exit code: 0"})
+	f.tasks["t2"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	<-noticed
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 1 || r.Notices[0].TaskID != "t2" {
+		t.Fatalf("notices %+v, want t2's once", r.Notices)
+	}
+}
+
+// TestDeliverBounded: delivered notices of sessions that never call here
+// stay within maxNoticeSessions sessions.
+func TestDeliverBounded(t *testing.T) {
+	ts := newSet(t, newFake(), Config{})
+	for i := range maxNoticeSessions + 100 {
+		ts.Deliver(fmt.Sprintf("s%d", i), Notice{TaskID: "x", Text: "background task x completed, exit code: 0"})
+	}
+	ts.mu.Lock()
+	n := len(ts.notices)
+	ts.mu.Unlock()
+	if n != maxNoticeSessions {
+		t.Fatalf("%d sessions with pending notices, want %d", n, maxNoticeSessions)
+	}
+}
+
+// TestReportedAcrossReplicas: OnReported is called once per task when its
+// end reaches the model here; Forget (another replica reported it) drops
+// the pending notice and the one still to come from the watcher.
+func TestReportedAcrossReplicas(t *testing.T) {
+	f := newFake()
+	var reported []string
+	var mu sync.Mutex
+	noticed := make(chan Notice, 4)
+	ts := newSet(t, f, Config{
+		OnNotice: func(s string, n Notice) { noticed <- n },
+		OnReported: func(s, id string) {
+			mu.Lock()
+			reported = append(reported, s+"/"+id)
+			mu.Unlock()
+		},
+	})
+	call(t, ts, "bash", `{"command":"sleep 1","description":"a","run_in_background":true}`)
+	f.tasks["t1"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	<-noticed
+	call(t, ts, "bash", `{"command":"true","description":"noop"}`) // carries t1's notice
+	call(t, ts, "bash_output", `{"task_id":"t1"}`)                 // reported already
+	call(t, ts, "bash_kill", `{"task_id":"t1"}`)
+
+	// Forget before the end: the watcher queues nothing.
+	call(t, ts, "bash", `{"command":"sleep 1","description":"b","run_in_background":true}`)
+	ts.Forget("s1", "t2")
+	f.tasks["t2"].end(executor.Result{}, executor.Status{State: executor.Completed})
+	for deadline := time.Now().Add(5 * time.Second); ts.running("s1") != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	// Forget of a pending notice drops it.
+	ts.Deliver("s1", Notice{TaskID: "far", Text: "background task far completed, exit code: 0"})
+	ts.Forget("s1", "far")
+	if r := call(t, ts, "bash", `{"command":"true","description":"noop"}`); len(r.Notices) != 0 {
+		t.Fatalf("forgotten notices delivered: %+v", r.Notices)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(reported, []string{"s1/t1"}) {
+		t.Fatalf("OnReported %v, want [s1/t1]", reported)
+	}
 }

@@ -12,9 +12,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/kubeapprovals"
+	"github.com/shellbox/shellbox/kubeevents"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox/kube"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
 
@@ -90,6 +92,29 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
 	}
 	return st, st.Close, nil
+}
+
+// eventRelay is how serve's replicas hear each other's completion notices:
+// on the kube backend, Event objects in the sessions namespace
+// (kubeevents), started; otherwise nil (one process). close stops it.
+func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ server.EventRelay, close func(), _ error) {
+	if cfg.Backend != "kube" {
+		return nil, func() {}, nil
+	}
+	cs, err := newClientset(cfg.Kube)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
+	}
+	r, err := kubeevents.New(cs, kubeevents.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("kube backend: event relay (the server's Role needs events list and watch in %s): %w", cfg.Kube.Namespace, err)
+	}
+	return r, r.Close, nil
 }
 
 // openKube opens the kube runtime (sandbox/kube). It does not contact the

@@ -81,6 +81,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	// On kube the replicas of a release hear each other's notices.
+	relay, closeRelay, err := eventRelay(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRelay()
 	tenants := map[string]server.TenantConfig{}
 	for name, t := range cfg.Server.Tenants {
 		tenants[name] = t.TenantConfig
@@ -96,6 +102,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return b, err
 		},
 		Approvals:         approvals,
+		Relay:             relay,
 		Tenants:           tenants,
 		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
 		EventBuffer:       cfg.Server.EventBuffer,

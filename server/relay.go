@@ -1,0 +1,128 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/shellbox/shellbox/tools"
+)
+
+// EventRelay carries events between the server processes (replicas) of one
+// release, so a client's event stream on one replica hears what happened
+// on another. Only completion notices (EventNotice) and the word that a
+// task's end was reported to the model (EventReported) travel through it:
+// approvals reach every replica through their store (kubeapprovals), and
+// "dropped" is a stream's own. On Kubernetes it is kubeevents (Event objects in the
+// sessions namespace); a single process needs none.
+//
+// Delivery is at most once per replica and best effort: a relay that
+// cannot publish logs and drops, never blocks a notice (the event stream
+// is a wake-up, the model still gets the task's end from bash_output).
+type EventRelay interface {
+	// Publish hands an event this process caused to the other replicas.
+	// It must not block.
+	Publish(Event)
+	// Subscribe calls fn with every event another replica published, in
+	// the order it hears them, until cancel is called. fn must not block.
+	Subscribe(fn func(Event)) (cancel func())
+}
+
+// NoticeReceiver is an optional ability of a Backend: a completion notice
+// another replica saw (through the EventRelay) queued for the session's
+// next tool result here, as a notice of its own would be. The Backend
+// drops it when it has queued or reported that task's end itself.
+type NoticeReceiver interface {
+	ReceiveNotice(tenant, session string, n tools.Notice)
+	// ForgetNotice drops the notice of a task whose end another replica
+	// reported to the model (pending here, or still to come).
+	ForgetNotice(tenant, session, taskID string)
+}
+
+// maxRecentNotices bounds the notices a server remembers to drop a second
+// copy of (its own watcher and another replica's may both see a task end).
+const maxRecentNotices = 4096
+
+// noticeSet remembers the newest maxRecentNotices notice keys, oldest out
+// first.
+type noticeSet struct {
+	mu    sync.Mutex
+	keys  map[string]struct{}
+	order []string // ring of keys, next at order[next]
+	next  int
+}
+
+func newNoticeSet(n int) *noticeSet {
+	return &noticeSet{keys: make(map[string]struct{}, n), order: make([]string, n)}
+}
+
+// first reports whether key is new, and remembers it.
+func (s *noticeSet) first(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return false
+	}
+	if old := s.order[s.next]; old != "" {
+		delete(s.keys, old)
+	}
+	s.order[s.next] = key
+	s.next = (s.next + 1) % len(s.order)
+	s.keys[key] = struct{}{}
+	return true
+}
+
+func noticeKey(tenant, session, task string) string {
+	return tenant + "\x00" + session + "\x00" + task
+}
+
+// notice delivers a completion notice to this process's streams once, and,
+// when it is this process's own (not relayed), to the other replicas.
+func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
+	if n.TaskID == "" || !s.recent.first(noticeKey(tenant, session, n.TaskID)) {
+		return
+	}
+	s.metrics.taskDone(tenant, n.TaskID)
+	s.book.ended(tenant, session, n)
+	e := Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()}
+	s.events.publish(e)
+	if relayed {
+		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
+			nr.ReceiveNotice(tenant, session, n)
+		}
+		return
+	}
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Publish(e)
+	}
+}
+
+// Reported relays that a task's end was reported to the model here, so
+// the other replicas drop their copy of its notice. It never blocks: it is
+// meant for tools.Config.OnReported.
+func (s *Server) Reported(tenant, session, taskID string) {
+	if s.cfg.Relay != nil && taskID != "" {
+		s.cfg.Relay.Publish(Event{Type: EventReported, Tenant: tenant, Session: session,
+			Notice: &tools.Notice{TaskID: taskID}, Time: time.Now().UTC()})
+	}
+}
+
+// onRelayed takes an event another replica published: a completion notice
+// of a tenant this server serves goes to its streams and, for the next
+// tool result, to the backend; a reported end makes the backend drop its
+// copy of that notice; anything else is ignored.
+func (s *Server) onRelayed(e Event) {
+	if e.Notice == nil || e.Notice.TaskID == "" || e.Session == "" {
+		return
+	}
+	if _, ok := s.limits[e.Tenant]; !ok && len(s.limits) > 0 {
+		return
+	}
+	switch e.Type {
+	case EventNotice:
+		s.notice(e.Tenant, e.Session, *e.Notice, true)
+	case EventReported:
+		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
+			nr.ForgetNotice(e.Tenant, e.Session, e.Notice.TaskID)
+		}
+	}
+}
