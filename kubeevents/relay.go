@@ -44,6 +44,10 @@
 //     called from the watch, in order, with the events of other instances
 //     only (reportingInstance differs), and only with well-formed notices
 //     of the right controller and release.
+//   - A replica shutting down publishes, for each session whose tasks it
+//     watched, a handover (reason TasksHandedOver): the others watch the
+//     session's running tasks from then on. Close writes what is still
+//     queued (FlushTimeout at most) before it stops.
 //   - Copies (two replicas watching one task, a relist) are dropped by the
 //     server, which keeps the recent notices' keys; the relay also skips
 //     an object name it has announced (the newest 4,096).
@@ -86,15 +90,30 @@ const (
 	// model (server.EventReported: the other replicas drop their notice).
 	ReasonTaskEnded    = "TaskEnded"
 	ReasonTaskReported = "TaskReported"
+	// ReasonTasksHandedOver: a replica shutting down watched the session's
+	// background tasks (server.EventHandover); the others watch them.
+	ReasonTasksHandedOver = "TasksHandedOver"
 )
 
 // reasons are the relayed event types' reasons.
-var reasons = map[string]string{server.EventNotice: ReasonTaskEnded, server.EventReported: ReasonTaskReported}
+var reasons = map[string]string{
+	server.EventNotice: ReasonTaskEnded, server.EventReported: ReasonTaskReported, server.EventHandover: ReasonTasksHandedOver,
+}
+
+// wellFormed reports whether e is an event the relay carries.
+func wellFormed(e server.Event) bool {
+	if reasons[e.Type] == "" || e.Tenant == "" || e.Session == "" {
+		return false
+	}
+	return e.Type == server.EventHandover || (e.Notice != nil && e.Notice.TaskID != "")
+}
 
 // Defaults of Config.
 const (
 	DefaultQueue          = 256
 	DefaultRequestTimeout = 10 * time.Second
+	// FlushTimeout bounds how long Close writes what is still queued.
+	FlushTimeout = 3 * time.Second
 	// maxAnnotated bounds the JSON of one event read back.
 	maxAnnotated = 16 << 10
 	// maxMessage bounds an Event's message (the notice's text).
@@ -135,7 +154,9 @@ type Relay struct {
 	log      *slog.Logger
 
 	started time.Time
-	cancel  context.CancelFunc
+	cancel  context.CancelFunc // stops the watch (the writer, once flushed)
+	flush   chan struct{}      // closed by Close
+	closing sync.Once
 	wg      sync.WaitGroup
 
 	mu   sync.Mutex
@@ -174,12 +195,13 @@ func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	release := kube.LabelValue(cfg.Release)
-	sel, err := labels.Parse(fmt.Sprintf("%s=%s,%s in (%s,%s)", kube.LabelRelease, release, LabelEvent, server.EventNotice, server.EventReported))
+	sel, err := labels.Parse(fmt.Sprintf("%s=%s,%s in (%s,%s,%s)", kube.LabelRelease, release, LabelEvent,
+		server.EventNotice, server.EventReported, server.EventHandover))
 	if err != nil {
 		return nil, fmt.Errorf("kubeevents: release %q: %w", cfg.Release, err)
 	}
 	return &Relay{
-		cfg: cfg, release: release, cs: cs, selector: sel.String(), queue: make(chan server.Event, cfg.Queue),
+		cfg: cfg, release: release, flush: make(chan struct{}), cs: cs, selector: sel.String(), queue: make(chan server.Event, cfg.Queue),
 		log:  cfg.Logger.With("relay", cfg.Namespace, "instance", cfg.Instance),
 		subs: map[*func(server.Event)]struct{}{}, announced: map[string]struct{}{}, ring: make([]string, announcedNames),
 	}, nil
@@ -203,18 +225,21 @@ func (r *Relay) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the watch and the writer; events still queued are dropped.
+// Close stops the watch and the writer. Events still queued are written
+// first for at most FlushTimeout (a replica shutting down hands its tasks
+// over that way); what is left then is dropped.
 func (r *Relay) Close() {
-	if r.cancel != nil {
-		r.cancel()
+	if r.cancel == nil {
+		return
 	}
+	r.closing.Do(func() { close(r.flush) })
 	r.wg.Wait()
 }
 
-// Publish queues e for the other replicas. Only completion notices and
-// reported ends are relayed; it never blocks.
+// Publish queues e for the other replicas. Only completion notices,
+// reported ends and handovers are relayed; it never blocks.
 func (r *Relay) Publish(e server.Event) {
-	if reasons[e.Type] == "" || e.Notice == nil {
+	if !wellFormed(e) {
 		return
 	}
 	select {
@@ -244,23 +269,39 @@ func (r *Relay) Subscribe(fn func(server.Event)) (cancel func()) {
 	}
 }
 
-// write creates an Event object for each queued event until ctx ends.
+// write creates an Event object for each queued event until Close, then
+// what is still queued, for at most FlushTimeout, and stops the watch.
 func (r *Relay) write(ctx context.Context) {
+	defer r.cancel()
 	for {
 		select {
-		case <-ctx.Done():
-			return
+		case <-r.flush:
+			fctx, cancel := context.WithTimeout(ctx, FlushTimeout)
+			defer cancel()
+			for {
+				select {
+				case e := <-r.queue:
+					r.create(fctx, e)
+				default:
+					return
+				}
+			}
 		case e := <-r.queue:
-			obj, err := r.object(e)
-			if err == nil {
-				wctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-				_, err = r.cs.CoreV1().Events(r.cfg.Namespace).Create(wctx, obj, metav1.CreateOptions{})
-				cancel()
-			}
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("relaying a notice", "tenant", e.Tenant, "session", e.Session, "task", e.Notice.TaskID, "err", err)
-			}
+			r.create(ctx, e)
 		}
+	}
+}
+
+// create writes e's Event object, logging a failure.
+func (r *Relay) create(ctx context.Context, e server.Event) {
+	obj, err := r.object(e)
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+		_, err = r.cs.CoreV1().Events(r.cfg.Namespace).Create(wctx, obj, metav1.CreateOptions{})
+		cancel()
+	}
+	if err != nil {
+		r.log.Warn("relaying an event", "type", e.Type, "tenant", e.Tenant, "session", e.Session, "err", err)
 	}
 }
 
@@ -273,9 +314,14 @@ func (r *Relay) object(e server.Event) (*corev1.Event, error) {
 	if len(body) > maxAnnotated {
 		return nil, fmt.Errorf("event of %d bytes: over %d", len(body), maxAnnotated)
 	}
-	msg := e.Notice.Text
-	if e.Type == server.EventReported {
+	var msg string
+	switch e.Type {
+	case server.EventNotice:
+		msg = e.Notice.Text
+	case server.EventReported:
 		msg = "the end of background task " + e.Notice.TaskID + " was reported to the model"
+	case server.EventHandover:
+		msg = "server " + r.cfg.Instance + " shut down: the other replicas watch the session's background tasks"
 	}
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage]
@@ -453,7 +499,7 @@ func (r *Relay) parse(obj *corev1.Event) (server.Event, error) {
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
 		return server.Event{}, fmt.Errorf("annotation %s: %w", AnnotationEvent, err)
 	}
-	if reasons[e.Type] == "" || reasons[e.Type] != obj.Reason || e.Notice == nil || e.Notice.TaskID == "" || e.Tenant == "" || e.Session == "" {
+	if !wellFormed(e) || reasons[e.Type] != obj.Reason {
 		return server.Event{}, fmt.Errorf("annotation %s: not a notice (or reported end) of a tenant's session", AnnotationEvent)
 	}
 	return e, nil

@@ -187,6 +187,34 @@ func TestRelayQueueBounded(t *testing.T) {
 	}
 }
 
+// TestRelayHandoverFlushed: a handover published just before Close is
+// written (Close flushes the queue) and heard by the other replica.
+func TestRelayHandoverFlushed(t *testing.T) {
+	cs := fake.NewClientset()
+	b := startReplica(t, cs, "sessions", "rel", "b")
+	a, err := New(cs, Config{Namespace: "sessions", Release: "rel", Instance: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitWatches(t, cs, 2)
+	for i := range 20 {
+		a.Publish(server.Event{Type: server.EventHandover, Tenant: "acme", Session: fmt.Sprintf("s-%d", i)})
+	}
+	a.Close()
+	list, err := cs.CoreV1().Events("sessions").List(context.Background(), metav1.ListOptions{LabelSelector: "org.shellbox.event=handover"})
+	if err != nil || len(list.Items) != 20 {
+		t.Fatalf("%d handover events after Close, want 20: %v", len(list.Items), err)
+	}
+	for i := range 20 {
+		if got := b.next(t, 10*time.Second); got.Type != server.EventHandover || got.Tenant != "acme" || got.Session == "" {
+			t.Fatalf("b heard %+v (#%d), want a handover", got, i)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	cs := fake.NewClientset()
 	for _, c := range []Config{{}, {Namespace: "Bad_NS"}, {Namespace: "ok", Instance: string(make([]byte, 129))}} {

@@ -21,6 +21,10 @@ const (
 	// replica (Notice carries the task id), so the others drop their copy
 	// of its notice.
 	EventReported = "reported"
+	// EventHandover travels between replicas only: a replica shutting
+	// down watched background tasks of the session; the others watch them
+	// from now on, so their ends still have notices.
+	EventHandover = "handover"
 )
 
 // Event is one item of a tenant's event stream.

@@ -31,7 +31,9 @@ type localBackend struct {
 	execs    []*local.Executor
 	sessions map[string]map[string]SessionInfo
 	lastOpts SessionOptions // of the last CreateSession
-	ready    error
+	// handedOver are the sessions WatchTasks was called for.
+	handedOver []string
+	ready      error
 }
 
 func newLocalBackend(t *testing.T) *localBackend {
@@ -95,6 +97,14 @@ func (b *localBackend) ForgetNotice(tenant, session, taskID string) {
 	if ts, err := b.Toolset(context.Background(), tenant); err == nil {
 		ts.Forget(session, taskID)
 	}
+}
+
+// WatchTasks implements NoticeReceiver: the local executor's tasks are
+// this process's; there is nothing to take over.
+func (b *localBackend) WatchTasks(tenant, session string) {
+	b.mu.Lock()
+	b.handedOver = append(b.handedOver, tenant+"/"+session)
+	b.mu.Unlock()
 }
 
 func (b *localBackend) Sessions(_ context.Context, tenant string) ([]SessionInfo, error) {

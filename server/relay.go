@@ -9,8 +9,10 @@ import (
 
 // EventRelay carries events between the server processes (replicas) of one
 // release, so a client's event stream on one replica hears what happened
-// on another. Only completion notices (EventNotice) and the word that a
-// task's end was reported to the model (EventReported) travel through it:
+// on another. Only completion notices (EventNotice), the word that a
+// task's end was reported to the model (EventReported) and a shutting
+// down replica's handing over of the tasks it watched (EventHandover)
+// travel through it:
 // approvals reach every replica through their store (kubeapprovals), and
 // "dropped" is a stream's own. On Kubernetes it is kubeevents (Event objects in the
 // sessions namespace); a single process needs none.
@@ -36,6 +38,10 @@ type NoticeReceiver interface {
 	// ForgetNotice drops the notice of a task whose end another replica
 	// reported to the model (pending here, or still to come).
 	ForgetNotice(tenant, session, taskID string)
+	// WatchTasks watches the session's running background tasks (in the
+	// background; it must not block): a replica that watched them is
+	// shutting down.
+	WatchTasks(tenant, session string)
 }
 
 // maxRecentNotices bounds the notices a server remembers to drop a second
@@ -106,18 +112,31 @@ func (s *Server) Reported(tenant, session, taskID string) {
 	}
 }
 
+// HandOver tells the other replicas that this process, shutting down,
+// watched background tasks of the session. It never blocks.
+func (s *Server) HandOver(tenant, session string) {
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Publish(Event{Type: EventHandover, Tenant: tenant, Session: session, Time: time.Now().UTC()})
+	}
+}
+
 // onRelayed takes an event another replica published: a completion notice
 // of a tenant this server serves goes to its streams and, for the next
 // tool result, to the backend; a reported end makes the backend drop its
-// copy of that notice; anything else is ignored.
+// copy of that notice; a handover makes it watch the session's tasks;
+// anything else is ignored.
 func (s *Server) onRelayed(e Event) {
-	if e.Notice == nil || e.Notice.TaskID == "" || e.Session == "" {
+	if e.Session == "" || (e.Type != EventHandover && (e.Notice == nil || e.Notice.TaskID == "")) {
 		return
 	}
 	if _, ok := s.limits[e.Tenant]; !ok && len(s.limits) > 0 {
 		return
 	}
 	switch e.Type {
+	case EventHandover:
+		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
+			nr.WatchTasks(e.Tenant, e.Session)
+		}
 	case EventNotice:
 		s.notice(e.Tenant, e.Session, *e.Notice, true)
 	case EventReported:

@@ -118,3 +118,24 @@ func TestRelayedNotice(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestRelayedHandover: a replica's handover of a session reaches the
+// other replicas' backends (WatchTasks), not its own.
+func TestRelayedHandover(t *testing.T) {
+	relay := newMemRelay()
+	a := newRig(t, func(c *Config) { c.Relay = relay.replica() })
+	b := newRig(t, func(c *Config) { c.Relay = relay.replica() })
+	a.srv.HandOver("acme", "s1")
+	a.srv.HandOver("nobody", "s1") // a tenant b does not serve
+	b.b.mu.Lock()
+	got := b.b.handedOver
+	b.b.mu.Unlock()
+	if len(got) != 1 || got[0] != "acme/s1" {
+		t.Fatalf("b's backend was handed %v, want [acme/s1]", got)
+	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	if len(a.b.handedOver) != 0 {
+		t.Fatalf("a handed over to itself: %v", a.b.handedOver)
+	}
+}

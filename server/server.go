@@ -215,6 +215,9 @@ type Observer interface {
 	// Reported says a task's end was reported to the model (see
 	// Server.Reported).
 	Reported(tenant, session, taskID string)
+	// HandOver says this process, shutting down, watched tasks of the
+	// session (see Server.HandOver).
+	HandOver(tenant, session string)
 	// ObserveGate wraps a tenant's policy gate so its decisions are
 	// counted; nil stays nil.
 	ObserveGate(tenant string, g tools.Gate) tools.Gate

@@ -116,7 +116,10 @@ type Layer struct {
 	// stopLead ends the reaping and pools Start started (and the
 	// competition for leadership); leading is done when they have ended.
 	stopLead context.CancelFunc
-	leading  sync.WaitGroup
+	// life is Start's context: tasks handed over by another replica are
+	// taken over within it (nil before Start: a one-shot takes none).
+	life    context.Context
+	leading sync.WaitGroup
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
@@ -216,6 +219,9 @@ func (l *Layer) Start(ctx context.Context) {
 	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept),
 		"pooled", len(rep.Pooled), "claimsReleased", len(rep.Released))
 	go l.rewatch(ctx, rep.Kept)
+	l.mu.Lock()
+	l.life = ctx
+	l.mu.Unlock()
 	ctx, stop := context.WithCancel(ctx)
 	l.mu.Lock()
 	l.stopLead = stop
@@ -496,6 +502,33 @@ func (l *Layer) ForgetNotice(tenant, session, taskID string) {
 	}
 }
 
+// WatchTasks implements server.NoticeReceiver: another replica, shutting
+// down, watched the session's background tasks; this process watches
+// them from now on (in the background, until it closes).
+func (l *Layer) WatchTasks(tenant, session string) {
+	if l.manager == nil {
+		return
+	}
+	l.mu.Lock()
+	life := l.life
+	l.mu.Unlock()
+	if life == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(life, 30*time.Second)
+		defer cancel()
+		sb, err := l.manager.Inspect(ctx, tenant, session)
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrNotFound) {
+				l.log.Warn("taking over tasks", "tenant", tenant, "session", session, "err", err)
+			}
+			return
+		}
+		l.rewatch(ctx, []sandbox.Sandbox{sb})
+	}()
+}
+
 // Ready implements server.Backend: the policies loaded, the engine answers.
 func (l *Layer) Ready(ctx context.Context) error {
 	if l.cfg.Policies != nil {
@@ -538,7 +571,14 @@ func (l *Layer) Close(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, tb := range l.tenants {
+	for name, tb := range l.tenants {
+		// The other replicas watch what this process watched, so the
+		// tasks' ends still have notices once it is gone.
+		if l.cfg.Observer != nil {
+			for _, session := range tb.tools.Watched() {
+				l.cfg.Observer.HandOver(name, session)
+			}
+		}
 		tb.tools.Close()
 		errs = append(errs, tb.close(ctx))
 	}

@@ -123,6 +123,7 @@ func (nopObserver) ObserveSandboxCreate(string, time.Duration)    {}
 func (nopObserver) ObserveEgress(string, string)                  {}
 func (nopObserver) ObserveLeader(bool)                            {}
 func (nopObserver) Reported(string, string, string)               {}
+func (nopObserver) HandOver(string, string)                       {}
 
 func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
 	ctx := context.Background()

@@ -421,6 +421,23 @@ func (t *Toolset) watch(session string, task executor.Task) {
 	}()
 }
 
+// Watched returns the sessions with a task this Toolset watches (one it
+// started or was handed, not ended yet), in no order.
+func (t *Toolset) Watched() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for key := range t.watching {
+		session, _, _ := strings.Cut(key, "\x00")
+		if !seen[session] {
+			seen[session] = true
+			out = append(out, session)
+		}
+	}
+	return out
+}
+
 // running counts the session's watched tasks: started here, not ended.
 func (t *Toolset) running(session string) int {
 	t.mu.Lock()
