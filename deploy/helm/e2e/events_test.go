@@ -13,6 +13,7 @@ import (
 	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // replicaURLs are the release's ready server pods' own URLs
@@ -80,7 +81,11 @@ func TestReplicaEvents(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("background task through %s: %v %+v", names[0], err, res)
 	}
-	id := res.Value.(map[string]any)["taskId"].(string)
+	bg, ok := res.Value.(*tools.Background)
+	if !ok {
+		t.Fatalf("not a background result: %q", res.Text)
+	}
+	id := bg.TaskID
 	start := time.Now()
 	var e server.Event
 	for {
