@@ -499,6 +499,13 @@ type Kube struct {
 	// kubeapprovals) or "memory" (this process's, as on the
 	// other backends: one replica only).
 	Approvals string `mapstructure:"approvals"`
+	// QPS and Burst bound this process's requests to the API server
+	// (client-go's client-side rate limiter, per client): the runtime's
+	// pod polls, claims and last-use patches, the relay's and the
+	// approvals' requests. client-go's own defaults (5/s, burst 10) made
+	// a warm-pool claim wait behind the leader's polls of pods it fills.
+	QPS   float32 `mapstructure:"qps"`
+	Burst int     `mapstructure:"burst"`
 }
 
 // Stores of kube.approvals.
@@ -522,6 +529,9 @@ func (k Kube) validate() error {
 	}
 	if err := confine.CheckID("kube.release", k.Release); err != nil {
 		return err
+	}
+	if k.QPS <= 0 || k.Burst < 1 {
+		return fmt.Errorf("kube.qps %g and kube.burst %d: both must be positive", k.QPS, k.Burst)
 	}
 	if k.Approvals != ApprovalsCluster && k.Approvals != ApprovalsMemory {
 		return fmt.Errorf("kube.approvals %q: %s or %s", k.Approvals, ApprovalsCluster, ApprovalsMemory)
@@ -547,6 +557,8 @@ func runtimeDefaults() map[string]any {
 		"kube::serverSelector":       map[string]string{},
 		"kube::serverNamespace":      "",
 		"kube::approvals":            ApprovalsCluster,
+		"kube::qps":                  float32(50),
+		"kube::burst":                100,
 		"docker::engineRuntimes":     map[string]string{},
 		"containerd::address":        "/run/containerd/containerd.sock",
 		"containerd::namespace":      "shellbox",

@@ -35,17 +35,19 @@ func (kubeRuntime) RemoveSession(context.Context, string, string) (bool, error) 
 // restConfig is the client configuration of kube.kubeconfig, or of the
 // pod's service account when it is empty.
 func restConfig(c config.Kube) (*rest.Config, error) {
+	var rc *rest.Config
 	if c.Kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
+		var err error
+		if rc, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("kube.kubeconfig is empty and this is not a pod with a service account: %w", err)
 		}
-		return rc, nil
+	} else {
+		var err error
+		if rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("kube.kubeconfig %s: %w", c.Kubeconfig, err)
+		}
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kube.kubeconfig %s: %w", c.Kubeconfig, err)
-	}
+	rc.QPS, rc.Burst = c.QPS, c.Burst
 	return rc, nil
 }
 
