@@ -24,20 +24,40 @@ type Claim struct {
 // what lets a restarted server find a claimed sandbox as its session's: the
 // runtime still knows it by its pooled name.
 //
-// Methods are safe for concurrent use, by several processes too.
+// Methods are safe for concurrent use, by several processes too. Two
+// invariants hold whatever the processes do at once: a pooled sandbox is
+// claimed by one session at most (Claim), and a session holds one claimed
+// sandbox at most (Claim returns the one it holds); a claimed sandbox is
+// never retired, a retired one never claimed (Retire).
 type Claims interface {
-	// Claim records that pooled now belongs to session. It is atomic: of
-	// concurrent claims of one pooled sandbox exactly one succeeds, the
-	// others get ErrAlreadyExists (claiming it again for the same session
-	// succeeds).
-	Claim(ctx context.Context, tenant, pooled, session string) error
+	// Claim records that pooled now belongs to session and returns the
+	// pooled name of the sandbox session holds: pooled, or, if session
+	// already holds another (claimed an instant before by another process
+	// serving the session's first calls), that one, and pooled is left
+	// unclaimed. It is atomic: of concurrent claims of one pooled sandbox
+	// for different sessions exactly one succeeds, the others get
+	// ErrAlreadyExists (claiming it again for the same session succeeds).
+	// A pooled sandbox that is gone or retired is ErrNotFound or
+	// ErrAlreadyExists.
+	Claim(ctx context.Context, tenant, pooled, session string) (string, error)
+	// Retire makes the unclaimed pooled sandbox unclaimable for good, so
+	// that its removal cannot take a sandbox a session was just handed: a
+	// pooled sandbox is removed only after Retire returned nil (the
+	// Manager's pool drains and rolls do so). It is atomic against Claim:
+	// a claim that landed first wins, and Retire returns ErrAlreadyExists,
+	// after which the sandbox is the session's and must be left alone.
+	// Retiring a gone or retired sandbox succeeds. Release, after the
+	// removal, forgets the retirement.
+	Retire(ctx context.Context, tenant, pooled string) error
 	// Lookup returns the pooled name of the sandbox session claimed, or
 	// ErrNotFound.
 	Lookup(ctx context.Context, tenant, session string) (string, error)
-	// List returns every claim.
+	// List returns every claim, and every retired sandbox whose removal
+	// has not ended (a crash in between) as a Claim with an empty
+	// Session.
 	List(ctx context.Context) ([]Claim, error)
-	// Release forgets the claim of pooled, whose sandbox is gone. Releasing
-	// one that does not exist is not an error.
+	// Release forgets the claim or retirement of pooled, whose sandbox is
+	// gone. Releasing one that does not exist is not an error.
 	Release(ctx context.Context, tenant, pooled string) error
 }
 
@@ -50,7 +70,12 @@ type Claims interface {
 // Lookup, which believes it only if the claim it points to names the
 // session; a crash between the claim and its index leaves a claim that
 // List shows and claiming it again for the same session re-indexes
-// (Manager.Adopt does). Nothing is fsynced: a claim must survive
+// (Manager.Adopt does). Claims of one tenant are made under an exclusive
+// flock(2) of <dir>/<tenant>/.lock, so that of processes sharing the
+// directory claiming different sandboxes for one session at once, the
+// second finds the first's (the lock goes with a process that dies). A
+// retirement (Retire) is the same link(2) of a file holding retiredMark,
+// which no session is. Nothing is fsynced: a claim must survive
 // the server's crash, which the page cache does; a host's crash stops
 // every sandbox, and Adopt removes stopped ones with their claims.
 type DirClaims struct {
@@ -62,6 +87,10 @@ var _ Claims = (*DirClaims)(nil)
 // maxClaimFile bounds what Lookup and List read of a claim file (a session
 // id is at most 64 bytes).
 const maxClaimFile = 256
+
+// retiredMark is the content of a retired sandbox's claim file: not a
+// session id (CheckID refuses '<').
+const retiredMark = "<retired>"
 
 // NewDirClaims returns the claims kept in dir, creating it (mode 0700).
 func NewDirClaims(dir string) (*DirClaims, error) {
@@ -79,18 +108,74 @@ func NewDirClaims(dir string) (*DirClaims, error) {
 }
 
 // Claim implements Claims.
-func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) error {
+func (d *DirClaims) Claim(ctx context.Context, tenant, pooled, session string) (string, error) {
 	if err := CheckClaim(tenant, pooled, session); err != nil {
+		return "", err
+	}
+	tdir := filepath.Join(d.dir, tenant)
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		return "", fmt.Errorf("claims: %w", err)
+	}
+	unlock, err := lockDir(tdir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Under the tenant's lock nobody else claims for session meanwhile:
+	// a sandbox the session holds already is its answer.
+	if held, err := d.Lookup(ctx, tenant, session); err == nil {
+		return held, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return "", err
+	}
+	if err := linkClaim(tdir, pooled, session); err != nil {
+		if errors.Is(err, ErrAlreadyExists) {
+			return "", fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", ErrAlreadyExists, tenant, pooled)
+		}
+		return "", err
+	}
+	// The index: a fresh symlink renamed over whatever stale one the
+	// session's earlier sandbox left.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24)
+	link := filepath.Join(tdir, ".index-"+hex.EncodeToString(rnd[:]))
+	if err := os.Symlink(pooled, link); err != nil {
+		return "", fmt.Errorf("claims: index: %w", err)
+	}
+	if err := os.Rename(link, filepath.Join(tdir, session)); err != nil {
+		os.Remove(link)
+		return "", fmt.Errorf("claims: index: %w", err)
+	}
+	return pooled, nil
+}
+
+// Retire implements Claims: the claim file of a retired sandbox holds
+// retiredMark, made by the same link(2) as a claim, so of a Claim and a
+// Retire at once one wins.
+func (d *DirClaims) Retire(_ context.Context, tenant, pooled string) error {
+	if err := CheckID("tenant", tenant); err != nil {
 		return err
+	}
+	if !IsPooled(pooled) || CheckID("session", pooled) != nil {
+		return fmt.Errorf("%w: %q is not a pooled sandbox's name", ErrInvalid, pooled)
 	}
 	tdir := filepath.Join(d.dir, tenant)
 	if err := os.MkdirAll(tdir, 0o700); err != nil {
 		return fmt.Errorf("claims: %w", err)
 	}
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return fmt.Errorf("claims: %w", err)
+	if err := linkClaim(tdir, pooled, retiredMark); errors.Is(err, ErrAlreadyExists) {
+		return fmt.Errorf("%w: pooled sandbox %s/%s is claimed: not retiring it", ErrAlreadyExists, tenant, pooled)
+	} else if err != nil {
+		return err
 	}
+	return nil
+}
+
+// linkClaim makes <tdir>/<pooled> hold content, atomically: ErrAlreadyExists
+// if it holds something else, nil if it holds content already.
+func linkClaim(tdir, pooled, content string) error {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24)
 	// Temporary names start with a dot, which no tenant, session or pooled
 	// name does: List skips them, and a crash leaves only such a file.
 	tmp := filepath.Join(tdir, ".claim-"+hex.EncodeToString(rnd[:]))
@@ -99,7 +184,7 @@ func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) err
 		return fmt.Errorf("claims: %w", err)
 	}
 	defer os.Remove(tmp)
-	_, err = f.WriteString(session)
+	_, err = f.WriteString(content)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -108,25 +193,34 @@ func (d *DirClaims) Claim(_ context.Context, tenant, pooled, session string) err
 	}
 	final := filepath.Join(tdir, pooled)
 	if err := os.Link(tmp, final); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			if held, rerr := readClaim(final); rerr != nil || held != session {
-				return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", ErrAlreadyExists, tenant, pooled)
-			}
-		} else {
+		if !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("claims: %w", err)
 		}
-	}
-	// The index: a fresh symlink renamed over whatever stale one the
-	// session's earlier sandbox left.
-	link := filepath.Join(tdir, ".index-"+hex.EncodeToString(rnd[:]))
-	if err := os.Symlink(pooled, link); err != nil {
-		return fmt.Errorf("claims: index: %w", err)
-	}
-	if err := os.Rename(link, filepath.Join(tdir, session)); err != nil {
-		os.Remove(link)
-		return fmt.Errorf("claims: index: %w", err)
+		if held, rerr := readClaim(final); rerr != nil || held != content {
+			return ErrAlreadyExists
+		}
 	}
 	return nil
+}
+
+// lockDir takes the exclusive flock of dir's .lock file and returns its
+// release.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("claims: lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("claims: lock: %w", err)
+	}
+	return func() { f.Close() }, nil // closing the file drops the lock
 }
 
 // Lookup implements Claims.
@@ -204,7 +298,8 @@ func (d *DirClaims) Release(_ context.Context, tenant, pooled string) error {
 	return nil
 }
 
-// tenantClaims reads a tenant's claim files; malformed ones are skipped.
+// tenantClaims reads a tenant's claim files (a retired sandbox's with an
+// empty Session); malformed ones are skipped.
 func (d *DirClaims) tenantClaims(tenant string) ([]Claim, error) {
 	tdir := filepath.Join(d.dir, tenant)
 	ents, err := os.ReadDir(tdir)
@@ -227,7 +322,10 @@ func (d *DirClaims) tenantClaims(tenant string) ([]Claim, error) {
 		if err != nil {
 			return nil, err
 		}
-		if CheckID("session", session) != nil {
+		switch {
+		case session == retiredMark:
+			session = ""
+		case CheckID("session", session) != nil:
 			continue
 		}
 		out = append(out, Claim{Tenant: tenant, Pooled: name, Session: session})

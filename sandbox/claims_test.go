@@ -22,7 +22,7 @@ func TestDirClaimsOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.Claim(context.Background(), "acme", poolA, "s"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+			_, err := c.Claim(context.Background(), "acme", poolA, "s"+string(rune('a'+i%26))+string(rune('a'+i/26)))
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -40,7 +40,7 @@ func TestDirClaimsOneWinner(t *testing.T) {
 		t.Fatalf("List: %+v, %v", cs, err)
 	}
 	// Claiming again for the holder is not an error (a retry).
-	if err := c.Claim(context.Background(), "acme", poolA, cs[0].Session); err != nil {
+	if _, err := c.Claim(context.Background(), "acme", poolA, cs[0].Session); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.Lookup(context.Background(), "acme", cs[0].Session)
@@ -70,7 +70,7 @@ func TestDirClaimsRefusesBadNames(t *testing.T) {
 		{"acme", poolA, poolA},         // a pooled name as a session
 		{"acme", poolA, "a/b"},         // not an id
 	} {
-		if err := c.Claim(context.Background(), tc.tenant, tc.pooled, tc.session); !errors.Is(err, sandbox.ErrInvalid) {
+		if _, err := c.Claim(context.Background(), tc.tenant, tc.pooled, tc.session); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("Claim(%q, %q, %q): %v, want ErrInvalid", tc.tenant, tc.pooled, tc.session, err)
 		}
 	}
@@ -120,7 +120,7 @@ func TestDirClaimsIndex(t *testing.T) {
 	if _, err := c.Lookup(ctx, "acme", "s1"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Lookup without an index: %v", err)
 	}
-	if err := c.Claim(ctx, "acme", poolA, "s1"); err != nil {
+	if _, err := c.Claim(ctx, "acme", poolA, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := c.Lookup(ctx, "acme", "s1"); err != nil || got != poolA {

@@ -51,12 +51,27 @@
 // is gone; List shows claimed sandboxes under their sessions and pooled ones
 // not at all.
 //
+// Two invariants hold across processes. A session holds one claimed
+// sandbox: Claims.Claim returns the one the session holds if another
+// process claimed one for it an instant before (two replicas serving a
+// new session's first calls), and the Manager hands that one out and puts
+// its own pick back. And a claimed sandbox is never removed as pooled:
+// the Manager removes a pooled sandbox only after Claims.Retire, which is
+// atomic against Claim (DirClaims: the same link(2) of a retirement mark;
+// kube.Claims: a delete conditioned on the unclaimed pod's
+// resourceVersion), and leaves it to its session when a claim won
+// (ErrAlreadyExists; FillReport.Claimed). A crash between a retirement
+// and the removal leaves a retired sandbox (Claims.List: an empty
+// Session), which Adopt removes.
+//
 // Fill is one pass that makes the engine match the wanted pools: it creates
 // what is missing, only while a creation slot is free and no session waits
 // for one (sessions first), and removes pooled sandboxes no pool wants (a
 // template change rolls its pool: the old ones are removed unclaimed, never
 // handed out). One process runs it (FillEvery): the server on one host, the
-// elected replica on Kubernetes.
+// elected replica on Kubernetes. Its list of ready sandboxes is its own
+// (what it created and adopted), so on Kubernetes it can hold a pod another
+// replica claimed since: Retire is what spares it.
 //
 // # Admission
 //

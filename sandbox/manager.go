@@ -438,7 +438,7 @@ func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
 	for _, sb := range list {
 		if IsPooled(sb.Session) {
 			s, ok := claimed[key{sb.Tenant, sb.Session}]
-			if !ok {
+			if !ok || s == "" { // unclaimed, or retired
 				continue
 			}
 			sb.PoolName, sb.Session = sb.Session, s
@@ -680,27 +680,42 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 		rk := key{sb.Tenant, sb.Session}
 		if IsPooled(sb.Session) {
 			s, ok := claimed[rk]
-			if !ok {
-				if m.adoptPooled(sb) {
+			retired := ok && s == ""
+			if retired {
+				// Retired, and its removal cut short: finish it.
+				delete(claimed, rk)
+			}
+			if !ok || retired {
+				if !retired && m.adoptPooled(sb) {
 					live[rk] = true
 					rep.Pooled = append(rep.Pooled, sb)
 					continue
 				}
-				if err := m.cfg.Runtime.Remove(ctx, sb.ID); err != nil {
+				// Retired first (removePooled): another process may have
+				// claimed it since the list.
+				err := m.removePooled(ctx, sb, "adopt: "+string(sb.State))
+				if errors.Is(err, ErrAlreadyExists) {
+					live[rk] = true
+					continue
+				}
+				if err != nil {
 					errs = append(errs, err)
 					live[rk] = true
 					continue
 				}
 				rep.Removed = append(rep.Removed, sb)
-				m.cfg.Logger.Info("pooled sandbox removed", "reason", "adopt: "+string(sb.State), "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
 				continue
 			}
 			// Claimed (perhaps just before a crash): the session's.
 			// Claiming it again for the session restores an index the
 			// crash may have cut short.
 			delete(claimed, rk)
-			if err := m.cfg.Claims.Claim(ctx, sb.Tenant, sb.Session, s); err != nil {
+			if held, err := m.cfg.Claims.Claim(ctx, sb.Tenant, sb.Session, s); err != nil {
 				errs = append(errs, err)
+			} else if held != sb.Session {
+				// Only claims made before claims were exclusive per
+				// session can leave a session two.
+				m.cfg.Logger.Warn("session holds two pooled sandboxes", "tenant", sb.Tenant, "session", s, "name", sb.Session, "held", held)
 			}
 			sb.PoolName, sb.Session = sb.Session, s
 		}
@@ -859,7 +874,9 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		m.cfg.Logger.Info("sandbox removed", "reason", "replacing: "+string(old.State), "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 	}
 
-	if sb, ok := m.claim(ctx, spec); ok {
+	if sb, ok, err := m.claim(ctx, spec); err != nil {
+		return Sandbox{}, err
+	} else if ok {
 		return sb, nil
 	}
 	release, err := m.adm.acquire(ctx)

@@ -121,6 +121,9 @@ type FillReport struct {
 	// Created and Removed are pooled sandboxes made ready and removed
 	// (drained: their template is no longer wanted, or the pool shrank).
 	Created, Removed int
+	// Claimed are sandboxes Fill would have removed but found claimed by
+	// a session meanwhile (by another process), and left to it.
+	Claimed int
 	// Missing is how many ready sandboxes the pools still lack (no
 	// creation slot was free, or creations failed).
 	Missing int
@@ -194,11 +197,17 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 	m.mu.Unlock()
 
 	for _, sb := range victims {
-		if err := m.removePooled(ctx, sb, "pool drained"); err != nil {
+		err := m.removePooled(ctx, sb, "pool drained")
+		switch {
+		case errors.Is(err, ErrAlreadyExists):
+			// Claimed by another process since it was listed ready: a
+			// session's now, left alone (removePooled logged it).
+			rep.Claimed++
+		case err != nil:
 			m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
-			continue
+		default:
+			rep.Removed++
 		}
-		rep.Removed++
 	}
 
 	var errs []error
@@ -298,18 +307,40 @@ func (m *Manager) createPooled(parent context.Context, p *pool, spec Spec) error
 	}
 	m.mu.Unlock()
 	if !keep {
-		return m.removePooled(ctx, sb, "pool drained")
+		if err := m.removePooled(ctx, sb, "pool drained"); err != nil && !errors.Is(err, ErrAlreadyExists) {
+			return err
+		}
+		return nil
 	}
 	m.cfg.Logger.Info("pooled sandbox created", "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
 	return nil
 }
 
-// removePooled removes an unclaimed pooled sandbox.
+// removePooled removes an unclaimed pooled sandbox: it retires it first
+// (Claims.Retire), so that a sandbox another process claimed since this
+// one listed it as ready is never removed: then Retire says
+// ErrAlreadyExists and the sandbox is left to its session, not counted
+// here any more.
 func (m *Manager) removePooled(ctx context.Context, sb Sandbox, reason string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
 	defer cancel()
+	if m.cfg.Claims != nil {
+		if err := m.cfg.Claims.Retire(rctx, sb.Tenant, sb.Session); err != nil {
+			if errors.Is(err, ErrAlreadyExists) {
+				m.cfg.Logger.Info("pooled sandbox claimed meanwhile: not removed", "reason", reason, "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
+			}
+			return fmt.Errorf("removing pooled sandbox %s/%s: %w", sb.Tenant, sb.Session, err)
+		}
+	}
 	if err := m.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
 		return err
+	}
+	if m.cfg.Claims != nil {
+		// The retirement goes after the sandbox: a crash in between leaves
+		// a retired sandbox, which Adopt removes.
+		if err := m.cfg.Claims.Release(rctx, sb.Tenant, sb.Session); err != nil {
+			m.cfg.Logger.Warn("releasing a retired pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
+		}
 	}
 	m.mu.Lock()
 	delete(m.named, key{sb.Tenant, sb.Session})
@@ -320,19 +351,39 @@ func (m *Manager) removePooled(ctx context.Context, sb Sandbox, reason string) e
 
 // claim gives spec's session a ready pooled sandbox of its template, if
 // there is one: the claim is recorded (Claims) before the sandbox is
-// handed out, and its agent checked. false: none, the session gets a cold
-// start.
-func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool) {
+// handed out, and its agent checked. If the session holds another pooled
+// sandbox already (another process claimed it for the session's first
+// call at the same moment: Claims.Claim says which), that one is the
+// session's and the one picked here goes back to its pool. false: none,
+// the session gets a cold start. An error: the session holds a claimed
+// sandbox this Manager cannot get, and must not get a second one.
+func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	if m.cfg.Claims == nil {
-		return Sandbox{}, false
+		return Sandbox{}, false, nil
 	}
 	k := poolKey(spec.Tenant, TemplateHash(spec))
+	// putBack returns an unclaimed sandbox to p if p still wants it, and
+	// removes it otherwise.
+	putBack := func(p *pool, sb Sandbox) {
+		m.mu.Lock()
+		back := m.pools[k] == p && len(p.ready) < p.size
+		if back {
+			p.ready = append([]Sandbox{sb}, p.ready...)
+		}
+		m.mu.Unlock()
+		if !back {
+			if err := m.removePooled(ctx, sb, "pool drained"); err != nil && !errors.Is(err, ErrAlreadyExists) {
+				m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
+			}
+		}
+	}
+	stale := 0
 	for {
 		m.mu.Lock()
 		p := m.pools[k]
 		if p == nil || len(p.ready) == 0 {
 			m.mu.Unlock()
-			return Sandbox{}, false
+			return Sandbox{}, false, nil
 		}
 		sb := p.ready[0]
 		p.ready = p.ready[1:]
@@ -340,41 +391,60 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool) {
 		m.kickFill()
 
 		pooled := sb.Session
-		err := m.cfg.Claims.Claim(ctx, spec.Tenant, pooled, spec.Session)
-		if errors.Is(err, ErrAlreadyExists) {
-			// Another process claimed it: it is that session's now.
-			m.cfg.Logger.Info("pooled sandbox claimed elsewhere", "tenant", spec.Tenant, "name", pooled)
+		held, err := m.cfg.Claims.Claim(ctx, spec.Tenant, pooled, spec.Session)
+		if errors.Is(err, ErrAlreadyExists) || errors.Is(err, ErrNotFound) {
+			// Another process claimed it (it is that session's now), or
+			// retired or removed it: not ours to hand out.
+			m.cfg.Logger.Info("pooled sandbox claimed or removed elsewhere", "tenant", spec.Tenant, "name", pooled, "err", err)
 			continue
 		}
 		if err != nil {
 			// Unclaimed still: back to its pool if the pool still wants
 			// it, and a cold start.
 			m.cfg.Logger.Warn("claiming a pooled sandbox", "tenant", spec.Tenant, "session", spec.Session, "err", err)
-			m.mu.Lock()
-			back := m.pools[k] == p && len(p.ready) < p.size
-			if back {
-				p.ready = append([]Sandbox{sb}, p.ready...)
-			}
-			m.mu.Unlock()
-			if !back {
-				if err := m.removePooled(ctx, sb, "pool drained"); err != nil {
-					m.cfg.Logger.Warn("removing pooled sandbox", "tenant", sb.Tenant, "name", sb.Session, "err", err)
-				}
-			}
-			return Sandbox{}, false
+			putBack(p, sb)
+			return Sandbox{}, false, nil
 		}
-		sb.PoolName, sb.Session = pooled, spec.Session
-		if err := m.ready(ctx, sb); err != nil {
-			m.cfg.Logger.Warn("claimed pooled sandbox not ready", "tenant", spec.Tenant, "session", spec.Session, "name", pooled, "err", err)
+		if held != pooled {
+			// The session's first calls reached another process too, which
+			// claimed held for it an instant before: that one is the
+			// session's, and sb was left unclaimed.
+			m.cfg.Logger.Info("session claimed another pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "name", held, "unused", pooled)
+			putBack(p, sb)
+			got, err := m.cfg.Runtime.Get(ctx, spec.Tenant, held)
+			if errors.Is(err, ErrNotFound) && stale < 3 {
+				// Its sandbox is gone and the claim left (a crash between
+				// the two): drop it and claim again.
+				stale++
+				if err := m.cfg.Claims.Release(ctx, spec.Tenant, held); err != nil {
+					return Sandbox{}, false, err
+				}
+				continue
+			}
+			if err != nil {
+				return Sandbox{}, false, fmt.Errorf("session %s/%s holds pooled sandbox %s: %w", spec.Tenant, spec.Session, held, err)
+			}
+			m.mu.Lock()
+			m.named[key{spec.Tenant, held}] = true
+			m.mu.Unlock()
+			sb = got
+		}
+		sb.PoolName, sb.Session = held, spec.Session
+		if err := m.ready(ctx, sb); err != nil && held != pooled {
+			// Another process handed it to the session: not ours to
+			// replace.
+			return Sandbox{}, false, err
+		} else if err != nil {
+			m.cfg.Logger.Warn("claimed pooled sandbox not ready", "tenant", spec.Tenant, "session", spec.Session, "name", held, "err", err)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.RemoveTimeout)
 			if err := m.destroy(rctx, key{spec.Tenant, spec.Session}, sb); err != nil {
-				m.cfg.Logger.Warn("removing pooled sandbox", "tenant", spec.Tenant, "name", pooled, "err", err)
+				m.cfg.Logger.Warn("removing pooled sandbox", "tenant", spec.Tenant, "name", held, "err", err)
 			}
 			cancel()
 			continue
 		}
-		m.cfg.Logger.Info("sandbox claimed from pool", "tenant", spec.Tenant, "session", spec.Session, "name", pooled, "id", sb.ID)
-		return sb, true
+		m.cfg.Logger.Info("sandbox claimed from pool", "tenant", spec.Tenant, "session", spec.Session, "name", held, "id", sb.ID)
+		return sb, true, nil
 	}
 }
 

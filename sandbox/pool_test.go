@@ -183,7 +183,7 @@ func TestPoolCrashMidClaim(t *testing.T) {
 		break
 	}
 	// The first process recorded a claim and died before serving it.
-	if err := c.Claim(context.Background(), "acme", victim.Session, "s1"); err != nil {
+	if _, err := c.Claim(context.Background(), "acme", victim.Session, "s1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -222,7 +222,7 @@ func TestPoolStaleClaimsAndDeadPooledAtAdopt(t *testing.T) {
 	f := newFake()
 	c := claims(t)
 	dead := f.Put(sandbox.Sandbox{Tenant: "acme", Session: sandbox.PoolPrefix + "0123456789abcdef-00000001", Owner: "srv", State: sandbox.StateExited})
-	if err := c.Claim(context.Background(), "acme", sandbox.PoolPrefix+"0123456789abcdef-00000002", "gone"); err != nil {
+	if _, err := c.Claim(context.Background(), "acme", sandbox.PoolPrefix+"0123456789abcdef-00000002", "gone"); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := newManager(t, f, withClaims(c))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
@@ -196,3 +197,70 @@ func p50(d []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkClusterPoolClaim: a new session's first command ("true")
+// through the agent of a pod claimed from a warm pool of one (Manager.
+// Ensure with the release's claims: the session's lookup, the claim lock,
+// the claim patch; then a new agent connection, as a new session's
+// executor makes), under runc and gVisor; p50 and p99 (of the ops run).
+// The refill of the pool after each op (a pod created) is not timed.
+func BenchmarkClusterPoolClaim(b *testing.B) {
+	c := kubetest.Connect(b)
+	for _, rt := range runtimes {
+		b.Run(rt, func(b *testing.B) {
+			ns := c.Namespace(b)
+			cfg := kubetest.Config(ns)
+			r := c.New(b, cfg, rt)
+			m, err := sandbox.NewManager(sandbox.Config{Runtime: r, Owner: cfg.Release, Claims: r.Claims()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			tmpl := kubetest.Spec(b, "bench", "template", cfg.Release, rt)
+			pool := []sandbox.PoolTarget{{Template: tmpl, Size: 1}}
+			fill := func() {
+				if rep, err := m.Fill(ctx, pool); err != nil || rep.Missing != 0 {
+					b.Fatalf("fill: %+v, %v", rep, err)
+				}
+			}
+			fill()
+			var each []time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				s := tmpl.Clone()
+				s.Session = fmt.Sprintf("claim-%d", i)
+				t0 := time.Now()
+				sb, err := m.Ensure(ctx, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := kubetest.Run(ctx, sb, "true", 10*time.Second); err != nil {
+					b.Fatal(err)
+				}
+				each = append(each, time.Since(t0))
+				b.StopTimer()
+				if sb.PoolName == "" {
+					b.Fatalf("op %d: a cold start, not a claim", i)
+				}
+				if err := m.Remove(ctx, sb.Tenant, sb.Session); err != nil {
+					b.Fatal(err)
+				}
+				fill()
+				b.StartTimer()
+			}
+			b.ReportMetric(ms(quantile(each, 0.5)), "p50-ms")
+			b.ReportMetric(ms(quantile(each, 0.99)), "p99-ms")
+		})
+	}
+}
+
+// quantile returns the q-quantile of d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

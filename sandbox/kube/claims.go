@@ -3,8 +3,10 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,9 +26,24 @@ const (
 	LabelClaimedBy      = "org.shellbox.claimed-by"
 )
 
-// maxClaimAttempts bounds Claim's re-reads after a conflicting patch: each
-// conflict is another writer's progress on the pod, so a claim that keeps
-// losing is very unlikely and then fails rather than spins.
+// The session's claim lock: a Secret named ClaimLockName(tenant, session),
+// labelled LabelClaimLock, whose annotation AnnotationClaimPooled names the
+// pooled sandbox the session holds or is claiming (and AnnotationTenant,
+// AnnotationSession the session exactly). It holds no data.
+const (
+	LabelClaimLock        = "org.shellbox.claim-lock"
+	AnnotationClaimPooled = "org.shellbox.claim-pooled"
+)
+
+// ClaimLockName is the name of the claim lock Secret of tenant's session:
+// PodName's, with a suffix no PodName has (PodName ends in a hash), so
+// neither a session pod's token Secret nor a pod ever takes it.
+func ClaimLockName(tenant, session string) string { return PodName(tenant, session) + "-claim" }
+
+// maxClaimAttempts bounds Claim's and Retire's re-reads after a
+// conflicting write: each conflict is another writer's progress on the pod
+// or the lock, so a claim that keeps losing is very unlikely and then
+// fails rather than spins.
 const maxClaimAttempts = 10
 
 // Claims is the sandbox.Claims of a release, kept on the pooled pods
@@ -35,6 +52,15 @@ const maxClaimAttempts = 10
 // a server that replaced another, and goes with the pod. A claim is made by
 // a patch conditioned on the resourceVersion read, so of concurrent claims
 // of one pod, in any processes, exactly one is written.
+//
+// A session's claims go through its claim lock (ClaimLockName), a Secret
+// created before the pod is patched and owned by the pod (the garbage
+// collector deletes it with the pod): creating it is atomic, so of
+// replicas serving a new session's first calls at once, each with a
+// different pooled pod, one lock names the pod and every one of them
+// claims that pod. Retire deletes an unclaimed pooled pod with the
+// resourceVersion it read as a precondition, so a claim that lands in
+// between wins.
 //
 // The pod's own annotations are unchanged: it is still known by its pooled
 // name (describe's Sandbox.Session), which the Manager maps to the claiming
@@ -46,40 +72,159 @@ type Claims struct {
 var _ sandbox.Claims = (*Claims)(nil)
 
 // Claims returns the release's claims on the runtime's clientset (RBAC:
-// pods get, list, patch).
+// pods get, list, patch, delete; secrets get, create, delete).
 func (r *Runtime) Claims() *Claims { return &Claims{r: r} }
 
-// Claim implements sandbox.Claims: the claim annotation and label are set
-// on the pod PodName(tenant, pooled) by a merge patch with the
-// resourceVersion read; a conflict re-reads the pod: claimed by another
-// session is ErrAlreadyExists, by this one success. A pod that is gone or
-// being deleted is ErrNotFound, one that is not the pooled sandbox of
-// tenant ErrConflict.
-func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) error {
+// Claim implements sandbox.Claims. It reads the pod PodName(tenant,
+// pooled), then the session's claim lock, creating it (owned by the pod)
+// if there is none, and claims the pod the lock names: pooled, or the pod
+// another replica is claiming for the session at the same moment, which it
+// returns. A lock whose pod is gone, being deleted or another session's
+// is stale (the session never had that pod: a claim is never undone while
+// its pod exists): it is deleted, conditioned on its uid, and the claim
+// starts again. The pod's claim annotation and label are set by a merge
+// patch with the resourceVersion read; a conflict re-reads the pod:
+// claimed by another session is ErrAlreadyExists, by this one success. A
+// pod that is gone or being deleted is ErrNotFound, one that is not the
+// pooled sandbox of tenant ErrConflict. A lock this call created for a pod
+// it then fails to claim is deleted.
+func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) (string, error) {
 	if err := sandbox.CheckClaim(tenant, pooled, session); err != nil {
-		return err
+		return "", err
 	}
+	for attempt := 1; attempt <= maxClaimAttempts; attempt++ {
+		p, err := c.claimable(ctx, tenant, pooled, session)
+		if err != nil {
+			return "", err
+		}
+		held, lock, created, err := c.lock(ctx, tenant, session, pooled, p)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if held != pooled {
+			p = nil // not the pod read
+		}
+		err = c.claimPod(ctx, tenant, held, session, p)
+		switch {
+		case err == nil:
+			return held, nil
+		case held == pooled && created:
+			// Ours, for a pod we could not claim: nobody holds it.
+			c.unlock(ctx, lock)
+			return "", err
+		case held != pooled && (errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrAlreadyExists)):
+			// Stale: the pod another claim named went, or went to another
+			// session, so this session never had it.
+			c.unlock(ctx, lock)
+			continue
+		default:
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s for session %s: gave up after %d conflicting writes", sandbox.ErrUnavailable, tenant, pooled, session, maxClaimAttempts)
+}
+
+// errRetry says that the lock changed under lock's feet: read again.
+var errRetry = errors.New("kube: claim lock changed")
+
+// claimable reads the pod of tenant's pooled sandbox and returns it if
+// session may claim it (unclaimed or session's).
+func (c *Claims) claimable(ctx context.Context, tenant, pooled, session string) (*corev1.Pod, error) {
+	name := PodName(tenant, pooled)
+	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s (pod %s/%s) is gone", sandbox.ErrNotFound, tenant, pooled, c.r.cfg.Namespace, name)
+	}
+	if err != nil {
+		return nil, c.r.convert(err, "pods", "claim: get pod %s", name)
+	}
+	if err := c.pooled(p, tenant, pooled); err != nil {
+		return nil, err
+	}
+	if p.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s (pod %s/%s) is being deleted", sandbox.ErrNotFound, tenant, pooled, c.r.cfg.Namespace, name)
+	}
+	if held, claimed := p.Annotations[AnnotationClaimedBy]; claimed && held != session {
+		return nil, fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", sandbox.ErrAlreadyExists, tenant, pooled)
+	}
+	return p, nil
+}
+
+// lock returns the pooled sandbox session's claim lock names, creating the
+// lock for pod p (of pooled) if there is none, the lock itself, and
+// whether this call created it. errRetry: another created it meanwhile.
+func (c *Claims) lock(ctx context.Context, tenant, session, pooled string, p *corev1.Pod) (string, *corev1.Secret, bool, error) {
+	secrets := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace)
+	name := ClaimLockName(tenant, session)
+	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		a := s.Annotations
+		if s.Labels[LabelClaimLock] != "true" || a[AnnotationTenant] != tenant || a[AnnotationSession] != session {
+			return "", nil, false, fmt.Errorf("%w: kube: secret %s/%s is not the claim lock of session %s/%s", sandbox.ErrConflict, c.r.cfg.Namespace, name, tenant, session)
+		}
+		held := a[AnnotationClaimPooled]
+		if sandbox.CheckClaim(tenant, held, session) != nil {
+			c.unlock(ctx, s) // malformed: never a lock Claim wrote
+			return "", nil, false, errRetry
+		}
+		return held, s, false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", nil, false, c.r.convert(err, "secrets", "claim: get lock %s", name)
+	}
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: c.r.cfg.Namespace,
+			Labels: map[string]string{
+				sandbox.LabelManaged: "true",
+				LabelRelease:         LabelValue(c.r.cfg.Release),
+				sandbox.LabelTenant:  LabelValue(tenant),
+				LabelClaimLock:       "true",
+			},
+			Annotations: map[string]string{AnnotationTenant: tenant, AnnotationSession: session, AnnotationClaimPooled: pooled},
+			// Owned by the pod it names: it goes with the pod.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}},
+		},
+		Type: corev1.SecretTypeOpaque,
+	}
+	made, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return "", nil, false, errRetry
+	}
+	if err != nil {
+		return "", nil, false, c.r.convert(err, "secrets", "claim: create lock %s", name)
+	}
+	return pooled, made, true, nil
+}
+
+// unlock deletes the claim lock s if it is still that one (its uid), even
+// if ctx ended; a failure leaves a stale lock, which the next claim of the
+// session deletes.
+func (c *Claims) unlock(ctx context.Context, s *corev1.Secret) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	uid := s.UID
+	_ = c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// claimPod writes session's claim on the pod of tenant's pooled sandbox
+// (p, if it was read already, else read): a merge patch with the
+// resourceVersion read; a conflict re-reads.
+func (c *Claims) claimPod(ctx context.Context, tenant, pooled, session string, p *corev1.Pod) error {
 	pods := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace)
 	name := PodName(tenant, pooled)
 	for attempt := 1; ; attempt++ {
-		p, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s (pod %s/%s) is gone", sandbox.ErrNotFound, tenant, pooled, c.r.cfg.Namespace, name)
+		if p == nil {
+			var err error
+			if p, err = c.claimable(ctx, tenant, pooled, session); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return c.r.convert(err, "pods", "claim: get pod %s", name)
-		}
-		if err := c.pooled(p, tenant, pooled); err != nil {
-			return err
-		}
-		if p.DeletionTimestamp != nil {
-			return fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s (pod %s/%s) is being deleted", sandbox.ErrNotFound, tenant, pooled, c.r.cfg.Namespace, name)
-		}
-		held, claimed := p.Annotations[AnnotationClaimedBy]
-		if claimed && held != session {
-			return fmt.Errorf("%w: pooled sandbox %s/%s is claimed already", sandbox.ErrAlreadyExists, tenant, pooled)
-		}
-		if claimed && p.Labels[LabelClaimedBy] == LabelValue(session) {
+		if p.Annotations[AnnotationClaimedBy] == session && p.Labels[LabelClaimedBy] == LabelValue(session) {
 			return nil // this session's already
 		}
 		// Unclaimed, or this session's with its label lost: (re)write both,
@@ -100,6 +245,7 @@ func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) erro
 		case apierrors.IsConflict(err) && attempt < maxClaimAttempts:
 			// Someone wrote the pod since we read it (a claim, a use):
 			// read it again and decide on what it says now.
+			p = nil
 			continue
 		case apierrors.IsNotFound(err):
 			return fmt.Errorf("%w: kube: claim: pooled sandbox %s/%s (pod %s/%s) is gone", sandbox.ErrNotFound, tenant, pooled, c.r.cfg.Namespace, name)
@@ -107,6 +253,55 @@ func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) erro
 			return c.r.convert(err, "pods", "claim: patch pod %s", name)
 		}
 	}
+}
+
+// Retire implements sandbox.Claims: it deletes the pod of the unclaimed
+// pooled sandbox with the uid and resourceVersion it read as
+// preconditions, so a claim patched in between (which changes the
+// resourceVersion) makes the delete conflict, and the pod read again is
+// claimed: ErrAlreadyExists, and the pod stays. A pod being deleted (its
+// claims refused since: Claim reads deletionTimestamp, and the deletion
+// changed the resourceVersion a claim in flight carries) or gone is
+// retired. The Manager's Runtime.Remove after it waits for the pod to go
+// and deletes its Secret.
+func (c *Claims) Retire(ctx context.Context, tenant, pooled string) error {
+	if err := sandbox.CheckID("tenant", tenant); err != nil {
+		return err
+	}
+	if err := sandbox.CheckID("session", pooled); err != nil || !sandbox.IsPooled(pooled) {
+		return fmt.Errorf("%w: %q is not a pooled sandbox's name", sandbox.ErrInvalid, pooled)
+	}
+	pods := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace)
+	name := PodName(tenant, pooled)
+	for attempt := 1; attempt <= maxClaimAttempts; attempt++ {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return c.r.convert(err, "pods", "retire: get pod %s", name)
+		}
+		if err := c.pooled(p, tenant, pooled); err != nil {
+			return err
+		}
+		if p.DeletionTimestamp != nil {
+			return nil
+		}
+		if held, ok := p.Annotations[AnnotationClaimedBy]; ok {
+			return fmt.Errorf("%w: pooled sandbox %s/%s is claimed by session %s: not retiring it", sandbox.ErrAlreadyExists, tenant, pooled, held)
+		}
+		uid, rv := p.UID, p.ResourceVersion
+		err = pods.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err):
+			continue // written since (a claim?): read it again
+		default:
+			return c.r.convert(err, "pods", "retire: delete pod %s", name)
+		}
+	}
+	return fmt.Errorf("%w: kube: retire: pooled sandbox %s/%s: gave up after %d conflicting writes", sandbox.ErrUnavailable, tenant, pooled, maxClaimAttempts)
 }
 
 // Lookup implements sandbox.Claims: the release's pods labelled as claimed

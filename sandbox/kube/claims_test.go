@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,10 +30,12 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // withResourceVersions makes the fake API server keep pods'
 // resourceVersion as the real one does: set on create, bumped on every
 // update and merge patch, and one of those carrying another than the
-// stored one refused with a Conflict. (The fake's tracker neither sets nor
-// checks it: its update replaces the stored object whatever the version,
-// and a patch's resourceVersion simply overwrites the stored one.) It
-// returns the count of writes refused.
+// stored one refused with a Conflict; and deletes of pods and Secrets
+// check their preconditions. (The fake's tracker neither sets nor checks
+// resourceVersions: its update replaces the stored object whatever the
+// version, a patch's resourceVersion simply overwrites the stored one,
+// and a delete ignores its options.) It returns the count of writes
+// refused.
 func (c *cluster) withResourceVersions() *atomic.Int32 {
 	var conflicts atomic.Int32
 	c.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -94,6 +97,33 @@ func (c *cluster) withResourceVersions() *atomic.Int32 {
 			return p, json.Unmarshal(out, p)
 		})
 	})
+	// Deletes honour their preconditions (uid, resourceVersion), which the
+	// fake's tracker ignores: a pod or Secret written or replaced since it
+	// was read is not deleted (Conflict).
+	for _, res := range []string{"pods", "secrets"} {
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: res}
+		c.cs.PrependReactor("delete", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			da := a.(k8stesting.DeleteAction)
+			pre := da.GetDeleteOptions().Preconditions
+			if pre == nil {
+				return false, nil, nil
+			}
+			obj, err := c.cs.Tracker().Get(gvr, da.GetNamespace(), da.GetName())
+			if err != nil {
+				return true, nil, err
+			}
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return true, nil, err
+			}
+			if (pre.UID != nil && *pre.UID != m.GetUID()) || (pre.ResourceVersion != nil && *pre.ResourceVersion != m.GetResourceVersion()) {
+				conflicts.Add(1)
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), da.GetName(),
+					fmt.Errorf("the object has been modified: precondition failed"))
+			}
+			return true, nil, c.cs.Tracker().Delete(gvr, da.GetNamespace(), da.GetName())
+		})
+	}
 	return &conflicts
 }
 
@@ -143,7 +173,7 @@ func TestClaimsRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			// A Runtime per replica, on the one API server.
-			errs[i] = c.runtime(t, nil).Claims().Claim(ctx, "acme", pooled, fmt.Sprintf("s%d", i))
+			_, errs[i] = c.runtime(t, nil).Claims().Claim(ctx, "acme", pooled, fmt.Sprintf("s%d", i))
 		}()
 	}
 	wg.Wait()
@@ -174,10 +204,10 @@ func TestClaimsRace(t *testing.T) {
 	}
 	// Idempotent for the winner, refused for everyone else.
 	cl := r.Claims()
-	if err := cl.Claim(ctx, "acme", pooled, want); err != nil {
+	if _, err := cl.Claim(ctx, "acme", pooled, want); err != nil {
 		t.Fatalf("claiming again for %s: %v", want, err)
 	}
-	if err := cl.Claim(ctx, "acme", pooled, "late"); !errors.Is(err, sandbox.ErrAlreadyExists) {
+	if _, err := cl.Claim(ctx, "acme", pooled, "late"); !errors.Is(err, sandbox.ErrAlreadyExists) {
 		t.Fatalf("a later claim: %v, want ErrAlreadyExists", err)
 	}
 	if got, err := cl.Lookup(ctx, "acme", want); err != nil || got != pooled {
@@ -206,10 +236,10 @@ func TestClaimsLookupList(t *testing.T) {
 		t.Fatal("the long session needs no sanitising: the test proves nothing")
 	}
 
-	if err := cl.Claim(ctx, "acme", p1, "s1"); err != nil {
+	if _, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Claim(ctx, "acme", p2, long); err != nil {
+	if _, err := cl.Claim(ctx, "acme", p2, long); err != nil {
 		t.Fatal(err)
 	}
 	// p3: the label of s3, but no annotation (written by hand, or by
@@ -262,7 +292,7 @@ func TestClaimsLookupList(t *testing.T) {
 	if cs, err := other.List(ctx); err != nil || len(cs) != 0 {
 		t.Errorf("another release's List = %+v, %v", cs, err)
 	}
-	if err := other.Claim(ctx, "acme", p3, "s9"); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := other.Claim(ctx, "acme", p3, "s9"); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("another release claiming this one's pod: %v, want ErrConflict", err)
 	}
 }
@@ -278,7 +308,7 @@ func TestClaimsRelease(t *testing.T) {
 	cl := r.Claims()
 	ctx := context.Background()
 	p1 := c.pooledPod(t, r, 1)
-	if err := cl.Claim(ctx, "acme", p1, "s1"); err != nil {
+	if _, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -288,7 +318,7 @@ func TestClaimsRelease(t *testing.T) {
 	if got, err := cl.Lookup(ctx, "acme", "s1"); err != nil || got != p1 {
 		t.Fatalf("after Release of a live pod: Lookup = %q, %v; the claim must stay", got, err)
 	}
-	if err := cl.Claim(ctx, "acme", p1, "s2"); !errors.Is(err, sandbox.ErrAlreadyExists) {
+	if _, err := cl.Claim(ctx, "acme", p1, "s2"); !errors.Is(err, sandbox.ErrAlreadyExists) {
 		t.Fatalf("claiming a released live pod for another session: %v", err)
 	}
 
@@ -304,13 +334,13 @@ func TestClaimsRelease(t *testing.T) {
 	if cs, err := cl.List(ctx); err != nil || len(cs) != 0 {
 		t.Fatalf("List after the pod went: %+v, %v", cs, err)
 	}
-	if err := cl.Claim(ctx, "acme", p1, "s1"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := cl.Claim(ctx, "acme", p1, "s1"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Claim of a gone pod: %v, want ErrNotFound", err)
 	}
-	if err := cl.Claim(ctx, "acme", "s-1", "s1"); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := cl.Claim(ctx, "acme", "s-1", "s1"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("Claim of a non-pooled name: %v, want ErrInvalid", err)
 	}
-	if err := cl.Claim(ctx, "acme", p1, p1); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := cl.Claim(ctx, "acme", p1, p1); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("Claim for a pooled session name: %v, want ErrInvalid", err)
 	}
 	if err := cl.Release(ctx, "acme", "s-1"); !errors.Is(err, sandbox.ErrInvalid) {
@@ -378,7 +408,7 @@ func TestRecordUseClaimed(t *testing.T) {
 	r := c.runtime(t, nil)
 	ctx := context.Background()
 	pooled := c.pooledPod(t, r, 1)
-	if err := r.Claims().Claim(ctx, "acme", pooled, "s1"); err != nil {
+	if _, err := r.Claims().Claim(ctx, "acme", pooled, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := r.Get(ctx, "acme", pooled)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -115,5 +116,122 @@ func TestClusterClaims(t *testing.T) {
 	}
 	if cs, err := c.New(t, cfg, "").Claims().List(ctx); err != nil || len(cs) != 0 {
 		t.Fatalf("claims after A was removed: %+v, %v", cs, err)
+	}
+}
+
+// TestClusterPoolRace runs both warm-pool races on the real cluster: two
+// replicas of one release (Managers with the release's claims), each having
+// filled a pooled pod and adopted the other's, serve the first call of one
+// new session at the same instant, each claiming another pod first: both
+// hand out the same pod, which the session's claim lock names. Then each
+// drains the pool (the template changed): the pod the session holds,
+// still on the losing replica's list of ready pods, survives, the other
+// goes. The API server itself refuses a delete conditioned on the
+// resourceVersion read before the claim (what Retire relies on).
+func TestClusterPoolRace(t *testing.T) {
+	c := kubetest.Connect(t)
+	ns := c.Namespace(t)
+	cfg := kubetest.Config(ns)
+	c.New(t, cfg, sandbox.RuntimeRunc)
+	ctx := context.Background()
+	tmpl := kubetest.Spec(t, "race", "template", cfg.Release, sandbox.RuntimeRunc)
+
+	var ms [2]*sandbox.Manager
+	for i := range ms {
+		rt := c.New(t, cfg, "")
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: cfg.Release, Claims: rt.Claims()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	var fills sync.WaitGroup
+	for _, m := range ms {
+		fills.Add(1)
+		go func() {
+			defer fills.Done()
+			if rep, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 1}}); err != nil || rep.Created != 1 {
+				t.Errorf("fill: %+v, %v", rep, err)
+			}
+		}()
+	}
+	fills.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, m := range ms {
+		if _, err := m.Adopt(ctx); err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		if ps := m.Pools(); len(ps) != 1 || ps[0].Ready != 2 {
+			t.Fatalf("a replica's pools: %+v, want both pods ready", ps)
+		}
+	}
+	pl, err := c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pl.Items) != 2 {
+		t.Fatalf("pods after the fills: %v, %v", pl, err)
+	}
+	before := map[string]string{} // name -> resourceVersion, unclaimed
+	for _, p := range pl.Items {
+		before[p.Name] = p.ResourceVersion
+	}
+
+	s := tmpl.Clone()
+	s.Session = "S"
+	var got [2]sandbox.Sandbox
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := m.Ensure(ctx, s)
+			if err != nil {
+				t.Errorf("replica %d: Ensure(S): %v", i, err)
+			}
+			got[i] = sb
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got[0].ID != got[1].ID || got[0].PoolName == "" {
+		t.Fatalf("session S got pod %s on one replica and %s on the other", got[0].ID, got[1].ID)
+	}
+	held := got[0].ID
+	lock, err := c.CS.CoreV1().Secrets(ns).Get(ctx, kube.ClaimLockName("race", "S"), metav1.GetOptions{})
+	if err != nil || lock.Annotations[kube.AnnotationClaimPooled] != got[0].PoolName ||
+		len(lock.OwnerReferences) != 1 || lock.OwnerReferences[0].Name != held {
+		t.Fatalf("S's claim lock: %+v, %v", lock, err)
+	}
+	kubetest.Exec(t, got[1], "echo S > /workspace/f")
+
+	// A delete conditioned on the read from before the claim is refused.
+	rv := before[held]
+	err = c.CS.CoreV1().Pods(ns).Delete(ctx, held, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("a delete of the claimed pod conditioned on its unclaimed resourceVersion: %v, want a Conflict", err)
+	}
+
+	spared := 0
+	for _, m := range ms {
+		rep, err := m.Fill(ctx, nil) // no policy wants the pool any more
+		if err != nil {
+			t.Fatalf("drain: %+v, %v", rep, err)
+		}
+		spared += rep.Claimed
+	}
+	if spared != 1 {
+		t.Errorf("the drains spared %d claimed pods, want 1 (the losing replica lists S's pod as ready)", spared)
+	}
+	pl, err = c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pl.Items) != 1 || pl.Items[0].Name != held || pl.Items[0].Annotations[kube.AnnotationClaimedBy] != "S" {
+		t.Fatalf("pods after the drains: %v, %v; want S's %s only", pl, err, held)
+	}
+	if out := kubetest.Exec(t, got[0], "cat /workspace/f"); strings.TrimSpace(out) != "S" {
+		t.Fatalf("S's workspace after the drains: %q", out)
+	}
+	if err := ms[0].Remove(ctx, "race", "S"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -218,8 +218,34 @@
 // with the pod; Release, called once the sandbox is gone, has nothing left
 // to do and never unclaims a pod that still exists.
 //
+// A session holds one pod. Two replicas serving a new session's first
+// calls at the same instant each look the session up (nothing), then
+// claim: each its own first ready pod, which may differ. "Claim, then
+// list the session's claims and let the lowest name win" does not close
+// that: a replica that claimed, listed only its own claim and handed its
+// pod out cannot be overruled by one whose claim, of a lower name, lands
+// after. So claims of a session are serialised up front by its claim
+// lock, a Secret ClaimLockName(tenant, session) created (atomically:
+// AlreadyExists for the second) before the pod is patched, naming the
+// pod (AnnotationClaimPooled) and owned by it (the garbage collector
+// deletes it with the pod). Every claimer claims the pod the lock names
+// and Claim returns it; the pod the loser picked stays unclaimed and goes
+// back to its pool. A lock whose pod is gone, being deleted or another
+// session's is stale (a claim is never undone while its pod exists, so
+// the session never had that pod) and is deleted, conditioned on its uid.
+//
+// Draining and rolling a pool never remove a claimed pod: the leader's
+// list of ready pods can hold one another replica claimed a moment ago, so
+// the Manager removes a pooled pod only after Retire, a delete conditioned
+// on the uid and resourceVersion of the unclaimed pod it read; a claim
+// patched in between changed the resourceVersion, the delete conflicts,
+// and the pod read again is claimed (ErrAlreadyExists: left to its
+// session). Claim refuses a pod being deleted, and a claim in flight on the
+// read before the deletion conflicts.
+//
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
-// delete, patch: RecordUse and Claims), secrets (create, get, list, delete), events (list),
+// delete, patch: RecordUse and Claims), secrets (create, get, list,
+// delete: tokens and claim locks), events (list),
 // networkpolicies (get, create, update; with a ServerSelector), leases
 // (get, create, update: the Elector); and, cluster-wide and optional,
 // runtimeclasses (get) for Runtimes, which counts a configured class it

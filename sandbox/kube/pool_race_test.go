@@ -1,0 +1,300 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Retire read the pod unclaimed, and a claim lands before its delete: the
+// delete, conditioned on the resourceVersion read, conflicts, the pod read
+// again is claimed, and Retire says so (ErrAlreadyExists) and leaves it.
+// An unclaimed pod is deleted; a gone one is retired already.
+func TestRetireLosesToClaim(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	cl := r.Claims()
+	ctx := context.Background()
+	p1, p2 := c.pooledPod(t, r, 1), c.pooledPod(t, r, 2)
+	name := PodName("acme", p1)
+
+	before, err := c.pod(t, name) // as the leader listed it: unclaimed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	var stale atomic.Bool
+	c.cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == name && stale.CompareAndSwap(false, true) {
+			return true, before.DeepCopy(), nil
+		}
+		return false, nil, nil
+	})
+	if err := cl.Retire(ctx, "acme", p1); !errors.Is(err, sandbox.ErrAlreadyExists) {
+		t.Fatalf("Retire of a pod claimed since it was read: %v, want ErrAlreadyExists", err)
+	}
+	if !stale.Load() {
+		t.Fatal("Retire never read the stale pod: the test proves nothing")
+	}
+	if p, err := c.pod(t, name); err != nil || p.Annotations[AnnotationClaimedBy] != "s1" {
+		t.Fatalf("the claimed pod after Retire: %v, %v", p, err)
+	}
+
+	if err := cl.Retire(ctx, "acme", p2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.pod(t, PodName("acme", p2)); !apierrors.IsNotFound(err) {
+		t.Fatalf("a retired unclaimed pod: %v, want it deleted", err)
+	}
+	if _, err := cl.Claim(ctx, "acme", p2, "s2"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("claiming a retired pod: %v, want ErrNotFound", err)
+	}
+	if err := cl.Retire(ctx, "acme", p2); err != nil {
+		t.Fatalf("retiring a gone pod: %v", err)
+	}
+}
+
+// Two replicas claim different pooled pods for one session at once: the
+// session's claim lock, created by one of them, names one pod, and both
+// end up with it; the other pod stays unclaimed.
+func TestClaimOnePerSession(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	ctx := context.Background()
+	p1, p2 := c.pooledPod(t, r, 1), c.pooledPod(t, r, 2)
+
+	a, b := c.runtime(t, nil).Claims(), c.runtime(t, nil).Claims()
+	var got [2]string
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, cl := range []*Claims{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = cl.Claim(ctx, "acme", []string{p1, p2}[i], "s1")
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || got[0] != got[1] {
+		t.Fatalf("claims for one session: %q, %v and %q, %v; want one pod for both", got[0], errs[0], got[1], errs[1])
+	}
+	cs, err := a.List(ctx)
+	if err != nil || len(cs) != 1 || cs[0].Pooled != got[0] || cs[0].Session != "s1" {
+		t.Fatalf("claims: %+v, %v; want s1 on %s only", cs, err, got[0])
+	}
+	lock, err := c.secret(t, ClaimLockName("acme", "s1"))
+	if err != nil || lock.Annotations[AnnotationClaimPooled] != got[0] || len(lock.OwnerReferences) != 1 ||
+		lock.OwnerReferences[0].Name != PodName("acme", got[0]) {
+		t.Fatalf("the session's claim lock: %+v, %v", lock, err)
+	}
+	// The other pod is still anyone's.
+	other := map[string]string{p1: p2, p2: p1}[got[0]]
+	if held, err := a.Claim(ctx, "acme", other, "s2"); err != nil || held != other {
+		t.Fatalf("the unused pod for another session: %q, %v", held, err)
+	}
+}
+
+// A lock left by a claim whose pod went (removed, or never claimed: a crash
+// between the lock and the patch, then the pod claimed by another session)
+// does not keep the session from claiming.
+func TestClaimStaleLock(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	cl := r.Claims()
+	ctx := context.Background()
+	p1, p2, p3 := c.pooledPod(t, r, 1), c.pooledPod(t, r, 2), c.pooledPod(t, r, 3)
+	if held, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil || held != p1 {
+		t.Fatalf("claim: %q, %v", held, err)
+	}
+	// s1's pod goes (the garbage collector has not deleted its lock yet).
+	if err := r.Remove(ctx, PodName("acme", p1)); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := cl.Claim(ctx, "acme", p2, "s1"); err != nil || held != p2 {
+		t.Fatalf("claim after the session's pod went: %q, %v, want %s", held, err, p2)
+	}
+	// A lock naming a pod another session claimed since.
+	pod3, err := c.pod(t, PodName("acme", p3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := cl.lock(ctx, "acme", "s9", p3, pod3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Claim(ctx, "acme", p3, "s8"); err != nil {
+		t.Fatal(err)
+	}
+	p4 := c.pooledPod(t, r, 4)
+	if held, err := cl.Claim(ctx, "acme", p4, "s9"); err != nil || held != p4 {
+		t.Fatalf("claim with a lock naming another session's pod: %q, %v, want %s", held, err, p4)
+	}
+}
+
+// replicaSet is the ready pooled pods of two Managers of one release, both
+// knowing every pod but in different orders, so that each claims another
+// first.
+type replicaSet struct {
+	ms   [2]*sandbox.Manager
+	tmpl sandbox.Spec
+}
+
+func newReplicas(t *testing.T, c *cluster, perReplica int) replicaSet {
+	t.Helper()
+	ctx := context.Background()
+	var rs replicaSet
+	rs.tmpl = testSpec(t)
+	for i := range rs.ms {
+		rt := c.runtime(t, nil)
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "prod", Claims: rt.Claims()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs.ms[i] = m
+	}
+	for _, m := range rs.ms {
+		if rep, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: rs.tmpl, Size: perReplica}}); err != nil || rep.Created != perReplica {
+			t.Fatalf("fill: %+v, %v", rep, err)
+		}
+	}
+	// Adopt adds the other's pods after each one's own.
+	for _, m := range rs.ms {
+		if _, err := m.Adopt(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rs
+}
+
+// Two replicas of a release (Managers on one fake API server that checks
+// resourceVersions and preconditions) serve the first calls of the same
+// new sessions at the same instant, each knowing every pooled pod but
+// claiming another first, while the leader drains most of the pool (a
+// pool that shrank). Over many rounds: every session gets one sandbox on
+// both replicas, one pod carries its claim, and no pod a session holds is
+// removed by the drain.
+func TestPoolReplicasRace(t *testing.T) {
+	const rounds, perReplica, keep = 25, 3, 3
+	sessions := []string{"s1", "s2"}
+	ctx := context.Background()
+	var drained, spared int
+	for round := range rounds {
+		c := newCluster(t)
+		c.withResourceVersions()
+		rs := newReplicas(t, c, perReplica)
+
+		got := make([][2]sandbox.Sandbox, len(sessions))
+		var rep sandbox.FillReport
+		var fillErr error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, s := range sessions {
+			for j, m := range rs.ms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					spec := rs.tmpl.Clone()
+					spec.Session = s
+					sb, err := m.Ensure(ctx, spec)
+					if err != nil {
+						t.Errorf("round %d: Ensure(%s) on replica %d: %v", round, s, j, err)
+					}
+					got[i][j] = sb
+				}()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			// The leader (replica 0) shrinks the pool: its newest ready
+			// pods, the other replica's first picks, go.
+			rep, fillErr = rs.ms[0].Fill(ctx, []sandbox.PoolTarget{{Template: rs.tmpl, Size: keep}})
+		}()
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if fillErr != nil {
+			t.Fatalf("round %d: drain: %v", round, fillErr)
+		}
+		drained += rep.Removed
+		spared += rep.Claimed
+
+		cs, err := rs.ms[0].List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, sb := range cs {
+			per[sb.Session]++
+		}
+		for i, s := range sessions {
+			a, b := got[i][0], got[i][1]
+			if a.ID != b.ID {
+				t.Fatalf("round %d: session %s has two sandboxes: %s on one replica, %s on the other", round, s, a.ID, b.ID)
+			}
+			if per[s] != 1 {
+				t.Fatalf("round %d: session %s holds %d sandboxes, want 1 (%+v)", round, s, per[s], cs)
+			}
+			p, err := c.pod(t, a.ID)
+			if err != nil {
+				t.Fatalf("round %d: session %s's pod %s: %v (removed by the drain?)", round, s, a.ID, err)
+			}
+			if p.Annotations[AnnotationClaimedBy] != s {
+				t.Fatalf("round %d: session %s's pod is claimed by %q", round, s, p.Annotations[AnnotationClaimedBy])
+			}
+		}
+	}
+	t.Logf("%d rounds: %d pooled pods drained, %d spared because a session had claimed them", rounds, drained, spared)
+	if drained == 0 {
+		t.Error("the drain never removed a pod: the test proves nothing")
+	}
+}
+
+// The drain race made deterministic: a pod the leader lists as ready that
+// another replica has claimed survives the drain (Fill reports it
+// Claimed), and the drain removes the rest.
+func TestPoolDrainSparesClaimed(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	rs := newReplicas(t, c, 1)
+	ctx := context.Background()
+	s := rs.tmpl.Clone()
+	s.Session = "s1"
+	sb, err := rs.ms[1].Ensure(ctx, s) // the replica's first pick: its own pod
+	if err != nil || sb.PoolName == "" {
+		t.Fatalf("claim: %+v, %v", sb, err)
+	}
+	other := rs.tmpl.Clone()
+	other.Image = "another:1"
+	rep, err := rs.ms[0].Fill(ctx, []sandbox.PoolTarget{{Template: other, Size: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Removed != 1 || rep.Claimed != 1 {
+		t.Fatalf("drain: %+v, want 1 removed and 1 spared", rep)
+	}
+	if p, err := c.pod(t, sb.ID); err != nil || p.Annotations[AnnotationClaimedBy] != "s1" {
+		t.Fatalf("s1's pod after the drain: %v, %v", p, err)
+	}
+	pl, err := c.cs.CoreV1().Pods("sessions").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pl.Items) != 1 {
+		t.Fatalf("pods after the drain: %d, %v; want s1's only", len(pl.Items), err)
+	}
+}

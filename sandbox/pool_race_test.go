@@ -1,0 +1,193 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// Retire and Claim exclude each other: a claimed sandbox is not retired
+// (ErrAlreadyExists), a retired one not claimed; retiring is idempotent;
+// List shows a retirement with an empty session until Release.
+func TestDirClaimsRetire(t *testing.T) {
+	c := claims(t)
+	ctx := context.Background()
+	const poolB = sandbox.PoolPrefix + "0123456789abcdef-0000000b"
+	if _, err := c.Claim(ctx, "acme", poolA, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Retire(ctx, "acme", poolA); !errors.Is(err, sandbox.ErrAlreadyExists) {
+		t.Fatalf("Retire of a claimed sandbox: %v, want ErrAlreadyExists", err)
+	}
+	if err := c.Retire(ctx, "acme", poolB); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Retire(ctx, "acme", poolB); err != nil {
+		t.Fatalf("retiring twice: %v", err)
+	}
+	if _, err := c.Claim(ctx, "acme", poolB, "s2"); !errors.Is(err, sandbox.ErrAlreadyExists) {
+		t.Fatalf("Claim of a retired sandbox: %v, want ErrAlreadyExists", err)
+	}
+	cs, err := c.List(ctx)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("List: %+v, %v", cs, err)
+	}
+	for _, cl := range cs {
+		if (cl.Pooled == poolB) != (cl.Session == "") {
+			t.Fatalf("List: %+v; want the retirement of %s with an empty session", cs, poolB)
+		}
+	}
+	if err := c.Release(ctx, "acme", poolB); err != nil {
+		t.Fatal(err)
+	}
+	if cs, _ := c.List(ctx); len(cs) != 1 {
+		t.Fatalf("List after releasing the retirement: %+v", cs)
+	}
+}
+
+// A session holds one claimed sandbox: a claim of another for it returns
+// the one it holds and leaves the other unclaimed.
+func TestDirClaimsOnePerSession(t *testing.T) {
+	c := claims(t)
+	ctx := context.Background()
+	const poolB = sandbox.PoolPrefix + "0123456789abcdef-0000000b"
+	if held, err := c.Claim(ctx, "acme", poolA, "s1"); err != nil || held != poolA {
+		t.Fatalf("claim: %q, %v", held, err)
+	}
+	if held, err := c.Claim(ctx, "acme", poolB, "s1"); err != nil || held != poolA {
+		t.Fatalf("a second claim for s1: %q, %v, want %s", held, err, poolA)
+	}
+	if held, err := c.Claim(ctx, "acme", poolB, "s2"); err != nil || held != poolB {
+		t.Fatalf("the unused sandbox for s2: %q, %v", held, err)
+	}
+}
+
+// barrierClaims holds its first Claim until every process's first has
+// started: each has looked the session up (found nothing) before any
+// claims.
+type barrierClaims struct {
+	sandbox.Claims
+	wg   *sync.WaitGroup
+	once *sync.Once
+}
+
+func (b barrierClaims) Claim(ctx context.Context, tenant, pooled, session string) (string, error) {
+	b.once.Do(func() {
+		b.wg.Done()
+		b.wg.Wait()
+	})
+	return b.Claims.Claim(ctx, tenant, pooled, session)
+}
+
+// Two processes sharing the claims directory, each with a pooled sandbox
+// of its own, serve a new session's first call at the same instant: both
+// hand out the same sandbox, and the other stays in its pool.
+func TestPoolOneSandboxPerSession(t *testing.T) {
+	for range 20 {
+		f := newFake()
+		c := claims(t)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		var ms [2]*sandbox.Manager
+		for i := range ms {
+			ms[i], _ = newManager(t, f, withClaims(barrierClaims{c, &wg, new(sync.Once)}))
+			if rep, err := ms[i].Fill(context.Background(), []sandbox.PoolTarget{target(t, 1)}); err != nil || rep.Created != 1 {
+				t.Fatalf("fill: %+v, %v", rep, err)
+			}
+		}
+		var got [2]sandbox.Sandbox
+		var done sync.WaitGroup
+		for i, m := range ms {
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				sb, err := m.Ensure(context.Background(), spec(t, "s1"))
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] = sb
+			}()
+		}
+		done.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if got[0].ID != got[1].ID || got[0].PoolName == "" {
+			t.Fatalf("session s1 got %s on one process and %s on the other", got[0].ID, got[1].ID)
+		}
+		cs, err := c.List(context.Background())
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("claims: %+v, %v; want one", cs, err)
+		}
+		ready := 0
+		for _, m := range ms {
+			for _, p := range m.Pools() {
+				ready += p.Ready
+			}
+		}
+		if ready != 1 {
+			t.Fatalf("%d sandboxes ready in the pools, want the unused one back", ready)
+		}
+	}
+}
+
+// A process drains a pool (its template changed) whose sandbox another
+// process sharing the claims has just claimed: the claimed one is spared
+// (FillReport.Claimed), the other removed.
+func TestPoolDrainSparesClaimed(t *testing.T) {
+	f := newFake()
+	c := claims(t)
+	m1, _ := newManager(t, f, withClaims(c))
+	fill(t, m1, target(t, 2))
+	m2, _ := newManager(t, f, withClaims(c))
+	if _, err := m2.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m2.Ensure(context.Background(), spec(t, "s1"))
+	if err != nil || sb.PoolName == "" {
+		t.Fatalf("claim: %+v, %v", sb, err)
+	}
+	rep := fill(t, m1, target(t, 1, sandbox.WithImage("another")))
+	if rep.Removed != 1 || rep.Claimed != 1 {
+		t.Fatalf("drain: %+v, want 1 removed, 1 spared", rep)
+	}
+	if _, err := f.Get(context.Background(), "acme", sb.PoolName); err != nil {
+		t.Fatalf("s1's sandbox after the drain: %v", err)
+	}
+	if got, err := m2.Ensure(context.Background(), spec(t, "s1")); err != nil || got.ID != sb.ID {
+		t.Fatalf("s1 after the drain: %+v, %v", got, err)
+	}
+	if cs, _ := c.List(context.Background()); len(cs) != 1 || cs[0].Session != "s1" {
+		t.Fatalf("claims after the drain: %+v; want s1's only (the retirement released)", cs)
+	}
+}
+
+// A crash between a retirement and the removal: the next Adopt removes
+// the retired sandbox rather than pooling it, and drops the retirement.
+func TestPoolRetiredAtAdopt(t *testing.T) {
+	f := newFake()
+	c := claims(t)
+	m1, _ := newManager(t, f, withClaims(c))
+	fill(t, m1, target(t, 1))
+	var victim sandbox.Sandbox
+	for _, sb := range pooled(t, f) {
+		victim = sb
+	}
+	if err := c.Retire(context.Background(), "acme", victim.Session); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := newManager(t, f, withClaims(c))
+	rep, err := m2.Adopt(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Pooled) != 0 || len(rep.Removed) != 1 || rep.Removed[0].ID != victim.ID {
+		t.Fatalf("adopt: pooled %+v, removed %+v; want the retired sandbox removed", rep.Pooled, rep.Removed)
+	}
+	if cs, _ := c.List(context.Background()); len(cs) != 0 {
+		t.Fatalf("claims after adopt: %+v", cs)
+	}
+}
