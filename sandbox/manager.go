@@ -123,6 +123,8 @@ type Manager struct {
 
 	adm  *admission
 	kick chan struct{} // a claim wakes FillEvery
+	// lastSync is when syncPooled last listed the runtime (Manager.mu).
+	lastSync time.Time
 
 	mu      sync.Mutex
 	entries map[key]*entry
@@ -678,6 +680,13 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	live := map[key]bool{}
 	for _, sb := range list {
 		rk := key{sb.Tenant, sb.Session}
+		if sb.State == StateCreated && !sb.Created.IsZero() && m.cfg.Now().Sub(sb.Created) < m.cfg.CreateTimeout {
+			// Being created, perhaps by another process sharing the
+			// runtime (a replica, or the leader filling a pool): not dead
+			// yet. A later Adopt, or the reaper, judges it.
+			live[rk] = true
+			continue
+		}
 		if IsPooled(sb.Session) {
 			s, ok := claimed[rk]
 			retired := ok && s == ""

@@ -86,7 +86,15 @@ type pool struct {
 	// creations under way.
 	ready    []Sandbox
 	creating int
+	// filled: a Fill of this Manager named the pool (it keeps the pool's
+	// size). A pool only found (Adopt, syncPooled) is another process's
+	// to fill and drain: a sandbox put back is kept.
+	filled bool
 }
+
+// syncEvery bounds how often a claim that finds no ready sandbox looks for
+// pooled sandboxes another process made.
+const syncEvery = time.Second
 
 func poolKey(tenant, hash string) string { return tenant + "/" + hash }
 
@@ -156,6 +164,13 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 		want[poolKey(spec.Tenant, TemplateHash(spec))] = t
 	}
 
+	if len(want) > 0 || len(m.Pools()) > 0 {
+		// Claims by other processes since the last pass leave the pools,
+		// so they are counted short and refilled.
+		if err := m.syncPooled(ctx); err != nil {
+			m.cfg.Logger.Warn("listing pooled sandboxes", "err", err)
+		}
+	}
 	var victims []Sandbox
 	type job struct {
 		p    *pool
@@ -169,7 +184,7 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 		if ok {
 			size = t.Size
 		}
-		p.size = size
+		p.size, p.filled = size, true
 		if n := len(p.ready) - size; n > 0 {
 			// The newest go first: the oldest have waited longest to be
 			// used, and are the same template.
@@ -183,7 +198,7 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 	for k, t := range want {
 		p := m.pools[k]
 		if p == nil {
-			p = &pool{tenant: t.Template.Tenant, hash: TemplateHash(t.Template), size: t.Size}
+			p = &pool{tenant: t.Template.Tenant, hash: TemplateHash(t.Template), size: t.Size, filled: true}
 			m.pools[k] = p
 		}
 		p.template = t.Template // adopted pools have none yet
@@ -366,7 +381,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	// removes it otherwise.
 	putBack := func(p *pool, sb Sandbox) {
 		m.mu.Lock()
-		back := m.pools[k] == p && len(p.ready) < p.size
+		back := m.pools[k] == p && (!p.filled || len(p.ready) < p.size)
 		if back {
 			p.ready = append([]Sandbox{sb}, p.ready...)
 		}
@@ -378,9 +393,20 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		}
 	}
 	stale := 0
+	synced := false
 	for {
 		m.mu.Lock()
 		p := m.pools[k]
+		if (p == nil || len(p.ready) == 0) && !synced && time.Since(m.lastSync) >= syncEvery {
+			// Another process (the elected filler) may have made some
+			// since this one last looked.
+			m.mu.Unlock()
+			synced = true
+			if err := m.syncPooled(ctx); err != nil {
+				m.cfg.Logger.Warn("listing pooled sandboxes", "err", err)
+			}
+			continue
+		}
 		if p == nil || len(p.ready) == 0 {
 			m.mu.Unlock()
 			return Sandbox{}, false, nil
@@ -446,6 +472,71 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		m.cfg.Logger.Info("sandbox claimed from pool", "tenant", spec.Tenant, "session", spec.Session, "name", held, "id", sb.ID)
 		return sb, true, nil
 	}
+}
+
+// syncPooled makes the ready lists what the runtime and the claims say:
+// running pooled sandboxes of this owner that nobody claimed or retired,
+// made by another process too (on Kubernetes the elected replica fills
+// the pools every replica claims from), are ready here; those claimed,
+// retired or removed elsewhere are dropped. Sandboxes this Manager is
+// creating or claiming (known by name, in no ready list) are left alone.
+func (m *Manager) syncPooled(ctx context.Context) error {
+	if m.cfg.Claims == nil {
+		return nil
+	}
+	m.mu.Lock()
+	m.lastSync = time.Now()
+	m.mu.Unlock()
+	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	if err != nil {
+		return err
+	}
+	claims, err := m.cfg.Claims.List(ctx)
+	if err != nil {
+		return err
+	}
+	taken := make(map[key]bool, len(claims))
+	for _, c := range claims {
+		taken[key{c.Tenant, c.Pooled}] = true
+	}
+	free := map[key]Sandbox{}
+	for _, sb := range list {
+		k := key{sb.Tenant, sb.Session}
+		if IsPooled(sb.Session) && poolHash(sb.Session) != "" && sb.State == StateRunning && !taken[k] && CheckID("tenant", sb.Tenant) == nil {
+			free[k] = sb
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	listed := map[key]bool{}
+	for _, p := range m.pools {
+		kept := p.ready[:0]
+		for _, sb := range p.ready {
+			k := key{sb.Tenant, sb.Session}
+			if _, ok := free[k]; ok {
+				kept = append(kept, sb)
+				listed[k] = true
+			} else {
+				delete(m.named, k) // another's now, or gone
+			}
+		}
+		clear(p.ready[len(kept):])
+		p.ready = kept
+	}
+	for k, sb := range free {
+		if listed[k] || m.named[k] {
+			continue
+		}
+		pk := poolKey(sb.Tenant, poolHash(sb.Session))
+		p := m.pools[pk]
+		if p == nil {
+			p = &pool{tenant: sb.Tenant, hash: poolHash(sb.Session)}
+			m.pools[pk] = p
+		}
+		p.ready = append(p.ready, sb)
+		m.named[k] = true
+	}
+	return nil
 }
 
 // kickFill wakes FillEvery, without waiting.

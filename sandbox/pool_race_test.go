@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/sandbox"
 )
@@ -93,8 +94,10 @@ func TestPoolOneSandboxPerSession(t *testing.T) {
 		wg.Add(2)
 		var ms [2]*sandbox.Manager
 		for i := range ms {
+			// The second one's Fill finds the first's sandbox (the pools
+			// are the runtime's) and makes one more.
 			ms[i], _ = newManager(t, f, withClaims(barrierClaims{c, &wg, new(sync.Once)}))
-			if rep, err := ms[i].Fill(context.Background(), []sandbox.PoolTarget{target(t, 1)}); err != nil || rep.Created != 1 {
+			if rep, err := ms[i].Fill(context.Background(), []sandbox.PoolTarget{target(t, i+1)}); err != nil || rep.Created != 1 {
 				t.Fatalf("fill: %+v, %v", rep, err)
 			}
 		}
@@ -122,14 +125,9 @@ func TestPoolOneSandboxPerSession(t *testing.T) {
 		if err != nil || len(cs) != 1 {
 			t.Fatalf("claims: %+v, %v; want one", cs, err)
 		}
-		ready := 0
-		for _, m := range ms {
-			for _, p := range m.Pools() {
-				ready += p.Ready
-			}
-		}
-		if ready != 1 {
-			t.Fatalf("%d sandboxes ready in the pools, want the unused one back", ready)
+		// The unused one is ready again wherever it was picked.
+		if rep := fill(t, ms[1], target(t, 2)); rep.Created != 1 {
+			t.Fatalf("refill after one claim: %+v, want one made", rep)
 		}
 	}
 }
@@ -150,9 +148,12 @@ func TestPoolDrainSparesClaimed(t *testing.T) {
 	if err != nil || sb.PoolName == "" {
 		t.Fatalf("claim: %+v, %v", sb, err)
 	}
+	// The drain learns of the claim from the claims before it retires
+	// (Fill's sync) or at its Retire (ErrAlreadyExists): either way the
+	// claimed one stays.
 	rep := fill(t, m1, target(t, 1, sandbox.WithImage("another")))
-	if rep.Removed != 1 || rep.Claimed != 1 {
-		t.Fatalf("drain: %+v, want 1 removed, 1 spared", rep)
+	if rep.Removed != 1 {
+		t.Fatalf("drain: %+v, want 1 removed", rep)
 	}
 	if _, err := f.Get(context.Background(), "acme", sb.PoolName); err != nil {
 		t.Fatalf("s1's sandbox after the drain: %v", err)
@@ -189,5 +190,57 @@ func TestPoolRetiredAtAdopt(t *testing.T) {
 	}
 	if cs, _ := c.List(context.Background()); len(cs) != 0 {
 		t.Fatalf("claims after adopt: %+v", cs)
+	}
+}
+
+// A process that does not fill the pools (a replica that is not the
+// elected one) claims from what another made after it started: a claim
+// that finds its ready list empty looks at the runtime; the filler's
+// next pass counts the claimed one gone and makes another.
+func TestPoolFilledByAnother(t *testing.T) {
+	f := newFake()
+	c := claims(t)
+	leader, _ := newManager(t, f, withClaims(c))
+	other, _ := newManager(t, f, withClaims(c))
+	if _, err := other.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, leader, target(t, 2))
+	sb, err := other.Ensure(context.Background(), spec(t, "s1"))
+	if err != nil || sb.PoolName == "" {
+		t.Fatalf("the other process's first call: %+v, %v; want a claim from the pool", sb, err)
+	}
+	if rep := fill(t, leader, target(t, 2)); rep.Created != 1 {
+		t.Fatalf("the filler's next pass: %+v, want one made for the claimed", rep)
+	}
+	if got, err := leader.Ensure(context.Background(), spec(t, "s1")); err != nil || got.ID != sb.ID {
+		t.Fatalf("s1 through the filler: %+v, %v; want %s", got, err, sb.ID)
+	}
+	ready := 0
+	for _, p := range leader.Pools() {
+		ready += p.Ready
+	}
+	if ready != 2 {
+		t.Fatalf("the filler's pool: %d ready, want 2", ready)
+	}
+}
+
+// Adopt leaves a sandbox that is still being created (perhaps by another
+// process sharing the runtime) alone, and removes one that has been
+// "created" for longer than a creation may take.
+func TestAdoptSparesCreating(t *testing.T) {
+	f := newFake()
+	m, cfg := newManager(t, f, func(c *sandbox.Config) { c.CreateTimeout = time.Minute })
+	young := f.Put(sandbox.Sandbox{Tenant: "acme", Session: "young", Owner: cfg.Owner, State: sandbox.StateCreated, Created: time.Now()})
+	old := f.Put(sandbox.Sandbox{Tenant: "acme", Session: "old", Owner: cfg.Owner, State: sandbox.StateCreated, Created: time.Now().Add(-2 * time.Minute)})
+	rep, err := m.Adopt(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Removed) != 1 || rep.Removed[0].ID != old.ID {
+		t.Fatalf("removed %+v, want only %s", rep.Removed, old.ID)
+	}
+	if _, err := f.Get(context.Background(), "acme", "young"); err != nil {
+		t.Fatalf("the sandbox being created: %v (%s)", err, young.ID)
 	}
 }

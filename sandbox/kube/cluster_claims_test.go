@@ -213,16 +213,14 @@ func TestClusterPoolRace(t *testing.T) {
 		t.Fatalf("a delete of the claimed pod conditioned on its unclaimed resourceVersion: %v, want a Conflict", err)
 	}
 
-	spared := 0
+	// The losing replica listed S's pod as ready: its drain learns of the
+	// claim from the pods it lists first (Fill's sync) or, had the claim
+	// landed after that, from the refused conditioned delete (Retire).
 	for _, m := range ms {
 		rep, err := m.Fill(ctx, nil) // no policy wants the pool any more
 		if err != nil {
 			t.Fatalf("drain: %+v, %v", rep, err)
 		}
-		spared += rep.Claimed
-	}
-	if spared != 1 {
-		t.Errorf("the drains spared %d claimed pods, want 1 (the losing replica lists S's pod as ready)", spared)
 	}
 	pl, err = c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil || len(pl.Items) != 1 || pl.Items[0].Name != held || pl.Items[0].Annotations[kube.AnnotationClaimedBy] != "S" {
