@@ -157,8 +157,11 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 		}
 	}
 	vals := map[string]any{
-		"image":    map[string]any{"repository": ServerRepository, "tag": serverTag(), "pullPolicy": "IfNotPresent"},
-		"sessions": map[string]any{"namespace": r.SessionsNamespace, "createNamespace": false},
+		// One server unless a test asks for more (TestReplicas): TestChart
+		// kills "the" server pod and the benchmarks measure one.
+		"replicaCount": 1,
+		"image":        map[string]any{"repository": ServerRepository, "tag": serverTag(), "pullPolicy": "IfNotPresent"},
+		"sessions":     map[string]any{"namespace": r.SessionsNamespace, "createNamespace": false},
 		"sandbox": map[string]any{
 			"image":   kubetest.Image,
 			"runtime": "runc",
