@@ -254,9 +254,13 @@ func orDefault(s, d string) string {
 
 // Server configures `shellbox serve` (config key server).
 type Server struct {
-	Listen            string        `mapstructure:"listen"`
-	MaxBodyBytes      int64         `mapstructure:"maxBodyBytes"`
-	ShutdownTimeout   time.Duration `mapstructure:"shutdownTimeout"`
+	Listen          string        `mapstructure:"listen"`
+	MaxBodyBytes    int64         `mapstructure:"maxBodyBytes"`
+	ShutdownTimeout time.Duration `mapstructure:"shutdownTimeout"`
+	// DrainDelay: on SIGTERM, how long the server still takes new calls
+	// (failing /readyz, closing each connection after its answer: see
+	// server.Retire) before it refuses them and drains.
+	DrainDelay        time.Duration `mapstructure:"drainDelay"`
 	IdleTTL           time.Duration `mapstructure:"idleTTL"`
 	EventBuffer       int           `mapstructure:"eventBuffer"`
 	MCPSessionTimeout time.Duration `mapstructure:"mcpSessionTimeout"`
@@ -288,6 +292,7 @@ func serverDefaults() map[string]any {
 		"server::listen":            "127.0.0.1:8080",
 		"server::maxBodyBytes":      int64(server.DefaultMaxBodyBytes),
 		"server::shutdownTimeout":   30 * time.Second,
+		"server::drainDelay":        time.Duration(0),
 		"server::idleTTL":           time.Duration(0),
 		"server::eventBuffer":       server.DefaultEventBuffer,
 		"server::mcpSessionTimeout": time.Hour,
@@ -357,6 +362,9 @@ func (c Server) validate() error {
 		if len(t.Tokens) == 0 {
 			return fmt.Errorf("tenants::%s: no tokens (make one with `shellbox token`)", name)
 		}
+	}
+	if c.DrainDelay < 0 || c.ShutdownTimeout < 0 {
+		return fmt.Errorf("drainDelay %s, shutdownTimeout %s: want durations of 0 or more", c.DrainDelay, c.ShutdownTimeout)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -418,7 +418,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	_, peek := c.s.cfg.Backend.(TaskPeeker)
 	ov := Overview{Now: time.Now().UTC(), Sessions: []ConsoleSession{}, Tasks: []TaskInfo{}, Approvals: []Approval{},
 		Peek: peek, Audit: c.cfg.ReadAudit != nil}
-	ov.Health = ConsoleHealth{Version: c.s.cfg.Version, Draining: c.s.isDraining(), Started: c.started.UTC()}
+	ov.Health = ConsoleHealth{Version: c.s.cfg.Version, Draining: c.s.isRetiring(), Started: c.started.UTC()}
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := c.s.cfg.Backend.Ready(rctx); err != nil {
 		ov.Health.ReadyError = err.Error()

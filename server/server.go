@@ -105,6 +105,8 @@ type Server struct {
 	inflight sync.WaitGroup
 	mu       sync.Mutex
 	draining bool
+	// retiring: Retire was called (shutdown.go).
+	retiring bool
 
 	cancelApprovals func()
 	cancelRelay     func()
@@ -296,7 +298,7 @@ func (s *Server) Handler() http.Handler {
 	// The operator console authenticates by its own cookie (console.go).
 	s.console.register(mux)
 	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
-	return s.logRequests(s.recoverPanics(mux))
+	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(mux)))
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -306,7 +308,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if s.isDraining() {
+	if s.isRetiring() {
 		writeError(w, http.StatusServiceUnavailable, "draining", "the server is shutting down")
 		return
 	}

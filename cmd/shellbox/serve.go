@@ -26,7 +26,9 @@ REST API under /v1 (OpenAPI document at /openapi.json), /healthz, /readyz and
 Prometheus /metrics. Tenants and their bearer-token hashes come from the
 config (server.tenants); see the README's Server section.
 
-SIGTERM or SIGINT: stop accepting, let tool calls in flight finish within
+SIGTERM or SIGINT: for server.drainDelay keep serving but fail /readyz and
+close each connection after its answer (clients move to another replica),
+then stop accepting, let tool calls in flight finish within
 server.shutdownTimeout, and exit leaving sandboxes and background tasks
 running for the next process to adopt.`,
 		Args: cobra.NoArgs,
@@ -144,6 +146,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		b.Close(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	}
+	if d := cfg.Server.DrainDelay; d > 0 {
+		// Behind a load balancer: clients move to other replicas on
+		// their next call before this one refuses any (server.Retire).
+		srv.Retire()
+		log.Info("retiring: serving on, closing each connection after its answer", "for", d.String())
+		time.Sleep(d)
 	}
 	log.Info("shutting down", "deadline", cfg.Server.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -30,8 +31,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/kubeapprovals"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox/kube"
 )
 
@@ -123,6 +124,10 @@ func fullValues() map[string]any {
 		"policies":       map[string]any{"default.yaml": "version: 1\n"},
 		"serviceMonitor": map[string]any{"enabled": true},
 		"config":         map[string]any{"limits": map[string]any{"tailBytes": 20000}},
+		"replicaCount":   3,
+		"service":        map[string]any{"sessionAffinity": "None"},
+		"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+			"whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/instance": "prod"}}}},
 	}
 }
 
@@ -156,8 +161,8 @@ func TestServerPod(t *testing.T) {
 	if !r.Allowed {
 		t.Errorf("the server pod fails restricted: %s: %s", r.ForbiddenReason(), r.ForbiddenDetail())
 	}
-	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("replicas %d, strategy %s: want one server per release, recreated", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want 2", *d.Spec.Replicas)
 	}
 	if len(ps.Containers) != 1 {
 		t.Fatalf("containers: %d", len(ps.Containers))
@@ -367,6 +372,84 @@ func TestConfigValues(t *testing.T) {
 	d1 := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod")
 	if d0.Spec.Template.Annotations["checksum/config"] == d1.Spec.Template.Annotations["checksum/config"] {
 		t.Errorf("the config checksum did not change with the config")
+	}
+}
+
+// N replicas roll one at a time, a new one ready before an old one goes,
+// and an old one leaves without losing a call: it sleeps in preStop (out
+// of the endpoints, still serving), then the server's drain delay, then
+// its drain, all within the grace period; the Service keeps a client on
+// one replica (its legacy MCP sessions), and drains leave N-1 serving.
+func TestReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name                              string
+		vals                              map[string]any
+		replicas, preStop, delay, timeout int
+		affinity                          corev1.ServiceAffinity
+	}{
+		{"defaults", nil, 2, 5, 2, 30, corev1.ServiceAffinityClientIP},
+		{"set", map[string]any{
+			"replicaCount": 3,
+			"server":       map[string]any{"preStopSleepSeconds": 8, "drainDelaySeconds": 4, "shutdownTimeoutSeconds": 60},
+			"service":      map[string]any{"sessionAffinity": "None"},
+		}, 3, 8, 4, 60, corev1.ServiceAffinityNone},
+		{"no preStop", map[string]any{"server": map[string]any{"preStopSleepSeconds": 0}}, 2, 0, 2, 30, corev1.ServiceAffinityClientIP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.vals)
+			d := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod")
+			if *d.Spec.Replicas != int32(tc.replicas) {
+				t.Errorf("replicas %d, want %d", *d.Spec.Replicas, tc.replicas)
+			}
+			st := d.Spec.Strategy
+			if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+				st.RollingUpdate.MaxUnavailable.String() != "0" || st.RollingUpdate.MaxSurge.String() != "1" {
+				t.Errorf("strategy %+v: want RollingUpdate, maxUnavailable 0, maxSurge 1", st)
+			}
+			ps := d.Spec.Template.Spec
+			c := ps.Containers[0]
+			switch {
+			case tc.preStop == 0 && c.Lifecycle != nil:
+				t.Errorf("preStop 0: lifecycle %+v", c.Lifecycle)
+			case tc.preStop > 0 && (c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil ||
+				c.Lifecycle.PreStop.Sleep.Seconds != int64(tc.preStop) || c.Lifecycle.PreStop.Exec != nil):
+				t.Errorf("lifecycle %+v: want a preStop sleep of %d s (no exec: the image has no shell)", c.Lifecycle, tc.preStop)
+			}
+			if want := int64(tc.preStop + tc.delay + tc.timeout + 10); *ps.TerminationGracePeriodSeconds != want {
+				t.Errorf("terminationGracePeriodSeconds %d, want %d", *ps.TerminationGracePeriodSeconds, want)
+			}
+			cfg := loadRendered(t, objs)
+			if cfg.Server.DrainDelay != time.Duration(tc.delay)*time.Second || cfg.Server.ShutdownTimeout != time.Duration(tc.timeout)*time.Second {
+				t.Errorf("server.drainDelay %s, shutdownTimeout %s", cfg.Server.DrainDelay, cfg.Server.ShutdownTimeout)
+			}
+			if len(ps.TopologySpreadConstraints) != 1 || ps.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" ||
+				ps.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.ScheduleAnyway ||
+				!maps.Equal(ps.TopologySpreadConstraints[0].LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
+				t.Errorf("topology spread: %+v", ps.TopologySpreadConstraints)
+			}
+			svc := get[*corev1.Service](t, objs, "Service/shellbox/prod")
+			if svc.Spec.SessionAffinity != tc.affinity {
+				t.Errorf("sessionAffinity %s, want %s", svc.Spec.SessionAffinity, tc.affinity)
+			}
+			if tc.affinity == corev1.ServiceAffinityClientIP && (svc.Spec.SessionAffinityConfig == nil ||
+				*svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds != 10800) {
+				t.Errorf("sessionAffinityConfig %+v", svc.Spec.SessionAffinityConfig)
+			}
+			if tc.affinity == corev1.ServiceAffinityNone && svc.Spec.SessionAffinityConfig != nil {
+				t.Errorf("sessionAffinity None with a config %+v", svc.Spec.SessionAffinityConfig)
+			}
+			pdb := get[*policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/shellbox/prod")
+			if pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+				t.Errorf("pdb: %+v", pdb.Spec)
+			}
+		})
+	}
+	// Given spread constraints replace the default.
+	own := []any{map[string]any{"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/instance": "prod"}}}}
+	d := get[*appsv1.Deployment](t, render(t, map[string]any{"topologySpreadConstraints": own}), "Deployment/shellbox/prod")
+	if tsc := d.Spec.Template.Spec.TopologySpreadConstraints; len(tsc) != 1 || tsc[0].TopologyKey != "topology.kubernetes.io/zone" || tsc[0].MaxSkew != 2 {
+		t.Errorf("topologySpreadConstraints: %+v", tsc)
 	}
 }
 

@@ -46,11 +46,20 @@ import (
 )
 
 // ServerImage is the server image setup-kube.sh imports (SERVER_IMAGE in
-// .ci/kube-env.sh).
+// .ci/kube-env.sh). EnvServerTag, if set, names another tag of it on the
+// node (a server built from a working tree, imported beside shellbox:ci).
 const (
 	ServerRepository = "shellbox"
 	ServerTag        = "ci"
+	EnvServerTag     = "SHELLBOX_E2E_SERVER_TAG"
 )
+
+func serverTag() string {
+	if tag := os.Getenv(EnvServerTag); tag != "" {
+		return tag
+	}
+	return ServerTag
+}
 
 // Tenant is a tenant of a release: its name, its policy file's body ("":
 // none) and, after Install, its token.
@@ -148,8 +157,11 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 		}
 	}
 	vals := map[string]any{
-		"image":    map[string]any{"repository": ServerRepository, "tag": ServerTag, "pullPolicy": "IfNotPresent"},
-		"sessions": map[string]any{"namespace": r.SessionsNamespace, "createNamespace": false},
+		// One server unless a test asks for more (TestReplicas): TestChart
+		// kills "the" server pod and the benchmarks measure one.
+		"replicaCount": 1,
+		"image":        map[string]any{"repository": ServerRepository, "tag": serverTag(), "pullPolicy": "IfNotPresent"},
+		"sessions":     map[string]any{"namespace": r.SessionsNamespace, "createNamespace": false},
 		"sandbox": map[string]any{
 			"image":   kubetest.Image,
 			"runtime": "runc",
@@ -224,8 +236,8 @@ func (r *Release) waitReady(ctx context.Context, within time.Duration) error {
 	return fmt.Errorf("%s/readyz through the Service after %s: %v", r.URL, within, last)
 }
 
-// ServerPod returns the release's running server pod.
-func (r *Release) ServerPod(ctx context.Context) (*corev1.Pod, error) {
+// ServerPods returns the release's server pods not being deleted.
+func (r *Release) ServerPods(ctx context.Context) ([]corev1.Pod, error) {
 	pods, err := r.c.CS.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/component=server,app.kubernetes.io/instance=" + r.Name})
 	if err != nil {
@@ -236,6 +248,17 @@ func (r *Release) ServerPod(ctx context.Context) (*corev1.Pod, error) {
 		if p.DeletionTimestamp == nil {
 			live = append(live, p)
 		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
+	return live, nil
+}
+
+// ServerPod returns the release's running server pod (of a release of
+// one replica).
+func (r *Release) ServerPod(ctx context.Context) (*corev1.Pod, error) {
+	live, err := r.ServerPods(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if len(live) != 1 {
 		return nil, fmt.Errorf("%d server pods in %s, want 1", len(live), r.Namespace)
@@ -336,13 +359,17 @@ func (r *Release) Diagnose(t testing.TB) {
 			}
 		}
 	}
-	if p, err := r.ServerPod(ctx); err == nil {
+	pods, err := r.ServerPods(ctx)
+	if err != nil {
+		t.Logf("the server pods: %v", err)
+	}
+	for _, p := range pods {
 		tail := int64(60)
 		b, err := r.c.CS.CoreV1().Pods(r.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
 		if err != nil {
-			t.Logf("the server's log: %v", err)
+			t.Logf("the log of %s: %v", p.Name, err)
 		} else {
-			t.Logf("the server's log (last 60 lines):\n%s", b)
+			t.Logf("the log of %s (last 60 lines):\n%s", p.Name, b)
 		}
 	}
 }
@@ -371,5 +398,23 @@ func (r *Release) uninstall(t testing.TB) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		t.Errorf("delete the release's namespaces: %v", err)
+	}
+}
+
+// Upgrade upgrades the release with vals merged over its values (helm
+// upgrade --reuse-values) and waits for the rollout; it returns when the
+// Deployment's new pods are all ready (old ones may still be leaving).
+func (r *Release) Upgrade(t testing.TB, vals map[string]any) {
+	t.Helper()
+	chrt, err := loader.Load(chartDir())
+	if err != nil {
+		t.Fatalf("load the chart: %v", err)
+	}
+	up := action.NewUpgrade(r.cfg)
+	up.Namespace, up.ReuseValues = r.Namespace, true
+	up.Wait, up.Timeout = true, 4*time.Minute
+	if _, err := up.RunWithContext(context.Background(), r.Name, chrt, vals); err != nil {
+		r.Diagnose(t)
+		t.Fatalf("helm upgrade %s: %v", r.Name, err)
 	}
 }

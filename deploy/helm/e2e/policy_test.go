@@ -23,6 +23,9 @@ func TestPolicies(t *testing.T) {
 			t.Fatalf("hostilePolicy(%s): %v", rt.runtime, err)
 		}
 	}
+	if p, err := policies.Parse("rep.yaml", []byte(replicaPolicy)); err != nil || p.Sandbox().Runtime != "runc" {
+		t.Fatalf("replicaPolicy: %v", err)
+	}
 	for _, rt := range []string{"runc", "runsc"} {
 		for i, tn := range SuiteTenants("x", rt) {
 			p, err := policies.Parse(tn.Name+".yaml", []byte(tn.Policy))

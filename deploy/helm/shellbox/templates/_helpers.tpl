@@ -45,6 +45,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     "listen" (printf ":%d" (int .Values.server.port))
     "logLevel" .Values.server.logLevel
     "shutdownTimeout" (printf "%ds" (int .Values.server.shutdownTimeoutSeconds))
+    "drainDelay" (printf "%ds" (int .Values.server.drainDelaySeconds))
     "tokensFile" "/etc/shellbox/tokens/tokens.yaml"
     "tenants" .Values.server.tenants)
   "sandbox" .Values.sandbox
