@@ -36,15 +36,17 @@ limits:
 
 // BenchmarkChartPool measures on the real cluster, through the chart's
 // Service from outside the cluster, with the release's replicas (2):
+//
 //   - claim: a new session's first result (`true` over REST) when its
 //     tenant's warm pool has a ready pod (p50/p99 over the run's
 //     iterations; the leader refills the pool in the background);
+//
 //   - burst-nopool and burst-pool50: 50 new sessions' first results
 //     started at once, without a pool and with 50 ready pods, while one
 //     existing session makes warm calls in a loop (first-p50/p99,
 //     warm-p50/p99). The bursts run once whatever -benchtime says.
 //
-//	go test -run '^$' -bench ChartPool -benchtime 20x -timeout 30m ./deploy/helm/e2e/
+//     go test -run '^$' -bench ChartPool -benchtime 20x -timeout 30m ./deploy/helm/e2e/
 func BenchmarkChartPool(b *testing.B) {
 	c := kubetest.Connect(b)
 	ctx := context.Background()
