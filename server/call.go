@@ -38,10 +38,10 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 		}
 		defer tl.release()
 	}
-	if !s.beginCall() {
+	if !s.beginCall(ctx) {
 		return tools.Result{}, errDraining
 	}
-	defer s.inflight.Done()
+	defer s.endCall()
 	ts, err := s.cfg.Backend.Toolset(ctx, tenant)
 	if err != nil {
 		s.metrics.toolCall(tool, tenant, "unavailable", 0)

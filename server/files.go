@@ -97,7 +97,7 @@ func (s *Server) fileRequest(w http.ResponseWriter, r *http.Request) (id, p stri
 		return
 	}
 	tenant = tenantOf(r.Context())
-	done, ok = s.beginTransfer(w, tenant)
+	done, ok = s.beginTransfer(r.Context(), w, tenant)
 	return
 }
 
@@ -120,7 +120,7 @@ func FileError(err error) error {
 
 // beginTransfer takes a call slot of the tenant and registers with Drain,
 // as a tool call does; the returned func releases both.
-func (s *Server) beginTransfer(w http.ResponseWriter, tenant string) (func(), bool) {
+func (s *Server) beginTransfer(ctx context.Context, w http.ResponseWriter, tenant string) (func(), bool) {
 	tl := s.limits[tenant]
 	if tl != nil {
 		if err := tl.acquire(); err != nil {
@@ -128,7 +128,7 @@ func (s *Server) beginTransfer(w http.ResponseWriter, tenant string) (func(), bo
 			return nil, false
 		}
 	}
-	if !s.beginCall() {
+	if !s.beginCall(ctx) {
 		if tl != nil {
 			tl.release()
 		}
@@ -136,7 +136,7 @@ func (s *Server) beginTransfer(w http.ResponseWriter, tenant string) (func(), bo
 		return nil, false
 	}
 	return func() {
-		s.inflight.Done()
+		s.endCall()
 		if tl != nil {
 			tl.release()
 		}

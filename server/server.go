@@ -101,8 +101,9 @@ type Server struct {
 	// *mcp.ServerSession → *mcpWatch.
 	mcpWatches sync.Map
 
-	// inflight counts tool calls running, for Drain.
-	inflight sync.WaitGroup
+	// calls counts tool calls (and file transfers) running, for Drain
+	// (under mu).
+	calls    int
 	mu       sync.Mutex
 	draining bool
 	// retiring: Retire was called (shutdown.go).
@@ -337,15 +338,38 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// beginCall registers a tool call with Drain; false when draining.
-func (s *Server) beginCall() bool {
+// admittedKey marks a request's context with whether it arrived before
+// Drain began (closeWhenRetiring, the outermost handler).
+type admittedKey struct{}
+
+// beginCall registers a tool call with Drain; false when the server is
+// draining and the call's request arrived after that began. A request read
+// before the drain is served even when its handler reaches here after:
+// by then the listener is closed and every answer closes its connection,
+// so nothing new arrives, and an overloaded server must not refuse what a
+// client sent while it still took calls.
+func (s *Server) beginCall(ctx context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining {
+	if admitted, _ := ctx.Value(admittedKey{}).(bool); s.draining && !admitted {
 		return false
 	}
-	s.inflight.Add(1)
+	s.calls++
 	return true
+}
+
+// endCall ends what beginCall began.
+func (s *Server) endCall() {
+	s.mu.Lock()
+	s.calls--
+	s.mu.Unlock()
+}
+
+// idle reports whether no call runs.
+func (s *Server) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls == 0
 }
 
 func (s *Server) isDraining() bool {
@@ -363,13 +387,15 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.inflight.Wait(); close(done) }()
 	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("tool calls still running at the shutdown deadline: %w", ctx.Err())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !s.idle() && err == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			err = fmt.Errorf("tool calls still running at the shutdown deadline: %w", ctx.Err())
+		}
 	}
 	s.events.close()
 	s.mcpMu.Lock()

@@ -1,6 +1,9 @@
 package server
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
 // A graceful shutdown behind a load balancer (a Kubernetes Service, an
 // ingress) is two steps. Retire: the server still takes every call, but
@@ -28,11 +31,14 @@ func (s *Server) isRetiring() bool {
 
 // closeWhenRetiring closes each connection after its answer once the
 // server retires (net/http honours a handler's "Connection: close").
+// It also marks each request with whether it arrived before Drain began
+// (beginCall serves those).
 func (s *Server) closeWhenRetiring(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.isRetiring() {
 			w.Header().Set("Connection", "close")
 		}
+		r = r.WithContext(context.WithValue(r.Context(), admittedKey{}, !s.isDraining()))
 		next.ServeHTTP(w, r)
 	})
 }

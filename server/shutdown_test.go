@@ -48,3 +48,32 @@ func TestRetire(t *testing.T) {
 		t.Errorf("a call after Drain: %d %s", resp.StatusCode, b)
 	}
 }
+
+// A call whose request arrived before Drain began is served even when its
+// handler gets to the call after (an overloaded server reading a request
+// sent on a kept-alive connection during the drain delay); one that
+// arrived after is refused; Drain waits for the admitted one.
+func TestDrainServesAdmitted(t *testing.T) {
+	r := newRig(t, nil)
+	before := context.WithValue(context.Background(), admittedKey{}, true)
+	r.srv.mu.Lock()
+	r.srv.draining = true
+	r.srv.mu.Unlock()
+	if !r.srv.beginCall(before) {
+		t.Fatal("a call that arrived before the drain was refused")
+	}
+	if r.srv.beginCall(context.Background()) {
+		t.Fatal("a call that arrived during the drain was served")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.srv.Drain(ctx); err == nil {
+		t.Fatal("Drain returned while an admitted call ran")
+	}
+	r.srv.endCall()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := r.srv.Drain(ctx2); err != nil {
+		t.Fatalf("Drain after the call ended: %v", err)
+	}
+}
