@@ -420,8 +420,11 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		held, err := m.cfg.Claims.Claim(ctx, spec.Tenant, pooled, spec.Session)
 		if errors.Is(err, ErrAlreadyExists) || errors.Is(err, ErrNotFound) {
 			// Another process claimed it (it is that session's now), or
-			// retired or removed it: not ours to hand out.
+			// retired or removed it: not ours to hand out, nor to know.
 			m.cfg.Logger.Info("pooled sandbox claimed or removed elsewhere", "tenant", spec.Tenant, "name", pooled, "err", err)
+			m.mu.Lock()
+			delete(m.named, key{spec.Tenant, pooled})
+			m.mu.Unlock()
 			continue
 		}
 		if err != nil {
