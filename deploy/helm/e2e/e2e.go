@@ -216,10 +216,17 @@ func mergeValues(base, over map[string]any) map[string]any {
 func (r *Release) waitReady(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var last error
+	// A new connection for every probe: a kept-alive one stays with the
+	// backend it was routed to when it was opened (conntrack), so one
+	// opened while the Service's rules still named a replaced pod's
+	// address (kube-proxy catching up, the address reused by another pod)
+	// would answer for that pod for as long as it lives (seen in CI: an
+	// empty 404 for a whole minute while the new server answered 200).
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for time.Now().Before(deadline) {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		req, _ := http.NewRequestWithContext(c, http.MethodGet, r.URL+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
@@ -284,7 +291,7 @@ func (r *Release) KillServer(t testing.TB) string {
 	for {
 		p, err := r.ServerPod(ctx)
 		if err == nil && p.UID != old.UID && podReady(p) {
-			if err := r.waitReady(ctx, time.Minute); err != nil {
+			if err := r.waitReady(ctx, 2*time.Minute); err != nil {
 				r.Diagnose(t)
 				t.Fatal(err)
 			}

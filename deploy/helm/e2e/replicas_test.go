@@ -398,12 +398,18 @@ func rollingUpdate(t *testing.T, r *Release, tok string, hc *http.Client, tr htt
 	}
 }
 
-// keepAliveRace reports whether err is a REST call's connection ending
-// before any answer: the server closed a kept-alive connection as the
-// request went out on it (url.Error wrapping io.EOF).
+// keepAliveRace reports whether err is a call's connection ending before
+// any answer: the server closed a kept-alive connection as the request
+// went out on it (url.Error wrapping io.EOF, or Go's "server closed idle
+// connection").
 func keepAliveRace(err error) bool {
 	var ue *url.Error
-	return errors.As(err, &ue) && errors.Is(ue.Err, io.EOF)
+	if errors.As(err, &ue) && errors.Is(ue.Err, io.EOF) {
+		return true
+	}
+	// Go's transport says so in words when it saw the close (the MCP SDK
+	// passes the text on, not the error).
+	return err != nil && strings.Contains(err.Error(), "http: server closed idle connection")
 }
 
 // readyServerPods waits (up to 3m) for n ready server pods, and returns
@@ -445,6 +451,9 @@ func TestKeepAliveRace(t *testing.T) {
 	race := &url.Error{Op: "Post", URL: "http://x/v1/sessions/s/tools/bash", Err: io.EOF}
 	if !keepAliveRace(race) || !keepAliveRace(fmt.Errorf("call: %w", race)) {
 		t.Error("a POST ended by EOF before any answer is the keep-alive race")
+	}
+	if !keepAliveRace(errors.New(`calling "tools/call": sending "tools/call": rejected by transport: Post "http://x/mcp": http: server closed idle connection`)) {
+		t.Error("an MCP call ended by a server-closed idle connection is the keep-alive race")
 	}
 	for _, err := range []error{io.EOF, errors.New("EOF"), &url.Error{Op: "Post", Err: errors.New("connection refused")}} {
 		if keepAliveRace(err) {
