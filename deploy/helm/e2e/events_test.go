@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -16,36 +14,6 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// replicaURLs are the release's ready server pods' own URLs
-// (http://<pod IP>:<port>, not the Service), by pod name, waiting up to a
-// minute for n of them.
-func replicaURLs(t *testing.T, r *Release, n int) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	var last string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		pods, err := r.c.CS.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/component=server,app.kubernetes.io/instance=" + r.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		urls := map[string]string{}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || p.Status.PodIP == "" || !podReady(&p) {
-				continue
-			}
-			urls[p.Name] = fmt.Sprintf("http://%s:%d", p.Status.PodIP, p.Spec.Containers[0].Ports[0].ContainerPort)
-		}
-		if len(urls) == n {
-			return urls
-		}
-		last = fmt.Sprintf("%d ready server pods of %d", len(urls), len(pods.Items))
-	}
-	r.Diagnose(t)
-	t.Fatalf("want %d ready server pods: %s", n, last)
-	return nil
-}
-
 // TestReplicaEvents: with two replicas, a background task started through
 // one (A) ends and the other's (B) event stream hears its notice, B's next
 // tool result for the session carries it, and the notice is an Event
@@ -56,14 +24,10 @@ func TestReplicaEvents(t *testing.T) {
 		Tenants: []Tenant{{Name: "acme", Policy: "version: 1\ndefault: allow\nsandbox:\n  runtime: runc\n"}},
 		Values:  map[string]any{"replicaCount": 2},
 	})
-	urls := replicaURLs(t, r, 2)
-	names := make([]string, 0, 2)
-	for name := range urls {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	a := client.New(urls[names[0]], r.Tokens["acme"], nil)
-	b := client.New(urls[names[1]], r.Tokens["acme"], nil)
+	pods := r.readyServerPods(t, 2)
+	names := []string{pods[0].Name, pods[1].Name}
+	a := client.New(podURL(pods[0]), r.Tokens["acme"], nil)
+	b := client.New(podURL(pods[1]), r.Tokens["acme"], nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
