@@ -34,6 +34,7 @@ type metrics struct {
 	createLatency *prometheus.HistogramVec
 	egress        *prometheus.CounterVec
 	leader        prometheus.Gauge
+	idemReplays   prometheus.Counter
 	sessionsDesc  *prometheus.Desc
 	tasksDesc     *prometheus.Desc
 
@@ -82,10 +83,13 @@ func newMetrics(s *Server) *metrics {
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shellbox_leader", Help: "1 while this process reaps idle sandboxes and keeps the warm pools (on Kubernetes: the replica holding the release's Lease), else 0.",
 	})
+	m.idemReplays = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shellbox_idempotent_replays_total", Help: "POSTs answered from an earlier request with the same Idempotency-Key instead of running again.",
+	})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
-		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m.leader, m,
+		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m.leader, m.idemReplays, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -114,6 +114,8 @@ type Server struct {
 	// recent are the notices delivered lately, so a second copy (this
 	// process's watcher and another replica's both saw the end) is dropped.
 	recent *noticeSet
+	// idem are the Idempotency-Keys of recent POSTs (idempotency.go).
+	idem *idemStore
 }
 
 // New checks cfg and returns a Server.
@@ -172,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	s.events = newHub(cfg.EventBuffer)
 	s.book = newTaskBook()
 	s.recent = newNoticeSet(maxRecentNotices)
+	s.idem = newIdemStore()
 	c, err := newConsole(s, cfg.Console, seen)
 	if err != nil {
 		return nil, err
@@ -298,7 +301,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	// The operator console authenticates by its own cookie (console.go).
 	s.console.register(mux)
-	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(api))))
+	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(s.idempotent(api)))))
 	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(mux)))
 }
 

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,11 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// Client talks to one server as one tenant (its token's).
+// Client talks to one server as one tenant (its token's). Every POST
+// carries a new Idempotency-Key: the server runs it once however often it
+// arrives, so net/http's transport may, and does, resend it on a new
+// connection when a kept-alive one was closed under it (a server going
+// away behind a load balancer).
 type Client struct {
 	base  string
 	token string
@@ -88,6 +93,9 @@ func (c *Client) send(ctx context.Context, method, path string, body io.Reader) 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if method == http.MethodPost {
+		req.Header.Set(server.IdempotencyHeader, rand.Text())
+	}
 	return c.http.Do(req)
 }
 
@@ -134,6 +142,7 @@ func (c *Client) CallStream(ctx context.Context, session, tool string, args json
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(server.IdempotencyHeader, rand.Text())
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return tools.Result{}, err

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -37,6 +38,11 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+h.token)
 	if h.session != "" {
 		r.Header.Set(server.SessionHeader, h.session)
+	}
+	if r.Method == http.MethodPost && r.Header.Get(server.IdempotencyHeader) == "" {
+		// Run once however often it arrives: net/http's transport resends
+		// such a request when a kept-alive connection was closed under it.
+		r.Header.Set(server.IdempotencyHeader, rand.Text())
 	}
 	return h.base.RoundTrip(r)
 }

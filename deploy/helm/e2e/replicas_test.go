@@ -361,38 +361,33 @@ func rollingUpdate(t *testing.T, r *Release, tok string, hc *http.Client, tr htt
 	wg.Wait()
 
 	var during, all []time.Duration
-	failed, closed := 0, 0
+	failed := 0
 	for i, ss := range samples {
 		for _, s := range ss {
 			all = append(all, s.took)
 			if s.at >= rollStart && s.at <= rollEnd {
 				during = append(during, s.took)
 			}
-			switch {
-			case s.err == nil:
-			case keepAliveRace(s.err):
-				// NOT a pass: a POST written to a kept-alive connection
-				// the leaving server closed as idle at that instant (HTTP/1.1
-				// cannot tell a client a connection is going; Go retries
-				// only idempotent requests). Counted and logged; bounded
-				// below. The fix is an Idempotency-Key the server honours
-				// (docs/deployment.md, Rolling updates).
-				closed++
-				t.Logf("%s, %s after the upgrade began: %v (a kept-alive connection closed under the request)", callers[i].name, (s.at - rollStart).Round(time.Millisecond), s.err)
-			default:
-				failed++
-				if failed <= 10 {
-					t.Errorf("%s, %s after the upgrade began: %v", callers[i].name, (s.at - rollStart).Round(time.Millisecond), s.err)
-				}
+			if s.err == nil {
+				continue
 			}
+			failed++
+			if failed > 10 {
+				continue
+			}
+			why := ""
+			if keepAliveRace(s.err) {
+				// The client's POSTs carry an Idempotency-Key, so Go's
+				// transport resends one whose kept-alive connection the
+				// leaving server closed; this one was not, or failed again.
+				why = " (a kept-alive connection closed under the request, not resent)"
+			}
+			t.Errorf("%s, %s after the upgrade began: %v%s", callers[i].name, (s.at - rollStart).Round(time.Millisecond), s.err, why)
 		}
 	}
-	t.Logf("rolling update of %d replicas took %s; %d calls during it (%d in all) from %d sessions, %d failed, %d on a kept-alive connection closed under the request; during: p50=%s p99=%s max=%s; all: p50=%s p99=%s",
-		len(old), (rollEnd - rollStart).Round(time.Millisecond), len(during), len(all), len(callers), failed, closed,
+	t.Logf("rolling update of %d replicas took %s; %d calls during it (%d in all) from %d sessions, %d failed; during: p50=%s p99=%s max=%s; all: p50=%s p99=%s",
+		len(old), (rollEnd - rollStart).Round(time.Millisecond), len(during), len(all), len(callers), failed,
 		pct(during, 50), pct(during, 99), pct(during, 100), pct(all, 50), pct(all, 99))
-	if closed > 0 && closed*1000 > len(all) {
-		t.Errorf("%d of %d calls failed on kept-alive connections closed under them: more than 1 in 1,000", closed, len(all))
-	}
 	if len(during) == 0 {
 		t.Errorf("no calls during the rollout")
 	}
