@@ -77,6 +77,7 @@ import (
 
 	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // The Event object's fixed parts.
@@ -161,10 +162,8 @@ type Relay struct {
 
 	mu   sync.Mutex
 	subs map[*func(server.Event)]struct{}
-	// announced are the names of the newest events announced (a ring).
-	announced map[string]struct{}
-	ring      []string
-	next      int
+	// announced are the names of the newest events announced.
+	announced *tools.RecentKeys
 	// dropped counts events Publish could not queue since the last log.
 	dropped int
 }
@@ -203,7 +202,7 @@ func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
 	return &Relay{
 		cfg: cfg, release: release, flush: make(chan struct{}), cs: cs, selector: sel.String(), queue: make(chan server.Event, cfg.Queue),
 		log:  cfg.Logger.With("relay", cfg.Namespace, "instance", cfg.Instance),
-		subs: map[*func(server.Event)]struct{}{}, announced: map[string]struct{}{}, ring: make([]string, announcedNames),
+		subs: map[*func(server.Event)]struct{}{}, announced: tools.NewRecentKeys(announcedNames),
 	}, nil
 }
 
@@ -461,16 +460,10 @@ func (r *Relay) announce(obj *corev1.Event) {
 		return
 	}
 	r.mu.Lock()
-	if _, ok := r.announced[obj.Name]; ok {
+	if !r.announced.Add(obj.Name) {
 		r.mu.Unlock()
 		return
 	}
-	if old := r.ring[r.next]; old != "" {
-		delete(r.announced, old)
-	}
-	r.ring[r.next] = obj.Name
-	r.next = (r.next + 1) % len(r.ring)
-	r.announced[obj.Name] = struct{}{}
 	subs := make([]*func(server.Event), 0, len(r.subs))
 	for fn := range r.subs {
 		subs = append(subs, fn)

@@ -428,11 +428,7 @@ func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox,
 // sessions see them: a claimed pooled sandbox under its session (PoolName
 // set), unclaimed pooled ones not at all.
 func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
-	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
-	if err != nil {
-		return nil, err
-	}
-	claimed, err := m.claimed(ctx)
+	list, claimed, err := m.listClaimed(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -450,21 +446,27 @@ func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
-// claimed maps the runtime names (tenant, pooled) of claimed sandboxes to
-// their sessions.
-func (m *Manager) claimed(ctx context.Context) (map[key]string, error) {
-	out := map[key]string{}
+// listClaimed lists this owner's sandboxes on the runtime, then the claims:
+// the runtime names (tenant, pooled) of claimed sandboxes mapped to their
+// sessions, "" for a retired one (none without Claims). List, Adopt and
+// syncPooled (each Fill pass) all start from it.
+func (m *Manager) listClaimed(ctx context.Context) ([]Sandbox, map[key]string, error) {
+	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	claimed := map[key]string{}
 	if m.cfg.Claims == nil {
-		return out, nil
+		return list, claimed, nil
 	}
 	cs, err := m.cfg.Claims.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, c := range cs {
-		out[key{c.Tenant, c.Pooled}] = c.Session
+		claimed[key{c.Tenant, c.Pooled}] = c.Session
 	}
-	return out, nil
+	return list, claimed, nil
 }
 
 // get is Runtime.Get of a session, which may be a claimed pooled sandbox.
@@ -667,11 +669,7 @@ type AdoptReport struct {
 // are collected; Adopt does as much as it can.
 func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	var rep AdoptReport
-	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
-	if err != nil {
-		return rep, err
-	}
-	claimed, err := m.claimed(ctx)
+	list, claimed, err := m.listClaimed(ctx)
 	if err != nil {
 		return rep, err
 	}

@@ -490,22 +490,15 @@ func (m *Manager) syncPooled(ctx context.Context) error {
 	m.mu.Lock()
 	m.lastSync = time.Now()
 	m.mu.Unlock()
-	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	list, claimed, err := m.listClaimed(ctx)
 	if err != nil {
 		return err
-	}
-	claims, err := m.cfg.Claims.List(ctx)
-	if err != nil {
-		return err
-	}
-	taken := make(map[key]bool, len(claims))
-	for _, c := range claims {
-		taken[key{c.Tenant, c.Pooled}] = true
 	}
 	free := map[key]Sandbox{}
 	for _, sb := range list {
 		k := key{sb.Tenant, sb.Session}
-		if IsPooled(sb.Session) && poolHash(sb.Session) != "" && sb.State == StateRunning && !taken[k] && CheckID("tenant", sb.Tenant) == nil {
+		// A claim names it when it is claimed or retired.
+		if _, taken := claimed[k]; !taken && IsPooled(sb.Session) && poolHash(sb.Session) != "" && sb.State == StateRunning && CheckID("tenant", sb.Tenant) == nil {
 			free[k] = sb
 		}
 	}

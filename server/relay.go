@@ -1,7 +1,6 @@
 package server
 
 import (
-	"sync"
 	"time"
 
 	"github.com/shellbox/shellbox/tools"
@@ -48,35 +47,6 @@ type NoticeReceiver interface {
 // copy of (its own watcher and another replica's may both see a task end).
 const maxRecentNotices = 4096
 
-// noticeSet remembers the newest maxRecentNotices notice keys, oldest out
-// first.
-type noticeSet struct {
-	mu    sync.Mutex
-	keys  map[string]struct{}
-	order []string // ring of keys, next at order[next]
-	next  int
-}
-
-func newNoticeSet(n int) *noticeSet {
-	return &noticeSet{keys: make(map[string]struct{}, n), order: make([]string, n)}
-}
-
-// first reports whether key is new, and remembers it.
-func (s *noticeSet) first(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.keys[key]; ok {
-		return false
-	}
-	if old := s.order[s.next]; old != "" {
-		delete(s.keys, old)
-	}
-	s.order[s.next] = key
-	s.next = (s.next + 1) % len(s.order)
-	s.keys[key] = struct{}{}
-	return true
-}
-
 func noticeKey(tenant, session, task string) string {
 	return tenant + "\x00" + session + "\x00" + task
 }
@@ -84,7 +54,7 @@ func noticeKey(tenant, session, task string) string {
 // notice delivers a completion notice to this process's streams once, and,
 // when it is this process's own (not relayed), to the other replicas.
 func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
-	if n.TaskID == "" || !s.recent.first(noticeKey(tenant, session, n.TaskID)) {
+	if n.TaskID == "" || !s.recent.Add(noticeKey(tenant, session, n.TaskID)) {
 		return
 	}
 	s.metrics.taskDone(tenant, n.TaskID)

@@ -113,7 +113,7 @@ type Server struct {
 	cancelRelay     func()
 	// recent are the notices delivered lately, so a second copy (this
 	// process's watcher and another replica's both saw the end) is dropped.
-	recent *noticeSet
+	recent *tools.RecentKeys
 	// idem are the Idempotency-Keys of recent POSTs (idempotency.go).
 	idem *idemStore
 }
@@ -173,7 +173,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
 	s.book = newTaskBook()
-	s.recent = newNoticeSet(maxRecentNotices)
+	s.recent = tools.NewRecentKeys(maxRecentNotices)
 	s.idem = newIdemStore()
 	c, err := newConsole(s, cfg.Console, seen)
 	if err != nil {

@@ -131,7 +131,7 @@ type Toolset struct {
 	// reported are the tasks whose end the model saw here (bash_output,
 	// bash_kill), the newest maxReported, so a notice of one that another
 	// replica delivers is dropped.
-	reported *keyRing
+	reported *RecentKeys
 }
 
 // Bounds of what a Toolset keeps for notices delivered by other replicas.
@@ -139,35 +139,6 @@ const (
 	maxReported       = 4096
 	maxNoticeSessions = 4096
 )
-
-// keyRing remembers the newest keys, oldest out first. Not safe for
-// concurrent use (Toolset.mu guards it).
-type keyRing struct {
-	keys  map[string]struct{}
-	order []string
-	next  int
-}
-
-func newKeyRing(n int) *keyRing {
-	return &keyRing{keys: make(map[string]struct{}, n), order: make([]string, n)}
-}
-
-func (r *keyRing) add(key string) {
-	if _, ok := r.keys[key]; ok {
-		return
-	}
-	if old := r.order[r.next]; old != "" {
-		delete(r.keys, old)
-	}
-	r.order[r.next] = key
-	r.next = (r.next + 1) % len(r.order)
-	r.keys[key] = struct{}{}
-}
-
-func (r *keyRing) has(key string) bool {
-	_, ok := r.keys[key]
-	return ok
-}
 
 // New returns a Toolset over exec.
 func New(exec executor.BashExecutor, cfg Config) (*Toolset, error) {
@@ -186,7 +157,7 @@ func New(exec executor.BashExecutor, cfg Config) (*Toolset, error) {
 	life, cancel := context.WithCancel(context.Background())
 	return &Toolset{exec: exec, cfg: cfg, life: life, cancel: cancel,
 		notices: map[string][]Notice{}, watching: map[string]bool{}, seen: map[string]bool{},
-		reported: newKeyRing(maxReported)}, nil
+		reported: NewRecentKeys(maxReported)}, nil
 }
 
 // Close stops watching background tasks (it does not kill them: tasks belong
@@ -482,7 +453,7 @@ func (t *Toolset) Deliver(session string, n Notice) {
 	key := session + "\x00" + n.TaskID
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.watching[key] || t.reported.has(key) {
+	if t.watching[key] || t.reported.Has(key) {
 		return
 	}
 	if _, ok := t.notices[session]; !ok && len(t.notices) >= maxNoticeSessions {
@@ -514,8 +485,7 @@ func (t *Toolset) forget(session, id string) (first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := session + "\x00" + id
-	first = !t.reported.has(key)
-	t.reported.add(key)
+	first = t.reported.Add(key)
 	q := t.notices[session]
 	for i, n := range q {
 		if n.TaskID == id {
@@ -547,8 +517,7 @@ func (t *Toolset) drain(session, keep string) []Notice {
 			continue
 		}
 		// Reported now: a copy another replica delivers later is dropped.
-		if key := session + "\x00" + n.TaskID; !t.reported.has(key) {
-			t.reported.add(key)
+		if t.reported.Add(session + "\x00" + n.TaskID) {
 			news = append(news, n.TaskID)
 		}
 		out = append(out, n)

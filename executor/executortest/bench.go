@@ -10,13 +10,21 @@ import (
 // benchmark's metrics (p50-ms, p99-ms), so runs of different executors
 // compare side by side, and returns the p50. It sorts lat.
 func ReportPercentiles(b *testing.B, lat []time.Duration) time.Duration {
+	return ReportPercentilesAs(b, "", lat)
+}
+
+// ReportPercentilesAs is ReportPercentiles with the metric names prefixed
+// (<prefix>p50-ms, <prefix>p99-ms), for a benchmark that measures more
+// than one kind of call. It reports nothing and returns 0 when lat is
+// empty.
+func ReportPercentilesAs(b *testing.B, prefix string, lat []time.Duration) time.Duration {
 	if len(lat) == 0 {
 		return 0
 	}
 	slices.Sort(lat)
 	at := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(at(0.50)), "p50-ms")
-	b.ReportMetric(ms(at(0.99)), "p99-ms")
+	b.ReportMetric(ms(at(0.50)), prefix+"p50-ms")
+	b.ReportMetric(ms(at(0.99)), prefix+"p99-ms")
 	return at(0.50)
 }

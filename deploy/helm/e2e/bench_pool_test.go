@@ -3,13 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
@@ -65,7 +65,7 @@ func BenchmarkChartPool(b *testing.B) {
 				b.Fatalf("claim-%d: %v %+v", i, err, res)
 			}
 		}
-		reportMs(b, "", lat)
+		executortest.ReportPercentiles(b, lat)
 	})
 	for _, size := range []int{0, 50} {
 		name := "burst-nopool"
@@ -128,21 +128,10 @@ func BenchmarkChartPool(b *testing.B) {
 			if len(failed) > 0 {
 				b.Errorf("%d failed calls, first: %s", len(failed), failed[0])
 			}
-			reportMs(b, "first-", first)
-			reportMs(b, "warm-", warm)
+			executortest.ReportPercentilesAs(b, "first-", first)
+			executortest.ReportPercentilesAs(b, "warm-", warm)
 		})
 	}
-}
-
-// reportMs reports lat's p50 and p99 in ms as <prefix>p50-ms, <prefix>p99-ms.
-func reportMs(b *testing.B, prefix string, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	at := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.50), prefix+"p50-ms")
-	b.ReportMetric(at(0.99), prefix+"p99-ms")
 }
 
 // waitPool waits until the sessions namespace holds at least n ready
