@@ -288,6 +288,26 @@ func (e *Engine) Ready() error {
 	return errors.Join(errs...)
 }
 
+// Problems lists, by tenant, the policy files that do not load as they
+// are, each with what is in force instead: the last good policy, or none
+// (the tenant's calls are refused). Nil when every file is loaded.
+func (e *Engine) Problems() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var out []string
+	for _, t := range slices.Sorted(mapsKeys(e.tenants)) {
+		st := e.tenants[t]
+		switch {
+		case st.err == nil:
+		case st.good != nil:
+			out = append(out, fmt.Sprintf("tenant %s: edit rejected, the last good policy stays in force: %v", t, st.err))
+		default:
+			out = append(out, fmt.Sprintf("tenant %s: no policy in force, its calls are refused: %v", t, st.err))
+		}
+	}
+	return out
+}
+
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for k := range m {

@@ -30,6 +30,17 @@ type Backend interface {
 	Ready(ctx context.Context) error
 }
 
+// Warner is a Backend that also reports problems that do not stop it
+// serving, so they must not fail /readyz: behind a load balancer every
+// replica would go unready at once and the whole service with them. A
+// tenant's policy file that does not load is one: that tenant keeps its
+// last good policy (or is refused, if it never had one), the others are
+// served. /readyz lists them ("warnings"), as do the console and the
+// gauge shellbox_backend_warnings.
+type Warner interface {
+	Warnings() []string
+}
+
 // SessionInfo describes one session.
 type SessionInfo struct {
 	ID      string `json:"id"`

@@ -407,6 +407,7 @@ type ConsoleHealth struct {
 	Version    string    `json:"version"`
 	Ready      bool      `json:"ready"`
 	ReadyError string    `json:"readyError,omitempty"`
+	Warnings   []string  `json:"warnings,omitempty"`
 	Draining   bool      `json:"draining"`
 	Started    time.Time `json:"started"`
 }
@@ -426,6 +427,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		ov.Health.Ready = !ov.Health.Draining
 	}
 	rcancel()
+	ov.Health.Warnings = c.s.warnings()
 	tenants := c.tenantsOf(l)
 	ov.Metrics = c.s.metrics.summary(tenants, l.operator)
 	var all map[string][]SessionInfo // by tenant, when listed at once

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ type localBackend struct {
 	// handedOver are the sessions WatchTasks was called for.
 	handedOver []string
 	ready      error
+	warnings   []string // Warnings' answer
 }
 
 func newLocalBackend(t *testing.T) *localBackend {
@@ -143,6 +145,12 @@ func (b *localBackend) DeleteSession(_ context.Context, tenant, session string) 
 }
 
 func (b *localBackend) Ready(context.Context) error { return b.ready }
+
+func (b *localBackend) Warnings() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.warnings)
+}
 
 // Tokens of the test tenants.
 const (

@@ -37,6 +37,7 @@ type metrics struct {
 	idemReplays   prometheus.Counter
 	sessionsDesc  *prometheus.Desc
 	tasksDesc     *prometheus.Desc
+	warningsDesc  *prometheus.Desc
 
 	mu    sync.Mutex
 	tasks map[string]map[string]bool // tenant → "session\x00task" started by this process, not seen ending
@@ -87,6 +88,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "shellbox_idempotent_replays_total", Help: "POSTs answered from an earlier request with the same Idempotency-Key instead of running again.",
 	})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
+	m.warningsDesc = prometheus.NewDesc("shellbox_backend_warnings", "Problems that do not stop this process serving, e.g. tenants' policy files that do not load as they are (listed by /readyz).", nil, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
 		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m.leader, m.idemReplays, m,
@@ -102,11 +104,15 @@ func (m *metrics) handler() http.Handler {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.sessionsDesc
 	ch <- m.tasksDesc
+	ch <- m.warningsDesc
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if wr, ok := m.s.cfg.Backend.(Warner); ok {
+		ch <- prometheus.MustNewConstMetric(m.warningsDesc, prometheus.GaugeValue, float64(len(wr.Warnings())))
+	}
 	for tenant := range m.s.cfg.Tenants {
 		if list, err := m.s.cfg.Backend.Sessions(ctx, tenant); err == nil {
 			ch <- prometheus.MustNewConstMetric(m.sessionsDesc, prometheus.GaugeValue, float64(len(list)), tenant)

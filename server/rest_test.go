@@ -35,6 +35,16 @@ func TestHealthAndAuth(t *testing.T) {
 	if code, _ := r.do("GET", "/readyz", "", "", nil); code != 200 {
 		t.Fatalf("readyz: %d", code)
 	}
+	// Warnings (a tenant's broken policy) are listed, and ready.
+	r.b.mu.Lock()
+	r.b.warnings = []string{"tenant bad: no policy in force, its calls are refused: bad.yaml:1: defualt: unknown key"}
+	r.b.mu.Unlock()
+	if code, b := r.do("GET", "/readyz", "", "", nil); code != 200 || !strings.Contains(string(b), `"warnings":["tenant bad: no policy in force`) {
+		t.Fatalf("readyz with a warning: %d %s", code, b)
+	}
+	if _, b := r.do("GET", "/metrics", "", "", nil); !strings.Contains(string(b), "\nshellbox_backend_warnings 1\n") {
+		t.Fatalf("no shellbox_backend_warnings 1 in /metrics")
+	}
 	r.b.ready = fmt.Errorf("engine unreachable")
 	if code, b := r.do("GET", "/readyz", "", "", nil); code != 503 || !strings.Contains(string(b), "engine unreachable") {
 		t.Fatalf("readyz not ready: %d %s", code, b)

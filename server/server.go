@@ -305,6 +305,29 @@ func (s *Server) Handler() http.Handler {
 	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(mux)))
 }
 
+// readiness is /readyz's answer when ready.
+type readiness struct {
+	Status   string   `json:"status"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// warnings are the backend's problems that do not stop it serving
+// (Warner), at most 64 of them, each clipped.
+func (s *Server) warnings() []string {
+	wr, ok := s.cfg.Backend.(Warner)
+	if !ok {
+		return nil
+	}
+	ws := wr.Warnings()
+	if len(ws) > 64 {
+		ws = append(ws[:63:63], fmt.Sprintf("and %d more", len(ws)-63))
+	}
+	for i := range ws {
+		ws[i] = clip(ws[i], 1024)
+	}
+	return ws
+}
+
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.cfg.Version})
 }
@@ -320,7 +343,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, readiness{Status: "ready", Warnings: s.warnings()})
 }
 
 // recoverPanics turns a handler panic into a 500 JSON error (and a log line

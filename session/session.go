@@ -529,19 +529,26 @@ func (l *Layer) WatchTasks(tenant, session string) {
 	}()
 }
 
-// Ready implements server.Backend: the policies loaded, the engine answers.
+// Ready implements server.Backend: the engine answers. A policy file that
+// does not load is a warning (Warnings), not unreadiness: its tenant keeps
+// its last good policy, and every replica reads the same files, so failing
+// readiness would take the whole service down for one tenant's typo.
 func (l *Layer) Ready(ctx context.Context) error {
-	if l.cfg.Policies != nil {
-		if err := l.cfg.Policies.Ready(); err != nil {
-			return fmt.Errorf("policies: %w", err)
-		}
-	}
 	if p, ok := l.cfg.Runtime.(sandbox.Pinger); ok {
 		if err := p.Ping(ctx); err != nil {
 			return fmt.Errorf("sandbox engine: %w", err)
 		}
 	}
 	return nil
+}
+
+// Warnings implements server.Warner: the policy files that do not load as
+// they are (policies.Engine.Problems).
+func (l *Layer) Warnings() []string {
+	if l.cfg.Policies == nil {
+		return nil
+	}
+	return l.cfg.Policies.Problems()
 }
 
 // Close stops what Start started — reaping, the warm pools, and the

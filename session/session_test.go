@@ -215,3 +215,32 @@ func TestUnavailableAndLocal(t *testing.T) {
 		t.Errorf("bad egress range: %v", err)
 	}
 }
+
+// A tenant's broken policy file is a warning, not unreadiness: every
+// replica reads the same files, so a 503 would take the whole service down
+// for one tenant's typo, while the other tenants (and that one, on its
+// last good policy) can be served.
+func TestBrokenPolicyIsAWarning(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte("default: allow\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("defualt: allow\n"), 0o644)
+	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, _ := newFakeLayer(t, e, nil)
+	if err := l.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready with one tenant's policy broken: %v", err)
+	}
+	w := l.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "tenant bad: no policy in force") || !strings.Contains(w[0], "bad.yaml:1: defualt: unknown key") {
+		t.Fatalf("Warnings = %q", w)
+	}
+	if _, err := l.CreateSession(context.Background(), "acme", "s1", server.SessionOptions{}); err != nil {
+		t.Fatalf("the other tenant is not served: %v", err)
+	}
+	if _, err := l.CreateSession(context.Background(), "bad", "s1", server.SessionOptions{}); err == nil || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Fatalf("the broken tenant: %v", err)
+	}
+}

@@ -150,6 +150,7 @@
       ["uptime", dur(now - t0(h.started))],
     ]));
     if (h.readyError) $("#health").appendChild(el("p", "error", h.readyError));
+    for (const w of h.warnings || []) $("#health").appendChild(el("p", "error", "warning: " + w));
     const m = ov.metrics;
     $("#m-calls").replaceChildren(dl([
       ["total", sum(m.toolCalls)], ["ok", m.toolCalls.ok || 0], ["error", m.toolCalls.error || 0],
