@@ -138,6 +138,8 @@ type Manager struct {
 	// state.
 	pools map[string]*pool
 	named map[key]bool
+	// syncs are the syncPooled passes under way (poolSync).
+	syncs map[*poolSync]struct{}
 
 	// recorder is the runtime as a UseRecorder (nil: none); recording
 	// holds a slot per use record being written.
@@ -205,7 +207,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.UseRecordEvery == 0 {
 		cfg.UseRecordEvery = DefaultUseRecordEvery
 	}
-	m := &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{},
+	m := &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{}, syncs: map[*poolSync]struct{}{},
 		adm: newAdmission(cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait), kick: make(chan struct{}, 1)}
 	if r, ok := AsUseRecorder(cfg.Runtime); ok {
 		m.recorder, m.recording = r, make(chan struct{}, maxRecording)
@@ -742,6 +744,7 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 			m.sessions[k] = sb.LastUsed
 			if sb.PoolName != "" {
 				m.named[rk] = true
+				m.pooledChanged(rk)
 			}
 			m.mu.Unlock()
 			live[rk] = true
@@ -824,6 +827,7 @@ func (m *Manager) adoptPooled(sb Sandbox) bool {
 	}
 	p.ready = append(p.ready, sb)
 	m.named[key{sb.Tenant, sb.Session}] = true
+	m.pooledChanged(key{sb.Tenant, sb.Session})
 	return true
 }
 
@@ -962,6 +966,7 @@ func (m *Manager) destroy(ctx context.Context, k key, sb Sandbox) error {
 		}
 		m.mu.Lock()
 		delete(m.named, key{k.tenant, sb.PoolName})
+		m.pooledChanged(key{k.tenant, sb.PoolName})
 		m.mu.Unlock()
 	}
 	m.cfg.Logger.Info("sandbox removed", "tenant", k.tenant, "session", k.session, "id", sb.ID)

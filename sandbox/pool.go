@@ -188,7 +188,10 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 		if n := len(p.ready) - size; n > 0 {
 			// The newest go first: the oldest have waited longest to be
 			// used, and are the same template.
-			victims = append(victims, p.ready[len(p.ready)-n:]...)
+			for _, sb := range p.ready[len(p.ready)-n:] {
+				victims = append(victims, sb)
+				m.pooledChanged(key{sb.Tenant, sb.Session})
+			}
 			p.ready = p.ready[:len(p.ready)-n]
 		}
 		if !ok && p.creating == 0 {
@@ -242,6 +245,7 @@ func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, e
 		spec.Session = poolName(j.p.hash)
 		m.mu.Lock()
 		m.named[key{spec.Tenant, spec.Session}] = true
+		m.pooledChanged(key{spec.Tenant, spec.Session})
 		m.mu.Unlock()
 		started++
 		go func() {
@@ -308,6 +312,7 @@ func (m *Manager) createPooled(parent context.Context, p *pool, spec Spec) error
 	}
 	m.mu.Lock()
 	p.creating--
+	m.pooledChanged(key{spec.Tenant, spec.Session})
 	if err != nil {
 		delete(m.named, key{spec.Tenant, spec.Session})
 		m.mu.Unlock()
@@ -359,6 +364,7 @@ func (m *Manager) removePooled(ctx context.Context, sb Sandbox, reason string) e
 	}
 	m.mu.Lock()
 	delete(m.named, key{sb.Tenant, sb.Session})
+	m.pooledChanged(key{sb.Tenant, sb.Session})
 	m.mu.Unlock()
 	m.cfg.Logger.Info("pooled sandbox removed", "reason", reason, "tenant", sb.Tenant, "name", sb.Session, "id", sb.ID)
 	return nil
@@ -384,6 +390,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		back := m.pools[k] == p && (!p.filled || len(p.ready) < p.size)
 		if back {
 			p.ready = append([]Sandbox{sb}, p.ready...)
+			m.pooledChanged(key{sb.Tenant, sb.Session})
 		}
 		m.mu.Unlock()
 		if !back {
@@ -413,6 +420,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		}
 		sb := p.ready[0]
 		p.ready = p.ready[1:]
+		m.pooledChanged(key{sb.Tenant, sb.Session})
 		m.mu.Unlock()
 		m.kickFill()
 
@@ -424,6 +432,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 			m.cfg.Logger.Info("pooled sandbox claimed or removed elsewhere", "tenant", spec.Tenant, "name", pooled, "err", err)
 			m.mu.Lock()
 			delete(m.named, key{spec.Tenant, pooled})
+			m.pooledChanged(key{spec.Tenant, pooled})
 			m.mu.Unlock()
 			continue
 		}
@@ -455,6 +464,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 			}
 			m.mu.Lock()
 			m.named[key{spec.Tenant, held}] = true
+			m.pooledChanged(key{spec.Tenant, held})
 			m.mu.Unlock()
 			sb = got
 		}
@@ -483,14 +493,30 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 // the pools every replica claims from), are ready here; those claimed,
 // retired or removed elsewhere are dropped. Sandboxes this Manager is
 // creating or claiming (known by name, in no ready list) are left alone.
+//
+// Its list is as old as the pass: this Manager's pools go on changing
+// while it lists (a concurrent Fill's creation ends, a claim puts one
+// back, a drain removes one). So the pass registers itself (poolSync)
+// before it lists, every change this Manager makes to a pooled sandbox's
+// ready or named state meanwhile is noted in it (pooledChanged), and the
+// pass leaves those sandboxes as this Manager has them (but for one its
+// list of claims shows claimed or retired, which is for good): it neither
+// drops one made ready after its list was taken (the pool would then
+// count one short, and a Fill overshoot its size) nor makes one ready
+// that this Manager removed or saw claimed after it was listed.
 func (m *Manager) syncPooled(ctx context.Context) error {
 	if m.cfg.Claims == nil {
 		return nil
 	}
+	s := &poolSync{changed: map[key]bool{}}
 	m.mu.Lock()
 	m.lastSync = time.Now()
+	m.syncs[s] = struct{}{}
 	m.mu.Unlock()
 	list, claimed, err := m.listClaimed(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.syncs, s)
 	if err != nil {
 		return err
 	}
@@ -502,25 +528,28 @@ func (m *Manager) syncPooled(ctx context.Context) error {
 			free[k] = sb
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	listed := map[key]bool{}
 	for _, p := range m.pools {
 		kept := p.ready[:0]
 		for _, sb := range p.ready {
 			k := key{sb.Tenant, sb.Session}
-			if _, ok := free[k]; ok {
+			_, ok := free[k]
+			// A claim or retirement is for good (until the sandbox is
+			// gone): one the list of claims shows is not ready, however
+			// recently this Manager made it ready.
+			if _, taken := claimed[k]; ok || (s.changed[k] && !taken) {
 				kept = append(kept, sb)
 				listed[k] = true
 			} else {
 				delete(m.named, k) // another's now, or gone
+				m.pooledChanged(k)
 			}
 		}
 		clear(p.ready[len(kept):])
 		p.ready = kept
 	}
 	for k, sb := range free {
-		if listed[k] || m.named[k] {
+		if listed[k] || m.named[k] || s.changed[k] {
 			continue
 		}
 		pk := poolKey(sb.Tenant, poolHash(sb.Session))
@@ -531,8 +560,25 @@ func (m *Manager) syncPooled(ctx context.Context) error {
 		}
 		p.ready = append(p.ready, sb)
 		m.named[k] = true
+		m.pooledChanged(k)
 	}
 	return nil
+}
+
+// poolSync is one syncPooled pass under way (Manager.syncs). changed are
+// the pooled sandboxes (tenant, runtime name) whose ready or named state
+// this Manager changed since the pass registered, before it listed: the
+// pass's list may predate those changes, so it leaves them be. A pass
+// notes at most every pooled sandbox once.
+type poolSync struct{ changed map[key]bool }
+
+// pooledChanged notes, for every syncPooled pass under way, that this
+// Manager changed k's ready or named state (see syncPooled); m.mu is held.
+// Every change of a ready list or of named goes through it.
+func (m *Manager) pooledChanged(k key) {
+	for s := range m.syncs {
+		s.changed[k] = true
+	}
 }
 
 // kickFill wakes FillEvery, without waiting.

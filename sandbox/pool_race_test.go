@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +243,120 @@ func TestAdoptSparesCreating(t *testing.T) {
 	}
 	if _, err := f.Get(context.Background(), "acme", "young"); err != nil {
 		t.Fatalf("the sandbox being created: %v (%s)", err, young.ID)
+	}
+}
+
+// gatedClaims holds a List while armed: it tells listing, then waits for
+// proceed. The runtime was listed before it (listClaimed), so the pass
+// that called it works from a runtime list taken before whatever happens
+// while it waits.
+type gatedClaims struct {
+	sandbox.Claims
+	armed            *atomic.Bool
+	listing, proceed chan struct{}
+}
+
+func (g gatedClaims) List(ctx context.Context) ([]sandbox.Claim, error) {
+	if g.armed.CompareAndSwap(true, false) {
+		g.listing <- struct{}{}
+		<-g.proceed
+	}
+	return g.Claims.List(ctx)
+}
+
+// A pass that lists the pooled sandboxes while another pass's creation
+// ends keeps the sandbox its list predates: it neither drops it from the
+// ready list (the pool then counted one short, and a Fill overshot its
+// size) nor forgets its name.
+func TestPoolSyncKeepsSandboxMadeWhileListing(t *testing.T) {
+	f := newFake()
+	creating, create := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	f.CreateHook = func(sandbox.Spec) error {
+		if first.CompareAndSwap(true, false) {
+			creating <- struct{}{}
+			<-create
+		}
+		return nil
+	}
+	g := gatedClaims{Claims: claims(t), armed: new(atomic.Bool), listing: make(chan struct{}), proceed: make(chan struct{})}
+	m, _ := newManager(t, f, withClaims(g))
+	ctx := context.Background()
+
+	firstDone := make(chan sandbox.FillReport, 1)
+	go func() {
+		rep, err := m.Fill(ctx, []sandbox.PoolTarget{target(t, 1)})
+		if err != nil {
+			t.Error(err)
+		}
+		firstDone <- rep
+	}()
+	<-creating // the first pass's sandbox does not exist yet
+	g.armed.Store(true)
+	secondDone := make(chan sandbox.FillReport, 1)
+	go func() {
+		rep, err := m.Fill(ctx, []sandbox.PoolTarget{target(t, 1)})
+		if err != nil {
+			t.Error(err)
+		}
+		secondDone <- rep
+	}()
+	<-g.listing // the second pass has listed the runtime: without it
+	close(create)
+	if rep := <-firstDone; rep.Created != 1 {
+		t.Fatalf("first pass: %+v, want one created", rep)
+	}
+	close(g.proceed)
+	if rep := <-secondDone; rep.Created != 0 || rep.Missing != 0 {
+		t.Errorf("second pass: %+v; want nothing created, nothing missing", rep)
+	}
+	if n := f.Creates.Load(); n != 1 {
+		t.Errorf("%d creates for a pool of 1", n)
+	}
+	if ps := m.Pools(); len(ps) != 1 || ps[0].Ready != 1 {
+		t.Errorf("pools %+v; want one with 1 ready", ps)
+	}
+	// The sandbox is still claimable: it was kept ready, by name.
+	if sb, err := m.Ensure(ctx, spec(t, "s1")); err != nil || sb.PoolName == "" {
+		t.Errorf("a session after both passes: %+v, %v; want the pooled sandbox", sb, err)
+	}
+}
+
+// A pass that lists the pooled sandboxes while another pass drains one
+// does not make the removed sandbox ready again from its older list: the
+// pool would count a sandbox that is gone, and never refill it.
+func TestPoolSyncForgetsSandboxRemovedWhileListing(t *testing.T) {
+	f := newFake()
+	g := gatedClaims{Claims: claims(t), armed: new(atomic.Bool), listing: make(chan struct{}), proceed: make(chan struct{})}
+	m, _ := newManager(t, f, withClaims(g))
+	fill(t, m, target(t, 1))
+	g.armed.Store(true)
+	done := make(chan sandbox.FillReport, 1)
+	go func() {
+		rep, err := m.Fill(context.Background(), []sandbox.PoolTarget{target(t, 1)})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- rep
+	}()
+	<-g.listing // this pass has listed the runtime: with the sandbox
+	if rep := fill(t, m); rep.Removed != 1 {
+		t.Fatalf("drain: %+v, want one removed", rep)
+	}
+	close(g.proceed)
+	if rep := <-done; rep.Created != 1 {
+		t.Errorf("the pass that listed before the drain: %+v; want one created for the drained", rep)
+	}
+	ps := m.Pools()
+	if len(ps) != 1 || ps[0].Ready != 1 {
+		t.Fatalf("pools %+v; want one with 1 ready", ps)
+	}
+	if n := len(pooled(t, f)); n != 1 {
+		t.Errorf("%d pooled sandboxes on the runtime, want 1", n)
+	}
+	// The ready one exists: a session gets it.
+	if sb, err := m.Ensure(context.Background(), spec(t, "s1")); err != nil || sb.PoolName == "" {
+		t.Errorf("a session: %+v, %v; want a pooled sandbox", sb, err)
 	}
 }
