@@ -262,6 +262,7 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	k := key{spec.Tenant, spec.Session}
+	start := m.cfg.Now()
 	for {
 		m.mu.Lock()
 		e := m.entries[k]
@@ -282,7 +283,13 @@ func (m *Manager) Ensure(ctx context.Context, spec Spec) (Sandbox, error) {
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return Sandbox{}, ctx.Err()
+			if creating {
+				// The creation goes on (detached, under CreateTimeout):
+				// a later call of the session finds the sandbox.
+				return Sandbox{}, fmt.Errorf("%w: the sandbox of %s/%s is still being created after %s, when this call's own deadline ended; a later call finds it once it is ready: %w",
+					ErrUnavailable, spec.Tenant, spec.Session, m.cfg.Now().Sub(start).Round(time.Millisecond), ctx.Err())
+			}
+			return Sandbox{}, fmt.Errorf("%w: waiting for the sandbox of %s/%s (being removed): %w", ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
 		}
 		// The outcome of the creation this call waited for is its answer,
 		// even if a Remove got the sandbox right after: a failure is

@@ -417,3 +417,30 @@ func TestManagerReapRecordedUses(t *testing.T) {
 type wrapped struct{ sandbox.Runtime }
 
 func (w wrapped) Unwrap() sandbox.Runtime { return w.Runtime }
+
+// A call whose own deadline ends while its session's sandbox is still
+// being created gets an error that says so (not a bare "context deadline
+// exceeded"); the creation goes on, and the next call gets the sandbox.
+func TestManagerEnsureDeadlineWhileCreating(t *testing.T) {
+	f := newFake()
+	release := make(chan struct{})
+	f.CreateHook = func(sandbox.Spec) error { <-release; return nil }
+	m, _ := newManager(t, f)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := m.Ensure(ctx, spec(t, "s1"))
+	if !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.Contains(err.Error(), "the sandbox of acme/s1 is still being created after ") ||
+		!strings.Contains(err.Error(), "a later call finds it once it is ready") {
+		t.Fatalf("Ensure past its deadline: %v", err)
+	}
+	close(release)
+	sb, err := m.Ensure(context.Background(), spec(t, "s1"))
+	if err != nil || sb.ID == "" {
+		t.Fatalf("the next call: %+v, %v", sb, err)
+	}
+	if n := f.Creates.Load(); n != 1 {
+		t.Fatalf("%d creates, want the one that went on", n)
+	}
+}

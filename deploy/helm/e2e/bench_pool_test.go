@@ -125,7 +125,14 @@ func BenchmarkChartPool(b *testing.B) {
 				close(done)
 				warmWG.Wait()
 			}
-			if len(failed) > 0 {
+			b.ReportMetric(float64(len(failed)), "failed")
+			switch {
+			case len(failed) > 0 && size == 0:
+				// Without a pool, 50 pods made 4 at a time on the CI
+				// node's 2 cores can outlast a call's own 2-minute
+				// timeout: reported, with the error a caller gets.
+				b.Logf("%d calls failed, first: %s", len(failed), failed[0])
+			case len(failed) > 0:
 				b.Errorf("%d failed calls, first: %s", len(failed), failed[0])
 			}
 			executortest.ReportPercentilesAs(b, "first-", first)
