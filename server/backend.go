@@ -35,8 +35,8 @@ type Backend interface {
 // replica would go unready at once and the whole service with them. A
 // tenant's policy file that does not load is one: that tenant keeps its
 // last good policy (or is refused, if it never had one), the others are
-// served. /readyz lists them ("warnings"), as do the console and the
-// gauge shellbox_backend_warnings.
+// served. /readyz counts them ("warnings"; it is public), the console
+// lists them, the gauge shellbox_backend_warnings counts them.
 type Warner interface {
 	Warnings() []string
 }

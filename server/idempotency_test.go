@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -269,34 +271,90 @@ func TestIdempotentLargeAnswerNotKept(t *testing.T) {
 
 func TestIdemStoreBounds(t *testing.T) {
 	st := newIdemStore()
-	st.maxEntries, st.maxTotal, st.ttl = 3, 10, time.Minute
+	st.maxEntries, st.maxTotal, st.ttl = 8, 40, time.Minute
 	now := time.Unix(1000, 0)
 	st.now = func() time.Time { return now }
 	var fp [sha256.Size]byte
-	put := func(key string, body string) {
-		e, first := st.claim(key, fp)
-		if !first {
-			t.Fatalf("%s: not first", key)
+	start := func(tenant, key string) *idemEntry {
+		t.Helper()
+		e, first, err := st.claim(tenant, key, fp)
+		if err != nil || !first {
+			t.Fatalf("%s/%s: first %v, %v", tenant, key, first, err)
 		}
-		st.finish(e, &idemRecorder{status: 200, buf: []byte(body)}, true)
+		return e
 	}
-	has := func(key string) bool { _, ok := st.entries[key]; return ok }
+	put := func(tenant, key, body string) {
+		t.Helper()
+		st.finish(start(tenant, key), &idemRecorder{status: 200, buf: []byte(body)}, true, false)
+	}
+	has := func(tenant, key string) bool { _, ok := st.entries[tenant+"\x00"+key]; return ok }
+	kept := func(tenant, key string) bool {
+		el, ok := st.entries[tenant+"\x00"+key]
+		return ok && el.Value.(*idemEntry).kept
+	}
 
-	put("a", "1234")
-	put("b", "1234")
-	put("c", "12")
-	put("d", "1") // a fourth key: the oldest (a) goes
-	if has("a") || !has("b") || !has("d") || st.total != 7 {
-		t.Fatalf("after 4 keys: a %v b %v d %v total %d", has("a"), has("b"), has("d"), st.total)
+	// A tenant holds a quarter of the keys: its fifth pushes out its own
+	// oldest, not another tenant's.
+	put("b", "b1", "")
+	for _, k := range []string{"a1", "a2", "a3", "a4"} {
+		put("a", k, "")
 	}
-	st.maxEntries = 10
-	put("e", "12345") // total 12 > 10: the oldest kept answer (b) goes
-	if has("b") || !has("c") || st.total != 8 {
-		t.Fatalf("after the total bound: b %v c %v total %d", has("b"), has("c"), st.total)
+	put("a", "a5", "")
+	if has("a", "a1") || !has("a", "a5") || !has("b", "b1") || st.tenants["a"].entries != 2 {
+		t.Fatalf("after a's fifth key: a1 %v a5 %v b1 %v, a holds %d", has("a", "a1"), has("a", "a5"), has("b", "b1"), st.tenants["a"].entries)
+	}
+
+	// A key whose call still runs is never dropped: a tenant whose keys
+	// all run is refused a new one.
+	st = newIdemStore()
+	st.maxEntries, st.maxTotal, st.ttl, st.now = 8, 40, time.Minute, func() time.Time { return now }
+	for _, k := range []string{"r1", "r2"} {
+		start("a", k)
+	}
+	if _, _, err := st.claim("a", "r3", fp); !errors.Is(err, errIdemFull) || !strings.Contains(err.Error(), "tenant a has 2") {
+		t.Fatalf("a third running key: %v", err)
 	}
 	now = now.Add(2 * time.Minute)
-	put("f", "")
-	if len(st.entries) != 1 || st.order.Len() != 1 || st.total != 0 {
-		t.Fatalf("after the TTL: %d entries, %d listed, total %d", len(st.entries), st.order.Len(), st.total)
+	if _, _, err := st.claim("b", "b1", fp); err != nil || !has("a", "r1") {
+		t.Fatalf("running keys past the TTL: %v, r1 kept %v", err, has("a", "r1"))
+	}
+
+	// Bytes: past the tenant's quarter (10) its oldest answers are dropped,
+	// their keys kept (a repeat gets 409, not a second run).
+	st = newIdemStore()
+	st.maxEntries, st.maxTotal, st.ttl, st.now = 8, 40, time.Minute, func() time.Time { return now }
+	put("a", "x1", "123456")
+	put("a", "x2", "123456")
+	if kept("a", "x1") || !has("a", "x1") || !kept("a", "x2") || st.total != 6 || st.tenants["a"].bytes != 6 {
+		t.Fatalf("after the tenant's byte share: x1 kept %v listed %v, x2 kept %v, total %d", kept("a", "x1"), has("a", "x1"), kept("a", "x2"), st.total)
+	}
+	if e := st.entries["a\x00x1"].Value.(*idemEntry); !strings.Contains(e.why, "dropped to keep the memory of repeats bounded") {
+		t.Fatalf("why: %q", e.why)
+	}
+	// The TTL drops finished keys.
+	now = now.Add(2 * time.Minute)
+	put("c", "c1", "")
+	if len(st.entries) != 1 || st.order.Len() != 1 || st.total != 0 || len(st.tenants) != 1 {
+		t.Fatalf("after the TTL: %d entries, %d listed, total %d, %d tenants", len(st.entries), st.order.Len(), st.total, len(st.tenants))
+	}
+}
+
+// A first call whose client went away before its answer ended keeps its
+// key (the command ran) but not the answer: a repeat gets 409 saying so.
+func TestIdempotentCutAnswerNotKept(t *testing.T) {
+	runs := 0
+	_, h := idemHandler(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		fmt.Fprint(w, "partial")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader("b")).WithContext(ctx)
+	req.Header.Set("Authorization", "Bearer "+tokenAcme)
+	req.Header.Set(IdempotencyHeader, "k")
+	cancel()
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	w := idemServe(h, "k", "b")
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "was cut: its client went away before it ended") || runs != 1 {
+		t.Fatalf("%d %s, runs %d", w.Code, w.Body, runs)
 	}
 }

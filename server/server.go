@@ -305,10 +305,11 @@ func (s *Server) Handler() http.Handler {
 	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(mux)))
 }
 
-// readiness is /readyz's answer when ready.
+// readiness is /readyz's answer when ready. /readyz is public: it counts
+// the warnings; the console and the log name them.
 type readiness struct {
-	Status   string   `json:"status"`
-	Warnings []string `json:"warnings,omitempty"`
+	Status   string `json:"status"`
+	Warnings int    `json:"warnings,omitempty"`
 }
 
 // warnings are the backend's problems that do not stop it serving
@@ -343,7 +344,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not_ready", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, readiness{Status: "ready", Warnings: s.warnings()})
+	writeJSON(w, http.StatusOK, readiness{Status: "ready", Warnings: len(s.warnings())})
 }
 
 // recoverPanics turns a handler panic into a 500 JSON error (and a log line
