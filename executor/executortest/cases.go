@@ -181,7 +181,10 @@ func foregroundCases() []testCase {
 }
 
 func timeoutCases() []testCase {
-	const ms = 500
+	// Long enough that the shell has started, printed and set its traps
+	// before the timer fires, even on a CI node at load 70 (the signal and
+	// exit code under test depend on it).
+	const ms = 3000
 	timedOut := func(signal string, exit int) *fgWant {
 		return &fgWant{timedOut: true, signal: signal, exit: exit, timeoutMs: ms}
 	}
@@ -226,10 +229,13 @@ func tailCases() []testCase {
 			fg: &fgWant{truncated: true}, check: spillHas("seq -f 'line%03g' 1 8; printf x", 65)},
 		{name: "one_line_over", profile: profTail, args: bashArgs("seq -f 'line%03g' 1 9"),
 			fg: &fgWant{truncated: true}, check: spillHas("seq -f 'line%03g' 1 9", 72)},
-		{name: "all_markers_signal", profile: profTail, args: bashArgs(gen100+"; sleep 30", "timeoutMs", 500),
-			fg: &fgWant{truncated: true, timedOut: true, signal: "SIGTERM", timeoutMs: 500}, check: spillHas(gen100, 800)},
-		{name: "all_markers_exit_code", profile: profTail, args: bashArgs("trap 'exit 5' TERM; "+gen100+"; sleep 30 & wait", "timeoutMs", 500),
-			fg: &fgWant{truncated: true, timedOut: true, exit: 5, timeoutMs: 500}, check: spillHas(gen100, 800)},
+		// The output must be written before the timeout ends the command:
+		// 3 s, not less (at 500 ms a CI node at load 70 once ran out of
+		// time before seq printed).
+		{name: "all_markers_signal", profile: profTail, args: bashArgs(gen100+"; sleep 30", "timeoutMs", 3000),
+			fg: &fgWant{truncated: true, timedOut: true, signal: "SIGTERM", timeoutMs: 3000}, check: spillHas(gen100, 800)},
+		{name: "all_markers_exit_code", profile: profTail, args: bashArgs("trap 'exit 5' TERM; "+gen100+"; sleep 30 & wait", "timeoutMs", 3000),
+			fg: &fgWant{truncated: true, timedOut: true, exit: 5, timeoutMs: 3000}, check: spillHas(gen100, 800)},
 		// 10000 bytes against a 4096-byte spill cap.
 		{name: "spill_capped", profile: profTail, args: bashArgs("seq -f 'l%06g' 1 1250"),
 			fg: &fgWant{truncated: true}, wantRE: regexp.MustCompile(capped),
