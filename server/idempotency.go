@@ -203,8 +203,7 @@ func (st *idemStore) finish(e *idemEntry, rec *idemRecorder, ok, cut bool) {
 		if listed {
 			st.remove(el)
 		}
-		e.status = 0 // waiters run their own request
-		return
+		return // e.status stays 0: waiters run their own request
 	}
 	e.status, e.header, e.size = status, rec.header, rec.size
 	switch {
