@@ -181,6 +181,18 @@ func (s *Server) mcpHandler() http.Handler {
 	inner := auth.RequireBearerToken(verify, nil)(s.mcpHTTP)
 	stateless := auth.RequireBearerToken(verify, nil)(s.mcpStateless)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			// Counted for Drain until the answer is written: closing the
+			// MCP session before that cuts a finished call's result.
+			s.mu.Lock()
+			s.mcpPosts++
+			s.mu.Unlock()
+			defer func() {
+				s.mu.Lock()
+				s.mcpPosts--
+				s.mu.Unlock()
+			}()
+		}
 		if name := r.Header.Get(SessionHeader); name != "" {
 			if err := validSession(name); err != nil {
 				s.countError("invalid_session")

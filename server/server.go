@@ -103,7 +103,11 @@ type Server struct {
 
 	// calls counts tool calls (and file transfers) running, for Drain
 	// (under mu).
-	calls    int
+	calls int
+	// mcpPosts counts MCP POST requests being served (under mu): a tool
+	// call's result is written to its POST's stream by the SDK after the
+	// call ends, so Drain closes MCP sessions only once these are done.
+	mcpPosts int
 	mu       sync.Mutex
 	draining bool
 	// retiring: Retire was called (shutdown.go).
@@ -396,11 +400,11 @@ func (s *Server) endCall() {
 	s.mu.Unlock()
 }
 
-// idle reports whether no call runs.
+// idle reports whether no call runs and no MCP POST is being answered.
 func (s *Server) idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls == 0
+	return s.calls == 0 && s.mcpPosts == 0
 }
 
 func (s *Server) isDraining() bool {
@@ -410,7 +414,8 @@ func (s *Server) isDraining() bool {
 }
 
 // Drain is the server's part of a graceful shutdown: new tool calls are
-// refused (503), calls in flight may finish until ctx is done, then event
+// refused (503), calls in flight may finish until ctx is done (an MCP
+// call until its result is written to its POST's stream), then event
 // streams and MCP sessions are closed. Sandboxes and background tasks are
 // left running for the next process to adopt. Call it alongside
 // http.Server.Shutdown, which stops accepting connections.

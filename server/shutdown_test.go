@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Retire: /readyz fails, calls are still served and each answer closes its
@@ -75,5 +77,91 @@ func TestDrainServesAdmitted(t *testing.T) {
 	defer cancel2()
 	if err := r.srv.Drain(ctx2); err != nil {
 		t.Fatalf("Drain after the call ended: %v", err)
+	}
+}
+
+// withToken adds a token to each request.
+type withToken struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b withToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(req)
+}
+
+// An MCP call that has ended but whose result the SDK has not yet written
+// to its POST's stream still gets that result when Drain begins then:
+// Drain closes the MCP sessions only after the POST is answered (seen in
+// a rolling update as "request terminated without response").
+func TestDrainWritesFinishedMCPResult(t *testing.T) {
+	for _, rev := range []string{Revision20260728, "2025-11-25"} {
+		t.Run(rev, func(t *testing.T) { drainWritesFinishedMCPResult(t, rev) })
+	}
+}
+
+func drainWritesFinishedMCPResult(t *testing.T, rev string) {
+	r := newRig(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: withToken{tokenAcme, r.ts.Client().Transport}}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: r.ts.URL + "/mcp", HTTPClient: hc, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: rev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	// Between our tool handler's end (the call no longer counted) and the
+	// SDK writing its result: hold it there while Drain starts.
+	ended := make(chan struct{})
+	release := make(chan struct{})
+	r.srv.mcpMu.Lock()
+	for _, srv := range r.srv.mcpSrvs {
+		srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				res, err := next(ctx, method, req)
+				if method == "tools/call" {
+					close(ended)
+					<-release
+				}
+				return res, err
+			}
+		})
+	}
+	r.srv.mcpMu.Unlock()
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash",
+			Meta: mcp.Meta{SessionMetaKey: "s1"}, Arguments: map[string]any{"command": "echo hi", "description": "hi"}})
+		got <- answer{res, err}
+	}()
+	<-ended
+	drained := make(chan error, 1)
+	go func() { drained <- r.srv.Drain(ctx) }()
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) before the finished call's result was written", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("the call that ended as Drain began: %v", a.err)
+	}
+	if len(a.res.Content) == 0 || a.res.IsError {
+		t.Fatalf("the call that ended as Drain began: %+v", a.res)
+	}
+	if text := a.res.Content[0].(*mcp.TextContent).Text; !strings.Contains(text, "hi") {
+		t.Errorf("answer %q, want hi", text)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("Drain: %v", err)
 	}
 }
