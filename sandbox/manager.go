@@ -125,6 +125,10 @@ type Manager struct {
 	kick chan struct{} // a claim wakes FillEvery
 	// lastSync is when syncPooled last listed the runtime (Manager.mu).
 	lastSync time.Time
+	// syncing is closed when the latest syncPooled pass under way ends;
+	// nil when none runs (Manager.mu). A claim that finds its pool empty
+	// while a pass lists waits for that pass rather than start cold.
+	syncing chan struct{}
 
 	mu      sync.Mutex
 	entries map[key]*entry

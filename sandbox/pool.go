@@ -93,7 +93,11 @@ type pool struct {
 }
 
 // syncEvery bounds how often a claim that finds no ready sandbox looks for
-// pooled sandboxes another process made.
+// pooled sandboxes another process made. A claim that finds none while a
+// look is under way waits for its outcome: in a burst of new sessions on a
+// process that does not fill the pools (a replica that is not the elected
+// one) all but the first claim would otherwise start cold while the first
+// one lists what the filler made.
 const syncEvery = time.Second
 
 func poolKey(tenant, hash string) string { return tenant + "/" + hash }
@@ -404,6 +408,19 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	for {
 		m.mu.Lock()
 		p := m.pools[k]
+		if (p == nil || len(p.ready) == 0) && !synced && m.syncing != nil {
+			// A look is under way (another claim's, a Fill pass's): its
+			// outcome, not a cold start.
+			wait := m.syncing
+			m.mu.Unlock()
+			synced = true
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return Sandbox{}, false, fmt.Errorf("%w: %s/%s: waiting for the list of pooled sandboxes: %w", ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
+			}
+			continue
+		}
 		if (p == nil || len(p.ready) == 0) && !synced && time.Since(m.lastSync) >= syncEvery {
 			// Another process (the elected filler) may have made some
 			// since this one last looked.
@@ -509,13 +526,21 @@ func (m *Manager) syncPooled(ctx context.Context) error {
 		return nil
 	}
 	s := &poolSync{changed: map[key]bool{}}
+	done := make(chan struct{})
 	m.mu.Lock()
 	m.lastSync = time.Now()
 	m.syncs[s] = struct{}{}
+	m.syncing = done
 	m.mu.Unlock()
 	list, claimed, err := m.listClaimed(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Those waiting see the ready lists this pass leaves (m.mu is released
+	// after the lists are updated).
+	defer close(done)
+	if m.syncing == done {
+		m.syncing = nil
+	}
 	delete(m.syncs, s)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -358,5 +359,52 @@ func TestPoolSyncForgetsSandboxRemovedWhileListing(t *testing.T) {
 	// The ready one exists: a session gets it.
 	if sb, err := m.Ensure(context.Background(), spec(t, "s1")); err != nil || sb.PoolName == "" {
 		t.Errorf("a session: %+v, %v; want a pooled sandbox", sb, err)
+	}
+}
+
+// A burst of new sessions on a process that does not fill the pools: the
+// first claim finds its ready list empty and lists what the filler made;
+// the others, finding the list empty while that look is under way, wait
+// for it and claim too, rather than each start a sandbox cold.
+func TestPoolBurstWaitsForSync(t *testing.T) {
+	f := newFake()
+	g := gatedClaims{Claims: claims(t), armed: new(atomic.Bool), listing: make(chan struct{}), proceed: make(chan struct{})}
+	leader, _ := newManager(t, f, withClaims(g))
+	other, _ := newManager(t, f, withClaims(g))
+	const n = 5
+	// A pass makes at most maxCreating (4): fill until none is missing.
+	for i := 0; fill(t, leader, target(t, n)).Missing > 0; i++ {
+		if i == n {
+			t.Fatalf("the pool of %d is not full after %d passes", n, n)
+		}
+	}
+	before := f.Creates.Load()
+	g.armed.Store(true)
+	ctx := context.Background()
+	type got struct {
+		sb  sandbox.Sandbox
+		err error
+	}
+	out := make(chan got, n)
+	ensure := func(i int) {
+		sb, err := other.Ensure(ctx, spec(t, fmt.Sprintf("s%d", i)))
+		out <- got{sb, err}
+	}
+	go ensure(0)
+	<-g.listing // the first claim's look is held
+	for i := 1; i < n; i++ {
+		go ensure(i)
+	}
+	// Let the others reach their claim (a cold start would not wait).
+	time.Sleep(200 * time.Millisecond)
+	close(g.proceed)
+	for range n {
+		r := <-out
+		if r.err != nil || r.sb.PoolName == "" {
+			t.Errorf("a session of the burst: %+v, %v; want a claim from the pool", r.sb, r.err)
+		}
+	}
+	if made := f.Creates.Load() - before; made != 0 {
+		t.Errorf("%d sandboxes created cold during the burst; want every session claimed from the pool of %d", made, n)
 	}
 }
