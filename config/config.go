@@ -511,7 +511,9 @@ type Kube struct {
 	// (client-go's client-side rate limiter, per client): the runtime's
 	// pod polls, claims and last-use patches, the relay's and the
 	// approvals' requests. client-go's own defaults (5/s, burst 10) made
-	// a warm-pool claim wait behind the leader's polls of pods it fills.
+	// a warm-pool claim wait behind the leader's polls of pods it fills;
+	// 50/100 made 50 claims at once (8–10 requests each) wait ~8 s for
+	// their turn. The API server's own fairness (APF) still protects it.
 	QPS   float32 `mapstructure:"qps"`
 	Burst int     `mapstructure:"burst"`
 }
@@ -565,8 +567,8 @@ func runtimeDefaults() map[string]any {
 		"kube::serverSelector":       map[string]string{},
 		"kube::serverNamespace":      "",
 		"kube::approvals":            ApprovalsCluster,
-		"kube::qps":                  float32(50),
-		"kube::burst":                100,
+		"kube::qps":                  float32(200),
+		"kube::burst":                400,
 		"docker::engineRuntimes":     map[string]string{},
 		"containerd::address":        "/run/containerd/containerd.sock",
 		"containerd::namespace":      "shellbox",

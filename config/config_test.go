@@ -140,7 +140,7 @@ func TestKubeErrors(t *testing.T) {
 		"backend: kube\nkube: {agentImage: x, imagePullPolicy: Sometimes}\n":         `config: kube.imagePullPolicy "Sometimes"`,
 		"backend: kube\nkube: {agentImage: x, serverSelector: {app: \"a b\"}}\n":     "config: kube.serverSelector",
 		"backend: kube\nkube: {agentImage: x, agentPort: 0, cpuRequestRatio: 1.5}\n": "config: kube.cpuRequestRatio 1.5",
-		"backend: kube\nkube: {agentImage: x, qps: 0}\n":                             "config: kube.qps 0 and kube.burst 100: both must be positive",
+		"backend: kube\nkube: {agentImage: x, qps: 0}\n":                             "config: kube.qps 0 and kube.burst 400: both must be positive",
 	} {
 		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)
