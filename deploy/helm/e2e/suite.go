@@ -46,7 +46,7 @@ limits:
   spillLimit: %d
   spillBytes: 256MiB
   sessions: 256
-  backgroundTasks: 16
+  backgroundTasks: 32
 `, i, runtime, lim.DefaultTimeout, lim.MaxTimeout, lim.Grace, lim.TailBytes, lim.BufferBytes, lim.SpillLimit)})
 	}
 	return ts
