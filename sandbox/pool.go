@@ -408,28 +408,26 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	for {
 		m.mu.Lock()
 		p := m.pools[k]
-		if (p == nil || len(p.ready) == 0) && !synced && m.syncing != nil {
-			// A look is under way (another claim's, a Fill pass's): its
-			// outcome, not a cold start.
-			wait := m.syncing
-			m.mu.Unlock()
-			synced = true
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return Sandbox{}, false, fmt.Errorf("%w: %s/%s: waiting for the list of pooled sandboxes: %w", ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
-			}
-			continue
-		}
-		if (p == nil || len(p.ready) == 0) && !synced && time.Since(m.lastSync) >= syncEvery {
+		if (p == nil || len(p.ready) == 0) && !synced {
 			// Another process (the elected filler) may have made some
-			// since this one last looked.
-			m.mu.Unlock()
-			synced = true
-			if err := m.syncPooled(ctx); err != nil {
-				m.cfg.Logger.Warn("listing pooled sandboxes", "err", err)
+			// since this one last looked: wait for a look under way
+			// (another claim's, a Fill pass's), or look now unless the
+			// last look began within syncEvery.
+			wait := m.syncing
+			if wait != nil || time.Since(m.lastSync) >= syncEvery {
+				m.mu.Unlock()
+				synced = true
+				if wait != nil {
+					select {
+					case <-wait:
+					case <-ctx.Done():
+						return Sandbox{}, false, fmt.Errorf("%w: %s/%s: waiting for the list of pooled sandboxes: %w", ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
+					}
+				} else if err := m.syncPooled(ctx); err != nil {
+					m.cfg.Logger.Warn("listing pooled sandboxes", "err", err)
+				}
+				continue
 			}
-			continue
 		}
 		if p == nil || len(p.ready) == 0 {
 			m.mu.Unlock()
