@@ -61,6 +61,33 @@ type Claims interface {
 	Release(ctx context.Context, tenant, pooled string) error
 }
 
+// ColdStarts is an optional ability of Claims shared by processes that
+// serve one session's calls at once (Kubernetes replicas): it keeps a
+// session from getting both a cold sandbox and a claimed pooled one, and
+// two processes from creating it cold side by side. A session's first
+// sandbox is either claimed (Claim) or reserved for a cold start (Cold),
+// never both: the two take the session's one lock.
+//
+// With ColdStarts, Claim also answers held == session when the session's
+// sandbox is being (or was) created cold: the claimer leaves its pooled
+// sandbox unclaimed and waits for that one.
+//
+// DirClaims does not have it: on one host one server process serves a
+// session's calls (a second shares the directory only in a restart's
+// overlap, when the old one takes no new calls), and the engine refuses a
+// second container of a session's name.
+type ColdStarts interface {
+	// Cold reserves session's cold start. held "" means this call holds
+	// the reservation: create the sandbox, then call done (whatever the
+	// outcome: it keeps the reservation with a sandbox that exists and
+	// drops it otherwise). held == session: another process holds it
+	// (its sandbox is being created, or exists): wait for that sandbox.
+	// Any other held is the pooled sandbox the session claimed elsewhere.
+	// A reservation whose holder died before its sandbox existed is
+	// dropped once it is older than the creation could take.
+	Cold(ctx context.Context, tenant, session string) (held string, done func(), err error)
+}
+
 // DirClaims keeps claims as files in a directory of the server's state:
 // <dir>/<tenant>/<pooled>, holding the session's name. A claim is a link(2)
 // of a complete temporary file to that name, which fails if the name

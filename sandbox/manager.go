@@ -691,7 +691,7 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 	live := map[key]bool{}
 	for _, sb := range list {
 		rk := key{sb.Tenant, sb.Session}
-		if sb.State == StateCreated && !sb.Created.IsZero() && m.cfg.Now().Sub(sb.Created) < m.cfg.CreateTimeout {
+		if m.beingCreated(sb) {
 			// Being created, perhaps by another process sharing the
 			// runtime (a replica, or the leader filling a pool): not dead
 			// yet. A later Adopt, or the reaper, judges it.
@@ -874,7 +874,44 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 	e.busy = nil
 }
 
+// errOtherCreating says that another process is creating the session's
+// sandbox (Kubernetes replicas serving its first calls at once): wait for
+// that one. It never leaves createOrTakeOver.
+var errOtherCreating = errors.New("sandbox: being created by another process")
+
+// otherCreatingPoll is how often createOrTakeOver looks again for a
+// sandbox another process is creating.
+const otherCreatingPoll = 250 * time.Millisecond
+
+// createOrTakeOver returns the session's sandbox: the running one the
+// runtime has, a claimed pooled one, or a new one. While another process
+// is creating it (a pending sandbox younger than CreateTimeout, or a cold
+// start or claim that ColdStarts reports), it waits for that one, looking
+// again every otherCreatingPoll, until ctx ends: the session must not get
+// a second sandbox, and the other's must not be removed as dead.
 func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
+	for {
+		sb, err := m.createOnce(ctx, spec)
+		if !errors.Is(err, errOtherCreating) {
+			return sb, err
+		}
+		select {
+		case <-ctx.Done():
+			return Sandbox{}, fmt.Errorf("%w: the sandbox of %s/%s is being created by another server, and was not ready when this creation's time ran out: %w",
+				ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
+		case <-time.After(otherCreatingPoll):
+		}
+	}
+}
+
+// beingCreated reports whether sb, not running, may still be being created
+// (perhaps by another process sharing the runtime): pending, and younger
+// than a creation may take.
+func (m *Manager) beingCreated(sb Sandbox) bool {
+	return sb.State == StateCreated && !sb.Created.IsZero() && m.cfg.Now().Sub(sb.Created) < m.cfg.CreateTimeout
+}
+
+func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	rt := m.cfg.Runtime
 	old, err := m.get(ctx, spec.Tenant, spec.Session)
 	switch {
@@ -889,6 +926,8 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		}
 		m.cfg.Logger.Info("sandbox adopted", "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 		return old, nil
+	case m.beingCreated(old):
+		return Sandbox{}, errOtherCreating
 	default:
 		if err := m.destroy(ctx, key{spec.Tenant, spec.Session}, old); err != nil {
 			return Sandbox{}, err
@@ -900,6 +939,18 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		return Sandbox{}, err
 	} else if ok {
 		return sb, nil
+	}
+	if cs, ok := m.cfg.Claims.(ColdStarts); ok {
+		held, done, err := cs.Cold(ctx, spec.Tenant, spec.Session)
+		switch {
+		case err != nil:
+			return Sandbox{}, err
+		case held == spec.Session:
+			return Sandbox{}, errOtherCreating
+		case held != "":
+			return m.claimedElsewhere(ctx, spec, held)
+		}
+		defer done()
 	}
 	release, err := m.adm.acquire(ctx)
 	if err != nil {
@@ -914,6 +965,30 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		return Sandbox{}, m.discard(ctx, sb, err)
 	}
 	m.cfg.Logger.Info("sandbox created", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "runtime", sb.Runtime)
+	return sb, nil
+}
+
+// claimedElsewhere returns the pooled sandbox held that another process
+// claimed for spec's session while this one was about to start it cold.
+func (m *Manager) claimedElsewhere(ctx context.Context, spec Spec, held string) (Sandbox, error) {
+	sb, err := m.cfg.Runtime.Get(ctx, spec.Tenant, held)
+	if errors.Is(err, ErrNotFound) {
+		// Gone since: the claim is stale, which the next look clears.
+		return Sandbox{}, errOtherCreating
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("session %s/%s holds pooled sandbox %s: %w", spec.Tenant, spec.Session, held, err)
+	}
+	m.mu.Lock()
+	m.named[key{spec.Tenant, held}] = true
+	m.pooledChanged(key{spec.Tenant, held})
+	m.mu.Unlock()
+	sb.PoolName, sb.Session = held, spec.Session
+	if err := m.ready(ctx, sb); err != nil {
+		// Another process handed it to the session: not ours to replace.
+		return Sandbox{}, err
+	}
+	m.cfg.Logger.Info("session claimed a pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "name", held, "id", sb.ID)
 	return sb, nil
 }
 

@@ -458,6 +458,13 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 			putBack(p, sb)
 			return Sandbox{}, false, nil
 		}
+		if held == spec.Session {
+			// Another process is starting (or started) the session cold
+			// (ColdStarts): that sandbox is the session's.
+			m.cfg.Logger.Info("session started cold elsewhere", "tenant", spec.Tenant, "session", spec.Session, "unused", pooled)
+			putBack(p, sb)
+			return Sandbox{}, false, errOtherCreating
+		}
 		if held != pooled {
 			// The session's first calls reached another process too, which
 			// claimed held for it an instant before: that one is the

@@ -69,7 +69,10 @@ type Claims struct {
 	r *Runtime
 }
 
-var _ sandbox.Claims = (*Claims)(nil)
+var (
+	_ sandbox.Claims     = (*Claims)(nil)
+	_ sandbox.ColdStarts = (*Claims)(nil)
+)
 
 // Claims returns the release's claims on the runtime's clientset (RBAC:
 // pods get, list, patch, delete; secrets get, create, delete).
@@ -103,6 +106,9 @@ func (c *Claims) Claim(ctx context.Context, tenant, pooled, session string) (str
 		}
 		if err != nil {
 			return "", err
+		}
+		if held == session {
+			return session, nil // started cold (Cold): that pod is the session's
 		}
 		if held != pooled {
 			p = nil // not the pod read
@@ -153,29 +159,63 @@ func (c *Claims) claimable(ctx context.Context, tenant, pooled, session string) 
 	return p, nil
 }
 
-// lock returns the pooled sandbox session's claim lock names, creating the
-// lock for pod p (of pooled) if there is none, the lock itself, and
-// whether this call created it. errRetry: another created it meanwhile.
+// lock returns the pooled sandbox session's claim lock names (or session
+// itself: a cold start, see Cold), creating the lock for pod p (of pooled)
+// if there is none, the lock itself, and whether this call created it.
+// errRetry: another created it meanwhile, or the one read was stale.
 func (c *Claims) lock(ctx context.Context, tenant, session, pooled string, p *corev1.Pod) (string, *corev1.Secret, bool, error) {
-	secrets := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace)
+	held, s, err := c.readLock(ctx, tenant, session)
+	if err != nil || s != nil {
+		return held, s, false, err
+	}
+	// Owned by the pod it names: it goes with the pod.
+	made, err := c.createLock(ctx, tenant, session, pooled, &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID})
+	if err != nil {
+		return "", nil, false, err
+	}
+	return pooled, made, true, nil
+}
+
+// readLock reads session's claim lock: the name it holds and the lock, or
+// no lock (nil) if there is none. A stale cold start's lock (coldLive) or
+// a malformed one is deleted: errRetry.
+func (c *Claims) readLock(ctx context.Context, tenant, session string) (string, *corev1.Secret, error) {
 	name := ClaimLockName(tenant, session)
-	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
-	if err == nil {
-		a := s.Annotations
-		if s.Labels[LabelClaimLock] != "true" || a[AnnotationTenant] != tenant || a[AnnotationSession] != session {
-			return "", nil, false, fmt.Errorf("%w: kube: secret %s/%s is not the claim lock of session %s/%s", sandbox.ErrConflict, c.r.cfg.Namespace, name, tenant, session)
-		}
-		held := a[AnnotationClaimPooled]
-		if sandbox.CheckClaim(tenant, held, session) != nil {
-			c.unlock(ctx, s) // malformed: never a lock Claim wrote
-			return "", nil, false, errRetry
-		}
-		return held, s, false, nil
+	s, err := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil, nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return "", nil, false, c.r.convert(err, "secrets", "claim: get lock %s", name)
+	if err != nil {
+		return "", nil, c.r.convert(err, "secrets", "claim: get lock %s", name)
 	}
-	s = &corev1.Secret{
+	a := s.Annotations
+	if s.Labels[LabelClaimLock] != "true" || a[AnnotationTenant] != tenant || a[AnnotationSession] != session {
+		return "", nil, fmt.Errorf("%w: kube: secret %s/%s is not the claim lock of session %s/%s", sandbox.ErrConflict, c.r.cfg.Namespace, name, tenant, session)
+	}
+	held := a[AnnotationClaimPooled]
+	if held == session {
+		live, err := c.coldLive(ctx, s, tenant, session)
+		if err != nil {
+			return "", nil, err
+		}
+		if !live {
+			c.unlock(ctx, s)
+			return "", nil, errRetry
+		}
+		return held, s, nil
+	}
+	if sandbox.CheckClaim(tenant, held, session) != nil {
+		c.unlock(ctx, s) // malformed: never a lock Claim wrote
+		return "", nil, errRetry
+	}
+	return held, s, nil
+}
+
+// createLock creates session's claim lock holding held, owned by owner if
+// it is not nil. errRetry: there is one already.
+func (c *Claims) createLock(ctx context.Context, tenant, session, held string, owner *metav1.OwnerReference) (*corev1.Secret, error) {
+	name := ClaimLockName(tenant, session)
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
 			Namespace: c.r.cfg.Namespace,
@@ -185,20 +225,122 @@ func (c *Claims) lock(ctx context.Context, tenant, session, pooled string, p *co
 				sandbox.LabelTenant:  LabelValue(tenant),
 				LabelClaimLock:       "true",
 			},
-			Annotations: map[string]string{AnnotationTenant: tenant, AnnotationSession: session, AnnotationClaimPooled: pooled},
-			// Owned by the pod it names: it goes with the pod.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}},
+			Annotations: map[string]string{AnnotationTenant: tenant, AnnotationSession: session, AnnotationClaimPooled: held},
 		},
 		Type: corev1.SecretTypeOpaque,
 	}
-	made, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if owner != nil {
+		s.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	made, err := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Create(ctx, s, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return "", nil, false, errRetry
+		return nil, errRetry
 	}
 	if err != nil {
-		return "", nil, false, c.r.convert(err, "secrets", "claim: create lock %s", name)
+		return nil, c.r.convert(err, "secrets", "claim: create lock %s", name)
 	}
-	return pooled, made, true, nil
+	return made, nil
+}
+
+// Cold implements sandbox.ColdStarts with the session's claim lock: it
+// creates the lock holding the session's own name (no pooled name is
+// one), with no owner, so a Claim of any replica finds the session
+// started cold, and another Cold finds it taken. done settles it: owned
+// by the session's pod once that exists (the garbage collector deletes it
+// with the pod), deleted otherwise. A lock found holding a pooled sandbox
+// is claimed for the session if the claim is not written yet (the claimer
+// may have died in between; the claim is idempotent) and that sandbox is
+// returned; a stale one is deleted and the reservation tried again.
+func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func(), error) {
+	if err := sandbox.CheckID("tenant", tenant); err != nil {
+		return "", nil, err
+	}
+	if err := sandbox.CheckID("session", session); err != nil || sandbox.IsPooled(session) {
+		return "", nil, fmt.Errorf("%w: %q is not a session's name", sandbox.ErrInvalid, session)
+	}
+	for attempt := 1; attempt <= maxClaimAttempts; attempt++ {
+		made, err := c.createLock(ctx, tenant, session, session, nil)
+		if err == nil {
+			return "", func() { c.settleCold(ctx, made, tenant, session) }, nil
+		}
+		if !errors.Is(err, errRetry) {
+			return "", nil, err
+		}
+		held, lock, err := c.readLock(ctx, tenant, session)
+		switch {
+		case errors.Is(err, errRetry), err == nil && lock == nil:
+			continue // stale and deleted, or gone since
+		case err != nil:
+			return "", nil, err
+		case held == session:
+			return session, nil, nil
+		}
+		err = c.claimPod(ctx, tenant, held, session, nil)
+		switch {
+		case err == nil:
+			return held, nil, nil
+		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrAlreadyExists):
+			// The pod the lock named went, or went to another session:
+			// stale.
+			c.unlock(ctx, lock)
+		default:
+			return "", nil, err
+		}
+	}
+	return "", nil, fmt.Errorf("%w: kube: cold start of session %s/%s: gave up after %d conflicting writes", sandbox.ErrUnavailable, tenant, session, maxClaimAttempts)
+}
+
+// coldGrace is how long a cold start's lock without its pod is believed:
+// Create's wait for the pod (ReadyTimeout) and a margin for the API calls
+// around it.
+func (c *Claims) coldGrace() time.Duration { return c.r.cfg.ReadyTimeout + time.Minute }
+
+// coldLive reports whether the cold start's lock s of tenant's session
+// still stands: its pod exists, or it has none yet and the lock is not
+// older than coldGrace and was never settled with a pod (an owner: a
+// settled lock whose pod is gone is the garbage collector's, not yet
+// collected).
+func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session string) (bool, error) {
+	name := PodName(tenant, session)
+	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		if p.DeletionTimestamp == nil && c.r.ours(p, tenant, session) == nil {
+			return true, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return false, c.r.convert(err, "pods", "claim: get pod %s", name)
+	}
+	if len(s.OwnerReferences) > 0 {
+		return false, nil
+	}
+	return time.Since(s.CreationTimestamp.Time) < c.coldGrace(), nil
+}
+
+// settleCold ends the cold start whose lock is s, even if ctx ended: the
+// session's pod exists, and owns the lock from now on (a merge patch
+// carrying the lock's resourceVersion: a lock deleted and made again by
+// another is left alone); or it does not (the creation failed), and the
+// lock is deleted. A failure leaves the lock unowned, which coldLive
+// believes while the pod exists, and for coldGrace after it was made.
+func (c *Claims) settleCold(ctx context.Context, s *corev1.Secret, tenant, session string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, PodName(tenant, session), metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil || c.r.ours(p, tenant, session) != nil {
+		if err == nil || apierrors.IsNotFound(err) {
+			c.unlock(ctx, s)
+		}
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": s.ResourceVersion,
+		"ownerReferences": []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}},
+	}})
+	if err != nil {
+		return
+	}
+	_, _ = c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // unlock deletes the claim lock s if it is still that one (its uid), even

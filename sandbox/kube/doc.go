@@ -234,6 +234,22 @@
 // session's is stale (a claim is never undone while its pod exists, so
 // the session never had that pod) and is deleted, conditioned on its uid.
 //
+// A cold start takes the same lock (Claims.Cold, sandbox.ColdStarts):
+// without it, a replica that found no ready pod for a new session and
+// created the session's own pod, and another that claimed a pooled one for
+// it at the same instant, left the session with two sandboxes, its calls
+// landing in one or the other. The cold start's lock names the session
+// itself (no pooled name is one) and has no owner while its pod is being
+// created; a Claim that finds it answers the session's name, and the
+// claimer waits for that pod; a second Cold does the same. Once Create
+// returned, the lock is settled: owned by the session's pod (a patch),
+// or deleted if there is none. A cold lock stands while its pod exists;
+// without one, it is stale once it has an owner (its pod went) or is older
+// than ReadyTimeout and a minute (its creator died before making the pod).
+// A Running pod whose token Secret is not there yet reads as
+// StateCreated: the Manager waits for a young pending sandbox instead of
+// removing it as dead (another replica is creating it).
+//
 // Draining and rolling a pool never remove a claimed pod: the leader's
 // list of ready pods can hold one another replica claimed a moment ago, so
 // the Manager removes a pooled pod only after Retire, a delete conditioned
@@ -245,7 +261,8 @@
 //
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list,
 // delete, patch: RecordUse and Claims), secrets (create, get, list,
-// delete: tokens and claim locks), events (list),
+// delete: tokens and claim locks; patch: a cold start's lock settled on
+// its pod), events (list),
 // networkpolicies (get, create, update; with a ServerSelector), leases
 // (get, create, update: the Elector); and, cluster-wide and optional,
 // runtimeclasses (get) for Runtimes, which counts a configured class it

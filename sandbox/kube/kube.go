@@ -823,9 +823,12 @@ func describe(p *corev1.Pod, token string, port int32) sandbox.Sandbox {
 	}
 	sb.State, sb.OOMKilled = state(p)
 	if token == "" && sb.State == sandbox.StateRunning {
-		// Without its token nothing can talk to the agent: the Manager
-		// replaces such a sandbox.
-		sb.State = sandbox.StateOther
+		// Without its token nothing can talk to the agent. Create makes
+		// the token's Secret right after the pod, so a young one is being
+		// created (perhaps by another replica: the Manager waits for it);
+		// one older than a creation takes is unusable, and the Manager
+		// replaces it.
+		sb.State = sandbox.StateCreated
 	}
 	if p.Status.PodIP != "" {
 		sb.Agent = sandbox.Endpoint{Network: "tcp", Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), Token: token}

@@ -220,8 +220,8 @@ func TestGetStates(t *testing.T) {
 	if err := c.cs.CoreV1().Secrets("sessions").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if sb, err := r.Get(ctx, "acme", "s-1"); err != nil || sb.State != sandbox.StateOther || sb.Agent.Token != "" {
-		t.Errorf("without its secret: %+v, %v; want StateOther (unusable)", sb, err)
+	if sb, err := r.Get(ctx, "acme", "s-1"); err != nil || sb.State != sandbox.StateCreated || sb.Agent.Token != "" {
+		t.Errorf("without its secret: %+v, %v; want StateCreated (not usable yet)", sb, err)
 	}
 }
 

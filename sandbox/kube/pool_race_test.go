@@ -6,7 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -303,3 +305,225 @@ func TestPoolDrainSparesClaimed(t *testing.T) {
 		t.Fatalf("pods after the drain: %d, %v; want s1's only", len(pl.Items), err)
 	}
 }
+
+// coldVersusClaim: replica 0 starts session s cold (its template, another
+// image, matches no pool) while replica 1 claims a pooled pod for s, at
+// the same instant. What each got.
+func coldVersusClaim(t *testing.T, rs replicaSet, s string) [2]sandbox.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	specs := [2]sandbox.Spec{rs.tmpl.Clone(), rs.tmpl.Clone()}
+	specs[0].Image = "another:1"
+	var got [2]sandbox.Sandbox
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, m := range rs.ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			spec := specs[i]
+			spec.Session = s
+			sb, err := m.Ensure(ctx, spec)
+			if err != nil {
+				t.Errorf("Ensure(%s) on replica %d: %v", s, i, err)
+			}
+			got[i] = sb
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return got
+}
+
+// A session's first calls reach two replicas at once, one of which starts
+// it cold while the other claims a pooled pod for it: over many rounds
+// both replicas end with the same one sandbox (the session's claim lock
+// is taken by the cold start too), and no second pod of the session
+// exists. Without the cold start's lock the session got both.
+func TestColdStartRacesClaim(t *testing.T) {
+	const rounds = 25
+	ctx := context.Background()
+	var cold, claimed int
+	for round := range rounds {
+		c := newCluster(t)
+		c.withResourceVersions()
+		rs := newReplicas(t, c, 1)
+		got := coldVersusClaim(t, rs, "s1")
+		if t.Failed() {
+			t.FailNow()
+		}
+		if got[0].ID != got[1].ID {
+			t.Fatalf("round %d: session s1 has two sandboxes: %s (cold start) and %s (claim)", round, got[0].ID, got[1].ID)
+		}
+		cs, err := rs.ms[1].List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, sb := range cs {
+			if sb.Session == "s1" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("round %d: session s1 holds %d sandboxes, want 1 (%+v)", round, n, cs)
+		}
+		if got[0].PoolName == "" {
+			cold++
+		} else {
+			claimed++
+		}
+	}
+	t.Logf("%d rounds: %d cold starts won, %d claims won", rounds, cold, claimed)
+}
+
+// The race made deterministic both ways, at Claims: a claim that finds the
+// session's cold start under way answers the session's own name and
+// leaves the pooled pod unclaimed (before and after the cold pod exists
+// and owns the lock); a cold start that finds the session's claim answers
+// the claimed pod. A cold start whose pod never came (done with no pod)
+// frees the lock; a lock left by a dead cold start is believed for
+// coldGrace only.
+func TestColdStartLock(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	cl := r.Claims()
+	ctx := context.Background()
+	p1, p2 := c.pooledPod(t, r, 1), c.pooledPod(t, r, 2)
+
+	held, done, err := cl.Cold(ctx, "acme", "s1")
+	if err != nil || held != "" || done == nil {
+		t.Fatalf("first cold start: %q, %v", held, err)
+	}
+	if h, _, err := cl.Cold(ctx, "acme", "s1"); err != nil || h != "s1" {
+		t.Fatalf("a second cold start while the first runs: %q, %v; want s1", h, err)
+	}
+	if h, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil || h != "s1" {
+		t.Fatalf("a claim while the cold start runs: %q, %v; want s1", h, err)
+	}
+	spec := testSpec(t)
+	spec.Session = "s1"
+	sb, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	lock, err := c.secret(t, ClaimLockName("acme", "s1"))
+	if err != nil || len(lock.OwnerReferences) != 1 || lock.OwnerReferences[0].Name != sb.ID {
+		t.Fatalf("the cold start's lock after done: %+v, %v; want it owned by pod %s", lock, err, sb.ID)
+	}
+	if h, err := cl.Claim(ctx, "acme", p1, "s1"); err != nil || h != "s1" {
+		t.Fatalf("a claim after the cold start: %q, %v; want s1", h, err)
+	}
+	if p, err := c.pod(t, PodName("acme", p1)); err != nil || p.Annotations[AnnotationClaimedBy] != "" {
+		t.Fatalf("the pooled pod a cold-started session did not take: %v, %v", p.Annotations, err)
+	}
+	// The pod goes (the garbage collector, which the fake has not, would
+	// take the lock a moment later): the lock is stale at once.
+	if err := c.cs.CoreV1().Pods("sessions").Delete(ctx, sb.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h, done, err := cl.Cold(ctx, "acme", "s1"); err != nil || h != "" {
+		t.Fatalf("a cold start after the pod went: %q, %v; want the lock", h, err)
+	} else {
+		done() // no pod: the lock goes
+	}
+	if _, err := c.secret(t, ClaimLockName("acme", "s1")); !apierrors.IsNotFound(err) {
+		t.Fatalf("the lock of a cold start that made no pod: %v; want it deleted", err)
+	}
+
+	// Claimed first: a cold start gets the claimed pod.
+	if h, err := cl.Claim(ctx, "acme", p2, "s2"); err != nil || h != p2 {
+		t.Fatal(h, err)
+	}
+	if h, _, err := cl.Cold(ctx, "acme", "s2"); err != nil || h != p2 {
+		t.Fatalf("a cold start of a session that claimed %s: %q, %v", p2, h, err)
+	}
+
+	// A dead cold start's lock: believed while young, stale after.
+	for _, age := range []time.Duration{time.Second, r.cfg.ReadyTimeout + 2*time.Minute} {
+		_ = c.cs.CoreV1().Secrets("sessions").Delete(ctx, ClaimLockName("acme", "s3"), metav1.DeleteOptions{})
+		dead := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Name: ClaimLockName("acme", "s3"), Namespace: "sessions", UID: "dead", ResourceVersion: "1",
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-age)),
+			Labels:            map[string]string{LabelClaimLock: "true"},
+			Annotations:       map[string]string{AnnotationTenant: "acme", AnnotationSession: "s3", AnnotationClaimPooled: "s3"},
+		}}
+		if err := c.cs.Tracker().Add(dead); err != nil {
+			t.Fatal(err)
+		}
+		h, done, err := cl.Cold(ctx, "acme", "s3")
+		want := "s3"
+		if age > time.Minute {
+			want = ""
+		}
+		if err != nil || h != want {
+			t.Fatalf("a cold start beside a dead one's lock %v old: %q, %v; want %q", age, h, err, want)
+		}
+		if done != nil {
+			done()
+		}
+	}
+}
+
+// A replica finding a session's pod pending (another replica's cold start
+// under way) waits for it rather than removing it as dead, and both get
+// that one pod.
+func TestEnsureWaitsForPendingPod(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	rs := newReplicas(t, c, 0)
+	ctx := context.Background()
+	c.setKubelet(func(p *corev1.Pod) []corev1.Event {
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+		return nil
+	})
+	spec := rs.tmpl.Clone()
+	spec.Session = "s1"
+	first := make(chan sandbox.Sandbox, 1)
+	go func() {
+		sb, err := rs.ms[0].Ensure(ctx, spec)
+		if err != nil {
+			t.Errorf("the cold start: %v", err)
+		}
+		first <- sb
+	}()
+	name := PodName("acme", "s1")
+	var p *corev1.Pod
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		if p, err = c.pod(t, name); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cold start made no pod")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan sandbox.Sandbox, 1)
+	go func() {
+		sb, err := rs.ms[1].Ensure(ctx, spec)
+		if err != nil {
+			t.Errorf("the other replica: %v", err)
+		}
+		second <- sb
+	}()
+	time.Sleep(3 * otherCreatingPollForTest)
+	if _, err := c.pod(t, name); err != nil {
+		t.Fatalf("the pending pod while another replica looked at it: %v (removed as dead?)", err)
+	}
+	c.runReady(p)
+	if _, err := c.cs.CoreV1().Pods("sessions").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := <-first, <-second
+	if a.ID != name || b.ID != name {
+		t.Fatalf("the session's sandbox: %q on one replica, %q on the other; want %s on both", a.ID, b.ID, name)
+	}
+}
+
+// otherCreatingPollForTest is the Manager's look-again interval
+// (sandbox.otherCreatingPoll).
+const otherCreatingPollForTest = 250 * time.Millisecond
