@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -230,6 +231,103 @@ func TestClusterPoolRace(t *testing.T) {
 		t.Fatalf("S's workspace after the drains: %q", out)
 	}
 	if err := ms[0].Remove(ctx, "race", "S"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClusterColdStartRace: on the real cluster, a new session's first
+// calls reach two replicas at once; one finds no pooled pod for its
+// template (another env) and starts the session cold, the other claims the
+// pooled pod: both replicas get the same one pod, the session has no
+// second, and its claim lock is owned by that pod, so the garbage
+// collector takes it with the pod once the session is removed.
+func TestClusterColdStartRace(t *testing.T) {
+	c := kubetest.Connect(t)
+	ns := c.Namespace(t)
+	cfg := kubetest.Config(ns)
+	c.New(t, cfg, sandbox.RuntimeRunc)
+	ctx := context.Background()
+	tmpl := kubetest.Spec(t, "cold", "template", cfg.Release, sandbox.RuntimeRunc)
+	var ms [2]*sandbox.Manager
+	for i := range ms {
+		rt := c.New(t, cfg, "")
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: cfg.Release, Claims: rt.Claims()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	wins := map[bool]int{}
+	for round := range 3 {
+		if rep, err := ms[1].Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 1}}); err != nil {
+			t.Fatalf("fill: %+v, %v", rep, err)
+		}
+		session := fmt.Sprintf("C%d", round)
+		specs := [2]sandbox.Spec{tmpl.Clone(), tmpl.Clone()}
+		specs[0].Env = append(specs[0].Env, "COLD=1") // no pool has this template
+		var got [2]sandbox.Sandbox
+		var wg sync.WaitGroup
+		for i, m := range ms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := specs[i]
+				s.Session = session
+				if i == 1 {
+					// The claimer later each round: the cold start's
+					// lock comes first at some point.
+					time.Sleep(time.Duration(round) * 100 * time.Millisecond)
+				}
+				sb, err := m.Ensure(ctx, s)
+				if err != nil {
+					t.Errorf("round %d: replica %d: Ensure(%s): %v", round, i, session, err)
+				}
+				got[i] = sb
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if got[0].ID != got[1].ID {
+			t.Fatalf("round %d: session %s got pod %s on one replica and %s on the other", round, session, got[0].ID, got[1].ID)
+		}
+		pl, err := c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var its []string
+		for _, p := range pl.Items {
+			if p.Annotations[kube.AnnotationSession] == session || p.Annotations[kube.AnnotationClaimedBy] == session {
+				its = append(its, p.Name)
+			}
+		}
+		if len(its) != 1 {
+			t.Fatalf("round %d: session %s's pods: %v, want one", round, session, its)
+		}
+		lock, err := c.CS.CoreV1().Secrets(ns).Get(ctx, kube.ClaimLockName("cold", session), metav1.GetOptions{})
+		if err != nil || len(lock.OwnerReferences) != 1 || lock.OwnerReferences[0].Name != got[0].ID {
+			t.Fatalf("round %d: %s's claim lock: %+v, %v; want it owned by pod %s", round, session, lock, err, got[0].ID)
+		}
+		wins[got[0].PoolName == ""]++
+		if err := ms[0].Remove(ctx, "cold", session); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			_, err := c.CS.CoreV1().Secrets(ns).Get(ctx, lock.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %s's claim lock a minute after its pod went: %v", round, session, err)
+			}
+		}
+	}
+	t.Logf("3 rounds: cold start won %d, claim won %d", wins[true], wins[false])
+	if wins[true] == 0 {
+		t.Error("the cold start never won: the lock's cold side went untested")
+	}
+	if _, err := ms[1].Fill(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 }
