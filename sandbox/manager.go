@@ -885,8 +885,9 @@ const otherCreatingPoll = 250 * time.Millisecond
 
 // createOrTakeOver returns the session's sandbox: the running one the
 // runtime has, a claimed pooled one, or a new one. While another process
-// is creating it (a pending sandbox younger than CreateTimeout, or a cold
-// start or claim that ColdStarts reports), it waits for that one, looking
+// is creating it (with ColdStarts: a pending sandbox younger than
+// CreateTimeout, or a cold start that Claim or Cold reports), it waits for
+// that one, looking
 // again every otherCreatingPoll, until ctx ends: the session must not get
 // a second sandbox, and the other's must not be removed as dead.
 func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
@@ -911,6 +912,16 @@ func (m *Manager) beingCreated(sb Sandbox) bool {
 	return sb.State == StateCreated && !sb.Created.IsZero() && m.cfg.Now().Sub(sb.Created) < m.cfg.CreateTimeout
 }
 
+// shared reports whether other processes may serve this Manager's
+// sessions' calls at the same time (Kubernetes replicas: the Claims have
+// ColdStarts). Only then is a pending sandbox of a session this Manager
+// is not creating another's creation under way; on one host it is what a
+// crash left, replaced at once.
+func (m *Manager) shared() bool {
+	_, ok := m.cfg.Claims.(ColdStarts)
+	return ok
+}
+
 func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	rt := m.cfg.Runtime
 	old, err := m.get(ctx, spec.Tenant, spec.Session)
@@ -926,7 +937,7 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 		m.cfg.Logger.Info("sandbox adopted", "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 		return old, nil
-	case m.beingCreated(old):
+	case m.beingCreated(old) && m.shared():
 		return Sandbox{}, errOtherCreating
 	default:
 		if err := m.destroy(ctx, key{spec.Tenant, spec.Session}, old); err != nil {
