@@ -428,8 +428,11 @@ resolvConf: /etc/resolv.conf
 podLogsDir: $VAR/pod-logs
 failSwapOn: false
 maxPods: 110
-# sandbox/kube: the pids limit of a pod is the node's (runc)
-podPidsLimit: 4096
+# sandbox/kube: the pids limit of a pod is the node's (runc), below what the
+# smallest test session's memory (256 MiB) holds of bash processes (~170 KiB
+# each): a fork bomb that fills the memory first thrashes the pod and gets the
+# agent OOM-killed (docs/deployment.md).
+podPidsLimit: 1024
 # A busy CI disk must not evict the test pods nor collect the imported
 # images (there is no registry to pull them again).
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}

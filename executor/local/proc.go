@@ -287,12 +287,32 @@ func (p *proc) reap() {
 // terminate ends the whole tree in two phases: SIGTERM to all of it, up to
 // grace for it to go, then SIGKILL until nothing is left. It returns at once
 // when the tree is already gone. why goes to the log.
+//
+// Without a cgroup the command was born in, the process group gets its
+// SIGTERM before anything else: one system call whatever the tree's size,
+// which the kernel delivers to every member, children being forked
+// included, so a fork bomb cannot outrun it. What comes after it is not so
+// cheap: treeEmpty's and signalTree's scans of a tag read every process's
+// /proc status, and a fork bomb in the same CPU quota (a Kubernetes pod:
+// no pids cgroup of its own but the node's podPidsLimit) makes each scan
+// slower as it grows; done first, a scan let a bomb fill the pod's memory
+// (~1,600 processes in 256 MiB within a second on a loaded node), from
+// which point the agent thrashed with it in memory reclaim for minutes
+// and never got to the signal.
 func (p *proc) terminate(why string) {
+	grouped := p.cg == nil || !p.bornInside
+	logged := false
+	if grouped && p.signalGroup(unix.SIGTERM) {
+		p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
+		logged = true
+	}
 	if p.treeEmpty() {
 		return
 	}
-	p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
-	p.signalTree(unix.SIGTERM)
+	if !logged {
+		p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
+	}
+	p.signalRest(unix.SIGTERM, grouped)
 	if p.waitEmpty(p.grace) {
 		return
 	}
@@ -319,12 +339,30 @@ func (p *proc) log(format string, args ...any) {
 // reused), plus, with a cgroup joined after the start, its members that left
 // the group.
 func (p *proc) signalTree(sig syscall.Signal) {
+	p.signalRest(sig, false)
+}
+
+// signalGroup sends sig to the process group, or, if it is empty, to the
+// leader, which may have left it (setpgid), and reports whether anyone was
+// there to get it.
+func (p *proc) signalGroup(sig syscall.Signal) bool {
+	err := unix.Kill(-p.pid, sig)
+	if err == unix.ESRCH && !p.reaped {
+		err = unix.Kill(p.pid, sig)
+	}
+	return err == nil
+}
+
+// signalRest is signalTree for a tree whose process group (or leader) has
+// had sig already when grouped (signalGroup): each process still gets it
+// once.
+func (p *proc) signalRest(sig syscall.Signal, grouped bool) {
 	if p.cg != nil && p.bornInside {
 		p.cg.signal(sig)
 		return
 	}
-	if unix.Kill(-p.pid, sig) == unix.ESRCH && !p.reaped {
-		unix.Kill(p.pid, sig) // the leader left its group (setpgid)
+	if !grouped {
+		p.signalGroup(sig)
 	}
 	if p.tag != 0 {
 		if out := tagSignalTree(p.tag, p.pid, sig); len(out) > 0 && sig != unix.SIGKILL {

@@ -39,7 +39,8 @@
 //   - Resources: limits cpu = Spec.CPUs and memory = Spec.MemoryBytes;
 //     requests memory in full, cpu at Config.CPURequestRatio of the limit.
 //     The pids limit cannot be set per pod: it is the kubelet's
-//     podPidsLimit, a node setting (the cluster must set it). Under gVisor
+//     podPidsLimit, a node setting (the cluster must set it, below what the
+//     smallest session memory holds of processes: docs/deployment.md). Under gVisor
 //     Spec.PidsLimit is applied as on Docker, as RLIMIT_NPROC, which gVisor
 //     counts per uid among the sandbox's own tasks: a pod spec has no
 //     rlimits, so the agent sets it for its commands (--nproc). On runc it
@@ -68,7 +69,10 @@
 // between the two leaves a labelled pod without a Secret, whose container
 // cannot start (its init container's token variable refers to the missing
 // Secret) and
-// which Get reports StateOther: the Manager replaces it. The kubelet starts
+// which Get reports StateCreated: pending, so a Manager that shares the
+// pods with other replicas waits for it while it is younger than its
+// CreateTimeout (another replica may be creating it) and replaces it
+// after. The kubelet starts
 // the sandbox container only after the init container, by when the Secret
 // is there.
 //
