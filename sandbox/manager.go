@@ -879,19 +879,23 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 // that one. It never leaves createOrTakeOver.
 var errOtherCreating = errors.New("sandbox: being created by another process")
 
-// otherCreatingPoll is how often createOrTakeOver looks again for a
-// sandbox another process is creating.
-const otherCreatingPoll = 250 * time.Millisecond
+// otherCreatingPoll is how soon createOrTakeOver looks again for a
+// sandbox another process is creating; each look doubles it, up to
+// otherCreatingPollMax (each look is several API requests on Kubernetes).
+const (
+	otherCreatingPoll    = 250 * time.Millisecond
+	otherCreatingPollMax = 2 * time.Second
+)
 
 // createOrTakeOver returns the session's sandbox: the running one the
 // runtime has, a claimed pooled one, or a new one. While another process
 // is creating it (with ColdStarts: a pending sandbox younger than
 // CreateTimeout, or a cold start that Claim or Cold reports), it waits for
 // that one, looking
-// again every otherCreatingPoll, until ctx ends: the session must not get
+// again after otherCreatingPoll and less often after that, until ctx ends: the session must not get
 // a second sandbox, and the other's must not be removed as dead.
 func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
-	for {
+	for wait := otherCreatingPoll; ; wait = min(2*wait, otherCreatingPollMax) {
 		sb, err := m.createOnce(ctx, spec)
 		if !errors.Is(err, errOtherCreating) {
 			return sb, err
@@ -900,7 +904,7 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		case <-ctx.Done():
 			return Sandbox{}, fmt.Errorf("%w: the sandbox of %s/%s is being created by another server, and was not ready when this creation's time ran out: %w",
 				ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
-		case <-time.After(otherCreatingPoll):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -951,7 +955,14 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	} else if ok {
 		return sb, nil
 	}
+	release, err := m.adm.acquire(ctx)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer release()
 	if cs, ok := m.cfg.Claims.(ColdStarts); ok {
+		// Reserved once admitted: the reservation lasts what Create
+		// takes, not a queue's wait too.
 		held, done, err := cs.Cold(ctx, spec.Tenant, spec.Session)
 		switch {
 		case err != nil:
@@ -963,11 +974,6 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		}
 		defer done()
 	}
-	release, err := m.adm.acquire(ctx)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	defer release()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
 		return Sandbox{}, err

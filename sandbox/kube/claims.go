@@ -33,7 +33,15 @@ const (
 const (
 	LabelClaimLock        = "org.shellbox.claim-lock"
 	AnnotationClaimPooled = "org.shellbox.claim-pooled"
+	// AnnotationColdUntil, on a cold start's lock, is when its creator's
+	// time runs out (RFC 3339): coldLive believes the lock without a pod
+	// until then and coldMargin after.
+	AnnotationColdUntil = "org.shellbox.cold-until"
 )
+
+// coldMargin is how long after its creator's deadline a cold start's lock
+// without a pod is still believed: time for the creator's settling.
+const coldMargin = 10 * time.Second
 
 // ClaimLockName is the name of the claim lock Secret of tenant's session:
 // PodName's, with a suffix no PodName has (PodName ends in a hash), so
@@ -169,7 +177,7 @@ func (c *Claims) lock(ctx context.Context, tenant, session, pooled string, p *co
 		return held, s, false, err
 	}
 	// Owned by the pod it names: it goes with the pod.
-	made, err := c.createLock(ctx, tenant, session, pooled, &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID})
+	made, err := c.createLock(ctx, tenant, session, pooled, &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}, time.Time{})
 	if err != nil {
 		return "", nil, false, err
 	}
@@ -212,8 +220,9 @@ func (c *Claims) readLock(ctx context.Context, tenant, session string) (string, 
 }
 
 // createLock creates session's claim lock holding held, owned by owner if
-// it is not nil. errRetry: there is one already.
-func (c *Claims) createLock(ctx context.Context, tenant, session, held string, owner *metav1.OwnerReference) (*corev1.Secret, error) {
+// it is not nil, a cold start's until its creator's deadline until if it
+// is not zero. errRetry: there is one already.
+func (c *Claims) createLock(ctx context.Context, tenant, session, held string, owner *metav1.OwnerReference, until time.Time) (*corev1.Secret, error) {
 	name := ClaimLockName(tenant, session)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -231,6 +240,9 @@ func (c *Claims) createLock(ctx context.Context, tenant, session, held string, o
 	}
 	if owner != nil {
 		s.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	if !until.IsZero() {
+		s.Annotations[AnnotationColdUntil] = until.UTC().Format(time.RFC3339Nano)
 	}
 	made, err := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Create(ctx, s, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -259,7 +271,11 @@ func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func
 		return "", nil, fmt.Errorf("%w: %q is not a session's name", sandbox.ErrInvalid, session)
 	}
 	for attempt := 1; attempt <= maxClaimAttempts; attempt++ {
-		made, err := c.createLock(ctx, tenant, session, session, nil)
+		until := time.Now().Add(c.coldGrace())
+		if d, ok := ctx.Deadline(); ok && d.Before(until) {
+			until = d
+		}
+		made, err := c.createLock(ctx, tenant, session, session, nil, until)
 		if err == nil {
 			return "", func() { c.settleCold(ctx, made, tenant, session) }, nil
 		}
@@ -290,16 +306,17 @@ func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func
 	return "", nil, fmt.Errorf("%w: kube: cold start of session %s/%s: gave up after %d conflicting writes", sandbox.ErrUnavailable, tenant, session, maxClaimAttempts)
 }
 
-// coldGrace is how long a cold start's lock without its pod is believed:
-// Create's wait for the pod (ReadyTimeout) and a margin for the API calls
-// around it.
+// coldGrace bounds how long a cold start's lock without its pod is
+// believed when its creator's context has no deadline (or the lock has no
+// AnnotationColdUntil): Create's wait for the pod (ReadyTimeout) and a
+// margin for the API calls around it.
 func (c *Claims) coldGrace() time.Duration { return c.r.cfg.ReadyTimeout + time.Minute }
 
 // coldLive reports whether the cold start's lock s of tenant's session
-// still stands: its pod exists, or it has none yet and the lock is not
-// older than coldGrace and was never settled with a pod (an owner: a
-// settled lock whose pod is gone is the garbage collector's, not yet
-// collected).
+// still stands: its pod exists, or it has none yet, was never settled
+// with a pod (an owner: a settled lock whose pod is gone is the garbage
+// collector's, not yet collected), and its creator's time
+// (AnnotationColdUntil, and coldMargin) has not run out.
 func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session string) (bool, error) {
 	name := PodName(tenant, session)
 	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -313,6 +330,9 @@ func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session
 	}
 	if len(s.OwnerReferences) > 0 {
 		return false, nil
+	}
+	if until, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationColdUntil]); err == nil {
+		return time.Now().Before(until.Add(coldMargin)), nil
 	}
 	return time.Since(s.CreationTimestamp.Time) < c.coldGrace(), nil
 }

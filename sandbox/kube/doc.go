@@ -248,8 +248,13 @@
 // claimer waits for that pod; a second Cold does the same. Once Create
 // returned, the lock is settled: owned by the session's pod (a patch),
 // or deleted if there is none. A cold lock stands while its pod exists;
-// without one, it is stale once it has an owner (its pod went) or is older
-// than ReadyTimeout and a minute (its creator died before making the pod).
+// without one, it is stale once it has an owner (its pod went) or its
+// creator's deadline (AnnotationColdUntil: the Manager's CreateTimeout,
+// counted from its admission) is 10 s past (its creator died before making
+// the pod). The creator takes the lock only once admitted (the Manager's
+// admission queue), so a wait in the queue never outlasts the lock. A
+// replica waiting for another's cold start looks again after 250 ms,
+// doubling to 2 s.
 // A Running pod whose token Secret is not there yet reads as
 // StateCreated: the Manager waits for a young pending sandbox instead of
 // removing it as dead (another replica is creating it).

@@ -466,6 +466,45 @@ func TestColdStartLock(t *testing.T) {
 			done()
 		}
 	}
+	// With its creator's deadline on it: believed until that deadline
+	// (and coldMargin), however young.
+	for _, until := range []time.Time{time.Now().Add(-time.Minute), time.Now().Add(time.Minute)} {
+		_ = c.cs.CoreV1().Secrets("sessions").Delete(ctx, ClaimLockName("acme", "s4"), metav1.DeleteOptions{})
+		dead := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Name: ClaimLockName("acme", "s4"), Namespace: "sessions", UID: "dead4", ResourceVersion: "1",
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Second)),
+			Labels:            map[string]string{LabelClaimLock: "true"},
+			Annotations: map[string]string{AnnotationTenant: "acme", AnnotationSession: "s4", AnnotationClaimPooled: "s4",
+				AnnotationColdUntil: until.UTC().Format(time.RFC3339Nano)},
+		}}
+		if err := c.cs.Tracker().Add(dead); err != nil {
+			t.Fatal(err)
+		}
+		h, done, err := cl.Cold(ctx, "acme", "s4")
+		want := "s4"
+		if until.Before(time.Now()) {
+			want = ""
+		}
+		if err != nil || h != want {
+			t.Fatalf("a cold start beside a dead one's lock due %v: %q, %v; want %q", until, h, err, want)
+		}
+		if done != nil {
+			done()
+		}
+	}
+	// A lock Cold makes carries its context's deadline.
+	dctx, cancel := context.WithTimeout(ctx, 42*time.Second)
+	defer cancel()
+	if h, done, err := cl.Cold(dctx, "acme", "s5"); err != nil || h != "" {
+		t.Fatal(h, err)
+	} else {
+		lock, err := c.secret(t, ClaimLockName("acme", "s5"))
+		d, _ := dctx.Deadline()
+		if err != nil || lock.Annotations[AnnotationColdUntil] != d.UTC().Format(time.RFC3339Nano) {
+			t.Fatalf("the cold start's lock: %v, %v; want due %v", lock.Annotations, err, d)
+		}
+		done()
+	}
 }
 
 // A replica finding a session's pod pending (another replica's cold start
