@@ -286,33 +286,38 @@ func (p *proc) reap() {
 
 // terminate ends the whole tree in two phases: SIGTERM to all of it, up to
 // grace for it to go, then SIGKILL until nothing is left. It returns at once
-// when the tree is already gone. why goes to the log.
+// when the tree is already gone. why goes to the log. Each process gets the
+// SIGTERM once: a catchable signal delivered twice would run a trap twice.
 //
-// Without a cgroup the command was born in, the process group gets its
-// SIGTERM before anything else: one system call whatever the tree's size,
-// which the kernel delivers to every member, children being forked
-// included, so a fork bomb cannot outrun it. What comes after it is not so
-// cheap: treeEmpty's and signalTree's scans of a tag read every process's
-// /proc status, and a fork bomb in the same CPU quota (a Kubernetes pod:
-// no pids cgroup of its own but the node's podPidsLimit) makes each scan
-// slower as it grows; done first, a scan let a bomb fill the pod's memory
-// (~1,600 processes in 256 MiB within a second on a loaded node), from
-// which point the agent thrashed with it in memory reclaim for minutes
-// and never got to the signal.
+// With a cgroup the command was born in, the cgroup is the tree. Otherwise
+// the process group is (the leader is in it, and the unreaped leader keeps
+// its id from being reused), plus what signalOutsideGroup finds, and the
+// group gets its SIGTERM before anything else: one system call whatever
+// the tree's size, which the kernel delivers to every member, children
+// being forked included, so a fork bomb cannot outrun it. What comes after
+// it is not so cheap: treeEmpty's and signalOutsideGroup's scans of a tag
+// read every process's /proc status, and a fork bomb in the same CPU quota
+// (a Kubernetes pod: no pids cgroup of its own but the node's
+// podPidsLimit) makes each scan slower as it grows; done first, a scan let
+// a bomb fill the pod's memory (~1,600 processes in 256 MiB within a
+// second on a loaded node), from which point the agent thrashed with it in
+// memory reclaim for minutes and never got to the signal.
 func (p *proc) terminate(why string) {
-	grouped := p.cg == nil || !p.bornInside
-	logged := false
-	if grouped && p.signalGroup(unix.SIGTERM) {
-		p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
-		logged = true
-	}
-	if p.treeEmpty() {
+	inCgroup := p.cg != nil && p.bornInside
+	sent := !inCgroup && p.signalGroup(unix.SIGTERM)
+	empty := p.treeEmpty()
+	if empty && !sent {
 		return
 	}
-	if !logged {
-		p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
+	p.log("command %s (pid %d, tag %d): %s: SIGTERM to its tree", p.id, p.pid, p.tag, why)
+	switch {
+	case empty:
+		return
+	case inCgroup:
+		p.cg.signal(unix.SIGTERM)
+	default:
+		p.signalOutsideGroup(unix.SIGTERM)
 	}
-	p.signalRest(unix.SIGTERM, grouped)
 	if p.waitEmpty(p.grace) {
 		return
 	}
@@ -332,16 +337,6 @@ func (p *proc) log(format string, args ...any) {
 	}
 }
 
-// signalTree sends sig to every process of the tree exactly once: a
-// catchable signal delivered twice would run a trap twice. With a cgroup the
-// command was born in, the cgroup is the tree. Otherwise the process group is
-// (the leader is in it, and the unreaped leader keeps its id from being
-// reused), plus, with a cgroup joined after the start, its members that left
-// the group.
-func (p *proc) signalTree(sig syscall.Signal) {
-	p.signalRest(sig, false)
-}
-
 // signalGroup sends sig to the process group, or, if it is empty, to the
 // leader, which may have left it (setpgid), and reports whether anyone was
 // there to get it.
@@ -353,17 +348,10 @@ func (p *proc) signalGroup(sig syscall.Signal) bool {
 	return err == nil
 }
 
-// signalRest is signalTree for a tree whose process group (or leader) has
-// had sig already when grouped (signalGroup): each process still gets it
-// once.
-func (p *proc) signalRest(sig syscall.Signal, grouped bool) {
-	if p.cg != nil && p.bornInside {
-		p.cg.signal(sig)
-		return
-	}
-	if !grouped {
-		p.signalGroup(sig)
-	}
+// signalOutsideGroup sends sig to the tree's processes that left its
+// process group: those of its tag, and, with a cgroup joined after the
+// start, the cgroup's members.
+func (p *proc) signalOutsideGroup(sig syscall.Signal) {
 	if p.tag != 0 {
 		if out := tagSignalTree(p.tag, p.pid, sig); len(out) > 0 && sig != unix.SIGKILL {
 			p.log("command %s: %s also to %v, outside its process group (tag %d)", p.id, unix.SignalName(sig), out, p.tag)

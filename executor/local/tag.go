@@ -217,7 +217,7 @@ func signalTagged(pid int, tag uint32, sig syscall.Signal) (sent bool) {
 }
 
 // tagSignalTree sends sig once to every process of the tree that is not in
-// the process group pgid (which signalTree signals as a group), and returns
+// the process group pgid (which signalGroup signals as a group), and returns
 // the pids it signalled.
 func tagSignalTree(tag uint32, pgid int, sig syscall.Signal) []int {
 	var out []int
