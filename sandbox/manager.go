@@ -891,9 +891,9 @@ const (
 // runtime has, a claimed pooled one, or a new one. While another process
 // is creating it (with ColdStarts: a pending sandbox younger than
 // CreateTimeout, or a cold start that Claim or Cold reports), it waits for
-// that one, looking
-// again after otherCreatingPoll and less often after that, until ctx ends: the session must not get
-// a second sandbox, and the other's must not be removed as dead.
+// that one, looking again after otherCreatingPoll and less often after
+// that, until ctx ends: the session must not get a second sandbox, and the
+// other's must not be removed as dead.
 func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, error) {
 	for wait := otherCreatingPoll; ; wait = min(2*wait, otherCreatingPollMax) {
 		sb, err := m.createOnce(ctx, spec)
@@ -988,11 +988,27 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 // claimedElsewhere returns the pooled sandbox held that another process
 // claimed for spec's session while this one was about to start it cold.
 func (m *Manager) claimedElsewhere(ctx context.Context, spec Spec, held string) (Sandbox, error) {
-	sb, err := m.cfg.Runtime.Get(ctx, spec.Tenant, held)
+	sb, err := m.heldSandbox(ctx, spec, held)
 	if errors.Is(err, ErrNotFound) {
 		// Gone since: the claim is stale, which the next look clears.
 		return Sandbox{}, errOtherCreating
 	}
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.ready(ctx, sb); err != nil {
+		// Another process handed it to the session: not ours to replace.
+		return Sandbox{}, err
+	}
+	m.cfg.Logger.Info("session claimed a pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "name", held, "id", sb.ID)
+	return sb, nil
+}
+
+// heldSandbox returns the pooled sandbox held, which another process
+// claimed for spec's session, as the session's, and marks it known by name
+// (in no ready list). ErrNotFound (wrapped) if it is gone.
+func (m *Manager) heldSandbox(ctx context.Context, spec Spec, held string) (Sandbox, error) {
+	sb, err := m.cfg.Runtime.Get(ctx, spec.Tenant, held)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("session %s/%s holds pooled sandbox %s: %w", spec.Tenant, spec.Session, held, err)
 	}
@@ -1001,11 +1017,6 @@ func (m *Manager) claimedElsewhere(ctx context.Context, spec Spec, held string) 
 	m.pooledChanged(key{spec.Tenant, held})
 	m.mu.Unlock()
 	sb.PoolName, sb.Session = held, spec.Session
-	if err := m.ready(ctx, sb); err != nil {
-		// Another process handed it to the session: not ours to replace.
-		return Sandbox{}, err
-	}
-	m.cfg.Logger.Info("session claimed a pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "name", held, "id", sb.ID)
 	return sb, nil
 }
 

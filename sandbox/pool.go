@@ -471,7 +471,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 			// session's, and sb was left unclaimed.
 			m.cfg.Logger.Info("session claimed another pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "name", held, "unused", pooled)
 			putBack(p, sb)
-			got, err := m.cfg.Runtime.Get(ctx, spec.Tenant, held)
+			got, err := m.heldSandbox(ctx, spec, held)
 			if errors.Is(err, ErrNotFound) && stale < 3 {
 				// Its sandbox is gone and the claim left (a crash between
 				// the two): drop it and claim again.
@@ -482,12 +482,8 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 				continue
 			}
 			if err != nil {
-				return Sandbox{}, false, fmt.Errorf("session %s/%s holds pooled sandbox %s: %w", spec.Tenant, spec.Session, held, err)
+				return Sandbox{}, false, err
 			}
-			m.mu.Lock()
-			m.named[key{spec.Tenant, held}] = true
-			m.pooledChanged(key{spec.Tenant, held})
-			m.mu.Unlock()
 			sb = got
 		}
 		sb.PoolName, sb.Session = held, spec.Session
