@@ -318,15 +318,9 @@ func (c *Claims) coldGrace() time.Duration { return c.r.cfg.ReadyTimeout + time.
 // collector's, not yet collected), and its creator's time
 // (AnnotationColdUntil, and coldMargin) has not run out.
 func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session string) (bool, error) {
-	name := PodName(tenant, session)
-	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		if p.DeletionTimestamp == nil && c.r.ours(p, tenant, session) == nil {
-			return true, nil
-		}
-	case !apierrors.IsNotFound(err):
-		return false, c.r.convert(err, "pods", "claim: get pod %s", name)
+	p, err := c.sessionPod(ctx, tenant, session)
+	if err != nil || p != nil {
+		return p != nil, err
 	}
 	if len(s.OwnerReferences) > 0 {
 		return false, nil
@@ -346,11 +340,12 @@ func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session
 func (c *Claims) settleCold(ctx context.Context, s *corev1.Secret, tenant, session string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, PodName(tenant, session), metav1.GetOptions{})
-	if err != nil || p.DeletionTimestamp != nil || c.r.ours(p, tenant, session) != nil {
-		if err == nil || apierrors.IsNotFound(err) {
-			c.unlock(ctx, s)
-		}
+	p, err := c.sessionPod(ctx, tenant, session)
+	if err != nil {
+		return
+	}
+	if p == nil {
+		c.unlock(ctx, s)
 		return
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -361,6 +356,22 @@ func (c *Claims) settleCold(ctx context.Context, s *corev1.Secret, tenant, sessi
 		return
 	}
 	_, _ = c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+}
+
+// sessionPod returns the pod of tenant's session (started cold), or nil if
+// there is none, or it is being deleted or is not the session's.
+func (c *Claims) sessionPod(ctx context.Context, tenant, session string) (*corev1.Pod, error) {
+	name := PodName(tenant, session)
+	p, err := c.r.cs.CoreV1().Pods(c.r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, c.r.convert(err, "pods", "claim: get pod %s", name)
+	case p.DeletionTimestamp != nil || c.r.ours(p, tenant, session) != nil:
+		return nil, nil
+	}
+	return p, nil
 }
 
 // unlock deletes the claim lock s if it is still that one (its uid), even
