@@ -137,15 +137,7 @@ func TestClusterPoolRace(t *testing.T) {
 	ctx := context.Background()
 	tmpl := kubetest.Spec(t, "race", "template", cfg.Release, sandbox.RuntimeRunc)
 
-	var ms [2]*sandbox.Manager
-	for i := range ms {
-		rt := c.New(t, cfg, "")
-		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: cfg.Release, Claims: rt.Claims()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms[i] = m
-	}
+	ms := replicaManagers(t, c, cfg)
 	var fills sync.WaitGroup
 	for _, m := range ms {
 		fills.Add(1)
@@ -248,15 +240,7 @@ func TestClusterColdStartRace(t *testing.T) {
 	c.New(t, cfg, sandbox.RuntimeRunc)
 	ctx := context.Background()
 	tmpl := kubetest.Spec(t, "cold", "template", cfg.Release, sandbox.RuntimeRunc)
-	var ms [2]*sandbox.Manager
-	for i := range ms {
-		rt := c.New(t, cfg, "")
-		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: cfg.Release, Claims: rt.Claims()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms[i] = m
-	}
+	ms := replicaManagers(t, c, cfg)
 	wins := map[bool]int{}
 	for round := range 3 {
 		if rep, err := ms[1].Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 1}}); err != nil {
@@ -330,4 +314,20 @@ func TestClusterColdStartRace(t *testing.T) {
 	if _, err := ms[1].Fill(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// replicaManagers returns two replicas of cfg's release: Managers on
+// runtimes of their own, with the release's claims (kept on the pods).
+func replicaManagers(t *testing.T, c *kubetest.Cluster, cfg kube.Config) [2]*sandbox.Manager {
+	t.Helper()
+	var ms [2]*sandbox.Manager
+	for i := range ms {
+		rt := c.New(t, cfg, "")
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: cfg.Release, Claims: rt.Claims()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	return ms
 }

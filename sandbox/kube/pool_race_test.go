@@ -549,7 +549,7 @@ func TestEnsureWaitsForPendingPod(t *testing.T) {
 		}
 		second <- sb
 	}()
-	time.Sleep(3 * otherCreatingPollForTest)
+	time.Sleep(time.Second) // the other replica's first looks (250 ms, then 500)
 	if _, err := c.pod(t, name); err != nil {
 		t.Fatalf("the pending pod while another replica looked at it: %v (removed as dead?)", err)
 	}
@@ -562,7 +562,3 @@ func TestEnsureWaitsForPendingPod(t *testing.T) {
 		t.Fatalf("the session's sandbox: %q on one replica, %q on the other; want %s on both", a.ID, b.ID, name)
 	}
 }
-
-// otherCreatingPollForTest is the Manager's look-again interval
-// (sandbox.otherCreatingPoll).
-const otherCreatingPollForTest = 250 * time.Millisecond
