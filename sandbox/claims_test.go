@@ -8,8 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 )
 
 const poolA = sandbox.PoolPrefix + "0123456789abcdef-0000000a"
@@ -138,5 +140,58 @@ func TestDirClaimsIndex(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "acme", "s1")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the index outlived its claim: %v", err)
+	}
+}
+
+// gettingRuntime signals read when the session's own sandbox is read.
+type gettingRuntime struct {
+	*sandboxtest.Fake
+	session string
+	read    chan struct{}
+	once    sync.Once
+}
+
+func (g *gettingRuntime) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
+	if session == g.session {
+		g.once.Do(func() { close(g.read) })
+	}
+	return g.Fake.Get(ctx, tenant, session)
+}
+
+// waitingClaims answers a Lookup only once the session's own sandbox is
+// being read.
+type waitingClaims struct {
+	*sandbox.DirClaims
+	read chan struct{}
+}
+
+func (w *waitingClaims) Lookup(ctx context.Context, tenant, session string) (string, error) {
+	select {
+	case <-w.read:
+	case <-time.After(5 * time.Second):
+		return "", errors.New("the claims were looked up before the session's own sandbox was read")
+	}
+	return w.DirClaims.Lookup(ctx, tenant, session)
+}
+
+// A new session's first call reads its own sandbox while it looks up its
+// claim, not after (on Kubernetes each is an API round trip).
+func TestEnsureLooksUpWhileReading(t *testing.T) {
+	dc, err := sandbox.NewDirClaims(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	rt := &gettingRuntime{Fake: newFake(), session: "s1", read: read}
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "srv", Claims: &waitingClaims{DirClaims: dc, read: read}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sandbox.NewSpec("acme", "s1", sandbox.WithImage("img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Ensure(context.Background(), spec); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -483,22 +483,39 @@ func (m *Manager) listClaimed(ctx context.Context) ([]Sandbox, map[key]string, e
 }
 
 // get is Runtime.Get of a session, which may be a claimed pooled sandbox.
+// With Claims, the session's own sandbox is read while the claims are
+// looked up, not after: a new session's first call needs both answers
+// (neither has it), and on Kubernetes each is an API round trip.
 func (m *Manager) get(ctx context.Context, tenant, session string) (Sandbox, error) {
-	if m.cfg.Claims != nil {
-		pooled, err := m.cfg.Claims.Lookup(ctx, tenant, session)
-		switch {
-		case err == nil:
-			sb, err := m.cfg.Runtime.Get(ctx, tenant, pooled)
-			if err != nil {
-				return Sandbox{}, err
-			}
-			sb.PoolName, sb.Session = pooled, session
-			return sb, nil
-		case !errors.Is(err, ErrNotFound):
+	if m.cfg.Claims == nil {
+		return m.cfg.Runtime.Get(ctx, tenant, session)
+	}
+	type got struct {
+		sb  Sandbox
+		err error
+	}
+	own := make(chan got, 1) // buffered: never blocks the reader if not waited for
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		sb, err := m.cfg.Runtime.Get(octx, tenant, session)
+		own <- got{sb, err}
+	}()
+	pooled, err := m.cfg.Claims.Lookup(ctx, tenant, session)
+	switch {
+	case err == nil:
+		cancel() // the session is the pooled sandbox: its own is not read
+		sb, err := m.cfg.Runtime.Get(ctx, tenant, pooled)
+		if err != nil {
 			return Sandbox{}, err
 		}
+		sb.PoolName, sb.Session = pooled, session
+		return sb, nil
+	case !errors.Is(err, ErrNotFound):
+		return Sandbox{}, err
 	}
-	return m.cfg.Runtime.Get(ctx, tenant, session)
+	g := <-own
+	return g.sb, g.err
 }
 
 // checkSession checks a tenant and a session named by a caller: pooled

@@ -87,8 +87,8 @@ var (
 func (r *Runtime) Claims() *Claims { return &Claims{r: r} }
 
 // Claim implements sandbox.Claims. It reads the pod PodName(tenant,
-// pooled), then the session's claim lock, creating it (owned by the pod)
-// if there is none, and claims the pod the lock names: pooled, or the pod
+// pooled), then creates the session's claim lock (owned by the pod), or
+// reads the one there is, and claims the pod the lock names: pooled, or the pod
 // another replica is claiming for the session at the same moment, which it
 // returns. A lock whose pod is gone, being deleted or another session's
 // is stale (the session never had that pod: a claim is never undone while
@@ -170,18 +170,24 @@ func (c *Claims) claimable(ctx context.Context, tenant, pooled, session string) 
 // lock returns the pooled sandbox session's claim lock names (or session
 // itself: a cold start, see Cold), creating the lock for pod p (of pooled)
 // if there is none, the lock itself, and whether this call created it.
-// errRetry: another created it meanwhile, or the one read was stale.
+// It creates first and reads only if there is a lock already: a new
+// session, the usual claim, has none, and each request is a round trip.
+// errRetry: the one read was stale, or went between the create and the
+// read.
 func (c *Claims) lock(ctx context.Context, tenant, session, pooled string, p *corev1.Pod) (string, *corev1.Secret, bool, error) {
-	held, s, err := c.readLock(ctx, tenant, session)
-	if err != nil || s != nil {
-		return held, s, false, err
-	}
 	// Owned by the pod it names: it goes with the pod.
 	made, err := c.createLock(ctx, tenant, session, pooled, &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}, time.Time{})
-	if err != nil {
+	if err == nil {
+		return pooled, made, true, nil
+	}
+	if !errors.Is(err, errRetry) {
 		return "", nil, false, err
 	}
-	return pooled, made, true, nil
+	held, s, err := c.readLock(ctx, tenant, session)
+	if err == nil && s == nil {
+		err = errRetry // gone since the create found it
+	}
+	return held, s, false, err
 }
 
 // readLock reads session's claim lock: the name it holds and the lock, or

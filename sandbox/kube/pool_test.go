@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/shellbox/shellbox/sandbox"
@@ -54,5 +55,38 @@ func TestWarmPoolOnPods(t *testing.T) {
 	}
 	if cs, _ := c.runtime(t, nil).Claims().List(ctx); len(cs) != 0 {
 		t.Fatalf("claims after removing s1: %+v", cs)
+	}
+}
+
+// A new session's claim of a pooled pod is five API requests, the first
+// two at once (the claim's lookup, the session's own pod), then the
+// pooled pod, the claim lock created without reading it first, the
+// claim: each is a round trip of the session's first call.
+func TestClaimRequests(t *testing.T) {
+	c := newCluster(t)
+	rt := c.runtime(t, nil)
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "srv", Claims: rt.Claims()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tmpl := testSpec(t)
+	if _, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	c.cs.ClearActions()
+	s1 := tmpl.Clone()
+	s1.Session = "s1"
+	if sb, err := m.Ensure(ctx, s1); err != nil || sb.PoolName == "" {
+		t.Fatalf("claim: %+v, %v", sb, err)
+	}
+	var got []string
+	for _, a := range c.cs.Actions() {
+		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	slices.Sort(got[:2]) // concurrent
+	want := []string{"get pods", "list pods", "get pods", "create secrets", "patch pods"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("a claim's requests: %q, want %q", got, want)
 	}
 }
