@@ -84,8 +84,12 @@ type ColdStarts interface {
 	// (its sandbox is being created, or exists): wait for that sandbox.
 	// Any other held is the pooled sandbox the session claimed elsewhere.
 	// A reservation whose holder died before its sandbox existed is
-	// dropped once it is older than the creation could take.
-	Cold(ctx context.Context, tenant, session string) (held string, done func(), err error)
+	// dropped once it is older than the creation could take. A holder
+	// that lost it all the same (clocks apart) learns it at done:
+	// ErrAlreadyExists if the session claimed a pooled sandbox meanwhile,
+	// which is then the session's (remove the one made); another error if
+	// done could not settle it (it stands while the sandbox exists).
+	Cold(ctx context.Context, tenant, session string) (held string, done func() error, err error)
 }
 
 // DirClaims keeps claims as files in a directory of the server's state:

@@ -977,6 +977,7 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	defer release()
+	var settle func() error // the cold start's reservation, until settled
 	if cs, ok := m.cfg.Claims.(ColdStarts); ok {
 		// Reserved once admitted: the reservation lasts what Create
 		// takes, not a queue's wait too.
@@ -989,7 +990,12 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		case held != "":
 			return m.claimedElsewhere(ctx, spec, held)
 		}
-		defer done()
+		settle = done
+		defer func() {
+			if settle != nil {
+				_ = settle() // failed: no sandbox, the reservation goes
+			}
+		}()
 	}
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -997,6 +1003,20 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	}
 	if err := m.ready(ctx, sb); err != nil {
 		return Sandbox{}, m.discard(ctx, sb, err)
+	}
+	if settle != nil {
+		done := settle
+		settle = nil
+		switch err := done(); {
+		case errors.Is(err, ErrAlreadyExists):
+			// The reservation was judged dead and taken over: the session
+			// claimed a pooled sandbox meanwhile, which is its sandbox.
+			m.cfg.Logger.Warn("sandbox removed", "reason", "created cold while the session claimed a pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "err", err)
+			return Sandbox{}, m.discard(ctx, sb, errOtherCreating)
+		case err != nil:
+			// Unsettled, still standing while the sandbox exists.
+			m.cfg.Logger.Warn("settling a cold start's reservation", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "err", err)
+		}
 	}
 	m.cfg.Logger.Info("sandbox created", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "runtime", sb.Runtime)
 	return sb, nil

@@ -262,14 +262,17 @@ func (c *Claims) createLock(ctx context.Context, tenant, session, held string, o
 
 // Cold implements sandbox.ColdStarts with the session's claim lock: it
 // creates the lock holding the session's own name (no pooled name is
-// one), with no owner, so a Claim of any replica finds the session
-// started cold, and another Cold finds it taken. done settles it: owned
-// by the session's pod once that exists (the garbage collector deletes it
-// with the pod), deleted otherwise. A lock found holding a pooled sandbox
+// one), with no owner and due at ctx's deadline (the creation's own), so
+// a Claim of any replica finds the session started cold, and another Cold
+// finds it taken. done settles it: owned by the session's pod once that
+// exists (the garbage collector deletes it with the pod), deleted
+// otherwise; if it was taken over meanwhile (judged dead: another
+// replica's clock ahead by more than coldMargin), see settleCold. A lock
+// found holding a pooled sandbox
 // is claimed for the session if the claim is not written yet (the claimer
 // may have died in between; the claim is idempotent) and that sandbox is
 // returned; a stale one is deleted and the reservation tried again.
-func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func(), error) {
+func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func() error, error) {
 	if err := sandbox.CheckID("tenant", tenant); err != nil {
 		return "", nil, err
 	}
@@ -283,7 +286,7 @@ func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func
 		}
 		made, err := c.createLock(ctx, tenant, session, session, nil, until)
 		if err == nil {
-			return "", func() { c.settleCold(ctx, made, tenant, session) }, nil
+			return "", func() error { return c.settleCold(ctx, made, tenant, session) }, nil
 		}
 		if !errors.Is(err, errRetry) {
 			return "", nil, err
@@ -316,6 +319,13 @@ func (c *Claims) Cold(ctx context.Context, tenant, session string) (string, func
 // believed when its creator's context has no deadline (or the lock has no
 // AnnotationColdUntil): Create's wait for the pod (ReadyTimeout) and a
 // margin for the API calls around it.
+//
+// A lock is believed as long as its creator may still be creating, not
+// less: a creator that died between the lock and its pod (one request
+// apart) blocks the session that long, but a shorter belief would let a
+// replica take the session over from a creator that is only slow (API
+// requests wait seconds under load), giving it a second sandbox or
+// removing one in use.
 func (c *Claims) coldGrace() time.Duration { return c.r.cfg.ReadyTimeout + time.Minute }
 
 // coldLive reports whether the cold start's lock s of tenant's session
@@ -339,29 +349,74 @@ func (c *Claims) coldLive(ctx context.Context, s *corev1.Secret, tenant, session
 
 // settleCold ends the cold start whose lock is s, even if ctx ended: the
 // session's pod exists, and owns the lock from now on (a merge patch
-// carrying the lock's resourceVersion: a lock deleted and made again by
-// another is left alone); or it does not (the creation failed), and the
-// lock is deleted. A failure leaves the lock unowned, which coldLive
-// believes while the pod exists, and for coldGrace after it was made.
-func (c *Claims) settleCold(ctx context.Context, s *corev1.Secret, tenant, session string) {
+// carrying the lock's resourceVersion); or it does not (the creation
+// failed), and the lock is deleted.
+//
+// A patch that finds the lock changed or gone means it was judged dead
+// (by a replica whose clock is ahead by more than coldMargin) and taken
+// over. The lock there is then the judge: one holding a pooled sandbox
+// whose claim for the session is written (claimPod: written now if its
+// claimer died before) is the session's, and settleCold returns
+// ErrAlreadyExists (the pod made is not the session's sandbox); one whose
+// pooled pod went or went to another session is stale and is deleted;
+// one holding the session (another's cold start, whose Create finds this
+// pod) or none (made again, owned by this pod) leaves the pod the
+// session's. Other failures leave the lock unowned, which coldLive
+// believes while the pod exists, and are returned.
+func (c *Claims) settleCold(ctx context.Context, s *corev1.Secret, tenant, session string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	p, err := c.sessionPod(ctx, tenant, session)
 	if err != nil {
-		return
+		return err
 	}
 	if p == nil {
 		c.unlock(ctx, s)
-		return
+		return nil
 	}
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": s.ResourceVersion,
-		"ownerReferences": []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}},
+		"ownerReferences": []metav1.OwnerReference{owner},
 	}})
 	if err != nil {
-		return
+		return fmt.Errorf("kube: settle cold start of %s/%s: %w", tenant, session, err)
 	}
-	_, _ = c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	secrets := c.r.cs.CoreV1().Secrets(c.r.cfg.Namespace)
+	_, err = secrets.Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return c.r.convert(err, "secrets", "settle cold start: patch lock %s", s.Name)
+	}
+	for attempt := 1; attempt <= maxClaimAttempts; attempt++ {
+		now, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = c.createLock(ctx, tenant, session, session, &owner, time.Time{})
+			if errors.Is(err, errRetry) {
+				continue // made meanwhile: read it
+			}
+			return err
+		}
+		if err != nil {
+			return c.r.convert(err, "secrets", "settle cold start: get lock %s", s.Name)
+		}
+		held := now.Annotations[AnnotationClaimPooled]
+		if held == session || sandbox.CheckClaim(tenant, held, session) != nil {
+			return nil // another's cold start, or not a lock Claim wrote
+		}
+		err = c.claimPod(ctx, tenant, held, session, nil)
+		switch {
+		case err == nil:
+			return fmt.Errorf("%w: kube: cold start of session %s/%s: its lock was judged dead before pod %s existed, and the session claimed pooled sandbox %s meanwhile", sandbox.ErrAlreadyExists, tenant, session, p.Name, held)
+		case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrAlreadyExists):
+			c.unlock(ctx, now) // stale: the session never had that pod
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("%w: kube: settle cold start of %s/%s: gave up after %d conflicting writes", sandbox.ErrUnavailable, tenant, session, maxClaimAttempts)
 }
 
 // sessionPod returns the pod of tenant's session (started cold), or nil if

@@ -34,8 +34,8 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // check their preconditions. (The fake's tracker neither sets nor checks
 // resourceVersions: its update replaces the stored object whatever the
 // version, a patch's resourceVersion simply overwrites the stored one,
-// and a delete ignores its options.) It returns the count of writes
-// refused.
+// and a delete ignores its options.) Secrets' merge patches are checked
+// and bumped the same way. It returns the count of writes refused.
 func (c *cluster) withResourceVersions() *atomic.Int32 {
 	var conflicts atomic.Int32
 	c.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -96,6 +96,55 @@ func (c *cluster) withResourceVersions() *atomic.Int32 {
 			p := &corev1.Pod{}
 			return p, json.Unmarshal(out, p)
 		})
+	})
+	// Secrets too, for merge patches (a cold start's lock settled), with
+	// versions from one counter, as etcd's: a Secret deleted and made
+	// again has another.
+	secretsResource := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	var secretVersions atomic.Int64
+	c.cs.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret); s.ResourceVersion == "" {
+			s.ResourceVersion = strconv.FormatInt(secretVersions.Add(1), 10)
+		}
+		return false, nil, nil
+	})
+	c.cs.PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pa := a.(k8stesting.PatchAction)
+		if pa.GetPatchType() != types.MergePatchType {
+			return false, nil, nil
+		}
+		var meta struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(pa.GetPatch(), &meta); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		obj, err := c.cs.Tracker().Get(secretsResource, pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		cur := obj.(*corev1.Secret)
+		if rv := meta.Metadata.ResourceVersion; rv != "" && rv != cur.ResourceVersion {
+			conflicts.Add(1)
+			return true, nil, apierrors.NewConflict(secretsResource.GroupResource(), pa.GetName(),
+				fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+		}
+		orig, err := json.Marshal(cur)
+		if err != nil {
+			return true, nil, err
+		}
+		out, err := strategicpatch.StrategicMergePatch(orig, pa.GetPatch(), corev1.Secret{})
+		if err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		next := &corev1.Secret{}
+		if err := json.Unmarshal(out, next); err != nil {
+			return true, nil, apierrors.NewBadRequest(err.Error())
+		}
+		next.ResourceVersion = strconv.FormatInt(secretVersions.Add(1), 10)
+		return true, next, c.cs.Tracker().Update(secretsResource, next, pa.GetNamespace())
 	})
 	// Deletes honour their preconditions (uid, resourceVersion), which the
 	// fake's tracker ignores: a pod or Secret written or replaced since it

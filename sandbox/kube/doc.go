@@ -250,11 +250,19 @@
 // or deleted if there is none. A cold lock stands while its pod exists;
 // without one, it is stale once it has an owner (its pod went) or its
 // creator's deadline (AnnotationColdUntil: the Manager's CreateTimeout,
-// counted from its admission) is 10 s past (its creator died before making
-// the pod). The creator takes the lock only once admitted (the Manager's
-// admission queue), so a wait in the queue never outlasts the lock. A
-// replica waiting for another's cold start looks again after 250 ms,
-// doubling to 2 s.
+// counted from its admission) is 10 s past: its creator died before
+// making the pod. Not sooner, though the pod is Create's first request: a
+// creator that is only slow (API requests wait seconds under load) must
+// not be taken over. One taken over all the same (another replica's
+// clock ahead by more than the margin) learns it at settling (the patch
+// conflicts): a lock now naming a pooled pod whose claim is written is
+// the session's, and the Manager removes the pod it made and serves the
+// session from the claimed one; a stale one is deleted, none is made
+// again, owned by the pod; another cold start's leaves the pod the
+// session's (that one's Create finds it). The creator takes the lock only
+// once admitted (the Manager's admission queue), so a wait in the queue
+// never outlasts the lock. A replica waiting for another's cold start looks
+// again after 250 ms, doubling to 2 s.
 // A Running pod whose token Secret is not there yet reads as
 // StateCreated: the Manager waits for a young pending sandbox instead of
 // removing it as dead (another replica is creating it).

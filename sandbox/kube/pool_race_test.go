@@ -3,6 +3,8 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/sandbox"
@@ -503,7 +506,91 @@ func TestColdStartLock(t *testing.T) {
 		if err != nil || lock.Annotations[AnnotationColdUntil] != d.UTC().Format(time.RFC3339Nano) {
 			t.Fatalf("the cold start's lock: %v, %v; want due %v", lock.Annotations, err, d)
 		}
-		done()
+		_ = done()
+	}
+}
+
+// A cold start taken over (its lock judged dead by a replica whose clock
+// is ahead) finds, when it settles, what became of the lock: taken over
+// by a claim of a pooled pod (that pod is the session's:
+// ErrAlreadyExists), also when the claimer died before writing the claim
+// (written now); deleted and not made again (made again, owned by the
+// cold pod); taken by another cold start (the pod is the session's; that
+// one's Create finds it); or naming a pooled pod another session has
+// (stale: made again, owned by the cold pod).
+func TestColdStartTakenOver(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	r := c.runtime(t, nil)
+	cl := r.Claims()
+	ctx := context.Background()
+	secrets := c.cs.CoreV1().Secrets("sessions")
+	for i, takeOver := range []string{"claim", "delete", "cold", "unwritten", "stale"} {
+		session := fmt.Sprintf("slow-%d", i)
+		lockName := ClaimLockName("acme", session)
+		h, done, err := cl.Cold(ctx, "acme", session)
+		if err != nil || h != "" {
+			t.Fatal(h, err)
+		}
+		// Judged dead meanwhile: deleted by another replica, which then...
+		if err := secrets.Delete(ctx, lockName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var pooled string
+		switch takeOver {
+		case "claim": // ... claims a pooled pod for the session
+			pooled = c.pooledPod(t, r, i)
+			if h, err := cl.Claim(ctx, "acme", pooled, session); err != nil || h != pooled {
+				t.Fatalf("the claim taking over: %q, %v", h, err)
+			}
+		case "cold": // ... starts it cold itself
+			if h, _, err := cl.Cold(ctx, "acme", session); err != nil || h != "" {
+				t.Fatalf("the cold start taking over: %q, %v", h, err)
+			}
+		case "unwritten", "stale": // ... makes the lock naming a pooled pod, and dies
+			pooled = c.pooledPod(t, r, i)
+			p, err := c.pod(t, PodName("acme", pooled))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if takeOver == "stale" { // (which another session claimed)
+				if h, err := cl.Claim(ctx, "acme", pooled, "other"); err != nil || h != pooled {
+					t.Fatal(h, err)
+				}
+			}
+			if _, err := cl.createLock(ctx, "acme", session, pooled, &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		spec := testSpec(t)
+		spec.Session = session
+		sb, err := r.Create(ctx, spec) // the slow creator's pod
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = done()
+		lock, lerr := c.secret(t, lockName)
+		switch takeOver {
+		case "claim", "unwritten":
+			if p, perr := c.pod(t, PodName("acme", pooled)); perr != nil || p.Annotations[AnnotationClaimedBy] != session {
+				t.Fatalf("the pooled pod the lock names: %v, %v; want it claimed for %s", p.Annotations, perr, session)
+			}
+			if !errors.Is(err, sandbox.ErrAlreadyExists) || !strings.Contains(err.Error(), pooled) {
+				t.Fatalf("settling a cold start whose session claimed %s meanwhile: %v; want ErrAlreadyExists naming it", pooled, err)
+			}
+			if lerr != nil || lock.Annotations[AnnotationClaimPooled] != pooled {
+				t.Fatalf("the claim's lock after the slow settle: %+v, %v", lock, lerr)
+			}
+		case "delete", "stale":
+			if err != nil || lerr != nil || lock.Annotations[AnnotationClaimPooled] != session ||
+				len(lock.OwnerReferences) != 1 || lock.OwnerReferences[0].Name != sb.ID {
+				t.Fatalf("settling a cold start whose lock was deleted: %v; lock %+v, %v; want it made again, owned by pod %s", err, lock, lerr, sb.ID)
+			}
+		case "cold":
+			if err != nil || lerr != nil || lock.Annotations[AnnotationClaimPooled] != session {
+				t.Fatalf("settling a cold start whose lock another cold start took: %v; lock %+v, %v", err, lock, lerr)
+			}
+		}
 	}
 }
 
@@ -560,5 +647,69 @@ func TestEnsureWaitsForPendingPod(t *testing.T) {
 	a, b := <-first, <-second
 	if a.ID != name || b.ID != name {
 		t.Fatalf("the session's sandbox: %q on one replica, %q on the other; want %s on both", a.ID, b.ID, name)
+	}
+}
+
+// A replica whose cold start's lock another replica judged dead (its
+// clock ahead) and replaced by a claim of a pooled pod for the session
+// removes the pod it made and serves the session from the claimed one:
+// the session keeps one sandbox.
+func TestEnsureColdStartTakenOver(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	rt := c.runtime(t, nil)
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "prod", Claims: rt.Claims()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := c.pooledPod(t, rt, 7)
+	pooledPod, err := c.pod(t, PodName("acme", pooled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold := PodName("acme", "s1")
+	lockName := ClaimLockName("acme", "s1")
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	var once sync.Once
+	// Just before the cold pod is made, the other replica's claim: the lock deleted and made again naming the
+	// pooled pod, which it claims. Reactors hold the fake's lock: the
+	// tracker is written directly.
+	c.cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Name != cold {
+			return false, nil, nil
+		}
+		once.Do(func() {
+			if err := c.cs.Tracker().Delete(secrets, "sessions", lockName); err != nil {
+				t.Errorf("deleting the cold start's lock: %v", err)
+			}
+			lock := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+				Name: lockName, Namespace: "sessions", UID: "claimer", ResourceVersion: "999",
+				Labels:          map[string]string{LabelClaimLock: "true"},
+				Annotations:     map[string]string{AnnotationTenant: "acme", AnnotationSession: "s1", AnnotationClaimPooled: pooled},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pooledPod.Name, UID: pooledPod.UID}},
+			}}
+			if err := c.cs.Tracker().Add(lock); err != nil {
+				t.Errorf("the claimer's lock: %v", err)
+			}
+			p := pooledPod.DeepCopy()
+			p.Annotations[AnnotationClaimedBy] = "s1"
+			p.Labels[LabelClaimedBy] = LabelValue("s1")
+			if err := c.cs.Tracker().Update(podsResource, p, "sessions"); err != nil {
+				t.Errorf("the claim: %v", err)
+			}
+		})
+		return false, nil, nil
+	})
+	spec := testSpec(t)
+	spec.Session = "s1"
+	sb, err := m.Ensure(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.PoolName != pooled || sb.ID != pooledPod.Name {
+		t.Fatalf("the session's sandbox: %+v; want the pooled pod %s the other replica claimed", sb, pooledPod.Name)
+	}
+	if _, err := c.pod(t, cold); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod the slow cold start made: %v; want it removed", err)
 	}
 }
