@@ -441,7 +441,7 @@ func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox,
 // sessions see them: a claimed pooled sandbox under its session (PoolName
 // set), unclaimed pooled ones not at all.
 func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
-	list, claimed, err := m.listClaimed(ctx)
+	list, claimed, err := m.listClaimedAtOnce(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -459,6 +459,45 @@ func (m *Manager) List(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
+// listClaimedAtOnce is listClaimed with the two lists read at the same
+// time, for List: a count or a listing for a caller, where a sandbox
+// claimed between the two reads may show up unclaimed (and be left out),
+// not for Adopt or a pool's sync, which act on what they read.
+func (m *Manager) listClaimedAtOnce(ctx context.Context) ([]Sandbox, map[key]string, error) {
+	if m.cfg.Claims == nil {
+		return m.listClaimed(ctx)
+	}
+	type listed struct {
+		cs  []Claim
+		err error
+	}
+	ch := make(chan listed, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		cs, err := m.cfg.Claims.List(cctx)
+		ch <- listed{cs, err}
+	}()
+	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	got := <-ch
+	if got.err != nil {
+		return nil, nil, got.err
+	}
+	return list, claimedBy(got.cs), nil
+}
+
+// claimedBy maps claims' runtime names (tenant, pooled) to their sessions.
+func claimedBy(cs []Claim) map[key]string {
+	claimed := map[key]string{}
+	for _, c := range cs {
+		claimed[key{c.Tenant, c.Pooled}] = c.Session
+	}
+	return claimed
+}
+
 // listClaimed lists this owner's sandboxes on the runtime, then the claims:
 // the runtime names (tenant, pooled) of claimed sandboxes mapped to their
 // sessions, "" for a retired one (none without Claims). List, Adopt and
@@ -468,18 +507,14 @@ func (m *Manager) listClaimed(ctx context.Context) ([]Sandbox, map[key]string, e
 	if err != nil {
 		return nil, nil, err
 	}
-	claimed := map[key]string{}
 	if m.cfg.Claims == nil {
-		return list, claimed, nil
+		return list, map[key]string{}, nil
 	}
 	cs, err := m.cfg.Claims.List(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, c := range cs {
-		claimed[key{c.Tenant, c.Pooled}] = c.Session
-	}
-	return list, claimed, nil
+	return list, claimedBy(cs), nil
 }
 
 // get is Runtime.Get of a session, which may be a claimed pooled sandbox.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +244,48 @@ func TestBrokenPolicyIsAWarning(t *testing.T) {
 	}
 	if _, err := l.CreateSession(context.Background(), "bad", "s1", server.SessionOptions{}); err == nil || !strings.Contains(err.Error(), "bad.yaml") {
 		t.Fatalf("the broken tenant: %v", err)
+	}
+}
+
+// listingRuntime answers the first Get of session only once a List has
+// begun.
+type listingRuntime struct {
+	*sandboxtest.Fake
+	session string
+	listed  chan struct{}
+	once    sync.Once
+	gated   atomic.Bool
+}
+
+func (r *listingRuntime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
+	r.once.Do(func() { close(r.listed) })
+	return r.Fake.List(ctx, owner)
+}
+
+func (r *listingRuntime) Get(ctx context.Context, tenant, session string) (sandbox.Sandbox, error) {
+	if session == r.session && r.gated.CompareAndSwap(false, true) {
+		select {
+		case <-r.listed:
+		case <-time.After(5 * time.Second):
+			return sandbox.Sandbox{}, errors.New("the session's settings were read before its tenant's sandboxes were listed")
+		}
+	}
+	return r.Fake.Get(ctx, tenant, session)
+}
+
+// A new session's spec lists the tenant's sandboxes (its session quota)
+// while it reads the session's settings, not after (on Kubernetes each is
+// API round trips).
+func TestSpecListsWhileReading(t *testing.T) {
+	e, _ := acmePolicy(t, "version: 1\ndefault: allow\nlimits:\n  sessions: 4\n")
+	rt := &listingRuntime{Fake: sandboxtest.NewFake(), session: "s1", listed: make(chan struct{})}
+	l, err := New(Config{Runtime: rt, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e,
+		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	if _, err := l.spec(context.Background(), "acme", "s1"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
@@ -50,15 +51,48 @@ var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
 // spec is the sandbox spec of a session: the options it was created with
 // (settings), within the tenant's policy, over the defaults. It also
 // enforces the tenant's session quota. Errors wrap the server's classes.
+//
+// The tenant's sandboxes (for the session quota) are listed while the
+// session's settings are read, not after: a new session's first call
+// needs both, and on Kubernetes each is API round trips.
 func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {
 	if err := l.specUsable(session); err != nil {
 		return sandbox.Spec{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // a list not awaited (an error before the count) ends
+	var list sandboxList
+	if l.cfg.Policies != nil {
+		list = l.listAhead(ctx)
 	}
 	o, err := l.settings(ctx, tenant, session)
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
-	return l.specWith(ctx, tenant, session, o)
+	return l.specListed(ctx, tenant, session, o, list)
+}
+
+// sandboxList returns the Manager's list of sandboxes, read once.
+type sandboxList func() ([]sandbox.Sandbox, error)
+
+// listAhead starts listing the Manager's sandboxes under ctx and returns
+// the wait for that list.
+func (l *Layer) listAhead(ctx context.Context) sandboxList {
+	type listed struct {
+		list []sandbox.Sandbox
+		err  error
+	}
+	ch := make(chan listed, 1) // buffered: the lister never blocks
+	go func() {
+		list, err := l.manager.List(ctx)
+		ch <- listed{list, err}
+	}()
+	var once sync.Once
+	var got listed
+	return func() ([]sandbox.Sandbox, error) {
+		once.Do(func() { got = <-ch })
+		return got.list, got.err
+	}
 }
 
 func (l *Layer) specUsable(session string) error {
@@ -73,6 +107,12 @@ func (l *Layer) specUsable(session string) error {
 
 // specWith is spec with the session's options o.
 func (l *Layer) specWith(ctx context.Context, tenant, session string, o server.SessionOptions) (sandbox.Spec, error) {
+	return l.specListed(ctx, tenant, session, o, nil)
+}
+
+// specListed is specWith with the Manager's sandboxes listed by list (nil:
+// listed when the quota is checked).
+func (l *Layer) specListed(ctx context.Context, tenant, session string, o server.SessionOptions, list sandboxList) (sandbox.Spec, error) {
 	if err := l.specUsable(session); err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -104,7 +144,10 @@ func (l *Layer) specWith(ctx context.Context, tenant, session string, o server.S
 	if err := checkChoices(pol, o, d.Image); err != nil {
 		return sandbox.Spec{}, err
 	}
-	if err := l.checkSessions(ctx, pol, tenant, session); err != nil {
+	if list == nil {
+		list = func() ([]sandbox.Sandbox, error) { return l.manager.List(ctx) }
+	}
+	if err := checkSessions(list, pol, tenant, session); err != nil {
 		return sandbox.Spec{}, err
 	}
 	return l.policySpec(tenant, session, o, pol)
@@ -243,10 +286,10 @@ func newSpec(tenant, session string, opts []sandbox.Opt) (sandbox.Spec, error) {
 // the tenant's sandboxes of this owner on the engine are counted (those of
 // other processes of the owner too), the session's own (being re-adopted)
 // excepted.
-func (l *Layer) checkSessions(ctx context.Context, pol *policies.Policy, tenant, session string) error {
+func checkSessions(listed sandboxList, pol *policies.Policy, tenant, session string) error {
 	// The Manager's list: claimed pool sandboxes under their sessions,
 	// unclaimed ones (nobody's session) not at all.
-	list, err := l.manager.List(ctx)
+	list, err := listed()
 	if err != nil {
 		return server.Errorf(server.ErrUnavailable, "count the tenant's sessions: %v", err)
 	}

@@ -697,14 +697,29 @@ func secretToken(s *corev1.Secret, p *corev1.Pod) string {
 // release), and their Secrets, in two calls.
 func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, error) {
 	sel := labels.Set{sandbox.LabelManaged: "true"}.AsSelector().String()
+	// The Secrets are listed while the pods are: one round trip. A pod
+	// whose Secret is made after that list has no token here (describe:
+	// not usable yet), as with a Secret made after a later list.
+	type listed struct {
+		sl  *corev1.SecretList
+		err error
+	}
+	ch := make(chan listed, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		sl, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(sctx, metav1.ListOptions{LabelSelector: sel})
+		ch <- listed{sl, err}
+	}()
 	pl, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, r.convert(err, "pods", "list pods")
 	}
-	sl, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, r.convert(err, "secrets", "list secrets")
+	got := <-ch
+	if got.err != nil {
+		return nil, r.convert(got.err, "secrets", "list secrets")
 	}
+	sl := got.sl
 	secrets := map[string]*corev1.Secret{}
 	for i := range sl.Items {
 		secrets[sl.Items[i].Name] = &sl.Items[i]
