@@ -75,15 +75,11 @@ func (c *cluster) withResourceVersions() *atomic.Int32 {
 		if pa.GetPatchType() != types.MergePatchType {
 			return false, nil, nil
 		}
-		var meta struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
+		rv, err := patchVersion(pa)
+		if err != nil {
+			return true, nil, err
 		}
-		if err := json.Unmarshal(pa.GetPatch(), &meta); err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
-		}
-		return write(pa.GetNamespace(), pa.GetName(), meta.Metadata.ResourceVersion, func(cur *corev1.Pod) (*corev1.Pod, error) {
+		return write(pa.GetNamespace(), pa.GetName(), rv, func(cur *corev1.Pod) (*corev1.Pod, error) {
 			orig, err := json.Marshal(cur)
 			if err != nil {
 				return nil, err
@@ -113,20 +109,16 @@ func (c *cluster) withResourceVersions() *atomic.Int32 {
 		if pa.GetPatchType() != types.MergePatchType {
 			return false, nil, nil
 		}
-		var meta struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(pa.GetPatch(), &meta); err != nil {
-			return true, nil, apierrors.NewBadRequest(err.Error())
+		rv, err := patchVersion(pa)
+		if err != nil {
+			return true, nil, err
 		}
 		obj, err := c.cs.Tracker().Get(secretsResource, pa.GetNamespace(), pa.GetName())
 		if err != nil {
 			return true, nil, err
 		}
 		cur := obj.(*corev1.Secret)
-		if rv := meta.Metadata.ResourceVersion; rv != "" && rv != cur.ResourceVersion {
+		if rv != "" && rv != cur.ResourceVersion {
 			conflicts.Add(1)
 			return true, nil, apierrors.NewConflict(secretsResource.GroupResource(), pa.GetName(),
 				fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
@@ -174,6 +166,19 @@ func (c *cluster) withResourceVersions() *atomic.Int32 {
 		})
 	}
 	return &conflicts
+}
+
+// patchVersion is the resourceVersion a merge patch carries ("" if none).
+func patchVersion(pa k8stesting.PatchAction) (string, error) {
+	var meta struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(pa.GetPatch(), &meta); err != nil {
+		return "", apierrors.NewBadRequest(err.Error())
+	}
+	return meta.Metadata.ResourceVersion, nil
 }
 
 // pooledPod creates the running pod of a pooled sandbox of tenant acme
