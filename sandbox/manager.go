@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Config configures a Manager.
@@ -467,26 +469,15 @@ func (m *Manager) listClaimedAtOnce(ctx context.Context) ([]Sandbox, map[key]str
 	if m.cfg.Claims == nil {
 		return m.listClaimed(ctx)
 	}
-	type listed struct {
-		cs  []Claim
-		err error
-	}
-	ch := make(chan listed, 1)
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		cs, err := m.cfg.Claims.List(cctx)
-		ch <- listed{cs, err}
-	}()
-	list, err := m.cfg.Runtime.List(ctx, m.cfg.Owner)
-	if err != nil {
+	var list []Sandbox
+	var cs []Claim
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { list, err = m.cfg.Runtime.List(gctx, m.cfg.Owner); return err })
+	g.Go(func() (err error) { cs, err = m.cfg.Claims.List(gctx); return err })
+	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}
-	got := <-ch
-	if got.err != nil {
-		return nil, nil, got.err
-	}
-	return list, claimedBy(got.cs), nil
+	return list, claimedBy(cs), nil
 }
 
 // claimedBy maps claims' runtime names (tenant, pooled) to their sessions.

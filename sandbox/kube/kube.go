@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -700,26 +702,26 @@ func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, er
 	// The Secrets are listed while the pods are: one round trip. A pod
 	// whose Secret is made after that list has no token here (describe:
 	// not usable yet), as with a Secret made after a later list.
-	type listed struct {
-		sl  *corev1.SecretList
-		err error
+	var pl *corev1.PodList
+	var sl *corev1.SecretList
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		pl, err = r.cs.CoreV1().Pods(r.cfg.Namespace).List(gctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return r.convert(err, "pods", "list pods")
+		}
+		return nil
+	})
+	g.Go(func() (err error) {
+		sl, err = r.cs.CoreV1().Secrets(r.cfg.Namespace).List(gctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return r.convert(err, "secrets", "list secrets")
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
-	ch := make(chan listed, 1)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		sl, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(sctx, metav1.ListOptions{LabelSelector: sel})
-		ch <- listed{sl, err}
-	}()
-	pl, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
-		return nil, r.convert(err, "pods", "list pods")
-	}
-	got := <-ch
-	if got.err != nil {
-		return nil, r.convert(got.err, "secrets", "list secrets")
-	}
-	sl := got.sl
 	secrets := map[string]*corev1.Secret{}
 	for i := range sl.Items {
 		secrets[sl.Items[i].Name] = &sl.Items[i]
