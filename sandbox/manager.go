@@ -146,6 +146,9 @@ type Manager struct {
 	named map[key]bool
 	// syncs are the syncPooled passes under way (poolSync).
 	syncs map[*poolSync]struct{}
+	// absent holds, for sessions Inspect found without a sandbox, when it
+	// looked (see noteAbsent).
+	absent map[key]time.Time
 
 	// recorder is the runtime as a UseRecorder (nil: none); recording
 	// holds a slot per use record being written.
@@ -213,7 +216,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.UseRecordEvery == 0 {
 		cfg.UseRecordEvery = DefaultUseRecordEvery
 	}
-	m := &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{}, syncs: map[*poolSync]struct{}{},
+	m := &Manager{cfg: cfg, entries: map[key]*entry{}, sessions: map[key]time.Time{}, pools: map[string]*pool{}, named: map[key]bool{}, syncs: map[*poolSync]struct{}{}, absent: map[key]time.Time{},
 		adm: newAdmission(cfg.MaxCreating, cfg.CreateQueue, cfg.CreateQueueWait), kick: make(chan struct{}, 1)}
 	if r, ok := AsUseRecorder(cfg.Runtime); ok {
 		m.recorder, m.recording = r, make(chan struct{}, maxRecording)
@@ -436,7 +439,55 @@ func (m *Manager) Inspect(ctx context.Context, tenant, session string) (Sandbox,
 	if err := checkSession(tenant, session); err != nil {
 		return Sandbox{}, err
 	}
-	return m.get(ctx, tenant, session)
+	sb, err := m.get(ctx, tenant, session)
+	if errors.Is(err, ErrNotFound) {
+		m.noteAbsent(key{tenant, session})
+	}
+	return sb, err
+}
+
+// absentFresh is how long Inspect's "no sandbox" spares the creation that
+// follows it its own look; maxAbsent bounds how many sessions are noted.
+const (
+	absentFresh = time.Second
+	maxAbsent   = 1024
+)
+
+// noteAbsent notes that k had no sandbox a moment ago. A new session's
+// first call reads its settings (Inspect) and then creates its sandbox
+// (Ensure): on Kubernetes each look is a claims lookup and a pod read, so
+// the creation takes Inspect's answer instead of asking again (tookAbsent).
+// Nothing is lost if another process created the sandbox in between: a
+// claim or a cold start meets its claim lock (ColdStarts) and waits for
+// that one, and on one host no other process creates sandboxes.
+func (m *Manager) noteAbsent(k key) {
+	now := m.cfg.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.entries[k] != nil {
+		return // being created or removed here: Ensure learns it from the entry
+	}
+	if len(m.absent) >= maxAbsent {
+		for ak, t := range m.absent {
+			if now.Sub(t) >= absentFresh {
+				delete(m.absent, ak)
+			}
+		}
+		if len(m.absent) >= maxAbsent {
+			return
+		}
+	}
+	m.absent[k] = now
+}
+
+// tookAbsent reports, once, whether Inspect found k without a sandbox
+// within absentFresh.
+func (m *Manager) tookAbsent(k key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.absent[k]
+	delete(m.absent, k)
+	return ok && m.cfg.Now().Sub(t) < absentFresh
 }
 
 // List returns this owner's sandboxes on the engine, in any state, as
@@ -971,7 +1022,11 @@ func (m *Manager) shared() bool {
 
 func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	rt := m.cfg.Runtime
-	old, err := m.get(ctx, spec.Tenant, spec.Session)
+	var old Sandbox
+	err := fmt.Errorf("%w: looked up by Inspect", ErrNotFound)
+	if !m.tookAbsent(key{spec.Tenant, spec.Session}) {
+		old, err = m.get(ctx, spec.Tenant, spec.Session)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:

@@ -713,3 +713,51 @@ func TestEnsureColdStartTakenOver(t *testing.T) {
 		t.Fatalf("the pod the slow cold start made: %v; want it removed", err)
 	}
 }
+
+// Inspect found a new session without a sandbox, and the creation that
+// follows takes that answer instead of looking again; another replica
+// gets the session its sandbox in between (a claim, or a cold start): the
+// creation meets that replica's claim lock and ends with its sandbox, not
+// a second one.
+func TestInspectThenCreatedElsewhere(t *testing.T) {
+	ctx := context.Background()
+	for _, cold := range []bool{false, true} {
+		t.Run(map[bool]string{false: "claim", true: "cold"}[cold], func(t *testing.T) {
+			c := newCluster(t)
+			c.withResourceVersions()
+			rs := newReplicas(t, c, 1)
+			spec := rs.tmpl.Clone()
+			spec.Session = "s1"
+			if cold {
+				spec.Image = "another:1" // no pool's template
+			}
+			if _, err := rs.ms[0].Inspect(ctx, spec.Tenant, spec.Session); !errors.Is(err, sandbox.ErrNotFound) {
+				t.Fatalf("Inspect: %v, want ErrNotFound", err)
+			}
+			other, err := rs.ms[1].Ensure(ctx, spec)
+			if err != nil || (other.PoolName == "") != cold {
+				t.Fatalf("Ensure on the other replica: %+v, %v", other, err)
+			}
+			got, err := rs.ms[0].Ensure(ctx, spec)
+			if err != nil {
+				t.Fatalf("Ensure after Inspect: %v", err)
+			}
+			if got.ID != other.ID {
+				t.Fatalf("session s1 has two sandboxes: %s (here) and %s (the other replica)", got.ID, other.ID)
+			}
+			list, err := rs.ms[0].List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, sb := range list {
+				if sb.Session == "s1" {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("session s1 holds %d sandboxes, want 1: %+v", n, list)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -71,22 +72,44 @@ func TestClaimRequests(t *testing.T) {
 	}
 	ctx := context.Background()
 	tmpl := testSpec(t)
-	if _, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 1}}); err != nil {
+	if _, err := m.Fill(ctx, []sandbox.PoolTarget{{Template: tmpl, Size: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	c.cs.ClearActions()
+	requests := func() []string {
+		var got []string
+		for _, a := range c.cs.Actions() {
+			got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+		c.cs.ClearActions()
+		return got
+	}
+	requests()
 	s1 := tmpl.Clone()
 	s1.Session = "s1"
 	if sb, err := m.Ensure(ctx, s1); err != nil || sb.PoolName == "" {
 		t.Fatalf("claim: %+v, %v", sb, err)
 	}
-	var got []string
-	for _, a := range c.cs.Actions() {
-		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
-	}
+	got := requests()
 	slices.Sort(got[:2]) // concurrent
 	want := []string{"get pods", "list pods", "get pods", "create secrets", "patch pods"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("a claim's requests: %q, want %q", got, want)
+	}
+
+	// A new session's first call reads its settings (Inspect) first: the
+	// claim takes that look instead of looking again.
+	s2 := tmpl.Clone()
+	s2.Session = "s2"
+	if _, err := m.Inspect(ctx, "acme", "s2"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Inspect of a new session: %v, want ErrNotFound", err)
+	}
+	if sb, err := m.Ensure(ctx, s2); err != nil || sb.PoolName == "" {
+		t.Fatalf("claim after Inspect: %+v, %v", sb, err)
+	}
+	got = requests()
+	slices.Sort(got[:2])
+	want = []string{"get pods", "list pods", "get pods", "create secrets", "patch pods"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Inspect and a claim: %q, want %q (the claim looks the session up again)", got, want)
 	}
 }
