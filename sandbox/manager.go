@@ -973,6 +973,10 @@ func (m *Manager) create(parent context.Context, k key, e *entry, spec Spec) {
 // that one. It never leaves createOrTakeOver.
 var errOtherCreating = errors.New("sandbox: being created by another process")
 
+// errColdElsewhere is errOtherCreating for a session whose claim lock
+// names a cold start (ColdStarts) that has no running sandbox yet.
+var errColdElsewhere = fmt.Errorf("%w: its claim lock names a cold start under way", errOtherCreating)
+
 // otherCreatingPoll is how soon createOrTakeOver looks again for a
 // sandbox another process is creating; each look doubles it, up to
 // otherCreatingPollMax (each look is several API requests on Kubernetes).
@@ -996,8 +1000,11 @@ func (m *Manager) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, err
 		}
 		select {
 		case <-ctx.Done():
-			return Sandbox{}, fmt.Errorf("%w: the sandbox of %s/%s is being created by another server, and was not ready when this creation's time ran out: %w",
-				ErrUnavailable, spec.Tenant, spec.Session, ctx.Err())
+			// What this process last saw of the other's creation is
+			// all it knows of why it is not done (its own error is in
+			// that server's log).
+			return Sandbox{}, fmt.Errorf("%w: the sandbox of %s/%s is being created by another server, and was not ready when this creation's time ran out (last look: %v): %w",
+				ErrUnavailable, spec.Tenant, spec.Session, err, ctx.Err())
 		case <-time.After(wait):
 		}
 	}
@@ -1040,7 +1047,7 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		m.cfg.Logger.Info("sandbox adopted", "tenant", spec.Tenant, "session", spec.Session, "id", old.ID)
 		return old, nil
 	case m.beingCreated(old) && m.shared():
-		return Sandbox{}, errOtherCreating
+		return Sandbox{}, fmt.Errorf("%w: sandbox %s is %s, made %s ago", errOtherCreating, old.ID, old.State, m.cfg.Now().Sub(old.Created).Round(time.Second))
 	default:
 		if err := m.destroy(ctx, key{spec.Tenant, spec.Session}, old); err != nil {
 			return Sandbox{}, err
@@ -1067,7 +1074,7 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 		case err != nil:
 			return Sandbox{}, err
 		case held == spec.Session:
-			return Sandbox{}, errOtherCreating
+			return Sandbox{}, errColdElsewhere
 		case held != "":
 			return m.claimedElsewhere(ctx, spec, held)
 		}
@@ -1093,7 +1100,7 @@ func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 			// The reservation was judged dead and taken over: the session
 			// claimed a pooled sandbox meanwhile, which is its sandbox.
 			m.cfg.Logger.Warn("sandbox removed", "reason", "created cold while the session claimed a pooled sandbox elsewhere", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "err", err)
-			return Sandbox{}, m.discard(ctx, sb, errOtherCreating)
+			return Sandbox{}, m.discard(ctx, sb, fmt.Errorf("%w: the session claimed a pooled sandbox elsewhere while this server started it cold", errOtherCreating))
 		case err != nil:
 			// Unsettled, still standing while the sandbox exists.
 			m.cfg.Logger.Warn("settling a cold start's reservation", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "err", err)
@@ -1109,7 +1116,7 @@ func (m *Manager) claimedElsewhere(ctx context.Context, spec Spec, held string) 
 	sb, err := m.heldSandbox(ctx, spec, held)
 	if errors.Is(err, ErrNotFound) {
 		// Gone since: the claim is stale, which the next look clears.
-		return Sandbox{}, errOtherCreating
+		return Sandbox{}, fmt.Errorf("%w: the pooled sandbox %s claimed for it is gone", errOtherCreating, held)
 	}
 	if err != nil {
 		return Sandbox{}, err

@@ -463,7 +463,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 			// (ColdStarts): that sandbox is the session's.
 			m.cfg.Logger.Info("session started cold elsewhere", "tenant", spec.Tenant, "session", spec.Session, "unused", pooled)
 			putBack(p, sb)
-			return Sandbox{}, false, errOtherCreating
+			return Sandbox{}, false, errColdElsewhere
 		}
 		if held != pooled {
 			// The session's first calls reached another process too, which

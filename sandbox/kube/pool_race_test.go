@@ -761,3 +761,33 @@ func TestInspectThenCreatedElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// A replica that waits for another's cold start (the session's claim lock
+// names it) until its own creation time runs out says what it last saw of
+// that creation, not only that time ran out.
+func TestWaitForColdStartElsewhereSaysWhy(t *testing.T) {
+	c := newCluster(t)
+	c.withResourceVersions()
+	rt := c.runtime(t, nil)
+	ctx := context.Background()
+	// Another replica's cold start, whose pod never comes within the wait.
+	held, _, err := rt.Claims().Cold(ctx, "acme", "s1")
+	if err != nil || held != "" {
+		t.Fatalf("Cold: %q, %v", held, err)
+	}
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "srv", Claims: rt.Claims(), CreateTimeout: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(t)
+	spec.Session = "s1"
+	_, err = m.Ensure(ctx, spec)
+	if !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("Ensure: %v, want ErrUnavailable", err)
+	}
+	for _, want := range []string{"being created by another server", "last look", "claim lock names a cold start under way"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Ensure: %v; want it to say %q", err, want)
+		}
+	}
+}
