@@ -826,6 +826,10 @@ func (m *Manager) Adopt(ctx context.Context) (AdoptReport, error) {
 			delete(claimed, rk)
 			if held, err := m.cfg.Claims.Claim(ctx, sb.Tenant, sb.Session, s); err != nil {
 				errs = append(errs, err)
+			} else if held == s {
+				// The session's claim lock names a cold start (ColdStarts):
+				// a claim that lost its lock to it left this pod claimed.
+				m.cfg.Logger.Warn("session started cold also has a pooled sandbox claimed for it", "tenant", sb.Tenant, "session", s, "name", sb.Session)
 			} else if held != sb.Session {
 				// Only claims made before claims were exclusive per
 				// session can leave a session two.
