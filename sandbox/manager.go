@@ -124,7 +124,7 @@ type Manager struct {
 	cfg Config
 
 	adm  *admission
-	kick chan struct{} // a claim wakes FillEvery
+	kick chan struct{} // a claim, once it ends, wakes FillEvery
 	// lastSync is when syncPooled last listed the runtime (Manager.mu).
 	lastSync time.Time
 	// syncing is closed when the latest syncPooled pass under way ends;

@@ -405,6 +405,7 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	}
 	stale := 0
 	synced := false
+	took := false // a ready sandbox was taken: the pool is refilled once the claim ends
 	for {
 		m.mu.Lock()
 		p := m.pools[k]
@@ -437,7 +438,10 @@ func (m *Manager) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 		p.ready = p.ready[1:]
 		m.pooledChanged(key{sb.Tenant, sb.Session})
 		m.mu.Unlock()
-		m.kickFill()
+		if !took {
+			took = true
+			defer m.kickFill()
+		}
 
 		pooled := sb.Session
 		held, err := m.cfg.Claims.Claim(ctx, spec.Tenant, pooled, spec.Session)

@@ -453,3 +453,61 @@ func TestPoolConcurrentFills(t *testing.T) {
 		t.Fatalf("%d creates for a pool of 3 filled by 4 concurrent passes", n)
 	}
 }
+
+// heldClaims holds every Claim until release is closed, and says when one
+// has begun.
+type heldClaims struct {
+	sandbox.Claims
+	claiming chan struct{}
+	release  chan struct{}
+}
+
+func (h heldClaims) Claim(ctx context.Context, tenant, pooled, session string) (string, error) {
+	h.claiming <- struct{}{}
+	<-h.release
+	return h.Claims.Claim(ctx, tenant, pooled, session)
+}
+
+// The pool is refilled once a claim has ended, not while it is recorded:
+// the refill's creation competes for the API server and the node with the
+// claim's own requests (on Kubernetes it doubled a claim's slowest
+// writes). The refill still comes.
+func TestPoolRefillsAfterTheClaim(t *testing.T) {
+	f := newFake()
+	h := heldClaims{Claims: claims(t), claiming: make(chan struct{}), release: make(chan struct{})}
+	m, _ := newManager(t, f, withClaims(h))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tgt := target(t, 1)
+	filling := make(chan struct{})
+	go func() {
+		defer close(filling)
+		m.FillEvery(ctx, func() []sandbox.PoolTarget { return []sandbox.PoolTarget{tgt} }, time.Hour)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(pooled(t, f)) < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool was not filled")
+		}
+	}
+	ensured := make(chan error, 1)
+	go func() {
+		_, err := m.Ensure(ctx, spec(t, "s1"))
+		ensured <- err
+	}()
+	<-h.claiming
+	time.Sleep(200 * time.Millisecond) // a refill kicked now would have created by then
+	if n := f.Creates.Load(); n != 1 {
+		t.Fatalf("%d creates while the claim is being recorded, want 1 (the pool's): the refill ran beside the claim", n)
+	}
+	close(h.release)
+	if err := <-ensured; err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.Creates.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool was not refilled after the claim")
+		}
+	}
+	cancel()
+	<-filling
+}
