@@ -123,6 +123,19 @@ type Layer struct {
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
+	// handoff passes a new sandbox's agent connection from the Manager's
+	// readiness check to the executor (nil: Config.Ready replaces the
+	// check, and executors dial as they do by default).
+	handoff *sandboxed.Handoff
+}
+
+// dialer is the executors' Config.Dial: nil (their default) without a
+// handoff.
+func (l *Layer) dialer() sandboxed.Dialer {
+	if l.handoff == nil {
+		return nil
+	}
+	return l.handoff.Dial
 }
 
 type tenant struct {
@@ -164,7 +177,10 @@ func New(cfg Config) (*Layer, error) {
 	}
 	ready, prepare := cfg.Ready, sandboxed.WarmUp
 	if ready == nil {
-		ready = sandboxed.WaitAgent
+		// A new sandbox's agent is dialled once: the readiness check's
+		// connection is the executor's.
+		l.handoff = sandboxed.NewHandoff()
+		ready, prepare = l.handoff.Ready, l.handoff.WarmUp
 	} else {
 		prepare = nil // sandboxes without an agent
 	}
@@ -397,6 +413,7 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },
 			Limits:  limits,
 			Egress:  l.egressRelay(),
+			Dial:    l.dialer(),
 		})
 		if err != nil {
 			return nil, err

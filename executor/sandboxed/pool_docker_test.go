@@ -74,12 +74,15 @@ func newPoolRig(t testing.TB, e enginetest.Engine) *poolRig {
 // start makes a fresh Manager, executor and tools (a server starting).
 func (r *poolRig) start(t testing.TB) {
 	t.Helper()
-	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: sandboxed.WaitAgent, Claims: r.claims,
-		Prepare: sandboxed.WarmUp})
+	// Wired as the server wires them (session.New): the readiness check's
+	// agent connection is handed to the executor.
+	h := sandboxed.NewHandoff()
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: h.Ready, Claims: r.claims,
+		Prepare: h.WarmUp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := sandboxed.New(sandboxed.Config{Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(),
+	ex, err := sandboxed.New(sandboxed.Config{Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(), Dial: h.Dial,
 		Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) }})
 	if err != nil {
 		t.Fatal(err)

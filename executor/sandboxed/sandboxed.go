@@ -179,20 +179,29 @@ func DialAgent(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
 // agent answers its handshake, or at once when the agent speaks another
 // protocol version.
 func WaitAgent(ctx context.Context, sb sandbox.Sandbox) error {
+	c, err := waitAgent(ctx, sb)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// waitAgent is WaitAgent returning the connection.
+func waitAgent(ctx context.Context, sb sandbox.Sandbox) (*agentapi.Client, error) {
 	var last error
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		c, err := agentapi.DialEndpoint(ctx, sb.Agent)
 		if err == nil {
-			return c.Close()
+			return c, nil
 		}
 		last = err
 		var mismatch *agentapi.VersionError
 		if errors.As(err, &mismatch) {
-			return err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent of sandbox %s did not answer: %w (last: %v)", sb.ID, ctx.Err(), last)
+			return nil, fmt.Errorf("agent of sandbox %s did not answer: %w (last: %v)", sb.ID, ctx.Err(), last)
 		case <-time.After(delay):
 		}
 	}
@@ -208,6 +217,11 @@ func WarmUp(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("warming sandbox %s up: %w", sb.ID, err)
 	}
+	return warmUp(ctx, sb, c)
+}
+
+// warmUp is WarmUp on the connection c, which it closes.
+func warmUp(ctx context.Context, sb sandbox.Sandbox, c *agentapi.Client) error {
 	defer c.Close()
 	spec, err := executor.DefaultLimits().Resolve(ctx, executor.Request{Session: sb.Session, Shell: executor.Bash, Command: "true"},
 		"/workspace", []string{"PATH=" + DefaultPath, "HOME=/workspace", "LANG=C.UTF-8"})
