@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	osexec "os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +151,69 @@ func TestReplicas(t *testing.T) {
 		}
 		if got := run(t, 1, false, "wc -l < /workspace/alt"); got != fmt.Sprint(2*rounds) {
 			t.Errorf("lines written: %s, want %d", got, 2*rounds)
+		}
+	})
+
+	t.Run("curl", func(t *testing.T) {
+		// An outsider's client: curl, by each replica's pod IP in turn,
+		// one session, plain and streamed answers.
+		curlPath, err := osexec.LookPath("curl")
+		if err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("curl: %v (CI installs it)", err)
+			}
+			t.Skipf("no curl on this machine: %v", err)
+		}
+		curl := func(t *testing.T, replica int, stream bool, command string) string {
+			t.Helper()
+			u := urls[replica] + "/v1/sessions/curl/tools/bash"
+			args := []string{"-sS", "--fail-with-body", "--max-time", "120", "-X", "POST",
+				"-H", "Authorization: Bearer " + tok, "-H", "Content-Type: application/json",
+				"--data-binary", string(bashArgs(command, false))}
+			if stream {
+				args = append(args, "-N", "-H", "Accept: text/event-stream", u+"?stream=1")
+			} else {
+				args = append(args, u)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			out, err := osexec.CommandContext(cctx, curlPath, args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("curl via %s: %v: %s", pods[replica].Name, err, out)
+			}
+			return string(out)
+		}
+		var hosts [2]string
+		for i := range 4 {
+			replica := i % 2
+			var body struct {
+				Text    string `json:"text"`
+				IsError bool   `json:"isError"`
+			}
+			out := curl(t, replica, false, fmt.Sprintf("echo %d >> /workspace/curl; cat /etc/hostname", i))
+			if err := json.Unmarshal([]byte(out), &body); err != nil || body.IsError {
+				t.Fatalf("curl via %s: %v: %s", pods[replica].Name, err, out)
+			}
+			if hosts[replica] == "" {
+				hosts[replica] = body.Text
+			}
+			if body.Text != hosts[0] && hosts[0] != "" {
+				t.Fatalf("curl via %s ran in sandbox %q, via %s in %q: two sandboxes for one session", pods[replica].Name, body.Text, pods[0].Name, hosts[0])
+			}
+		}
+		// Streamed: the command's output as server-sent "output" events
+		// while it runs, then the result, all of one sandbox's file.
+		out := curl(t, 1, true, "cat /workspace/curl; sleep 0.3; echo end")
+		if !strings.Contains(out, "event: output") || !strings.Contains(out, "event: result") {
+			t.Fatalf("curl -N ?stream=1 via %s: no output and result events in:\n%s", pods[1].Name, out)
+		}
+		_, result, _ := strings.Cut(out, "event: result\ndata: ")
+		result, _, _ = strings.Cut(result, "\n")
+		var body struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal([]byte(result), &body); err != nil || body.Text != "0\n1\n2\n3\nend" {
+			t.Errorf("the streamed result via %s: %v %q, want the 4 lines written through both replicas and end; stream:\n%s", pods[1].Name, err, body.Text, out)
 		}
 	})
 
