@@ -457,10 +457,16 @@ const (
 // first call reads its settings (Inspect) and then creates its sandbox
 // (Ensure): on Kubernetes each look is a claims lookup and a pod read, so
 // the creation takes Inspect's answer instead of asking again (tookAbsent).
-// Nothing is lost if another process created the sandbox in between: a
-// claim or a cold start meets its claim lock (ColdStarts) and waits for
-// that one, and on one host no other process creates sandboxes.
+// Only where the Claims keep cold starts (ColdStarts: Kubernetes, shared
+// by replicas) is that safe: another process that created the sandbox in
+// between is met at the session's claim lock, by a claim or a cold start,
+// and waited for. On one host another process (`shellbox cp` or `call`
+// beside `serve`, a restart's overlap) may create it too, with nothing
+// to meet there; the engine's lookup there is a local call anyway.
 func (m *Manager) noteAbsent(k key) {
+	if !m.shared() {
+		return
+	}
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()

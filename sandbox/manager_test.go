@@ -444,3 +444,35 @@ func TestManagerEnsureDeadlineWhileCreating(t *testing.T) {
 		t.Fatalf("%d creates, want the one that went on", n)
 	}
 }
+
+// On one host another process of the same owner (`shellbox cp` beside
+// `serve`) may create a session's sandbox between this Manager's Inspect,
+// which found none, and its Ensure: Ensure looks again and takes that
+// sandbox, rather than failing on its name or making a second one.
+func TestEnsureAfterInspectOneHost(t *testing.T) {
+	f := newFake()
+	for _, pooled := range []bool{false, true} {
+		var tweak []func(*sandbox.Config)
+		if pooled {
+			tweak = append(tweak, withClaims(claims(t)))
+		}
+		a, _ := newManager(t, f, tweak...)
+		b, _ := newManager(t, f, tweak...)
+		if pooled {
+			fill(t, a, target(t, 1))
+		}
+		ctx := context.Background()
+		s := fmt.Sprintf("s-%v", pooled)
+		if _, err := a.Inspect(ctx, "acme", s); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("Inspect: %v, want ErrNotFound", err)
+		}
+		other, err := b.Ensure(ctx, spec(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Ensure(ctx, spec(t, s))
+		if err != nil || got.ID != other.ID {
+			t.Fatalf("pool %v: Ensure after Inspect: %+v, %v; want the other process's sandbox %s", pooled, got, err, other.ID)
+		}
+	}
+}
