@@ -124,18 +124,9 @@ type Layer struct {
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
 	// handoff passes a new sandbox's agent connection from the Manager's
-	// readiness check to the executor (nil: Config.Ready replaces the
-	// check, and executors dial as they do by default).
+	// readiness check to the executors' first dial (with Config.Ready
+	// replacing the check it holds nothing, and their dials just dial).
 	handoff *sandboxed.Handoff
-}
-
-// dialer is the executors' Config.Dial: nil (their default) without a
-// handoff.
-func (l *Layer) dialer() sandboxed.Dialer {
-	if l.handoff == nil {
-		return nil
-	}
-	return l.handoff.Dial
 }
 
 type tenant struct {
@@ -175,12 +166,12 @@ func New(cfg Config) (*Layer, error) {
 	if cfg.Observer != nil {
 		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
 	}
-	ready, prepare := cfg.Ready, sandboxed.WarmUp
+	// A new sandbox's agent is dialled once: the readiness check's
+	// connection is the executor's.
+	l.handoff = sandboxed.NewHandoff()
+	ready, prepare := cfg.Ready, l.handoff.WarmUp
 	if ready == nil {
-		// A new sandbox's agent is dialled once: the readiness check's
-		// connection is the executor's.
-		l.handoff = sandboxed.NewHandoff()
-		ready, prepare = l.handoff.Ready, l.handoff.WarmUp
+		ready = l.handoff.Ready
 	} else {
 		prepare = nil // sandboxes without an agent
 	}
@@ -413,7 +404,7 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },
 			Limits:  limits,
 			Egress:  l.egressRelay(),
-			Dial:    l.dialer(),
+			Dial:    l.handoff.Dial,
 		})
 		if err != nil {
 			return nil, err
