@@ -1039,8 +1039,7 @@ func (m *Manager) shared() bool {
 
 func (m *Manager) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	rt := m.cfg.Runtime
-	var old Sandbox
-	err := fmt.Errorf("%w: looked up by Inspect", ErrNotFound)
+	old, err := Sandbox{}, ErrNotFound // as Inspect found it a moment ago
 	if !m.tookAbsent(key{spec.Tenant, spec.Session}) {
 		old, err = m.get(ctx, spec.Tenant, spec.Session)
 	}
