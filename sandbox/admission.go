@@ -85,3 +85,10 @@ func (a *admission) tryAcquire() (func(), bool) {
 }
 
 func (a *admission) release() { <-a.slots }
+
+// load reports the creations holding a slot and those queued for one.
+func (a *admission) load() (creating, queued int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.slots), a.queued
+}
