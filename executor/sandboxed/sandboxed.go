@@ -280,7 +280,8 @@ const oomWait = 3 * time.Second
 
 // diedOfOOM reports, after a call's connection broke, whether the session's
 // sandbox died of its memory limit, and if so the call's result: killed by
-// SIGKILL, OOMKilled, with a stderr line saying what happened. Under gVisor
+// SIGKILL, OOMKilled, and the sandbox's death (SandboxOOM, which tools
+// renders). Under gVisor
 // a sandbox over its memory limit dies whole (the host's OOM killer takes the
 // sentry, which holds every process of the sandbox), unlike runc where the
 // kernel kills a command and the agent reports it. The session's next call
@@ -297,11 +298,11 @@ func (e *Executor) diedOfOOM(ctx context.Context, spec executor.Spec) (executor.
 			if !sb.OOMKilled {
 				return executor.Result{}, false
 			}
-			note := "shellbox: the sandbox ran out of memory and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n"
+			death := &executor.SandboxOOM{}
 			if s, err := e.cfg.Spec(spec.Session); err == nil && s.MemoryBytes > 0 {
-				note = fmt.Sprintf("shellbox: the sandbox ran out of memory (memory limit: %d bytes) and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n", s.MemoryBytes)
+				death.MemoryBytes = s.MemoryBytes
 			}
-			return executor.Result{Stderr: note, Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds()}, true
+			return executor.Result{Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds(), SandboxOOM: death}, true
 		}
 		select {
 		case <-ctx.Done():
