@@ -170,6 +170,19 @@ type Result struct {
 	SpillBytes int64 `json:"spillBytes,omitempty"`
 	// OOMKilled reports that the out-of-memory killer ended the command.
 	OOMKilled bool `json:"oomKilled,omitempty"`
+	// SandboxOOM, when set, reports that the command did not die alone:
+	// its whole sandbox was killed over its memory limit, background
+	// tasks and all (under gVisor the host's OOM killer takes the
+	// sentry, which holds every process of the sandbox). OOMKilled is set
+	// too. It is a fact for tools to render, never sent over the wire: only
+	// the host side, which saw the sandbox die, sets it.
+	SandboxOOM *SandboxOOM `json:"-"`
+}
+
+// SandboxOOM is how a sandbox died of its memory limit (Result.SandboxOOM).
+type SandboxOOM struct {
+	// MemoryBytes is the sandbox's memory limit (0: none known).
+	MemoryBytes int64
 }
 
 // State is where a background task is in its life.

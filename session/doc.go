@@ -5,7 +5,9 @@
 // A Layer keeps, per tenant, an executor and a tools.Toolset: host
 // processes for the local backend (Config.Runtime nil, unsandboxed, for
 // development), else a sandboxed executor over one sandbox.Manager shared
-// by every tenant, on any sandbox.Runtime (Docker, containerd). It owns:
+// by every tenant, on any sandbox.Runtime (Docker, containerd), handed its
+// connections by session/sandboxconn, which alone decides that a sandbox
+// is dead. It owns:
 //
 //   - the one spec builder: a session's sandbox spec from the tenant's
 //     policy (image, runtime, resources, user, mounts, network) over the

@@ -54,7 +54,7 @@ func (e *EgressConfig) compile() error {
 // Validate checks the ranges of e (for configuration loading).
 func (e EgressConfig) Validate() error { return e.compile() }
 
-// egressRelay returns the sandboxed.Config.Egress hook: it relays a
+// egressRelay returns the sandboxconn.Config.Egress hook: it relays a
 // sandbox's egress proxy until ctx ends.
 //
 //   - A connection of a call granted the network permission may go to any

@@ -10,6 +10,7 @@ import (
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
 var _ server.FileTransfer = (*Layer)(nil)
@@ -43,7 +44,7 @@ func (l *Layer) fileTarget(ctx context.Context, tenant, session string) (fileTar
 		ft.lim = files.Limits{MaxBytes: pol.Files.MaxBytes, MaxEntries: pol.Files.MaxEntries, NoSymlinks: pol.Files.HasRules()}
 	}
 	switch e := tb.exec.(type) {
-	case *sandboxed.Executor:
+	case *sandboxconn.Executor:
 		a, err := e.Files(ctx, session)
 		if err != nil {
 			return fileTarget{}, server.FileError(err)

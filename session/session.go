@@ -12,10 +12,10 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -28,7 +28,7 @@ type Config struct {
 	// only its own. Required with a Runtime.
 	Owner string
 	// Ready, if set, replaces the wait for a new sandbox's agent
-	// (sandboxed.WaitAgent): for runtimes whose sandboxes run no agent (an
+	// (sandboxconn.WaitAgent): for runtimes whose sandboxes run no agent (an
 	// in-memory one, in tests).
 	Ready func(ctx context.Context, sb sandbox.Sandbox) error
 	// Unavailable, if set, fails every new sandbox with it (the agent
@@ -126,7 +126,7 @@ type Layer struct {
 	// handoff passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
-	handoff *sandboxed.Handoff
+	handoff *sandboxconn.Handoff
 }
 
 type tenant struct {
@@ -168,7 +168,7 @@ func New(cfg Config) (*Layer, error) {
 	}
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
-	l.handoff = sandboxed.NewHandoff()
+	l.handoff = sandboxconn.NewHandoff()
 	ready, prepare := cfg.Ready, l.handoff.WarmUp
 	if ready == nil {
 		ready = l.handoff.Ready
@@ -347,7 +347,7 @@ func (l *Layer) rewatch(ctx context.Context, adopted []sandbox.Sandbox) {
 			l.log.Warn("re-watching tasks", "tenant", sb.Tenant, "session", sb.Session, "err", err)
 			continue
 		}
-		ex, ok := tb.exec.(*sandboxed.Executor)
+		ex, ok := tb.exec.(*sandboxconn.Executor)
 		if !ok {
 			continue
 		}
@@ -398,7 +398,7 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 		tb.seen = &sessionSet{m: map[string]time.Time{}}
 		tb.exec, tb.close = recording{e, tb.seen}, e.Close
 	} else {
-		e, err := sandboxed.New(sandboxed.Config{
+		e, err := sandboxconn.New(sandboxconn.Config{
 			Manager: l.manager,
 			Tenant:  name,
 			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },

@@ -6,9 +6,9 @@ import (
 	"sort"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
 // Sessions implements server.Backend: the tenant's sessions as the engine
@@ -141,7 +141,7 @@ func (l *Layer) AgentLog(ctx context.Context, tenant, session string) (string, e
 	if err != nil {
 		return "", err
 	}
-	e, ok := tb.exec.(*sandboxed.Executor)
+	e, ok := tb.exec.(*sandboxconn.Executor)
 	if !ok {
 		return "", server.Errorf(server.ErrInvalid, "the local backend has no agent: its commands run in this process")
 	}

@@ -49,6 +49,22 @@ func RenderForeground(r executor.Result) string {
 	return b.String()
 }
 
+// withSandboxOOM returns r with the note on its sandbox's death as its
+// stderr when the whole sandbox died of its memory limit (r.SandboxOOM),
+// and r unchanged otherwise: a command the kernel's OOM killer ended in a
+// sandbox that lives on (runc) is an ordinary OOMKilled result.
+func withSandboxOOM(r executor.Result) executor.Result {
+	if r.SandboxOOM == nil {
+		return r
+	}
+	note := "shellbox: the sandbox ran out of memory and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n"
+	if r.SandboxOOM.MemoryBytes > 0 {
+		note = fmt.Sprintf("shellbox: the sandbox ran out of memory (memory limit: %d bytes) and was killed whole, with its background tasks; the session's next call starts a fresh sandbox\n", r.SandboxOOM.MemoryBytes)
+	}
+	r.Stderr = note
+	return r
+}
+
 // RenderBackground is the acknowledgement of a started background task.
 func RenderBackground(id string) string { return "started background task " + id }
 

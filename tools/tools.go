@@ -282,6 +282,7 @@ func (t *Toolset) shell(ctx context.Context, inv Invocation) Result {
 	if err != nil {
 		return errorOf(err)
 	}
+	res = withSandboxOOM(res)
 	return Result{Text: RenderForeground(res), Value: &Foreground{Kind: "foreground", Result: res}}
 }
 

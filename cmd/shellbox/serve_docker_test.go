@@ -15,13 +15,13 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/server/servertest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -36,7 +36,7 @@ func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) 
 func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
 	requireEngine(t)
 	rt := eng.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), sandbox.RuntimeRunc)
-	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: dockertest.Owner(t), Ready: sandboxed.WaitAgent})
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: dockertest.Owner(t), Ready: sandboxconn.WaitAgent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*test
 	})
 	executortest.Run(t, executortest.Harness{
 		New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
-			e, err := sandboxed.New(sandboxed.Config{
+			e, err := sandboxconn.New(sandboxconn.Config{
 				Manager: m,
 				Tenant:  dockerTenant,
 				Spec: func(session string) (sandbox.Spec, error) {
@@ -69,7 +69,7 @@ func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*test
 		EndSession: func(e executor.BashExecutor, session string) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			e.(*sandboxed.Executor).Forget(session)
+			e.(*sandboxconn.Executor).Forget(session)
 			m.Remove(ctx, dockerTenant, session)
 		},
 		Transport: transport,

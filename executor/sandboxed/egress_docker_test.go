@@ -14,12 +14,12 @@ import (
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/agentapi"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/egress"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -89,7 +89,7 @@ func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 			t.Errorf("relay of %s: %v", sb.Session, err)
 		}
 	}
-	r := sandboxedtest.NewWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxed.Config) { c.Egress = relay })
+	r := sandboxedtest.NewWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxconn.Config) { c.Egress = relay })
 	ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace"})
 	if err != nil {
 		t.Fatal(err)

@@ -23,18 +23,18 @@ type FileAgent interface {
 // a call's does; the agent's answers (invalid, not found, too large, no
 // space) keep it.
 func (e *Executor) Files(ctx context.Context, session string) (FileAgent, error) {
-	a, err := e.agent(ctx, session)
+	c, err := e.cfg.Connections.Conn(ctx, session)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, executor.Aborted()
 		}
 		return nil, err
 	}
-	fa, ok := a.Agent.(FileAgent)
+	fa, ok := c.Agent().(FileAgent)
 	if !ok {
 		return nil, executor.Errorf(executor.ErrUnavailable, "the agent of session %s cannot transfer files", session)
 	}
-	return fileConn{fa: fa, e: e, session: session, c: a}, nil
+	return fileConn{fa: fa, e: e, session: session, c: c}, nil
 }
 
 // Root is the session root inside the sandbox.
@@ -44,7 +44,7 @@ type fileConn struct {
 	fa      FileAgent
 	e       *Executor
 	session string
-	c       *conn
+	c       Conn
 }
 
 // check drops the connection after a transport failure.
@@ -82,17 +82,17 @@ func (e *Executor) AgentLog(ctx context.Context, session string) (string, error)
 	if err := executor.ValidSession(session); err != nil {
 		return "", err
 	}
-	if !e.hasSandbox(ctx, session) {
+	if !e.cfg.Connections.Exists(ctx, session) {
 		return "", executor.Errorf(executor.ErrNotFound, "session %s has no sandbox", session)
 	}
-	a, err := e.agent(ctx, session)
+	c, err := e.cfg.Connections.Conn(ctx, session)
 	if err != nil {
 		return "", err
 	}
-	la, ok := a.Agent.(logAgent)
+	la, ok := c.Agent().(logAgent)
 	if !ok {
 		return "", executor.Errorf(executor.ErrUnavailable, "the agent of session %s cannot serve its log", session)
 	}
 	s, err := la.Log(ctx)
-	return s, e.check(session, a, err)
+	return s, e.check(session, c, err)
 }

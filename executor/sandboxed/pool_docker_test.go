@@ -12,13 +12,13 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -30,7 +30,7 @@ type poolRig struct {
 	rt     sandbox.Runtime
 	claims sandbox.Claims
 	m      *sandbox.Manager
-	exec   *sandboxed.Executor
+	exec   *sandboxconn.Executor
 	ts     *tools.Toolset
 	opts   []sandbox.Opt
 }
@@ -76,13 +76,13 @@ func (r *poolRig) start(t testing.TB) {
 	t.Helper()
 	// Wired as the server wires them (session.New): the readiness check's
 	// agent connection is handed to the executor.
-	h := sandboxed.NewHandoff()
+	h := sandboxconn.NewHandoff()
 	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: h.Ready, Claims: r.claims,
 		Prepare: h.WarmUp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := sandboxed.New(sandboxed.Config{Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(), Dial: h.Dial,
+	ex, err := sandboxconn.New(sandboxconn.Config{Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(), Dial: h.Dial,
 		Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.opts...) }})
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -197,7 +197,7 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 		}
 
 		// The next server: same runtime, state directory and owner.
-		m, err := sandbox.NewManager(sandbox.Config{Runtime: r.Runtime, Owner: r.Owner, Ready: sandboxed.WaitAgent})
+		m, err := sandbox.NewManager(sandbox.Config{Runtime: r.Runtime, Owner: r.Owner, Ready: sandboxconn.WaitAgent})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestWorkspaceAfterRestart(t *testing.T) {
 		if !slices.Contains(rep.Swept, wsDir("gone")) || slices.Contains(rep.Swept, wsDir("dead")) {
 			t.Errorf("swept %v: want the workspace of gone, not dead's", rep.Swept)
 		}
-		ex, err := sandboxed.New(sandboxed.Config{
+		ex, err := sandboxconn.New(sandboxconn.Config{
 			Manager: m, Tenant: tenant, Limits: executor.DefaultLimits(),
 			Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(tenant, session, r.Opts...) },
 		})

@@ -13,10 +13,10 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
 var tenant = dockertest.Tenant("t1")
@@ -49,13 +49,13 @@ func TestConformanceKube(t *testing.T) {
 					m, err := sandbox.NewManager(sandbox.Config{
 						Runtime:       rt,
 						Owner:         dockertest.Owner(t),
-						Ready:         sandboxed.WaitAgent,
+						Ready:         sandboxconn.WaitAgent,
 						CreateTimeout: 2 * time.Minute,
 					})
 					if err != nil {
 						t.Fatal(err)
 					}
-					e, err := sandboxed.New(sandboxed.Config{
+					e, err := sandboxconn.New(sandboxconn.Config{
 						Manager: m,
 						Tenant:  tenant,
 						Spec: func(session string) (sandbox.Spec, error) {
@@ -92,7 +92,7 @@ func TestConformanceKube(t *testing.T) {
 					if m, ok := managers.Load(e); ok {
 						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 						defer cancel()
-						e.(*sandboxed.Executor).Forget(session)
+						e.(*sandboxconn.Executor).Forget(session)
 						m.(*sandbox.Manager).Remove(ctx, tenant, session)
 					}
 				},

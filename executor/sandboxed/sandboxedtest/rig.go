@@ -16,11 +16,11 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -65,7 +65,7 @@ type Rig struct {
 	Owner    string
 	Runtime  sandbox.Runtime
 	Manager  *sandbox.Manager
-	Exec     *sandboxed.Executor
+	Exec     *sandboxconn.Executor
 	// Opts make every session's spec (image, runtime, test labels, then
 	// the caller's).
 	Opts []sandbox.Opt
@@ -91,7 +91,7 @@ func New(t testing.TB, e enginetest.Engine, runtime string, lim executor.Limits,
 }
 
 // NewWith is New with the executor's config adjusted by with.
-func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Limits, with func(*sandboxed.Config), opts ...sandbox.Opt) *Rig {
+func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Limits, with func(*sandboxconn.Config), opts ...sandbox.Opt) *Rig {
 	t.Helper()
 	cli := dockertest.Engine(t)
 	dockertest.RemoveLeftovers(context.Background(), cli)
@@ -102,7 +102,7 @@ func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Lim
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
 		Owner:   owner,
-		Ready:   sandboxed.WaitAgent,
+		Ready:   sandboxconn.WaitAgent,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Lim
 		// sandbox, ~10 per process): size it for that.
 		r.Opts = append(r.Opts, sandbox.WithPidsLimit(1024))
 	}
-	cfg := sandboxed.Config{
+	cfg := sandboxconn.Config{
 		Manager: m,
 		Tenant:  Tenant,
 		Spec:    func(session string) (sandbox.Spec, error) { return sandbox.NewSpec(Tenant, session, r.Opts...) },
@@ -127,7 +127,7 @@ func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Lim
 	if with != nil {
 		with(&cfg)
 	}
-	r.Exec, err = sandboxed.New(cfg)
+	r.Exec, err = sandboxconn.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandboxed
+package sandboxconn
 
 import (
 	"context"

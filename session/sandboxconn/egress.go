@@ -1,0 +1,121 @@
+package sandboxconn
+
+import (
+	"context"
+	"crypto/rand"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/egress"
+)
+
+// PermissionNetwork is the sandbox permission (a call's
+// sandbox_permissions, once the policy granted it) that gives the call's
+// process tree a credential at the sandbox's egress proxy (see
+// Config.Egress).
+const PermissionNetwork = egress.Permission
+
+// grant is a call's network grant: in force until its context ends.
+type grant struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// connect wraps a new connection to sb's agent and starts the relay of its
+// egress, for as long as the connection is kept. The caller holds c.mu.
+func (c *Connections) connect(ag Agent, sb sandbox.Sandbox) *conn {
+	ctx, cancel := context.WithCancel(c.life)
+	cn := &conn{agent: ag, owner: c, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
+	if cn.egress && c.egress != nil && !c.closed {
+		session := sb.Session
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.egress(ctx, sb, func(credential string) (context.Context, bool) { return c.granted(session, credential) })
+		}()
+	}
+	return cn
+}
+
+// Egress implements sandboxed.Conn: it points the command's HTTP clients
+// at the sandbox's egress proxy, if it has one, and when the call holds
+// PermissionNetwork gives it a credential of its own in spec.EgressGrant,
+// which the agent binds to the command's process tree; release, nil
+// without a credential, ends it. A call granted the network in a sandbox
+// without a proxy (created while its policy gave no network) is refused:
+// it would fail in ways that do not say why.
+func (cn *conn) Egress(spec executor.Spec) (_ executor.Spec, release func(), _ error) {
+	c := cn.owner
+	if !cn.egress {
+		if c.egress != nil && slices.Contains(spec.Permissions, PermissionNetwork) {
+			return spec, nil, executor.Errorf(executor.ErrInvalid,
+				"the network permission was granted, but session %s's sandbox has no egress proxy (it was created while its policy gave no network); delete the session to get a sandbox with one", spec.Session)
+		}
+		return spec, nil, nil
+	}
+	if slices.Contains(spec.Permissions, PermissionNetwork) {
+		// The credential goes to the agent, not into the environment: its
+		// proxy presents it only for connections of this command's tree.
+		credential := rand.Text()
+		c.grant(spec.Session, credential)
+		release = sync.OnceFunc(func() { c.revoke(spec.Session, credential) })
+		spec.EgressGrant = credential
+	}
+	vars := egress.Env(egress.DefaultListen)
+	env := make([]string, 0, len(spec.Env)+len(vars))
+	for _, kv := range spec.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch _, ours := vars[k]; {
+		case !ours:
+			env = append(env, kv)
+		case k == "NO_PROXY" || k == "no_proxy":
+			// The spec's (a policy's env) wins.
+			env = append(env, kv)
+			delete(vars, k)
+		}
+	}
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	spec.Env = env
+	return spec, release, nil
+}
+
+func (c *Connections) grant(session, credential string) {
+	ctx, cancel := context.WithCancel(c.life)
+	c.grantMu.Lock()
+	defer c.grantMu.Unlock()
+	if c.grants[session] == nil {
+		c.grants[session] = map[string]grant{}
+	}
+	c.grants[session][credential] = grant{ctx: ctx, cancel: cancel}
+}
+
+// revoke ends a grant: its context ends, and with it the tunnels the relay
+// opened for it.
+func (c *Connections) revoke(session, credential string) {
+	c.grantMu.Lock()
+	defer c.grantMu.Unlock()
+	if g, ok := c.grants[session][credential]; ok {
+		g.cancel()
+		delete(c.grants[session], credential)
+	}
+	if len(c.grants[session]) == 0 {
+		delete(c.grants, session)
+	}
+}
+
+// granted returns the context of session's grant named by credential, ok
+// false when there is none in force.
+func (c *Connections) granted(session, credential string) (context.Context, bool) {
+	if credential == "" {
+		return nil, false
+	}
+	c.grantMu.Lock()
+	defer c.grantMu.Unlock()
+	g, ok := c.grants[session][credential]
+	return g.ctx, ok
+}
