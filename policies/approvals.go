@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/shellbox/shellbox/errdefs"
 )
 
 // Approval states.
@@ -20,7 +22,7 @@ const (
 )
 
 // ErrNoSuchApproval: an unknown approval id, or one of another tenant.
-var ErrNoSuchApproval = errors.New("no such approval")
+var ErrNoSuchApproval = errdefs.ErrNoSuchApproval
 
 // ErrAlreadyDecided: the approval was decided (or expired) before.
 var ErrAlreadyDecided = errors.New("approval already decided")
