@@ -1,8 +1,7 @@
 package server
 
 import (
-	"time"
-
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/errdefs"
 )
 
@@ -22,32 +21,16 @@ type Approvals interface {
 	Subscribe(fn func(Approval)) (cancel func())
 }
 
-// Approval is one request for a human decision on a tool call.
-type Approval struct {
-	ID             string    `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Session        string    `json:"session"`
-	Tool           string    `json:"tool"`
-	Command        string    `json:"command"`
-	Workdir        string    `json:"workdir"`
-	Rule           string    `json:"rule"`
-	Reason         string    `json:"reason"`
-	Justification  string    `json:"justification"`
-	Permissions    []string  `json:"permissions"`
-	State          string    `json:"state"` // pending | approved | denied | expired
-	Approver       string    `json:"approver"`
-	DecisionReason string    `json:"decisionReason"`
-	Created        time.Time `json:"created"`
-	Deadline       time.Time `json:"deadline"`
-	Decided        time.Time `json:"decided,omitzero"`
-}
+// Approval is one request for a human decision on a tool call: the one
+// shape of approval.
+type Approval = approval.Approval
 
 // Approval states.
 const (
-	ApprovalPending  = "pending"
-	ApprovalApproved = "approved"
-	ApprovalDenied   = "denied"
-	ApprovalExpired  = "expired"
+	ApprovalPending  = approval.Pending
+	ApprovalApproved = approval.Approved
+	ApprovalDenied   = approval.Denied
+	ApprovalExpired  = approval.Expired
 )
 
 // ErrNoSuchApproval is the class of an unknown (or foreign) approval id.
