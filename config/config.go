@@ -198,6 +198,9 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	if err := c.Sandbox.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: sandbox: %w", err)
 	}
+	if c.Sandbox.CreateQueue == 0 {
+		c.Sandbox.CreateQueue = sandbox.NoCreateQueue
+	}
 	if err := c.Egress.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: egress: %w", err)
 	}
@@ -396,7 +399,10 @@ type Sandbox struct {
 	// MaxCreating bounds the sandboxes being created at once; CreateQueue
 	// the creations waiting for a slot, each at most CreateQueueWait
 	// (then the session's call fails, saying how busy the host is).
-	// Calls to existing sandboxes never wait on them.
+	// Calls to existing sandboxes never wait on them. createQueue: 0 in the
+	// file means no queue; Load resolves it to sandbox.NoCreateQueue, so
+	// that in a loaded Config, as in sandbox.Config and session.Admission,
+	// zero means the default and NoCreateQueue none.
 	MaxCreating     int           `mapstructure:"maxCreating"`
 	CreateQueue     int           `mapstructure:"createQueue"`
 	CreateQueueWait time.Duration `mapstructure:"createQueueWait"`
@@ -416,11 +422,7 @@ func (c Sandbox) validate() error {
 
 // Admission is the session layer's bound on sandbox creations.
 func (c Sandbox) Admission() session.Admission {
-	q := c.CreateQueue
-	if q == 0 {
-		q = -1 // no queue: the layer's 0 means its default
-	}
-	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: q, CreateQueueWait: c.CreateQueueWait}
+	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: c.CreateQueue, CreateQueueWait: c.CreateQueueWait}
 }
 
 func sandboxDefaults() map[string]any {
