@@ -382,17 +382,14 @@ func (c Server) validate() error {
 // commands run through the agent inside it. A tenant's policy overrides
 // the image, runtime, resources and user.
 type Sandbox struct {
-	StateDir       string  `mapstructure:"stateDir"`
-	Owner          string  `mapstructure:"owner"`
-	Image          string  `mapstructure:"image"`
-	Runtime        string  `mapstructure:"runtime"`
-	Agent          string  `mapstructure:"agent"`
-	CPUs           float64 `mapstructure:"cpus"`
-	MemoryBytes    int64   `mapstructure:"memoryBytes"`
-	PidsLimit      int64   `mapstructure:"pidsLimit"`
-	WorkspaceBytes int64   `mapstructure:"workspaceBytes"`
-	TmpBytes       int64   `mapstructure:"tmpBytes"`
-	SpillBytes     int64   `mapstructure:"spillBytes"`
+	StateDir string `mapstructure:"stateDir"`
+	Owner    string `mapstructure:"owner"`
+	Image    string `mapstructure:"image"`
+	Runtime  string `mapstructure:"runtime"`
+	Agent    string `mapstructure:"agent"`
+	// Resources are the sandbox.cpus, memoryBytes, pidsLimit,
+	// workspaceBytes, tmpBytes and spillBytes keys.
+	confine.Resources `mapstructure:",squash"`
 	// Labels are extra labels on every sandbox (e.g. for an operator's
 	// inventory); shellbox's own org.shellbox.* labels cannot be set.
 	Labels map[string]string `mapstructure:"labels"`
@@ -452,8 +449,7 @@ func sandboxDefaults() map[string]any {
 
 // Defaults are the sandbox settings of sessions where a policy sets none.
 func (c Sandbox) Defaults() session.Defaults {
-	return session.Defaults{Image: c.Image, Runtime: c.Runtime, CPUs: c.CPUs, MemoryBytes: c.MemoryBytes,
-		PidsLimit: c.PidsLimit, WorkspaceBytes: c.WorkspaceBytes, TmpBytes: c.TmpBytes, SpillBytes: c.SpillBytes, Labels: c.Labels}
+	return session.Defaults{Image: c.Image, Runtime: c.Runtime, Resources: c.Resources, Labels: c.Labels}
 }
 
 // Docker is what only the docker backend needs. The engine itself is
