@@ -294,6 +294,14 @@ func WithSpillSize(bytes int64) Opt {
 	}
 }
 
+// WithResources sets every cap of r, each checked as its own option does
+// (WithCPUs, WithMemory, WithPidsLimit, WithWorkspaceSize, WithTmpSize,
+// WithSpillSize, in that order: the first error wins).
+func WithResources(r confine.Resources) Opt {
+	return Compose(WithCPUs(r.CPUs), WithMemory(r.MemoryBytes), WithPidsLimit(r.PidsLimit),
+		WithWorkspaceSize(r.WorkspaceBytes), WithTmpSize(r.TmpBytes), WithSpillSize(r.SpillBytes))
+}
+
 // WithSettings sets the creator's record of the session's requested
 // settings (Spec.Settings): printable text, at most MaxSettingsBytes.
 func WithSettings(record string) Opt {

@@ -113,9 +113,7 @@ func (l *Layer) specListed(ctx context.Context, tenant, session string, o server
 	}
 	d := l.cfg.Defaults
 	opts := []sandbox.Opt{
-		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
-		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
-		sandbox.WithLabels(d.Labels),
+		sandbox.WithResources(d.Resources), sandbox.WithLabels(d.Labels),
 	}
 	if l.cfg.Policies == nil {
 		if len(o.Mounts) > 0 {
@@ -213,9 +211,7 @@ func (l *Layer) policySpec(tenant, session string, o server.SessionOptions, pol 
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
 	}
 	opts := []sandbox.Opt{
-		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
-		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
-		sandbox.WithLabels(d.Labels),
+		sandbox.WithResources(d.Resources), sandbox.WithLabels(d.Labels),
 	}
 	mounts, err := pol.SessionMounts(mountRequests(o.Mounts))
 	if err != nil {
@@ -250,12 +246,7 @@ func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
 	return []sandbox.Opt{
 		sandbox.WithNetwork(network),
 		sandbox.WithRuntime(s.Runtime),
-		sandbox.WithCPUs(s.CPUs),
-		sandbox.WithMemory(s.MemoryBytes),
-		sandbox.WithPidsLimit(s.PidsLimit),
-		sandbox.WithWorkspaceSize(s.DiskBytes),
-		sandbox.WithTmpSize(s.TmpBytes),
-		sandbox.WithSpillSize(s.SpillBytes),
+		sandbox.WithResources(s.Resources()),
 		sandbox.WithUser(s.User.UID, s.User.GID),
 	}
 }
