@@ -198,6 +198,9 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	if err := c.Sandbox.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: sandbox: %w", err)
 	}
+	if c.Sandbox.CreateQueue == 0 {
+		c.Sandbox.CreateQueue = sandbox.NoCreateQueue
+	}
 	if err := c.Egress.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: egress: %w", err)
 	}
@@ -379,24 +382,24 @@ func (c Server) validate() error {
 // commands run through the agent inside it. A tenant's policy overrides
 // the image, runtime, resources and user.
 type Sandbox struct {
-	StateDir       string  `mapstructure:"stateDir"`
-	Owner          string  `mapstructure:"owner"`
-	Image          string  `mapstructure:"image"`
-	Runtime        string  `mapstructure:"runtime"`
-	Agent          string  `mapstructure:"agent"`
-	CPUs           float64 `mapstructure:"cpus"`
-	MemoryBytes    int64   `mapstructure:"memoryBytes"`
-	PidsLimit      int64   `mapstructure:"pidsLimit"`
-	WorkspaceBytes int64   `mapstructure:"workspaceBytes"`
-	TmpBytes       int64   `mapstructure:"tmpBytes"`
-	SpillBytes     int64   `mapstructure:"spillBytes"`
+	StateDir string `mapstructure:"stateDir"`
+	Owner    string `mapstructure:"owner"`
+	Image    string `mapstructure:"image"`
+	Runtime  string `mapstructure:"runtime"`
+	Agent    string `mapstructure:"agent"`
+	// Resources are the sandbox.cpus, memoryBytes, pidsLimit,
+	// workspaceBytes, tmpBytes and spillBytes keys.
+	confine.Resources `mapstructure:",squash"`
 	// Labels are extra labels on every sandbox (e.g. for an operator's
 	// inventory); shellbox's own org.shellbox.* labels cannot be set.
 	Labels map[string]string `mapstructure:"labels"`
 	// MaxCreating bounds the sandboxes being created at once; CreateQueue
 	// the creations waiting for a slot, each at most CreateQueueWait
 	// (then the session's call fails, saying how busy the host is).
-	// Calls to existing sandboxes never wait on them.
+	// Calls to existing sandboxes never wait on them. createQueue: 0 in the
+	// file means no queue; Load resolves it to sandbox.NoCreateQueue, so
+	// that in a loaded Config, as in sandbox.Config and session.Admission,
+	// zero means the default and NoCreateQueue none.
 	MaxCreating     int           `mapstructure:"maxCreating"`
 	CreateQueue     int           `mapstructure:"createQueue"`
 	CreateQueueWait time.Duration `mapstructure:"createQueueWait"`
@@ -416,11 +419,7 @@ func (c Sandbox) validate() error {
 
 // Admission is the session layer's bound on sandbox creations.
 func (c Sandbox) Admission() session.Admission {
-	q := c.CreateQueue
-	if q == 0 {
-		q = -1 // no queue: the layer's 0 means its default
-	}
-	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: q, CreateQueueWait: c.CreateQueueWait}
+	return session.Admission{MaxCreating: c.MaxCreating, CreateQueue: c.CreateQueue, CreateQueueWait: c.CreateQueueWait}
 }
 
 func sandboxDefaults() map[string]any {
@@ -450,8 +449,7 @@ func sandboxDefaults() map[string]any {
 
 // Defaults are the sandbox settings of sessions where a policy sets none.
 func (c Sandbox) Defaults() session.Defaults {
-	return session.Defaults{Image: c.Image, Runtime: c.Runtime, CPUs: c.CPUs, MemoryBytes: c.MemoryBytes,
-		PidsLimit: c.PidsLimit, WorkspaceBytes: c.WorkspaceBytes, TmpBytes: c.TmpBytes, SpillBytes: c.SpillBytes, Labels: c.Labels}
+	return session.Defaults{Image: c.Image, Runtime: c.Runtime, Resources: c.Resources, Labels: c.Labels}
 }
 
 // Docker is what only the docker backend needs. The engine itself is

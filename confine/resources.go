@@ -41,3 +41,41 @@ const (
 // sandbox_permissions) that, once a policy grants it for a call, lets the
 // call's commands out through the egress relay beyond the allowlist.
 const PermissionNetwork = "network"
+
+// Resources are a sandbox's resource caps, the one shape of them for every
+// layer: the server's configuration (sandbox.*, whose keys are the
+// mapstructure tags), the session layer's defaults and the sandbox Spec.
+// The tenant's policy (policies.SandboxSettings) names WorkspaceBytes
+// DiskBytes, as its tests do.
+type Resources struct {
+	// CPUs is the CPU quota in cores (0.5 = half a core).
+	CPUs float64 `mapstructure:"cpus"`
+	// MemoryBytes caps memory, swap included (no swap). tmpfs pages count
+	// towards it: the workspace and /tmp live in memory.
+	MemoryBytes int64 `mapstructure:"memoryBytes"`
+	// PidsLimit caps the workload's processes and threads: on runc all users
+	// together (the pids cgroup, whose limit is sandbox.PidsCgroupLimit: the
+	// agent's threads come on top); on runsc per uid inside the sandbox
+	// (RLIMIT_NPROC, which gVisor counts among its own tasks), the host's
+	// pids cgroup being sized for gVisor's threads (see sandbox/docker).
+	PidsLimit int64 `mapstructure:"pidsLimit"`
+	// WorkspaceBytes and TmpBytes cap the writable /workspace and /tmp. Both are
+	// tmpfs: on overlay storage (fuse-overlayfs included) the engine cannot
+	// quota a directory, and tmpfs's size is the one limit every runtime
+	// (runc and gVisor) enforces. So their sum must stay below MemoryBytes.
+	// (A runtime with SessionState keeps the workspace's tmpfs per session,
+	// on the host: the sandbox is charged for the pages it writes.)
+	// TmpBytes also sizes the /dev/shm tmpfs (the runtimes' default is 64
+	// MiB whatever the policy says); its pages count towards MemoryBytes.
+	WorkspaceBytes int64 `mapstructure:"workspaceBytes"`
+	TmpBytes       int64 `mapstructure:"tmpBytes"`
+	// SpillBytes caps the spill files of the session together (the full output
+	// of commands whose output outgrew the tail). 0 disables spilling.
+	SpillBytes int64 `mapstructure:"spillBytes"`
+}
+
+// DefaultResources are the Default* caps above.
+func DefaultResources() Resources {
+	return Resources{CPUs: DefaultCPUs, MemoryBytes: DefaultMemoryBytes, PidsLimit: DefaultPidsLimit,
+		WorkspaceBytes: DefaultWorkspaceBytes, TmpBytes: DefaultTmpBytes, SpillBytes: DefaultSpillBytes}
+}

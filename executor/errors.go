@@ -1,48 +1,31 @@
 package executor
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/shellbox/shellbox/errdefs"
 
-// Error classes. Implementations wrap them (errors.Is finds the class); only
+// Error classes, as the executor's implementations and callers name them:
+// each IS the class of errdefs, so a caller may test either name. Only
 // tools/ turns an error into model-facing text and only the server into a
 // status code. The message of an error built with Errorf is exactly the text
 // the model sees after "Error: ", so it must be short and specific.
 var (
 	// ErrInvalid: the request cannot be run as given (bad workdir, bad session).
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.ErrInvalid
 	// ErrNotFound: no such task (or a task of another session).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errdefs.ErrNotFound
 	// ErrAborted: the caller cancelled a foreground call.
-	ErrAborted = errors.New("tool call aborted")
+	ErrAborted = errdefs.ErrAborted
 	// ErrUnavailable: the executor cannot run anything right now (spawn
 	// failure, lost sandbox).
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = errdefs.ErrUnavailable
 	// ErrLimit: a configured limit stops the call; the message names the limit
 	// and its value.
-	ErrLimit = errors.New("limit reached")
+	ErrLimit = errdefs.ErrLimit
 )
-
-// classed is an error whose text is its message alone while errors.Is still
-// finds its class.
-type classed struct {
-	class error
-	msg   string
-	cause error
-}
-
-func (e *classed) Error() string { return e.msg }
-
-func (e *classed) Is(target error) bool { return target == e.class }
-
-func (e *classed) Unwrap() error { return e.cause }
 
 // Errorf returns an error of class whose message is the formatted text alone.
 // A %w verb in format wraps its operand as the cause.
 func Errorf(class error, format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	return &classed{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
+	return errdefs.Errorf(class, format, args...)
 }
 
 // NoSuchTask is the one answer for an unknown task id, whoever asks.

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/kube"
@@ -215,7 +216,7 @@ func (s *Store) Close() {
 }
 
 // Add creates a pending Approval.
-func (s *Store) Add(ctx context.Context, a policies.Approval) (policies.Approval, error) {
+func (s *Store) Add(ctx context.Context, a approval.Approval) (approval.Approval, error) {
 	n := 0
 	for _, c := range s.tenantCache(a.Tenant) {
 		if c.State == policies.Pending {
@@ -223,31 +224,31 @@ func (s *Store) Add(ctx context.Context, a policies.Approval) (policies.Approval
 		}
 	}
 	if n >= s.cfg.MaxPending {
-		return policies.Approval{}, policies.TooManyPending(a.Tenant, s.cfg.MaxPending)
+		return approval.Approval{}, policies.TooManyPending(a.Tenant, s.cfg.MaxPending)
 	}
 	a.ID, a.State = policies.NewApprovalID(), policies.Pending
 	u, err := s.encode(a)
 	if err != nil {
-		return policies.Approval{}, err
+		return approval.Approval{}, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := s.res.Create(rctx, u, metav1.CreateOptions{}); err != nil {
-		return policies.Approval{}, fmt.Errorf("approvals: create: %w", err)
+		return approval.Approval{}, fmt.Errorf("approvals: create: %w", err)
 	}
 	return a, nil
 }
 
 // Wait waits for the watch (or, every Poll, the API server) to show the
 // approval decided.
-func (s *Store) Wait(ctx context.Context, tenant, id string) (policies.Approval, error) {
+func (s *Store) Wait(ctx context.Context, tenant, id string) (approval.Approval, error) {
 	if !validID(id) {
-		return policies.Approval{}, noSuch(id)
+		return approval.Approval{}, noSuch(id)
 	}
 	name := objectName(id)
 	poll := time.NewTicker(s.cfg.Poll)
 	defer poll.Stop()
-	var last policies.Approval
+	var last approval.Approval
 	for {
 		// Registered before the cache is read: a change after the read
 		// closes it.
@@ -264,7 +265,7 @@ func (s *Store) Wait(ctx context.Context, tenant, id string) (policies.Approval,
 			a, err := s.get(ctx, tenant, name)
 			switch {
 			case errors.Is(err, policies.ErrNoSuchApproval):
-				return policies.Approval{}, err
+				return approval.Approval{}, err
 			case err != nil:
 				s.log.Warn("approvals: rereading a pending approval", "approval", id, "err", err)
 			case a.State != policies.Pending:
@@ -281,14 +282,14 @@ const maxConflicts = 8
 
 // Finish decides the approval with an update conditioned on the
 // resourceVersion it read.
-func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason string, at time.Time) (policies.Approval, error) {
+func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason string, at time.Time) (approval.Approval, error) {
 	switch state {
 	case policies.Approved, policies.Denied, policies.Expired:
 	default:
-		return policies.Approval{}, fmt.Errorf("approvals: finish as %q: not a decision", state)
+		return approval.Approval{}, fmt.Errorf("approvals: finish as %q: not a decision", state)
 	}
 	if !validID(id) {
-		return policies.Approval{}, noSuch(id)
+		return approval.Approval{}, noSuch(id)
 	}
 	name := objectName(id)
 	for range maxConflicts {
@@ -297,14 +298,14 @@ func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason 
 		if err != nil {
 			cancel()
 			if apierrors.IsNotFound(err) {
-				return policies.Approval{}, noSuch(id)
+				return approval.Approval{}, noSuch(id)
 			}
-			return policies.Approval{}, fmt.Errorf("approvals: get %s: %w", name, err)
+			return approval.Approval{}, fmt.Errorf("approvals: get %s: %w", name, err)
 		}
 		a, ok := s.decode(u)
 		if !ok || a.Tenant != tenant {
 			cancel()
-			return policies.Approval{}, noSuch(id)
+			return approval.Approval{}, noSuch(id)
 		}
 		if a.State != policies.Pending {
 			cancel()
@@ -314,7 +315,7 @@ func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason 
 		st, err := toMap(status{State: a.State, Approver: a.Approver, DecisionReason: a.DecisionReason, Decided: a.Decided})
 		if err != nil {
 			cancel()
-			return policies.Approval{}, err
+			return approval.Approval{}, err
 		}
 		u.Object["status"] = st
 		// Marked before the write: the watch may show it before Update
@@ -331,19 +332,19 @@ func (s *Store) Finish(ctx context.Context, tenant, id, state, approver, reason 
 		case apierrors.IsConflict(err):
 			continue // changed since the read: reread
 		case apierrors.IsNotFound(err):
-			return policies.Approval{}, noSuch(id)
+			return approval.Approval{}, noSuch(id)
 		case err != nil:
-			return policies.Approval{}, fmt.Errorf("approvals: update %s: %w", name, err)
+			return approval.Approval{}, fmt.Errorf("approvals: update %s: %w", name, err)
 		}
 		return a, nil
 	}
-	return policies.Approval{}, fmt.Errorf("approvals: %s: still changing after %d conflicting writes", name, maxConflicts)
+	return approval.Approval{}, fmt.Errorf("approvals: %s: still changing after %d conflicting writes", name, maxConflicts)
 }
 
 // List is tenant's Approvals in this replica's cache.
-func (s *Store) List(tenant string) []policies.Approval {
+func (s *Store) List(tenant string) []approval.Approval {
 	all := s.tenantCache(tenant)
-	var pending, decided []policies.Approval
+	var pending, decided []approval.Approval
 	for _, a := range all {
 		if a.State == policies.Pending {
 			pending = append(pending, a)
@@ -351,16 +352,16 @@ func (s *Store) List(tenant string) []policies.Approval {
 			decided = append(decided, a)
 		}
 	}
-	slices.SortFunc(pending, func(a, b policies.Approval) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID)) })
-	slices.SortFunc(decided, func(a, b policies.Approval) int { return cmp.Or(b.Decided.Compare(a.Decided), cmp.Compare(b.ID, a.ID)) })
+	slices.SortFunc(pending, func(a, b approval.Approval) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(decided, func(a, b approval.Approval) int { return cmp.Or(b.Decided.Compare(a.Decided), cmp.Compare(b.ID, a.ID)) })
 	if len(decided) > s.cfg.MaxHistory { // not trimmed yet
 		decided = decided[:s.cfg.MaxHistory]
 	}
-	return append(append(make([]policies.Approval, 0, len(pending)+len(decided)), pending...), decided...)
+	return append(append(make([]approval.Approval, 0, len(pending)+len(decided)), pending...), decided...)
 }
 
 // Subscribe calls fn from the watch.
-func (s *Store) Subscribe(fn func(policies.Approval)) (cancel func()) { return s.subs.Subscribe(fn) }
+func (s *Store) Subscribe(fn func(approval.Approval)) (cancel func()) { return s.subs.Subscribe(fn) }
 
 // shown forgets that this replica decided name, and says whether it had.
 func (s *Store) shown(name string) bool {
@@ -394,20 +395,20 @@ func (s *Store) wake(name string) {
 	}
 }
 
-func (s *Store) cached(name string) (policies.Approval, bool) {
+func (s *Store) cached(name string) (approval.Approval, bool) {
 	obj, ok, err := s.informer.GetIndexer().GetByKey(s.cfg.Namespace + "/" + name)
 	if err != nil || !ok {
-		return policies.Approval{}, false
+		return approval.Approval{}, false
 	}
 	return s.decode(obj)
 }
 
-func (s *Store) tenantCache(tenant string) []policies.Approval {
+func (s *Store) tenantCache(tenant string) []approval.Approval {
 	objs, err := s.informer.GetIndexer().ByIndex(tenantIndex, tenant)
 	if err != nil {
 		return nil
 	}
-	out := make([]policies.Approval, 0, len(objs))
+	out := make([]approval.Approval, 0, len(objs))
 	for _, obj := range objs {
 		if a, ok := s.decode(obj); ok && a.Tenant == tenant {
 			out = append(out, a)
@@ -417,19 +418,19 @@ func (s *Store) tenantCache(tenant string) []policies.Approval {
 }
 
 // get reads tenant's approval from the API server.
-func (s *Store) get(ctx context.Context, tenant, name string) (policies.Approval, error) {
+func (s *Store) get(ctx context.Context, tenant, name string) (approval.Approval, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	u, err := s.res.Get(rctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return policies.Approval{}, noSuch(idOf(name))
+		return approval.Approval{}, noSuch(idOf(name))
 	}
 	if err != nil {
-		return policies.Approval{}, fmt.Errorf("approvals: get %s: %w", name, err)
+		return approval.Approval{}, fmt.Errorf("approvals: get %s: %w", name, err)
 	}
 	a, ok := s.decode(u)
 	if !ok || a.Tenant != tenant {
-		return policies.Approval{}, noSuch(idOf(name))
+		return approval.Approval{}, noSuch(idOf(name))
 	}
 	return a, nil
 }
@@ -469,7 +470,7 @@ func (s *Store) sweepAll(ctx context.Context) {
 
 // trimHistory deletes tenant's oldest decided Approvals beyond MaxHistory.
 func (s *Store) trimHistory(ctx context.Context, tenant string) {
-	var decided []policies.Approval
+	var decided []approval.Approval
 	uids := map[string]string{}
 	objs, _ := s.informer.GetIndexer().ByIndex(tenantIndex, tenant)
 	for _, obj := range objs {
@@ -481,7 +482,7 @@ func (s *Store) trimHistory(ctx context.Context, tenant string) {
 	if len(decided) <= s.cfg.MaxHistory {
 		return
 	}
-	slices.SortFunc(decided, func(a, b policies.Approval) int { return cmp.Or(a.Decided.Compare(b.Decided), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(decided, func(a, b approval.Approval) int { return cmp.Or(a.Decided.Compare(b.Decided), cmp.Compare(a.ID, b.ID)) })
 	for _, a := range decided[:len(decided)-s.cfg.MaxHistory] {
 		uid := types.UID(uids[a.ID])
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
@@ -525,7 +526,9 @@ func clip(s string, n int) string {
 	return string([]rune(s)[:n-1]) + "…"
 }
 
-// spec and status are an Approval object's fields.
+// spec and status are an Approval object's fields: the CRD's schema, kept
+// apart from approval.Approval because the stored form is the cluster's
+// (optional fields omitted, the decision under status).
 type spec struct {
 	Tenant        string    `json:"tenant"`
 	Session       string    `json:"session"`
@@ -559,7 +562,7 @@ func toMap(v any) (map[string]any, error) {
 	return m, nil
 }
 
-func (s *Store) encode(a policies.Approval) (*unstructured.Unstructured, error) {
+func (s *Store) encode(a approval.Approval) (*unstructured.Unstructured, error) {
 	// The Engine clips what a caller writes; the policy's own texts are
 	// clipped here, to the CRD's bounds.
 	sp, err := toMap(spec{Tenant: a.Tenant, Session: a.Session, Tool: a.Tool, Command: clip(a.Command, 65536),
@@ -584,14 +587,14 @@ func (s *Store) encode(a policies.Approval) (*unstructured.Unstructured, error) 
 
 // decode is the Approval an object of this release holds; false for
 // anything else (another release's, a malformed one).
-func (s *Store) decode(obj any) (policies.Approval, bool) {
+func (s *Store) decode(obj any) (approval.Approval, bool) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || u.GetLabels()[kube.LabelRelease] != s.release || len(u.GetName()) != len("ap-")+16 {
-		return policies.Approval{}, false
+		return approval.Approval{}, false
 	}
 	id := idOf(u.GetName())
 	if !validID(id) {
-		return policies.Approval{}, false
+		return approval.Approval{}, false
 	}
 	var o struct {
 		Spec   spec   `json:"spec"`
@@ -599,13 +602,13 @@ func (s *Store) decode(obj any) (policies.Approval, bool) {
 	}
 	b, err := json.Marshal(map[string]any{"spec": u.Object["spec"], "status": u.Object["status"]})
 	if err != nil || json.Unmarshal(b, &o) != nil || o.Spec.Tenant == "" {
-		return policies.Approval{}, false
+		return approval.Approval{}, false
 	}
 	if o.Status.State == "" {
 		o.Status.State = policies.Pending
 	}
 	sp, st := o.Spec, o.Status
-	return policies.Approval{ID: id, Tenant: sp.Tenant, Session: sp.Session, Tool: sp.Tool, Command: sp.Command,
+	return approval.Approval{ID: id, Tenant: sp.Tenant, Session: sp.Session, Tool: sp.Tool, Command: sp.Command,
 		Workdir: sp.Workdir, Rule: sp.Rule, Reason: sp.Reason, Justification: sp.Justification,
 		Permissions: sp.Permissions, State: st.State, Approver: st.Approver, DecisionReason: st.DecisionReason,
 		Created: sp.Created, Deadline: sp.Deadline, Decided: st.Decided}, true

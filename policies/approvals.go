@@ -9,42 +9,27 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/errdefs"
 )
 
 // Approval states.
 const (
-	Pending  = "pending"
-	Approved = "approved"
-	Denied   = "denied"
-	Expired  = "expired"
+	Pending  = approval.Pending
+	Approved = approval.Approved
+	Denied   = approval.Denied
+	Expired  = approval.Expired
 )
 
 // ErrNoSuchApproval: an unknown approval id, or one of another tenant.
-var ErrNoSuchApproval = errors.New("no such approval")
+var ErrNoSuchApproval = errdefs.ErrNoSuchApproval
 
 // ErrAlreadyDecided: the approval was decided (or expired) before.
 var ErrAlreadyDecided = errors.New("approval already decided")
 
-// Approval is an ask held for a human: the call, why it asks, and once
-// decided, by whom and why.
-type Approval struct {
-	ID             string    `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Session        string    `json:"session"`
-	Tool           string    `json:"tool"`
-	Command        string    `json:"command"`
-	Workdir        string    `json:"workdir,omitempty"`
-	Rule           string    `json:"rule"`
-	Reason         string    `json:"reason"`
-	Justification  string    `json:"justification,omitempty"`
-	Permissions    []string  `json:"permissions,omitempty"`
-	State          string    `json:"state"`
-	Approver       string    `json:"approver,omitempty"`
-	DecisionReason string    `json:"decisionReason,omitempty"`
-	Created        time.Time `json:"created"`
-	Deadline       time.Time `json:"deadline"`
-	Decided        time.Time `json:"decided,omitzero"`
-}
+// Approval is an ask held for a human: the one shape of approval.
+type Approval = approval.Approval
 
 // ApprovalStore holds asks for a human decision: pending approvals until
 // they are decided or expire, and a bounded history of decided ones, per

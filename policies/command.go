@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shellbox/shellbox/policies/glob"
 	"github.com/shellbox/shellbox/policies/pwsh"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -362,7 +363,7 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 	case runsArgv, runsExec:
 		for _, inner := range in.argvs {
 			isc := simpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
-			if !inner.lits[0] || isPatternString(inner.argv[0]) {
+			if !inner.lits[0] || glob.IsPattern(inner.argv[0]) {
 				isc.Dynamic = true
 				if err := a.add(isc); err != nil {
 					return err
@@ -485,23 +486,7 @@ func unescape(s string, dq bool) string {
 // shell as a glob or a brace expansion, so the name is not what it reads.
 func isPattern(w *syntax.Word) bool {
 	for _, p := range w.Parts {
-		if l, ok := p.(*syntax.Lit); ok && isPatternString(l.Value) {
-			return true
-		}
-	}
-	return false
-}
-
-func isPatternString(s string) bool {
-	if strings.ContainsAny(s, "*?") {
-		return true
-	}
-	if i := strings.IndexByte(s, '['); i >= 0 && strings.IndexByte(s[i+1:], ']') >= 0 {
-		return true
-	}
-	if i := strings.IndexByte(s, '{'); i >= 0 {
-		rest := s[i+1:]
-		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
+		if l, ok := p.(*syntax.Lit); ok && glob.IsPattern(l.Value) {
 			return true
 		}
 	}

@@ -9,22 +9,23 @@ import (
 	"strings"
 
 	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor"
 )
 
-// Classes of the errors of SessionMounts: each wraps one. The session
-// layer maps them onto its callers' classes.
+// Classes of the errors of SessionMounts: each wraps one, the class of
+// errdefs itself, which the server maps to a status.
 var (
 	// ErrNotAllowed: a session asked for something its tenant's policy
 	// does not allow (a mount outside sandbox.mounts, or read-write where
 	// the entry is read-only).
-	ErrNotAllowed = errors.New("not allowed by policy")
+	ErrNotAllowed = errdefs.ErrNotAllowed
 	// ErrInvalid: a malformed or impossible request (a relative source, a
 	// target shellbox reserves, two overlapping targets, a source that is
 	// not a directory).
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.ErrInvalid
 	// ErrUnavailable: a directory the policy lists is not there.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = errdefs.ErrUnavailable
 )
 
 // compileMounts checks sandbox.mounts: absolute host sources (not the whole

@@ -719,6 +719,13 @@ type SandboxSettings struct {
 	User        User  // who commands run as
 }
 
+// Resources are the settings' caps in the shape every layer shares
+// (DiskBytes is confine.Resources' WorkspaceBytes).
+func (s SandboxSettings) Resources() confine.Resources {
+	return confine.Resources{CPUs: s.CPUs, MemoryBytes: s.MemoryBytes, PidsLimit: s.PidsLimit,
+		WorkspaceBytes: s.DiskBytes, TmpBytes: s.TmpBytes, SpillBytes: s.SpillBytes}
+}
+
 // Sandbox returns the policy's sandbox settings.
 func (p *Policy) Sandbox() SandboxSettings {
 	return SandboxSettings{

@@ -14,6 +14,11 @@ const (
 	DefaultCreateQueueWait = 30 * time.Second
 )
 
+// NoCreateQueue as Config.CreateQueue: no creation waits for a slot, one
+// without a free slot fails at once. Zero, as for every field of Config,
+// takes the default (DefaultCreateQueue).
+const NoCreateQueue = -1
+
 // admission bounds concurrent sandbox creations: max slots, then a queue
 // of at most maxQueue waiting at most wait each.
 type admission struct {

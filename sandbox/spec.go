@@ -117,30 +117,9 @@ type Spec struct {
 	// Runtime is RuntimeRunc or RuntimeRunsc.
 	Runtime string
 
-	// CPUs is the CPU quota in cores (0.5 = half a core).
-	CPUs float64
-	// MemoryBytes caps memory, swap included (no swap). tmpfs pages count
-	// towards it: the workspace and /tmp live in memory.
-	MemoryBytes int64
-	// PidsLimit caps the workload's processes and threads: on runc all users
-	// together (the pids cgroup, whose limit is PidsCgroupLimit: the agent's
-	// threads come on top); on runsc per uid inside the sandbox
-	// (RLIMIT_NPROC, which gVisor counts among its own tasks), the host's
-	// pids cgroup being sized for gVisor's threads (see sandbox/docker).
-	PidsLimit int64
-	// WorkspaceBytes and TmpBytes cap the writable /workspace and /tmp. Both are
-	// tmpfs: on overlay storage (fuse-overlayfs included) the engine cannot
-	// quota a directory, and tmpfs's size is the one limit every runtime
-	// (runc and gVisor) enforces. So their sum must stay below MemoryBytes.
-	// (A runtime with SessionState keeps the workspace's tmpfs per session,
-	// on the host: the sandbox is charged for the pages it writes.)
-	// TmpBytes also sizes the /dev/shm tmpfs (the runtimes' default is 64
-	// MiB whatever the policy says); its pages count towards MemoryBytes.
-	WorkspaceBytes int64
-	TmpBytes       int64
-	// SpillBytes caps the spill files of the session together (the full output
-	// of commands whose output outgrew the tail). 0 disables spilling.
-	SpillBytes int64
+	// Resources are the caps on CPU, memory, processes, /workspace, /tmp
+	// and spill files (see confine.Resources).
+	confine.Resources
 
 	// Network is NetworkNone or NetworkEgress.
 	Network string
@@ -191,18 +170,13 @@ type Opt func(*Spec) error
 // Manager fills Owner.
 func DefaultSpec(tenant, session string) Spec {
 	return Spec{
-		Tenant:         tenant,
-		Session:        session,
-		Runtime:        confine.DefaultRuntime,
-		CPUs:           confine.DefaultCPUs,
-		MemoryBytes:    confine.DefaultMemoryBytes,
-		PidsLimit:      confine.DefaultPidsLimit,
-		WorkspaceBytes: confine.DefaultWorkspaceBytes,
-		TmpBytes:       confine.DefaultTmpBytes,
-		SpillBytes:     confine.DefaultSpillBytes,
-		Network:        NetworkNone,
-		UID:            confine.DefaultUID,
-		GID:            confine.DefaultGID,
+		Tenant:    tenant,
+		Session:   session,
+		Runtime:   confine.DefaultRuntime,
+		Resources: confine.DefaultResources(),
+		Network:   NetworkNone,
+		UID:       confine.DefaultUID,
+		GID:       confine.DefaultGID,
 	}
 }
 
@@ -318,6 +292,14 @@ func WithSpillSize(bytes int64) Opt {
 		s.SpillBytes = bytes
 		return nil
 	}
+}
+
+// WithResources sets every cap of r, each checked as its own option does
+// (WithCPUs, WithMemory, WithPidsLimit, WithWorkspaceSize, WithTmpSize,
+// WithSpillSize, in that order: the first error wins).
+func WithResources(r confine.Resources) Opt {
+	return Compose(WithCPUs(r.CPUs), WithMemory(r.MemoryBytes), WithPidsLimit(r.PidsLimit),
+		WithWorkspaceSize(r.WorkspaceBytes), WithTmpSize(r.TmpBytes), WithSpillSize(r.SpillBytes))
 }
 
 // WithSettings sets the creator's record of the session's requested

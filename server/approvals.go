@@ -1,9 +1,8 @@
 package server
 
 import (
-	"errors"
-	"fmt"
-	"time"
+	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/errdefs"
 )
 
 // Approvals is the optional seam to a policy engine's pending "ask"
@@ -22,58 +21,32 @@ type Approvals interface {
 	Subscribe(fn func(Approval)) (cancel func())
 }
 
-// Approval is one request for a human decision on a tool call.
-type Approval struct {
-	ID             string    `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Session        string    `json:"session"`
-	Tool           string    `json:"tool"`
-	Command        string    `json:"command"`
-	Workdir        string    `json:"workdir"`
-	Rule           string    `json:"rule"`
-	Reason         string    `json:"reason"`
-	Justification  string    `json:"justification"`
-	Permissions    []string  `json:"permissions"`
-	State          string    `json:"state"` // pending | approved | denied | expired
-	Approver       string    `json:"approver"`
-	DecisionReason string    `json:"decisionReason"`
-	Created        time.Time `json:"created"`
-	Deadline       time.Time `json:"deadline"`
-	Decided        time.Time `json:"decided,omitzero"`
-}
+// Approval is one request for a human decision on a tool call: the one
+// shape of approval.
+type Approval = approval.Approval
 
 // Approval states.
 const (
-	ApprovalPending  = "pending"
-	ApprovalApproved = "approved"
-	ApprovalDenied   = "denied"
-	ApprovalExpired  = "expired"
+	ApprovalPending  = approval.Pending
+	ApprovalApproved = approval.Approved
+	ApprovalDenied   = approval.Denied
+	ApprovalExpired  = approval.Expired
 )
 
 // ErrNoSuchApproval is the class of an unknown (or foreign) approval id.
-var ErrNoSuchApproval = errors.New("no such approval")
+var ErrNoSuchApproval = errdefs.ErrNoSuchApproval
 
 // NoSuchApproval is the one answer for an approval id the tenant cannot see.
 func NoSuchApproval(id string) error {
-	return &classedError{class: ErrNoSuchApproval, msg: "no such approval: " + id}
+	return errdefs.Errorf(ErrNoSuchApproval, "no such approval: %s", id)
 }
 
 // NoSuchSession is the one answer for a session id the tenant cannot see.
 func NoSuchSession(id string) error {
-	return &classedError{class: ErrNoSuchSession, msg: "no such session: " + id}
+	return errdefs.Errorf(ErrNoSuchSession, "no such session: %s", id)
 }
-
-// classedError is an error whose text is its message alone while errors.Is
-// finds its class.
-type classedError struct {
-	class error
-	msg   string
-}
-
-func (e *classedError) Error() string        { return e.msg }
-func (e *classedError) Is(target error) bool { return target == e.class }
 
 // Errorf returns an error of class whose text is the formatted message alone.
 func Errorf(class error, format string, a ...any) error {
-	return &classedError{class: class, msg: fmt.Sprintf(format, a...)}
+	return errdefs.Errorf(class, format, a...)
 }

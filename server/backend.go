@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -78,10 +79,11 @@ type Mount struct {
 }
 
 // Error classes a Backend or Approvals implementation wraps; the server maps
-// them to HTTP statuses (404, 403, 400, 503).
+// them to HTTP statuses (404, 403, 400, 503). All but ErrNoSuchSession are
+// the classes of errdefs, under the names the server's callers know.
 var (
 	ErrNoSuchSession = errors.New("no such session")
-	ErrNotAllowed    = errors.New("not allowed by policy")
-	ErrInvalid       = errors.New("invalid request")
-	ErrUnavailable   = errors.New("unavailable")
+	ErrNotAllowed    = errdefs.ErrNotAllowed
+	ErrInvalid       = errdefs.ErrInvalid
+	ErrUnavailable   = errdefs.ErrUnavailable
 )

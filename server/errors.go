@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/shellbox/shellbox/errdefs"
 )
 
 // apiError is the body of every non-2xx answer.
@@ -33,7 +35,8 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, apiError{errorBody{Code: code, Message: msg}})
 }
 
-// writeErr maps a seam error to its status: the one place errors become HTTP.
+// writeErr maps a seam error to its status: the one place errors become HTTP
+// (statusOf maps the classes of errdefs, and the server's ErrNoSuchSession).
 func writeErr(w http.ResponseWriter, err error) {
 	status, code := statusOf(err)
 	writeError(w, status, code, err.Error())
@@ -43,19 +46,19 @@ func statusOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, ErrNoSuchSession):
 		return http.StatusNotFound, "no_such_session"
-	case errors.Is(err, ErrNoSuchApproval):
+	case errors.Is(err, errdefs.ErrNoSuchApproval):
 		return http.StatusNotFound, "no_such_approval"
-	case errors.Is(err, ErrNotAllowed):
+	case errors.Is(err, errdefs.ErrNotAllowed):
 		return http.StatusForbidden, "not_allowed"
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, errdefs.ErrInvalid):
 		return http.StatusBadRequest, "invalid"
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return http.StatusNotFound, "not_found"
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, errdefs.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "too_large"
-	case errors.Is(err, ErrNoSpace):
+	case errors.Is(err, errdefs.ErrNoSpace):
 		return http.StatusInsufficientStorage, "no_space"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, errdefs.ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
 	default:
 		return http.StatusInternalServerError, "internal"

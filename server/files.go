@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 )
@@ -52,11 +52,12 @@ type PutFileOptions struct {
 	Size int64
 }
 
-// Error classes of FileTransfer beyond those of Backend.
+// Error classes of FileTransfer beyond those of Backend: the classes of
+// errdefs.
 var (
-	ErrNotFound = errors.New("not found")
-	ErrTooLarge = errors.New("too large")
-	ErrNoSpace  = errors.New("no space left")
+	ErrNotFound = errdefs.ErrNotFound
+	ErrTooLarge = errdefs.ErrTooLarge
+	ErrNoSpace  = errdefs.ErrNoSpace
 )
 
 // isFileUpload reports a request to PUT /v1/sessions/{id}/files: its body
@@ -101,21 +102,23 @@ func (s *Server) fileRequest(w http.ResponseWriter, r *http.Request) (id, p stri
 	return
 }
 
-// FileError maps the classes of executor/files (and the executor's) onto
-// the server's, for a FileTransfer implementation.
+// FileError narrows an error of executor/files (or the executor's) to the
+// one class the server answers a transfer with, for a FileTransfer
+// implementation: an abort is the client's doing (ErrInvalid), and a class
+// the server maps to no status (ErrLimit) or none at all is ErrUnavailable.
 func FileError(err error) error {
-	class := ErrUnavailable
+	class := errdefs.ErrUnavailable
 	switch {
-	case errors.Is(err, executor.ErrInvalid), errors.Is(err, executor.ErrAborted):
-		class = ErrInvalid
-	case errors.Is(err, executor.ErrNotFound):
-		class = ErrNotFound
-	case errors.Is(err, files.ErrTooLarge):
-		class = ErrTooLarge
-	case errors.Is(err, files.ErrNoSpace):
-		class = ErrNoSpace
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, errdefs.ErrAborted):
+		class = errdefs.ErrInvalid
+	case errors.Is(err, errdefs.ErrNotFound):
+		class = errdefs.ErrNotFound
+	case errors.Is(err, errdefs.ErrTooLarge):
+		class = errdefs.ErrTooLarge
+	case errors.Is(err, errdefs.ErrNoSpace):
+		class = errdefs.ErrNoSpace
 	}
-	return Errorf(class, "%v", err)
+	return errdefs.Errorf(class, "%v", err)
 }
 
 // beginTransfer takes a call slot of the tenant and registers with Drain,

@@ -13,12 +13,7 @@ func Approvals(e *policies.Engine) server.Approvals { return policyApprovals{e} 
 type policyApprovals struct{ e *policies.Engine }
 
 func (p policyApprovals) List(tenant string) []server.Approval {
-	list := p.e.Approvals(tenant)
-	out := make([]server.Approval, len(list))
-	for i, a := range list {
-		out[i] = toServerApproval(a)
-	}
-	return out
+	return p.e.Approvals(tenant)
 }
 
 func (p policyApprovals) Decide(tenant, id string, approve bool, approver, reason string) (server.Approval, error) {
@@ -27,22 +22,13 @@ func (p policyApprovals) Decide(tenant, id string, approve bool, approver, reaso
 	case errors.Is(err, policies.ErrNoSuchApproval):
 		return server.Approval{}, server.NoSuchApproval(id)
 	case errors.Is(err, policies.ErrAlreadyDecided):
-		return toServerApproval(a), server.Errorf(server.ErrInvalid, "approval %s is already %s", id, a.State)
+		return a, server.Errorf(server.ErrInvalid, "approval %s is already %s", id, a.State)
 	case err != nil:
 		return server.Approval{}, err
 	}
-	return toServerApproval(a), nil
+	return a, nil
 }
 
 func (p policyApprovals) Subscribe(fn func(server.Approval)) (cancel func()) {
-	return p.e.Subscribe(func(a policies.Approval) { fn(toServerApproval(a)) })
-}
-
-func toServerApproval(a policies.Approval) server.Approval {
-	return server.Approval{
-		ID: a.ID, Tenant: a.Tenant, Session: a.Session, Tool: a.Tool, Command: a.Command, Workdir: a.Workdir,
-		Rule: a.Rule, Reason: a.Reason, Justification: a.Justification, Permissions: a.Permissions,
-		State: a.State, Approver: a.Approver, DecisionReason: a.DecisionReason,
-		Created: a.Created, Deadline: a.Deadline, Decided: a.Decided,
-	}
+	return p.e.Subscribe(fn)
 }

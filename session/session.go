@@ -98,7 +98,8 @@ type LocalConfig struct {
 }
 
 // Admission bounds sandbox creations (sandbox.Config's MaxCreating,
-// CreateQueue, CreateQueueWait; zero values take the defaults).
+// CreateQueue, CreateQueueWait, with their meanings: zero values take the
+// defaults, a CreateQueue of sandbox.NoCreateQueue is no queue).
 type Admission struct {
 	MaxCreating     int
 	CreateQueue     int

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/server"
@@ -17,14 +18,9 @@ import (
 // Defaults are the sandbox settings a session gets where its tenant's
 // policy says nothing (a tenant without a policy: all of them).
 type Defaults struct {
-	Image          string
-	Runtime        string
-	CPUs           float64
-	MemoryBytes    int64
-	PidsLimit      int64
-	WorkspaceBytes int64
-	TmpBytes       int64
-	SpillBytes     int64
+	Image   string
+	Runtime string
+	confine.Resources
 	// Labels are extra labels on every sandbox.
 	Labels map[string]string
 }
@@ -32,8 +28,7 @@ type Defaults struct {
 // DefaultDefaults are sandbox.DefaultSpec's settings with image.
 func DefaultDefaults(image string) Defaults {
 	d := sandbox.DefaultSpec("t", "s")
-	return Defaults{Image: image, Runtime: d.Runtime, CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, PidsLimit: d.PidsLimit,
-		WorkspaceBytes: d.WorkspaceBytes, TmpBytes: d.TmpBytes, SpillBytes: d.SpillBytes}
+	return Defaults{Image: image, Runtime: d.Runtime, Resources: d.Resources}
 }
 
 // Choices are what a session of a tenant without a policy may ask for: the
@@ -118,9 +113,7 @@ func (l *Layer) specListed(ctx context.Context, tenant, session string, o server
 	}
 	d := l.cfg.Defaults
 	opts := []sandbox.Opt{
-		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
-		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
-		sandbox.WithLabels(d.Labels),
+		sandbox.WithResources(d.Resources), sandbox.WithLabels(d.Labels),
 	}
 	if l.cfg.Policies == nil {
 		if len(o.Mounts) > 0 {
@@ -218,9 +211,7 @@ func (l *Layer) policySpec(tenant, session string, o server.SessionOptions, pol 
 		return sandbox.Spec{}, server.Errorf(server.ErrNotAllowed, "%v", err)
 	}
 	opts := []sandbox.Opt{
-		sandbox.WithCPUs(d.CPUs), sandbox.WithMemory(d.MemoryBytes), sandbox.WithPidsLimit(d.PidsLimit),
-		sandbox.WithWorkspaceSize(d.WorkspaceBytes), sandbox.WithTmpSize(d.TmpBytes), sandbox.WithSpillSize(d.SpillBytes),
-		sandbox.WithLabels(d.Labels),
+		sandbox.WithResources(d.Resources), sandbox.WithLabels(d.Labels),
 	}
 	mounts, err := pol.SessionMounts(mountRequests(o.Mounts))
 	if err != nil {
@@ -255,12 +246,7 @@ func policyOptions(s policies.SandboxSettings) []sandbox.Opt {
 	return []sandbox.Opt{
 		sandbox.WithNetwork(network),
 		sandbox.WithRuntime(s.Runtime),
-		sandbox.WithCPUs(s.CPUs),
-		sandbox.WithMemory(s.MemoryBytes),
-		sandbox.WithPidsLimit(s.PidsLimit),
-		sandbox.WithWorkspaceSize(s.DiskBytes),
-		sandbox.WithTmpSize(s.TmpBytes),
-		sandbox.WithSpillSize(s.SpillBytes),
+		sandbox.WithResources(s.Resources()),
 		sandbox.WithUser(s.User.UID, s.User.GID),
 	}
 }

@@ -49,20 +49,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor"
 )
 
-// Error classes beyond executor's. A path outside the root, a symlink out,
+// Error classes beyond executor's (each IS the class of errdefs). A path outside the root, a symlink out,
 // a directory where a file is expected (and the reverse), a bad tar entry
 // are executor.ErrInvalid; a missing file executor.ErrNotFound; a client
 // that went away executor.ErrAborted.
 var (
 	// ErrTooLarge: the transfer exceeds the caller's cap (bytes, or entries
 	// of a tar). HTTP 413.
-	ErrTooLarge = errors.New("too large")
+	ErrTooLarge = errdefs.ErrTooLarge
 	// ErrNoSpace: the filesystem of the target is full (ENOSPC, EDQUOT).
 	// HTTP 507.
-	ErrNoSpace = errors.New("no space left")
+	ErrNoSpace = errdefs.ErrNoSpace
 )
 
 // Defaults of the caps.

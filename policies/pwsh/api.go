@@ -1,9 +1,6 @@
 package pwsh
 
-import (
-	"errors"
-	"strings"
-)
+import "errors"
 
 // A Command is one command a script would run, as the reader sees it: a
 // command of a pipeline, a statement list, a block, a subexpression or a
@@ -113,22 +110,4 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// isPattern reports whether a program name is a glob or brace pattern
-// (as bash would expand it), so the name is not what it reads.
-func isPattern(s string) bool {
-	if strings.ContainsAny(s, "*?") {
-		return true
-	}
-	if i := strings.IndexByte(s, '['); i >= 0 && strings.IndexByte(s[i+1:], ']') >= 0 {
-		return true
-	}
-	if i := strings.IndexByte(s, '{'); i >= 0 {
-		rest := s[i+1:]
-		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
-			return true
-		}
-	}
-	return false
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/shellbox/shellbox/policies/glob"
 )
 
 // What a pwsh command runs: its name resolved (aliases, paths, the Get-
@@ -98,7 +100,7 @@ func pwshPattern(name string) bool {
 	if name == "?" {
 		return false
 	}
-	return isPattern(name)
+	return glob.IsPattern(name)
 }
 
 // emit adds the simple commands of c.
@@ -439,7 +441,7 @@ func (p *parser) native(argv []string, lits []bool, via string, start int) {
 	}
 	isc := Command{Args: argv, Literal: lits, Text: clip(strings.Join(argv, " "), maxTextBytes), Via: via,
 		Depth: p.depth + 1, Native: true}
-	if !lits[0] || isPattern(argv[0]) {
+	if !lits[0] || glob.IsPattern(argv[0]) {
 		isc.Dynamic = true
 		p.add(isc)
 		return
