@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	sbx "github.com/shellbox/shellbox/sandbox"
 )
 

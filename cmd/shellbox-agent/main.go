@@ -88,7 +88,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/local/landlock"

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	sbx "github.com/shellbox/shellbox/sandbox"
 )
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 

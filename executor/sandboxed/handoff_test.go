@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 

@@ -30,8 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 )
 
 // collect is a Spec.Live that keeps what it saw.

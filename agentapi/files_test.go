@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 )

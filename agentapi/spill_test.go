@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 )
 
 // spillRun runs command with a tiny tail, so its output spills, and returns
