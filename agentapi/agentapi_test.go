@@ -16,7 +16,6 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
-	"github.com/shellbox/shellbox/sandbox"
 )
 
 func TestHello(t *testing.T) {
@@ -410,12 +409,12 @@ func TestToken(t *testing.T) {
 	sock := serve(t, srv)
 	ctx := context.Background()
 	for _, token := range []string{"", "wrong", "s3cret-but-longer"} {
-		_, err := agentapi.DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: sock, Token: token})
+		_, err := agentapi.DialEndpoint(ctx, agentapi.Endpoint{Network: "unix", Address: sock, Token: token})
 		if err == nil || !strings.Contains(err.Error(), "missing or wrong token") {
 			t.Errorf("token %q: %v, want the refusal", token, err)
 		}
 	}
-	c, err := agentapi.DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: sock, Token: "s3cret"})
+	c, err := agentapi.DialEndpoint(ctx, agentapi.Endpoint{Network: "unix", Address: sock, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}

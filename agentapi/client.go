@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/sandbox"
 )
 
 // MaxResponseBytes bounds what the client reads of one answer. Answers are
@@ -49,14 +48,14 @@ var _ Runner = (*Client)(nil)
 // Dial connects to the agent listening on the unix socket socketPath (see
 // DialEndpoint).
 func Dial(ctx context.Context, socketPath string) (*Client, error) {
-	return DialEndpoint(ctx, sandbox.Endpoint{Network: "unix", Address: socketPath})
+	return DialEndpoint(ctx, Endpoint{Network: "unix", Address: socketPath})
 }
 
 // DialEndpoint connects to the agent at ep and does the handshake: an agent
 // of another protocol version is refused with a *VersionError naming both
 // versions. Every request carries ep.Token, if set, as a bearer token. ctx
 // bounds the handshake only.
-func DialEndpoint(ctx context.Context, ep sandbox.Endpoint) (*Client, error) {
+func DialEndpoint(ctx context.Context, ep Endpoint) (*Client, error) {
 	socketPath := ep.Address
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

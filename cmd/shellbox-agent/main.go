@@ -23,11 +23,11 @@
 //     background tasks and their bounded output live here, so a restarted
 //     server re-adopts them;
 //   - as PID 1 it reaps every orphan that is not a command leader;
-//   - it costs 18 OS threads (sandbox.AgentTasks: 16, and 2 for file
+//   - it costs 18 OS threads (agentapi.AgentTasks: 16, and 2 for file
 //     transfers), created at start and never
 //     exceeded, and about 7.3 MiB RSS idle (measured by TestDockerAgentCost);
 //     a runc sandbox's pids cgroup is the policy's pids plus those threads
-//     (sandbox.PidsCgroupLimit), see reserveThreads;
+//     (agentapi.PidsCgroupLimit), see reserveThreads;
 //   - when the spill space is full, the oldest spill files of finished calls
 //     are deleted to make room for new ones (output.Space).
 //
@@ -93,7 +93,6 @@ import (
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/local/landlock"
 	"github.com/shellbox/shellbox/executor/output"
-	sbx "github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
@@ -134,7 +133,7 @@ func main() {
 	growFdTable(fdTableSize)
 	output.LimitWrites(spillWriters)
 	local.LimitProcScans(procScanners)
-	reserveThreads(sbx.AgentTasks)
+	reserveThreads(agentapi.AgentTasks)
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
@@ -157,12 +156,12 @@ const procScanners = 2
 // commands' processes, and the Go runtime dies ("newosproc") when it cannot
 // create a thread it needs: under a fork storm that fills the cgroup, it
 // could not. So the agent creates all the threads it will ever need at
-// start, sandbox.AgentTasks of them, and the runtime adds its commands'
-// limit on top (sandbox.PidsCgroupLimit): the commands get what the policy
+// start, agentapi.AgentTasks of them, and the runtime adds its commands'
+// limit on top (agentapi.PidsCgroupLimit): the commands get what the policy
 // names and can never take a thread the agent needs, because the agent
 // already holds them.
 //
-// sandbox.AgentTasks covers: the main thread, the runtime's monitor and
+// agentapi.AgentTasks covers: the main thread, the runtime's monitor and
 // template threads, one per processor (maxProcs), and spares for system
 // calls that block while other work runs. The runtime starts a thread
 // whenever a goroutine is stuck in a system call and others wait to run,
@@ -249,15 +248,15 @@ func threadCount() int {
 }
 
 // threadWatch logs once when the agent holds more threads than it reserved
-// (sandbox.AgentTasks): its commands could then fill the pids cgroup while
+// (agentapi.AgentTasks): its commands could then fill the pids cgroup while
 // it needs one more. The number, for the operator who sizes AgentTasks.
 type threadWatch struct{ peak int }
 
 func (w *threadWatch) check(logger *log.Logger) {
 	n := threadCount()
-	if n > sbx.AgentTasks && n > w.peak {
+	if n > agentapi.AgentTasks && n > w.peak {
 		w.peak = n
-		logger.Printf("the agent holds %d threads, more than the %d it reserved (sandbox.AgentTasks)", n, sbx.AgentTasks)
+		logger.Printf("the agent holds %d threads, more than the %d it reserved (agentapi.AgentTasks)", n, agentapi.AgentTasks)
 	}
 }
 

@@ -30,7 +30,7 @@ type Handoff struct {
 
 type handed struct {
 	c  *agentapi.Client
-	ep sandbox.Endpoint
+	ep agentapi.Endpoint
 	at time.Time
 }
 

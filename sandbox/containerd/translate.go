@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
@@ -143,8 +144,8 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		args = append(args, "--egress-listen", egress.DefaultListen)
 	}
 
-	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
-	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
+	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
 		// No POSIX message queues (as sandbox/docker): mq_open that creates

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
@@ -94,8 +95,8 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 		Labels:     labels,
 	}
 
-	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
-	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
+	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	// No POSIX message queues: RLIMIT_MSGQUEUE 0 makes every mq_open that
 	// creates one fail (EMFILE), for root too, so /dev/mqueue (runc) is no
 	// writable space outside the policy's sizes.

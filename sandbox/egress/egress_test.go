@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/confine"
-	"github.com/shellbox/shellbox/sandbox"
 )
 
 // rig is a proxy (the agent's end) served on a unix socket like the agent's,
@@ -827,4 +827,6 @@ func TestRelayAgentMisbehaves(t *testing.T) {
 	}
 }
 
-func unixAgent(path string) sandbox.Endpoint { return sandbox.Endpoint{Network: "unix", Address: path} }
+func unixAgent(path string) agentapi.Endpoint {
+	return agentapi.Endpoint{Network: "unix", Address: path}
+}

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/agentapi"
 )
 
 // Outcome is what became of one proxied connection, as a Relay reports it.
@@ -60,7 +60,7 @@ type Decision struct {
 type RelayConfig struct {
 	// Agent is how to reach the sandbox's agent (its Token, if set, goes
 	// with every poll as a bearer token).
-	Agent sandbox.Endpoint
+	Agent agentapi.Endpoint
 	// PollHeader are extra header fields of every poll: the agent
 	// protocol's version header, which this package does not know.
 	PollHeader map[string]string
