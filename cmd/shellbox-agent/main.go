@@ -88,10 +88,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
-	"github.com/shellbox/shellbox/executor/local/landlock"
 	"github.com/shellbox/shellbox/executor/output"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )
@@ -402,7 +402,7 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		return err
 	}
 	// Each call in a Landlock domain of its own, so that one call cannot
-	// open another's /proc/<pid>/mem (executor/local/landlock). Where it
+	// open another's /proc/<pid>/mem (agent/landlock). Where it
 	// cannot be (gVisor has no Landlock, and its sentry refuses that open
 	// anyway), commands start directly and the log says why. Before the
 	// reaper starts: Shim runs the shim once and waits for it.

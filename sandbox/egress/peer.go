@@ -50,7 +50,7 @@ import (
 // takes a granted process the attacker already controls; under gVisor
 // CAP_SYS_PTRACE reads it too. Taking one over by writing its
 // /proc/<pid>/mem is refused: each call runs in a Landlock domain of its
-// own on runc (executor/local/landlock; where the kernel has Landlock ABI
+// own on runc (agent/landlock; where the kernel has Landlock ABI
 // 2, else docs/security.md, Known limits), and gVisor's sentry refuses it.
 
 // Holder is a process holding a socket open.
