@@ -88,12 +88,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agent/egress"
 	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -289,7 +290,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.tokenOut, "token-out", "", "with --install: write $"+EnvToken+" to this file (mode 0400) for the agent's --token-file")
 	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
 	fs.Int64Var(&o.nproc, "nproc", 0, "RLIMIT_NPROC of commands (0: leave it): the workload's process limit under gVisor, which counts it per uid inside the sandbox (on runc the kernel counts the uid's processes host-wide: do not use it there); a root agent is exempt")
-	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egress.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
+	fs.StringVar(&o.egressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egresswire.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
 	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Agent is what this executor needs of a connection to a sandbox's agent:
@@ -72,7 +72,7 @@ type Config struct {
 	// goroutine whenever a connection to such a sandbox's agent is made, and
 	// must return once ctx ends, which happens when that connection is
 	// dropped (the sandbox died or is being removed) or the executor is
-	// closed. Commands of such a sandbox get egress.Env (NO_PROXY and
+	// closed. Commands of such a sandbox get egresswire.Env (NO_PROXY and
 	// no_proxy only where the spec has none). Unset, such a sandbox's proxy
 	// has no relay: its connections are refused.
 	//
@@ -90,7 +90,7 @@ type Config struct {
 // sandbox_permissions, once the policy granted it) that gives the call's
 // process tree a credential at the sandbox's egress proxy (see
 // Config.Egress).
-const PermissionNetwork = egress.Permission
+const PermissionNetwork = egresswire.Permission
 
 // Executor runs commands in per-session sandboxes.
 type Executor struct {
@@ -648,7 +648,7 @@ func (e *Executor) withEgress(c *conn, spec executor.Spec) (_ executor.Spec, rel
 		release = sync.OnceFunc(func() { e.revoke(spec.Session, credential) })
 		spec.EgressGrant = credential
 	}
-	vars := egress.Env(egress.DefaultListen)
+	vars := egresswire.Env(egresswire.DefaultListen)
 	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")

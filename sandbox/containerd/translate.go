@@ -16,8 +16,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // LabelHostDir records a sandbox's host directory on its container, so Get,
@@ -141,7 +141,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 	if spec.Network == sandbox.NetworkEgress {
 		// Still no interface but loopback (the namespaces below): the
 		// agent's proxy listens there and the server relays its connections.
-		args = append(args, "--egress-listen", egress.DefaultListen)
+		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 
 	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).

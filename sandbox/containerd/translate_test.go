@@ -14,8 +14,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 const (
@@ -320,7 +320,7 @@ func TestTranslateWorkspace(t *testing.T) {
 
 func TestTranslateEgress(t *testing.T) {
 	s := generate(t, testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)))
-	if !slices.Equal(s.Process.Args[len(s.Process.Args)-2:], []string{"--egress-listen", egress.DefaultListen}) {
+	if !slices.Equal(s.Process.Args[len(s.Process.Args)-2:], []string{"--egress-listen", egresswire.DefaultListen}) {
 		t.Errorf("args %q: want the egress proxy", s.Process.Args)
 	}
 	for _, ns := range s.Linux.Namespaces {

@@ -13,8 +13,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // ContainerName returns the container name of a session's sandbox:
@@ -80,7 +80,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 	if spec.Network == sandbox.NetworkEgress {
 		// Still no interface but loopback (NetworkMode below): the agent's
 		// proxy listens there and the server relays its connections.
-		args = append(args, "--egress-listen", egress.DefaultListen)
+		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 	cfg := &container.Config{
 		Image:      spec.Image,

@@ -13,41 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 )
-
-// Upgrade is the protocol name of the long poll's Upgrade header; Header
-// carries the waiting connection's destination in the 101 answer.
-// CredentialHeader carries the network grant of the process tree that
-// opened the connection (ProxyConfig.Grant), when it holds one.
-const (
-	Upgrade          = "shellbox-egress/1"
-	TargetHeader     = "Shellbox-Egress-Target"
-	CredentialHeader = "Shellbox-Egress-Credential"
-)
-
-// Permission is the sandbox permission (sandbox_permissions) that, once a
-// policy grants it for a call, gives the call's process tree a credential
-// the relay's check honours (ProxyConfig.Grant). confine defines it, for
-// policies to decide it.
-const Permission = confine.PermissionNetwork
-
-// DefaultListen is where the agent's proxy listens inside a sandbox. Each
-// sandbox has its own network namespace, so a fixed port is no conflict.
-const DefaultListen = "127.0.0.1:3128"
-
-// Env returns the variables that point a command's HTTP clients at the proxy
-// listening on addr. They hold no secret: a call's network grant is bound
-// to its process tree by the proxy (ProxyConfig.Grant), never carried in
-// the environment, which every process of the sandbox user can read
-// (/proc/<pid>/environ).
-func Env(addr string) map[string]string {
-	u := "http://" + addr
-	return map[string]string{
-		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
-		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
-	}
-}
 
 // Bounds of a Proxy (see ProxyConfig for the defaults' use).
 const (
@@ -64,9 +31,6 @@ const (
 	verdictTimeout = 60 * time.Second
 	// maxVerdictBytes bounds the verdict line.
 	maxVerdictBytes = 4 << 10
-	// maxTargetBytes bounds a destination, host:port: a DNS name is at most
-	// 253 bytes.
-	maxTargetBytes = 261
 )
 
 // ProxyConfig configures a Proxy. Zero values take the defaults.
@@ -209,7 +173,7 @@ func (p *Proxy) client(c net.Conn) {
 		switch {
 		case err != nil:
 			p.cfg.Logger.Printf("egress %s from %s: no grant: %v", target, c.RemoteAddr(), err)
-		case g != "" && !ValidCredential(g):
+		case g != "" && !egresswire.ValidCredential(g):
 			p.cfg.Logger.Printf("egress %s from %s: no grant: malformed credential", target, c.RemoteAddr())
 		default:
 			w.credential = g
@@ -241,7 +205,7 @@ func (p *Proxy) client(c net.Conn) {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return
 		}
-		splice(c, br, r.tunnel, r.rd)
+		egresswire.Splice(c, br, r.tunnel, r.rd)
 		return
 	}
 	// Forward the request in origin form, without the proxy's headers, and
@@ -269,44 +233,30 @@ func (p *Proxy) client(c net.Conn) {
 func targetOf(req *http.Request) (string, error) {
 	if req.Method == http.MethodConnect {
 		if _, _, err := net.SplitHostPort(req.Host); err != nil {
-			return "", fmt.Errorf("CONNECT %q: want host:port", clip(req.Host))
+			return "", fmt.Errorf("CONNECT %q: want host:port", egresswire.Clip(req.Host))
 		}
-		if len(req.Host) > maxTargetBytes {
-			return "", fmt.Errorf("CONNECT %s: destination over %d bytes", clip(req.Host), maxTargetBytes)
+		if len(req.Host) > egresswire.MaxTargetBytes {
+			return "", fmt.Errorf("CONNECT %s: destination over %d bytes", egresswire.Clip(req.Host), egresswire.MaxTargetBytes)
 		}
 		return req.Host, nil
 	}
 	if !req.URL.IsAbs() {
-		return "", fmt.Errorf("%s %s: this is an HTTP proxy (use it as HTTP_PROXY / HTTPS_PROXY); a request must name an absolute http:// URL or CONNECT host:port", req.Method, clip(req.RequestURI))
+		return "", fmt.Errorf("%s %s: this is an HTTP proxy (use it as HTTP_PROXY / HTTPS_PROXY); a request must name an absolute http:// URL or CONNECT host:port", req.Method, egresswire.Clip(req.RequestURI))
 	}
 	if req.URL.Scheme != "http" {
-		return "", fmt.Errorf("%s: only http:// URLs are proxied as requests; use CONNECT for %s", clip(req.URL.Redacted()), req.URL.Scheme)
+		return "", fmt.Errorf("%s: only http:// URLs are proxied as requests; use CONNECT for %s", egresswire.Clip(req.URL.Redacted()), req.URL.Scheme)
 	}
 	host := req.URL.Host
 	if req.URL.Port() == "" {
 		host = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	if req.URL.Hostname() == "" {
-		return "", fmt.Errorf("%s: no host", clip(req.URL.Redacted()))
+		return "", fmt.Errorf("%s: no host", egresswire.Clip(req.URL.Redacted()))
 	}
-	if len(host) > maxTargetBytes {
-		return "", fmt.Errorf("%s: destination over %d bytes", clip(host), maxTargetBytes)
+	if len(host) > egresswire.MaxTargetBytes {
+		return "", fmt.Errorf("%s: destination over %d bytes", egresswire.Clip(host), egresswire.MaxTargetBytes)
 	}
 	return host, nil
-}
-
-// ValidCredential reports whether s is a well-formed credential: 1-128 of
-// [A-Za-z0-9_-].
-func ValidCredential(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // ServeHTTP is the relay's long poll (POST /v1/egress): it answers 204 when
@@ -314,8 +264,8 @@ func ValidCredential(s string) bool {
 // connection, switches protocols naming its destination, reads the relay's
 // verdict and hands the socket connection to the client as its tunnel.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.EqualFold(r.Header.Get("Upgrade"), Upgrade) {
-		http.Error(w, fmt.Sprintf("egress: want POST with Upgrade: %s", Upgrade), http.StatusBadRequest)
+	if r.Method != http.MethodPost || !strings.EqualFold(r.Header.Get("Upgrade"), egresswire.Upgrade) {
+		http.Error(w, fmt.Sprintf("egress: want POST with Upgrade: %s", egresswire.Upgrade), http.StatusBadRequest)
 		return
 	}
 	timer := time.NewTimer(p.cfg.PollTimeout)
@@ -344,9 +294,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.cfg.Logger.Printf("egress %s: relay: %v", wt.target, err)
 		wt.verdict <- relayed{status: http.StatusBadGateway, reason: fmt.Sprintf("shellbox egress proxy: the relay to %s failed: %v", wt.target, err)}
 	}
-	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Upgrade + "\r\n" + TargetHeader + ": " + wt.target + "\r\n"
+	head := "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + egresswire.Upgrade + "\r\n" + egresswire.TargetHeader + ": " + wt.target + "\r\n"
 	if wt.credential != "" {
-		head += CredentialHeader + ": " + wt.credential + "\r\n"
+		head += egresswire.CredentialHeader + ": " + wt.credential + "\r\n"
 	}
 	head += "\r\n"
 	if _, err := brw.WriteString(head); err != nil {
@@ -375,7 +325,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		wt.verdict <- relayed{status: http.StatusBadGateway, reason: reason}
 	default:
-		fail(fmt.Errorf("unknown verdict %q", clip(line)))
+		fail(fmt.Errorf("unknown verdict %q", egresswire.Clip(line)))
 	}
 }
 
@@ -384,7 +334,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // headers still gets the status), then closes it.
 func refuse(c net.Conn, status int, reason string) {
 	defer c.Close()
-	reason = oneLine(reason)
+	reason = egresswire.OneLine(reason)
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nShellbox-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
 		status, http.StatusText(status), reason, len(reason)+1, reason)
@@ -407,57 +357,6 @@ func readLine(r *bufio.Reader, max int) (string, error) {
 			return "", err
 		}
 	}
-}
-
-// oneLine makes s safe for a header and a status line: no control
-// characters, at most 1 KiB.
-func oneLine(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-	return clip(s)
-}
-
-func clip(s string) string {
-	const max = 1 << 10
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
-
-// splice copies a→b and b→a until both directions end, half-closing each
-// side's write end when its source ends; ar and br are a's and b's readers
-// (bufio readers that may hold read-ahead). It closes nothing else: the
-// callers own a and b.
-func splice(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		copyHalf(b, ar)
-	}()
-	go func() {
-		defer wg.Done()
-		copyHalf(a, br)
-	}()
-	wg.Wait()
-}
-
-// copyHalf copies src to dst with a fixed buffer, then half-closes dst's
-// write side (or closes dst if it cannot), so the peer sees EOF.
-func copyHalf(dst net.Conn, src io.Reader) {
-	buf := make([]byte, 32<<10)
-	_, err := io.CopyBuffer(dst, src, buf)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
-		cw.CloseWrite()
-		return
-	}
-	// An error on either side: the tunnel is broken both ways.
-	dst.Close()
 }
 
 // queue holds the connections waiting for a relay, oldest first, at most
