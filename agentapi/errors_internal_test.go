@@ -23,9 +23,9 @@ func TestErrorClasses(t *testing.T) {
 		{executor.Errorf(executor.ErrUnavailable, "executor is closed"), ClassUnavailable, http.StatusServiceUnavailable},
 		{errors.New("something else"), ClassInternal, http.StatusInternalServerError},
 	} {
-		e, status := encodeError(tt.err)
+		e, status := EncodeError(tt.err)
 		if e.Class != tt.class || status != tt.status || e.Message != tt.err.Error() {
-			t.Errorf("encodeError(%v) = %+v %d, want class %s status %d", tt.err, e, status, tt.class, tt.status)
+			t.Errorf("EncodeError(%v) = %+v %d, want class %s status %d", tt.err, e, status, tt.class, tt.status)
 		}
 		back := decodeError(e)
 		if back.Error() != tt.err.Error() {

@@ -22,22 +22,3 @@ func (t *task) Peek(ctx context.Context) (executor.Output, error) {
 	err := t.c.do(ctx, http.MethodPost, t.path("peek"), nil, TaskRef{Session: t.session}, &o)
 	return o, err
 }
-
-func (s *Server) peek(w http.ResponseWriter, r *http.Request) {
-	t, err := s.task(w, r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, ok := t.(Peeker)
-	if !ok {
-		writeError(w, executor.Errorf(executor.ErrInvalid, "agent: task %s cannot be peeked", t.ID()))
-		return
-	}
-	o, err := p.Peek(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, o)
-}

@@ -166,8 +166,8 @@ var classes = []struct {
 	{ClassNoSpace, files.ErrNoSpace, http.StatusInsufficientStorage},
 }
 
-// encodeError is err as a wire error and its HTTP status.
-func encodeError(err error) (Error, int) {
+// EncodeError is err as a wire error and its HTTP status.
+func EncodeError(err error) (Error, int) {
 	for _, c := range classes {
 		if errors.Is(err, c.err) {
 			return Error{Class: c.name, Message: err.Error()}, c.status

@@ -88,6 +88,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agent/egress"
 	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/agentapi"
@@ -479,7 +480,7 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 	if o.uid != os.Geteuid() || o.gid != os.Getegid() {
 		tree.UID, tree.GID = o.uid, o.gid
 	}
-	scfg := agentapi.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token, Log: recent}
+	scfg := apiserver.ServerConfig{Runner: e, Agent: versionString(), Root: o.root, Home: o.home, SpillDir: o.spillDir, Files: tree, Token: o.token, Log: recent}
 	if o.egressListen != "" {
 		pl, err := net.Listen("tcp", o.egressListen)
 		if err != nil {
@@ -513,7 +514,7 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 		scfg.Egress = p
 		logger.Printf("egress proxy on %s", pl.Addr())
 	}
-	srv, err := agentapi.NewServer(scfg)
+	srv, err := apiserver.NewServer(scfg)
 	if err != nil {
 		return err
 	}
@@ -526,7 +527,7 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		where = "tcp " + l.Addr().String() + " (token required)"
-	} else if l, err = agentapi.Listen(o.socket); err != nil {
+	} else if l, err = apiserver.Listen(o.socket); err != nil {
 		return err
 	}
 	tracking := e.Isolation()

@@ -1,4 +1,4 @@
-package agentapi
+package apiserver
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"archive/tar"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
@@ -34,7 +35,7 @@ func filesAgent(t testing.TB) (*agentapi.Client, string, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root,
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root,
 		Files: &files.Tree{Root: root, UID: -1, GID: -1}})
 	if err != nil {
 		t.Fatal(err)

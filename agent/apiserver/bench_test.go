@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"context"

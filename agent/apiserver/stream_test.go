@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 )
@@ -113,7 +114,7 @@ func TestRunStreamedWire(t *testing.T) {
 func TestRunStreamedOldAgent(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: a.exec, Agent: "old", Root: a.root, Home: a.root})
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: a.exec, Agent: "old", Root: a.root, Home: a.root})
 	if err != nil {
 		t.Fatal(err)
 	}

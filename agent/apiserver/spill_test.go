@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 )
@@ -168,7 +169,7 @@ func TestSpillRefused(t *testing.T) {
 func TestSpillWithoutDir(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: a.exec, Agent: "test", Root: a.root, Home: a.root})
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: a.exec, Agent: "test", Root: a.root, Home: a.root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestSpillWithoutDir(t *testing.T) {
 	_, err = c.Spill(context.Background(), a.spill+"/s1/x.log", 0, 0)
 	wantClass(t, err, executor.ErrInvalid, "agent: no such endpoint: GET /v1/spill")
 
-	_, err = agentapi.NewServer(agentapi.ServerConfig{Runner: a.exec, SpillDir: "run/spill"})
+	_, err = apiserver.NewServer(apiserver.ServerConfig{Runner: a.exec, SpillDir: "run/spill"})
 	if err == nil || err.Error() != `agentapi: ServerConfig.SpillDir must be an absolute path, got "run/spill"` {
 		t.Errorf("relative SpillDir: %v", err)
 	}

@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
@@ -402,7 +403,7 @@ func TestToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root, Token: "s3cret"})
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root, Token: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +485,7 @@ func TestLogEndpoint(t *testing.T) {
 		{func() string { return "line 1\nline 2\n" }, "line 1\nline 2\n", ""},
 		{nil, "", "no such endpoint: GET /v1/log"},
 	} {
-		srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Log: tc.log})
+		srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Log: tc.log})
 		if err != nil {
 			t.Fatal(err)
 		}

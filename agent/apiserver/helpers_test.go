@@ -1,4 +1,4 @@
-package agentapi_test
+package apiserver_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
@@ -54,7 +55,7 @@ func socketDir(t testing.TB) string {
 func serve(t testing.TB, h http.Handler) string {
 	t.Helper()
 	sock := filepath.Join(socketDir(t), "agent.sock")
-	l, err := agentapi.Listen(sock)
+	l, err := apiserver.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func newAgent(t testing.TB, lim executor.Limits, root, home string) *agent {
 	if err != nil {
 		t.Fatalf("local.New: %v", err)
 	}
-	srv, err := agentapi.NewServer(agentapi.ServerConfig{Runner: e, Agent: "test", Root: root, Home: home, SpillDir: spill})
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Root: root, Home: home, SpillDir: spill})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agentapi
+package apiserver
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/output"
@@ -24,7 +25,7 @@ import (
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Runner runs the commands: in the agent, a local.Executor. Required.
-	Runner Runner
+	Runner agentapi.Runner
 	// Agent is the agent's build version, reported by the handshake.
 	Agent string
 	// Root and Home are the session cwd and HOME of the commands, reported by
@@ -113,11 +114,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Log != nil {
 		s.mux.HandleFunc("GET /v1/log", func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, LogAnswer{Log: cfg.Log()})
+			writeJSON(w, http.StatusOK, agentapi.LogAnswer{Log: cfg.Log()})
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, Error{Class: ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})
+		writeJSON(w, http.StatusNotFound, agentapi.Error{Class: agentapi.ClassInvalid, Message: fmt.Sprintf("agent: no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
 	return s, nil
 }
@@ -128,21 +129,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
-			writeJSON(w, http.StatusUnauthorized, Error{Class: ClassInvalid, Message: "agent: missing or wrong token"})
+			writeJSON(w, http.StatusUnauthorized, agentapi.Error{Class: agentapi.ClassInvalid, Message: "agent: missing or wrong token"})
 			return
 		}
 	}
-	if v := r.Header.Get(HeaderProtocol); v != "" && v != strconv.Itoa(Protocol) && r.URL.Path != "/v1/hello" {
+	if v := r.Header.Get(agentapi.HeaderProtocol); v != "" && v != strconv.Itoa(agentapi.Protocol) && r.URL.Path != "/v1/hello" {
 		writeError(w, executor.Errorf(executor.ErrInvalid,
-			"agent protocol mismatch: the agent speaks protocol %d (agent version %s), the client %s", Protocol, s.cfg.Agent, v))
+			"agent protocol mismatch: the agent speaks protocol %d (agent version %s), the client %s", agentapi.Protocol, s.cfg.Agent, v))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
 func (s *Server) hello(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Hello{
-		Protocol: Protocol,
+	writeJSON(w, http.StatusOK, agentapi.Hello{
+		Protocol: agentapi.Protocol,
 		Agent:    s.cfg.Agent,
 		Pwsh:     s.cfg.Runner.Has(r.Context(), "", executor.Pwsh),
 		Root:     s.cfg.Root,
@@ -155,15 +156,15 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) {
 // killed. The command's own timeout is the Runner's, whatever the client.
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var spec executor.Spec
-	if err := decode(w, r, MaxSpecBytes, &spec); err != nil {
+	if err := decode(w, r, agentapi.MaxSpecBytes, &spec); err != nil {
 		writeError(w, err)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	if call := r.Header.Get(HeaderCall); call != "" {
+	if call := r.Header.Get(agentapi.HeaderCall); call != "" {
 		if !callRE.MatchString(call) {
-			writeError(w, executor.Errorf(executor.ErrInvalid, "invalid %s header %q", HeaderCall, call))
+			writeError(w, executor.Errorf(executor.ErrInvalid, "invalid %s header %q", agentapi.HeaderCall, call))
 			return
 		}
 		s.register(call, cancel)
@@ -187,7 +188,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 // count, it never stalls the command), then one result or error frame.
 // A client that stops reading is a client gone: the command is killed.
 func (s *Server) runStreamed(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, spec executor.Spec) {
-	feed := output.NewFeed(StreamPending)
+	feed := output.NewFeed(agentapi.StreamPending)
 	spec.Live = feed.Write
 	type outcome struct {
 		res executor.Result
@@ -199,16 +200,16 @@ func (s *Server) runStreamed(ctx context.Context, cancel context.CancelFunc, w h
 		feed.Close()
 		ran <- outcome{res, err}
 	}()
-	w.Header().Set("Content-Type", ContentTypeStream)
+	w.Header().Set("Content-Type", agentapi.ContentTypeStream)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	if rc.Flush() != nil {
 		cancel()
 	}
-	err := feed.Pump(ctx, StreamInterval, func(chunks []executor.Chunk) error {
+	err := feed.Pump(ctx, agentapi.StreamInterval, func(chunks []executor.Chunk) error {
 		for i := range chunks {
-			if err := enc.Encode(Frame{Output: &chunks[i]}); err != nil {
+			if err := enc.Encode(agentapi.Frame{Output: &chunks[i]}); err != nil {
 				return err
 			}
 		}
@@ -219,18 +220,18 @@ func (s *Server) runStreamed(ctx context.Context, cancel context.CancelFunc, w h
 	}
 	o := <-ran
 	if o.err != nil {
-		e, _ := encodeError(o.err)
-		enc.Encode(Frame{Error: &e})
+		e, _ := agentapi.EncodeError(o.err)
+		enc.Encode(agentapi.Frame{Error: &e})
 		return
 	}
-	enc.Encode(Frame{Result: &o.res})
+	enc.Encode(agentapi.Frame{Result: &o.res})
 }
 
 // streamed reports whether a run asks for a streamed answer.
 func streamed(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
 		for _, t := range strings.Split(v, ",") {
-			if mt, _, _ := strings.Cut(strings.TrimSpace(t), ";"); strings.EqualFold(mt, ContentTypeStream) {
+			if mt, _, _ := strings.Cut(strings.TrimSpace(t), ";"); strings.EqualFold(mt, agentapi.ContentTypeStream) {
 				return true
 			}
 		}
@@ -287,7 +288,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	var spec executor.Spec
-	if err := decode(w, r, MaxSpecBytes, &spec); err != nil {
+	if err := decode(w, r, agentapi.MaxSpecBytes, &spec); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -296,7 +297,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, Started{ID: t.ID()})
+	writeJSON(w, http.StatusOK, agentapi.Started{ID: t.ID()})
 }
 
 // statuser is a task handle that can tell its status without a read.
@@ -304,8 +305,8 @@ type statuser interface {
 	Status() executor.Status
 }
 
-func taskInfo(session string, t executor.Task) TaskInfo {
-	ti := TaskInfo{ID: t.ID(), Session: session}
+func taskInfo(session string, t executor.Task) agentapi.TaskInfo {
+	ti := agentapi.TaskInfo{ID: t.ID(), Session: session}
 	if st, ok := t.(statuser); ok {
 		s := st.Status()
 		ti.Status = &s
@@ -314,7 +315,7 @@ func taskInfo(session string, t executor.Task) TaskInfo {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	l, ok := s.cfg.Runner.(TaskLister)
+	l, ok := s.cfg.Runner.(agentapi.TaskLister)
 	if !ok {
 		writeError(w, executor.Errorf(executor.ErrInvalid, "this agent cannot list tasks"))
 		return
@@ -329,7 +330,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := TaskList{Tasks: make([]TaskInfo, 0, len(ts))}
+	out := agentapi.TaskList{Tasks: make([]agentapi.TaskInfo, 0, len(ts))}
 	for _, t := range ts {
 		out.Tasks = append(out.Tasks, taskInfo(session, t))
 	}
@@ -349,8 +350,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 // task finds the task a task request names: {id} in the path, the session
 // in the body.
 func (s *Server) task(w http.ResponseWriter, r *http.Request) (executor.Task, error) {
-	var ref TaskRef
-	if err := decode(w, r, MaxSmallBytes, &ref); err != nil {
+	var ref agentapi.TaskRef
+	if err := decode(w, r, agentapi.MaxSmallBytes, &ref); err != nil {
 		return nil, err
 	}
 	return s.cfg.Runner.Task(r.Context(), ref.Session, r.PathValue("id"))
@@ -409,7 +410,7 @@ func (s *Server) has(w http.ResponseWriter, r *http.Request) {
 		writeError(w, executor.Errorf(executor.ErrInvalid, "unknown shell %q", shell))
 		return
 	}
-	writeJSON(w, http.StatusOK, HasAnswer{Has: s.cfg.Runner.Has(r.Context(), q.Get("session"), shell)})
+	writeJSON(w, http.StatusOK, agentapi.HasAnswer{Has: s.cfg.Runner.Has(r.Context(), q.Get("session"), shell)})
 }
 
 // decode reads the whole body (bounded), then parses it. Reading to EOF
@@ -431,7 +432,7 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	e, status := encodeError(err)
+	e, status := agentapi.EncodeError(err)
 	writeJSON(w, status, e)
 }
 
@@ -439,7 +440,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(Error{Class: ClassInternal, Message: "agent: encode response: " + err.Error()})
+		b, _ = json.Marshal(agentapi.Error{Class: agentapi.ClassInternal, Message: "agent: encode response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
