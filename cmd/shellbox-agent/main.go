@@ -91,6 +91,7 @@ import (
 	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agent/egress"
 	"github.com/shellbox/shellbox/agent/landlock"
+	"github.com/shellbox/shellbox/agent/notrace"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor/files"
@@ -400,7 +401,7 @@ func serve(o options, logger *log.Logger, recent func() string) error {
 	// Before any command: one call's commands may not trace, or read or
 	// write the memory of, another call's (same uid); strace and gdb fail
 	// with EPERM in sandboxes.
-	if err := local.DenyTracing(); err != nil {
+	if err := notrace.DenyTracing(); err != nil {
 		return err
 	}
 	// Each call in a Landlock domain of its own, so that one call cannot

@@ -1,4 +1,6 @@
-package local
+// Package notrace installs the agent's seccomp filter that keeps the
+// commands of a sandbox from tracing one another (DenyTracing).
+package notrace
 
 import (
 	"fmt"
