@@ -1,10 +1,18 @@
-// Package agentapi is the protocol between the shellbox server and the agent
-// inside each sandbox (cmd/shellbox-agent): the executor.BashExecutor seam,
-// minus Resolve, carried over a unix socket (single-host runtimes) or TCP with a per-session bearer token (Kubernetes). Server serves it over any
-// Runner (the agent serves a local.Executor); Client speaks it and is a
-// Runner itself, so a command run through the protocol behaves exactly as
-// one run by the executor behind it. The conformance suite
-// (executor/executortest) runs through it to prove that.
+// Package agentapi is the sandbox wall: the protocol between the shellbox
+// server and the agent inside each sandbox (package agent), shared by both
+// sides and importing neither (nothing under agent/, sandbox/, session/,
+// server/ or cmd/). It holds the versioned wire types, the error classes,
+// the agent's Endpoint and thread budget, and the Client; the server half
+// is agent/apiserver, and agentapi/egresswire holds what the egress proxy
+// and the host's relay share.
+//
+// The protocol is the executor.BashExecutor seam, minus Resolve, carried
+// over a unix socket (single-host runtimes) or TCP with a per-session
+// bearer token (Kubernetes). agent/apiserver serves it over any Runner (the
+// agent serves a local.Executor); Client speaks it and is a Runner itself,
+// so a command run through the protocol behaves exactly as one run by the
+// executor behind it. The conformance suite (executor/executortest) runs
+// through it to prove that.
 //
 // # Transport
 //

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"errors"
@@ -101,4 +101,15 @@ func lowerTracerCaps() error {
 		return fmt.Errorf("lower CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH: %w", err)
 	}
 	return nil
+}
+
+// LimitCapabilities empties the bounding set, which every command inherits
+// (where the agent holds CAP_SETPCAP; without it the set stays as the
+// runtime made it), and lowers the lookup capabilities to permitted only.
+// It must run before the first command.
+func LimitCapabilities() error {
+	if err := dropBoundingSet(); err != nil && !errors.Is(err, errNoSetpcap) {
+		return err
+	}
+	return lowerTracerCaps()
 }
