@@ -2,7 +2,7 @@
 // (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent and run as the
 // sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL
 // (and CAP_SETPCAP, which it uses at start to empty the capability bounding
-// set that its commands inherit, and then drops: caps.go; under gVisor also
+// set that its commands inherit, and then drops: agent/capabilities.go; under gVisor also
 // CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, permitted only, raised on one
 // thread for the egress proxy's lookups).
 //
@@ -27,7 +27,7 @@
 //     transfers), created at start and never
 //     exceeded, and about 7.3 MiB RSS idle (measured by TestDockerAgentCost);
 //     a runc sandbox's pids cgroup is the policy's pids plus those threads
-//     (agentapi.PidsCgroupLimit), see reserveThreads;
+//     (agentapi.PidsCgroupLimit), see agent.reserveThreads;
 //   - when the spill space is full, the oldest spill files of finished calls
 //     are deleted to make room for new ones (output.Space).
 //
@@ -38,7 +38,7 @@
 // them (Kubernetes) reads them through the agent.
 //
 // With --egress-listen it also runs the sandbox's egress proxy there
-// (sandbox/egress): an HTTP proxy with no way out but the server's relay,
+// (agent/egress): an HTTP proxy with no way out but the server's relay,
 // which polls it over the socket.
 //
 // It serves uploads and downloads in --root (PUT and GET /v1/files),
@@ -188,7 +188,7 @@ func run(args []string, stderr io.Writer) int {
 		logger.Printf("--no-setuid: --uid/--gid %d:%d must be the agent's own, %d:%d", o.UID, o.GID, os.Geteuid(), os.Getegid())
 		return 2
 	}
-	// Before any command: they inherit the bounding set (caps.go).
+	// Before any command: they inherit the bounding set (agent/capabilities.go).
 	if err := agent.LimitCapabilities(); err != nil {
 		logger.Print(err)
 		return 1

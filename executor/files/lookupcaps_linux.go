@@ -12,7 +12,7 @@ import (
 // Reading every process's fd links: the egress proxy under gVisor.
 //
 // The agent's egress proxy attributes a connection to the processes holding
-// its socket by their /proc/<pid>/fd links (sandbox/egress), which takes the
+// its socket by their /proc/<pid>/fd links (agent/egress), which takes the
 // ptrace read right over each. On Linux the agent reads them as the
 // commands' user (AsUser: setfsuid, which the ptrace check of /proc uses).
 // gVisor refuses that (source: google/gvisor, pkg/sentry):
@@ -38,7 +38,7 @@ import (
 // for the /proc/<pid>/fd directory itself (mode 0500, owned by the uid the
 // process had when its /proc entry was made, which a root without DAC
 // capabilities may not search). The agent keeps both in its permitted set
-// only (cmd/shellbox-agent, caps.go): AsTracer raises them in the effective
+// only (agent, capabilities.go): AsTracer raises them in the effective
 // set of one locked thread for the lookup, and lowers them after. The
 // commands never get them (changing uid from 0 clears the permitted set,
 // the bounding set is empty); gVisor has no open_by_handle_at (the

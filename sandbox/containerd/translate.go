@@ -85,7 +85,7 @@ func part(id string) string {
 //
 // CAP_SETPCAP is for the agent's first act: it empties the bounding set
 // (which commands inherit) of all its threads, then drops CAP_SETPCAP
-// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+// (agent, capabilities.go), so a command's CapBnd is 0.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // runscContainerType is the annotation by which gVisor's shim tells a

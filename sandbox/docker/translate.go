@@ -47,7 +47,7 @@ func sanitise(id string) string {
 //
 // CAP_SETPCAP is for the agent's first act: it empties the bounding set
 // (which commands inherit) of all its threads, then drops CAP_SETPCAP
-// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+// (agent, capabilities.go), so a command's CapBnd is 0.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // translate turns a validated Spec into the container's config: binds are

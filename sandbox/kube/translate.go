@@ -389,7 +389,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 
 // agentThreads is what the agent's own threads may count towards
 // RLIMIT_NPROC when it runs as the commands' uid: the 96 it makes at start
-// (cmd/shellbox-agent reserveThreads) and some more.
+// (agent, reserveThreads) and some more.
 const agentThreads = 128
 
 // minSpillDir is the spill emptyDir's size when spilling is off (the agent
