@@ -110,7 +110,7 @@ type Spec struct {
 	// own way, agentapi as a streamed answer) and background tasks ignore it.
 	Live Live `json:"-"`
 	// EgressGrant, when set, names the call's network grant: an opaque token
-	// (egress.ValidCredential) that the sandbox's egress proxy presents to
+	// (egresswire.ValidCredential) that the sandbox's egress proxy presents to
 	// the relay for a connection only when every process holding the
 	// connection's socket belongs to this command's tree. It is never put in
 	// the command's environment, where every process of the sandbox user

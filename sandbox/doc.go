@@ -85,7 +85,7 @@
 // # Reaching the agent
 //
 // A runtime says, per sandbox, how to reach its agent (Sandbox.Agent, an
-// Endpoint: a unix socket on one host, a pod IP and a per-session secret on
+// agentapi.Endpoint: a unix socket on one host, a pod IP and a per-session secret on
 // Kubernetes); everything else a caller needs of a sandbox — commands,
 // tasks, spill files, the egress relay — the agent serves on that endpoint.
 // Host directories, sockets, the bind-mounted agent binary and the spill

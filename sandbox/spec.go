@@ -55,20 +55,6 @@ const (
 	TmpPath = confine.TmpPath
 )
 
-// AgentTasks is the agent's share of a runc sandbox's pids cgroup: the
-// threads it creates at start and never exceeds (cmd/shellbox-agent). The
-// cgroup's limit is PidsLimit + AgentTasks (PidsCgroupLimit), so the
-// commands get the PidsLimit the policy names, and, because the agent holds
-// its threads before any command runs, a fork storm that fills the cgroup
-// never takes a thread the agent needs. (Measured by TestDockerAgentCost:
-// 30 concurrent calls with output and a fork bomb at once never made the
-// agent start a 17th thread; without its bounds on blocking work, see
-// cmd/shellbox-agent, the same load made it start up to 26.) Two more
-// are for file transfers, each of which holds a thread locked to the
-// sandbox user while it waits on the network (executor/files
-// MaxUserThreads).
-const AgentTasks = 18
-
 // GVisorLookupCaps are the capabilities a runtime gives the agent under
 // gVisor (Spec.Runtime runsc) on top of its own: the egress proxy reads its
 // commands' /proc/<pid>/fd links with them (CAP_SYS_PTRACE for the links,
@@ -79,10 +65,6 @@ const AgentTasks = 18
 // suffices, and CAP_DAC_READ_SEARCH would open open_by_handle_at(2) on the
 // host's kernel (gVisor has none).
 var GVisorLookupCaps = []string{"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
-
-// PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands
-// may have n processes and threads: n plus the agent's own (AgentTasks).
-func PidsCgroupLimit(n int64) int64 { return n + AgentTasks }
 
 // EnvSpillBytes is the variable through which the agent learns the session's
 // spill cap (Spec.SpillBytes), so it can stop writing and say why before the

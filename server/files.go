@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/shellbox/shellbox/errdefs"
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 )
 

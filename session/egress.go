@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/confine"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 )

@@ -16,9 +16,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
-	sbx "github.com/shellbox/shellbox/sandbox"
 )
 
 // The agent in a real sandbox, on a real engine: each runtime gets one
@@ -30,7 +29,7 @@ func TestDockerRunsc(t *testing.T) { testDocker(t, "runsc") }
 
 func testDocker(t *testing.T, rt string) {
 	cli := engine(t)
-	memory, pids := int64(64<<20), sbx.PidsCgroupLimit(256)
+	memory, pids := int64(64<<20), agentapi.PidsCgroupLimit(256)
 	if rt == "runsc" {
 		// gVisor's own memory and host threads (the sentry, the ptrace
 		// stubs) are charged to the container's cgroup: with 256 pids a

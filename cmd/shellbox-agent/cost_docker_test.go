@@ -10,19 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	sbx "github.com/shellbox/shellbox/sandbox"
 )
 
 // TestDockerAgentCost: in a runc sandbox whose commands may have 64
-// processes (pids cgroup: 64 + sandbox.AgentTasks), an idle agent holds
-// sandbox.AgentTasks threads; one command's tree can start 64 processes,
+// processes (pids cgroup: 64 + agentapi.AgentTasks), an idle agent holds
+// agentapi.AgentTasks threads; one command's tree can start 64 processes,
 // not fewer and not more; and under load and a fork bomb the agent never
 // needs a thread more, answers, and is not killed.
 func TestDockerAgentCost(t *testing.T) {
 	cli := engine(t)
 	const limit = 64
-	sb := newSandbox(t, cli, "runc", 64<<20, sbx.PidsCgroupLimit(limit))
+	sb := newSandbox(t, cli, "runc", 64<<20, agentapi.PidsCgroupLimit(limit))
 	info, err := cli.ContainerInspect(context.Background(), sb.id)
 	if err != nil {
 		t.Fatal(err)
@@ -30,8 +30,8 @@ func TestDockerAgentCost(t *testing.T) {
 	pid := info.State.Pid
 	threads, rss := agentCost(t, pid)
 	t.Logf("idle agent: %d threads, VmRSS %s", threads, rss)
-	if threads > sbx.AgentTasks {
-		t.Errorf("idle agent: %d threads, want at most sandbox.AgentTasks = %d", threads, sbx.AgentTasks)
+	if threads > agentapi.AgentTasks {
+		t.Errorf("idle agent: %d threads, want at most agentapi.AgentTasks = %d", threads, agentapi.AgentTasks)
 	}
 
 	n := treeMax(t, sb)
@@ -89,9 +89,9 @@ func TestDockerAgentCost(t *testing.T) {
 	close(stopSampling)
 	threads, rss = agentCost(t, pid)
 	t.Logf("agent after the load: %d threads, VmRSS %s", threads, rss)
-	if threads > sbx.AgentTasks {
-		t.Errorf("after the load: %d threads, want at most sandbox.AgentTasks = %d\nat the peak, system call/wait channel: thread count\n%s\n%s",
-			threads, sbx.AgentTasks, <-peak, sb.logs())
+	if threads > agentapi.AgentTasks {
+		t.Errorf("after the load: %d threads, want at most agentapi.AgentTasks = %d\nat the peak, system call/wait channel: thread count\n%s\n%s",
+			threads, agentapi.AgentTasks, <-peak, sb.logs())
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // What the agent does differently in a Kubernetes pod (sandbox/kube): it
@@ -23,24 +22,9 @@ const EnvToken = "SHELLBOX_AGENT_TOKEN"
 // 64 hex digits: 32 random bytes).
 const minTokenLen = 32
 
-// fatalSignals are the signals on which the Go runtime ends the process (it
-// has handlers for them, so the kernel delivers them even to a pid
-// namespace's init), and which a command of the agent's own uid could send
-// it. SIGKILL and SIGSTOP are not here: the kernel drops them for init when
-// they come from inside its namespace. (A SIGSEGV, SIGBUS or SIGFPE sent
-// with kill(2) is ignored by the runtime already: only the kernel's own
-// make it panic.)
-var fatalSignals = []os.Signal{
-	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
-	syscall.SIGABRT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE,
-	syscall.SIGALRM, syscall.SIGSTKFLT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGSYS,
-	syscall.SIGPWR,
-}
-
 // install copies this executable to o.install (mode 0555, through a
 // temporary file and a rename, so a reader never sees half a binary), and
-// gives o.own, if set, to o.uid:o.gid with mode 0755. It is what the init
+// gives o.own, if set, to o.UID:o.GID with mode 0755. It is what the init
 // container of a session pod runs: the shellbox image needs no shell or cp.
 func install(o options) error {
 	self, err := os.Executable()
@@ -84,7 +68,7 @@ func install(o options) error {
 		if err := os.Chmod(o.own, 0o755); err != nil {
 			return fmt.Errorf("install: --own: %w", err)
 		}
-		if err := os.Chown(o.own, o.uid, o.gid); err != nil {
+		if err := os.Chown(o.own, o.UID, o.GID); err != nil {
 			return fmt.Errorf("install: --own: %w", err)
 		}
 	}

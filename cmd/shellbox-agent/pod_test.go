@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
-	sbx "github.com/shellbox/shellbox/sandbox"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -110,7 +109,7 @@ func TestInstall(t *testing.T) {
 
 // tcpAgent is the built agent serving on a loopback TCP port.
 type tcpAgent struct {
-	ep  sbx.Endpoint
+	ep  agentapi.Endpoint
 	ws  string
 	cmd *exec.Cmd
 	log *bytes.Buffer
@@ -169,7 +168,7 @@ func startTCPAgent(t *testing.T, as *syscall.Credential, extra ...string) *tcpAg
 		if !ok {
 			t.Fatalf("agent ended before serving")
 		}
-		a.ep = sbx.Endpoint{Network: "tcp", Address: ad, Token: testToken}
+		a.ep = agentapi.Endpoint{Network: "tcp", Address: ad, Token: testToken}
 	case <-time.After(20 * time.Second):
 		t.Fatal("agent never said where it serves")
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	sbx "github.com/shellbox/shellbox/sandbox"
 )
 
 // TestDockerPtrace: a command of one call cannot trace, nor read or write
@@ -34,7 +34,7 @@ func testPtrace(t *testing.T, rt string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./testdata/ptrace: %v\n%s", err, out)
 	}
-	memory, pids := int64(64<<20), sbx.PidsCgroupLimit(256)
+	memory, pids := int64(64<<20), agentapi.PidsCgroupLimit(256)
 	if rt == "runsc" {
 		memory, pids = 256<<20, 1024 // as testDocker
 	}

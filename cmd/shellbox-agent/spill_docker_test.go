@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	sbx "github.com/shellbox/shellbox/sandbox"
 )
 
 // TestDockerSpillSpace: a session whose spill space is a 64 MiB tmpfs (as
@@ -23,7 +23,7 @@ import (
 func TestDockerSpillSpace(t *testing.T) {
 	cli := engine(t)
 	const space = 64 << 20
-	sb := newSandboxPrep(t, cli, "runc", 256<<20, sbx.PidsCgroupLimit(256), func(hostDir string) {
+	sb := newSandboxPrep(t, cli, "runc", 256<<20, agentapi.PidsCgroupLimit(256), func(hostDir string) {
 		dir := filepath.Join(hostDir, "spill")
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)

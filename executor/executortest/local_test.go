@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/local"
-	"github.com/shellbox/shellbox/executor/local/landlock"
 )
 
 // TestLocal holds the reference executor to the suite, tracking trees the

@@ -45,7 +45,7 @@ func AsUser(uid, gid int, fn func() error) error {
 	// fn may wait on the network with its thread locked: at most
 	// MaxUserThreads threads are held so at once, whatever the number of
 	// transfers in flight (the rest wait here, on no thread of their own),
-	// so the agent's thread budget (sandbox.AgentTasks) holds.
+	// so the agent's thread budget (agentapi.AgentTasks) holds.
 	userThreads <- struct{}{}
 	defer func() { <-userThreads }()
 	runtime.LockOSThread()

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/executor/local"
-	"github.com/shellbox/shellbox/executor/local/landlock"
 	"github.com/shellbox/shellbox/tools"
 )
 

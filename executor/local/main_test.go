@@ -10,9 +10,6 @@ import (
 // says otherwise: most of these tests wait on sleeping processes, timeouts
 // and grace periods, not on the CPU.
 func TestMain(m *testing.M) {
-	if os.Getenv(notraceHelperEnv) != "" {
-		os.Exit(notraceHelper())
-	}
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/local/landlock"
 )
 
 // landlockShim returns the per-call Landlock shim, or skips where this

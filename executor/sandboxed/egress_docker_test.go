@@ -13,7 +13,7 @@ import (
 
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"

@@ -28,7 +28,7 @@ import (
 	"sync"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 )
 
 // Agent is what this executor needs of a connection to a sandbox's agent:

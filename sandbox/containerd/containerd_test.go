@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
@@ -177,7 +177,7 @@ func TestHardening(t *testing.T) {
 			} else {
 				checks = append(checks,
 					struct{ name, cmd, want string }{"no new privileges", "grep ^NoNewPrivs /proc/1/status | tr -d '\\t '", "NoNewPrivs:1"},
-					struct{ name, cmd, want string }{"pids limit", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max", fmt.Sprint(sandbox.PidsCgroupLimit(s.PidsLimit))},
+					struct{ name, cmd, want string }{"pids limit", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max", fmt.Sprint(agentapi.PidsCgroupLimit(s.PidsLimit))},
 					struct{ name, cmd, want string }{"memory limit", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max", fmt.Sprint(s.MemoryBytes)},
 					struct{ name, cmd, want string }{"cgroupfs read-only", "touch /sys/fs/cgroup/x 2>/dev/null && echo writable || echo read-only", "read-only"},
 				)

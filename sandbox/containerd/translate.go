@@ -15,8 +15,9 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // LabelHostDir records a sandbox's host directory on its container, so Get,
@@ -84,7 +85,7 @@ func part(id string) string {
 //
 // CAP_SETPCAP is for the agent's first act: it empties the bounding set
 // (which commands inherit) of all its threads, then drops CAP_SETPCAP
-// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+// (agent, capabilities.go), so a command's CapBnd is 0.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // runscContainerType is the annotation by which gVisor's shim tells a
@@ -140,11 +141,11 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 	if spec.Network == sandbox.NetworkEgress {
 		// Still no interface but loopback (the namespaces below): the
 		// agent's proxy listens there and the server relays its connections.
-		args = append(args, "--egress-listen", egress.DefaultListen)
+		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 
-	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
-	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
+	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
 		// No POSIX message queues (as sandbox/docker): mq_open that creates

@@ -13,8 +13,9 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 const (
@@ -176,7 +177,7 @@ func TestTranslateResources(t *testing.T) {
 	if r.CPU == nil || r.CPU.Quota == nil || *r.CPU.Quota != 150000 || r.CPU.Period == nil || *r.CPU.Period != 100000 {
 		t.Errorf("cpu %+v, want quota 150000 per 100000", r.CPU)
 	}
-	if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit != sandbox.PidsCgroupLimit(100) {
+	if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit != agentapi.PidsCgroupLimit(100) {
 		t.Errorf("pids %+v", r.Pids)
 	}
 	// Devices: deny everything first, then only the standard nodes.
@@ -319,7 +320,7 @@ func TestTranslateWorkspace(t *testing.T) {
 
 func TestTranslateEgress(t *testing.T) {
 	s := generate(t, testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)))
-	if !slices.Equal(s.Process.Args[len(s.Process.Args)-2:], []string{"--egress-listen", egress.DefaultListen}) {
+	if !slices.Equal(s.Process.Args[len(s.Process.Args)-2:], []string{"--egress-listen", egresswire.DefaultListen}) {
 		t.Errorf("args %q: want the egress proxy", s.Process.Args)
 	}
 	for _, ns := range s.Linux.Namespaces {

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
@@ -465,9 +466,9 @@ func mountsOf(mounts []container.MountPoint) []sandbox.Mount {
 }
 
 // endpoint is the agent's endpoint in a host directory ("" : none).
-func endpoint(dir string) sandbox.Endpoint {
+func endpoint(dir string) agentapi.Endpoint {
 	if dir == "" {
-		return sandbox.Endpoint{}
+		return agentapi.Endpoint{}
 	}
 	return hostdir.Endpoint(dir)
 }

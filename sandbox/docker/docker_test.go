@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
@@ -78,7 +79,7 @@ func TestHardeningApplied(t *testing.T) {
 			{"Memory", hc.Memory, 256 * sandbox.MiB},
 			{"MemorySwap", hc.MemorySwap, 256 * sandbox.MiB},
 			{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
-			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": 128 + sandbox.AgentTasks, "runsc": 16*128 + 512}[rt]},
+			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": 128 + agentapi.AgentTasks, "runsc": 16*128 + 512}[rt]},
 			{"nproc", nproc(hc.Ulimits), map[string]int64{"runc": 0, "runsc": 128}[rt]},
 			{"LogConfig.Type", hc.LogConfig.Type, "none"},
 			{"Init", hc.Init != nil && *hc.Init, false},
@@ -287,7 +288,7 @@ func TestForkBomb(t *testing.T) {
 		switch rt {
 		case sandbox.RuntimeRunc:
 			// The commands' 64 plus the agent's threads.
-			if got, want := readFile(t, cg+"/pids.max"), strconv.FormatInt(sandbox.PidsCgroupLimit(64), 10); got != want {
+			if got, want := readFile(t, cg+"/pids.max"), strconv.FormatInt(agentapi.PidsCgroupLimit(64), 10); got != want {
 				t.Errorf("pids.max = %q, want %s", got, want)
 			}
 			if ev := readFile(t, cg+"/pids.events"); ev == "max 0" {
@@ -420,7 +421,7 @@ func TestEnsureReuses(t *testing.T) {
 	if !second.LastUsed.After(first.LastUsed) {
 		t.Errorf("LastUsed not advanced: %v then %v", first.LastUsed, second.LastUsed)
 	}
-	if first.State != sandbox.StateRunning || first.Agent != (sandbox.Endpoint{Network: "unix", Address: filepath.Join(e.stateDir, "sessions", tenant, "reuse", "agent.sock")}) {
+	if first.State != sandbox.StateRunning || first.Agent != (agentapi.Endpoint{Network: "unix", Address: filepath.Join(e.stateDir, "sessions", tenant, "reuse", "agent.sock")}) {
 		t.Errorf("sandbox: %+v", first)
 	}
 	got, err := e.rt.Get(context.Background(), tenant, "reuse")

@@ -12,8 +12,9 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // ContainerName returns the container name of a session's sandbox:
@@ -46,7 +47,7 @@ func sanitise(id string) string {
 //
 // CAP_SETPCAP is for the agent's first act: it empties the bounding set
 // (which commands inherit) of all its threads, then drops CAP_SETPCAP
-// (cmd/shellbox-agent, caps.go), so a command's CapBnd is 0.
+// (agent, capabilities.go), so a command's CapBnd is 0.
 var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 
 // translate turns a validated Spec into the container's config: binds are
@@ -79,7 +80,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 	if spec.Network == sandbox.NetworkEgress {
 		// Still no interface but loopback (NetworkMode below): the agent's
 		// proxy listens there and the server relays its connections.
-		args = append(args, "--egress-listen", egress.DefaultListen)
+		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 	cfg := &container.Config{
 		Image:      spec.Image,
@@ -94,8 +95,8 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 		Labels:     labels,
 	}
 
-	// The commands' limit, plus the agent's threads (sandbox.AgentTasks).
-	pids := sandbox.PidsCgroupLimit(spec.PidsLimit)
+	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	// No POSIX message queues: RLIMIT_MSGQUEUE 0 makes every mq_open that
 	// creates one fail (EMFILE), for root too, so /dev/mqueue (runc) is no
 	// writable space outside the policy's sizes.

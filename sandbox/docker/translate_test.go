@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/system"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
@@ -118,7 +119,7 @@ func TestTranslateRunc(t *testing.T) {
 		t.Errorf("host config: %+v", hc)
 	}
 	r := hc.Resources
-	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != 256+sandbox.AgentTasks {
+	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != 256+agentapi.AgentTasks {
 		t.Errorf("resources: %+v", r)
 	}
 	if hc.Tmpfs["/tmp"] != "rw,exec,nosuid,nodev,size=134217728,mode=1777" ||

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	agentegress "github.com/shellbox/shellbox/agent/egress"
 )
 
 // BenchmarkRequest compares one HTTP request on a new connection, direct
@@ -17,7 +19,7 @@ import (
 func BenchmarkRequest(b *testing.B) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer origin.Close()
-	r := newRig(b, ProxyConfig{}, hostPort(b, origin.URL))
+	r := newRig(b, agentegress.ProxyConfig{}, hostPort(b, origin.URL))
 	r.startRelay(b, RelayConfig{})
 	direct := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	proxied := r.client(nil)
@@ -48,7 +50,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 	}))
 	defer origin.Close()
-	r := newRig(b, ProxyConfig{}, hostPort(b, origin.URL))
+	r := newRig(b, agentegress.ProxyConfig{}, hostPort(b, origin.URL))
 	r.startRelay(b, RelayConfig{})
 	hc := r.client(nil)
 	b.SetBytes(size)
@@ -89,7 +91,7 @@ func BenchmarkHolders(b *testing.B) {
 	procs, _ := os.ReadDir("/proc")
 	b.ReportMetric(float64(len(procs)), "proc-entries")
 	for b.Loop() {
-		hs, err := Holders(c, nil)
+		hs, err := agentegress.Holders(c, nil)
 		if err != nil || len(hs) != 1 || hs[0].PID != child.Process.Pid {
 			b.Fatalf("holders %v %v, want the child %d", hs, err, child.Process.Pid)
 		}

@@ -10,8 +10,8 @@
 //	     ──agent socket (unix, host dir)──▶ Relay (the server) ──TCP──▶ host:port
 //
 // In detail:
-//   - The Proxy runs inside the sandbox, in the agent (cmd/shellbox-agent
-//     --egress-listen). It accepts CONNECT host:port (HTTPS, and any TCP
+//   - The Proxy runs inside the sandbox, in the agent (package agent/egress;
+//     cmd/shellbox-agent --egress-listen). It accepts CONNECT host:port (HTTPS, and any TCP
 //     protocol a client tunnels) and absolute-form requests (GET
 //     http://host/…), and has no way out of its own: each connection waits
 //     for the Relay.
@@ -24,7 +24,7 @@
 //     dials it from the host, and splices the bytes.
 //   - Commands find the proxy through HTTP_PROXY, HTTPS_PROXY (and their
 //     lower-case forms) and NO_PROXY=localhost,127.0.0.1,::1, which the
-//     executor adds to their environment (Env). curl, wget, pip, npm, git,
+//     executor adds to their environment (agentapi/egresswire.Env). curl, wget, pip, npm, git,
 //     apt and Go honour them. A client that ignores them gets no network at
 //     all: the allowlist fails closed.
 //
@@ -68,7 +68,7 @@
 // A call granted the network permission (sandbox_permissions) carries no
 // credential: the executor hands its grant to the agent with the command
 // (executor.Spec.EgressGrant), and the proxy presents it to the relay
-// (CredentialHeader) only for a connection whose client socket is held by
+// (egresswire.CredentialHeader) only for a connection whose client socket is held by
 // that command's process tree alone (ProxyConfig.Grant, TreeGrant; see
 // peer.go for how a connection is attributed). A client's
 // Proxy-Authorization is refused with a reason.

@@ -24,8 +24,10 @@ import (
 	"testing"
 	"time"
 
+	agentegress "github.com/shellbox/shellbox/agent/egress"
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/confine"
-	"github.com/shellbox/shellbox/sandbox"
 )
 
 // rig is a proxy (the agent's end) served on a unix socket like the agent's,
@@ -42,13 +44,13 @@ type rig struct {
 	relayDone chan error
 }
 
-func newRig(t testing.TB, pcfg ProxyConfig, allow ...string) *rig {
+func newRig(t testing.TB, pcfg agentegress.ProxyConfig, allow ...string) *rig {
 	t.Helper()
 	a, err := confine.NewAllowlist(allow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewProxy(pcfg)
+	p := agentegress.NewProxy(pcfg)
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestHTTPThroughRelay(t *testing.T) {
 		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.RequestURI())
 	}))
 	defer origin.Close()
-	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r := newRig(t, agentegress.ProxyConfig{}, hostPort(t, origin.URL))
 	r.startRelay(t, RelayConfig{})
 
 	resp, err := r.client(nil).Get(origin.URL + "/a/b?c=d")
@@ -238,7 +240,7 @@ func TestConnectTLSThroughRelay(t *testing.T) {
 		io.WriteString(w, "secret")
 	}))
 	defer origin.Close()
-	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r := newRig(t, agentegress.ProxyConfig{}, hostPort(t, origin.URL))
 	r.startRelay(t, RelayConfig{})
 
 	c := r.client(origin.Client().Transport.(*http.Transport).TLSClientConfig)
@@ -260,7 +262,7 @@ func TestDenied(t *testing.T) {
 		t.Error("a denied request reached the origin")
 	}))
 	defer origin.Close()
-	r := newRig(t, ProxyConfig{}, "mirror.internal:443")
+	r := newRig(t, agentegress.ProxyConfig{}, "mirror.internal:443")
 	r.startRelay(t, RelayConfig{})
 	target := hostPort(t, origin.URL)
 	want := "shellbox: egress to " + target + " is not allowed by policy test (sandbox.network.allow)"
@@ -290,7 +292,7 @@ func TestDialFailure(t *testing.T) {
 	}
 	target := l.Addr().String()
 	l.Close() // nothing listens there now
-	r := newRig(t, ProxyConfig{}, target)
+	r := newRig(t, agentegress.ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 	status, hdr, _ := r.raw(t, "CONNECT "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	if status != "502 Bad Gateway" || !strings.HasPrefix(hdr, "shellbox egress: cannot reach "+target+": ") {
@@ -302,7 +304,7 @@ func TestDialFailure(t *testing.T) {
 }
 
 func TestNoRelay(t *testing.T) {
-	r := newRig(t, ProxyConfig{RelayWait: 200 * time.Millisecond, MaxPending: 1}, "x.example:443")
+	r := newRig(t, agentegress.ProxyConfig{RelayWait: 200 * time.Millisecond, MaxPending: 1}, "x.example:443")
 	start := time.Now()
 	status, hdr, _ := r.raw(t, "CONNECT x.example:443 HTTP/1.1\r\nHost: x\r\n\r\n")
 	if status != "503 Service Unavailable" || !strings.Contains(hdr, "no relay answered within 200ms") {
@@ -322,7 +324,7 @@ func TestNoRelay(t *testing.T) {
 // TestPendingBound: with MaxPending connections waiting, one more is refused
 // at once.
 func TestPendingBound(t *testing.T) {
-	r := newRig(t, ProxyConfig{RelayWait: 3 * time.Second, MaxPending: 1}, "x.example:443")
+	r := newRig(t, agentegress.ProxyConfig{RelayWait: 3 * time.Second, MaxPending: 1}, "x.example:443")
 	for attempt := 0; ; attempt++ {
 		first := make(chan string, 1)
 		go func() {
@@ -347,7 +349,7 @@ func TestPendingBound(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	r := newRig(t, ProxyConfig{}, "x.example:443")
+	r := newRig(t, agentegress.ProxyConfig{}, "x.example:443")
 	r.startRelay(t, RelayConfig{})
 	for _, c := range []struct{ head, status, want string }{
 		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", "this is an HTTP proxy"},
@@ -370,7 +372,7 @@ func TestHalfClose(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		fmt.Fprintf(c, "got %d bytes", len(b))
 	})
-	r := newRig(t, ProxyConfig{}, target)
+	r := newRig(t, agentegress.ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 
 	c, br := r.connect(t, target, "")
@@ -394,7 +396,7 @@ func TestManyThroughFewPollers(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	}))
 	defer origin.Close()
-	r := newRig(t, ProxyConfig{}, hostPort(t, origin.URL))
+	r := newRig(t, agentegress.ProxyConfig{}, hostPort(t, origin.URL))
 	r.startRelay(t, RelayConfig{Pollers: 2, MaxTunnels: 3})
 	var wg sync.WaitGroup
 	errs := make(chan error, 30)
@@ -425,7 +427,7 @@ func TestManyThroughFewPollers(t *testing.T) {
 // and Run returns.
 func TestRelayStopClosesTunnels(t *testing.T) {
 	target := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) }) // never answers
-	r := newRig(t, ProxyConfig{}, target)
+	r := newRig(t, agentegress.ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 	_, br := r.connect(t, target, "")
 	r.stopRelay()
@@ -494,9 +496,9 @@ func TestTreeGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lookups, otherCgroups atomic.Int64
-	r := newRig(t, ProxyConfig{Grant: func(c net.Conn) (string, error) {
+	r := newRig(t, agentegress.ProxyConfig{Grant: func(c net.Conn) (string, error) {
 		lookups.Add(1)
-		return TreeGrant(c, nil, func(h Holder) string {
+		return agentegress.TreeGrant(c, nil, func(h agentegress.Holder) string {
 			if !bytes.Equal(h.Cgroups, ownCgroups) {
 				otherCgroups.Add(1)
 			}
@@ -552,11 +554,11 @@ func TestTreeGrant(t *testing.T) {
 		t.Errorf("%d holders whose cgroups were not the test's %q", n, ownCgroups)
 	}
 	for s, want := range map[string]bool{"a-Z_9": true, "": false, "a b": false, "a:b": false, strings.Repeat("a", 129): false} {
-		if ValidCredential(s) != want {
+		if egresswire.ValidCredential(s) != want {
 			t.Errorf("ValidCredential(%q) != %v", s, want)
 		}
 	}
-	if env := Env("127.0.0.1:3128"); env["http_proxy"] != "http://127.0.0.1:3128" || env["NO_PROXY"] == "" {
+	if env := egresswire.Env("127.0.0.1:3128"); env["http_proxy"] != "http://127.0.0.1:3128" || env["NO_PROXY"] == "" {
 		t.Errorf("env %v", env)
 	}
 }
@@ -564,55 +566,6 @@ func TestTreeGrant(t *testing.T) {
 // TestHolders: the holders of a connection's client socket are found with
 // their groups; the proxy's own process is never one, and a connection
 // from this process has none.
-func TestHolders(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	// (An error is right too where a process of this uid cannot be read,
-	// as pid 1 of a container without CAP_SYS_PTRACE over it.)
-	if hs, err := Holders(s, nil); len(hs) != 0 || (err != nil && !strings.Contains(err.Error(), "cannot read the fd links of process")) {
-		t.Errorf("a connection of this process: %v %v, want no holder", hs, err)
-	}
-	if g, err := TreeGrant(s, nil, func(Holder) string { return "x" }); g != "" || err == nil {
-		t.Errorf("TreeGrant without a holder: %q %v, want an error", g, err)
-	}
-	called := false
-	Holders(s, func(fn func() error) error { called = true; return fn() })
-	if !called {
-		t.Error("Holders did not scan through asUser")
-	}
-}
-
-func TestParseProcAddr(t *testing.T) {
-	for in, want := range map[string]string{
-		"0100007F:0CEA":                         "127.0.0.1:3306",
-		"0000000000000000FFFF00000100007F:1F90": "127.0.0.1:8080",
-		"00000000000000000000000001000000:0050": "[::1]:80",
-	} {
-		got, err := parseProcAddr([]byte(in))
-		if err != nil || got.String() != want {
-			t.Errorf("parseProcAddr(%s) = %v %v, want %s", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "0100007F", "0100007G:0050", "0100007F:10000", "01:0050"} {
-		if _, err := parseProcAddr([]byte(bad)); err == nil {
-			t.Errorf("parseProcAddr(%q): no error", bad)
-		}
-	}
-}
-
 // TestNoPipelining: a request pipelined after the first on a plain http://
 // connection (meant for another host, say) never reaches the first's
 // destination, even one that ignores Connection: close.
@@ -640,7 +593,7 @@ func TestNoPipelining(t *testing.T) {
 		seen <- string(rest)
 	}()
 	target := l.Addr().String()
-	r := newRig(t, ProxyConfig{}, target)
+	r := newRig(t, agentegress.ProxyConfig{}, target)
 	r.startRelay(t, RelayConfig{})
 	c, err := net.Dial("tcp", r.proxyAddr)
 	if err != nil {
@@ -672,7 +625,7 @@ func TestDecisionAddr(t *testing.T) {
 	defer origin.Close()
 	_, port, _ := net.SplitHostPort(hostPort(t, origin.URL))
 	target := net.JoinHostPort("localhost", port)
-	r := newRig(t, ProxyConfig{}, target)
+	r := newRig(t, agentegress.ProxyConfig{}, target)
 	host := MustRanges(HostRanges)
 	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
 		if !r.allow.Allows(c.Target) {
@@ -698,7 +651,7 @@ func TestDecisionAddr(t *testing.T) {
 func TestDecisionUntil(t *testing.T) {
 	target := tcpServer(t, func(c net.Conn) { io.Copy(c, c) }) // echo
 	grant, revoke := context.WithCancel(context.Background())
-	r := newRig(t, ProxyConfig{Grant: func(net.Conn) (string, error) { return "granted", nil }})
+	r := newRig(t, agentegress.ProxyConfig{Grant: func(net.Conn) (string, error) { return "granted", nil }})
 	r.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
 		if c.Credential != "granted" {
 			return Decision{}, errors.New("no grant")
@@ -811,7 +764,7 @@ func TestRelayAgentMisbehaves(t *testing.T) {
 	var written atomic.Int64
 	socket, _ = fakeAgent(t, func(c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
-		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n"+TargetHeader+": ")
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n"+egresswire.TargetHeader+": ")
 		chunk := []byte(strings.Repeat("a", 4096))
 		for written.Load() < 64<<20 {
 			n, err := c.Write(chunk)
@@ -827,4 +780,6 @@ func TestRelayAgentMisbehaves(t *testing.T) {
 	}
 }
 
-func unixAgent(path string) sandbox.Endpoint { return sandbox.Endpoint{Network: "unix", Address: path} }
+func unixAgent(path string) agentapi.Endpoint {
+	return agentapi.Endpoint{Network: "unix", Address: path}
+}

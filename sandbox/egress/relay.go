@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 )
 
 // Outcome is what became of one proxied connection, as a Relay reports it.
@@ -60,7 +61,7 @@ type Decision struct {
 type RelayConfig struct {
 	// Agent is how to reach the sandbox's agent (its Token, if set, goes
 	// with every poll as a bearer token).
-	Agent sandbox.Endpoint
+	Agent agentapi.Endpoint
 	// PollHeader are extra header fields of every poll: the agent
 	// protocol's version header, which this package does not know.
 	PollHeader map[string]string
@@ -277,7 +278,7 @@ func pollRequest(cfg RelayConfig) string {
 	if cfg.Agent.Token != "" && !strings.ContainsAny(cfg.Agent.Token, "\r\n\x00") {
 		b.WriteString("Authorization: Bearer " + cfg.Agent.Token + "\r\n")
 	}
-	b.WriteString("Connection: Upgrade\r\nUpgrade: " + Upgrade + "\r\nContent-Length: 0\r\n\r\n")
+	b.WriteString("Connection: Upgrade\r\nUpgrade: " + egresswire.Upgrade + "\r\nContent-Length: 0\r\n\r\n")
 	return b.String()
 }
 
@@ -302,11 +303,11 @@ func (r *Relay) request(ac *agentConn) (Conn, error) {
 		resp.Body.Close()
 		return Conn{}, nil
 	case http.StatusSwitchingProtocols:
-		c := Conn{Target: resp.Header.Get(TargetHeader), Credential: resp.Header.Get(CredentialHeader)}
-		if c.Target == "" || len(c.Target) > maxTargetBytes {
-			return Conn{}, fmt.Errorf("egress poll: agent switched protocols without a valid %s header", TargetHeader)
+		c := Conn{Target: resp.Header.Get(egresswire.TargetHeader), Credential: resp.Header.Get(egresswire.CredentialHeader)}
+		if c.Target == "" || len(c.Target) > egresswire.MaxTargetBytes {
+			return Conn{}, fmt.Errorf("egress poll: agent switched protocols without a valid %s header", egresswire.TargetHeader)
 		}
-		if c.Credential != "" && !ValidCredential(c.Credential) {
+		if c.Credential != "" && !egresswire.ValidCredential(c.Credential) {
 			c.Credential = ""
 		}
 		// The tunnel's bytes are not the poll's: unbounded from here.
@@ -319,7 +320,7 @@ func (r *Relay) request(ac *agentConn) (Conn, error) {
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		resp.Body.Close()
-		return Conn{}, fmt.Errorf("egress poll: agent answered %s: %s", resp.Status, oneLine(string(msg)))
+		return Conn{}, fmt.Errorf("egress poll: agent answered %s: %s", resp.Status, egresswire.OneLine(string(msg)))
 	}
 }
 
@@ -341,8 +342,8 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 	}
 	deny := func(reason string) {
 		r.observe(target, Denied)
-		r.logs.info("egress denied", "target", clip(target), "reason", clip(reason))
-		verdict("DENY " + oneLine(reason))
+		r.logs.info("egress denied", "target", egresswire.Clip(target), "reason", egresswire.Clip(reason))
+		verdict("DENY " + egresswire.OneLine(reason))
 	}
 	d, err := r.cfg.Check(c)
 	if err != nil {
@@ -376,8 +377,8 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 			return
 		}
 		r.observe(target, Failed)
-		r.logs.info("egress dial failed", "target", clip(target), "err", err.Error())
-		verdict(fmt.Sprintf("FAIL shellbox egress: cannot reach %s: %s", target, oneLine(err.Error())))
+		r.logs.info("egress dial failed", "target", egresswire.Clip(target), "err", err.Error())
+		verdict(fmt.Sprintf("FAIL shellbox egress: cannot reach %s: %s", target, egresswire.OneLine(err.Error())))
 		return
 	}
 	if !r.track(out) {
@@ -396,7 +397,7 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 	if !verdict("OK") {
 		return
 	}
-	splice(agent.Conn, agent.br, out, out)
+	egresswire.Splice(agent.Conn, agent.br, out, out)
 }
 
 func (r *Relay) observe(target string, o Outcome) {

@@ -60,6 +60,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
@@ -124,8 +125,8 @@ func SocketPath(dir string) string { return filepath.Join(dir, SocketName) }
 
 // Endpoint is how the server reaches the agent of the sandbox whose host
 // directory is dir.
-func Endpoint(dir string) sandbox.Endpoint {
-	return sandbox.Endpoint{Network: "unix", Address: SocketPath(dir)}
+func Endpoint(dir string) agentapi.Endpoint {
+	return agentapi.Endpoint{Network: "unix", Address: SocketPath(dir)}
 }
 
 // Check refuses a session whose ids are not valid or whose socket path

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -848,7 +849,7 @@ func describe(p *corev1.Pod, token string, port int32) sandbox.Sandbox {
 		sb.State = sandbox.StateCreated
 	}
 	if p.Status.PodIP != "" {
-		sb.Agent = sandbox.Endpoint{Network: "tcp", Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), Token: token}
+		sb.Agent = agentapi.Endpoint{Network: "tcp", Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), Token: token}
 	}
 	return sb
 }

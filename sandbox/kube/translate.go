@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
 )
 
 // Labels and annotations of a session pod (and its Secret) besides
@@ -191,7 +191,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		// The agent's proxy listens on the pod's loopback; its connections
 		// leave only through the server's relay (the NetworkPolicy denies
 		// the pod all egress).
-		args = append(args, "--egress-listen", egress.DefaultListen)
+		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 	if spec.Runtime == sandbox.RuntimeRunsc {
 		// A pod spec has no pids limit (the kubelet's podPidsLimit is the
@@ -389,7 +389,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 
 // agentThreads is what the agent's own threads may count towards
 // RLIMIT_NPROC when it runs as the commands' uid: the 96 it makes at start
-// (cmd/shellbox-agent reserveThreads) and some more.
+// (agent, reserveThreads) and some more.
 const agentThreads = 128
 
 // minSpillDir is the spill emptyDir's size when spilling is off (the agent

@@ -9,14 +9,14 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 )
 
 // PermissionNetwork is the sandbox permission (a call's
 // sandbox_permissions, once the policy granted it) that gives the call's
 // process tree a credential at the sandbox's egress proxy (see
 // Config.Egress).
-const PermissionNetwork = egress.Permission
+const PermissionNetwork = egresswire.Permission
 
 // grant is a call's network grant: in force until its context ends.
 type grant struct {
@@ -64,7 +64,7 @@ func (cn *conn) Egress(spec executor.Spec) (_ executor.Spec, release func(), _ e
 		release = sync.OnceFunc(func() { c.revoke(spec.Session, credential) })
 		spec.EgressGrant = credential
 	}
-	vars := egress.Env(egress.DefaultListen)
+	vars := egresswire.Env(egresswire.DefaultListen)
 	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")

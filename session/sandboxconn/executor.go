@@ -32,7 +32,7 @@ type Config struct {
 	// goroutine whenever a connection to such a sandbox's agent is made, and
 	// must return once ctx ends, which happens when that connection is
 	// dropped (the sandbox died or is being removed) or the executor is
-	// closed. Commands of such a sandbox get egress.Env (NO_PROXY and
+	// closed. Commands of such a sandbox get egresswire.Env (NO_PROXY and
 	// no_proxy only where the spec has none). Unset, such a sandbox's proxy
 	// has no relay: its connections are refused.
 	//

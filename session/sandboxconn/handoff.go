@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -30,7 +30,7 @@ type Handoff struct {
 
 type handed struct {
 	c  *agentapi.Client
-	ep sandbox.Endpoint
+	ep agentapi.Endpoint
 	at time.Time
 }
 

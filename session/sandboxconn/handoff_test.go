@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/executor/agentapi"
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -31,7 +31,7 @@ func (l countingListener) Accept() (net.Conn, error) {
 
 // helloAgent serves the agent's handshake on a unix socket until the test
 // ends, and counts the connections made to it.
-func helloAgent(t *testing.T) (sandbox.Endpoint, *atomic.Int32) {
+func helloAgent(t *testing.T) (agentapi.Endpoint, *atomic.Int32) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sbho")
 	if err != nil {
@@ -50,7 +50,7 @@ func helloAgent(t *testing.T) (sandbox.Endpoint, *atomic.Int32) {
 	})}
 	go hs.Serve(countingListener{l, n})
 	t.Cleanup(func() { hs.Close() })
-	return sandbox.Endpoint{Network: "unix", Address: sock}, n
+	return agentapi.Endpoint{Network: "unix", Address: sock}, n
 }
 
 // A new sandbox's agent is dialled once: the readiness check's connection

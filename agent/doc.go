@@ -1,0 +1,36 @@
+// Package agent is the supervisor that runs as PID 1 of every sandbox
+// (cmd/shellbox-agent is its flags and wiring): it bounds its own process
+// (SetUpProcess), drops the capabilities its commands must not inherit
+// (LimitCapabilities), runs commands through a local executor set up for
+// a sandbox, serves the agentapi protocol, runs the egress proxy, and
+// reaps the orphans it adopts (Serve).
+//
+// Everything under agent/ runs inside the sandbox, next to the code it
+// confines, and is one review scope: a change here is a change to what an
+// attacker in the sandbox faces. It imports agentapi (the wall) and leaf
+// packages (executor, executor/files, executor/output, executor/local,
+// confine), never the host side (sandbox/, session/, server/,
+// executor/sandboxed).
+//
+// Sub-packages, by responsibility:
+//   - agent/apiserver: the server half of the agentapi protocol (commands,
+//     tasks, files, spill files, the egress long poll) over the executor.
+//   - agent/egress: the HTTP proxy commands reach the network through, and
+//     the attribution of a connection to the process tree holding it, which
+//     decides whether it carries a call's network grant.
+//   - agent/landlock: the exec shim that puts each call in a Landlock
+//     domain of its own, so one call cannot open another's /proc/<pid>/mem.
+//   - agent/notrace: the seccomp filter that keeps commands from tracing
+//     one another (ptrace, process_vm_*, pidfd_getfd).
+//
+// Files: supervisor.go (Options, Serve, the thread and fd bounds, reaping,
+// the commands' base environment); capabilities.go (the bounding set, and
+// the lookup capabilities kept permitted for the egress proxy).
+//
+// Parts of the command runner that only a sandbox's PID 1 uses stay in
+// executor/local, because they are steps of its launch and exit path: tag
+// groups (tag.go), the OOM score and report (oom.go), the PID-1 hooks
+// (agent.go) and network grants bound to trees (grant.go). The raising of
+// the lookup capabilities (executor/files, lookupcaps_linux.go) stays with
+// AsUser, whose capability helpers and thread budget it shares.
+package agent

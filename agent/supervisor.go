@@ -1,0 +1,437 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/agent/apiserver"
+	"github.com/shellbox/shellbox/agent/egress"
+	"github.com/shellbox/shellbox/agent/landlock"
+	"github.com/shellbox/shellbox/agent/notrace"
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/executor/files"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/output"
+)
+
+// Options are what the agent serves with: cmd/shellbox-agent's flags.
+type Options struct {
+	Socket, SpillDir, Root, Home string
+	Listen                       string // TCP address; "" serves the unix socket
+	Token                        string // required with Listen
+	NoSetuid                     bool
+	Nproc                        int64
+	UID, GID                     int
+	OOMScoreAdj                  int
+	TagFirst, TagCount           uint
+	Cgroup                       string
+	MaxFinished                  int
+	EgressListen                 string
+	Version                      string // reported by the handshake and the log
+}
+
+// SetUpProcess bounds the process before anything else runs: its Go
+// processors, its fd table, its concurrent spill writes and /proc scans,
+// and the threads it holds (AgentTasks, reserved up front).
+func SetUpProcess() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(maxProcs)
+	}
+	growFdTable(fdTableSize)
+	output.LimitWrites(spillWriters)
+	local.LimitProcScans(procScanners)
+	reserveThreads(agentapi.AgentTasks)
+}
+
+// maxProcs caps the Go runtime's processors: the agent moves bytes between
+// pipes, files and a socket, and every processor can keep an OS thread busy
+// (the garbage collector's workers run on all of them), so on a large host
+// the default would raise the agent's threads with the host's cores.
+const maxProcs = 2
+
+// spillWriters bounds the spill-file writes in flight (output.LimitWrites):
+// each holds a thread while it runs.
+const spillWriters = 2
+
+// procScanners bounds the /proc scans in flight (local.LimitProcScans):
+// the searches of commands' trees and of orphans, hundreds of system calls
+// each.
+const procScanners = 2
+
+// The agent's threads. A runc sandbox's pids cgroup counts them with the
+// commands' processes, and the Go runtime dies ("newosproc") when it cannot
+// create a thread it needs: under a fork storm that fills the cgroup, it
+// could not. So the agent creates all the threads it will ever need at
+// start, agentapi.AgentTasks of them, and the runtime adds its commands'
+// limit on top (agentapi.PidsCgroupLimit): the commands get what the policy
+// names and can never take a thread the agent needs, because the agent
+// already holds them.
+//
+// agentapi.AgentTasks covers: the main thread, the runtime's monitor and
+// template threads, one per processor (maxProcs), and spares for system
+// calls that block while other work runs. The runtime starts a thread
+// whenever a goroutine is stuck in a system call and others wait to run,
+// so what could block many goroutines at once is bounded: the descriptor
+// table is sized at start (growFdTable), and spill writes and /proc scans
+// run at most 2 at a time each. Nothing the agent does keeps a thread per command: output pipes and
+// the leaders' exits (pidfds) are waited for in the runtime's poller
+// (executor/local). checkThreads logs if the count ever grows past it.
+
+// reserveThreads makes the Go runtime create OS threads now, while it can,
+// until the process has total of them (as near as the runtime allows). The goroutines unlock before they
+// end, so the threads stay, idle, in the runtime's pool.
+func reserveThreads(total int) {
+	var release sync.WaitGroup
+	release.Add(1)
+	var held sync.WaitGroup
+	for i := 0; i < total && threadCount() < total; i++ {
+		ready := make(chan struct{})
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			runtime.LockOSThread()
+			close(ready)
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+		<-ready
+	}
+	release.Done()
+	held.Wait()
+	// Waking goroutines can make the runtime start a thread more than the
+	// locked ones needed: a goroutine that ends locked to its thread ends
+	// the thread, so end the extra ones (the main thread is never ended;
+	// a try that lands on it changes nothing).
+	for i := 0; i < 2*total && threadCount() > total; i++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+		}()
+		<-done
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fdTableSize is how many descriptors the agent's table holds from the
+// start (growFdTable): each running call takes a handful (pipes, pidfd,
+// spill file, connection), so this covers hundreds of concurrent calls.
+const fdTableSize = 4096
+
+// growFdTable makes the kernel size this process's descriptor table for n
+// descriptors now, while the process has one thread. Growing it later, in a
+// multithreaded process, waits for an RCU grace period (milliseconds) with
+// the table locked: every thread that opens a file meanwhile blocks in the
+// kernel, and the Go runtime starts new threads for the goroutines that wait
+// for them (measured: 25 threads blocked in expand_files under 30
+// concurrent calls and a fork bomb). The table never shrinks.
+func growFdTable(n int) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur < uint64(n) {
+		n = int(lim.Cur)
+	}
+	if n < 2 {
+		return
+	}
+	if err := unix.Dup3(2, n-1, unix.O_CLOEXEC); err == nil {
+		unix.Close(n - 1)
+	}
+}
+
+// threadCount is the number of threads of this process, 0 if unknown.
+func threadCount() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// threadWatch logs once when the agent holds more threads than it reserved
+// (agentapi.AgentTasks): its commands could then fill the pids cgroup while
+// it needs one more. The number, for the operator who sizes AgentTasks.
+type threadWatch struct{ peak int }
+
+func (w *threadWatch) check(logger *log.Logger) {
+	n := threadCount()
+	if n > agentapi.AgentTasks && n > w.peak {
+		w.peak = n
+		logger.Printf("the agent holds %d threads, more than the %d it reserved (agentapi.AgentTasks)", n, agentapi.AgentTasks)
+	}
+}
+
+// fatalSignals are the signals on which the Go runtime ends the process (it
+// has handlers for them, so the kernel delivers them even to a pid
+// namespace's init), and which a command of the agent's own uid could send
+// it. SIGKILL and SIGSTOP are not here: the kernel drops them for init when
+// they come from inside its namespace. (A SIGSEGV, SIGBUS or SIGFPE sent
+// with kill(2) is ignored by the runtime already: only the kernel's own
+// make it panic.)
+var fatalSignals = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE,
+	syscall.SIGALRM, syscall.SIGSTKFLT, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGSYS,
+	syscall.SIGPWR,
+}
+
+// Serve runs the agent until a stop signal (SIGTERM, SIGINT; none with
+// NoSetuid): it starts the local executor as o says, serves the protocol on
+// o.Socket or o.Listen, the egress proxy on o.EgressListen, and reaps the
+// orphans it adopts. recent serves GET /v1/log.
+func Serve(o Options, logger *log.Logger, recent func() string) error {
+	if os.Getpid() != 1 {
+		// Not a sandbox's init (a test, a developer): adopt the orphans
+		// anyway, so they are reaped here as they would be in a sandbox.
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
+	stopSignals := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	if o.NoSetuid {
+		// Commands of the agent's uid may signal it. As PID 1 of its pid
+		// namespace the kernel already drops SIGKILL and SIGSTOP from
+		// inside it, and every signal without a handler; the Go runtime
+		// has handlers for the rest, and would exit on them. So the agent
+		// ignores every signal that would end it, SIGTERM included: the
+		// kubelet's SIGKILL after the (short) grace period ends the pod.
+		signal.Ignore(fatalSignals...)
+		stopSignals = nil
+	}
+	var (
+		ctx  context.Context
+		stop context.CancelFunc
+	)
+	if len(stopSignals) > 0 {
+		ctx, stop = signal.NotifyContext(context.Background(), stopSignals...)
+	} else {
+		// (NotifyContext with no signals would relay every signal.)
+		ctx, stop = context.WithCancel(context.Background())
+	}
+	defer stop()
+	// Before any command: one call's commands may not trace, or read or
+	// write the memory of, another call's (same uid); strace and gdb fail
+	// with EPERM in sandboxes.
+	if err := notrace.DenyTracing(); err != nil {
+		return err
+	}
+	// Each call in a Landlock domain of its own, so that one call cannot
+	// open another's /proc/<pid>/mem (agent/landlock). Where it
+	// cannot be (gVisor has no Landlock, and its sentry refuses that open
+	// anyway), commands start directly and the log says why. Before the
+	// reaper starts: Shim runs the shim once and waits for it.
+	shim, shimErr := landlock.Shim()
+	go reap(ctx, logger)
+
+	if err := os.MkdirAll(o.SpillDir, 0o755); err != nil {
+		return fmt.Errorf("spill dir: %w", err)
+	}
+	if err := os.Chmod(o.SpillDir, 0o755); err != nil && !(o.NoSetuid && errors.Is(err, os.ErrPermission)) {
+		// (Without setuid the commands are the agent's uid: no mode keeps
+		// them out, and a non-root agent cannot chmod a root-owned
+		// emptyDir.)
+		return fmt.Errorf("spill dir: %w", err)
+	}
+	cfg := local.Config{
+		Root:             o.Root,
+		Home:             o.Home,
+		SpillDir:         o.SpillDir,
+		BaseEnv:          baseEnv(os.Environ(), o.Home),
+		Cgroup:           local.CgroupMode(o.Cgroup),
+		MaxFinishedTasks: o.MaxFinished,
+		MemoryCgroup:     "auto",
+		Logf:             logger.Printf,
+	}
+	if shimErr != nil {
+		logger.Printf("no Landlock domain per call: %v", shimErr)
+	} else {
+		defer shim.Close()
+		cfg.ExecShim = shim
+	}
+	if !o.NoSetuid && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
+		cfg.Credential = &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID)}
+		if o.UID != 0 && o.TagCount > 0 {
+			cfg.TagGroups = local.GroupRange{First: uint32(o.TagFirst), Count: uint32(o.TagCount)}
+		}
+	}
+	if o.OOMScoreAdj != 0 {
+		cfg.OOMScoreAdj, cfg.OOMScoreAdjInherit = o.OOMScoreAdj, true
+	}
+	if o.Nproc > 0 {
+		// Set on the agent, inherited by every command. The agent's own
+		// threads were made at start (reserveThreads), and root is exempt.
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(o.Nproc), Max: uint64(o.Nproc)}); err != nil {
+			return fmt.Errorf("--nproc: %w", err)
+		}
+	}
+	e, err := local.New(cfg)
+	if err != nil {
+		return err
+	}
+	if n, err := e.AdoptSpillFiles(); err != nil || n > 0 {
+		logger.Printf("spill files of an earlier agent: %d, evicted first when space is needed (%v)", n, err)
+	}
+	if o.Token != "" || o.NoSetuid {
+		// Non-dumpable: no process without CAP_SYS_PTRACE may ptrace the
+		// agent or read its /proc/<pid>/{mem,environ,fd,...} (they become
+		// root's), so a command of the agent's own uid (--no-setuid)
+		// cannot lift the token from its memory. After local.New, which
+		// opens this process's oom_score_adj while it still may; before
+		// serving: no command exists yet.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+		}
+	}
+	if n, err := local.Cleanup(""); err != nil || n > 0 {
+		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
+	}
+	// Uploads and downloads act as the commands' user (setfsuid, which
+	// CAP_SETUID and CAP_SETGID allow): what they create is the user's,
+	// and they can reach nothing the commands could not.
+	tree := &files.Tree{Root: filepath.Clean(o.Root), UID: -1, GID: -1}
+	if o.UID != os.Geteuid() || o.GID != os.Getegid() {
+		tree.UID, tree.GID = o.UID, o.GID
+	}
+	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Token: o.Token, Log: recent}
+	if o.EgressListen != "" {
+		pl, err := net.Listen("tcp", o.EgressListen)
+		if err != nil {
+			return fmt.Errorf("egress proxy: %w", err)
+		}
+		pcfg := egress.ProxyConfig{Logger: logger}
+		if cfg.TagGroups.Count > 0 || strings.HasPrefix(e.Isolation(), "cgroup") {
+			// A call's network grant holds for its own tree only: the
+			// proxy finds the processes holding a connection's socket
+			// (reading their fds as the commands' user, or under gVisor,
+			// whose runtime gives the agent CAP_SYS_PTRACE and
+			// CAP_DAC_READ_SEARCH for it, with those raised on the
+			// lookup's thread) and the executor says which grant their
+			// tag or cgroup (gVisor's cgroupfs is writable: there each
+			// command gets a cgroup, and no tag) carries. Without either
+			// no connection carries a grant.
+			uid, gid := o.UID, o.GID
+			read := func(fn func() error) error { return files.AsUser(uid, gid, fn) }
+			if files.TracerCaps() {
+				read = files.AsTracer
+			}
+			grantOf := func(h egress.Holder) string { return e.Grant(h.Groups, h.Cgroups) }
+			pcfg.Grant = func(c net.Conn) (string, error) { return egress.TreeGrant(c, read, grantOf) }
+		}
+		p := egress.NewProxy(pcfg)
+		go func() {
+			if err := p.Serve(ctx, pl); err != nil {
+				logger.Print(err)
+			}
+		}()
+		scfg.Egress = p
+		logger.Printf("egress proxy on %s", pl.Addr())
+	}
+	srv, err := apiserver.NewServer(scfg)
+	if err != nil {
+		return err
+	}
+	var l net.Listener
+	where := o.Socket
+	if o.Listen != "" {
+		// No unix socket beside it: under --no-setuid a command could
+		// connect to one (same uid); the token is the only key.
+		if l, err = net.Listen("tcp", o.Listen); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		where = "tcp " + l.Addr().String() + " (token required)"
+	} else if l, err = apiserver.Listen(o.Socket); err != nil {
+		return err
+	}
+	tracking := e.Isolation()
+	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
+		tracking += fmt.Sprintf(" + tag groups %d+%d", cfg.TagGroups.First, cfg.TagGroups.Count)
+	}
+	if cfg.ExecShim != nil {
+		tracking += ", a Landlock domain per call"
+	}
+	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
+		o.Version, agentapi.Protocol, where, o.UID, o.GID, o.Root, tracking, e.MemoryCgroup())
+
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Print("stopping")
+	// The sandbox is going away: stop taking calls, end what runs, go.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	hs.Close()
+	cctx, cancel2 := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel2()
+	return e.Close(cctx)
+}
+
+// reap reaps orphaned zombies on every SIGCHLD, and every second in case
+// signals were coalesced, until ctx ends.
+func reap(ctx context.Context, logger *log.Logger) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGCHLD)
+	defer signal.Stop(ch)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var threads threadWatch
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		case <-tick.C:
+			threads.check(logger)
+		}
+		if _, err := local.ReapOrphans(); err != nil {
+			logger.Printf("reap: %v", err)
+		}
+	}
+}
+
+// baseEnv is the commands' base environment: the agent's own minus its
+// SHELLBOX_* settings, with HOME and DSH_HOME set, and PATH and LANG
+// defaulted.
+func baseEnv(environ []string, home string) []string {
+	var out []string
+	have := map[string]bool{}
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.HasPrefix(k, "SHELLBOX_") || k == "HOME" || k == "DSH_HOME" {
+			continue
+		}
+		have[k] = true
+		out = append(out, kv)
+	}
+	if !have["PATH"] {
+		out = append(out, "PATH="+local.DefaultPath)
+	}
+	if !have["LANG"] {
+		out = append(out, "LANG=C.UTF-8")
+	}
+	return append(out, "HOME="+home, "DSH_HOME="+home)
+}

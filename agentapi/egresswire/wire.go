@@ -1,0 +1,118 @@
+// Package egresswire is what the agent's egress proxy (agent/egress) and
+// the server's relay (sandbox/egress) share on the agent socket: the
+// upgrade's names and headers, the credential's form, where the proxy
+// listens, and the byte Splice both ends run once a tunnel is up. The wire
+// protocol itself is described in sandbox/egress's package doc.
+package egresswire
+
+import (
+	"io"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/shellbox/shellbox/confine"
+)
+
+// Upgrade is the protocol name of the long poll's Upgrade header; Header
+// carries the waiting connection's destination in the 101 answer.
+// CredentialHeader carries the network grant of the process tree that
+// opened the connection (ProxyConfig.Grant), when it holds one.
+const (
+	Upgrade          = "shellbox-egress/1"
+	TargetHeader     = "Shellbox-Egress-Target"
+	CredentialHeader = "Shellbox-Egress-Credential"
+)
+
+// Permission is the sandbox permission (sandbox_permissions) that, once a
+// policy grants it for a call, gives the call's process tree a credential
+// the relay's check honours (ProxyConfig.Grant). confine defines it, for
+// policies to decide it.
+const Permission = confine.PermissionNetwork
+
+// DefaultListen is where the agent's proxy listens inside a sandbox. Each
+// sandbox has its own network namespace, so a fixed port is no conflict.
+const DefaultListen = "127.0.0.1:3128"
+
+// Env returns the variables that point a command's HTTP clients at the proxy
+// listening on addr. They hold no secret: a call's network grant is bound
+// to its process tree by the proxy (ProxyConfig.Grant), never carried in
+// the environment, which every process of the sandbox user can read
+// (/proc/<pid>/environ).
+func Env(addr string) map[string]string {
+	u := "http://" + addr
+	return map[string]string{
+		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
+		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+	}
+}
+
+// MaxTargetBytes bounds a destination, host:port: a DNS name is at most
+// 253 bytes.
+const MaxTargetBytes = 261
+
+// ValidCredential reports whether s is a well-formed credential: 1-128 of
+// [A-Za-z0-9_-].
+func ValidCredential(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// OneLine makes s safe for a header and a status line: no control
+// characters, at most 1 KiB.
+func OneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	return Clip(s)
+}
+
+// Clip cuts s to at most 1 KiB, marking the cut.
+func Clip(s string) string {
+	const max = 1 << 10
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+// Splice copies a→b and b→a until both directions end, half-closing each
+// side's write end when its source ends; ar and br are a's and b's readers
+// (bufio readers that may hold read-ahead). It closes nothing else: the
+// callers own a and b.
+func Splice(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		copyHalf(b, ar)
+	}()
+	go func() {
+		defer wg.Done()
+		copyHalf(a, br)
+	}()
+	wg.Wait()
+}
+
+// copyHalf copies src to dst with a fixed buffer, then half-closes dst's
+// write side (or closes dst if it cannot), so the peer sees EOF.
+func copyHalf(dst net.Conn, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	_, err := io.CopyBuffer(dst, src, buf)
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
+		cw.CloseWrite()
+		return
+	}
+	// An error on either side: the tunnel is broken both ways.
+	dst.Close()
+}
