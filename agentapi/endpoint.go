@@ -28,7 +28,7 @@ func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
 	switch e.Network {
 	case "unix", "tcp":
 	case "":
-		return nil, fmt.Errorf("%w: the sandbox has no agent endpoint", executor.ErrUnavailable)
+		return nil, fmt.Errorf("sandbox %w: the sandbox has no agent endpoint", executor.ErrUnavailable)
 	default:
 		return nil, fmt.Errorf("%w: agent endpoint network %q (want unix or tcp)", executor.ErrInvalid, e.Network)
 	}
