@@ -25,9 +25,9 @@ import (
 
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
-	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )

@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/kubeapprovals"
-	"github.com/shellbox/shellbox/kubeevents"
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/approvals"
+	"github.com/shellbox/shellbox/kube/events"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -90,7 +90,7 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
 	}
-	st, err := kubeapprovals.New(dc, kubeapprovals.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	st, err := approvals.New(dc, approvals.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
 	}
@@ -114,7 +114,7 @@ func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ ser
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
 	}
-	r, err := kubeevents.New(cs, kubeevents.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	r, err := events.New(cs, events.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/executor/sandboxed"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
 
 var tenant = dockertest.Tenant("t1")

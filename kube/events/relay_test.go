@@ -1,4 +1,4 @@
-package kubeevents
+package events
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package kubeevents is the server.EventRelay of server replicas on
+// Package events is the server.EventRelay of server replicas on
 // Kubernetes: a background task's completion notice seen by one replica
 // (the one watching the task) reaches every replica's event streams (SSE
 // and MCP) and the session's next tool result on any replica.
@@ -53,7 +53,7 @@
 //     an object name it has announced (the newest 4,096).
 //
 // RBAC in Config.Namespace: events create, list, watch.
-package kubeevents
+package events
 
 import (
 	"context"
@@ -75,7 +75,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/shellbox/shellbox/sandbox/kube"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
