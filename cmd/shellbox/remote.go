@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/internal/termsafe"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
-	"github.com/shellbox/shellbox/termsafe"
 )
 
 // addRemoteFlags adds the client-mode flags: with --server (or

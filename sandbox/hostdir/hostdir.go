@@ -60,7 +60,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
