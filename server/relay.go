@@ -12,8 +12,8 @@ import (
 // task's end was reported to the model (EventReported) and a shutting
 // down replica's handing over of the tasks it watched (EventHandover)
 // travel through it:
-// approvals reach every replica through their store (kubeapprovals), and
-// "dropped" is a stream's own. On Kubernetes it is kubeevents (Event objects in the
+// approvals reach every replica through their store (kube/approvals), and
+// "dropped" is a stream's own. On Kubernetes it is kube/events (Event objects in the
 // sessions namespace); a single process needs none.
 //
 // Delivery is at most once per replica and best effort: a relay that

@@ -27,7 +27,7 @@ type Config struct {
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
 	// Relay, if set, carries completion notices between the replicas of
-	// a release (Kubernetes: kubeevents); without it a notice reaches this
+	// a release (Kubernetes: kube/events); without it a notice reaches this
 	// process's streams alone.
 	Relay EventRelay
 	// Tenants maps tenant names to their tokens and limits. A request's

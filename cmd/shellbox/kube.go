@@ -80,7 +80,7 @@ var newDynamicClient = func(c config.Kube) (dynamic.Interface, error) {
 
 // approvalStore is where serve holds asks for approval: on the kube
 // backend with policies and kube.approvals "cluster", the release's
-// Approval objects (kubeapprovals), started (its cache filled);
+// Approval objects (kube/approvals), started (its cache filled);
 // otherwise nil, the policy engine's memory. close stops its watch.
 func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ policies.ApprovalStore, close func(), _ error) {
 	if cfg.Backend != "kube" || cfg.Policies.Dir == "" || cfg.Kube.Approvals != config.ApprovalsCluster {
@@ -105,7 +105,7 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 
 // eventRelay is how serve's replicas hear each other's completion notices:
 // on the kube backend, Event objects in the sessions namespace
-// (kubeevents), started; otherwise nil (one process). close stops it.
+// (kube/events), started; otherwise nil (one process). close stops it.
 func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ server.EventRelay, close func(), _ error) {
 	if cfg.Backend != "kube" {
 		return nil, func() {}, nil
@@ -126,7 +126,7 @@ func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ ser
 	return r, r.Close, nil
 }
 
-// openKube opens the kube runtime (sandbox/kube). It does not contact the
+// openKube opens the kube runtime (package kube). It does not contact the
 // API server.
 func openKube(cfg config.Config) (kubeRuntime, error) {
 	cs, err := newClientset(cfg.Kube)

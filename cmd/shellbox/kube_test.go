@@ -270,7 +270,7 @@ func TestKubeServeLeader(t *testing.T) {
 }
 
 // On Kubernetes the warm-pool claims are the release's, kept on its pods
-// (sandbox/kube.Claims), not in sandbox.stateDir: a server pod's emptyDir,
+// (kube.Claims), not in sandbox.stateDir: a server pod's emptyDir,
 // gone with it and unseen by other replicas.
 func TestKubeClaimsOnPods(t *testing.T) {
 	isolate(t)

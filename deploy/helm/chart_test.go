@@ -208,7 +208,7 @@ func TestServerPod(t *testing.T) {
 	}
 }
 
-// The Role grants what sandbox/kube calls, exactly, in the sessions
+// The Role grants what kube calls, exactly, in the sessions
 // namespace, to the server's ServiceAccount.
 func TestRole(t *testing.T) {
 	objs := render(t, nil)
@@ -251,7 +251,7 @@ func TestRole(t *testing.T) {
 	}
 }
 
-// The chart's crds/ holds the Approval CRD kubeapprovals uses.
+// The chart's crds/ holds the Approval CRD kube/approvals uses.
 func TestApprovalCRD(t *testing.T) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {

@@ -210,7 +210,7 @@ func TestChart(t *testing.T) {
 			}
 			for _, dst := range [][2]string{{host, port}, {shost, sport}, {api.Spec.ClusterIP, "443"}} {
 				// kube-router applies the policy to a new pod within
-				// moments of its start (sandbox/kube TestClusterIsolation
+				// moments of its start (kube TestClusterIsolation
 				// measures that window): closed within 30 s, and for good.
 				got := ""
 				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
