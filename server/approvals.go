@@ -3,7 +3,8 @@ package server
 import (
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/shellbox/shellbox/eventstream"
 )
 
 // Approvals is the optional seam to a policy engine's pending "ask"
@@ -11,44 +12,16 @@ import (
 type Approvals interface {
 	// List returns the tenant's approvals, pending and decided, that the
 	// engine still keeps.
-	List(tenant string) []Approval
+	List(tenant string) []eventstream.Approval
 	// Decide approves or denies one of the tenant's pending approvals. An
 	// unknown id, or one of another tenant, is an error satisfying
 	// errors.Is(err, ErrNoSuchApproval) with text "no such approval: <id>";
 	// one already decided wraps ErrInvalid.
-	Decide(tenant, id string, approve bool, approver, reason string) (Approval, error)
+	Decide(tenant, id string, approve bool, approver, reason string) (eventstream.Approval, error)
 	// Subscribe calls fn with every approval that is created or changes
 	// state, for every tenant, until cancel is called. fn must not block.
-	Subscribe(fn func(Approval)) (cancel func())
+	Subscribe(fn func(eventstream.Approval)) (cancel func())
 }
-
-// Approval is one request for a human decision on a tool call.
-type Approval struct {
-	ID             string    `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Session        string    `json:"session"`
-	Tool           string    `json:"tool"`
-	Command        string    `json:"command"`
-	Workdir        string    `json:"workdir"`
-	Rule           string    `json:"rule"`
-	Reason         string    `json:"reason"`
-	Justification  string    `json:"justification"`
-	Permissions    []string  `json:"permissions"`
-	State          string    `json:"state"` // pending | approved | denied | expired
-	Approver       string    `json:"approver"`
-	DecisionReason string    `json:"decisionReason"`
-	Created        time.Time `json:"created"`
-	Deadline       time.Time `json:"deadline"`
-	Decided        time.Time `json:"decided,omitzero"`
-}
-
-// Approval states.
-const (
-	ApprovalPending  = "pending"
-	ApprovalApproved = "approved"
-	ApprovalDenied   = "denied"
-	ApprovalExpired  = "expired"
-)
 
 // ErrNoSuchApproval is the class of an unknown (or foreign) approval id.
 var ErrNoSuchApproval = errors.New("no such approval")

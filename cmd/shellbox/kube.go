@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/kube/approvals"
 	"github.com/shellbox/shellbox/kube/events"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
 
@@ -106,7 +106,7 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 // eventRelay is how serve's replicas hear each other's completion notices:
 // on the kube backend, Event objects in the sessions namespace
 // (kube/events), started; otherwise nil (one process). close stops it.
-func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ server.EventRelay, close func(), _ error) {
+func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ eventstream.EventRelay, close func(), _ error) {
 	if cfg.Backend != "kube" {
 		return nil, func() {}, nil
 	}
