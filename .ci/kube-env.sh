@@ -27,7 +27,7 @@ POD_CIDR=10.245.0.0/24
 SVC_CIDR=10.97.0.0/24
 KUBE_SVC_IP=10.97.0.1
 PAUSE_IMAGE=shellbox-ci/pause:1
-# sandbox/kube's Config.AgentImage and AgentPath in the tests.
+# kube's Config.AgentImage and AgentPath in the tests.
 AGENT_IMAGE=shellbox-agent:ci
 AGENT_PATH=/usr/local/bin/shellbox-agent
 # The server image (images.BuildServerImage): what the chart installs in the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings up a real single-node Kubernetes cluster for shellbox's sandbox/kube
+# Brings up a real single-node Kubernetes cluster for shellbox's kube/
 # tests, on a CI machine (Debian 12, root, no systemd, cgroup v1) with no
 # registry: every binary is built from the Go module proxy, every image is
 # built here and imported into the cluster's own containerd.
@@ -16,7 +16,7 @@
 #   3. images, built here (.ci/kube/image.go, on the images package's OCI
 #      archive writer): the pod sandbox (pause) and shellbox-agent:ci, which
 #      holds the static agent built from this checkout at
-#      /usr/local/bin/shellbox-agent (sandbox/kube's init container copies
+#      /usr/local/bin/shellbox-agent (kube's init container copies
 #      it); shellbox:ci, the server image (`shellbox image build --server`)
 #      that the chart tests (deploy/helm/e2e) install; and the test image
 #      shellbox-test:latest, exported from Docker as
@@ -428,7 +428,7 @@ resolvConf: /etc/resolv.conf
 podLogsDir: $VAR/pod-logs
 failSwapOn: false
 maxPods: 110
-# sandbox/kube: the pids limit of a pod is the node's (runc), below what the
+# kube: the pids limit of a pod is the node's (runc), below what the
 # smallest test session's memory (256 MiB) holds of bash processes (~170 KiB
 # each): a fork bomb that fills the memory first thrashes the pod and gets the
 # agent OOM-killed (docs/deployment.md).

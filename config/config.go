@@ -25,9 +25,9 @@ import (
 
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
-	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -475,7 +475,7 @@ type Containerd struct {
 	RuntimeConfigs map[string]string `mapstructure:"runtimeConfigs"`
 }
 
-// Kube is what only the kube backend needs (sandbox/kube): one pod per
+// Kube is what only the kube backend needs (kube/): one pod per
 // session in Namespace. The cluster is reached with Kubeconfig, or from
 // inside it (the pod's service account) when that is empty.
 type Kube struct {
@@ -502,7 +502,7 @@ type Kube struct {
 	ServerNamespace string            `mapstructure:"serverNamespace"`
 	// Approvals is where serve holds the asks for approval: "cluster"
 	// (Approval objects in Namespace, shared by the release's replicas:
-	// kubeapprovals) or "memory" (this process's, as on the
+	// kube/approvals) or "memory" (this process's, as on the
 	// other backends: one replica only).
 	Approvals string `mapstructure:"approvals"`
 	// QPS and Burst bound this process's requests to the API server
@@ -522,7 +522,7 @@ const (
 	ApprovalsMemory  = "memory"
 )
 
-// Runtime is the sandbox/kube configuration of k.
+// Runtime is the kube configuration of k.
 func (k Kube) Runtime() kube.Config {
 	return kube.Config{Namespace: k.Namespace, Release: k.Release, AgentImage: k.AgentImage, AgentPath: k.AgentPath,
 		AgentPort: k.AgentPort, RuntimeClasses: k.RuntimeClasses, PodSecurity: k.PodSecurity,

@@ -63,7 +63,7 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// The kube section decodes and maps onto sandbox/kube's configuration; the
+// The kube section decodes and maps onto kube's configuration; the
 // sessions' owner is the release there.
 func TestKube(t *testing.T) {
 	cfg, err := config.Load(nil, write(t, `backend: kube

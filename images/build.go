@@ -34,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 )
 
 // Image names and labels.

@@ -36,7 +36,7 @@ type Approval = approval.Approval
 // tenant. The Engine writes to it (Add, Finish) and waits on it (Wait);
 // approvers list and decide through the Engine. NewMemoryApprovals is the
 // one-process store (the default); a store shared by server replicas
-// (kubeapprovals) lets any of them list and decide what another
+// (kube/approvals) lets any of them list and decide what another
 // holds. Implementations must be safe for concurrent use.
 type ApprovalStore interface {
 	// Add holds a as pending, with a new ID and State Pending, and returns

@@ -18,7 +18,7 @@
 // askTimeout, and expires it itself when nobody answered or its caller
 // went away. The default store is this process's memory; with several
 // server replicas the store is the cluster's (package
-// kubeapprovals: Approval objects that any replica lists and
+// kube/approvals: Approval objects that any replica lists and
 // decides, and the replica holding the call hears of through a watch).
 //
 // A policy's sandbox settings are plain values (Policy.Sandbox,

@@ -1,6 +1,6 @@
 // Package sandbox is the per-session sandbox layer: the Spec of a session's
 // sandbox, the small Runtime interface its backends implement (sandbox/docker,
-// sandbox/containerd and sandbox/kube), and the Manager that owns the
+// sandbox/containerd and kube/), and the Manager that owns the
 // lifecycle.
 //
 // # One spec, many translations

@@ -10,28 +10,16 @@ import (
 type Approvals interface {
 	// List returns the tenant's approvals, pending and decided, that the
 	// engine still keeps.
-	List(tenant string) []Approval
+	List(tenant string) []approval.Approval
 	// Decide approves or denies one of the tenant's pending approvals. An
 	// unknown id, or one of another tenant, is an error satisfying
 	// errors.Is(err, ErrNoSuchApproval) with text "no such approval: <id>";
 	// one already decided wraps ErrInvalid.
-	Decide(tenant, id string, approve bool, approver, reason string) (Approval, error)
+	Decide(tenant, id string, approve bool, approver, reason string) (approval.Approval, error)
 	// Subscribe calls fn with every approval that is created or changes
 	// state, for every tenant, until cancel is called. fn must not block.
-	Subscribe(fn func(Approval)) (cancel func())
+	Subscribe(fn func(approval.Approval)) (cancel func())
 }
-
-// Approval is one request for a human decision on a tool call: the one
-// shape of approval.
-type Approval = approval.Approval
-
-// Approval states.
-const (
-	ApprovalPending  = approval.Pending
-	ApprovalApproved = approval.Approved
-	ApprovalDenied   = approval.Denied
-	ApprovalExpired  = approval.Expired
-)
 
 // ErrNoSuchApproval is the class of an unknown (or foreign) approval id.
 var ErrNoSuchApproval = errdefs.ErrNoSuchApproval

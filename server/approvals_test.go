@@ -5,19 +5,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shellbox/shellbox/approval"
 )
 
 // fakeApprovals is an in-memory Approvals for tests.
 type fakeApprovals struct {
 	mu   sync.Mutex
-	list []Approval
-	subs map[int]func(Approval)
+	list []approval.Approval
+	subs map[int]func(approval.Approval)
 	next int
 }
 
-func newFakeApprovals() *fakeApprovals { return &fakeApprovals{subs: map[int]func(Approval){}} }
+func newFakeApprovals() *fakeApprovals {
+	return &fakeApprovals{subs: map[int]func(approval.Approval){}}
+}
 
-func (f *fakeApprovals) add(a Approval) {
+func (f *fakeApprovals) add(a approval.Approval) {
 	a.Created = time.Now().UTC()
 	f.mu.Lock()
 	f.list = append(f.list, a)
@@ -28,15 +32,15 @@ func (f *fakeApprovals) add(a Approval) {
 	}
 }
 
-func (f *fakeApprovals) snapshot() []func(Approval) {
-	var out []func(Approval)
+func (f *fakeApprovals) snapshot() []func(approval.Approval) {
+	var out []func(approval.Approval)
 	for _, fn := range f.subs {
 		out = append(out, fn)
 	}
 	return out
 }
 
-func (f *fakeApprovals) get(id string) Approval {
+func (f *fakeApprovals) get(id string) approval.Approval {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, a := range f.list {
@@ -44,13 +48,13 @@ func (f *fakeApprovals) get(id string) Approval {
 			return a
 		}
 	}
-	return Approval{}
+	return approval.Approval{}
 }
 
-func (f *fakeApprovals) List(tenant string) []Approval {
+func (f *fakeApprovals) List(tenant string) []approval.Approval {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Approval
+	var out []approval.Approval
 	for _, a := range f.list {
 		if a.Tenant == tenant {
 			out = append(out, a)
@@ -59,21 +63,21 @@ func (f *fakeApprovals) List(tenant string) []Approval {
 	return out
 }
 
-func (f *fakeApprovals) Decide(tenant, id string, approve bool, approver, reason string) (Approval, error) {
+func (f *fakeApprovals) Decide(tenant, id string, approve bool, approver, reason string) (approval.Approval, error) {
 	f.mu.Lock()
-	var out Approval
+	var out approval.Approval
 	found := false
 	for i, a := range f.list {
 		if a.ID != id || a.Tenant != tenant {
 			continue
 		}
-		if a.State != ApprovalPending {
+		if a.State != approval.Pending {
 			f.mu.Unlock()
-			return Approval{}, Errorf(ErrInvalid, "approval %s is already %s", id, a.State)
+			return approval.Approval{}, Errorf(ErrInvalid, "approval %s is already %s", id, a.State)
 		}
-		a.State, a.Approver, a.DecisionReason, a.Decided = ApprovalDenied, approver, reason, time.Now().UTC()
+		a.State, a.Approver, a.DecisionReason, a.Decided = approval.Denied, approver, reason, time.Now().UTC()
 		if approve {
-			a.State = ApprovalApproved
+			a.State = approval.Approved
 		}
 		f.list[i] = a
 		out, found = a, true
@@ -81,7 +85,7 @@ func (f *fakeApprovals) Decide(tenant, id string, approve bool, approver, reason
 	subs := f.snapshot()
 	f.mu.Unlock()
 	if !found {
-		return Approval{}, NoSuchApproval(id)
+		return approval.Approval{}, NoSuchApproval(id)
 	}
 	for _, fn := range subs {
 		fn(out)
@@ -89,7 +93,7 @@ func (f *fakeApprovals) Decide(tenant, id string, approve bool, approver, reason
 	return out, nil
 }
 
-func (f *fakeApprovals) Subscribe(fn func(Approval)) func() {
+func (f *fakeApprovals) Subscribe(fn func(approval.Approval)) func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
@@ -107,8 +111,8 @@ func TestApprovals(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.Approvals = fa })
 	events, stop := sse(t, r, "/v1/events", tokenAcme)
 	defer stop()
-	fa.add(Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "curl example.com", State: ApprovalPending, Permissions: []string{"network"}})
-	fa.add(Approval{ID: "a2", Tenant: "acme", Session: "s1", Tool: "bash", Command: "rm x", State: ApprovalPending})
+	fa.add(approval.Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "curl example.com", State: approval.Pending, Permissions: []string{"network"}})
+	fa.add(approval.Approval{ID: "a2", Tenant: "acme", Session: "s1", Tool: "bash", Command: "rm x", State: approval.Pending})
 	if e := <-events; e["type"] != "approval" || e["approval"].(map[string]any)["id"] != "a1" {
 		t.Fatalf("event: %v", e)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/executor"
 )
 
@@ -388,13 +389,13 @@ type ConsoleSession struct {
 
 // Overview is the body of GET /ui/api/overview.
 type Overview struct {
-	Now       time.Time         `json:"now"`
-	Health    ConsoleHealth     `json:"health"`
-	Metrics   ConsoleMetrics    `json:"metrics"`
-	Sessions  []ConsoleSession  `json:"sessions"`
-	Tasks     []TaskInfo        `json:"tasks"`
-	Approvals []Approval        `json:"approvals"`
-	Errors    map[string]string `json:"errors,omitempty"` // tenant → why its sessions are missing
+	Now       time.Time           `json:"now"`
+	Health    ConsoleHealth       `json:"health"`
+	Metrics   ConsoleMetrics      `json:"metrics"`
+	Sessions  []ConsoleSession    `json:"sessions"`
+	Tasks     []TaskInfo          `json:"tasks"`
+	Approvals []approval.Approval `json:"approvals"`
+	Errors    map[string]string   `json:"errors,omitempty"` // tenant → why its sessions are missing
 	// Peek reports whether task output can be shown (the backend reads it
 	// without moving the model's cursor); Audit whether an audit log is
 	// configured.
@@ -417,7 +418,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	_, peek := c.s.cfg.Backend.(TaskPeeker)
-	ov := Overview{Now: time.Now().UTC(), Sessions: []ConsoleSession{}, Tasks: []TaskInfo{}, Approvals: []Approval{},
+	ov := Overview{Now: time.Now().UTC(), Sessions: []ConsoleSession{}, Tasks: []TaskInfo{}, Approvals: []approval.Approval{},
 		Peek: peek, Audit: c.cfg.ReadAudit != nil}
 	ov.Health = ConsoleHealth{Version: c.s.cfg.Version, Draining: c.s.isRetiring(), Started: c.started.UTC()}
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -461,11 +462,11 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		ov.Tasks = append(ov.Tasks, c.s.book.list(tenant)...)
 		if c.s.cfg.Approvals != nil {
-			var pending, decided []Approval
+			var pending, decided []approval.Approval
 			for _, a := range c.s.cfg.Approvals.List(tenant) {
 				switch {
 				case a.Tenant != tenant:
-				case a.State == ApprovalPending:
+				case a.State == approval.Pending:
 					pending = append(pending, a)
 				default:
 					decided = append(decided, a)
@@ -488,7 +489,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		return a.ID < b.ID
 	})
 	sort.SliceStable(ov.Approvals, func(i, j int) bool {
-		return ov.Approvals[i].State == ApprovalPending && ov.Approvals[j].State != ApprovalPending
+		return ov.Approvals[i].State == approval.Pending && ov.Approvals[j].State != approval.Pending
 	})
 	writeJSON(w, http.StatusOK, ov)
 }

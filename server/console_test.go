@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shellbox/shellbox/approval"
 )
 
 const tokenOperator = "operator-secret-token"
@@ -180,7 +182,7 @@ func TestConsoleLogin(t *testing.T) {
 // request, whatever the cookie.
 func TestConsoleCSRF(t *testing.T) {
 	r, fa := newConsoleRig(t)
-	fa.add(Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "deploy", State: ApprovalPending})
+	fa.add(approval.Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "deploy", State: approval.Pending})
 	c := newConsoleClient(r)
 	c.login(tokenAcme)
 	for name, hdr := range map[string]map[string]string{
@@ -194,7 +196,7 @@ func TestConsoleCSRF(t *testing.T) {
 			t.Errorf("%s: %d %v", name, resp.StatusCode, m)
 		}
 	}
-	if got := fa.get("a1").State; got != ApprovalPending {
+	if got := fa.get("a1").State; got != approval.Pending {
 		t.Fatalf("a refused POST decided: %s", got)
 	}
 	if resp, m := c.send("POST", "/ui/api/approvals/acme/a1/approve", map[string]string{"reason": "ok"}, map[string]string{"Sec-Fetch-Site": "same-origin"}); resp.StatusCode != 200 || m["state"] != "approved" {
@@ -220,7 +222,7 @@ func TestConsoleTenants(t *testing.T) {
 		t.Fatalf("background: %d %v", code, m)
 	}
 	task := m["result"].(map[string]any)["taskId"].(string)
-	fa.add(Approval{ID: "b1", Tenant: "beta", Session: "beta-s", Tool: "bash", Command: "echo beta", State: ApprovalPending})
+	fa.add(approval.Approval{ID: "b1", Tenant: "beta", Session: "beta-s", Tool: "bash", Command: "echo beta", State: approval.Pending})
 
 	acme := newConsoleClient(r)
 	acme.login(tokenAcme)
@@ -239,7 +241,7 @@ func TestConsoleTenants(t *testing.T) {
 	if resp, _ := acme.send("GET", "/ui/api/tasks/beta/beta-s/"+task, nil, nil); resp.StatusCode != 404 {
 		t.Errorf("acme peeking at beta's task: %d", resp.StatusCode)
 	}
-	if fa.get("b1").State != ApprovalPending {
+	if fa.get("b1").State != approval.Pending {
 		t.Fatal("acme decided beta's approval")
 	}
 

@@ -8,7 +8,7 @@
 // It imports no backend. Everything it runs goes through two seams: Backend
 // (a tenant's Toolset and its sessions) and, optionally, Approvals (the
 // permission requests a policy is waiting on), and, with replicas, an
-// EventRelay (kubeevents on Kubernetes) that carries completion notices
+// eventstream.EventRelay (kube/events on Kubernetes) that carries completion notices
 // between them: a notice is delivered to this process's streams once
 // (the newest 4,096 notices' keys are kept to drop a second copy), and a
 // relayed one also to the Backend (NoticeReceiver) for the session's next

@@ -2,41 +2,9 @@ package server
 
 import (
 	"sync"
-	"time"
 
-	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/eventstream"
 )
-
-// Event types on the event streams.
-const (
-	// EventNotice: a background task of the session ended.
-	EventNotice = "notice"
-	// EventApproval: an approval was created or decided.
-	EventApproval = "approval"
-	// EventDropped: the subscriber fell behind and is dropped; the stream
-	// ends after it. Reconnect and list what you missed.
-	EventDropped = "dropped"
-	// EventReported travels between replicas only (EventRelay), never on
-	// a client's stream: a task's end was reported to the model on one
-	// replica (Notice carries the task id), so the others drop their copy
-	// of its notice.
-	EventReported = "reported"
-	// EventHandover travels between replicas only: a replica shutting
-	// down watched background tasks of the session; the others watch them
-	// from now on, so their ends still have notices.
-	EventHandover = "handover"
-)
-
-// Event is one item of a tenant's event stream.
-type Event struct {
-	Type     string        `json:"type"`
-	Tenant   string        `json:"tenant"`
-	Session  string        `json:"session,omitempty"`
-	Notice   *tools.Notice `json:"notice,omitempty"`
-	Approval *Approval     `json:"approval,omitempty"`
-	Message  string        `json:"message,omitempty"`
-	Time     time.Time     `json:"time"`
-}
 
 // hub fans events out to subscribers. Publishing never blocks: every
 // subscriber has a bounded queue, and one that is full is dropped (its queue
@@ -51,8 +19,8 @@ type hub struct {
 
 type subscriber struct {
 	tenant, session string // session "" = every session of the tenant
-	mcp             func(Event)
-	ch              chan Event
+	mcp             func(eventstream.Event)
+	ch              chan eventstream.Event
 	dropped         bool // set under hub.mu before ch is closed
 }
 
@@ -62,7 +30,7 @@ func newHub(size int) *hub { return &hub{size: size, subs: map[*subscriber]struc
 // all when session is ""). The returned cancel removes it; the channel is
 // closed when it is cancelled, dropped or the hub closes.
 func (h *hub) subscribe(tenant, session string) (*subscriber, func()) {
-	sub := &subscriber{tenant: tenant, session: session, ch: make(chan Event, h.size)}
+	sub := &subscriber{tenant: tenant, session: session, ch: make(chan eventstream.Event, h.size)}
 	h.mu.Lock()
 	if h.closed {
 		close(sub.ch)
@@ -81,7 +49,7 @@ func (h *hub) subscribe(tenant, session string) (*subscriber, func()) {
 }
 
 // subscribeFunc adds a subscriber called synchronously; fn must not block.
-func (h *hub) subscribeFunc(tenant, session string, fn func(Event)) func() {
+func (h *hub) subscribeFunc(tenant, session string, fn func(eventstream.Event)) func() {
 	sub := &subscriber{tenant: tenant, session: session, mcp: fn}
 	h.mu.Lock()
 	if !h.closed {
@@ -95,7 +63,7 @@ func (h *hub) subscribeFunc(tenant, session string, fn func(Event)) func() {
 	}
 }
 
-func (h *hub) publish(e Event) {
+func (h *hub) publish(e eventstream.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for sub := range h.subs {

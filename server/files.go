@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor/files"
 )
 

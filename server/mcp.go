@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -341,7 +342,7 @@ func toMCPResult(r tools.Result) *mcp.CallToolResult {
 type mcpWatch struct {
 	mu       sync.Mutex
 	sessions map[string]bool // tenant/session watched
-	queue    chan Event
+	queue    chan eventstream.Event
 }
 
 // watchMCP subscribes the MCP session to the sandbox session's events, once:
@@ -352,7 +353,7 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 	if ss == nil {
 		return
 	}
-	v, loaded := s.mcpWatches.LoadOrStore(ss, &mcpWatch{sessions: map[string]bool{}, queue: make(chan Event, s.cfg.EventBuffer)})
+	v, loaded := s.mcpWatches.LoadOrStore(ss, &mcpWatch{sessions: map[string]bool{}, queue: make(chan eventstream.Event, s.cfg.EventBuffer)})
 	w := v.(*mcpWatch)
 	key := tenant + "/" + session
 	w.mu.Lock()
@@ -362,7 +363,7 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 	}
 	w.sessions[key] = true
 	w.mu.Unlock()
-	cancel := s.events.subscribeFunc(tenant, session, func(e Event) {
+	cancel := s.events.subscribeFunc(tenant, session, func(e eventstream.Event) {
 		select {
 		case w.queue <- e:
 		default:
@@ -400,8 +401,8 @@ func (s *Server) watchMCP(ss *mcp.ServerSession, tenant, session string) {
 // (io.modelcontextprotocol/logLevel); they also ride in the next result's
 // _meta. stop ends the forwarding and waits for it.
 func (s *Server) forwardNotices(ctx context.Context, ss *mcp.ServerSession, tenant, session string) (stop func()) {
-	queue := make(chan Event, s.cfg.EventBuffer)
-	cancel := s.events.subscribeFunc(tenant, session, func(e Event) {
+	queue := make(chan eventstream.Event, s.cfg.EventBuffer)
+	cancel := s.events.subscribeFunc(tenant, session, func(e eventstream.Event) {
 		select {
 		case queue <- e:
 		default:

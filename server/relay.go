@@ -3,33 +3,12 @@ package server
 import (
 	"time"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
 )
 
-// EventRelay carries events between the server processes (replicas) of one
-// release, so a client's event stream on one replica hears what happened
-// on another. Only completion notices (EventNotice), the word that a
-// task's end was reported to the model (EventReported) and a shutting
-// down replica's handing over of the tasks it watched (EventHandover)
-// travel through it:
-// approvals reach every replica through their store (kubeapprovals), and
-// "dropped" is a stream's own. On Kubernetes it is kubeevents (Event objects in the
-// sessions namespace); a single process needs none.
-//
-// Delivery is at most once per replica and best effort: a relay that
-// cannot publish logs and drops, never blocks a notice (the event stream
-// is a wake-up, the model still gets the task's end from bash_output).
-type EventRelay interface {
-	// Publish hands an event this process caused to the other replicas.
-	// It must not block.
-	Publish(Event)
-	// Subscribe calls fn with every event another replica published, in
-	// the order it hears them, until cancel is called. fn must not block.
-	Subscribe(fn func(Event)) (cancel func())
-}
-
 // NoticeReceiver is an optional ability of a Backend: a completion notice
-// another replica saw (through the EventRelay) queued for the session's
+// another replica saw (through the eventstream.EventRelay) queued for the session's
 // next tool result here, as a notice of its own would be. The Backend
 // drops it when it has queued or reported that task's end itself.
 type NoticeReceiver interface {
@@ -59,7 +38,7 @@ func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
 	}
 	s.metrics.taskDone(tenant, n.TaskID)
 	s.book.ended(tenant, session, n)
-	e := Event{Type: EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()}
+	e := eventstream.Event{Type: eventstream.EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()}
 	s.events.publish(e)
 	if relayed {
 		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
@@ -77,7 +56,7 @@ func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
 // meant for tools.Config.OnReported.
 func (s *Server) Reported(tenant, session, taskID string) {
 	if s.cfg.Relay != nil && taskID != "" {
-		s.cfg.Relay.Publish(Event{Type: EventReported, Tenant: tenant, Session: session,
+		s.cfg.Relay.Publish(eventstream.Event{Type: eventstream.EventReported, Tenant: tenant, Session: session,
 			Notice: &tools.Notice{TaskID: taskID}, Time: time.Now().UTC()})
 	}
 }
@@ -86,7 +65,7 @@ func (s *Server) Reported(tenant, session, taskID string) {
 // watched background tasks of the session. It never blocks.
 func (s *Server) HandOver(tenant, session string) {
 	if s.cfg.Relay != nil {
-		s.cfg.Relay.Publish(Event{Type: EventHandover, Tenant: tenant, Session: session, Time: time.Now().UTC()})
+		s.cfg.Relay.Publish(eventstream.Event{Type: eventstream.EventHandover, Tenant: tenant, Session: session, Time: time.Now().UTC()})
 	}
 }
 
@@ -95,21 +74,21 @@ func (s *Server) HandOver(tenant, session string) {
 // tool result, to the backend; a reported end makes the backend drop its
 // copy of that notice; a handover makes it watch the session's tasks;
 // anything else is ignored.
-func (s *Server) onRelayed(e Event) {
-	if e.Session == "" || (e.Type != EventHandover && (e.Notice == nil || e.Notice.TaskID == "")) {
+func (s *Server) onRelayed(e eventstream.Event) {
+	if e.Session == "" || (e.Type != eventstream.EventHandover && (e.Notice == nil || e.Notice.TaskID == "")) {
 		return
 	}
 	if _, ok := s.limits[e.Tenant]; !ok && len(s.limits) > 0 {
 		return
 	}
 	switch e.Type {
-	case EventHandover:
+	case eventstream.EventHandover:
 		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
 			nr.WatchTasks(e.Tenant, e.Session)
 		}
-	case EventNotice:
+	case eventstream.EventNotice:
 		s.notice(e.Tenant, e.Session, *e.Notice, true)
-	case EventReported:
+	case eventstream.EventReported:
 		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
 			nr.ForgetNotice(e.Tenant, e.Session, e.Notice.TaskID)
 		}

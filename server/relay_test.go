@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -17,7 +18,7 @@ type memRelay struct {
 
 type relaySub struct {
 	relay *memRelay
-	fn    func(Event)
+	fn    func(eventstream.Event)
 }
 
 func newMemRelay() *memRelay { return &memRelay{subs: map[*relaySub]struct{}{}} }
@@ -25,7 +26,7 @@ func newMemRelay() *memRelay { return &memRelay{subs: map[*relaySub]struct{}{}} 
 // replica is the relay as one replica sees it.
 func (m *memRelay) replica() *relaySub { return &relaySub{relay: m} }
 
-func (r *relaySub) Publish(e Event) {
+func (r *relaySub) Publish(e eventstream.Event) {
 	r.relay.mu.Lock()
 	defer r.relay.mu.Unlock()
 	for s := range r.relay.subs {
@@ -35,7 +36,7 @@ func (r *relaySub) Publish(e Event) {
 	}
 }
 
-func (r *relaySub) Subscribe(fn func(Event)) func() {
+func (r *relaySub) Subscribe(fn func(eventstream.Event)) func() {
 	r.relay.mu.Lock()
 	defer r.relay.mu.Unlock()
 	r.fn = fn
@@ -101,7 +102,7 @@ func TestRelayedNotice(t *testing.T) {
 		t.Fatalf("B repeats a notice of a task whose end A reported: %v", m)
 	}
 	// A second copy of the same notice (another watcher of the task) is dropped.
-	b.srv.onRelayed(Event{Type: EventNotice, Tenant: "acme", Session: "s1", Notice: &tools.Notice{TaskID: id, Text: "background task " + id + " completed, exit code: 3"}})
+	b.srv.onRelayed(eventstream.Event{Type: eventstream.EventNotice, Tenant: "acme", Session: "s1", Notice: &tools.Notice{TaskID: id, Text: "background task " + id + " completed, exit code: 3"}})
 	select {
 	case e := <-events:
 		t.Fatalf("a second event of the same task: %v", e)
@@ -110,8 +111,8 @@ func TestRelayedNotice(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	// Events of tenants this server does not serve, or not notices, are ignored.
-	b.srv.onRelayed(Event{Type: EventNotice, Tenant: "nobody", Session: "s1", Notice: &tools.Notice{TaskID: "x"}})
-	b.srv.onRelayed(Event{Type: EventApproval, Tenant: "acme", Session: "s1"})
+	b.srv.onRelayed(eventstream.Event{Type: eventstream.EventNotice, Tenant: "nobody", Session: "s1", Notice: &tools.Notice{TaskID: "x"}})
+	b.srv.onRelayed(eventstream.Event{Type: eventstream.EventApproval, Tenant: "acme", Session: "s1"})
 	select {
 	case e := <-events:
 		t.Fatalf("unexpected event: %v", e)

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -316,7 +318,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
-	list := []Approval{}
+	list := []approval.Approval{}
 	if s.cfg.Approvals != nil {
 		tenant := tenantOf(r.Context())
 		for _, a := range s.cfg.Approvals.List(tenant) {
@@ -419,7 +421,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, session string) 
 			if !ok {
 				if s.events.wasDropped(sub) {
 					s.countError("slow_subscriber")
-					writeEvent(w, seq+1, Event{Type: EventDropped, Tenant: tenant, Session: session, Time: time.Now().UTC(),
+					writeEvent(w, seq+1, eventstream.Event{Type: eventstream.EventDropped, Tenant: tenant, Session: session, Time: time.Now().UTC(),
 						Message: fmt.Sprintf("this stream fell %d events behind and was dropped; reconnect", s.cfg.EventBuffer)})
 					rc.Flush()
 				}
@@ -434,7 +436,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, session string) 
 	}
 }
 
-func writeEvent(w io.Writer, id int, e Event) error {
+func writeEvent(w io.Writer, id int, e eventstream.Event) error {
 	b, _ := json.Marshal(e)
 	_, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", id, e.Type, b)
 	return err

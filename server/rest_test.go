@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -161,7 +163,7 @@ func TestCrossTenant(t *testing.T) {
 	}
 	_, m := r.json("POST", "/v1/sessions/secret/tools/bash", tokenAcme, `{"command":"sleep 30","description":"long task","run_in_background":true}`)
 	id := m["result"].(map[string]any)["taskId"].(string)
-	fa.add(Approval{ID: "ap1", Tenant: "acme", Session: "secret", Tool: "bash", Command: "rm -rf /", State: ApprovalPending})
+	fa.add(approval.Approval{ID: "ap1", Tenant: "acme", Session: "secret", Tool: "bash", Command: "rm -rf /", State: approval.Pending})
 
 	type probe struct{ method, path, body string }
 	same := func(foreign, random probe) {
@@ -206,7 +208,7 @@ func TestCrossTenant(t *testing.T) {
 	if code, m := r.json("POST", "/v1/sessions/secret/tools/bash_output", tokenAcme, fmt.Sprintf(`{"task_id":%q}`, id)); code != 200 || !strings.HasSuffix(m["text"].(string), "status: running") {
 		t.Errorf("acme reads its task: %d %v", code, m)
 	}
-	if fa.get("ap1").State != ApprovalPending {
+	if fa.get("ap1").State != approval.Pending {
 		t.Errorf("beta decided acme's approval")
 	}
 	if code, m := r.json("POST", "/v1/sessions/secret/tools/bash_kill", tokenAcme, fmt.Sprintf(`{"task_id":%q}`, id)); code != 200 {
@@ -325,7 +327,7 @@ func TestSlowSubscriberDropped(t *testing.T) {
 	sub, cancel := h.subscribe("acme", "")
 	defer cancel()
 	for i := 0; i < 5; i++ {
-		h.publish(Event{Type: EventNotice, Tenant: "acme", Session: "s"})
+		h.publish(eventstream.Event{Type: eventstream.EventNotice, Tenant: "acme", Session: "s"})
 	}
 	n := 0
 	for range sub.ch {

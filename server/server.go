@@ -11,7 +11,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -27,9 +29,9 @@ type Config struct {
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
 	// Relay, if set, carries completion notices between the replicas of
-	// a release (Kubernetes: kubeevents); without it a notice reaches this
+	// a release (Kubernetes: kube/events); without it a notice reaches this
 	// process's streams alone.
-	Relay EventRelay
+	Relay eventstream.EventRelay
 	// Tenants maps tenant names to their tokens and limits. A request's
 	// tenant is the one its token belongs to. Required for HTTP.
 	Tenants map[string]TenantConfig
@@ -250,9 +252,9 @@ func (s *Server) Notify(tenant, session string, n tools.Notice) {
 	s.notice(tenant, session, n, false)
 }
 
-func (s *Server) onApproval(a Approval) {
+func (s *Server) onApproval(a approval.Approval) {
 	ac := a
-	s.events.publish(Event{Type: EventApproval, Tenant: a.Tenant, Session: a.Session, Approval: &ac, Time: time.Now().UTC()})
+	s.events.publish(eventstream.Event{Type: eventstream.EventApproval, Tenant: a.Tenant, Session: a.Session, Approval: &ac, Time: time.Now().UTC()})
 }
 
 // route is one REST route: a ServeMux pattern ("METHOD /path").

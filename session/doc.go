@@ -27,7 +27,7 @@
 //   - which process reaps idle sandboxes and keeps the warm pools
 //     (Config.Leader): every server on one host; on Kubernetes, of the
 //     replicas of a release, only the one holding its Lease
-//     (sandbox/kube's Elector), and only while it holds it.
+//     (kube's Elector), and only while it holds it.
 //
 // The Layer implements server.Backend. Its observers (completion notices,
 // gate and sandbox metrics, egress counts) are given at construction

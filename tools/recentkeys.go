@@ -9,7 +9,7 @@ import "sync"
 // own pay an uncontended lock.
 //
 // Its users drop a second copy of something seen twice: the server's
-// completion notices, a Toolset's reported task ends, the kubeevents
+// completion notices, a Toolset's reported task ends, the kube/events
 // relay's announced Events.
 type RecentKeys struct {
 	mu    sync.Mutex

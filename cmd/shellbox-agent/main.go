@@ -44,7 +44,7 @@
 // It serves uploads and downloads in --root (PUT and GET /v1/files),
 // confined to it and done as --uid/--gid (package executor/files).
 //
-// In a Kubernetes pod (sandbox/kube; pod.go) an init container delivers it
+// In a Kubernetes pod (kube/; pod.go) an init container delivers it
 // (--install copies the binary into an emptyDir), and it serves on TCP
 // instead of a socket (--listen :7070), requiring on every request the
 // per-session token it reads once from $SHELLBOX_AGENT_TOKEN and unsets, or
@@ -57,7 +57,7 @@
 // run as the agent's own uid; it then also ignores every signal the Go
 // runtime would die of (as PID 1 the kernel drops SIGKILL and SIGSTOP from
 // inside the namespace), and trees are process groups only (no tag groups
-// without CAP_SETGID): see sandbox/kube's package doc for what that costs.
+// without CAP_SETGID): see kube's package doc for what that costs.
 // --nproc sets the commands' RLIMIT_NPROC (a pod under gVisor, whose spec
 // has no pids limit).
 //

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// What the agent does differently in a Kubernetes pod (sandbox/kube): it
+// What the agent does differently in a Kubernetes pod (kube/): it
 // serves on TCP with a per-session token (--listen), an init container
 // delivers it (--install), and under the restricted Pod Security profile it
 // runs as the commands' own uid (--no-setuid).
@@ -18,7 +18,7 @@ import (
 // never see SHELLBOX_* variables.
 const EnvToken = "SHELLBOX_AGENT_TOKEN"
 
-// minTokenLen is the shortest token the agent accepts (sandbox/kube sends
+// minTokenLen is the shortest token the agent accepts (kube sends
 // 64 hex digits: 32 random bytes).
 const minTokenLen = 32
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/internal/termsafe"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/termsafe"
 	"github.com/shellbox/shellbox/tools"
 )
 

@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/kubeapprovals"
-	"github.com/shellbox/shellbox/kubeevents"
+	"github.com/shellbox/shellbox/eventstream"
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/approvals"
+	"github.com/shellbox/shellbox/kube/events"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/sandbox/kube"
-	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
 
@@ -80,7 +80,7 @@ var newDynamicClient = func(c config.Kube) (dynamic.Interface, error) {
 
 // approvalStore is where serve holds asks for approval: on the kube
 // backend with policies and kube.approvals "cluster", the release's
-// Approval objects (kubeapprovals), started (its cache filled);
+// Approval objects (kube/approvals), started (its cache filled);
 // otherwise nil, the policy engine's memory. close stops its watch.
 func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ policies.ApprovalStore, close func(), _ error) {
 	if cfg.Backend != "kube" || cfg.Policies.Dir == "" || cfg.Kube.Approvals != config.ApprovalsCluster {
@@ -90,7 +90,7 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
 	}
-	st, err := kubeapprovals.New(dc, kubeapprovals.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	st, err := approvals.New(dc, approvals.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube.approvals %s: %w", cfg.Kube.Approvals, err)
 	}
@@ -105,8 +105,8 @@ func approvalStore(ctx context.Context, cfg config.Config, log *slog.Logger) (_ 
 
 // eventRelay is how serve's replicas hear each other's completion notices:
 // on the kube backend, Event objects in the sessions namespace
-// (kubeevents), started; otherwise nil (one process). close stops it.
-func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ server.EventRelay, close func(), _ error) {
+// (kube/events), started; otherwise nil (one process). close stops it.
+func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ eventstream.EventRelay, close func(), _ error) {
 	if cfg.Backend != "kube" {
 		return nil, func() {}, nil
 	}
@@ -114,7 +114,7 @@ func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ ser
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
 	}
-	r, err := kubeevents.New(cs, kubeevents.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
+	r, err := events.New(cs, events.Config{Namespace: cfg.Kube.Namespace, Release: cfg.Kube.Release, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube backend: event relay: %w", err)
 	}
@@ -126,7 +126,7 @@ func eventRelay(ctx context.Context, cfg config.Config, log *slog.Logger) (_ ser
 	return r, r.Close, nil
 }
 
-// openKube opens the kube runtime (sandbox/kube). It does not contact the
+// openKube opens the kube runtime (package kube). It does not contact the
 // API server.
 func openKube(cfg config.Config) (kubeRuntime, error) {
 	cs, err := newClientset(cfg.Kube)

@@ -24,10 +24,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/kubeapprovals"
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/approvals"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/server"
 )
 
@@ -270,7 +270,7 @@ func TestKubeServeLeader(t *testing.T) {
 }
 
 // On Kubernetes the warm-pool claims are the release's, kept on its pods
-// (sandbox/kube.Claims), not in sandbox.stateDir: a server pod's emptyDir,
+// (kube.Claims), not in sandbox.stateDir: a server pod's emptyDir,
 // gone with it and unseen by other replicas.
 func TestKubeClaimsOnPods(t *testing.T) {
 	isolate(t)
@@ -317,13 +317,13 @@ func TestKubeApprovalStore(t *testing.T) {
 	ctx := context.Background()
 
 	dc = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kubeapprovals.GVR: "ApprovalList"})
+		map[schema.GroupVersionResource]string{approvals.GVR: "ApprovalList"})
 	st, closeStore, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeStore()
-	if _, ok := st.(*kubeapprovals.Store); !ok {
+	if _, ok := st.(*approvals.Store); !ok {
 		t.Errorf("cluster: store %T", st)
 	}
 	now := time.Now()
@@ -331,7 +331,7 @@ func TestKubeApprovalStore(t *testing.T) {
 		Rule: "push", Reason: "r", Created: now, Deadline: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := dc.Resource(kubeapprovals.GVR).Namespace("sessions").List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRelease + "=prod"})
+	l, err := dc.Resource(approvals.GVR).Namespace("sessions").List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRelease + "=prod"})
 	if err != nil || len(l.Items) != 1 {
 		t.Errorf("Approval objects in sessions: %v, %v", l, err)
 	}
@@ -349,9 +349,9 @@ func TestKubeApprovalStore(t *testing.T) {
 	}
 
 	dc = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kubeapprovals.GVR: "ApprovalList"})
+		map[schema.GroupVersionResource]string{approvals.GVR: "ApprovalList"})
 	dc.PrependReactor("list", "approvals", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewNotFound(kubeapprovals.GVR.GroupResource(), "")
+		return true, nil, apierrors.NewNotFound(approvals.GVR.GroupResource(), "")
 	})
 	if _, _, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "CustomResourceDefinition approvals.shellbox.dev is not installed") {
 		t.Errorf("no CRD: %v", err)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/eventstream"
+	"github.com/shellbox/shellbox/internal/termsafe"
 	"github.com/shellbox/shellbox/server/client"
-	"github.com/shellbox/shellbox/termsafe"
 )
 
 // addRemoteFlags adds the client-mode flags: with --server (or
@@ -125,7 +125,7 @@ func newEventsCmd() *cobra.Command {
 				session = args[0]
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
-			err = c.Events(cmd.Context(), session, func(e server.Event) error { return enc.Encode(e) })
+			err = c.Events(cmd.Context(), session, func(e eventstream.Event) error { return enc.Encode(e) })
 			if cmd.Context().Err() != nil {
 				return nil
 			}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
@@ -143,7 +144,7 @@ server:
 		}
 		answered <- r.Text
 	}()
-	var pending server.Approval
+	var pending approval.Approval
 	for deadline := time.Now().Add(30 * time.Second); pending.ID == ""; time.Sleep(50 * time.Millisecond) {
 		list, err := c.Approvals(ctx, "pending")
 		if err != nil {

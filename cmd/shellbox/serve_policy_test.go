@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
@@ -80,7 +81,7 @@ func TestServePolicies(t *testing.T) {
 	// An ask waits for a decision.
 	answered := make(chan string, 1)
 	go func() { answered <- bash(acme, "echo deploy prod") }()
-	var pending server.Approval
+	var pending approval.Approval
 	for deadline := time.Now().Add(30 * time.Second); pending.ID == ""; {
 		list, err := acme.Approvals(ctx, "pending")
 		if err != nil {

@@ -31,9 +31,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/shellbox/shellbox/config"
-	"github.com/shellbox/shellbox/kubeapprovals"
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/approvals"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/sandbox/kube"
 )
 
 const chartDir = "shellbox"
@@ -208,7 +208,7 @@ func TestServerPod(t *testing.T) {
 	}
 }
 
-// The Role grants what sandbox/kube calls, exactly, in the sessions
+// The Role grants what kube calls, exactly, in the sessions
 // namespace, to the server's ServiceAccount.
 func TestRole(t *testing.T) {
 	objs := render(t, nil)
@@ -251,7 +251,7 @@ func TestRole(t *testing.T) {
 	}
 }
 
-// The chart's crds/ holds the Approval CRD kubeapprovals uses.
+// The chart's crds/ holds the Approval CRD kube/approvals uses.
 func TestApprovalCRD(t *testing.T) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
@@ -275,9 +275,9 @@ func TestApprovalCRD(t *testing.T) {
 	if err := yaml.Unmarshal(crds[0].File.Data, &crd); err != nil {
 		t.Fatal(err)
 	}
-	g := kubeapprovals.GVR
-	if crd.Metadata.Name != kubeapprovals.CRDName || crd.Spec.Group != g.Group || crd.Spec.Scope != "Namespaced" ||
-		crd.Spec.Names.Kind != kubeapprovals.Kind || crd.Spec.Names.Plural != g.Resource ||
+	g := approvals.GVR
+	if crd.Metadata.Name != approvals.CRDName || crd.Spec.Group != g.Group || crd.Spec.Scope != "Namespaced" ||
+		crd.Spec.Names.Kind != approvals.Kind || crd.Spec.Names.Plural != g.Resource ||
 		len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != g.Version || !crd.Spec.Versions[0].Served || !crd.Spec.Versions[0].Storage {
 		t.Errorf("CRD %+v", crd)
 	}

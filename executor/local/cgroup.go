@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 )
 
 // hierarchy is one cgroup hierarchy shellbox makes per-command cgroups in.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"

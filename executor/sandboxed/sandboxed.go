@@ -27,8 +27,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/executor"
 )
 
 // Agent is what this executor needs of a connection to a sandbox's agent:

@@ -61,7 +61,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/agentapi"
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 

@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -301,8 +303,8 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 }
 
 // Approvals lists the tenant's approvals; state "" means all.
-func (c *Client) Approvals(ctx context.Context, state string) ([]server.Approval, error) {
-	var out struct{ Approvals []server.Approval }
+func (c *Client) Approvals(ctx context.Context, state string) ([]approval.Approval, error) {
+	var out struct{ Approvals []approval.Approval }
 	path := "/v1/approvals"
 	if state != "" {
 		path += "?state=" + url.QueryEscape(state)
@@ -312,12 +314,12 @@ func (c *Client) Approvals(ctx context.Context, state string) ([]server.Approval
 }
 
 // Decide approves or denies an approval.
-func (c *Client) Decide(ctx context.Context, id string, approve bool, approver, reason string) (server.Approval, error) {
+func (c *Client) Decide(ctx context.Context, id string, approve bool, approver, reason string) (approval.Approval, error) {
 	verb := "deny"
 	if approve {
 		verb = "approve"
 	}
-	var out server.Approval
+	var out approval.Approval
 	err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/"+verb,
 		server.DecisionRequest{Approver: approver, Reason: reason}, &out)
 	return out, err
@@ -330,7 +332,7 @@ var ErrDropped = errors.New("event stream dropped by the server: the reader fell
 // when session is "") and calls fn with each event until ctx is done, fn
 // returns an error, or the stream ends. It returns ErrDropped after the
 // server's "dropped" event, and nil when the server closed the stream.
-func (c *Client) Events(ctx context.Context, session string, fn func(server.Event) error) error {
+func (c *Client) Events(ctx context.Context, session string, fn func(eventstream.Event) error) error {
 	es, err := c.Subscribe(ctx, session)
 	if err != nil {
 		return err
@@ -385,28 +387,28 @@ type EventStream struct {
 // Next returns the next event. It returns ErrDropped after the server's
 // "dropped" event, io.EOF when the server closed the stream, and ctx's
 // error once ctx is done.
-func (s *EventStream) Next() (server.Event, error) {
+func (s *EventStream) Next() (eventstream.Event, error) {
 	for s.sc.Scan() {
 		data, ok := strings.CutPrefix(s.sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
-		var e server.Event
+		var e eventstream.Event
 		if err := json.Unmarshal([]byte(data), &e); err != nil {
-			return server.Event{}, fmt.Errorf("event: %w", err)
+			return eventstream.Event{}, fmt.Errorf("event: %w", err)
 		}
-		if e.Type == server.EventDropped {
-			return server.Event{}, ErrDropped
+		if e.Type == eventstream.EventDropped {
+			return eventstream.Event{}, ErrDropped
 		}
 		return e, nil
 	}
 	if s.ctx.Err() != nil {
-		return server.Event{}, s.ctx.Err()
+		return eventstream.Event{}, s.ctx.Err()
 	}
 	if err := s.sc.Err(); err != nil {
-		return server.Event{}, err
+		return eventstream.Event{}, err
 	}
-	return server.Event{}, io.EOF
+	return eventstream.Event{}, io.EOF
 }
 
 // Close ends the stream.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
@@ -188,7 +189,7 @@ func RemoteNotices(t testing.TB, url, token string, notify func(session string, 
 				}
 				return
 			}
-			if e.Type == server.EventNotice && e.Notice != nil {
+			if e.Type == eventstream.EventNotice && e.Notice != nil {
 				notify(e.Session, *e.Notice)
 			}
 		}

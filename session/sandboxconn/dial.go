@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
 )

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/agentapi/egresswire"
 )
 
 // PermissionNetwork is the sandbox permission (a call's

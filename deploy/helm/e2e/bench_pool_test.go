@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
 )

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -210,7 +210,7 @@ func TestChart(t *testing.T) {
 			}
 			for _, dst := range [][2]string{{host, port}, {shost, sport}, {api.Spec.ClusterIP, "443"}} {
 				// kube-router applies the policy to a new pod within
-				// moments of its start (sandbox/kube TestClusterIsolation
+				// moments of its start (kube TestClusterIsolation
 				// measures that window): closed within 30 s, and for good.
 				got := ""
 				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/shellbox/shellbox/executor/executortest"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/servertest"
 	"github.com/shellbox/shellbox/tools"

@@ -8,8 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
-	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/eventstream"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -51,12 +51,12 @@ func TestReplicaEvents(t *testing.T) {
 	}
 	id := bg.TaskID
 	start := time.Now()
-	var e server.Event
+	var e eventstream.Event
 	for {
 		if e, err = stream.Next(); err != nil {
 			t.Fatalf("%s's stream: %v", names[1], err)
 		}
-		if e.Type == server.EventNotice {
+		if e.Type == eventstream.EventNotice {
 			break
 		}
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // pod's agent over TCP with the session's token, under runc. (Under gVisor
 // the whole suite, a pod per case, outran the package's 15-minute timeout
 // on the 2-core CI node beside the other cluster tests; gVisor pods are
-// held to sandbox/kube's TestCluster* and deploy/helm/e2e's TestChart.)
+// held to kube's TestCluster* and deploy/helm/e2e's TestChart.)
 // Without a cluster it skips with the reason (fails under CI=true).
 func TestConformanceKube(t *testing.T) {
 	c := kubetest.Connect(t)

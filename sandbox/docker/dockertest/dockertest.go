@@ -32,7 +32,7 @@ import (
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 

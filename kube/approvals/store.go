@@ -1,4 +1,4 @@
-package kubeapprovals
+package approvals
 
 import (
 	"cmp"
@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/shellbox/shellbox/approval"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube"
 )
 
 // GVR is the Approval resource; Kind its kind.

@@ -1,4 +1,4 @@
-package kubeapprovals
+package approvals
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

@@ -1,4 +1,4 @@
-package kubeevents
+package events
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
+	"github.com/shellbox/shellbox/kube/kubetest"
 )
 
 // TestClusterRelay, on the real cluster (SHELLBOX_KUBECONFIG): three

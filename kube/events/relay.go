@@ -1,4 +1,4 @@
-// Package kubeevents is the server.EventRelay of server replicas on
+// Package events is the eventstream.EventRelay of server replicas on
 // Kubernetes: a background task's completion notice seen by one replica
 // (the one watching the task) reaches every replica's event streams (SSE
 // and MCP) and the session's next tool result on any replica.
@@ -23,7 +23,7 @@
 //     TaskReported),
 //     reportingController shellbox.dev/server, reportingInstance the
 //     publishing process (Config.Instance);
-//   - the annotation org.shellbox.event: the server.Event as JSON (exact
+//   - the annotation org.shellbox.event: the eventstream.Event as JSON (exact
 //     type, tenant, session, task id, status and text).
 //
 // Events expire with the API server's --event-ttl (one hour by default);
@@ -53,7 +53,7 @@
 //     an object name it has announced (the newest 4,096).
 //
 // RBAC in Config.Namespace: events create, list, watch.
-package kubeevents
+package events
 
 import (
 	"context"
@@ -75,8 +75,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/shellbox/shellbox/sandbox/kube"
-	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/eventstream"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -88,25 +88,25 @@ const (
 	Controller = "shellbox.dev/server"
 	// ReasonTaskEnded is the reason of a completion notice;
 	// ReasonTaskReported of the word that a task's end was reported to the
-	// model (server.EventReported: the other replicas drop their notice).
+	// model (eventstream.EventReported: the other replicas drop their notice).
 	ReasonTaskEnded    = "TaskEnded"
 	ReasonTaskReported = "TaskReported"
 	// ReasonTasksHandedOver: a replica shutting down watched the session's
-	// background tasks (server.EventHandover); the others watch them.
+	// background tasks (eventstream.EventHandover); the others watch them.
 	ReasonTasksHandedOver = "TasksHandedOver"
 )
 
 // reasons are the relayed event types' reasons.
 var reasons = map[string]string{
-	server.EventNotice: ReasonTaskEnded, server.EventReported: ReasonTaskReported, server.EventHandover: ReasonTasksHandedOver,
+	eventstream.EventNotice: ReasonTaskEnded, eventstream.EventReported: ReasonTaskReported, eventstream.EventHandover: ReasonTasksHandedOver,
 }
 
 // wellFormed reports whether e is an event the relay carries.
-func wellFormed(e server.Event) bool {
+func wellFormed(e eventstream.Event) bool {
 	if reasons[e.Type] == "" || e.Tenant == "" || e.Session == "" {
 		return false
 	}
-	return e.Type == server.EventHandover || (e.Notice != nil && e.Notice.TaskID != "")
+	return e.Type == eventstream.EventHandover || (e.Notice != nil && e.Notice.TaskID != "")
 }
 
 // Defaults of Config.
@@ -151,7 +151,7 @@ type Relay struct {
 	release  string // the release's label value
 	cs       kubernetes.Interface
 	selector string
-	queue    chan server.Event
+	queue    chan eventstream.Event
 	log      *slog.Logger
 
 	started time.Time
@@ -161,14 +161,14 @@ type Relay struct {
 	wg      sync.WaitGroup
 
 	mu   sync.Mutex
-	subs map[*func(server.Event)]struct{}
+	subs map[*func(eventstream.Event)]struct{}
 	// announced are the names of the newest events announced.
 	announced *tools.RecentKeys
 	// dropped counts events Publish could not queue since the last log.
 	dropped int
 }
 
-var _ server.EventRelay = (*Relay)(nil)
+var _ eventstream.EventRelay = (*Relay)(nil)
 
 // New returns a Relay on cs. It does not contact the API server.
 func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
@@ -195,14 +195,14 @@ func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
 	}
 	release := kube.LabelValue(cfg.Release)
 	sel, err := labels.Parse(fmt.Sprintf("%s=%s,%s in (%s,%s,%s)", kube.LabelRelease, release, LabelEvent,
-		server.EventNotice, server.EventReported, server.EventHandover))
+		eventstream.EventNotice, eventstream.EventReported, eventstream.EventHandover))
 	if err != nil {
 		return nil, fmt.Errorf("kubeevents: release %q: %w", cfg.Release, err)
 	}
 	return &Relay{
-		cfg: cfg, release: release, flush: make(chan struct{}), cs: cs, selector: sel.String(), queue: make(chan server.Event, cfg.Queue),
+		cfg: cfg, release: release, flush: make(chan struct{}), cs: cs, selector: sel.String(), queue: make(chan eventstream.Event, cfg.Queue),
 		log:  cfg.Logger.With("relay", cfg.Namespace, "instance", cfg.Instance),
-		subs: map[*func(server.Event)]struct{}{}, announced: tools.NewRecentKeys(announcedNames),
+		subs: map[*func(eventstream.Event)]struct{}{}, announced: tools.NewRecentKeys(announcedNames),
 	}, nil
 }
 
@@ -237,7 +237,7 @@ func (r *Relay) Close() {
 
 // Publish queues e for the other replicas. Only completion notices,
 // reported ends and handovers are relayed; it never blocks.
-func (r *Relay) Publish(e server.Event) {
+func (r *Relay) Publish(e eventstream.Event) {
 	if !wellFormed(e) {
 		return
 	}
@@ -256,7 +256,7 @@ func (r *Relay) Publish(e server.Event) {
 
 // Subscribe calls fn with every notice another replica published, until
 // cancel.
-func (r *Relay) Subscribe(fn func(server.Event)) (cancel func()) {
+func (r *Relay) Subscribe(fn func(eventstream.Event)) (cancel func()) {
 	p := &fn
 	r.mu.Lock()
 	r.subs[p] = struct{}{}
@@ -292,7 +292,7 @@ func (r *Relay) write(ctx context.Context) {
 }
 
 // create writes e's Event object, logging a failure.
-func (r *Relay) create(ctx context.Context, e server.Event) {
+func (r *Relay) create(ctx context.Context, e eventstream.Event) {
 	obj, err := r.object(e)
 	if err == nil {
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
@@ -305,7 +305,7 @@ func (r *Relay) create(ctx context.Context, e server.Event) {
 }
 
 // object is the Event object relaying e.
-func (r *Relay) object(e server.Event) (*corev1.Event, error) {
+func (r *Relay) object(e eventstream.Event) (*corev1.Event, error) {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, err
@@ -315,11 +315,11 @@ func (r *Relay) object(e server.Event) (*corev1.Event, error) {
 	}
 	var msg string
 	switch e.Type {
-	case server.EventNotice:
+	case eventstream.EventNotice:
 		msg = e.Notice.Text
-	case server.EventReported:
+	case eventstream.EventReported:
 		msg = "the end of background task " + e.Notice.TaskID + " was reported to the model"
-	case server.EventHandover:
+	case eventstream.EventHandover:
 		msg = "server " + r.cfg.Instance + " shut down: the other replicas watch the session's background tasks"
 	}
 	if len(msg) > maxMessage {
@@ -464,7 +464,7 @@ func (r *Relay) announce(obj *corev1.Event) {
 		r.mu.Unlock()
 		return
 	}
-	subs := make([]*func(server.Event), 0, len(r.subs))
+	subs := make([]*func(eventstream.Event), 0, len(r.subs))
 	for fn := range r.subs {
 		subs = append(subs, fn)
 	}
@@ -477,23 +477,23 @@ func (r *Relay) announce(obj *corev1.Event) {
 var errOwn = errors.New("published by this instance")
 
 // parse is obj's relayed event, checked.
-func (r *Relay) parse(obj *corev1.Event) (server.Event, error) {
+func (r *Relay) parse(obj *corev1.Event) (eventstream.Event, error) {
 	if obj.ReportingInstance == r.cfg.Instance {
-		return server.Event{}, errOwn
+		return eventstream.Event{}, errOwn
 	}
 	if obj.Labels[kube.LabelRelease] != r.release || obj.ReportingController != Controller {
-		return server.Event{}, errors.New("not a relayed event of this release")
+		return eventstream.Event{}, errors.New("not a relayed event of this release")
 	}
 	body := obj.Annotations[AnnotationEvent]
 	if body == "" || len(body) > maxAnnotated {
-		return server.Event{}, fmt.Errorf("annotation %s: missing or over %d bytes", AnnotationEvent, maxAnnotated)
+		return eventstream.Event{}, fmt.Errorf("annotation %s: missing or over %d bytes", AnnotationEvent, maxAnnotated)
 	}
-	var e server.Event
+	var e eventstream.Event
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
-		return server.Event{}, fmt.Errorf("annotation %s: %w", AnnotationEvent, err)
+		return eventstream.Event{}, fmt.Errorf("annotation %s: %w", AnnotationEvent, err)
 	}
 	if !wellFormed(e) || reasons[e.Type] != obj.Reason {
-		return server.Event{}, fmt.Errorf("annotation %s: not a notice (or reported end) of a tenant's session", AnnotationEvent)
+		return eventstream.Event{}, fmt.Errorf("annotation %s: not a notice (or reported end) of a tenant's session", AnnotationEvent)
 	}
 	return e, nil
 }

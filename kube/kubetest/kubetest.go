@@ -29,9 +29,9 @@ import (
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
-	"github.com/shellbox/shellbox/sandbox/kube"
 )
 
 // EnvKubeconfig names the cluster's kubeconfig (.ci/setup-kube.sh prints

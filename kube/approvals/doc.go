@@ -1,4 +1,4 @@
-// Package kubeapprovals is the policies.ApprovalStore of server replicas
+// Package approvals is the policies.ApprovalStore of server replicas
 // on Kubernetes: every ask is an Approval object (approvals.shellbox.dev,
 // a namespaced CustomResourceDefinition the chart installs from its crds/
 // directory), so any replica lists and decides what another holds, and
@@ -58,4 +58,4 @@
 //
 // RBAC in Config.Namespace: approvals.shellbox.dev get, list, watch,
 // create, update, delete.
-package kubeapprovals
+package approvals

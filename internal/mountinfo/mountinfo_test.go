@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/mountinfo"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 )
 
 func TestUnescape(t *testing.T) {

@@ -1,4 +1,4 @@
-package kubeapprovals
+package approvals
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/policies"
-	"github.com/shellbox/shellbox/sandbox/kube"
 	"github.com/shellbox/shellbox/tools"
 )
 

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
 
 // TestClusterClaims runs replicas of one release on the real cluster, each

@@ -1,4 +1,4 @@
-package kubeevents
+package events
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/tools"
 )
 
-func notice(tenant, session, task string) server.Event {
+func notice(tenant, session, task string) eventstream.Event {
 	st := executor.Status{State: executor.Completed, ExitCode: 2}
-	return server.Event{Type: server.EventNotice, Tenant: tenant, Session: session, Time: time.Now().UTC(),
+	return eventstream.Event{Type: eventstream.EventNotice, Tenant: tenant, Session: session, Time: time.Now().UTC(),
 		Notice: &tools.Notice{TaskID: task, Status: st, Text: tools.RenderNotice(task, st)}}
 }
 
 // replica is a started Relay and what its subscriber heard.
 type replica struct {
 	*Relay
-	heard chan server.Event
+	heard chan eventstream.Event
 }
 
 func startReplica(t *testing.T, cs kubernetes.Interface, ns, release, instance string) *replica {
@@ -34,8 +34,8 @@ func startReplica(t *testing.T, cs kubernetes.Interface, ns, release, instance s
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := &replica{Relay: r, heard: make(chan server.Event, 64)}
-	cancel := r.Subscribe(func(e server.Event) { rep.heard <- e })
+	rep := &replica{Relay: r, heard: make(chan eventstream.Event, 64)}
+	cancel := r.Subscribe(func(e eventstream.Event) { rep.heard <- e })
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +43,14 @@ func startReplica(t *testing.T, cs kubernetes.Interface, ns, release, instance s
 	return rep
 }
 
-func (r *replica) next(t *testing.T, within time.Duration) server.Event {
+func (r *replica) next(t *testing.T, within time.Duration) eventstream.Event {
 	t.Helper()
 	select {
 	case e := <-r.heard:
 		return e
 	case <-time.After(within):
 		t.Fatalf("%s heard nothing in %s", r.cfg.Instance, within)
-		return server.Event{}
+		return eventstream.Event{}
 	}
 }
 
@@ -112,14 +112,14 @@ func TestRelay(t *testing.T) {
 	}
 
 	// A reported end travels too, as its own reason.
-	rep := server.Event{Type: server.EventReported, Tenant: "acme", Session: "s-1", Notice: &tools.Notice{TaskID: "bg_1"}}
+	rep := eventstream.Event{Type: eventstream.EventReported, Tenant: "acme", Session: "s-1", Notice: &tools.Notice{TaskID: "bg_1"}}
 	b.Publish(rep)
-	if got := a.next(t, 10*time.Second); got.Type != server.EventReported || got.Notice.TaskID != "bg_1" || got.Session != "s-1" {
+	if got := a.next(t, 10*time.Second); got.Type != eventstream.EventReported || got.Notice.TaskID != "bg_1" || got.Session != "s-1" {
 		t.Fatalf("a heard %+v, want the reported end of bg_1", got)
 	}
 
 	// Approvals and other types are not relayed.
-	a.Publish(server.Event{Type: server.EventApproval, Tenant: "acme", Session: "s-1"})
+	a.Publish(eventstream.Event{Type: eventstream.EventApproval, Tenant: "acme", Session: "s-1"})
 	b.quiet(t, 200*time.Millisecond)
 }
 
@@ -201,7 +201,7 @@ func TestRelayHandoverFlushed(t *testing.T) {
 	}
 	waitWatches(t, cs, 2)
 	for i := range 20 {
-		a.Publish(server.Event{Type: server.EventHandover, Tenant: "acme", Session: fmt.Sprintf("s-%d", i)})
+		a.Publish(eventstream.Event{Type: eventstream.EventHandover, Tenant: "acme", Session: fmt.Sprintf("s-%d", i)})
 	}
 	a.Close()
 	list, err := cs.CoreV1().Events("sessions").List(context.Background(), metav1.ListOptions{LabelSelector: "org.shellbox.event=handover"})
@@ -209,7 +209,7 @@ func TestRelayHandoverFlushed(t *testing.T) {
 		t.Fatalf("%d handover events after Close, want 20: %v", len(list.Items), err)
 	}
 	for i := range 20 {
-		if got := b.next(t, 10*time.Second); got.Type != server.EventHandover || got.Tenant != "acme" || got.Session == "" {
+		if got := b.next(t, 10*time.Second); got.Type != eventstream.EventHandover || got.Tenant != "acme" || got.Session == "" {
 			t.Fatalf("b heard %+v (#%d), want a handover", got, i)
 		}
 	}

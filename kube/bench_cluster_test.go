@@ -13,9 +13,9 @@ import (
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 )
 
 // Phases of a cold start, in order, as a poll of the pod (every 10 ms)

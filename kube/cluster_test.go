@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/shellbox/shellbox/kube"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/kube"
-	"github.com/shellbox/shellbox/sandbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 )
 
