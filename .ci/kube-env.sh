@@ -6,7 +6,8 @@ K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 # The only /v2 version the module proxy lists.
 KUBE_ROUTER_VERSION=v2.1.0
-KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
+# No kubectl: kc (.ci/kube/kc.go) does what setup-kube.sh asks of the API.
+KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 KUBE_DIR=$SHELLBOX_CI_CACHE/kubernetes-$K8S_VERSION
 ETCD_DIR=$SHELLBOX_CI_CACHE/etcd-$ETCD_VERSION
 ROUTER_DIR=$SHELLBOX_CI_CACHE/kube-router-$KUBE_ROUTER_VERSION
@@ -72,6 +73,7 @@ stop_daemon() {
   rm -f "$RUN/$name.pid" "$RUN/$name.exe" "$RUN/$name.hash"
 }
 
-kc() { "$KUBE_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$RUN/kubectl-cache" "$@"; }
+# kc: .ci/kube/kc.go, built by setup-kube.sh's images step.
+kc() { "$IMAGES/kc" -kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 # ctr_: ctr on the cluster's containerd, namespace k8s.io.
 ctr_() { quiet_ctr "$CONTAINERD_DIR/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }

@@ -8,7 +8,9 @@
 #      openssl, curl (only the missing ones are installed);
 #   2. binaries, cached outside the clone by version (built once):
 #        $SHELLBOX_CI_CACHE/kubernetes-<v>/  kube-apiserver, -controller-manager,
-#                                            -scheduler, kubelet, kube-proxy, kubectl
+#                                            -scheduler, kubelet, kube-proxy
+#                                            (no kubectl: .ci/kube/kc.go does
+#                                            what this script asks of the API)
 #        $SHELLBOX_CI_CACHE/etcd-<v>/        etcd
 #        $SHELLBOX_CI_CACHE/kube-router-<v>/ kube-router (NetworkPolicy only)
 #      and containerd v2 and gVisor (runsc, patched shim) from toolchain.sh,
@@ -83,14 +85,13 @@ apt_install runc containernetworking-plugins iptables ipset conntrack openssl cu
 # --- 2. binaries ------------------------------------------------------------------
 step binaries
 
-# kube_ok DIR: the six binaries run and say $K8S_VERSION.
+# kube_ok DIR: the binaries run and say $K8S_VERSION.
 kube_ok() {
   local d=$1 c
   [[ -e "$d/.complete" ]] || return 1
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+  for c in $KUBE_BINARIES; do
     grep -qF "$K8S_VERSION" <<<"$("$d/$c" --version 2>/dev/null)" || return 1
   done
-  grep -qF "$K8S_VERSION" <<<"$("$d/kubectl" version --client 2>/dev/null)" || return 1
 }
 
 # build_kube: k8s.io/kubernetes is not meant to be a dependency: its go.mod
@@ -168,7 +169,9 @@ mkdir -p "$IMAGES" "$VAR" "$RUN" "$LOGS" "$PKI" "$CONF_DIR/cni"
   go build -trimpath -o "$IMAGES/shellbox-agent" ./cmd/shellbox-agent
   go build -trimpath -o "$IMAGES/shellbox" ./cmd/shellbox
   go build -o "$IMAGES/image" .ci/kube/image.go
-) || die "building the pause program, the agent or the image helper failed (output above)"
+  # after cmd/shellbox, whose client-go packages it shares (same flags)
+  go build -trimpath -o "$IMAGES/kc" .ci/kube/kc.go
+) || die "building the pause program, the agent or the image and API helpers failed (output above)"
 "$IMAGES/image" -name "$PAUSE_IMAGE" -binary "$IMAGES/pause" -path /pause -out "$IMAGES/pause.tar" >"$IMAGES/pause.digest" ||
   die "writing the pause image failed"
 "$IMAGES/image" -name "$AGENT_IMAGE" -binary "$IMAGES/shellbox-agent" -path "$AGENT_PATH" -out "$IMAGES/agent.tar" >"$IMAGES/agent.digest" ||
@@ -546,15 +549,14 @@ start_daemon kube-proxy "$KUBE_DIR/kube-proxy" --config="$CONF_DIR/kube-proxy.ya
 # Ready, and (after a restart of the kubelet) posted by this kubelet: etcd
 # may hold the Ready condition of an earlier one.
 node_ready() {
-  local out
-  out=$(kc get node "$NODE_NAME" -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}') || return 1
-  [[ "${out%% *}" == True ]] || return 1
-  [[ "$STARTED" != *" kubelet "* ]] || (($(date -d "${out#* }" +%s) >= ${CI_T0:0:10}))
+  local since=0
+  [[ "$STARTED" != *" kubelet "* ]] || since=${CI_T0:0:10}
+  kc ready "$NODE_NAME" "$since"
 }
 wait_daemon "node $NODE_NAME Ready" 120 kubelet node_ready
 
 step cluster-objects
-kc apply -f - >/dev/null <<EOF || die "applying the RuntimeClass and kube-router's RBAC failed"
+kc apply <<EOF || die "applying the RuntimeClass and kube-router's RBAC failed"
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata: {name: gvisor}
@@ -592,9 +594,9 @@ start_daemon kube-router "$ROUTER_DIR/kube-router" --kubeconfig="$CONF_DIR/kube-
   --service-cluster-ip-range="$SVC_CIDR" --iptables-sync-period=1m
 wait_daemon "kube-router running" 30 kube-router sleep 0.3
 # Pods can be created once the namespace has its default ServiceAccount.
-wait_daemon "default ServiceAccount" 60 "" kc -n default get serviceaccount default
+wait_daemon "default ServiceAccount" 60 "" kc serviceaccount default default
 
 step done
 log "steps: ${CI_STEPS[*]}"
-log "cluster up in $(elapsed "$CI_T0")s; kubectl: $KUBE_DIR/kubectl --kubeconfig $ADMIN_KUBECONFIG"
+log "cluster up in $(elapsed "$CI_T0")s; kubeconfig: $ADMIN_KUBECONFIG"
 echo "export SHELLBOX_KUBECONFIG=$ADMIN_KUBECONFIG"
