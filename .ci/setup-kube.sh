@@ -58,9 +58,12 @@
 # Environment:
 #   SHELLBOX_CI_CACHE       build cache (default /var/cache/shellbox-ci)
 #   SHELLBOX_CI_REBUILD=1   rebuild every binary
-#   SHELLBOX_KUBE_BUILD_ONLY=1  only install packages and build the binaries
-#                           (.ci/run does that in the background, beside the
-#                           Docker and containerd setup)
+#   SHELLBOX_KUBE_BUILD_ONLY=1  only build the Kubernetes binaries, etcd,
+#                           kube-router and the programs of the images: no
+#                           packages, no containerd or gVisor (setup-docker.sh
+#                           and setup-containerd.sh build those), nothing
+#                           started. .ci/run runs that in the background from
+#                           its start, beside the Docker and containerd setup.
 #   SHELLBOX_TEST_IMAGE     test image to import (default shellbox-test:latest)
 set -euo pipefail
 
@@ -77,10 +80,15 @@ source "$HERE/kube-env.sh"
 [[ $(id -u) == 0 ]] || die "must run as root (it starts the cluster's daemons)"
 command -v go >/dev/null || die "go is not installed (looked in PATH and /usr/local/go/bin)"
 
+BUILD_ONLY=${SHELLBOX_KUBE_BUILD_ONLY:-0}
+
 # --- 1. packages ------------------------------------------------------------------
-step packages
-apt_install runc containernetworking-plugins iptables ipset conntrack openssl curl
-[[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || die "no CNI plugins in $CNI_BIN (Debian: containernetworking-plugins)"
+# Not in the background build: apt-get would meet the foreground's on dpkg's lock.
+if [[ "$BUILD_ONLY" != 1 ]]; then
+  step packages
+  apt_install runc containernetworking-plugins iptables ipset conntrack openssl curl
+  [[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || die "no CNI plugins in $CNI_BIN (Debian: containernetworking-plugins)"
+fi
 
 # --- 2. binaries ------------------------------------------------------------------
 step binaries
@@ -143,18 +151,16 @@ _build_tool() {
   touch "$tmp/bin/.complete"
 }
 
-build_containerd
-build_gvisor
+# The long one first: in the background build it overlaps most of the rest
+# of the setup.
 build_kube
 build_tool etcd "$ETCD_VERSION" "$ETCD_DIR" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 "-s -w" --version
 build_tool kube-router "$KUBE_ROUTER_VERSION" "$ROUTER_DIR" github.com/cloudnativelabs/kube-router/v2 \
   github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
   "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" --version
-
-if [[ "${SHELLBOX_KUBE_BUILD_ONLY:-0}" == 1 ]]; then
-  step done
-  log "SHELLBOX_KUBE_BUILD_ONLY=1: binaries built, nothing started"
-  exit 0
+if [[ "$BUILD_ONLY" != 1 ]]; then
+  build_containerd
+  build_gvisor
 fi
 
 # --- 3. images ----------------------------------------------------------------------
@@ -172,6 +178,12 @@ mkdir -p "$IMAGES" "$VAR" "$RUN" "$LOGS" "$PKI" "$CONF_DIR/cni"
   # after cmd/shellbox, whose client-go packages it shares (same flags)
   go build -trimpath -o "$IMAGES/kc" .ci/kube/kc.go
 ) || die "building the pause program, the agent or the image and API helpers failed (output above)"
+if [[ "$BUILD_ONLY" == 1 ]]; then
+  step done
+  log "steps: ${CI_STEPS[*]}"
+  log "SHELLBOX_KUBE_BUILD_ONLY=1: binaries built, nothing started"
+  exit 0
+fi
 "$IMAGES/image" -name "$PAUSE_IMAGE" -binary "$IMAGES/pause" -path /pause -out "$IMAGES/pause.tar" >"$IMAGES/pause.digest" ||
   die "writing the pause image failed"
 "$IMAGES/image" -name "$AGENT_IMAGE" -binary "$IMAGES/shellbox-agent" -path "$AGENT_PATH" -out "$IMAGES/agent.tar" >"$IMAGES/agent.digest" ||
