@@ -29,8 +29,9 @@ BRIDGE=sbxbench0
 BRIDGE_CIDR=10.213.213.1/24
 RUNSC_ARGS=${SHELLBOX_RUNSC_ARGS:-'["--network=none","--host-uds=create","--oci-seccomp"]'}
 
-log() { echo "bench-engine: $*" >&2; }
-die() { log "$*"; exit 1; }
+CI_NAME=bench-engine
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 engine() { DOCKER_HOST=unix://$SOCK docker "$@"; }
 
@@ -93,11 +94,7 @@ stop() {
 		pid=$(cat "$BASE/docker.pid")
 		ids=$(engine ps -aq 2>/dev/null || true)
 		[[ -z $ids ]] || engine rm -f $ids >/dev/null 2>&1 || true
-		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 40); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.5
-		done
+		stop_pid "$pid" dockerd 20
 		log "stopped dockerd $pid"
 	fi
 	ip link del "$BRIDGE" 2>/dev/null || true

@@ -1,12 +1,13 @@
-# Sourced by setup-kube.sh and teardown-kube.sh (after toolchain.sh): the
-# CI cluster's versions, directories, addresses and the helpers both use.
-# The caller defines log and die.
+# Sourced by setup-kube.sh and teardown-kube.sh (after lib.sh and
+# toolchain.sh): the CI cluster's versions, directories, addresses and the
+# helpers both use.
 
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 # The only /v2 version the module proxy lists.
 KUBE_ROUTER_VERSION=v2.1.0
-KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
+# No kubectl: kc (.ci/kube/kc.go) does what setup-kube.sh asks of the API.
+KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 KUBE_DIR=$SHELLBOX_CI_CACHE/kubernetes-$K8S_VERSION
 ETCD_DIR=$SHELLBOX_CI_CACHE/etcd-$ETCD_VERSION
 ROUTER_DIR=$SHELLBOX_CI_CACHE/kube-router-$KUBE_ROUTER_VERSION
@@ -56,35 +57,23 @@ daemon_pid() {
   [[ -s "$RUN/$1.pid" ]] || return 0
   pid=$(<"$RUN/$1.pid")
   want=$(cat "$RUN/$1.exe" 2>/dev/null) || return 0
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
+  pid_alive "$pid" || return 0
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
-  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 0
   if [[ "$exe" == "$want" || "$exe" == "$want (deleted)" ]]; then echo "$pid"; fi
 }
 
 # stop_daemon NAME [SECONDS]: SIGTERM, SIGKILL after SECONDS (default 20).
 stop_daemon() {
-  local name=$1 t=${2:-20} pid i
+  local name=$1 pid
   pid=$(daemon_pid "$name")
   if [[ -n "$pid" ]]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < t * 10; i++)); do
-      [[ -n "$(daemon_pid "$name")" ]] || break
-      sleep 0.1
-    done
-    if [[ -n "$(daemon_pid "$name")" ]]; then
-      log "$name (pid $pid) did not exit in ${t}s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      sleep 0.2
-    fi
+    stop_pid "$pid" "$name" "${2:-20}"
     log "stopped $name (pid $pid)"
   fi
   rm -f "$RUN/$name.pid" "$RUN/$name.exe" "$RUN/$name.hash"
 }
 
-kc() { "$KUBE_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$RUN/kubectl-cache" "$@"; }
-# ctr_: ctr on the cluster's containerd, namespace k8s.io, without the
-# warning every ctr command prints on a cgroup v1 host.
-ctr_() {
-  "$CONTAINERD_DIR/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
-}
+# kc: .ci/kube/kc.go, built by setup-kube.sh's images step.
+kc() { "$IMAGES/kc" -kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+# ctr_: ctr on the cluster's containerd, namespace k8s.io.
+ctr_() { quiet_ctr "$CONTAINERD_DIR/ctr" --address "$CTRD_SOCK" --namespace k8s.io "$@"; }

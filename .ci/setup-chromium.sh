@@ -3,11 +3,8 @@
 # (server/console_browser_test.go, which fails in CI without it): Debian's
 # chromium package, nothing else.
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1; then
-	chromium --version 2>/dev/null || true
-	exit 0
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends chromium
+CI_NAME=setup-chromium
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+command -v chromium >/dev/null 2>&1 || apt_install chromium
 chromium --version 2>/dev/null || true

@@ -57,9 +57,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-log() { echo "setup-containerd: $*"; }
-die() { echo "setup-containerd: error: $*" >&2; exit 1; }
-
+CI_NAME=setup-containerd
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
 # shellcheck source=toolchain.sh
 source "$HERE/toolchain.sh"
 
@@ -85,45 +85,27 @@ for tool in flock perl setsid; do
   command -v "$tool" >/dev/null || die "$tool is not installed"
 done
 
-ci_cache_lock
-
 # --- 1. runc ------------------------------------------------------------------
-if ! command -v runc >/dev/null; then
-  log "installing runc (Debian)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update || die "apt-get update failed"
-  apt-get install -y --no-install-recommends runc || die "apt-get install runc failed"
-fi
+step runc
+command -v runc >/dev/null || apt_install runc
 RUNC=$(command -v runc)
 log "$("$RUNC" --version | head -n 1) at $RUNC"
 
 # --- 2. binaries --------------------------------------------------------------
+step binaries
 build_containerd
 build_gvisor
 CTR=$CONTAINERD_DIR/ctr
 # ctr_: ctr on this daemon and namespace, without the warning every ctr
 # command prints on a cgroup v1 host ("DEPRECATION: The support for cgroup v1").
-ctr_() {
-  "$CTR" --address "$SOCK" --namespace "$NAMESPACE" "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
-}
+ctr_() { quiet_ctr "$CTR" --address "$SOCK" --namespace "$NAMESPACE" "$@"; }
 
 # --- 3. config ------------------------------------------------------------------
-# write_file PATH < content: replaces PATH only when the content differs;
-# returns 0 when it changed it.
-write_file() {
-  local tmp
-  tmp=$(mktemp "$1.XXXXXX")
-  cat >"$tmp"
-  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 1; fi
-  chmod 0644 "$tmp"
-  mv -f "$tmp" "$1"
-}
-
+step config
 mkdir -p "$CONF_DIR" "$ROOT_DIR" "$STATE_DIR"
 chmod 0711 "$ROOT_DIR" "$RUN_DIR"
 
-config_changed=0
-if write_file "$CONFIG" <<EOF; then config_changed=1; log "wrote $CONFIG"; fi
+write_file 0644 "$CONFIG" <<EOF
 # containerd for shellbox's tests and single-host users; written by
 # .ci/setup-containerd.sh (edits are overwritten). Docker's containerd is a
 # different daemon (/var/run/docker/containerd) and is not touched.
@@ -165,8 +147,10 @@ disabled_plugins = [
     # default /run/containerd/s, shared with any other containerd
     socket_dir = "$RUN_DIR/s"
 EOF
+config_changed=$FILE_CHANGED
+((!config_changed)) || log "wrote $CONFIG"
 
-if write_file "$RUNSC_CONFIG" <<EOF; then log "wrote $RUNSC_CONFIG"; fi
+write_file 0644 "$RUNSC_CONFIG" <<EOF
 # gVisor's containerd shim (containerd-shim-runsc-v1) reads this file when a
 # container is created with runtime io.containerd.runsc.v1 and runtime options
 # {ConfigPath: "$RUNSC_CONFIG"}. Written by .ci/setup-containerd.sh.
@@ -180,8 +164,10 @@ root = "$RUNSC_ROOT"
   host-uds = "create"
   oci-seccomp = "true"
 EOF
+((!FILE_CHANGED)) || log "wrote $RUNSC_CONFIG"
 
 # --- 4. the daemon ------------------------------------------------------------
+step daemon
 daemon_answers() { timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; }
 
 # daemon_pid: the recorded pid if it is alive and is a containerd running on
@@ -190,7 +176,7 @@ daemon_pid() {
   local pid exe cmdline
   [[ -s "$PID_FILE" ]] || return 0
   pid=$(<"$PID_FILE")
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
+  pid_alive "$pid" || return 0
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
   cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || return 0
   if [[ "$(basename "${exe% (deleted)}")" == containerd && "$cmdline" == *" --config $CONFIG "* ]]; then
@@ -198,17 +184,7 @@ daemon_pid() {
   fi
 }
 
-stop_daemon() {
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 100; i++)); do
-    [[ -d /proc/$pid ]] || return 0
-    sleep 0.1
-  done
-  log "containerd (pid $pid) did not exit in 10s; SIGKILL"
-  kill -KILL "$pid" 2>/dev/null || true
-  sleep 0.2
-}
+stop_daemon() { stop_pid "$1" containerd 10; }
 
 pid=$(daemon_pid)
 if [[ -n "$pid" ]]; then
@@ -234,29 +210,22 @@ else
   rm -f "$SOCK"
   mkdir -p "$(dirname "$LOG_FILE")"
   echo "=== $(date -u +%FT%TZ) setup-containerd: starting $CONTAINERD_DIR/containerd --config $CONFIG" >>"$LOG_FILE"
-  t0=${EPOCHREALTIME/./}
   # PATH: containerd finds its shims (runc, runsc) there, and the runc shim its runc.
   PATH="$CONTAINERD_DIR:$GVISOR_DIR:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-    setsid nohup "$CONTAINERD_DIR/containerd" --config "$CONFIG" >>"$LOG_FILE" 2>&1 </dev/null 8>&- &
+    setsid nohup "$CONTAINERD_DIR/containerd" --config "$CONFIG" >>"$LOG_FILE" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$PID_FILE"
-  deadline=$((SECONDS + START_SECONDS))
-  until daemon_answers; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 30 "$LOG_FILE" >&2
-      die "containerd exited at start (log above, all of it in $LOG_FILE)"
-    fi
-    if ((SECONDS >= deadline)); then
-      tail -n 30 "$LOG_FILE" >&2
-      die "containerd (pid $pid) did not answer on $SOCK within ${START_SECONDS}s (log: $LOG_FILE)"
-    fi
-    sleep 0.05
-  done
-  ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-  log "started containerd $CONTAINERD_VERSION (pid $pid) in ${ms}ms; log: $LOG_FILE"
+  rc=0
+  wait_for "started containerd $CONTAINERD_VERSION (pid $pid); log: $LOG_FILE" "$START_SECONDS" "pid_alive $pid" daemon_answers || rc=$?
+  if ((rc)); then
+    tail -n 30 "$LOG_FILE" >&2
+    ((rc == 1)) || die "containerd exited at start (log above, all of it in $LOG_FILE)"
+    die "containerd (pid $pid) did not answer on $SOCK within ${START_SECONDS}s (log: $LOG_FILE)"
+  fi
 fi
 
 # --- 5. the test image ----------------------------------------------------------
+step test-image
 # Docker's copy is the one the Docker suites use; the containerd image carries
 # its Docker image ID as a label, so an unchanged image is not imported again.
 # Two names: ctr import normalizes to docker.io/library/..., and the plain one
@@ -300,8 +269,7 @@ docker)
     for name in "$full_name" "$TEST_IMAGE"; do
       ctr_ images label "$name" "org.shellbox.docker-id=$docker_id" >/dev/null || die "cannot label $name"
     done
-    ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-    log "imported $TEST_IMAGE (Docker image ${docker_id:7:12}) as $TEST_IMAGE and $full_name in ${ms}ms"
+    log "imported $TEST_IMAGE (Docker image ${docker_id:7:12}) as $TEST_IMAGE and $full_name in $(elapsed "$t0")s"
   fi
   ;;
 shellbox)
@@ -314,15 +282,13 @@ shellbox)
     ctr_ images ls -q "name==$name" | grep -qxF "$name" ||
       die "after the build containerd has no image $name: $(ctr_ images ls -q | tr '\n' ' ')"
   done
-  ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-  log "$TEST_IMAGE is in containerd as $TEST_IMAGE and $full_name (${ms}ms, compiling included)"
+  log "$TEST_IMAGE is in containerd as $TEST_IMAGE and $full_name ($(elapsed "$t0")s, compiling included)"
   ;;
 *) die "SHELLBOX_CI_TEST_IMAGE_FROM=$FROM: want docker or shellbox" ;;
 esac
 
 # --- 6. prove it ------------------------------------------------------------------
-host_kernel=$(cat /proc/version)
-check_script='echo ok; cat /proc/version; ls -l /usr/bin/bash /workspace >/dev/null && stat / >/dev/null && echo ls-stat-ok'
+step check
 
 run_check() { # runtime, ctr flags... -> prints the container's output (stdout, then stderr)
   local rt=$1 id err rc=0
@@ -330,7 +296,7 @@ run_check() { # runtime, ctr flags... -> prints the container's output (stdout, 
   id="shellbox-test-setup-$rt-$$"
   err=$(mktemp)
   ctr_ run --rm --label org.shellbox.test=1 --snapshotter "$SNAPSHOTTER" "$@" \
-    "$TEST_IMAGE" "$id" bash -c "$check_script" 2>"$err" || rc=$?
+    "$TEST_IMAGE" "$id" bash -c "$CHECK_SCRIPT" 2>"$err" || rc=$?
   cat "$err"
   rm -f "$err"
   return "$rc"
@@ -355,9 +321,7 @@ if ((rc == 128)) && grep -qx ls-stat-ok <<<"$out"; then
 elif ((rc != 0)); then
   die "a container does not run under runsc (gVisor), exit status $rc: $out (shim log: $LOG_FILE)"
 fi
-guest_kernel=$(sed -n 2p <<<"$out")
-[[ "$out" == ok* ]] || die "unexpected runsc output: $out"
-[[ "$guest_kernel" != "$host_kernel" ]] || die "the runsc container reports the host kernel; it is not running under gVisor"
-grep -qx ls-stat-ok <<<"$out" || die "ls -l or stat fails under runsc: $out"
-log "runsc container runs; its kernel: $guest_kernel"
+check_gvisor "$out"
+step done
+log "steps: ${CI_STEPS[*]}"
 log "done: export SHELLBOX_CONTAINERD_ADDRESS=$SOCK SHELLBOX_CONTAINERD_RUNSC_CONFIG=$RUNSC_CONFIG"

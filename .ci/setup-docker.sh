@@ -55,22 +55,14 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/dockerd.log}
 TEST_IMAGE=${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}
 WAIT_SECONDS=60
 
-log() { echo "setup-docker: $*"; }
-die() { echo "setup-docker: error: $*" >&2; exit 1; }
+CI_NAME=setup-docker
+# shellcheck source=lib.sh
+source "$ROOT/.ci/lib.sh"
 
 docker_ok() { docker info >/dev/null 2>&1; }
 
-wait_for() { # description, command...
-  local what=$1; shift
-  local deadline=$((SECONDS + WAIT_SECONDS))
-  until "$@"; do
-    if ((SECONDS >= deadline)); then return 1; fi
-    sleep 1
-  done
-  log "$what (after $((SECONDS - deadline + WAIT_SECONDS))s)"
-}
-
 # --- 1. dockerd -------------------------------------------------------------
+step dockerd
 if docker_ok; then
   log "dockerd is running"
 else
@@ -78,25 +70,21 @@ else
   log "docker info fails; starting dockerd (log: $DOCKERD_LOG)"
   mkdir -p "$(dirname "$DOCKERD_LOG")"
   setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
-  if ! wait_for "dockerd is up" docker_ok; then
+  if ! wait_for "dockerd is up" "$WAIT_SECONDS" "" docker_ok; then
     tail -n 30 "$DOCKERD_LOG" >&2 || true
     die "dockerd did not answer within ${WAIT_SECONDS}s"
   fi
 fi
 
 # --- 2. the test image (needed by the checks below and by the tests) ---------
+step test-image
 # It copies the host's tools; the egress tests need its curl.
-if ! command -v curl >/dev/null; then
-  log "installing curl (for the test image)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update
-  apt-get install -y --no-install-recommends curl
-fi
+command -v curl >/dev/null || apt_install curl
 "$ROOT/images/testimage/build.sh"
 
 run_check() { # runtime -> prints the container's output
   docker run --rm --runtime="$1" --network none --label org.shellbox.test=1 \
-    "$TEST_IMAGE" bash -c 'echo ok; cat /proc/version; ls -l /usr/bin/bash /workspace >/dev/null && stat / >/dev/null && echo ls-stat-ok'
+    "$TEST_IMAGE" bash -c "$CHECK_SCRIPT"
 }
 
 out=$(run_check runc) || die "a runc container does not run: $out"
@@ -109,11 +97,10 @@ if [[ "${SKIP_RUNSC:-0}" == 1 ]]; then
 fi
 
 # --- 3. runsc -----------------------------------------------------------------
+step runsc
 # shellcheck source=toolchain.sh
 source "$ROOT/.ci/toolchain.sh"
-ci_cache_lock
 build_gvisor
-exec 8>&- # the cache lock: the build is done
 RUNSC=$GVISOR_DIR/runsc
 log "$("$RUNSC" --version | head -n 1) at $RUNSC"
 
@@ -181,21 +168,19 @@ else
   [[ "$pid" =~ ^[0-9]+$ ]] || die "cannot find dockerd's pid to reload it (got: '$pid')"
   log "reloading dockerd (kill -HUP $pid)"
   kill -HUP "$pid"
-  if ! wait_for "dockerd lists the runsc runtime" runtime_loaded; then
+  if ! wait_for "dockerd lists the runsc runtime" "$WAIT_SECONDS" "" runtime_loaded; then
     tail -n 30 "$DOCKERD_LOG" >&2 2>/dev/null || true
     die "dockerd did not pick up the runsc runtime; docker info says: $(docker info --format '{{json .Runtimes}}')"
   fi
 fi
 
 # --- 4. prove it ---------------------------------------------------------------
+step check
 if ! out=$(run_check runsc 2>&1); then
   echo "$out" >&2
   die "a container does not run under runsc with runtimeArgs $RUNSC_ARGS"
 fi
-host_kernel=$(cat /proc/version)
-guest_kernel=$(sed -n 2p <<<"$out")
-[[ "$out" == ok* ]] || die "unexpected runsc output: $out"
-[[ "$guest_kernel" != "$host_kernel" ]] || die "the runsc container reports the host kernel; it is not running under gVisor"
-grep -qx ls-stat-ok <<<"$out" || die "ls -l or stat fails under runsc: $out"
-log "runsc container runs; its kernel: $guest_kernel"
+check_gvisor "$out"
+step done
+log "steps: ${CI_STEPS[*]}"
 log "done"

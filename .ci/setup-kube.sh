@@ -8,7 +8,9 @@
 #      openssl, curl (only the missing ones are installed);
 #   2. binaries, cached outside the clone by version (built once):
 #        $SHELLBOX_CI_CACHE/kubernetes-<v>/  kube-apiserver, -controller-manager,
-#                                            -scheduler, kubelet, kube-proxy, kubectl
+#                                            -scheduler, kubelet, kube-proxy
+#                                            (no kubectl: .ci/kube/kc.go does
+#                                            what this script asks of the API)
 #        $SHELLBOX_CI_CACHE/etcd-<v>/        etcd
 #        $SHELLBOX_CI_CACHE/kube-router-<v>/ kube-router (NetworkPolicy only)
 #      and containerd v2 and gVisor (runsc, patched shim) from toolchain.sh,
@@ -47,8 +49,8 @@
 # about a second. Prints the time of each step, and at the end:
 #   export SHELLBOX_KUBECONFIG=/etc/shellbox-kube/admin.kubeconfig
 #
-# Why some settings (see /work/shared/k8s-lab/REPORT.md for the evidence):
-# root here lacks CAP_SYS_RESOURCE, so no oom_score_adj below 0 can be set
+# Why some settings (each found on the CI machine when the cluster first
+# failed without it): root here lacks CAP_SYS_RESOURCE, so no oom_score_adj below 0 can be set
 # (restrict_oom_score_adj in the CRI config, oomScoreAdj 0 for kubelet and
 # kube-proxy, gVisor's shim patched in toolchain.sh); cgroup v1 needs
 # failCgroupV1: false; kube-router starts after the Node exists.
@@ -56,28 +58,20 @@
 # Environment:
 #   SHELLBOX_CI_CACHE       build cache (default /var/cache/shellbox-ci)
 #   SHELLBOX_CI_REBUILD=1   rebuild every binary
-#   SHELLBOX_KUBE_BUILD_ONLY=1  only install packages and build the binaries
+#   SHELLBOX_KUBE_BUILD_ONLY=1  only build the Kubernetes binaries, etcd,
+#                           kube-router and the programs of the images: no
+#                           packages, no containerd or gVisor (setup-docker.sh
+#                           and setup-containerd.sh build those), nothing
+#                           started. .ci/run runs that in the background from
+#                           its start, beside the Docker and containerd setup.
 #   SHELLBOX_TEST_IMAGE     test image to import (default shellbox-test:latest)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-T0=${EPOCHREALTIME/./}
-elapsed() { local now=${EPOCHREALTIME/./}; printf '%d.%01d' $(((now - $1) / 1000000)) $((((now - $1) / 100000) % 10)); }
-log() { echo "setup-kube: [$(elapsed "$T0")s] $*"; }
-die() { echo "setup-kube: error: $*" >&2; exit 1; }
-STEPS=()
-STEP_T0=$T0
-STEP_NAME=""
-# step NAME: ends the step running (printing its time) and starts NAME.
-step() {
-  if [[ -n "$STEP_NAME" ]]; then
-    STEPS+=("$STEP_NAME $(elapsed "$STEP_T0")s")
-    log "step $STEP_NAME: $(elapsed "$STEP_T0")s"
-  fi
-  STEP_NAME=$1
-  STEP_T0=${EPOCHREALTIME/./}
-}
-
+CI_NAME=setup-kube
+CI_LOG_ELAPSED=1
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
 # shellcheck source=toolchain.sh
 source "$HERE/toolchain.sh"
 # shellcheck source=kube-env.sh
@@ -86,32 +80,26 @@ source "$HERE/kube-env.sh"
 [[ $(id -u) == 0 ]] || die "must run as root (it starts the cluster's daemons)"
 command -v go >/dev/null || die "go is not installed (looked in PATH and /usr/local/go/bin)"
 
+BUILD_ONLY=${SHELLBOX_KUBE_BUILD_ONLY:-0}
+
 # --- 1. packages ------------------------------------------------------------------
-step packages
-need=()
-for p in runc containernetworking-plugins iptables ipset conntrack openssl curl; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if ((${#need[@]})); then
-  log "apt-get install ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq || die "apt-get update failed"
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || die "apt-get install ${need[*]} failed"
+# Not in the background build: apt-get would meet the foreground's on dpkg's lock.
+if [[ "$BUILD_ONLY" != 1 ]]; then
+  step packages
+  apt_install runc containernetworking-plugins iptables ipset conntrack openssl curl
+  [[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || die "no CNI plugins in $CNI_BIN (Debian: containernetworking-plugins)"
 fi
-[[ -x $CNI_BIN/bridge && -x $CNI_BIN/host-local ]] || die "no CNI plugins in $CNI_BIN (Debian: containernetworking-plugins)"
 
 # --- 2. binaries ------------------------------------------------------------------
 step binaries
-ci_cache_lock
 
-# kube_ok DIR: the six binaries run and say $K8S_VERSION.
+# kube_ok DIR: the binaries run and say $K8S_VERSION.
 kube_ok() {
   local d=$1 c
   [[ -e "$d/.complete" ]] || return 1
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+  for c in $KUBE_BINARIES; do
     grep -qF "$K8S_VERSION" <<<"$("$d/$c" --version 2>/dev/null)" || return 1
   done
-  grep -qF "$K8S_VERSION" <<<"$("$d/kubectl" version --client 2>/dev/null)" || return 1
 }
 
 # build_kube: k8s.io/kubernetes is not meant to be a dependency: its go.mod
@@ -119,18 +107,14 @@ kube_ok() {
 # a dependency's replaces are ignored, so the build module replaces each with
 # its v0.X.Y release instead (the list generated from kubernetes' go.mod).
 build_kube() {
-  if [[ "${SHELLBOX_CI_REBUILD:-0}" != 1 ]] && kube_ok "$KUBE_DIR"; then
-    log "kubernetes $K8S_VERSION: cached in $KUBE_DIR"
-    return 0
-  fi
-  log "building kubernetes $K8S_VERSION (6 binaries) from the module proxy (about 6 min cold on 2 cores)"
-  local t0=$SECONDS tmp gomod staging p ld c
+  build_cached "kubernetes $K8S_VERSION ($(wc -w <<<"$KUBE_BINARIES") binaries; 10 min of 2 cores cold)" "$KUBE_DIR" kube_ok _build_kube
+}
+_build_kube() {
+  local tmp=$1 gomod staging p ld c
   staging="v0.${K8S_VERSION#v1.}"
-  tmp=$(mktemp -d "$SHELLBOX_CI_CACHE/.build-kubernetes.XXXXXX")
-  mkdir "$tmp/src" "$tmp/bin"
   gomod=$(cd "$tmp/src" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -s "$gomod" ]] || { rm -rf "$tmp"; die "cannot fetch k8s.io/kubernetes@$K8S_VERSION from the module proxy"; }
+  [[ -s "$gomod" ]] || die "cannot fetch k8s.io/kubernetes@$K8S_VERSION from the module proxy"
   {
     printf 'module shellbox-ci/kubernetes\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
     sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
@@ -141,60 +125,42 @@ build_kube() {
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION")"
     ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=go-module-proxy -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  build_in_module "$tmp/src" "$ld" "$tmp/bin" $(for c in $KUBE_BINARIES; do echo "k8s.io/kubernetes/cmd/$c"; done) ||
-    { rm -rf "$tmp"; die "building kubernetes $K8S_VERSION failed (output above)"; }
+  build_in_module "$tmp/src" "$ld" "$tmp/bin" $(for c in $KUBE_BINARIES; do echo "k8s.io/kubernetes/cmd/$c"; done) || return 1
   touch "$tmp/bin/.complete"
-  kube_ok "$tmp/bin" || { rm -rf "$tmp"; die "the kubernetes binaries just built do not run or do not say $K8S_VERSION"; }
-  rm -rf "$KUBE_DIR"
-  mv "$tmp/bin" "$KUBE_DIR"
-  rm -rf "$tmp"
-  log "kubernetes $K8S_VERSION built in $((SECONDS - t0))s: $KUBE_DIR"
 }
 
 # build_tool NAME VERSION DIR MODULE PKG LDFLAGS CHECK...: one binary NAME
-# of MODULE@VERSION into DIR, unless `CHECK` (run on it) prints VERSION.
+# of MODULE@VERSION into DIR, unless `NAME CHECK...` (run on it) prints
+# VERSION.
 build_tool() {
-  local name=$1 version=$2 dir=$3 module=$4 pkg=$5 ld=$6 t0=$SECONDS tmp
-  shift 6
-  if [[ "${SHELLBOX_CI_REBUILD:-0}" != 1 && -e "$dir/.complete" ]] &&
-    grep -qF "${version#v}" <<<"$("$dir/$name" "$@" 2>&1)"; then
-    log "$name $version: cached in $dir"
-    return 0
-  fi
-  log "building $name $version from the module proxy"
-  tmp=$(mktemp -d "$SHELLBOX_CI_CACHE/.build-$name.XXXXXX")
-  mkdir "$tmp/src" "$tmp/bin"
-  (cd "$tmp/src" && go mod init "shellbox-ci/$name" >/dev/null 2>&1 && GOFLAGS=-mod=mod go get "$module@$version") ||
-    { rm -rf "$tmp"; die "cannot fetch $module@$version from the module proxy"; }
-  build_in_module "$tmp/src" "$ld" "$tmp/bin" "$pkg" || { rm -rf "$tmp"; die "building $name $version failed (output above)"; }
+  TOOL=("$@")
+  build_cached "$1 $2" "$3" _tool_ok _build_tool
+}
+_tool_ok() {
+  [[ -e "$1/.complete" ]] && grep -qF "${TOOL[1]#v}" <<<"$("$1/${TOOL[0]}" "${TOOL[@]:6}" 2>&1)"
+}
+_build_tool() {
+  local tmp=$1 name=${TOOL[0]} built
+  go_get_module "$tmp" "${TOOL[3]}" "${TOOL[1]}"
+  build_in_module "$tmp/src" "${TOOL[5]}" "$tmp/bin" "${TOOL[4]}" || return 1
   # go names the binary after the package, without a /vN suffix.
   if [[ ! -x "$tmp/bin/$name" ]]; then
-    local built=("$tmp"/bin/*)
+    built=("$tmp"/bin/*)
     ((${#built[@]} == 1)) && mv "${built[0]}" "$tmp/bin/$name"
   fi
-  grep -qF "${version#v}" <<<"$("$tmp/bin/$name" "$@" 2>&1)" ||
-    { rm -rf "$tmp"; die "$name just built does not say $version"; }
   touch "$tmp/bin/.complete"
-  rm -rf "$dir"
-  mv "$tmp/bin" "$dir"
-  rm -rf "$tmp"
-  log "$name $version built in $((SECONDS - t0))s: $dir"
 }
 
-build_containerd
-build_gvisor
+# The long one first: in the background build it overlaps most of the rest
+# of the setup.
 build_kube
 build_tool etcd "$ETCD_VERSION" "$ETCD_DIR" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 "-s -w" --version
 build_tool kube-router "$KUBE_ROUTER_VERSION" "$ROUTER_DIR" github.com/cloudnativelabs/kube-router/v2 \
   github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
   "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" --version
-# The lock only guards the cache; the cluster has its own pid files.
-flock -u 8
-
-if [[ "${SHELLBOX_KUBE_BUILD_ONLY:-0}" == 1 ]]; then
-  step done
-  log "SHELLBOX_KUBE_BUILD_ONLY=1: binaries built, nothing started"
-  exit 0
+if [[ "$BUILD_ONLY" != 1 ]]; then
+  build_containerd
+  build_gvisor
 fi
 
 # --- 3. images ----------------------------------------------------------------------
@@ -209,7 +175,15 @@ mkdir -p "$IMAGES" "$VAR" "$RUN" "$LOGS" "$PKI" "$CONF_DIR/cni"
   go build -trimpath -o "$IMAGES/shellbox-agent" ./cmd/shellbox-agent
   go build -trimpath -o "$IMAGES/shellbox" ./cmd/shellbox
   go build -o "$IMAGES/image" .ci/kube/image.go
-) || die "building the pause program, the agent or the image helper failed (output above)"
+  # after cmd/shellbox, whose client-go packages it shares (same flags)
+  go build -trimpath -o "$IMAGES/kc" .ci/kube/kc.go
+) || die "building the pause program, the agent or the image and API helpers failed (output above)"
+if [[ "$BUILD_ONLY" == 1 ]]; then
+  step done
+  log "steps: ${CI_STEPS[*]}"
+  log "SHELLBOX_KUBE_BUILD_ONLY=1: binaries built, nothing started"
+  exit 0
+fi
 "$IMAGES/image" -name "$PAUSE_IMAGE" -binary "$IMAGES/pause" -path /pause -out "$IMAGES/pause.tar" >"$IMAGES/pause.digest" ||
   die "writing the pause image failed"
 "$IMAGES/image" -name "$AGENT_IMAGE" -binary "$IMAGES/shellbox-agent" -path "$AGENT_PATH" -out "$IMAGES/agent.tar" >"$IMAGES/agent.digest" ||
@@ -282,19 +256,11 @@ fi
 
 # --- 5. configuration ---------------------------------------------------------------
 step config
-# write_file PATH < content: replaces PATH only when the content differs (a
-# daemon restarts when a file it names changes; kube-proxy exits when its
-# config file is rewritten under it).
-write_file() {
-  local tmp
-  tmp=$(mktemp "$1.XXXXXX")
-  cat >"$tmp"
-  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; return 0; fi
-  chmod 0600 "$tmp"
-  mv -f "$tmp" "$1"
-}
+# Files are rewritten only when they change (write_file): a daemon restarts
+# when a file it names changes, and kube-proxy exits when its config file is
+# rewritten under it.
 kubeconfig() { # NAME CERT
-  write_file "$CONF_DIR/$1.kubeconfig" <<EOF
+  write_file 0600 "$CONF_DIR/$1.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -316,7 +282,7 @@ EOF
 for k in admin kube-controller-manager kube-scheduler kube-proxy kube-router; do kubeconfig "$k" "$k"; done
 kubeconfig kubelet kubelet-client
 
-write_file "$CONF_DIR/containerd.toml" <<EOF
+write_file 0600 "$CONF_DIR/containerd.toml" <<EOF
 # The cluster's own containerd (.ci/setup-kube.sh): CRI for the kubelet.
 version = 3
 root = "$VAR/containerd"
@@ -378,7 +344,7 @@ EOF
 
 # gVisor in a pod: the pod's network namespace (netstack), systrap, and the
 # pod's seccomp profile applied inside too (as on Docker: oci-seccomp).
-write_file "$CONF_DIR/runsc.toml" <<EOF
+write_file 0600 "$CONF_DIR/runsc.toml" <<EOF
 binary_name = "$GVISOR_DIR/runsc"
 root = "$RUN/runsc"
 [runsc_config]
@@ -387,7 +353,7 @@ root = "$RUN/runsc"
 EOF
 
 # "firewall" accepts the pods' traffic in FORWARD, whose policy Docker set to DROP.
-write_file "$CONF_DIR/cni/10-shellbox-kube.conflist" <<EOF
+write_file 0600 "$CONF_DIR/cni/10-shellbox-kube.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "$CNI_NET",
@@ -402,7 +368,7 @@ write_file "$CONF_DIR/cni/10-shellbox-kube.conflist" <<EOF
 }
 EOF
 
-write_file "$CONF_DIR/kubelet.yaml" <<EOF
+write_file 0600 "$CONF_DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroup v1 here: Kubernetes >= 1.35 refuses it unless told otherwise
@@ -442,7 +408,7 @@ containerLogMaxSize: 10Mi
 oomScoreAdj: 0
 EOF
 
-write_file "$CONF_DIR/kube-proxy.yaml" <<EOF
+write_file 0600 "$CONF_DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $CONF_DIR/kube-proxy.kubeconfig}
@@ -487,31 +453,25 @@ start_daemon() {
   fi
   echo "=== $(date -u +%FT%TZ) setup-kube: $exe $*" >>"$LOGS/$name.log"
   PATH="$CONTAINERD_DIR:$GVISOR_DIR:$KUBE_DIR:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-    setsid "$exe" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
+    setsid "$exe" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
   echo $! >"$RUN/$name.pid"
   echo "$exe" >"$RUN/$name.exe"
   echo "$h" >"$RUN/$name.hash"
   STARTED+="$name "
   log "started $name (pid $!)"
 }
-# wait_for DESC SECONDS DAEMON CMD...: polls CMD; fails with the daemon's log.
-wait_for() {
-  local desc=$1 timeout=$2 daemon=$3 end
+# wait_daemon DESC SECONDS DAEMON CMD...: polls CMD (wait_for); fails with
+# the daemon's log when it exits or SECONDS pass.
+wait_daemon() {
+  local desc=$1 timeout=$2 daemon=$3 rc=0
   shift 3
-  end=$((SECONDS + timeout))
-  until "$@" >/dev/null 2>&1; do
-    if [[ -n "$daemon" && -z "$(daemon_pid "$daemon")" ]]; then
-      tail -n 20 "$LOGS/$daemon.log" >&2
-      die "$daemon exited while waiting for $desc (log above, all of it in $LOGS/$daemon.log)"
-    fi
-    if ((SECONDS >= end)); then
-      [[ -z "$daemon" ]] || tail -n 20 "$LOGS/$daemon.log" >&2
-      die "timed out after ${timeout}s waiting for $desc (logs in $LOGS)"
-    fi
-    sleep 0.2
-  done
-  log "$desc"
+  wait_for "$desc" "$timeout" "${daemon:+daemon_running $daemon}" "$@" || rc=$?
+  ((rc)) || return 0
+  [[ -z "$daemon" ]] || tail -n 20 "$LOGS/$daemon.log" >&2
+  ((rc == 1)) || die "$daemon exited while waiting for $desc (log above, all of it in $LOGS/$daemon.log)"
+  die "timed out after ${timeout}s waiting for $desc (logs in $LOGS)"
 }
+daemon_running() { [[ -n "$(daemon_pid "$1")" ]]; }
 etcd_ok() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/apiserver-etcd-client.crt" --key "$PKI/apiserver-etcd-client.key" https://127.0.0.1:2379/health; }
 apiserver_ok() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz; }
 
@@ -521,7 +481,7 @@ start_daemon etcd "$ETCD_DIR/etcd" --name shellbox-kube --data-dir "$VAR/etcd" \
   --initial-cluster shellbox-kube=http://127.0.0.1:2380 --initial-cluster-state new \
   --listen-metrics-urls http://127.0.0.1:2381 \
   --cert-file "$PKI/etcd-server.crt" --key-file "$PKI/etcd-server.key" --trusted-ca-file "$PKI/ca.crt" --client-cert-auth
-wait_for "etcd healthy" 60 etcd etcd_ok
+wait_daemon "etcd healthy" 60 etcd etcd_ok
 
 start_daemon kube-apiserver "$KUBE_DIR/kube-apiserver" \
   --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port=6443 \
@@ -540,7 +500,7 @@ start_daemon kube-apiserver "$KUBE_DIR/kube-apiserver" \
   --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
   --allow-privileged=true --profiling=false --shutdown-watch-termination-grace-period=3s
-wait_for "kube-apiserver ready" 120 kube-apiserver apiserver_ok
+wait_daemon "kube-apiserver ready" 120 kube-apiserver apiserver_ok
 
 start_daemon kube-controller-manager "$KUBE_DIR/kube-controller-manager" \
   --kubeconfig="$CONF_DIR/kube-controller-manager.kubeconfig" \
@@ -559,7 +519,7 @@ start_daemon kube-scheduler "$KUBE_DIR/kube-scheduler" \
 
 step node
 start_daemon containerd "$CONTAINERD_DIR/containerd" --config "$CONF_DIR/containerd.toml"
-wait_for "containerd answers" 60 containerd ctr_ version
+wait_daemon "containerd answers" 60 containerd ctr_ version
 
 # Images: imported when the image in containerd is not the one just built
 # (the manifest digest, or for the test image Docker's image id, as a label).
@@ -601,15 +561,14 @@ start_daemon kube-proxy "$KUBE_DIR/kube-proxy" --config="$CONF_DIR/kube-proxy.ya
 # Ready, and (after a restart of the kubelet) posted by this kubelet: etcd
 # may hold the Ready condition of an earlier one.
 node_ready() {
-  local out
-  out=$(kc get node "$NODE_NAME" -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}') || return 1
-  [[ "${out%% *}" == True ]] || return 1
-  [[ "$STARTED" != *" kubelet "* ]] || (($(date -d "${out#* }" +%s) >= ${T0:0:10}))
+  local since=0
+  [[ "$STARTED" != *" kubelet "* ]] || since=${CI_T0:0:10}
+  kc ready "$NODE_NAME" "$since"
 }
-wait_for "node $NODE_NAME Ready" 120 kubelet node_ready
+wait_daemon "node $NODE_NAME Ready" 120 kubelet node_ready
 
 step cluster-objects
-kc apply -f - >/dev/null <<EOF || die "applying the RuntimeClass and kube-router's RBAC failed"
+kc apply <<EOF || die "applying the RuntimeClass and kube-router's RBAC failed"
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata: {name: gvisor}
@@ -645,11 +604,11 @@ start_daemon kube-router "$ROUTER_DIR/kube-router" --kubeconfig="$CONF_DIR/kube-
   --hostname-override="$NODE_NAME" --run-firewall=true --run-router=false --run-service-proxy=false \
   --enable-cni=false --enable-pod-egress=false --health-port=0 --metrics-port=0 \
   --service-cluster-ip-range="$SVC_CIDR" --iptables-sync-period=1m
-wait_for "kube-router running" 30 kube-router sleep 0.3
+wait_daemon "kube-router running" 30 kube-router sleep 0.3
 # Pods can be created once the namespace has its default ServiceAccount.
-wait_for "default ServiceAccount" 60 "" kc -n default get serviceaccount default
+wait_daemon "default ServiceAccount" 60 "" kc serviceaccount default default
 
 step done
-log "steps: ${STEPS[*]}"
-log "cluster up in $(elapsed "$T0")s; kubectl: $KUBE_DIR/kubectl --kubeconfig $ADMIN_KUBECONFIG"
+log "steps: ${CI_STEPS[*]}"
+log "cluster up in $(elapsed "$CI_T0")s; kubeconfig: $ADMIN_KUBECONFIG"
 echo "export SHELLBOX_KUBECONFIG=$ADMIN_KUBECONFIG"

@@ -26,23 +26,16 @@ SOCK=$RUN_DIR/containerd.sock
 PID_FILE=$RUN_DIR/containerd.pid
 SHELLBOX_CI_CACHE=${SHELLBOX_CI_CACHE:-/var/cache/shellbox-ci}
 
-log() { echo "teardown-containerd: $*"; }
-die() { echo "teardown-containerd: error: $*" >&2; exit 1; }
+CI_NAME=teardown-containerd
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-PURGE=0
-for arg in "$@"; do
-  case "$arg" in
-    --purge) PURGE=1 ;;
-    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument: $arg (usage: teardown-containerd.sh [--purge])" ;;
-  esac
-done
+purge_flag "$@"
 [[ $(id -u) == 0 ]] || die "must run as root"
 
 CTR=$(ls "$SHELLBOX_CI_CACHE"/containerd-*/ctr 2>/dev/null | sort | tail -n 1 || true)
-# ctr_ ARGS: ctr on this daemon, without the warning every ctr command prints on
-# a cgroup v1 host ("DEPRECATION: The support for cgroup v1").
-ctr_() { "$CTR" --address "$SOCK" "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2); }
+# ctr_ ARGS: ctr on this daemon.
+ctr_() { quiet_ctr "$CTR" --address "$SOCK" "$@"; }
 
 # --- 1. tasks -------------------------------------------------------------------
 if [[ -n "$CTR" ]] && timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1; then
@@ -59,15 +52,6 @@ if [[ -n "$CTR" ]] && timeout 5 "$CTR" --address "$SOCK" version >/dev/null 2>&1
 fi
 
 # --- 2. the daemon and its shims ----------------------------------------------------
-wait_gone() { # pid seconds
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    [[ -d /proc/$1 ]] || return 0
-    sleep 0.1
-  done
-  return 1
-}
-
 # Only a containerd on setup-containerd.sh's config: a recycled pid (Docker's
 # containerd above all) is left alone.
 pid=""
@@ -75,12 +59,9 @@ pid=""
 cmdline=""
 [[ "$pid" =~ ^[0-9]+$ ]] && cmdline=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
 if [[ "$cmdline" == *containerd*" --config $CONF_DIR/config.toml "* ]]; then
-  kill -TERM "$pid" 2>/dev/null || true
-  if ! wait_gone "$pid" 10; then
-    log "containerd (pid $pid) did not exit in 10s; SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    wait_gone "$pid" 5 || die "containerd (pid $pid) survives SIGKILL"
-  fi
+  stop_pid "$pid" containerd 10
+  for ((i = 0; i < 50; i++)); do pid_alive "$pid" && sleep 0.1; done
+  ! pid_alive "$pid" || die "containerd (pid $pid) survives SIGKILL"
   log "stopped containerd (pid $pid)"
 else
   log "containerd is not running (no live pid in $PID_FILE)"
@@ -100,9 +81,7 @@ done
 
 # --- 3. mounts ----------------------------------------------------------------------
 # Deepest first; mountinfo escapes spaces as \040.
-mapfile -t mounts < <(awk -v a="$ROOT_DIR" -v b="$RUN_DIR" \
-  '{ p = $5; gsub(/\\040/, " ", p); if (index(p, a "/") == 1 || p == a || index(p, b "/") == 1 || p == b) print p }' \
-  /proc/self/mountinfo | sort -r)
+mapfile -t mounts < <(mounts_under "$ROOT_DIR" "$RUN_DIR")
 left=0
 for m in "${mounts[@]}"; do
   if umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; then

@@ -30,18 +30,12 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-T0=${EPOCHREALTIME/./}
-log() { local now=${EPOCHREALTIME/./}; echo "teardown-kube: [$(((now - T0) / 1000000)).$((((now - T0) / 100000) % 10))s] $*"; }
-die() { echo "teardown-kube: error: $*" >&2; exit 1; }
+CI_NAME=teardown-kube
+CI_LOG_ELAPSED=1
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
 
-PURGE=0
-for arg in "$@"; do
-  case "$arg" in
-    --purge) PURGE=1 ;;
-    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument: $arg (usage: teardown-kube.sh [--purge])" ;;
-  esac
-done
+purge_flag "$@"
 [[ $(id -u) == 0 ]] || die "must run as root"
 
 # shellcheck source=toolchain.sh
@@ -82,9 +76,7 @@ if [[ -n "${ours// /}" ]]; then
 fi
 
 # --- 3. mounts, network, cgroups ---------------------------------------------------------
-mapfile -t mounts < <(awk -v a="$VAR" -v b="$RUN" \
-  '{ p = $5; gsub(/\\040/, " ", p); if (index(p, a "/") == 1 || p == a || index(p, b "/") == 1 || p == b) print p }' \
-  /proc/self/mountinfo | sort -r)
+mapfile -t mounts < <(mounts_under "$VAR" "$RUN")
 for m in "${mounts[@]}"; do
   umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "cannot unmount $m"
 done
