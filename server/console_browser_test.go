@@ -88,7 +88,7 @@ func startConsoleRig(t *testing.T) *consoleRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var layer *session.Layer
+	var layer *session.Service
 	srv, err := server.New(server.Config{
 		NewBackend: func(o server.Observer) (server.Backend, error) {
 			layer, err = session.New(session.Config{

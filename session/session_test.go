@@ -18,9 +18,9 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// newFakeLayer is a Layer over the in-memory runtime: sandboxes are
+// newFakeLayer is a Service over the in-memory runtime: sandboxes are
 // records, so everything but running commands can be tested.
-func newFakeLayer(t *testing.T, pol *policies.Engine, choices map[string]Choices) (*Layer, *sandboxtest.Fake) {
+func newFakeLayer(t *testing.T, pol *policies.Engine, choices map[string]Choices) (*Service, *sandboxtest.Fake) {
 	t.Helper()
 	f := sandboxtest.NewFake()
 	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Choices: choices, Policies: pol,
@@ -127,7 +127,7 @@ func (nopObserver) ObserveLeader(bool)                            {}
 func (nopObserver) Reported(string, string, string)               {}
 func (nopObserver) HandOver(string, string)                       {}
 
-func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
+func deleteRemovesWorkspace(t *testing.T, l *Service, f *sandboxtest.Fake) {
 	ctx := context.Background()
 	for _, s := range []string{"a", "gone"} {
 		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {

@@ -33,7 +33,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 			}
 			defer closePolicies()
 			var (
-				b            *session.Layer
+				b            *session.Service
 				closeRuntime func() error
 			)
 			srv, err := server.New(server.Config{

@@ -94,7 +94,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		tenants[name] = t.TenantConfig
 	}
 	var (
-		b            *session.Layer
+		b            *session.Service
 		closeRuntime func() error
 	)
 	srv, err := server.New(server.Config{

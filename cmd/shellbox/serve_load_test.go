@@ -28,7 +28,7 @@ import (
 // testServe starts serve's own session layer (the wiring `shellbox serve`
 // uses) behind a test server, on a test engine and directories, or on the
 // local executor.
-func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
+func testServe(t testing.TB, kind string) (*session.Service, *servertest.Server) {
 	t.Helper()
 	cfg, err := config.Defaults()
 	if err != nil {
@@ -46,7 +46,7 @@ func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
 		cfg.Sandbox.PidsLimit = 256
 	}
 	var (
-		l            *session.Layer
+		l            *session.Service
 		closeRuntime func() error
 	)
 	s := servertest.Start(t, nil, func(c *server.Config) {

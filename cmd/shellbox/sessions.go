@@ -129,7 +129,7 @@ func newSessionsCmd() *cobra.Command {
 // sessionsLayer is the session layer of the configured sandboxed backend
 // (docker when the configuration says local), for the tenant of the flags.
 type sessionsLayer struct {
-	*session.Layer
+	*session.Service
 	tenant string
 	close  func()
 }
