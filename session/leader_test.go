@@ -73,7 +73,7 @@ func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Service, *s
 		t.Fatal(err)
 	}
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e, Claims: claims,
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e, Claims: claims,
 		PoolInterval: 10 * time.Millisecond, IdleTTL: time.Millisecond, Leader: leader, Observer: obs,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {

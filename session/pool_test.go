@@ -57,7 +57,7 @@ func TestWarmPoolFromPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e, Claims: claims, PoolInterval: 10 * time.Millisecond,
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e, Claims: claims, PoolInterval: 10 * time.Millisecond,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

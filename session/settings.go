@@ -25,8 +25,8 @@ type Defaults struct {
 	Labels map[string]string
 }
 
-// DefaultDefaults are sandbox.DefaultSpec's settings with image.
-func DefaultDefaults(image string) Defaults {
+// DefaultsFor is the Defaults of sandbox.DefaultSpec with image.
+func DefaultsFor(image string) Defaults {
 	d := sandbox.DefaultSpec("t", "s")
 	return Defaults{Image: image, Runtime: d.Runtime, Resources: d.Resources}
 }

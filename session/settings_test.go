@@ -47,7 +47,7 @@ func TestSettingsFromTheSandbox(t *testing.T) {
 	choices := map[string]Choices{"acme": {Images: []string{"img:a", "img:b"}, Runtimes: []string{"runc", "runsc"}}}
 	f := sandboxtest.NewFake()
 	replica := func() *Service {
-		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Choices: choices,
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Choices: choices,
 			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 		if err != nil {
 			t.Fatal(err)
