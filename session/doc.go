@@ -31,7 +31,7 @@
 //
 // The Service implements server.Backend. Its observers (completion notices,
 // gate and sandbox metrics, egress counts) are given at construction
-// (Config.Observer); nothing is assigned afterwards. cmd/ only parses flags
+// (Config.Notifier, Config.Metrics); nothing is assigned afterwards. cmd/ only parses flags
 // and configuration, opens the runtime and constructs.
 //
 // Contexts: a Service's background work (re-watching, reaping, pools) runs

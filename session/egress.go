@@ -71,7 +71,7 @@ func (l *Service) egressRelay() func(context.Context, sandbox.Sandbox, func(stri
 			Check:      egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted),
 			Logger:     log,
 		}
-		if o := l.cfg.Observer; o != nil {
+		if o := l.cfg.Metrics; o != nil {
 			cfg.Observe = func(_ string, out egress.Outcome) { o.ObserveEgress(sb.Tenant, string(out)) }
 		}
 		r, err := egress.NewRelay(cfg)

@@ -65,7 +65,7 @@ func (f *fakeLeader) Run(ctx context.Context, lead func(context.Context)) {
 // leaderLayer is a Service over the in-memory runtime whose tenant acme has
 // a warm pool of 2 and an idle TTL of 1ms (reaped at the next reap, every
 // second), started with leader (nil: none).
-func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Service, *sandboxtest.Fake) {
+func leaderLayer(t *testing.T, leader Leader, obs server.Metrics) (*Service, *sandboxtest.Fake) {
 	t.Helper()
 	e, _ := acmePolicy(t, "sandbox:\n  pool: {size: 2}\nlimits:\n  idleTTL: 1ms\n")
 	claims, err := sandbox.NewDirClaims(t.TempDir())
@@ -74,7 +74,7 @@ func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Service, *s
 	}
 	f := sandboxtest.NewFake()
 	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e, Claims: claims,
-		PoolInterval: 10 * time.Millisecond, IdleTTL: time.Millisecond, Leader: leader, Observer: obs,
+		PoolInterval: 10 * time.Millisecond, IdleTTL: time.Millisecond, Leader: leader, Metrics: obs,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -74,8 +74,12 @@ type Config struct {
 	// server).
 	Leader Leader
 
-	// Observer hears notices and metrics (the server); nil hears nothing.
-	Observer server.Observer
+	// Notifier hears completion notices (the server's event streams); nil
+	// hears nothing.
+	Notifier server.Notifier
+	// Metrics counts gate decisions, sandbox creations, egress and
+	// leadership (the server's metrics); nil counts nothing.
+	Metrics server.Metrics
 	// Logger (default: discard).
 	Logger *slog.Logger
 }
@@ -166,8 +170,8 @@ func New(cfg Config) (*Service, error) {
 		return l, nil
 	}
 	rt := cfg.Runtime
-	if cfg.Observer != nil {
-		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
+	if cfg.Metrics != nil {
+		rt = timedRuntime{Runtime: rt, observe: cfg.Metrics.ObserveSandboxCreate}
 	}
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
@@ -264,8 +268,8 @@ func (l *Service) lead(ctx context.Context) {
 }
 
 func (l *Service) observeLeader(leading bool) {
-	if l.cfg.Observer != nil {
-		l.cfg.Observer.ObserveLeader(leading)
+	if l.cfg.Metrics != nil {
+		l.cfg.Metrics.ObserveLeader(leading)
 	}
 }
 
@@ -419,8 +423,8 @@ func (l *Service) tenant(name string) (*tenant, error) {
 	var gate tools.Gate
 	if l.cfg.Policies != nil {
 		gate = l.cfg.Policies
-		if l.cfg.Observer != nil {
-			gate = l.cfg.Observer.ObserveGate(name, gate)
+		if l.cfg.Metrics != nil {
+			gate = l.cfg.Metrics.ObserveGate(name, gate)
 		}
 	}
 	ts, err := tools.New(tb.exec, tools.Config{
@@ -429,13 +433,13 @@ func (l *Service) tenant(name string) (*tenant, error) {
 		Facts:                  l.cfg.Facts,
 		Gate:                   gate,
 		OnNotice: func(session string, n tools.Notice) {
-			if l.cfg.Observer != nil {
-				l.cfg.Observer.Notify(name, session, n)
+			if l.cfg.Notifier != nil {
+				l.cfg.Notifier.Notify(name, session, n)
 			}
 		},
 		OnReported: func(session, id string) {
-			if l.cfg.Observer != nil {
-				l.cfg.Observer.Reported(name, session, id)
+			if l.cfg.Notifier != nil {
+				l.cfg.Notifier.Reported(name, session, id)
 			}
 		},
 	})
@@ -592,9 +596,9 @@ func (l *Service) Close(ctx context.Context) error {
 	for name, tb := range l.tenants {
 		// The other replicas watch what this process watched, so the
 		// tasks' ends still have notices once it is gone.
-		if l.cfg.Observer != nil {
+		if l.cfg.Notifier != nil {
 			for _, session := range tb.tools.Watched() {
-				l.cfg.Observer.HandOver(name, session)
+				l.cfg.Notifier.HandOver(name, session)
 			}
 		}
 		tb.tools.Close()

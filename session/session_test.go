@@ -106,7 +106,7 @@ func TestDeleteSessionRemovesTheWorkspace(t *testing.T) {
 	})
 	t.Run("observed", func(t *testing.T) {
 		f := sandboxtest.NewFake()
-		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Observer: nopObserver{},
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Notifier: nopObserver{}, Metrics: nopObserver{},
 			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 		if err != nil {
 			t.Fatal(err)

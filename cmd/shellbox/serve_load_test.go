@@ -50,9 +50,9 @@ func testServe(t testing.TB, kind string) (*session.Service, *servertest.Server)
 		closeRuntime func() error
 	)
 	s := servertest.Start(t, nil, func(c *server.Config) {
-		c.NewBackend = func(o server.Observer) (server.Backend, error) {
+		c.NewBackend = func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
-			l, closeRuntime, err = newLayer(cfg, nil, o, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			l, closeRuntime, err = newLayer(cfg, nil, n, m, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			return l, err
 		}
 	})

@@ -144,7 +144,7 @@ func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 		// The local backend keeps no sessions: the engine's are meant.
 		cfg.Backend = "docker"
 	}
-	l, closeRuntime, err := newLayer(cfg, nil, nil, nil)
+	l, closeRuntime, err := newLayer(cfg, nil, nil, nil, nil)
 	if err != nil {
 		return sessionsLayer{}, err
 	}
