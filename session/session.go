@@ -130,10 +130,10 @@ type Service struct {
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
-	// handoff passes a new sandbox's agent connection from the Manager's
+	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
-	handoff *sandboxconn.Handoff
+	readyConns *sandboxconn.ReadyConns
 }
 
 type tenant struct {
@@ -175,10 +175,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
-	l.handoff = sandboxconn.NewHandoff()
-	ready, prepare := cfg.Ready, l.handoff.WarmUp
+	l.readyConns = sandboxconn.NewReadyConns()
+	ready, prepare := cfg.Ready, l.readyConns.WarmUp
 	if ready == nil {
-		ready = l.handoff.Ready
+		ready = l.readyConns.Ready
 	} else {
 		prepare = nil // sandboxes without an agent
 	}
@@ -411,7 +411,7 @@ func (l *Service) tenant(name string) (*tenant, error) {
 			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },
 			Limits:  limits,
 			Egress:  l.egressRelay(),
-			Dial:    l.handoff.Dial,
+			Dial:    l.readyConns.Dial,
 		})
 		if err != nil {
 			return nil, err
