@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
+	"github.com/shellbox/shellbox/internal/mediatype"
 )
 
 // Content types of the files endpoints.
@@ -29,14 +28,7 @@ const (
 )
 
 // IsTar reports whether a Content-Type or Accept value asks for a tar.
-func IsTar(v string) bool {
-	for _, part := range strings.Split(v, ",") {
-		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ContentTar {
-			return true
-		}
-	}
-	return false
-}
+func IsTar(v string) bool { return mediatype.Includes(v, ContentTar) }
 
 // filesQuery is the query of a files request: the path and the caps.
 func filesQuery(p string, l files.Limits) string {

@@ -6,9 +6,9 @@
 // settings and limits. README.md in this directory is the file reference.
 //
 // The pieces, one file each: the schema and loader (schema.go, load.go,
-// nodecheck.go: file:line errors), the compiled Policy (policy.go), the
+// problems.go: file:line errors), the compiled Policy (policy.go), the
 // command analysis (command.go, wrappers.go, argvwrappers.go with opts.go,
-// runners.go, later.go; pwsh.go and pwsh_match.go map what package pwsh
+// runners.go, reevaluated.go; pwsh.go and pwsh_match.go map what package pwsh
 // reads of a PowerShell call onto it), the
 // matcher (match.go), the Engine that decides, holds asks for approval and
 // reloads the directory (engine.go), and the audit log (audit.go).

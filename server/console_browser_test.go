@@ -88,13 +88,14 @@ func startConsoleRig(t *testing.T) *consoleRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var layer *session.Layer
+	var layer *session.Service
 	srv, err := server.New(server.Config{
-		NewBackend: func(o server.Observer) (server.Backend, error) {
+		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			layer, err = session.New(session.Config{
 				Local:    session.LocalConfig{Root: filepath.Join(dir, "root"), SpillDir: filepath.Join(dir, "spill"), Cgroup: "off"},
 				Policies: engine,
-				Observer: o,
+				Notifier: n,
+				Metrics:  m,
 			})
 			return layer, err
 		},

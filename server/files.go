@@ -11,9 +11,25 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor/files"
+	"github.com/shellbox/shellbox/internal/mediatype"
+)
+
+// The media types and header of the REST file endpoints (openapi.json),
+// the server's own contract with its clients. Their values are the agent
+// protocol's (ContentTar, ...) by choice, not need: the server
+// turns them into a bool (PutFileOptions.Tar, GetFile's tar) before the
+// backend asks an agent anything, so either wire may change alone.
+const (
+	// ContentTar is a tar stream: a directory (or a file with its name and
+	// mode).
+	ContentTar = "application/x-tar"
+	// ContentBytes is a file's bytes.
+	ContentBytes = "application/octet-stream"
+	// HeaderFile carries, on a download, the files.Info of what was asked
+	// for as JSON (for a directory, Size is the total of its files).
+	HeaderFile = "Shellbox-File"
 )
 
 // FileTransfer is an optional ability of a Backend: files in and out of a
@@ -164,7 +180,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	o := PutFileOptions{Tar: agentapi.IsTar(r.Header.Get("Content-Type")), Size: r.ContentLength}
+	o := PutFileOptions{Tar: mediatype.Includes(r.Header.Get("Content-Type"), ContentTar), Size: r.ContentLength}
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
 		if err != nil || v > 0o777 {
@@ -191,7 +207,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
-	tar := agentapi.IsTar(r.Header.Get("Accept"))
+	tar := mediatype.Includes(r.Header.Get("Accept"), ContentTar)
 	info, body, err := ft.GetFile(r.Context(), tenant, id, p, tar)
 	if err != nil {
 		s.countError("files")
@@ -200,12 +216,12 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer body.Close()
 	b, _ := json.Marshal(info)
-	w.Header().Set(agentapi.HeaderFile, string(b))
+	w.Header().Set(HeaderFile, string(b))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if tar {
-		w.Header().Set("Content-Type", agentapi.ContentTar)
+		w.Header().Set("Content-Type", ContentTar)
 	} else {
-		w.Header().Set("Content-Type", agentapi.ContentBytes)
+		w.Header().Set("Content-Type", ContentBytes)
 		w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
 	}
 	w.WriteHeader(http.StatusOK)

@@ -87,7 +87,7 @@ func (b *localBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset
 	return ts, nil
 }
 
-// ReceiveNotice implements NoticeReceiver, as session.Layer does.
+// ReceiveNotice implements NoticeReceiver, as session.Service does.
 func (b *localBackend) ReceiveNotice(tenant, session string, n tools.Notice) {
 	if ts, err := b.Toolset(context.Background(), tenant); err == nil {
 		ts.Deliver(session, n)

@@ -22,9 +22,10 @@ type Config struct {
 	// Backend runs the tools. It or NewBackend is required.
 	Backend Backend
 	// NewBackend, instead of Backend, builds the backend once the server
-	// can observe it: it is handed the server's Observer (metrics, event
-	// streams), so the backend gets its observers at construction.
-	NewBackend func(Observer) (Backend, error)
+	// can observe it: it is handed the server as its Notifier (event
+	// streams) and its Metrics, so the backend gets its observers at
+	// construction.
+	NewBackend func(Notifier, Metrics) (Backend, error)
 	// Approvals, if set, serves the approvals endpoints and events; without
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
@@ -202,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 			PropagateRequestCancellation: true,
 		})
 	if cfg.NewBackend != nil {
-		b, err := cfg.NewBackend(s)
+		b, err := cfg.NewBackend(s, s)
 		if err != nil {
 			return nil, err
 		}
@@ -217,11 +218,11 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Observer is what a backend the server builds (Config.NewBackend) reports
-// to: background completion notices for the event streams, and the
-// metrics of its gates, sandbox creations and egress connections. *Server
-// implements it.
-type Observer interface {
+// Notifier is where a backend the server builds (Config.NewBackend)
+// delivers events: background completion notices for the sessions' event
+// streams, and, for the other replicas, which notices were reported and
+// which sessions' tasks they must watch. *Server implements it.
+type Notifier interface {
 	// Notify delivers a background completion notice (see Server.Notify).
 	Notify(tenant, session string, n tools.Notice)
 	// Reported says a task's end was reported to the model (see
@@ -230,6 +231,12 @@ type Observer interface {
 	// HandOver says this process, shutting down, watched tasks of the
 	// session (see Server.HandOver).
 	HandOver(tenant, session string)
+}
+
+// Metrics is what a backend the server builds (Config.NewBackend) counts
+// and times for the server's metrics: its gates' decisions, sandbox
+// creations, egress connections and leadership. *Server implements it.
+type Metrics interface {
 	// ObserveGate wraps a tenant's policy gate so its decisions are
 	// counted; nil stays nil.
 	ObserveGate(tenant string, g tools.Gate) tools.Gate
@@ -242,7 +249,10 @@ type Observer interface {
 	ObserveLeader(leading bool)
 }
 
-var _ Observer = (*Server)(nil)
+var (
+	_ Notifier = (*Server)(nil)
+	_ Metrics  = (*Server)(nil)
+)
 
 // Notify delivers a background completion notice of the tenant's session to
 // the session's event streams (SSE subscribers, MCP clients) and, through

@@ -7,7 +7,7 @@ import (
 	"github.com/shellbox/shellbox/server"
 )
 
-var _ server.TaskPeeker = (*Layer)(nil)
+var _ server.TaskPeeker = (*Service)(nil)
 
 // peeker is a task whose output can be read without moving the model's
 // bash_output cursor (executor/local's tasks).
@@ -18,7 +18,7 @@ type peeker interface {
 // PeekTask implements server.TaskPeeker for the operator console: local
 // tasks peek in process, sandboxed ones through their agent (POST
 // /v1/tasks/{id}/peek; an agent older than that answers an error).
-func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (server.TaskPeek, error) {
+func (l *Service) PeekTask(ctx context.Context, tenant, session, id string) (server.TaskPeek, error) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return server.TaskPeek{}, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
@@ -39,12 +39,12 @@ func (l *Layer) PeekTask(ctx context.Context, tenant, session, id string) (serve
 	return server.TaskPeek{Stdout: o.Stdout, Stderr: o.Stderr, Status: o.Status}, nil
 }
 
-var _ server.AllSessionsLister = (*Layer)(nil)
+var _ server.AllSessionsLister = (*Service)(nil)
 
 // AllSessions implements server.AllSessionsLister: every tenant's sessions
 // in one engine listing (an operator's console view), or, on the local
 // backend, those of the tenants this process has served.
-func (l *Layer) AllSessions(ctx context.Context) ([]server.SessionInfo, error) {
+func (l *Service) AllSessions(ctx context.Context) ([]server.SessionInfo, error) {
 	if l.manager == nil {
 		l.mu.Lock()
 		names := make([]string, 0, len(l.tenants))

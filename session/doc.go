@@ -2,7 +2,7 @@
 // server (or the CLI) and the runtimes, in one place, whichever runtime
 // runs the sandboxes.
 //
-// A Layer keeps, per tenant, an executor and a tools.Toolset: host
+// A Service keeps, per tenant, an executor and a tools.Toolset: host
 // processes for the local backend (Config.Runtime nil, unsandboxed, for
 // development), else a sandboxed executor over one sandbox.Manager shared
 // by every tenant, on any sandbox.Runtime (Docker, containerd), handed its
@@ -29,12 +29,12 @@
 //     replicas of a release, only the one holding its Lease
 //     (kube's Elector), and only while it holds it.
 //
-// The Layer implements server.Backend. Its observers (completion notices,
+// The Service implements server.Backend. Its observers (completion notices,
 // gate and sandbox metrics, egress counts) are given at construction
-// (Config.Observer); nothing is assigned afterwards. cmd/ only parses flags
+// (Config.Notifier, Config.Metrics); nothing is assigned afterwards. cmd/ only parses flags
 // and configuration, opens the runtime and constructs.
 //
-// Contexts: a Layer's background work (re-watching, reaping, pools) runs
+// Contexts: a Service's background work (re-watching, reaping, pools) runs
 // under the context given to Start, reaping and pools under the leader's
 // context within it, until that ends or Close, which waits for them (so a
 // Lease is released before the process exits); relays under their

@@ -62,7 +62,7 @@ func (e EgressConfig) Validate() error { return e.compile() }
 //   - Any other goes where the tenant's current policy allows (looked up per
 //     connection, so a reload applies at once): to an address the allowlist
 //     names, or to a name whose addresses are outside Blocked.
-func (l *Layer) egressRelay() func(context.Context, sandbox.Sandbox, func(string) (context.Context, bool)) {
+func (l *Service) egressRelay() func(context.Context, sandbox.Sandbox, func(string) (context.Context, bool)) {
 	return func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
 		log := l.log.With("tenant", sb.Tenant, "session", sb.Session)
 		cfg := egress.RelayConfig{
@@ -71,7 +71,7 @@ func (l *Layer) egressRelay() func(context.Context, sandbox.Sandbox, func(string
 			Check:      egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted),
 			Logger:     log,
 		}
-		if o := l.cfg.Observer; o != nil {
+		if o := l.cfg.Metrics; o != nil {
 			cfg.Observe = func(_ string, out egress.Outcome) { o.ObserveEgress(sb.Tenant, string(out)) }
 		}
 		r, err := egress.NewRelay(cfg)
@@ -93,7 +93,7 @@ func (l *Layer) egressRelay() func(context.Context, sandbox.Sandbox, func(string
 // checkEgress decides a connection of a tenant's sandbox by the tenant's
 // current policy; without policies nothing is allowed (such sandboxes have
 // no proxy anyway).
-func (l *Layer) checkEgress(tenant, target string) error {
+func (l *Service) checkEgress(tenant, target string) error {
 	if l.cfg.Policies == nil {
 		return fmt.Errorf("shellbox: egress to %s is not allowed: the server has no policies (policies.dir)", target)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
-var _ server.FileTransfer = (*Layer)(nil)
+var _ server.FileTransfer = (*Service)(nil)
 
 // fileTarget is where a session's transfers go: the agent of its sandbox,
 // or the local backend's root in process; and the tenant's policy.
@@ -26,7 +26,7 @@ type fileTarget struct {
 
 // fileTarget finds (creating the sandbox, as a call would) where the
 // session's files are.
-func (l *Layer) fileTarget(ctx context.Context, tenant, session string) (fileTarget, error) {
+func (l *Service) fileTarget(ctx context.Context, tenant, session string) (fileTarget, error) {
 	if err := executor.ValidSession(session); err != nil {
 		return fileTarget{}, server.Errorf(server.ErrInvalid, "%v", err)
 	}
@@ -59,7 +59,7 @@ func (l *Layer) fileTarget(ctx context.Context, tenant, session string) (fileTar
 
 // decide applies the policy's files rules to the path as the session sees
 // it, and audits: every write, and every denied read.
-func (l *Layer) decide(ft fileTarget, tenant, session, p string, write bool) error {
+func (l *Service) decide(ft fileTarget, tenant, session, p string, write bool) error {
 	if ft.pol == nil {
 		return nil
 	}
@@ -79,7 +79,7 @@ func (l *Layer) decide(ft fileTarget, tenant, session, p string, write bool) err
 }
 
 // PutFile implements server.FileTransfer.
-func (l *Layer) PutFile(ctx context.Context, tenant, session, p string, body io.Reader, o server.PutFileOptions) (files.Written, error) {
+func (l *Service) PutFile(ctx context.Context, tenant, session, p string, body io.Reader, o server.PutFileOptions) (files.Written, error) {
 	ft, err := l.fileTarget(ctx, tenant, session)
 	if err != nil {
 		return files.Written{}, err
@@ -103,7 +103,7 @@ func (l *Layer) PutFile(ctx context.Context, tenant, session, p string, body io.
 }
 
 // GetFile implements server.FileTransfer.
-func (l *Layer) GetFile(ctx context.Context, tenant, session, p string, tar bool) (files.Info, io.ReadCloser, error) {
+func (l *Service) GetFile(ctx context.Context, tenant, session, p string, tar bool) (files.Info, io.ReadCloser, error) {
 	ft, err := l.fileTarget(ctx, tenant, session)
 	if err != nil {
 		return files.Info{}, nil, err
@@ -120,7 +120,7 @@ func (l *Layer) GetFile(ctx context.Context, tenant, session, p string, tar bool
 
 // StatFile implements server.FileTransfer. It is a read: the read rules
 // decide it.
-func (l *Layer) StatFile(ctx context.Context, tenant, session, p string) (files.Info, error) {
+func (l *Service) StatFile(ctx context.Context, tenant, session, p string) (files.Info, error) {
 	ft, err := l.fileTarget(ctx, tenant, session)
 	if err != nil {
 		return files.Info{}, err

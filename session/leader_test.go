@@ -12,7 +12,7 @@ import (
 	"github.com/shellbox/shellbox/server"
 )
 
-// leaderObserver records what the Layer says of its leadership.
+// leaderObserver records what the Service says of its leadership.
 type leaderObserver struct {
 	nopObserver
 	mu   sync.Mutex
@@ -34,7 +34,7 @@ func (o *leaderObserver) changes() []bool {
 // term is one leadership granted by a fakeLeader.
 type term struct {
 	ctx context.Context
-	// done is closed when the Layer's lead has returned.
+	// done is closed when the Service's lead has returned.
 	done chan struct{}
 }
 
@@ -62,10 +62,10 @@ func (f *fakeLeader) Run(ctx context.Context, lead func(context.Context)) {
 	}
 }
 
-// leaderLayer is a Layer over the in-memory runtime whose tenant acme has
+// leaderLayer is a Service over the in-memory runtime whose tenant acme has
 // a warm pool of 2 and an idle TTL of 1ms (reaped at the next reap, every
 // second), started with leader (nil: none).
-func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Layer, *sandboxtest.Fake) {
+func leaderLayer(t *testing.T, leader Leader, obs server.Metrics) (*Service, *sandboxtest.Fake) {
 	t.Helper()
 	e, _ := acmePolicy(t, "sandbox:\n  pool: {size: 2}\nlimits:\n  idleTTL: 1ms\n")
 	claims, err := sandbox.NewDirClaims(t.TempDir())
@@ -73,8 +73,8 @@ func leaderLayer(t *testing.T, leader Leader, obs server.Observer) (*Layer, *san
 		t.Fatal(err)
 	}
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e, Claims: claims,
-		PoolInterval: 10 * time.Millisecond, IdleTTL: time.Millisecond, Leader: leader, Observer: obs,
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e, Claims: claims,
+		PoolInterval: 10 * time.Millisecond, IdleTTL: time.Millisecond, Leader: leader, Metrics: obs,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -93,14 +93,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func poolReady(l *Layer, n int) func() bool {
+func poolReady(l *Service, n int) func() bool {
 	return func() bool {
 		ps := l.manager.Pools()
 		return len(ps) == 1 && ps[0].Ready == n && ps[0].Creating == 0
 	}
 }
 
-func noSessions(t *testing.T, l *Layer) func() bool {
+func noSessions(t *testing.T, l *Service) func() bool {
 	return func() bool {
 		list, err := l.Sessions(context.Background(), "acme")
 		if err != nil {
@@ -110,7 +110,7 @@ func noSessions(t *testing.T, l *Layer) func() bool {
 	}
 }
 
-// Without a Leader (one host) the Layer reaps idle sandboxes and keeps the
+// Without a Leader (one host) the Service reaps idle sandboxes and keeps the
 // warm pools from Start on, as it always did.
 func TestLoopsWithoutLeader(t *testing.T) {
 	obs := &leaderObserver{}

@@ -20,9 +20,9 @@ func poolPolicy(data, memory string) string {
 	return fmt.Sprintf("sandbox:\n  memory: %s\n  pool: {size: 2}\n  mounts:\n    - {source: %s, target: /data}\nlimits:\n  sessions: 2\n", memory, data)
 }
 
-// waitPool waits until the Layer keeps one pool, with 2 ready, other than
+// waitPool waits until the Service keeps one pool, with 2 ready, other than
 // not, and returns its hash.
-func waitPool(t *testing.T, l *Layer, not string) string {
+func waitPool(t *testing.T, l *Service, not string) string {
 	t.Helper()
 	for {
 		if ps := l.manager.Pools(); len(ps) == 1 && ps[0].Ready == 2 && ps[0].Creating == 0 && ps[0].Hash != not {
@@ -57,7 +57,7 @@ func TestWarmPoolFromPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e, Claims: claims, PoolInterval: 10 * time.Millisecond,
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e, Claims: claims, PoolInterval: 10 * time.Millisecond,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -19,12 +19,12 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// Config configures a Layer.
+// Config configures a Service.
 type Config struct {
 	// Runtime runs each session's sandbox. Nil: the local backend, whose
 	// commands run as host processes, unsandboxed (Local).
 	Runtime sandbox.Runtime
-	// Owner labels the sandboxes this Layer creates: it adopts and reaps
+	// Owner labels the sandboxes this Service creates: it adopts and reaps
 	// only its own. Required with a Runtime.
 	Owner string
 	// Ready, if set, replaces the wait for a new sandbox's agent
@@ -74,8 +74,12 @@ type Config struct {
 	// server).
 	Leader Leader
 
-	// Observer hears notices and metrics (the server); nil hears nothing.
-	Observer server.Observer
+	// Notifier hears completion notices (the server's event streams); nil
+	// hears nothing.
+	Notifier server.Notifier
+	// Metrics counts gate decisions, sandbox creations, egress and
+	// leadership (the server's metrics); nil counts nothing.
+	Metrics server.Metrics
 	// Logger (default: discard).
 	Logger *slog.Logger
 }
@@ -106,8 +110,10 @@ type Admission struct {
 	CreateQueueWait time.Duration
 }
 
-// Layer is the session layer: it implements server.Backend.
-type Layer struct {
+// Service is the session layer, the server.Backend a server calls: it
+// holds, per tenant, an executor and a tools.Toolset, and decides each
+// session's sandbox settings and the tenant's quotas.
+type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	manager *sandbox.Manager // nil: local
@@ -124,10 +130,10 @@ type Layer struct {
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
-	// handoff passes a new sandbox's agent connection from the Manager's
+	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
-	handoff *sandboxconn.Handoff
+	readyConns *sandboxconn.ReadyConns
 }
 
 type tenant struct {
@@ -143,13 +149,13 @@ type tenant struct {
 }
 
 var (
-	_ server.Backend        = (*Layer)(nil)
-	_ server.NoticeReceiver = (*Layer)(nil)
+	_ server.Backend        = (*Service)(nil)
+	_ server.NoticeReceiver = (*Service)(nil)
 )
 
-// New checks cfg and returns a Layer. It does not touch the engine: a
+// New checks cfg and returns a Service. It does not touch the engine: a
 // server calls Start before serving.
-func New(cfg Config) (*Layer, error) {
+func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -159,20 +165,20 @@ func New(cfg Config) (*Layer, error) {
 	if err := cfg.Egress.compile(); err != nil {
 		return nil, fmt.Errorf("session: egress: %w", err)
 	}
-	l := &Layer{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{}}
+	l := &Service{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{}}
 	if cfg.Runtime == nil {
 		return l, nil
 	}
 	rt := cfg.Runtime
-	if cfg.Observer != nil {
-		rt = timedRuntime{Runtime: rt, observe: cfg.Observer.ObserveSandboxCreate}
+	if cfg.Metrics != nil {
+		rt = timedRuntime{Runtime: rt, observe: cfg.Metrics.ObserveSandboxCreate}
 	}
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
-	l.handoff = sandboxconn.NewHandoff()
-	ready, prepare := cfg.Ready, l.handoff.WarmUp
+	l.readyConns = sandboxconn.NewReadyConns()
+	ready, prepare := cfg.Ready, l.readyConns.WarmUp
 	if ready == nil {
-		ready = l.handoff.Ready
+		ready = l.readyConns.Ready
 	} else {
 		prepare = nil // sandboxes without an agent
 	}
@@ -196,7 +202,7 @@ func New(cfg Config) (*Layer, error) {
 }
 
 // Sandboxed reports whether sessions run in sandboxes.
-func (l *Layer) Sandboxed() bool { return l.manager != nil }
+func (l *Service) Sandboxed() bool { return l.manager != nil }
 
 // Leader elects, among the processes sharing the sandboxes (replicas of
 // one release), the one that reaps idle sandboxes and keeps the warm pools.
@@ -216,7 +222,7 @@ type Leader interface {
 // the warm pools while this process leads (Config.Leader; always without
 // one). A server calls it once, before serving; a one-shot call does not
 // (it must not sweep what a running server is creating).
-func (l *Layer) Start(ctx context.Context) {
+func (l *Service) Start(ctx context.Context) {
 	if l.manager == nil {
 		return
 	}
@@ -244,7 +250,7 @@ func (l *Layer) Start(ctx context.Context) {
 // lead reaps idle sandboxes and keeps the warm pools until ctx ends, and
 // returns when both loops have: a replica that loses its leadership does
 // nothing more of either once lead has returned.
-func (l *Layer) lead(ctx context.Context) {
+func (l *Service) lead(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -261,9 +267,9 @@ func (l *Layer) lead(ctx context.Context) {
 	l.log.Info("stopped reaping idle sandboxes and keeping warm pools")
 }
 
-func (l *Layer) observeLeader(leading bool) {
-	if l.cfg.Observer != nil {
-		l.cfg.Observer.ObserveLeader(leading)
+func (l *Service) observeLeader(leading bool) {
+	if l.cfg.Metrics != nil {
+		l.cfg.Metrics.ObserveLeader(leading)
 	}
 }
 
@@ -271,7 +277,7 @@ func (l *Layer) observeLeader(leading bool) {
 // ends, and drains the pools no policy wants any more. Start runs it while
 // this process leads (Config.Leader). Without policies or Claims it drains
 // what Adopt found and returns.
-func (l *Layer) KeepPools(ctx context.Context) {
+func (l *Service) KeepPools(ctx context.Context) {
 	if l.manager == nil {
 		return
 	}
@@ -292,7 +298,7 @@ func (l *Layer) KeepPools(ctx context.Context) {
 // policy file of its own and a sandbox.pool.size, that many sandboxes made
 // as a session of the tenant with no options gets its own (so such a
 // session's Spec has the pool's template hash and claims one).
-func (l *Layer) PoolTargets() []sandbox.PoolTarget {
+func (l *Service) PoolTargets() []sandbox.PoolTarget {
 	if l.cfg.Policies == nil || l.manager == nil {
 		return nil
 	}
@@ -316,7 +322,7 @@ func (l *Layer) PoolTargets() []sandbox.PoolTarget {
 }
 
 // idleTTL is a tenant's idle TTL: its policy's, else Config.IdleTTL.
-func (l *Layer) idleTTL(tenant string) time.Duration {
+func (l *Service) idleTTL(tenant string) time.Duration {
 	if l.cfg.Policies != nil {
 		if p, err := l.cfg.Policies.Policy(tenant); err == nil {
 			return p.IdleTTL
@@ -341,7 +347,7 @@ func reapInterval(ttl time.Duration, policies bool) time.Duration {
 
 // rewatch asks the agents of adopted sandboxes for their running background
 // tasks and watches them as if this process had started them.
-func (l *Layer) rewatch(ctx context.Context, adopted []sandbox.Sandbox) {
+func (l *Service) rewatch(ctx context.Context, adopted []sandbox.Sandbox) {
 	for _, sb := range adopted {
 		tb, err := l.tenant(sb.Tenant)
 		if err != nil {
@@ -368,7 +374,7 @@ func (l *Layer) rewatch(ctx context.Context, adopted []sandbox.Sandbox) {
 
 // tenant returns the tenant's executor and Toolset, creating them on first
 // use.
-func (l *Layer) tenant(name string) (*tenant, error) {
+func (l *Service) tenant(name string) (*tenant, error) {
 	if err := sandbox.CheckID("tenant", name); err != nil {
 		return nil, err
 	}
@@ -405,7 +411,7 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 			Spec:    func(session string) (sandbox.Spec, error) { return l.spec(context.Background(), name, session) },
 			Limits:  limits,
 			Egress:  l.egressRelay(),
-			Dial:    l.handoff.Dial,
+			Dial:    l.readyConns.Dial,
 		})
 		if err != nil {
 			return nil, err
@@ -417,8 +423,8 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 	var gate tools.Gate
 	if l.cfg.Policies != nil {
 		gate = l.cfg.Policies
-		if l.cfg.Observer != nil {
-			gate = l.cfg.Observer.ObserveGate(name, gate)
+		if l.cfg.Metrics != nil {
+			gate = l.cfg.Metrics.ObserveGate(name, gate)
 		}
 	}
 	ts, err := tools.New(tb.exec, tools.Config{
@@ -427,13 +433,13 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 		Facts:                  l.cfg.Facts,
 		Gate:                   gate,
 		OnNotice: func(session string, n tools.Notice) {
-			if l.cfg.Observer != nil {
-				l.cfg.Observer.Notify(name, session, n)
+			if l.cfg.Notifier != nil {
+				l.cfg.Notifier.Notify(name, session, n)
 			}
 		},
 		OnReported: func(session, id string) {
-			if l.cfg.Observer != nil {
-				l.cfg.Observer.Reported(name, session, id)
+			if l.cfg.Notifier != nil {
+				l.cfg.Notifier.Reported(name, session, id)
 			}
 		},
 	})
@@ -448,7 +454,7 @@ func (l *Layer) tenant(name string) (*tenant, error) {
 
 // localExecutor is the local backend's executor of a tenant, its root and
 // its home.
-func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Executor, string, string, error) {
+func (l *Service) localExecutor(name string, limits executor.Limits) (*local.Executor, string, string, error) {
 	lc := l.cfg.Local
 	root := lc.Root
 	if root == "" {
@@ -484,7 +490,7 @@ func (l *Layer) localExecutor(name string, limits executor.Limits) (*local.Execu
 }
 
 // Toolset implements server.Backend.
-func (l *Layer) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {
+func (l *Service) Toolset(_ context.Context, tenant string) (*tools.Toolset, error) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return nil, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
@@ -495,7 +501,7 @@ func (l *Layer) Toolset(_ context.Context, tenant string) (*tools.Toolset, error
 // ReceiveNotice implements server.NoticeReceiver: a completion notice
 // another replica watched is queued for the session's next tool result
 // here (tools.Toolset.Deliver drops a copy of one this process has).
-func (l *Layer) ReceiveNotice(tenant, session string, n tools.Notice) {
+func (l *Service) ReceiveNotice(tenant, session string, n tools.Notice) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return
@@ -505,7 +511,7 @@ func (l *Layer) ReceiveNotice(tenant, session string, n tools.Notice) {
 
 // ForgetNotice implements server.NoticeReceiver: another replica reported
 // the task's end to the model.
-func (l *Layer) ForgetNotice(tenant, session, taskID string) {
+func (l *Service) ForgetNotice(tenant, session, taskID string) {
 	if tb, err := l.tenant(tenant); err == nil {
 		tb.tools.Forget(session, taskID)
 	}
@@ -514,7 +520,7 @@ func (l *Layer) ForgetNotice(tenant, session, taskID string) {
 // WatchTasks implements server.NoticeReceiver: another replica, shutting
 // down, watched the session's background tasks; this process watches
 // them from now on (in the background, until it closes).
-func (l *Layer) WatchTasks(tenant, session string) {
+func (l *Service) WatchTasks(tenant, session string) {
 	if l.manager == nil {
 		return
 	}
@@ -542,7 +548,7 @@ func (l *Layer) WatchTasks(tenant, session string) {
 // does not load is a warning (Warnings), not unreadiness: its tenant keeps
 // its last good policy, and every replica reads the same files, so failing
 // readiness would take the whole service down for one tenant's typo.
-func (l *Layer) Ready(ctx context.Context) error {
+func (l *Service) Ready(ctx context.Context) error {
 	if p, ok := l.cfg.Runtime.(sandbox.Pinger); ok {
 		if err := p.Ping(ctx); err != nil {
 			return fmt.Errorf("sandbox engine: %w", err)
@@ -553,7 +559,7 @@ func (l *Layer) Ready(ctx context.Context) error {
 
 // Warnings implements server.Warner: the policy files that do not load as
 // they are (policies.Engine.Problems).
-func (l *Layer) Warnings() []string {
+func (l *Service) Warnings() []string {
 	if l.cfg.Policies == nil {
 		return nil
 	}
@@ -567,7 +573,7 @@ func (l *Layer) Warnings() []string {
 // connections for sandboxes (sandboxes and their tasks keep running, for
 // the next process), the tasks themselves for the local backend. It does
 // not close the Runtime, which the caller owns.
-func (l *Layer) Close(ctx context.Context) error {
+func (l *Service) Close(ctx context.Context) error {
 	var errs []error
 	l.mu.Lock()
 	stop := l.stopLead
@@ -590,9 +596,9 @@ func (l *Layer) Close(ctx context.Context) error {
 	for name, tb := range l.tenants {
 		// The other replicas watch what this process watched, so the
 		// tasks' ends still have notices once it is gone.
-		if l.cfg.Observer != nil {
+		if l.cfg.Notifier != nil {
 			for _, session := range tb.tools.Watched() {
-				l.cfg.Observer.HandOver(name, session)
+				l.cfg.Notifier.HandOver(name, session)
 			}
 		}
 		tb.tools.Close()

@@ -18,12 +18,12 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// newFakeLayer is a Layer over the in-memory runtime: sandboxes are
+// newFakeLayer is a Service over the in-memory runtime: sandboxes are
 // records, so everything but running commands can be tested.
-func newFakeLayer(t *testing.T, pol *policies.Engine, choices map[string]Choices) (*Layer, *sandboxtest.Fake) {
+func newFakeLayer(t *testing.T, pol *policies.Engine, choices map[string]Choices) (*Service, *sandboxtest.Fake) {
 	t.Helper()
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Choices: choices, Policies: pol,
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Choices: choices, Policies: pol,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestDeleteSessionRemovesTheWorkspace(t *testing.T) {
 	})
 	t.Run("observed", func(t *testing.T) {
 		f := sandboxtest.NewFake()
-		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Observer: nopObserver{},
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Notifier: nopObserver{}, Metrics: nopObserver{},
 			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +127,7 @@ func (nopObserver) ObserveLeader(bool)                            {}
 func (nopObserver) Reported(string, string, string)               {}
 func (nopObserver) HandOver(string, string)                       {}
 
-func deleteRemovesWorkspace(t *testing.T, l *Layer, f *sandboxtest.Fake) {
+func deleteRemovesWorkspace(t *testing.T, l *Service, f *sandboxtest.Fake) {
 	ctx := context.Background()
 	for _, s := range []string{"a", "gone"} {
 		if _, err := l.CreateSession(ctx, "acme", s, server.SessionOptions{}); err != nil {
@@ -193,7 +193,7 @@ limits:
 
 func TestUnavailableAndLocal(t *testing.T) {
 	f := sandboxtest.NewFake()
-	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img"),
+	l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img"),
 		Unavailable: errors.New("the shellbox-agent binary was not found")})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +279,7 @@ func (r *listingRuntime) Get(ctx context.Context, tenant, session string) (sandb
 func TestSpecListsWhileReading(t *testing.T) {
 	e, _ := acmePolicy(t, "version: 1\ndefault: allow\nlimits:\n  sessions: 4\n")
 	rt := &listingRuntime{Fake: sandboxtest.NewFake(), session: "s1", listed: make(chan struct{})}
-	l, err := New(Config{Runtime: rt, Owner: "srv", Defaults: DefaultDefaults("img:default"), Policies: e,
+	l, err := New(Config{Runtime: rt, Owner: "srv", Defaults: DefaultsFor("img:default"), Policies: e,
 		Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // Sessions implements server.Backend: the tenant's sessions as the engine
 // has them (those of every process of this owner), or, on the local
 // backend, those this process served.
-func (l *Layer) Sessions(ctx context.Context, tenant string) ([]server.SessionInfo, error) {
+func (l *Service) Sessions(ctx context.Context, tenant string) ([]server.SessionInfo, error) {
 	if l.manager == nil {
 		tb, err := l.tenant(tenant)
 		if err != nil {
@@ -42,7 +42,7 @@ func (l *Layer) Sessions(ctx context.Context, tenant string) ([]server.SessionIn
 
 // Sandboxes lists this owner's sandboxes on the engine, all tenants, in
 // any state, by tenant and session.
-func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
+func (l *Service) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
 	if l.manager == nil {
 		return nil, nil
 	}
@@ -60,7 +60,7 @@ func (l *Layer) Sandboxes(ctx context.Context) ([]sandbox.Sandbox, error) {
 }
 
 // CreateSession implements server.Backend.
-func (l *Layer) CreateSession(ctx context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
+func (l *Service) CreateSession(ctx context.Context, tenant, session string, opts server.SessionOptions) (server.SessionInfo, error) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return server.SessionInfo{}, err
@@ -96,7 +96,7 @@ func (l *Layer) CreateSession(ctx context.Context, tenant, session string, opts 
 }
 
 // DeleteSession implements server.Backend.
-func (l *Layer) DeleteSession(ctx context.Context, tenant, session string) error {
+func (l *Service) DeleteSession(ctx context.Context, tenant, session string) error {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return err
@@ -136,7 +136,7 @@ func sessionInfo(sb sandbox.Sandbox) server.SessionInfo {
 // AgentLog returns the recent log of the agent in the session's sandbox
 // (`shellbox sessions logs`): which command's tree it signalled, and why.
 // It creates nothing.
-func (l *Layer) AgentLog(ctx context.Context, tenant, session string) (string, error) {
+func (l *Service) AgentLog(ctx context.Context, tenant, session string) (string, error) {
 	tb, err := l.tenant(tenant)
 	if err != nil {
 		return "", err

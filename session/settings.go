@@ -25,8 +25,8 @@ type Defaults struct {
 	Labels map[string]string
 }
 
-// DefaultDefaults are sandbox.DefaultSpec's settings with image.
-func DefaultDefaults(image string) Defaults {
+// DefaultsFor is the Defaults of sandbox.DefaultSpec with image.
+func DefaultsFor(image string) Defaults {
 	d := sandbox.DefaultSpec("t", "s")
 	return Defaults{Image: image, Runtime: d.Runtime, Resources: d.Resources}
 }
@@ -50,7 +50,7 @@ var errNoMountAllowlist = server.Errorf(server.ErrNotAllowed,
 // The tenant's sandboxes (for the session quota) are listed while the
 // session's settings are read, not after: a new session's first call
 // needs both, and on Kubernetes each is API round trips.
-func (l *Layer) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {
+func (l *Service) spec(ctx context.Context, tenant, session string) (sandbox.Spec, error) {
 	if err := l.specUsable(session); err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -72,7 +72,7 @@ type sandboxList func() ([]sandbox.Sandbox, error)
 
 // listAhead starts listing the Manager's sandboxes under ctx and returns
 // the wait for that list.
-func (l *Layer) listAhead(ctx context.Context) sandboxList {
+func (l *Service) listAhead(ctx context.Context) sandboxList {
 	type listed struct {
 		list []sandbox.Sandbox
 		err  error
@@ -90,7 +90,7 @@ func (l *Layer) listAhead(ctx context.Context) sandboxList {
 	}
 }
 
-func (l *Layer) specUsable(session string) error {
+func (l *Service) specUsable(session string) error {
 	if l.cfg.Unavailable != nil {
 		return server.Errorf(server.ErrUnavailable, "%v", l.cfg.Unavailable)
 	}
@@ -101,13 +101,13 @@ func (l *Layer) specUsable(session string) error {
 }
 
 // specWith is spec with the session's options o.
-func (l *Layer) specWith(ctx context.Context, tenant, session string, o server.SessionOptions) (sandbox.Spec, error) {
+func (l *Service) specWith(ctx context.Context, tenant, session string, o server.SessionOptions) (sandbox.Spec, error) {
 	return l.specListed(ctx, tenant, session, o, nil)
 }
 
 // specListed is specWith with the Manager's sandboxes listed by list (nil:
 // listed when the quota is checked).
-func (l *Layer) specListed(ctx context.Context, tenant, session string, o server.SessionOptions, list sandboxList) (sandbox.Spec, error) {
+func (l *Service) specListed(ctx context.Context, tenant, session string, o server.SessionOptions, list sandboxList) (sandbox.Spec, error) {
 	if err := l.specUsable(session); err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -153,7 +153,7 @@ func (l *Layer) specListed(ctx context.Context, tenant, session string, o server
 // created anew there, is made as it asked there. Without a sandbox, or
 // one made before records were kept, this process's own record answers.
 // A session that asked for nothing has none.
-func (l *Layer) settings(ctx context.Context, tenant, session string) (server.SessionOptions, error) {
+func (l *Service) settings(ctx context.Context, tenant, session string) (server.SessionOptions, error) {
 	sb, err := l.manager.Inspect(ctx, tenant, session)
 	switch {
 	case err == nil && sb.Settings != "":
@@ -201,7 +201,7 @@ func checkChoices(pol *policies.Policy, o server.SessionOptions, defImage string
 // policySpec is the spec of a session of a tenant with a policy, created
 // with options o, over the defaults; the session quota is not checked
 // here. A warm pool's template is one with no options (PoolTargets).
-func (l *Layer) policySpec(tenant, session string, o server.SessionOptions, pol *policies.Policy) (sandbox.Spec, error) {
+func (l *Service) policySpec(tenant, session string, o server.SessionOptions, pol *policies.Policy) (sandbox.Spec, error) {
 	d := l.cfg.Defaults
 	if err := checkChoices(pol, o, d.Image); err != nil {
 		return sandbox.Spec{}, err

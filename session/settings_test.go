@@ -46,8 +46,8 @@ func TestSettingsFromTheSandbox(t *testing.T) {
 	ctx := context.Background()
 	choices := map[string]Choices{"acme": {Images: []string{"img:a", "img:b"}, Runtimes: []string{"runc", "runsc"}}}
 	f := sandboxtest.NewFake()
-	replica := func() *Layer {
-		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultDefaults("img:default"), Choices: choices,
+	replica := func() *Service {
+		l, err := New(Config{Runtime: f, Owner: "srv", Defaults: DefaultsFor("img:default"), Choices: choices,
 			Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
 		if err != nil {
 			t.Fatal(err)

@@ -158,7 +158,7 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 	}
 	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	watch := newCreationWatch()
-	l, closeRuntime, err := buildLayer(cfg, pol, nil, log, true, watch)
+	l, closeRuntime, err := buildLayer(cfg, pol, nil, nil, log, true, watch)
 	if err != nil {
 		return nil, nil, nil, err
 	}

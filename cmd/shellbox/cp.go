@@ -73,7 +73,7 @@ the configured backend (--backend) like "shellbox call".`,
 
 // layerTransfer is the configured backend's session layer as a transfer.
 type layerTransfer struct {
-	l      *session.Layer
+	l      *session.Service
 	tenant string
 }
 

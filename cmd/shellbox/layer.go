@@ -14,20 +14,20 @@ import (
 
 // newLayer constructs the session layer of cfg: the runtime of cfg.Backend
 // (none for local), the agent binary, the sandbox defaults and the tenants'
-// choices. pol (may be nil) decides calls; obs (may be nil) hears notices
-// and metrics. The caller closes the layer, then closeRuntime.
-func newLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger) (l *session.Layer, closeRuntime func() error, err error) {
-	return buildLayer(cfg, pol, obs, log, false, nil)
+// choices. pol (may be nil) decides calls; n and m (may be nil) hear
+// notices and count metrics. The caller closes the layer, then closeRuntime.
+func newLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, log *slog.Logger) (l *session.Service, closeRuntime func() error, err error) {
+	return buildLayer(cfg, pol, n, m, log, false, nil)
 }
 
 // newLayerShared is newLayer for a one-shot call: the local backend runs in
 // local.root itself (not a directory per tenant).
-func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (*session.Layer, func() error, error) {
-	return buildLayer(cfg, pol, nil, log, true, nil)
+func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (*session.Service, func() error, error) {
+	return buildLayer(cfg, pol, nil, nil, log, true, nil)
 }
 
 // watch (may be nil) hears the runtime create sandboxes.
-func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Layer, closeRuntime func() error, err error) {
+func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Service, closeRuntime func() error, err error) {
 	sc := session.Config{
 		Owner:                  cfg.Owner(),
 		Defaults:               cfg.Sandbox.Defaults(),
@@ -39,7 +39,8 @@ func buildLayer(cfg config.Config, pol *policies.Engine, obs server.Observer, lo
 		DisableRunInBackground: !cfg.EnableRunInBackground,
 		Egress:                 egressConfig(cfg.Egress),
 		IdleTTL:                cfg.Server.IdleTTL,
-		Observer:               obs,
+		Notifier:               n,
+		Metrics:                m,
 		Logger:                 log,
 	}
 	for name, t := range cfg.Server.Tenants {

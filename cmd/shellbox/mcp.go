@@ -33,13 +33,13 @@ process is the tenant. Logs go to stderr as JSON.`,
 			}
 			defer closePolicies()
 			var (
-				b            *session.Layer
+				b            *session.Service
 				closeRuntime func() error
 			)
 			srv, err := server.New(server.Config{
-				NewBackend: func(o server.Observer) (server.Backend, error) {
+				NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 					var err error
-					b, closeRuntime, err = newLayer(cfg, pol, o, log)
+					b, closeRuntime, err = newLayer(cfg, pol, n, m, log)
 					return b, err
 				},
 				Logger: log, Version: versionString(),

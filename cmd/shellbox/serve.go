@@ -94,13 +94,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		tenants[name] = t.TenantConfig
 	}
 	var (
-		b            *session.Layer
+		b            *session.Service
 		closeRuntime func() error
 	)
 	srv, err := server.New(server.Config{
-		NewBackend: func(o server.Observer) (server.Backend, error) {
+		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
-			b, closeRuntime, err = newLayer(cfg, pol, o, log)
+			b, closeRuntime, err = newLayer(cfg, pol, n, m, log)
 			return b, err
 		},
 		Approvals:         approvals,

@@ -28,7 +28,7 @@ import (
 // testServe starts serve's own session layer (the wiring `shellbox serve`
 // uses) behind a test server, on a test engine and directories, or on the
 // local executor.
-func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
+func testServe(t testing.TB, kind string) (*session.Service, *servertest.Server) {
 	t.Helper()
 	cfg, err := config.Defaults()
 	if err != nil {
@@ -46,13 +46,13 @@ func testServe(t testing.TB, kind string) (*session.Layer, *servertest.Server) {
 		cfg.Sandbox.PidsLimit = 256
 	}
 	var (
-		l            *session.Layer
+		l            *session.Service
 		closeRuntime func() error
 	)
 	s := servertest.Start(t, nil, func(c *server.Config) {
-		c.NewBackend = func(o server.Observer) (server.Backend, error) {
+		c.NewBackend = func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
-			l, closeRuntime, err = newLayer(cfg, nil, o, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			l, closeRuntime, err = newLayer(cfg, nil, n, m, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			return l, err
 		}
 	})

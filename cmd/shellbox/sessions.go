@@ -129,7 +129,7 @@ func newSessionsCmd() *cobra.Command {
 // sessionsLayer is the session layer of the configured sandboxed backend
 // (docker when the configuration says local), for the tenant of the flags.
 type sessionsLayer struct {
-	*session.Layer
+	*session.Service
 	tenant string
 	close  func()
 }
@@ -144,7 +144,7 @@ func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 		// The local backend keeps no sessions: the engine's are meant.
 		cfg.Backend = "docker"
 	}
-	l, closeRuntime, err := newLayer(cfg, nil, nil, nil)
+	l, closeRuntime, err := newLayer(cfg, nil, nil, nil, nil)
 	if err != nil {
 		return sessionsLayer{}, err
 	}

@@ -76,7 +76,7 @@ func (r *poolRig) start(t testing.TB) {
 	t.Helper()
 	// Wired as the server wires them (session.New): the readiness check's
 	// agent connection is handed to the executor.
-	h := sandboxconn.NewHandoff()
+	h := sandboxconn.NewReadyConns()
 	m, err := sandbox.NewManager(sandbox.Config{Runtime: r.rt, Owner: r.owner, Ready: h.Ready, Claims: r.claims,
 		Prepare: h.WarmUp})
 	if err != nil {

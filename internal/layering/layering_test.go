@@ -68,11 +68,12 @@ var layers = []layer{
 			"deploy/...", "docs", "internal/layering"}},
 	{name: "cmd", doc: "the CLI and server binary: wiring only; config/ owns every setting", side: "host",
 		pkgs: []string{"cmd/shellbox", "config"}, beside: []string{"cmd/shellbox config"}},
-	{name: "client", doc: "the REST/MCP client of a shellbox server", side: "host", pkgs: []string{"server/client"}},
+	{name: "client", doc: "the REST/MCP client of a shellbox server", side: "host", pkgs: []string{"server/client"},
+		forbid: []string{"agentapi/..."}},
 	{name: "session", doc: "per-tenant executors, the spec builder, the one owner of a session's connection; implements server.Backend", side: "host",
 		pkgs: []string{"session", "session/sandboxconn"}, beside: []string{"session session/sandboxconn"}},
 	{name: "server", doc: "auth → tenant, MCP + REST + events + metrics, the console; calls the session layer through server.Backend", side: "host",
-		pkgs: []string{"server"}},
+		pkgs: []string{"server"}, forbid: []string{"agentapi/..."}},
 	{name: "cluster", doc: "a release's replicas on Kubernetes: approvals and events as cluster objects", side: "host",
 		pkgs: []string{"kube/approvals", "kube/events"}},
 	{name: "events", doc: "what flows on a tenant's event stream", side: "host", pkgs: []string{"eventstream"}},
@@ -98,7 +99,7 @@ var layers = []layer{
 	{name: "seam", doc: "the BashExecutor seam, bounded output and spill, file transfer", side: "shared",
 		pkgs:   []string{"executor", "executor/output", "executor/files"},
 		beside: []string{"executor/output executor", "executor/files executor"}},
-	{name: "leaves", doc: "standard library only: shared rules, error classes, the approval, /proc/self/mountinfo, terminal-safe text", side: "shared",
+	{name: "leaves", doc: "standard library only: shared rules, error classes, the approval, /proc/self/mountinfo, terminal-safe text, media-type lists", side: "shared",
 		pkgs: []string{"confine", "errdefs", "approval", "internal/..."}},
 }
 

@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
+	"github.com/shellbox/shellbox/server"
 )
 
 // PutOptions describe an upload.
@@ -46,9 +46,9 @@ func (c *Client) PutFile(ctx context.Context, session, path string, body io.Read
 		return files.Written{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", agentapi.ContentBytes)
+	req.Header.Set("Content-Type", server.ContentBytes)
 	if o.Tar {
-		req.Header.Set("Content-Type", agentapi.ContentTar)
+		req.Header.Set("Content-Type", server.ContentTar)
 	}
 	if o.Size > 0 {
 		req.ContentLength = o.Size
@@ -82,9 +82,9 @@ func (c *Client) GetFile(ctx context.Context, session, path string, tar bool) (f
 		return files.Info{}, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Accept", agentapi.ContentBytes)
+	req.Header.Set("Accept", server.ContentBytes)
 	if tar {
-		req.Header.Set("Accept", agentapi.ContentTar)
+		req.Header.Set("Accept", server.ContentTar)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -96,9 +96,9 @@ func (c *Client) GetFile(ctx context.Context, session, path string, tar bool) (f
 		return files.Info{}, nil, errorOf(resp.StatusCode, b)
 	}
 	var info files.Info
-	if err := json.Unmarshal([]byte(resp.Header.Get(agentapi.HeaderFile)), &info); err != nil {
+	if err := json.Unmarshal([]byte(resp.Header.Get(server.HeaderFile)), &info); err != nil {
 		resp.Body.Close()
-		return files.Info{}, nil, fmt.Errorf("download of %s: bad %s header: %w", path, agentapi.HeaderFile, err)
+		return files.Info{}, nil, fmt.Errorf("download of %s: bad %s header: %w", path, server.HeaderFile, err)
 	}
 	return info, resp.Body, nil
 }

@@ -8,7 +8,7 @@
 // whether the sandbox died of its memory limit. It keeps the per-session
 // connection cache, the relay of each connection's egress and the network
 // grants of calls (egress.go), and the readiness check's connection for
-// the first dial (handoff.go). The executor over a sandbox
+// the first dial (readyconns.go). The executor over a sandbox
 // (executor/sandboxed) is handed these connections and knows nothing of
 // sandboxes; New wires the two.
 //

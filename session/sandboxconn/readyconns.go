@@ -9,10 +9,10 @@ import (
 	"github.com/shellbox/shellbox/sandbox"
 )
 
-// Handoff dials a new sandbox's agent once: the connection its readiness
-// check made (Ready, the Manager's Config.Ready) is kept for the
-// executor's first dial of that sandbox (Dial, an executor's Config.Dial),
-// instead of being closed and dialled again a moment later. On Kubernetes
+// ReadyConns keeps the connection a new sandbox's readiness check made
+// (Ready, the Manager's Config.Ready) for the executor's first dial of that
+// sandbox (Dial, an executor's Config.Dial), so the agent is dialled once
+// instead of closed and dialled again a moment later. On Kubernetes
 // each dial is a TCP connection to the pod and a handshake, on the path of
 // every new session's first call.
 //
@@ -23,7 +23,7 @@ import (
 // past that, the oldest is closed. An agent that dies between the check and
 // the first call fails that call (a transport error, ErrUnavailable) rather
 // than the dial, which would have replaced the sandbox; the next call does.
-type Handoff struct {
+type ReadyConns struct {
 	mu   sync.Mutex
 	kept map[string]handed // by sandbox ID
 }
@@ -41,11 +41,11 @@ const (
 	maxHandoffs  = 64
 )
 
-// NewHandoff returns an empty Handoff.
-func NewHandoff() *Handoff { return &Handoff{kept: map[string]handed{}} }
+// NewReadyConns returns an empty ReadyConns.
+func NewReadyConns() *ReadyConns { return &ReadyConns{kept: map[string]handed{}} }
 
 // Ready is WaitAgent keeping the connection for Dial.
-func (h *Handoff) Ready(ctx context.Context, sb sandbox.Sandbox) error {
+func (h *ReadyConns) Ready(ctx context.Context, sb sandbox.Sandbox) error {
 	c, err := waitAgent(ctx, sb)
 	if err != nil {
 		return err
@@ -56,7 +56,7 @@ func (h *Handoff) Ready(ctx context.Context, sb sandbox.Sandbox) error {
 
 // Dial is DialAgent, taking the connection Ready kept for sb if there is
 // one.
-func (h *Handoff) Dial(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
+func (h *ReadyConns) Dial(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
 	if c := h.take(sb); c != nil {
 		return c, nil
 	}
@@ -65,14 +65,14 @@ func (h *Handoff) Dial(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
 
 // WarmUp is the package's WarmUp (a pool's Prepare, right after Ready) on
 // the connection Ready kept for sb, if there is one.
-func (h *Handoff) WarmUp(ctx context.Context, sb sandbox.Sandbox) error {
+func (h *ReadyConns) WarmUp(ctx context.Context, sb sandbox.Sandbox) error {
 	if c := h.take(sb); c != nil {
 		return warmUp(ctx, sb, c)
 	}
 	return WarmUp(ctx, sb)
 }
 
-func (h *Handoff) put(sb sandbox.Sandbox, c *agentapi.Client) {
+func (h *ReadyConns) put(sb sandbox.Sandbox, c *agentapi.Client) {
 	now := time.Now()
 	var closing []*agentapi.Client
 	h.mu.Lock()
@@ -101,7 +101,7 @@ func (h *Handoff) put(sb sandbox.Sandbox, c *agentapi.Client) {
 
 // take returns and forgets the connection kept for sb, nil if there is
 // none fresh for its endpoint.
-func (h *Handoff) take(sb sandbox.Sandbox) *agentapi.Client {
+func (h *ReadyConns) take(sb sandbox.Sandbox) *agentapi.Client {
 	h.mu.Lock()
 	k, ok := h.kept[sb.ID]
 	delete(h.kept, sb.ID)

@@ -59,7 +59,7 @@ func helloAgent(t *testing.T) (agentapi.Endpoint, *atomic.Int32) {
 func TestHandoffDialsOnce(t *testing.T) {
 	ep, conns := helloAgent(t)
 	ctx := context.Background()
-	h := NewHandoff()
+	h := NewReadyConns()
 	sb := sandbox.Sandbox{ID: "sb-1", Agent: ep}
 	if err := h.Ready(ctx, sb); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestHandoffDialsOnce(t *testing.T) {
 func TestHandoffBounded(t *testing.T) {
 	ep, _ := helloAgent(t)
 	ctx := context.Background()
-	h := NewHandoff()
+	h := NewReadyConns()
 	for i := range maxHandoffs + 8 {
 		if err := h.Ready(ctx, sandbox.Sandbox{ID: "sb-" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Agent: ep}); err != nil {
 			t.Fatal(err)
