@@ -47,7 +47,7 @@
 # about a second. Prints the time of each step, and at the end:
 #   export SHELLBOX_KUBECONFIG=/etc/shellbox-kube/admin.kubeconfig
 #
-# Why some settings (see /work/shared/k8s-lab/REPORT.md for the evidence):
+# Why some settings:
 # root here lacks CAP_SYS_RESOURCE, so no oom_score_adj below 0 can be set
 # (restrict_oom_score_adj in the CRI config, oomScoreAdj 0 for kubelet and
 # kube-proxy, gVisor's shim patched in toolchain.sh); cgroup v1 needs
