@@ -33,4 +33,8 @@
 // (agent.go) and network grants bound to trees (grant.go). The raising of
 // the lookup capabilities (executor/files, lookupcaps_linux.go) stays with
 // AsUser, whose capability helpers and thread budget it shares.
+//
+// What the agent runs as, what it promises its commands, its cost, and
+// each of cmd/shellbox-agent's flags:
+// docs/architecture.md#the-agent-pid-1-cmdshellbox-agent-and-agent.
 package agent

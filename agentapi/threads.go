@@ -1,14 +1,14 @@
 package agentapi
 
 // AgentTasks is the agent's share of a runc sandbox's pids cgroup: the
-// threads it creates at start and never exceeds (cmd/shellbox-agent). The
+// threads it creates at start and never exceeds (agent: supervisor.go). The
 // cgroup's limit is PidsLimit + AgentTasks (PidsCgroupLimit), so the
 // commands get the PidsLimit the policy names, and, because the agent holds
 // its threads before any command runs, a fork storm that fills the cgroup
 // never takes a thread the agent needs. (Measured by TestDockerAgentCost:
 // 30 concurrent calls with output and a fork bomb at once never made the
 // agent start a 17th thread; without its bounds on blocking work, see
-// cmd/shellbox-agent, the same load made it start up to 26.) Two more
+// agent/supervisor.go, the same load made it start up to 26.) Two more
 // are for file transfers, each of which holds a thread locked to the
 // sandbox user while it waits on the network (executor/files
 // MaxUserThreads).

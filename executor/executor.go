@@ -17,7 +17,7 @@
 // the bounded, coalescing queue between Live and a consumer; agentapi carries
 // Live as a streamed answer. Background tasks are read with Task.Read.
 //
-// Semantics every implementation owes (DESIGN §3):
+// Semantics every implementation owes (docs/architecture.md#execution-semantics-every-executor):
 //   - each command runs in its own process group and, where the kernel allows, its
 //     own cgroup; timeout, Kill and a cancelled foreground call send SIGTERM to the
 //     whole tree, wait the grace period, then SIGKILL whatever is left, including

@@ -28,7 +28,8 @@ type Limits struct {
 	SpillLimit int64 `mapstructure:"spillLimit"`
 }
 
-// DefaultLimits are the defaults of DESIGN §2–§3.
+// DefaultLimits are the defaults of the tool contract and the execution
+// semantics (docs/architecture.md#the-tool-contract, docs/architecture.md#execution-semantics-every-executor).
 func DefaultLimits() Limits {
 	return Limits{
 		DefaultTimeout: 120 * time.Second,

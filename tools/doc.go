@@ -1,7 +1,7 @@
 // Package tools is the model-facing layer: the bash, bash_output, bash_kill and
-// pwsh tools of DESIGN §2 — their JSON Schemas, argument validation with the
-// exact error texts, and the rendering of results with the exact markers in
-// their exact order.
+// pwsh tools of the tool contract (docs/architecture.md#the-tool-contract) —
+// their JSON Schemas, argument validation with the exact error texts, and the
+// rendering of results with the exact markers in their exact order.
 //
 // It is pure: it imports the executor seam, never a backend. A Toolset takes
 // raw JSON arguments, validates them, builds an executor.Request (with the

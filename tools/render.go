@@ -8,7 +8,8 @@ import (
 	"github.com/shellbox/shellbox/executor"
 )
 
-// The renderers below are the whole model-facing text contract (DESIGN §2).
+// The renderers below are the whole model-facing text contract
+// (docs/architecture.md#the-tool-contract).
 // Sections are joined by one newline; one trailing newline of each stream's
 // text is dropped so markers and sections start on their own line without a
 // blank line before them.

@@ -6,6 +6,7 @@
 // the connection carries a call's network grant.
 //
 // The relay, the policy check and the wire protocol's description are the
-// host side's: package sandbox/egress. The names both ends share on the
-// wire are in agentapi/egresswire.
+// host side's: package sandbox/egress, and in full
+// docs/architecture.md#egress-sandboxegress. The names both ends share on
+// the wire are in agentapi/egresswire.
 package egress

@@ -1,68 +1,18 @@
 // Command shellbox-agent is the agent inside every sandbox: a static binary
-// (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent and run as the
-// sandbox's PID 1, as root with only CAP_SETUID, CAP_SETGID and CAP_KILL
-// (and CAP_SETPCAP, which it uses at start to empty the capability bounding
-// set that its commands inherit, and then drops: agent/capabilities.go; under gVisor also
-// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, permitted only, raised on one
-// thread for the egress proxy's lookups).
-//
-// It serves the agentapi protocol on a unix socket in the session's host
-// directory (mode 0600: the commands, which run as --uid, cannot connect)
-// over a local.Executor configured for a sandbox:
-//
-//   - commands run as --uid/--gid (no capabilities left after the switch),
-//     each in its own process group and, where the cgroupfs is writable, its
-//     own cgroup; where it is not (a container), each gets a unique
-//     supplementary "tag" group from --tag-gid-first/--tag-gid-count, which it
-//     cannot drop, so timeouts and kills reach setsid'd and daemonized
-//     descendants too;
-//   - commands are born with oom_score_adj --oom-score-adj (inherited from
-//     the agent around each fork), so the OOM killer takes a command, not the
-//     agent, and an OOM kill is reported in the result;
-//   - timeouts are enforced here, whatever becomes of the server's connection;
-//     background tasks and their bounded output live here, so a restarted
-//     server re-adopts them;
-//   - as PID 1 it reaps every orphan that is not a command leader;
-//   - it costs 18 OS threads (agentapi.AgentTasks: 16, and 2 for file
-//     transfers), created at start and never
-//     exceeded, and about 7.3 MiB RSS idle (measured by TestDockerAgentCost);
-//     a runc sandbox's pids cgroup is the policy's pids plus those threads
-//     (agentapi.PidsCgroupLimit), see agent.reserveThreads;
-//   - when the spill space is full, the oldest spill files of finished calls
-//     are deleted to make room for new ones (output.Space).
-//
-// The commands' base environment is the agent's own (the image's ENV) minus
-// SHELLBOX_* variables, with HOME and DSH_HOME set to --home. Spill files go
-// to --spill-dir (root's, 0755: commands read them, cannot write them), and
-// the agent serves them (GET /v1/spill), so a server without a host path to
-// them (Kubernetes) reads them through the agent.
-//
-// With --egress-listen it also runs the sandbox's egress proxy there
-// (agent/egress): an HTTP proxy with no way out but the server's relay,
-// which polls it over the socket.
-//
-// It serves uploads and downloads in --root (PUT and GET /v1/files),
-// confined to it and done as --uid/--gid (package executor/files).
-//
-// In a Kubernetes pod (kube/; pod.go) an init container delivers it
-// (--install copies the binary into an emptyDir), and it serves on TCP
-// instead of a socket (--listen :7070), requiring on every request the
-// per-session token it reads once from $SHELLBOX_AGENT_TOKEN and unsets, or
-// from --token-file (then removed where it may be): the initial environment
-// block stays in the agent's memory, readable as /proc/1/environ wherever
-// non-dumpability is not honoured, so a file keeps the token out of it.
-// With a token it makes itself non-dumpable, so no process without
-// CAP_SYS_PTRACE can read its memory or /proc/1/environ. With --no-setuid
-// (the restricted Pod Security profile: no root, no capabilities) commands
-// run as the agent's own uid; it then also ignores every signal the Go
-// runtime would die of (as PID 1 the kernel drops SIGKILL and SIGSTOP from
-// inside the namespace), and trees are process groups only (no tag groups
-// without CAP_SETGID): see kube's package doc for what that costs.
-// --nproc sets the commands' RLIMIT_NPROC (a pod under gVisor, whose spec
-// has no pids limit).
+// (CGO_ENABLED=0) bind-mounted read-only at /.shellbox/agent (on Kubernetes,
+// copied into an emptyDir by an init container with --install) and run as the
+// sandbox's PID 1. This command is its flags and wiring (main.go; pod.go for
+// a Kubernetes pod); what it does is package agent's: it serves the agentapi
+// protocol (a unix socket of mode 0600 in the session's host directory, or
+// TCP with a per-session token with --listen) over a local.Executor set up
+// for a sandbox, runs the egress proxy with --egress-listen, and serves files
+// in --root as --uid/--gid.
 //
 // SIGTERM or SIGINT stops serving, kills every command and exits (not with
 // --no-setuid: there the pod's deletion ends it).
+//
+// What it runs as, what it promises its commands, its cost, and each flag's
+// reason: docs/architecture.md#the-agent-pid-1-cmdshellbox-agent-and-agent.
 package main
 
 import (

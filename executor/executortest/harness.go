@@ -73,7 +73,8 @@ func FixedRoot(dir string) func(executor.BashExecutor, string) string {
 }
 
 // The canary is set in the test process before any executor exists; no
-// command may see it (DESIGN §2: the server's environment never leaks).
+// command may see it (the server's environment never leaks:
+// docs/architecture.md#the-tool-contract).
 const (
 	canaryName  = "SHELLBOX_CONFORMANCE_CANARY"
 	canaryValue = "leaked-from-the-test-process"
@@ -98,7 +99,8 @@ const grace = 300 * time.Millisecond
 type profile int
 
 const (
-	// profDefault: the defaults of DESIGN §2–§3, with a short grace.
+	// profDefault: the defaults of the tool contract and the execution
+	// semantics (executor.DefaultLimits), with a short grace.
 	profDefault profile = iota
 	// profTail: a 64-byte tail and a 4 KiB spill cap, for truncation.
 	profTail

@@ -12,7 +12,8 @@ import (
 )
 
 // The memory scenarios push more output through the executor than it may
-// keep (DESIGN §3: memory per task is bounded whatever the command prints).
+// keep (memory per task is bounded whatever the command prints:
+// docs/architecture.md#execution-semantics-every-executor).
 // They run alone, before the parallel groups, so the heap they sample is
 // theirs.
 

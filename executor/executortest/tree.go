@@ -9,8 +9,8 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-// The tree scenarios check DESIGN §3's "nothing the command started survives
-// it": commands write the pids of what they start to files in the root, and a
+// The tree scenarios check the execution semantics' "nothing the command
+// started survives it" (docs/architecture.md#execution-semantics-every-executor): commands write the pids of what they start to files in the root, and a
 // follow-up call checks, through the executor, that those processes are gone.
 
 func treeScenarios() []scenario {

@@ -168,7 +168,7 @@ func (p *proc) pump(r *os.File, w sink) {
 //
 // It waits on a pidfd in the runtime's poller, so a waiting command holds no
 // OS thread: a sandbox's agent runs within a fixed number of threads
-// (cmd/shellbox-agent) however many commands run. Where pidfds cannot be
+// (agent/supervisor.go) however many commands run. Where pidfds cannot be
 // polled (old kernels, gVisor), it blocks a thread in waitid.
 func (p *proc) waitLeader() {
 	if waitPidfd(p.pid) {

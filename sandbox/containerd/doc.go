@@ -6,36 +6,16 @@
 // # Hardening (translate.go)
 //
 // Exactly sandbox/docker's, in OCI terms. A sandbox is one container, id
-// ContainerID(tenant, session), whose task is the agent:
-//
-//   - the agent bind-mounted read-only at /.shellbox/agent, PID 1, as 0:0
-//     with the bounding, permitted and effective sets SETUID, SETGID, KILL
-//     only (no inheritable or ambient), so commands, which it runs as the
-//     sandbox user, have none;
-//   - no-new-privileges, containerd's default seccomp profile (Docker's,
-//     allowing privileged syscalls only for the capabilities kept);
-//   - a read-only root file system (no writable /run: containerd's default
-//     spec has a tmpfs there, Docker's has not); /workspace (owned by the
-//     sandbox user) and /tmp are size-limited tmpfs mounts, the workspace
-//     the session's own on the host (sandbox/hostdir), bound non-recursively
-//     so that it outlives the container (Remove keeps it, RemoveSession
-//     removes it: sandbox.SessionState); /dev/shm and
-//     /dev/mqueue private (new IPC namespace), /sys and the cgroupfs
-//     read-only, Docker's masked and read-only /proc paths;
-//   - new PID, network, IPC, UTS, mount and cgroup namespaces: the network
-//     namespace is empty, so loopback only (runc brings lo up; gVisor, with
-//     network=none in its runsc.toml, has its own loopback), no CNI;
-//   - memory (swap = memory: no swap), CPU (CFS quota per 100 ms, as
-//     Docker's NanoCPUs) and pids limits, core dumps off, RLIMIT_NOFILE
-//     inherited from the daemon (as Docker's containers inherit dockerd's),
-//     oom_score_adj 0;
-//   - the session's host directory (sandbox/hostdir) bind-mounted at
-//     /run/shellbox, recursive so the spill tmpfs mounted on the host shows
-//     through; Spec.Mounts as non-recursive binds, read-only where asked, of
-//     their sources pinned by sandbox/hostdir.Pin (checked by device and
-//     inode on runc once the task started), recorded as allowed in the
-//     spec's annotation org.shellbox.mounts;
-//   - no stdio: the agent's output goes nowhere (Docker: log driver none).
+// ContainerID(tenant, session), whose task is the agent: bind-mounted
+// read-only at /.shellbox/agent, PID 1, as 0:0 with SETUID, SETGID and KILL
+// only; no-new-privileges and containerd's default seccomp profile; a
+// read-only root file system with size-limited tmpfs /workspace (the
+// session's own on the host, sandbox/hostdir, so that it outlives the
+// container: sandbox.SessionState) and /tmp; new PID, network, IPC, UTS,
+// mount and cgroup namespaces (loopback only, no CNI); memory, CPU and pids
+// limits; the session's host directory at /run/shellbox; Spec.Mounts as
+// pinned, non-recursive binds; no stdio. Each item in full:
+// docs/deployment.md#how-a-containerd-sandbox-is-built-sandboxcontainerd.
 //
 // Labels on the container: org.shellbox.{managed,tenant,session,owner,
 // runtime,network} and org.shellbox.hostdir (the host directory), plus the

@@ -130,8 +130,8 @@ func TestHardeningObserved(t *testing.T) {
 		st := r.Stdout
 		// The container's bounding set (SETUID, SETGID, KILL, SETPCAP; under
 		// gVisor SYS_PTRACE and DAC_READ_SEARCH too): the stand-in agent
-		// keeps it; the real one empties it at start (cmd/shellbox-agent
-		// caps.go; executor/sandboxed's hostile suite checks a command's
+		// keeps it; the real one empties it at start (agent/capabilities.go;
+		// executor/sandboxed's hostile suite checks a command's
 		// CapBnd is 0).
 		bnd := "00000000000001e0"
 		if rt == sandbox.RuntimeRunsc {
