@@ -175,16 +175,8 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err := spec.Validate(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	if err := r.dirs.Check(spec.Tenant, spec.Session); err != nil {
+	if err := r.dirs.CheckSpec(spec); err != nil {
 		return sandbox.Sandbox{}, err
-	}
-	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	if spec.Runtime == sandbox.RuntimeRunsc {
-		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
-			return sandbox.Sandbox{}, err
-		}
 	}
 	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: agent binary: %v", sandbox.ErrUnavailable, err)
@@ -523,12 +515,7 @@ func (r *Runtime) RemoveSession(ctx context.Context, tenant, session string) (bo
 		return false, err
 	}
 	defer r.lock(ContainerID(tenant, session))()
-	had := r.dirs.Exists(tenant, session)
-	if err := r.dirs.Remove(tenant, session); err != nil {
-		return had, err
-	}
-	ws, err := r.dirs.RemoveWorkspace(tenant, session)
-	return had || ws, err
+	return r.dirs.RemoveSession(tenant, session)
 }
 
 // Sweep implements sandbox.Sweeper: it removes the host directories and

@@ -148,16 +148,8 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: agent binary: %v", sandbox.ErrUnavailable, err)
 	}
-	if err := r.dirs.Check(spec.Tenant, spec.Session); err != nil {
+	if err := r.dirs.CheckSpec(spec); err != nil {
 		return sandbox.Sandbox{}, err
-	}
-	if err := r.dirs.CheckMounts(spec.Mounts); err != nil {
-		return sandbox.Sandbox{}, err
-	}
-	if spec.Runtime == sandbox.RuntimeRunsc {
-		if err := hostdir.CheckRunscMounts(spec.Mounts); err != nil {
-			return sandbox.Sandbox{}, err
-		}
 	}
 	if err := r.checkRuntime(ctx, spec.Runtime); err != nil {
 		return sandbox.Sandbox{}, err
@@ -303,15 +295,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 // and its host directory if a sandbox removed behind shellbox's back left
 // it. The caller makes sure no sandbox of the session exists.
 func (r *Runtime) RemoveSession(ctx context.Context, tenant, session string) (bool, error) {
-	if err := r.dirs.Check(tenant, session); err != nil {
-		return false, err
-	}
-	had := r.dirs.Exists(tenant, session)
-	if err := r.dirs.Remove(tenant, session); err != nil {
-		return had, err
-	}
-	ws, err := r.dirs.RemoveWorkspace(tenant, session)
-	return had || ws, err
+	return r.dirs.RemoveSession(tenant, session)
 }
 
 // Sweep implements sandbox.Sweeper: host directories and workspaces of

@@ -145,6 +145,22 @@ func (d *Dirs) Check(tenant, session string) error {
 	return nil
 }
 
+// CheckSpec is what every runtime checks of a spec before it creates
+// anything: Check of its session, CheckMounts of its mounts, and
+// CheckRunscMounts for a runsc sandbox.
+func (d *Dirs) CheckSpec(spec sandbox.Spec) error {
+	if err := d.Check(spec.Tenant, spec.Session); err != nil {
+		return err
+	}
+	if err := d.CheckMounts(spec.Mounts); err != nil {
+		return err
+	}
+	if spec.Runtime == sandbox.RuntimeRunsc {
+		return CheckRunscMounts(spec.Mounts)
+	}
+	return nil
+}
+
 // CheckMounts refuses mounts whose source overlaps the state directory's
 // sessions, where every sandbox's agent socket is, its workspaces, or its
 // pins (Pin): lexically, and on the resolved state directory.
@@ -220,6 +236,21 @@ func (d *Dirs) Remove(tenant, session string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return remove(d.Path(tenant, session))
+}
+
+// RemoveSession removes a session's host directory and its workspace and
+// reports whether either was there: a runtime's SessionState.RemoveSession,
+// whose caller makes sure no sandbox of the session exists.
+func (d *Dirs) RemoveSession(tenant, session string) (bool, error) {
+	if err := d.Check(tenant, session); err != nil {
+		return false, err
+	}
+	had := d.Exists(tenant, session)
+	if err := d.Remove(tenant, session); err != nil {
+		return had, err
+	}
+	ws, err := d.RemoveWorkspace(tenant, session)
+	return had || ws, err
 }
 
 // Exists reports whether a session's host directory is in place.
