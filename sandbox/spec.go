@@ -39,6 +39,37 @@ const (
 	LabelNetwork = "org.shellbox.network"
 )
 
+// ReservedLabels returns a copy of s.Labels with the reserved labels every
+// container runtime records set from s: LabelManaged, LabelTenant,
+// LabelSession, LabelOwner, LabelRuntime and LabelNetwork. Labelled reads
+// them back.
+func (s Spec) ReservedLabels() map[string]string {
+	l := maps.Clone(s.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[LabelManaged] = "true"
+	l[LabelTenant] = s.Tenant
+	l[LabelSession] = s.Session
+	l[LabelOwner] = s.Owner
+	l[LabelRuntime] = s.Runtime
+	l[LabelNetwork] = s.Network
+	return l
+}
+
+// Labelled returns the Sandbox of id that the reserved labels of
+// Spec.ReservedLabels describe; the rest is the runtime's to fill.
+func Labelled(id string, labels map[string]string) Sandbox {
+	return Sandbox{
+		ID:      id,
+		Tenant:  labels[LabelTenant],
+		Session: labels[LabelSession],
+		Owner:   labels[LabelOwner],
+		Runtime: labels[LabelRuntime],
+		Network: labels[LabelNetwork],
+	}
+}
+
 // Paths inside every sandbox (defined in confine, whose mount target rule
 // reserves them).
 const (

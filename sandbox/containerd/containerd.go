@@ -585,17 +585,10 @@ func specOf(c containers.Container) *specs.Spec {
 // describe returns what a container's record says of its sandbox; State is
 // the caller's.
 func describe(c containers.Container) sandbox.Sandbox {
-	sb := sandbox.Sandbox{
-		ID:      c.ID,
-		Tenant:  c.Labels[sandbox.LabelTenant],
-		Session: c.Labels[sandbox.LabelSession],
-		Owner:   c.Labels[sandbox.LabelOwner],
-		Runtime: c.Labels[sandbox.LabelRuntime],
-		Network: c.Labels[sandbox.LabelNetwork],
-		Image:   c.Image,
-		State:   sandbox.StateOther,
-		Created: c.CreatedAt,
-	}
+	sb := sandbox.Labelled(c.ID, c.Labels)
+	sb.Image = c.Image
+	sb.State = sandbox.StateOther
+	sb.Created = c.CreatedAt
 	if dir := c.Labels[LabelHostDir]; dir != "" {
 		sb.Agent = hostdir.Endpoint(dir)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,16 +97,7 @@ const cfsPeriod = 100000
 // labels returns the container's labels: spec.Labels plus the reserved
 // org.shellbox.* labels and the host directory.
 func labels(spec sandbox.Spec, hostDir string) map[string]string {
-	l := maps.Clone(spec.Labels)
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[sandbox.LabelManaged] = "true"
-	l[sandbox.LabelTenant] = spec.Tenant
-	l[sandbox.LabelSession] = spec.Session
-	l[sandbox.LabelOwner] = spec.Owner
-	l[sandbox.LabelRuntime] = spec.Runtime
-	l[sandbox.LabelNetwork] = spec.Network
+	l := spec.ReservedLabels()
 	l[LabelHostDir] = hostDir
 	return l
 }

@@ -387,14 +387,14 @@ func (r *Runtime) removeDetached(ctx context.Context, id string) {
 }
 
 func fromInspect(info container.InspectResponse) sandbox.Sandbox {
-	sb := sandbox.Sandbox{ID: info.ID, State: sandbox.StateOther}
+	var labels map[string]string
 	if info.Config != nil {
-		sb.Tenant = info.Config.Labels[sandbox.LabelTenant]
-		sb.Session = info.Config.Labels[sandbox.LabelSession]
-		sb.Owner = info.Config.Labels[sandbox.LabelOwner]
-		sb.Network = info.Config.Labels[sandbox.LabelNetwork]
-		sb.Runtime = info.Config.Labels[sandbox.LabelRuntime]
-		sb.Settings = info.Config.Labels[sandbox.LabelSettings]
+		labels = info.Config.Labels
+	}
+	sb := sandbox.Labelled(info.ID, labels)
+	sb.State = sandbox.StateOther
+	if info.Config != nil {
+		sb.Settings = labels[sandbox.LabelSettings]
 		sb.Image = info.Config.Image
 	}
 	if info.State != nil {
@@ -413,20 +413,13 @@ func fromInspect(info container.InspectResponse) sandbox.Sandbox {
 }
 
 func fromSummary(c container.Summary) sandbox.Sandbox {
-	sb := sandbox.Sandbox{
-		ID:       c.ID,
-		Tenant:   c.Labels[sandbox.LabelTenant],
-		Session:  c.Labels[sandbox.LabelSession],
-		Owner:    c.Labels[sandbox.LabelOwner],
-		Runtime:  c.Labels[sandbox.LabelRuntime],
-		Network:  c.Labels[sandbox.LabelNetwork],
-		Settings: c.Labels[sandbox.LabelSettings],
-		Image:    c.Image,
-		State:    state(c.State),
-		Agent:    endpoint(hostDirOf(c.Mounts)),
-		Mounts:   mountsOf(c.Mounts),
-		Created:  time.Unix(c.Created, 0),
-	}
+	sb := sandbox.Labelled(c.ID, c.Labels)
+	sb.Settings = c.Labels[sandbox.LabelSettings]
+	sb.Image = c.Image
+	sb.State = state(c.State)
+	sb.Agent = endpoint(hostDirOf(c.Mounts))
+	sb.Mounts = mountsOf(c.Mounts)
+	sb.Created = time.Unix(c.Created, 0)
 	if ms, ok := sandbox.ParseMountsRecord(c.Labels[sandbox.LabelMounts]); ok {
 		sb.Mounts = ms
 	}

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,16 +57,7 @@ var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 // agent binary's host path, runtime the engine's name for spec.Runtime. It
 // is pure; every hardening decision of the Docker backend is here.
 func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, agent, runtime string) (*container.Config, *container.HostConfig) {
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[sandbox.LabelManaged] = "true"
-	labels[sandbox.LabelTenant] = spec.Tenant
-	labels[sandbox.LabelSession] = spec.Session
-	labels[sandbox.LabelOwner] = spec.Owner
-	labels[sandbox.LabelRuntime] = spec.Runtime
-	labels[sandbox.LabelNetwork] = spec.Network
+	labels := spec.ReservedLabels()
 	labels[sandbox.LabelMounts] = sandbox.MountsRecord(spec.Mounts)
 	if spec.Settings != "" {
 		labels[sandbox.LabelSettings] = spec.Settings
