@@ -24,27 +24,20 @@ import (
 	"log"
 	"os"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/shellbox/shellbox/agent"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
+	buildversion "github.com/shellbox/shellbox/internal/version"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = ""
 
 func versionString() string {
-	v := version
-	if v == "" {
-		v = "devel"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-	}
-	return v
+	return buildversion.Of(version)
 }
 
 // options are the flags: what the agent serves with, and the modes that

@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	buildversion "github.com/shellbox/shellbox/internal/version"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -13,13 +14,7 @@ import (
 var version = ""
 
 func versionString() string {
-	v := version
-	if v == "" {
-		v = "devel"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-	}
+	v := buildversion.Of(version)
 	return fmt.Sprintf("shellbox %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
