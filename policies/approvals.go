@@ -12,6 +12,7 @@ import (
 
 	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Approval states.
@@ -146,7 +147,7 @@ func (s *approvals) Wait(ctx context.Context, tenant, id string) (Approval, erro
 	}
 	a := s.get(tenant, id)
 	if a.ID == "" {
-		return a, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip(id, 64))
+		return a, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip.To(id, 64))
 	}
 	return a, nil
 }
@@ -166,7 +167,7 @@ func (s *approvals) Finish(_ context.Context, tenant, id, state, approver, reaso
 	t := s.tenants[tenant]
 	if t == nil {
 		s.mu.Unlock()
-		return Approval{}, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip(id, 64))
+		return Approval{}, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip.To(id, 64))
 	}
 	p := t.pending[id]
 	if p == nil {
@@ -177,7 +178,7 @@ func (s *approvals) Finish(_ context.Context, tenant, id, state, approver, reaso
 			}
 		}
 		s.mu.Unlock()
-		return Approval{}, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip(id, 64))
+		return Approval{}, fmt.Errorf("%w: %s", ErrNoSuchApproval, clip.To(id, 64))
 	}
 	delete(t.pending, id)
 	p.a.State, p.a.Approver, p.a.DecisionReason, p.a.Decided = state, approver, reason, now

@@ -2,6 +2,8 @@ package policies
 
 import (
 	"strings"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Wrappers that run an argv after their options (and a fixed number of
@@ -237,7 +239,7 @@ func unwrapSu(name string, argv []string, lits []bool) inner {
 			switch o.name {
 			case "-s", "--shell":
 				if sh := o.val; !isShellPath(sh) {
-					return inner{kind: dynamicInner, why: "runs the shell " + clip(sh, 80) + ", which the reader does not know"}
+					return inner{kind: dynamicInner, why: "runs the shell " + clip.To(sh, 80) + ", which the reader does not know"}
 				}
 			case "-c", "--command", "--session-command":
 				script = &opts[k]
@@ -300,9 +302,9 @@ func scriptFile(p string) inner {
 	case isStdinPath(p):
 		return inner{kind: shellStdin}
 	case isFdPath(p):
-		return inner{kind: dynamicInner, why: "reads a script from the file descriptor " + clip(p, 80) + ", which the reader does not follow"}
+		return inner{kind: dynamicInner, why: "reads a script from the file descriptor " + clip.To(p, 80) + ", which the reader does not follow"}
 	}
-	return inner{kind: opaqueCode, why: "runs the script file " + clip(p, 80) + ", which the command does not show"}
+	return inner{kind: opaqueCode, why: "runs the script file " + clip.To(p, 80) + ", which the command does not show"}
 }
 
 func isStdinPath(p string) bool {

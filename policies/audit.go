@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Record is one audited decision: one JSON line of the audit log.
@@ -47,18 +49,18 @@ const (
 )
 
 func (r Record) clipped() Record {
-	r.Tenant, r.Session, r.Tool = clip(r.Tenant, maxAuditField), clip(r.Session, maxAuditField), clip(r.Tool, maxAuditField)
-	r.Rule, r.Approval, r.Approver = clip(r.Rule, maxAuditField), clip(r.Approval, maxAuditField), clip(r.Approver, maxAuditField)
-	r.Command = clip(r.Command, maxAuditCommand)
-	r.Workdir = clip(r.Workdir, maxAuditText)
-	r.Reason, r.SimpleCommand = clip(r.Reason, maxAuditText), clip(r.SimpleCommand, maxAuditText)
-	r.Justification = clip(r.Justification, maxAuditText)
+	r.Tenant, r.Session, r.Tool = clip.To(r.Tenant, maxAuditField), clip.To(r.Session, maxAuditField), clip.To(r.Tool, maxAuditField)
+	r.Rule, r.Approval, r.Approver = clip.To(r.Rule, maxAuditField), clip.To(r.Approval, maxAuditField), clip.To(r.Approver, maxAuditField)
+	r.Command = clip.To(r.Command, maxAuditCommand)
+	r.Workdir = clip.To(r.Workdir, maxAuditText)
+	r.Reason, r.SimpleCommand = clip.To(r.Reason, maxAuditText), clip.To(r.SimpleCommand, maxAuditText)
+	r.Justification = clip.To(r.Justification, maxAuditText)
 	if len(r.Escalation) > maxAuditPerms {
 		r.Escalation = r.Escalation[:maxAuditPerms]
 	}
 	perms := make([]string, len(r.Escalation))
 	for i, p := range r.Escalation {
-		perms[i] = clip(p, maxAuditField)
+		perms[i] = clip.To(p, maxAuditField)
 	}
 	r.Escalation = perms
 	return r

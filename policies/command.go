@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/policies/glob"
 	"github.com/shellbox/shellbox/policies/pwsh"
 	"mvdan.cc/sh/v3/syntax"
@@ -87,7 +88,7 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 		for i := range lits {
 			lits[i] = true
 		}
-		sc := simpleCommand{Argv: words, Text: clip(strings.TrimSpace(command), maxTextBytes)}
+		sc := simpleCommand{Argv: words, Text: clip.To(strings.TrimSpace(command), maxTextBytes)}
 		if err := a.namesSet(command, words, lits, nil, ""); err != nil {
 			return nil, err
 		}
@@ -272,7 +273,7 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 		}
 		if r.Word != nil {
 			v, _ := wordValue(src, r.Word)
-			redirs = append(redirs, clip(v, maxRedirectBytes))
+			redirs = append(redirs, clip.To(v, maxRedirectBytes))
 		}
 	}
 	call, ok := st.Cmd.(*syntax.CallExpr)
@@ -362,7 +363,7 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 		}
 	case runsArgv, runsExec:
 		for _, inner := range in.argvs {
-			isc := simpleCommand{Argv: inner.argv, Text: clip(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
+			isc := simpleCommand{Argv: inner.argv, Text: clip.To(strings.Join(inner.argv, " "), maxTextBytes), Via: via}
 			if !inner.lits[0] || glob.IsPattern(inner.argv[0]) {
 				isc.Dynamic = true
 				if err := a.add(isc); err != nil {
@@ -514,4 +515,4 @@ func source(src string, n syntax.Node) string {
 	return src[s:e]
 }
 
-func text(src string, n syntax.Node) string { return clip(source(src, n), maxTextBytes) }
+func text(src string, n syntax.Node) string { return clip.To(source(src, n), maxTextBytes) }

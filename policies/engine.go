@@ -17,6 +17,7 @@ import (
 
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -388,7 +389,7 @@ func (e *Engine) ExplainCall(tenant, tool, command, workdir string, background b
 func (p *Policy) safeEvaluate(c call) (v verdict) {
 	defer func() {
 		if r := recover(); r != nil {
-			v = verdict{Decision: Deny, Rule: RuleUnparseable, Reason: fmt.Sprintf("internal error while deciding: %v", r), Command: clip(c.command, maxTextBytes)}
+			v = verdict{Decision: Deny, Rule: RuleUnparseable, Reason: fmt.Sprintf("internal error while deciding: %v", r), Command: clip.To(c.command, maxTextBytes)}
 		}
 	}()
 	return p.evaluate(c)
@@ -455,8 +456,8 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 	}
 	now := e.now()
 	a, err := e.ap.Add(ctx, Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
-		Command: clip(c.Request.Command, maxAuditCommand), Workdir: clip(c.Request.Workdir, maxAuditText),
-		Rule: v.Rule, Reason: v.Reason, Justification: clip(c.Justification, maxAuditText),
+		Command: clip.To(c.Request.Command, maxAuditCommand), Workdir: clip.To(c.Request.Workdir, maxAuditText),
+		Rule: v.Rule, Reason: v.Reason, Justification: clip.To(c.Justification, maxAuditText),
 		Permissions: slices.Clone(c.Request.Permissions), Created: now, Deadline: now.Add(p.AskTimeout)})
 	if err != nil {
 		v.Decision, v.Reason = Deny, "approval required, but "+err.Error()
@@ -534,7 +535,7 @@ func (e *Engine) Decide(tenant, id string, approve bool, approver, reason string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), expireTimeout)
 	defer cancel()
-	return e.ap.Finish(ctx, tenant, id, state, clip(approver, maxAuditField), clip(reason, maxAuditText), e.now())
+	return e.ap.Finish(ctx, tenant, id, state, clip.To(approver, maxAuditField), clip.To(reason, maxAuditText), e.now())
 }
 
 // Subscribe calls fn with every approval that becomes pending or is

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"slices"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // call is what a decision is about.
@@ -34,13 +36,13 @@ func (v verdict) stricter(cur verdict) bool { return v.Decision.rank() > cur.Dec
 // evaluate is the whole decision on c: the tool and background switches,
 // then the rules.
 func (p *Policy) evaluate(c call) verdict {
-	cmd := clip(c.command, maxTextBytes)
+	cmd := clip.To(c.command, maxTextBytes)
 	switch {
 	case c.tool == "bash" && !p.Tools.Bash, c.tool == "pwsh" && !p.Tools.Pwsh:
 		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd,
 			Reason: fmt.Sprintf("the %s tool is disabled for this tenant (tools.%s: false)", c.tool, c.tool)}
 	case c.tool != "bash" && c.tool != "pwsh":
-		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd, Reason: fmt.Sprintf("unknown tool %q", clip(c.tool, 40))}
+		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd, Reason: fmt.Sprintf("unknown tool %q", clip.To(c.tool, 40))}
 	case c.background && !p.Tools.Background:
 		return verdict{Decision: Deny, Rule: RuleTool, Command: cmd,
 			Reason: "background tasks are disabled for this tenant (tools.background: false)"}
@@ -76,7 +78,7 @@ func (p *Policy) decide(c call) verdict {
 	for i, r := range p.rules {
 		okCall[i] = r.matchCall(c, wd)
 		if okCall[i] && !r.perCommand {
-			take(r.verdict(clip(c.command, maxTextBytes)))
+			take(r.verdict(clip.To(c.command, maxTextBytes)))
 		}
 	}
 
@@ -88,10 +90,10 @@ func (p *Policy) decide(c call) verdict {
 	switch {
 	case err != nil:
 		take(verdict{Decision: p.Unparseable, Rule: RuleUnparseable,
-			Reason:  fmt.Sprintf("the command cannot be read statically (%s)", clip(err.Error(), 200)),
-			Command: clip(c.command, maxTextBytes)})
+			Reason:  fmt.Sprintf("the command cannot be read statically (%s)", clip.To(err.Error(), 200)),
+			Command: clip.To(c.command, maxTextBytes)})
 	case len(cmds) == 0 && first:
-		take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+		take(p.defaultVerdict(clip.To(c.command, maxTextBytes)))
 	}
 	for i := range cmds {
 		p.decideCommand(&cmds[i], okCall, take)
@@ -99,7 +101,7 @@ func (p *Policy) decide(c call) verdict {
 
 	if first {
 		// Only redirections or wrappers, and no rule said anything.
-		take(p.defaultVerdict(clip(c.command, maxTextBytes)))
+		take(p.defaultVerdict(clip.To(c.command, maxTextBytes)))
 	}
 	for _, perm := range c.permissions {
 		take(p.decideEscalation(perm))
@@ -149,7 +151,7 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 		// decides; else what cannot be read statically (and the default, if
 		// it is stricter).
 		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
-			Reason:  "`" + clip(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
+			Reason:  "`" + clip.To(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
 			Command: sc.display()})
 	}
 	if !matched && !sc.Wrapper {
@@ -169,7 +171,7 @@ func quoteName(sc *simpleCommand) string {
 	if len(sc.Argv) == 0 {
 		return "(none)"
 	}
-	return "`" + clip(sc.Argv[0], 80) + "`"
+	return "`" + clip.To(sc.Argv[0], 80) + "`"
 }
 
 // defaultReasons are the reasons of default verdicts, made once: a decision
@@ -206,7 +208,7 @@ func (p *Policy) decideEscalation(perm string) verdict {
 		best = verdict{Decision: p.escDefault, Rule: RuleEscalation, Permission: perm,
 			Reason: fmt.Sprintf("sandbox permission %q: no escalation rule matches; the default is %s", perm, p.escDefault)}
 	}
-	best.Command = "sandbox_permissions: " + clip(perm, 80)
+	best.Command = "sandbox_permissions: " + clip.To(perm, 80)
 	return best
 }
 
@@ -368,15 +370,15 @@ func checkExamples(l *located, p *Policy, f *fileSchema) {
 			ok, err := p.ruleMatches(r, ex)
 			switch {
 			case err != nil:
-				l.addf(key, "%q cannot be parsed: %v", clip(ex, 80), err)
+				l.addf(key, "%q cannot be parsed: %v", clip.To(ex, 80), err)
 			case !ok:
-				l.addf(key, "rule %s does not match %q", r.Name, clip(ex, 80))
+				l.addf(key, "rule %s does not match %q", r.Name, clip.To(ex, 80))
 			}
 		}
 		for j, ex := range r.examples.NotMatch {
 			key := fmt.Sprintf("rules[%d].examples.not_match[%d]", i, j)
 			if ok, _ := p.ruleMatches(r, ex); ok {
-				l.addf(key, "rule %s matches %q, which it should not", r.Name, clip(ex, 80))
+				l.addf(key, "rule %s matches %q, which it should not", r.Name, clip.To(ex, 80))
 			}
 		}
 	}
@@ -397,7 +399,7 @@ func checkExamples(l *located, p *Policy, f *fileSchema) {
 		}
 		v := p.evaluate(call{tool: tool, command: t.Command, workdir: t.Workdir, background: t.Background, permissions: t.Permissions})
 		if v.Decision != want {
-			l.addf(key, "%q is %s (rule %s: %s), want %s", clip(t.Command, 80), v.Decision, v.Rule, v.Reason, want)
+			l.addf(key, "%q is %s (rule %s: %s), want %s", clip.To(t.Command, 80), v.Decision, v.Rule, v.Reason, want)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Problem is one error in a policy file, located: the file, the 1-based line
@@ -208,7 +210,7 @@ func describe(n *yaml.Node) string {
 		if kind == "" {
 			kind = strings.TrimPrefix(n.Tag, "!!")
 		}
-		return fmt.Sprintf("%s %s", kind, clip(n.Value, 40))
+		return fmt.Sprintf("%s %s", kind, clip.To(n.Value, 40))
 	}
 	return "something else"
 }
@@ -238,15 +240,4 @@ func tags(t reflect.Type) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// clip shortens s to n bytes (on a rune boundary) for messages.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }

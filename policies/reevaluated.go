@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Strings bash evaluates later, and variables that change what later
@@ -16,7 +18,7 @@ import (
 // that is not a literal is dynamic.
 
 func (a *analyzer) dynamicf(src string, n syntax.Node, via, why string) error {
-	t := clip(strings.TrimSpace(src), maxTextBytes)
+	t := clip.To(strings.TrimSpace(src), maxTextBytes)
 	if n != nil {
 		t = text(src, n)
 	}
@@ -239,7 +241,7 @@ func (a *analyzer) setsName(name string, n syntax.Node, via string) error {
 	if sensitiveVar(name) == 0 {
 		return nil
 	}
-	return a.add(simpleCommand{Dynamic: true, Text: clip(name, maxTextBytes), Via: via,
+	return a.add(simpleCommand{Dynamic: true, Text: clip.To(name, maxTextBytes), Via: via,
 		why: name + " is set to a value the reader does not know, which changes what a later command runs"})
 }
 

@@ -1,6 +1,10 @@
 package policies
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/shellbox/shellbox/internal/clip"
+)
 
 // Commands that run commands but are not plain wrappers: a command string
 // in an option (script -c, split --filter, tar --to-command, git -c
@@ -128,7 +132,7 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 			}
 			if a == "-e" || strings.HasPrefix(a, "--rsh") || strings.HasPrefix(a, "--rsync-path") ||
 				(strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && strings.ContainsRune(a, 'e')) {
-				return dynamicWhy("runs a remote shell command given by " + clip(a, 40))
+				return dynamicWhy("runs a remote shell command given by " + clip.To(a, 40))
 			}
 		}
 		return inner{}
@@ -151,7 +155,7 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 			a := argv[k]
 			if !lits[k] || strings.HasPrefix(a, "--pager") || strings.HasPrefix(a, "--html") ||
 				(len(a) > 1 && a[0] == '-' && a[1] != '-' && strings.ContainsAny(a, "PH")) {
-				return dynamicWhy("runs a pager or browser given by " + clip(a, 40))
+				return dynamicWhy("runs a pager or browser given by " + clip.To(a, 40))
 			}
 		}
 		return inner{}
@@ -166,7 +170,7 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 				return dynamicWhy("runs the commands of //go:generate lines, which the command does not show")
 			}
 			if strings.HasPrefix(argv[k], "-") && goFlagsRun(strings.TrimLeft(argv[k], "-")) {
-				return dynamicWhy("is given " + clip(argv[k], 40) + ", which names a program go runs")
+				return dynamicWhy("is given " + clip.To(argv[k], 40) + ", which names a program go runs")
 			}
 		}
 		return inner{}
@@ -551,7 +555,7 @@ func unwrapGit(argv []string, lits []bool) inner {
 	for _, o := range opts {
 		switch {
 		case o.name == "-c" && !gitKeySafe(o.val):
-			return dynamicWhy("sets configuration " + clip(o.val, 60) + ", which may name a program git runs")
+			return dynamicWhy("sets configuration " + clip.To(o.val, 60) + ", which may name a program git runs")
 		case o.name == "--config-env", o.name == "--exec-path" && o.has:
 			return dynamicWhy("is given " + o.name + ", which changes the programs git runs")
 		}
@@ -587,7 +591,7 @@ func unwrapGit(argv []string, lits []bool) inner {
 			ops = ops[1:]
 		}
 		if len(ops) >= 2 && !gitKeySafe(ops[0]) {
-			return dynamicWhy("sets configuration " + clip(ops[0], 60) + ", which may name a program a later git runs")
+			return dynamicWhy("sets configuration " + clip.To(ops[0], 60) + ", which may name a program a later git runs")
 		}
 		return inner{}
 	case "submodule":
@@ -919,7 +923,7 @@ func unwrapSSH(name string, argv []string, lits []bool) inner {
 					switch strings.ToLower(key) {
 					case "proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "pkcs11provider",
 						"securitykeyprovider", "match", "include", "sshaskpass", "controlpath", "remotecommand":
-						return dynamicWhy("is given -o " + clip(key, 40) + ", which runs a local program")
+						return dynamicWhy("is given -o " + clip.To(key, 40) + ", which runs a local program")
 					}
 				}
 				break

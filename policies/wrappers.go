@@ -3,6 +3,8 @@ package policies
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Wrappers: commands that run other commands. Rules see what they run, so
@@ -252,7 +254,7 @@ func envCommand(argv []string, lits []bool, i int, bare inner) inner {
 			break
 		}
 		if hijacks(k) {
-			return inner{kind: dynamicInner, why: "sets " + clip(k, 80) + ", which changes what runs"}
+			return inner{kind: dynamicInner, why: "sets " + clip.To(k, 80) + ", which changes what runs"}
 		}
 	}
 	if i >= len(argv) {

@@ -100,14 +100,3 @@ const (
 	maxWork          = 4 << 20   // bytes read, with a Budget
 	maxSteps         = 4 << 20   // turns of loops, with a Budget
 )
-
-// clip shortens s to n bytes (on a rune boundary) for messages.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/policies/glob"
 )
 
@@ -105,7 +106,7 @@ func pwshPattern(name string) bool {
 
 // emit adds the simple commands of c.
 func (p *parser) emit(c *pwCmd) {
-	text := clip(strings.TrimSpace(p.src[c.start:c.end]), maxTextBytes)
+	text := clip.To(strings.TrimSpace(p.src[c.start:c.end]), maxTextBytes)
 	base := Command{Redirects: c.redirs, Text: text, Via: p.via}
 	if c.blockOnly {
 		if len(c.redirs) > 0 {
@@ -132,8 +133,8 @@ func (p *parser) emit(c *pwCmd) {
 		sc.Name = r.name
 		sc.Wrapper = r.ruleOnly
 		if r.note != "" {
-			note := clip(r.note, 60) // an alias target the script defines is any length
-			sc.Text = clip(text, maxTextBytes-len(note)-3) + " (" + note + ")"
+			note := clip.To(r.note, 60) // an alias target the script defines is any length
+			sc.Text = clip.To(text, maxTextBytes-len(note)-3) + " (" + note + ")"
 		}
 		p.run(sc, c)
 		if p.err != nil {
@@ -439,7 +440,7 @@ func (p *parser) native(argv []string, lits []bool, via string, start int) {
 		p.dynamicf(start, "wrappers nest deeper than %d levels", maxWrapperDepth)
 		return
 	}
-	isc := Command{Args: argv, Literal: lits, Text: clip(strings.Join(argv, " "), maxTextBytes), Via: via,
+	isc := Command{Args: argv, Literal: lits, Text: clip.To(strings.Join(argv, " "), maxTextBytes), Via: via,
 		Depth: p.depth + 1, Native: true}
 	if !lits[0] || glob.IsPattern(argv[0]) {
 		isc.Dynamic = true
@@ -479,7 +480,7 @@ func (p *parser) setAlias(sc Command, c *pwCmd) {
 			name = canonical(t)
 		}
 	}
-	p.add(Command{Args: []string{target}, Literal: []bool{true}, Name: name, Text: clip(sc.Text, maxTextBytes-30) + " (alias target " + clip(target, 20) + ")",
+	p.add(Command{Args: []string{target}, Literal: []bool{true}, Name: name, Text: clip.To(sc.Text, maxTextBytes-30) + " (alias target " + clip.To(target, 20) + ")",
 		Via: sc.Via, Wrapper: true})
 	if n, lit := b["name"].literal(); lit && n != "" {
 		if err := p.sess.define(n, target); err != nil {
@@ -508,7 +509,7 @@ func (p *parser) newObject(sc Command, c *pwCmd) {
 		case !lit:
 			p.dynamic(sc, "New-Object of a type that is not a literal")
 		case p.dynamicType(t):
-			p.dynamic(sc, "New-Object "+clip(t, 80)+" runs or loads code rules cannot see")
+			p.dynamic(sc, "New-Object "+clip.To(t, 80)+" runs or loads code rules cannot see")
 		default:
 			p.add(sc)
 		}

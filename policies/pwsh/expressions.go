@@ -3,6 +3,8 @@ package pwsh
 import (
 	"fmt"
 	"strings"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // The pwsh reader: groups, blocks, hash tables, expressions, members and
@@ -203,7 +205,7 @@ func (p *parser) unary() {
 				return
 			}
 			if p.dynamicType(name) {
-				p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip(name, 80))
+				p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip.To(name, 80))
 			}
 			if p.hasPrefix("::") || p.hasPrefix(".") {
 				p.postfix(true)
@@ -454,7 +456,7 @@ func (p *parser) member(start int) {
 	case !lit && call:
 		p.dynamicf(start, "calls a method named by an expression")
 	case lit && pwshDynamicMembers[folded]:
-		p.dynamicf(start, ".%s runs or loads code rules cannot see", clip(name, 40))
+		p.dynamicf(start, ".%s runs or loads code rules cannot see", clip.To(name, 40))
 	}
 	if call {
 		p.pos++
@@ -585,7 +587,7 @@ func (p *parser) typeName(check bool) string {
 		return ""
 	}
 	if check && p.dynamicType(name) {
-		p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip(name, 80))
+		p.dynamicf(start, "the .NET type [%s] runs or loads code rules cannot see", clip.To(name, 80))
 	}
 	for p.err == nil && p.step() && p.peek() == '[' {
 		if !p.enter() {
@@ -601,7 +603,7 @@ func (p *parser) typeName(check bool) string {
 			if p.peek() == '[' {
 				s := p.pos
 				if n := p.typeLiteral(); p.dynamicType(n) {
-					p.dynamicf(s, "the .NET type [%s] runs or loads code rules cannot see", clip(n, 80))
+					p.dynamicf(s, "the .NET type [%s] runs or loads code rules cannot see", clip.To(n, 80))
 				}
 			} else {
 				p.typeName(true)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // session is the state a pwsh process shares between its scripts
@@ -40,7 +42,7 @@ func (s *session) define(name, target string) error {
 		}
 	}
 	if len(ts) >= maxPwshAliasTargets {
-		return fmt.Errorf("%w: alias %s defined more than %d times", ErrTooComplex, clip(name, 40), maxPwshAliasTargets)
+		return fmt.Errorf("%w: alias %s defined more than %d times", ErrTooComplex, clip.To(name, 40), maxPwshAliasTargets)
 	}
 	s.aliases[k] = append(ts, target)
 	return nil
@@ -227,7 +229,7 @@ func (p *parser) add(sc Command) {
 // dynamicf adds a command rules cannot read, spanning start to here.
 func (p *parser) dynamicf(start int, format string, args ...any) {
 	end := max(p.pos, start)
-	p.add(Command{Dynamic: true, Text: clip(strings.TrimSpace(p.src[start:min(end, len(p.src))]), maxTextBytes),
+	p.add(Command{Dynamic: true, Text: clip.To(strings.TrimSpace(p.src[start:min(end, len(p.src))]), maxTextBytes),
 		Via: p.via, Why: fmt.Sprintf(format, args...)})
 }
 

@@ -3,6 +3,8 @@ package pwsh
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // The pwsh reader: statements, pipelines, commands and their arguments,
@@ -526,7 +528,7 @@ func (p *parser) usingStatement(start int) {
 		}
 		return
 	}
-	p.add(Command{Args: words, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
+	p.add(Command{Args: words, Text: clip.To(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
 		Via: p.via, Name: "using"})
 }
 
@@ -713,7 +715,7 @@ func (p *parser) expressionElement() {
 		redirs = p.redirect(redirs)
 	}
 	if len(redirs) > 0 {
-		p.add(Command{Redirects: redirs, Text: clip(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
+		p.add(Command{Redirects: redirs, Text: clip.To(strings.TrimSpace(p.src[start:p.pos]), maxTextBytes),
 			Via: p.via, Wrapper: true})
 	}
 }
@@ -1019,5 +1021,5 @@ func (p *parser) redirect(targets []string) []string {
 		return targets
 	}
 	a := p.argument()
-	return append(targets, clip(a.val, maxRedirectBytes))
+	return append(targets, clip.To(a.val, maxRedirectBytes))
 }
