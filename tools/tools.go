@@ -286,17 +286,30 @@ func (t *Toolset) shell(ctx context.Context, inv Invocation) Result {
 	return Result{Text: RenderForeground(res), Value: &Foreground{Kind: "foreground", Result: res}}
 }
 
-func (t *Toolset) output(ctx context.Context, inv Invocation) Result {
+// task finds the background task that a task tool (output, kill) names;
+// when there is none to act on, fail is the tool's result.
+func (t *Toolset) task(ctx context.Context, inv Invocation) (id string, task executor.Task, fail *Result) {
 	if t.cfg.DisableRunInBackground {
-		return errorResult("unknown tool: " + inv.Tool)
+		r := errorResult("unknown tool: " + inv.Tool)
+		return "", nil, &r
 	}
 	id, err := parseTaskID(inv.Args)
 	if err != nil {
-		return errorOf(err)
+		r := errorOf(err)
+		return "", nil, &r
 	}
-	task, err := t.exec.Task(ctx, inv.Session, id)
+	task, err = t.exec.Task(ctx, inv.Session, id)
 	if err != nil {
-		return errorOf(err)
+		r := errorOf(err)
+		return "", nil, &r
+	}
+	return id, task, nil
+}
+
+func (t *Toolset) output(ctx context.Context, inv Invocation) Result {
+	id, task, fail := t.task(ctx, inv)
+	if fail != nil {
+		return *fail
 	}
 	o, err := task.Read(ctx)
 	if err != nil {
@@ -309,16 +322,9 @@ func (t *Toolset) output(ctx context.Context, inv Invocation) Result {
 }
 
 func (t *Toolset) kill(ctx context.Context, inv Invocation) Result {
-	if t.cfg.DisableRunInBackground {
-		return errorResult("unknown tool: " + inv.Tool)
-	}
-	id, err := parseTaskID(inv.Args)
-	if err != nil {
-		return errorOf(err)
-	}
-	task, err := t.exec.Task(ctx, inv.Session, id)
-	if err != nil {
-		return errorOf(err)
+	id, task, fail := t.task(ctx, inv)
+	if fail != nil {
+		return *fail
 	}
 	k, err := task.Kill(ctx)
 	if err != nil {
