@@ -75,16 +75,22 @@ func scanning() (done func()) {
 	return func() { <-*slots }
 }
 
+// procNames lists the entries of /proc (pids and the rest); with an
+// error, the names read before it.
+func procNames() ([]string, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
 // groupAlive reports whether a live (not zombie) process is in process group
 // pgid. It scans /proc: the fallback when no cgroup tracks the tree.
 func groupAlive(pgid int) bool {
 	defer scanning()()
-	d, err := os.Open("/proc")
-	if err != nil {
-		return false
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
+	names, _ := procNames() // on an error, those read before it (none: false)
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {

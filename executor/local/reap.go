@@ -120,12 +120,7 @@ func zombieChildren(ppid int) ([]int, error) {
 		}
 		return out, nil
 	}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	names, err := procNames()
 	if err != nil {
 		return nil, err
 	}

@@ -96,12 +96,7 @@ func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
 // processes of this process's own pid namespace are taken (ownPidNS).
 func scanTagged(tag uint32) ([]int, error) {
 	defer scanning()()
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	names, err := procNames()
 	if err != nil {
 		return nil, err
 	}
