@@ -357,6 +357,22 @@ func (c *Client) send(ctx context.Context, method, target, op string, header map
 		}
 		body = bytes.NewReader(b)
 	}
+	req, err := c.request(ctx, method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	return c.roundTrip(ctx, req, method, op)
+}
+
+// request is a request to the agent for target with the protocol's and
+// the token's headers.
+func (c *Client) request(ctx context.Context, method, target string, body io.Reader) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
 	if err != nil {
 		return nil, fmt.Errorf("agentapi: %w", err)
@@ -365,16 +381,21 @@ func (c *Client) send(ctx context.Context, method, target, op string, header map
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
+	return req, nil
+}
+
+// roundTrip sends req and returns the response, whatever its status; a
+// failure of an upload's body (bodyError) is returned as it is, one to
+// reach the agent is ErrUnavailable, or executor.Aborted() when ctx ended.
+func (c *Client) roundTrip(ctx context.Context, req *http.Request, method, op string) (*http.Response, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, executor.Aborted()
+		}
+		var be *bodyError
+		if errors.As(err, &be) {
+			return nil, be
 		}
 		return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, unwrapURL(err))
 	}

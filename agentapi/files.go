@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -137,29 +136,14 @@ func (c *Client) StatFile(ctx context.Context, path string) (files.Info, error) 
 
 // sendBody is send with a raw body (nil: none).
 func (c *Client) sendBody(ctx context.Context, method, target, op string, header map[string]string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
+	req, err := c.request(ctx, method, target, body)
 	if err != nil {
-		return nil, fmt.Errorf("agentapi: %w", err)
-	}
-	req.Header.Set(HeaderProtocol, strconv.Itoa(Protocol))
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		return nil, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, executor.Aborted()
-		}
-		var be *bodyError
-		if errors.As(err, &be) {
-			return nil, be
-		}
-		return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, unwrapURL(err))
-	}
-	return resp, nil
+	return c.roundTrip(ctx, req, method, op)
 }
 
 // bodyError marks a failure of an upload's body, as opposed to the
