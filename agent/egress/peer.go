@@ -14,6 +14,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/internal/procstatus"
 )
 
 // Who opened a connection: grants bound to process trees.
@@ -276,23 +278,7 @@ func readGroups(dir int) ([]uint32, error) {
 	}
 	f := os.NewFile(uintptr(sfd), "status")
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("Groups:"))
-		if !ok {
-			continue
-		}
-		var groups []uint32
-		for _, g := range bytes.Fields(rest) {
-			v, err := strconv.ParseUint(string(g), 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("malformed Groups line %q", sc.Bytes())
-			}
-			groups = append(groups, uint32(v))
-		}
-		return groups, nil
-	}
-	return nil, errors.New("no Groups line")
+	return procstatus.Groups(f)
 }
 
 // readAt reads file name of the directory open as dir, up to max bytes

@@ -1,10 +1,7 @@
 package local
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/internal/procstatus"
 )
 
 // Tag groups: tree tracking without a cgroup.
@@ -167,23 +165,7 @@ func parseStatus(status []byte) (live bool, groups []uint32, err error) {
 
 // parseGroups returns the supplementary groups of a /proc/<pid>/status.
 func parseGroups(status []byte) ([]uint32, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("Groups:"))
-		if !ok {
-			continue
-		}
-		var gs []uint32
-		for _, f := range bytes.Fields(rest) {
-			g, err := strconv.ParseUint(string(f), 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("malformed Groups line %q", sc.Bytes())
-			}
-			gs = append(gs, uint32(g))
-		}
-		return gs, nil
-	}
-	return nil, errors.New("no Groups line")
+	return procstatus.Groups(bytes.NewReader(status))
 }
 
 // signalTagged sends sig to pid if it still carries tag. With a pidfd the
