@@ -50,8 +50,7 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 				}
 				return printResult(cmd, res, asJSON)
 			}
-			file, _ := cmd.Flags().GetString("config")
-			cfg, err := config.Load(cmd.Flags(), file)
+			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}

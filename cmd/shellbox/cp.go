@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
@@ -102,8 +101,7 @@ func transferFromFlags(cmd *cobra.Command) (client.Transfer, func(), error) {
 	if c != nil {
 		return c, func() {}, nil
 	}
-	file, _ := cmd.Flags().GetString("config")
-	cfg, err := config.Load(cmd.Flags(), file)
+	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shellbox/shellbox/config"
 )
 
 // exitError carries a process exit code through cobra.
@@ -59,4 +61,11 @@ func newRoot() *cobra.Command {
 		newServeCmd(), newMCPCmd(), newTokenCmd(), newApprovalsCmd(), newEventsCmd(),
 		newPolicyCmd(), newAuditCmd(), newCpCmd(), newQuickstartCmd())
 	return root
+}
+
+// loadConfig loads the config of a command: the file its --config flag
+// names (or the default places), overridden by its flags.
+func loadConfig(cmd *cobra.Command) (config.Config, error) {
+	file, _ := cmd.Flags().GetString("config")
+	return config.Load(cmd.Flags(), file)
 }

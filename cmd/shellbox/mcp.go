@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -20,8 +19,7 @@ and session, on the configured backend. No token: whoever can start this
 process is the tenant. Logs go to stderr as JSON.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			cfg, err := config.Load(cmd.Flags(), file)
+			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}

@@ -52,8 +52,7 @@ Progress goes to stderr, the model's text to stdout. The session is removed
 afterwards unless --keep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			cfg, err := config.Load(cmd.Flags(), file)
+			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}

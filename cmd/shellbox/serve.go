@@ -33,8 +33,7 @@ server.shutdownTimeout, and exit leaving sandboxes and background tasks
 running for the next process to adopt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			cfg, err := config.Load(cmd.Flags(), file)
+			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}

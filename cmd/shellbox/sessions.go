@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/images"
 	"github.com/shellbox/shellbox/session"
 )
@@ -135,8 +134,7 @@ type sessionsLayer struct {
 }
 
 func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
-	file, _ := cmd.Flags().GetString("config")
-	cfg, err := config.Load(cmd.Flags(), file)
+	cfg, err := loadConfig(cmd)
 	if err != nil {
 		return sessionsLayer{}, err
 	}
@@ -174,8 +172,7 @@ file (--output) or containerd (--containerd; a node's is namespace k8s.io).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			progress := cmd.ErrOrStderr()
 			if toContainerd {
-				file, _ := cmd.Flags().GetString("config")
-				cfg, err := config.Load(cmd.Flags(), file)
+				cfg, err := loadConfig(cmd)
 				if err != nil {
 					return err
 				}

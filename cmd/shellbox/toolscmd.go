@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/tools"
 )
 
@@ -18,8 +17,7 @@ func newToolsCmd() *cobra.Command {
 		Short: "List the tools, or print their definitions with --schema",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			file, _ := cmd.Flags().GetString("config")
-			cfg, err := config.Load(cmd.Flags(), file)
+			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}
