@@ -582,16 +582,6 @@ func (c *console) decide(approve bool) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "malformed_json", `want {"reason": "..."} or nothing`)
 			return
 		}
-		a, err := c.s.cfg.Approvals.Decide(tenant, id, approve, "console:"+l.label(), clip(req.Reason, 1024))
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		decision := "denied"
-		if approve {
-			decision = "approved"
-		}
-		c.s.metrics.policyDecision(tenant, decision)
-		writeJSON(w, http.StatusOK, a)
+		c.s.decide(w, tenant, id, approve, "console:"+l.label(), clip(req.Reason, 1024))
 	}
 }

@@ -366,18 +366,24 @@ func (s *Server) decideApproval(approve bool) http.HandlerFunc {
 		if req.Approver == "" {
 			req.Approver = "tenant:" + tenant
 		}
-		a, err := s.cfg.Approvals.Decide(tenant, id, approve, req.Approver, req.Reason)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		decision := "denied"
-		if approve {
-			decision = "approved"
-		}
-		s.metrics.policyDecision(tenant, decision)
-		writeJSON(w, http.StatusOK, a)
+		s.decide(w, tenant, id, approve, req.Approver, req.Reason)
 	}
+}
+
+// decide decides an approval for REST and the console alike, counts the
+// decision and answers with the approval.
+func (s *Server) decide(w http.ResponseWriter, tenant, id string, approve bool, approver, reason string) {
+	a, err := s.cfg.Approvals.Decide(tenant, id, approve, approver, reason)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	decision := "denied"
+	if approve {
+		decision = "approved"
+	}
+	s.metrics.policyDecision(tenant, decision)
+	writeJSON(w, http.StatusOK, a)
 }
 
 // sessionEvents streams one session's events; tenantEvents all of the
