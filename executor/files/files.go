@@ -216,6 +216,19 @@ type root struct {
 	t    Tree
 }
 
+// inRoot runs fn as the tree's user (asUser) with the tree's root open;
+// the root is closed when fn returns.
+func (t Tree) inRoot(fn func(r *root) error) error {
+	return t.asUser(func() error {
+		r, err := t.openRoot()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		return fn(r)
+	})
+}
+
 // openRoot opens the tree's root.
 func (t Tree) openRoot() (*root, error) {
 	r, err := os.OpenRoot(t.Root)
@@ -281,12 +294,7 @@ func (t Tree) Stat(p string) (Info, error) {
 		return Info{}, err
 	}
 	var info Info
-	err = t.asUser(func() error {
-		r, err := t.openRoot()
-		if err != nil {
-			return err
-		}
-		defer r.Close()
+	err = t.inRoot(func(r *root) error {
 		dir, err := r.openDir(path.Dir(rel), abs)
 		if err != nil {
 			return err

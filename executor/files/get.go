@@ -45,12 +45,7 @@ func (t Tree) Get(ctx context.Context, p string, o GetOptions, open func(Info) (
 		return err
 	}
 	lim := o.Limits.withDefaults()
-	return t.asUser(func() error {
-		r, err := t.openRoot()
-		if err != nil {
-			return err
-		}
-		defer r.Close()
+	return t.inRoot(func(r *root) error {
 		if lim.NoSymlinks {
 			if err := r.noSymlinks(rel, abs); err != nil {
 				return err

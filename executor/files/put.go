@@ -52,12 +52,7 @@ func (t Tree) Put(ctx context.Context, p string, body io.Reader, o PutOptions) (
 	lim := o.Limits.withDefaults()
 	in := &capReader{r: body, max: lim.MaxBytes, path: abs}
 	var w Written
-	err = t.asUser(func() error {
-		r, err := t.openRoot()
-		if err != nil {
-			return err
-		}
-		defer r.Close()
+	err = t.inRoot(func(r *root) error {
 		if lim.NoSymlinks {
 			if err := r.noSymlinks(rel, abs); err != nil {
 				return err
