@@ -30,7 +30,11 @@ func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
 	case "":
 		return nil, fmt.Errorf("sandbox %w: the sandbox has no agent endpoint", executor.ErrUnavailable)
 	default:
-		return nil, fmt.Errorf("%w: agent endpoint network %q (want unix or tcp)", executor.ErrInvalid, e.Network)
+		// Of no class, as before the move (sandbox's own ErrInvalid): a
+		// class of the executor's would make the sandboxed executor take
+		// the failed dial for an answer of the agent (classified) and keep
+		// the connection.
+		return nil, fmt.Errorf("invalid sandbox spec: agent endpoint network %q (want unix or tcp)", e.Network)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, e.Network, e.Address)
