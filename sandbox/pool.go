@@ -31,6 +31,14 @@ type PoolTarget struct {
 // TemplateHash identifies what a sandbox of spec is, whichever session it
 // serves: a hash of everything in spec but Session and Owner. A session
 // claims a pooled sandbox only of its own Spec's hash.
+//
+// The hash is of templateKey's frozen layout, not of Spec's: a release
+// that only regroups Spec's fields (as confine.Resources did) keeps every
+// pool's hash, where a changed hash drains and refills every warm pool and,
+// during a rolling update, has the old and the new replicas miss each
+// other's pools. A field added to Spec is added to templateKey
+// (TestTemplateKeyCoversSpec fails until it is), which changes the hash
+// once, as it must: the field is a new setting.
 func TemplateHash(spec Spec) string {
 	spec = spec.Clone()
 	// Settings are a session's record, not a setting: a session whose
@@ -52,8 +60,45 @@ func TemplateHash(spec Spec) string {
 		spec.Mounts = nil
 	}
 	// %#v prints every field, and maps in key order.
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", spec)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%#v", templateKey(spec))))
 	return hex.EncodeToString(sum[:8])
+}
+
+// templateKey is spec in the layout TemplateHash hashes: Spec's fields in
+// one flat struct, in the order they had before confine.Resources grouped
+// six of them. The type is named Spec, declared here, so that %#v prints
+// "sandbox.Spec{...}" as it did: the hashes of earlier releases hold.
+func templateKey(spec Spec) any {
+	type Spec struct {
+		Tenant         string
+		Session        string
+		Owner          string
+		Image          string
+		Runtime        string
+		CPUs           float64
+		MemoryBytes    int64
+		PidsLimit      int64
+		WorkspaceBytes int64
+		TmpBytes       int64
+		SpillBytes     int64
+		Network        string
+		UID, GID       int
+		Env            []string
+		Labels         map[string]string
+		AgentArgs      []string
+		Mounts         []Mount
+		Settings       string
+	}
+	r := spec.Resources
+	return Spec{
+		Tenant: spec.Tenant, Session: spec.Session, Owner: spec.Owner,
+		Image: spec.Image, Runtime: spec.Runtime,
+		CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, PidsLimit: r.PidsLimit,
+		WorkspaceBytes: r.WorkspaceBytes, TmpBytes: r.TmpBytes, SpillBytes: r.SpillBytes,
+		Network: spec.Network, UID: spec.UID, GID: spec.GID,
+		Env: spec.Env, Labels: spec.Labels, AgentArgs: spec.AgentArgs, Mounts: spec.Mounts,
+		Settings: spec.Settings,
+	}
 }
 
 // poolName returns a fresh pooled session name of template hash h.
