@@ -91,6 +91,15 @@ const (
 	waitBound = 30 * time.Second
 )
 
+// pastBound reports whether deadline (a start plus waitBound) has passed.
+// A poll asks it before its reads, and fails on a task still running only
+// in reads begun after the deadline: the bound is on the task, not on the
+// time the reads take. On a loaded 2-core CI node a bash_output through a
+// cluster takes seconds, and twenty of them in a row had the bound run
+// out while the reads, not the tasks, were slow (bg/concurrent_20 over MCP,
+// its twenty starts alone 116 s).
+func pastBound(deadline time.Time) bool { return time.Now().After(deadline) }
+
 // grace is the SIGTERM-to-SIGKILL grace of every profile: short, so the
 // cases that need SIGKILL stay fast.
 const grace = 300 * time.Millisecond

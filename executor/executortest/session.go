@@ -392,6 +392,7 @@ func (s *session) readUntilDone(id string) (stdout, stderr string, last *tools.T
 	var out, errOut strings.Builder
 	deadline := time.Now().Add(waitBound)
 	for {
+		late := pastBound(deadline)
 		o, _ := s.read(id)
 		out.WriteString(o.Stdout)
 		errOut.WriteString(o.Stderr)
@@ -401,7 +402,7 @@ func (s *session) readUntilDone(id string) (stdout, stderr string, last *tools.T
 		if o.Status.State != executor.Running {
 			return out.String(), errOut.String(), o
 		}
-		if time.Now().After(deadline) {
+		if late {
 			s.t.Fatalf("task %s still running after %s; read so far:\n%s", id, waitBound, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
