@@ -3,14 +3,20 @@
 # helpers both use.
 
 K8S_VERSION=v1.37.2
-ETCD_VERSION=v3.7.3
-# The only /v2 version the module proxy lists.
+# The etcd of the apiserver's own client (k8s.io/kubernetes v1.37.2's
+# go.mod): built in the Kubernetes binaries' module, it raises none of
+# their dependencies (v3.7.3 would raise grpc, otel and x/net in them).
+ETCD_VERSION=v3.7.0
+# The only /v2 version the module proxy lists; only its NetworkPolicy
+# controller is built (.ci/kube/netpol.go), on the Kubernetes client.
 KUBE_ROUTER_VERSION=v2.1.0
 # No kubectl: kc (.ci/kube/kc.go) does what setup-kube.sh asks of the API.
 KUBE_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
-KUBE_DIR=$SHELLBOX_CI_CACHE/kubernetes-$K8S_VERSION
-ETCD_DIR=$SHELLBOX_CI_CACHE/etcd-$ETCD_VERSION
-ROUTER_DIR=$SHELLBOX_CI_CACHE/kube-router-$KUBE_ROUTER_VERSION
+# One build, one module, one directory: the five, etcd and kube-router
+# share every dependency they have in common, compiled once.
+KUBE_DIR=$SHELLBOX_CI_CACHE/kubernetes-$K8S_VERSION-etcd-$ETCD_VERSION-kube-router-$KUBE_ROUTER_VERSION
+ETCD_DIR=$KUBE_DIR
+ROUTER_DIR=$KUBE_DIR
 
 CONF_DIR=/etc/shellbox-kube
 PKI=$CONF_DIR/pki

@@ -7,12 +7,11 @@
 #   1. Debian packages: runc, the CNI plugins, iptables, ipset, conntrack,
 #      openssl, curl (only the missing ones are installed);
 #   2. binaries, cached outside the clone by version (built once):
-#        $SHELLBOX_CI_CACHE/kubernetes-<v>/  kube-apiserver, -controller-manager,
-#                                            -scheduler, kubelet, kube-proxy
-#                                            (no kubectl: .ci/kube/kc.go does
-#                                            what this script asks of the API)
-#        $SHELLBOX_CI_CACHE/etcd-<v>/        etcd
-#        $SHELLBOX_CI_CACHE/kube-router-<v>/ kube-router (NetworkPolicy only)
+#        $SHELLBOX_CI_CACHE/kubernetes-<v>-etcd-<v>-kube-router-<v>/
+#          kube-apiserver, -controller-manager, -scheduler, kubelet,
+#          kube-proxy (no kubectl: .ci/kube/kc.go does what this script asks
+#          of the API), etcd, and kube-router's NetworkPolicy controller
+#          (.ci/kube/netpol.go), in one `go build` of one module;
 #      and containerd v2 and gVisor (runsc, patched shim) from toolchain.sh,
 #      the same builds setup-containerd.sh uses;
 #   3. images, built here (.ci/kube/image.go, on the images package's OCI
@@ -93,21 +92,29 @@ fi
 # --- 2. binaries ------------------------------------------------------------------
 step binaries
 
-# kube_ok DIR: the binaries run and say $K8S_VERSION.
+# kube_ok DIR: the binaries run and say their versions.
 kube_ok() {
   local d=$1 c
   [[ -e "$d/.complete" ]] || return 1
   for c in $KUBE_BINARIES; do
     grep -qF "$K8S_VERSION" <<<"$("$d/$c" --version 2>/dev/null)" || return 1
   done
+  grep -qF "${ETCD_VERSION#v}" <<<"$("$d/etcd" --version 2>&1)" &&
+    grep -qF "$KUBE_ROUTER_VERSION" <<<"$("$d/kube-router" --version 2>&1)"
 }
 
-# build_kube: k8s.io/kubernetes is not meant to be a dependency: its go.mod
+# build_kube: the cluster's binaries in one module and one `go build`:
+# k8s.io/kubernetes' five commands, etcd's server and kube-router's
+# NetworkPolicy controller (.ci/kube/netpol.go, a main of the module) share
+# client-go, grpc, protobuf, ... compiled once (etcd and kube-router built
+# apart took 68 s and 208 s more of the 2 cores, cold).
+# k8s.io/kubernetes is not meant to be a dependency: its go.mod
 # replaces every staging module (k8s.io/api, ...) with ./staging/src/..., and
 # a dependency's replaces are ignored, so the build module replaces each with
-# its v0.X.Y release instead (the list generated from kubernetes' go.mod).
+# its v0.X.Y release instead (the list generated from kubernetes' go.mod);
+# kube-router's k8s.io requirements take the same releases.
 build_kube() {
-  build_cached "kubernetes $K8S_VERSION ($(wc -w <<<"$KUBE_BINARIES") binaries; 10 min of 2 cores cold)" "$KUBE_DIR" kube_ok _build_kube
+  build_cached "kubernetes $K8S_VERSION ($(wc -w <<<"$KUBE_BINARIES") binaries), etcd $ETCD_VERSION, kube-router $KUBE_ROUTER_VERSION (NetworkPolicy); 10 min of 2 cores cold" "$KUBE_DIR" kube_ok _build_kube
 }
 _build_kube() {
   local tmp=$1 gomod staging p ld c
@@ -116,48 +123,29 @@ _build_kube() {
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   [[ -s "$gomod" ]] || die "cannot fetch k8s.io/kubernetes@$K8S_VERSION from the module proxy"
   {
-    printf 'module shellbox-ci/kubernetes\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
+    printf 'module shellbox-ci/kubernetes\n\ngo 1.26.0\n\nrequire (\n'
+    printf '\tk8s.io/kubernetes %s\n\tgo.etcd.io/etcd/server/v3 %s\n\tgithub.com/cloudnativelabs/kube-router/v2 %s\n)\n\nreplace (\n' \
+      "$K8S_VERSION" "$ETCD_VERSION" "$KUBE_ROUTER_VERSION"
     sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$gomod"
     printf ')\n'
   } >"$tmp/src/go.mod"
-  ld="-s -w"
+  # The repository's copy is "ignore": shellbox's module never builds it.
+  mkdir "$tmp/src/kube-router"
+  grep -v '^//go:build ignore$' "$HERE/kube/netpol.go" >"$tmp/src/kube-router/main.go"
+  ld="-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
   for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION")"
     ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=go-module-proxy -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  build_in_module "$tmp/src" "$ld" "$tmp/bin" $(for c in $KUBE_BINARIES; do echo "k8s.io/kubernetes/cmd/$c"; done) || return 1
+  build_in_module "$tmp/src" "$ld" "$tmp/bin" \
+    $(for c in $KUBE_BINARIES; do echo "k8s.io/kubernetes/cmd/$c"; done) \
+    go.etcd.io/etcd/server/v3 shellbox-ci/kubernetes/kube-router || return 1
+  # go names etcd's binary after its package, without the /v3.
+  mv "$tmp/bin/server" "$tmp/bin/etcd"
   touch "$tmp/bin/.complete"
 }
 
-# build_tool NAME VERSION DIR MODULE PKG LDFLAGS CHECK...: one binary NAME
-# of MODULE@VERSION into DIR, unless `NAME CHECK...` (run on it) prints
-# VERSION.
-build_tool() {
-  TOOL=("$@")
-  build_cached "$1 $2" "$3" _tool_ok _build_tool
-}
-_tool_ok() {
-  [[ -e "$1/.complete" ]] && grep -qF "${TOOL[1]#v}" <<<"$("$1/${TOOL[0]}" "${TOOL[@]:6}" 2>&1)"
-}
-_build_tool() {
-  local tmp=$1 name=${TOOL[0]} built
-  go_get_module "$tmp" "${TOOL[3]}" "${TOOL[1]}"
-  build_in_module "$tmp/src" "${TOOL[5]}" "$tmp/bin" "${TOOL[4]}" || return 1
-  # go names the binary after the package, without a /vN suffix.
-  if [[ ! -x "$tmp/bin/$name" ]]; then
-    built=("$tmp"/bin/*)
-    ((${#built[@]} == 1)) && mv "${built[0]}" "$tmp/bin/$name"
-  fi
-  touch "$tmp/bin/.complete"
-}
-
-# The long one first: in the background build it overlaps most of the rest
-# of the setup.
 build_kube
-build_tool etcd "$ETCD_VERSION" "$ETCD_DIR" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 "-s -w" --version
-build_tool kube-router "$KUBE_ROUTER_VERSION" "$ROUTER_DIR" github.com/cloudnativelabs/kube-router/v2 \
-  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
-  "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" --version
 if [[ "$BUILD_ONLY" != 1 ]]; then
   build_containerd
   build_gvisor
