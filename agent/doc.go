@@ -22,17 +22,20 @@
 //     domain of its own, so one call cannot open another's /proc/<pid>/mem.
 //   - agent/notrace: the seccomp filter that keeps commands from tracing
 //     one another (ptrace, process_vm_*, pidfd_getfd).
+//   - agent/pid1: what the command runner (executor/local) does differently
+//     as PID 1: tag groups, the inherited OOM score and OOM reporting, as
+//     local.PID1 hooks, and the reaping of adopted orphans.
 //
 // Files: supervisor.go (Options, Serve, the thread and fd bounds, reaping,
 // the commands' base environment); capabilities.go (the bounding set, and
 // the lookup capabilities kept permitted for the egress proxy).
 //
-// Parts of the command runner that only a sandbox's PID 1 uses stay in
-// executor/local, because they are steps of its launch and exit path: tag
-// groups (tag.go), the OOM score and report (oom.go), the PID-1 hooks
-// (agent.go) and network grants bound to trees (grant.go). The raising of
-// the lookup capabilities (executor/files, lookupcaps_linux.go) stays with
-// AsUser, whose capability helpers and thread budget it shares.
+// What stays in executor/local, because it is the runner's own state: the
+// register of leaders a reaper must spare (leaders.go), the tracking of a
+// tagged tree (tagtree.go) and network grants bound to trees (grant.go).
+// The raising of the lookup capabilities (executor/files,
+// lookupcaps_linux.go) stays with AsUser, whose capability helpers and
+// thread budget it shares.
 //
 // What the agent runs as, what it promises its commands, its cost, and
 // each of cmd/shellbox-agent's flags:

@@ -23,10 +23,12 @@ import (
 	"github.com/shellbox/shellbox/agent/egress"
 	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/agent/notrace"
+	"github.com/shellbox/shellbox/agent/pid1"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
+	"github.com/shellbox/shellbox/internal/procscan"
 )
 
 // Options are what the agent serves with: cmd/shellbox-agent's flags.
@@ -54,7 +56,7 @@ func SetUpProcess() {
 	}
 	growFdTable(fdTableSize)
 	output.LimitWrites(spillWriters)
-	local.LimitProcScans(procScanners)
+	procscan.Limit(procScanners)
 	reserveThreads(agentapi.AgentTasks)
 }
 
@@ -68,7 +70,7 @@ const maxProcs = 2
 // each holds a thread while it runs.
 const spillWriters = 2
 
-// procScanners bounds the /proc scans in flight (local.LimitProcScans):
+// procScanners bounds the /proc scans in flight (procscan.Limit):
 // the searches of commands' trees and of orphans, hundreds of system calls
 // each.
 const procScanners = 2
@@ -251,15 +253,17 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		// emptyDir.)
 		return fmt.Errorf("spill dir: %w", err)
 	}
-	cfg := local.Config{
-		Root:             o.Root,
-		Home:             o.Home,
-		SpillDir:         o.SpillDir,
-		BaseEnv:          baseEnv(os.Environ(), o.Home),
-		Cgroup:           local.CgroupMode(o.Cgroup),
-		MaxFinishedTasks: o.MaxFinished,
-		MemoryCgroup:     "auto",
-		Logf:             logger.Printf,
+	cfg := pid1.Config{
+		Config: local.Config{
+			Root:             o.Root,
+			Home:             o.Home,
+			SpillDir:         o.SpillDir,
+			BaseEnv:          baseEnv(os.Environ(), o.Home),
+			Cgroup:           local.CgroupMode(o.Cgroup),
+			MaxFinishedTasks: o.MaxFinished,
+			Logf:             logger.Printf,
+		},
+		MemoryCgroup: "auto",
 	}
 	if shimErr != nil {
 		logger.Printf("no Landlock domain per call: %v", shimErr)
@@ -270,7 +274,7 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	if !o.NoSetuid && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
 		cfg.Credential = &syscall.Credential{Uid: uint32(o.UID), Gid: uint32(o.GID)}
 		if o.UID != 0 && o.TagCount > 0 {
-			cfg.TagGroups = local.GroupRange{First: uint32(o.TagFirst), Count: uint32(o.TagCount)}
+			cfg.TagGroups = pid1.GroupRange{First: uint32(o.TagFirst), Count: uint32(o.TagCount)}
 		}
 	}
 	if o.OOMScoreAdj != 0 {
@@ -283,7 +287,7 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 			return fmt.Errorf("--nproc: %w", err)
 		}
 	}
-	e, err := local.New(cfg)
+	e, err := pid1.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -294,7 +298,7 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		// Non-dumpable: no process without CAP_SYS_PTRACE may ptrace the
 		// agent or read its /proc/<pid>/{mem,environ,fd,...} (they become
 		// root's), so a command of the agent's own uid (--no-setuid)
-		// cannot lift the token from its memory. After local.New, which
+		// cannot lift the token from its memory. After pid1.New, which
 		// opens this process's oom_score_adj while it still may; before
 		// serving: no command exists yet.
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -407,7 +411,7 @@ func reap(ctx context.Context, logger *log.Logger) {
 		case <-tick.C:
 			threads.check(logger)
 		}
-		if _, err := local.ReapOrphans(); err != nil {
+		if _, err := pid1.ReapOrphans(); err != nil {
 			logger.Printf("reap: %v", err)
 		}
 	}

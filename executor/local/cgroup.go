@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/internal/mountinfo"
+	"github.com/shellbox/shellbox/internal/procscan"
 )
 
 // hierarchy is one cgroup hierarchy shellbox makes per-command cgroups in.
@@ -81,30 +81,12 @@ type cgroupMount struct {
 
 // cgroupMounts lists the cgroup and cgroup2 mounts of this process.
 func cgroupMounts() ([]cgroupMount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
+	all, err := mountinfo.Cgroups()
+	out := make([]cgroupMount, 0, len(all))
+	for _, c := range all {
+		out = append(out, cgroupMount{mount: mount{dir: c.Dir, root: c.Root}, v2: c.V2, opts: c.Opts})
 	}
-	defer f.Close()
-	var out []cgroupMount
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint opts [tags] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(sf) < 3 || (sf[0] != "cgroup" && sf[0] != "cgroup2") {
-			continue
-		}
-		out = append(out, cgroupMount{
-			mount: mount{dir: mountinfo.Unescape(pf[4]), root: mountinfo.Unescape(pf[3])},
-			v2:    sf[0] == "cgroup2",
-			opts:  strings.Split(sf[2], ","),
-		})
-	}
-	return out, sc.Err()
+	return out, err
 }
 
 // detect finds the hierarchy mode asks for, and a v1 fallback when the
@@ -326,7 +308,7 @@ func (c *cgroup) reusable() bool {
 		return false
 	}
 	if c.h.ctrl == "freezer" {
-		b, err := readProcFile(filepath.Join(c.path, "freezer.state"))
+		b, err := procscan.ReadFile(filepath.Join(c.path, "freezer.state"))
 		return err == nil && strings.TrimSpace(string(b)) == "THAWED"
 	}
 	return true
@@ -482,7 +464,7 @@ func (c *cgroup) empty() bool {
 		b, err := pread(c.state, buf[:])
 		return err == nil && eventsEmpty(b)
 	}
-	b, err := readProcFile(filepath.Join(c.path, "cgroup.procs"))
+	b, err := procscan.ReadFile(filepath.Join(c.path, "cgroup.procs"))
 	if errors.Is(err, unix.ENOENT) {
 		return true // a cgroup that is gone is empty
 	}

@@ -78,22 +78,10 @@ type Config struct {
 	// the oldest is evicted first. Default DefaultMaxFinishedTasks.
 	MaxFinishedTasks int
 
-	// The fields below are for an executor that runs as a sandbox's PID 1
-	// (cmd/shellbox-agent); see agent.go.
-
-	// TagGroups, when Count > 0, tracks the tree of a command that has no
-	// cgroup by a supplementary group unique to it (see the package doc).
-	// Needs Credential with a non-zero Uid, so commands cannot drop it.
-	TagGroups GroupRange
-	// OOMScoreAdjInherit applies OOMScoreAdj by raising this process's own
-	// score around each fork, so the command inherits it, instead of writing
-	// the command's score after it starts (which fails for a command of
-	// another user when this process lacks CAP_DAC_OVERRIDE).
-	OOMScoreAdjInherit bool
-	// MemoryCgroup is the memory cgroup whose OOM-kill counter tells an OOM
-	// kill from a plain SIGKILL (Result.OOMKilled): "" for none, "auto" for
-	// this process's own, or a cgroup directory.
-	MemoryCgroup string
+	// PID1, if set, is what the runner does differently as a sandbox's PID 1
+	// (cmd/shellbox-agent): tag groups, the inherited OOM score, OOM
+	// reporting (see PID1; package agent/pid1 sets it). Nil: none of them.
+	PID1 PID1
 	// Logf, if set, is told when a command's tree is signalled and why (a
 	// timeout, a kill request, a caller that went away, a leader that left
 	// processes behind), with what was signalled: the agent's log, which
@@ -171,9 +159,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxFinishedTasks < 0 {
 		return c, fmt.Errorf("local: MaxFinishedTasks must not be negative, got %d", c.MaxFinishedTasks)
-	}
-	if err := c.checkAgent(); err != nil {
-		return c, err
 	}
 	return c, nil
 }

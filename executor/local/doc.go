@@ -1,9 +1,9 @@
 // Package local is the reference BashExecutor: it runs each command as a host
 // process of the server, unsandboxed. It is what development uses, what the
 // conformance suite (executor/executortest) holds every other executor to, and
-// what the agent (package agent, cmd/shellbox-agent) runs inside a sandbox
-// (with Credential set to the policy's user, tag groups, and OOMScoreAdj
-// inherited so the agent outlives its commands).
+// what the agent (package agent, cmd/shellbox-agent) runs inside a sandbox,
+// with Credential set to the policy's user and the abilities of a sandbox's
+// PID 1 plugged in as Config.PID1 (package agent/pid1).
 //
 // A call runs `bash -c <command>` (or pwsh) with exactly Spec.Env (plus PWD),
 // stdin /dev/null and separate stdout/stderr pipes, in its own process group
@@ -24,16 +24,21 @@
 // command is born in (clone3 CLONE_INTO_CGROUP, killed by cgroup.kill); a v1
 // freezer or pids cgroup; the process group only (setsid escapes); or, inside
 // a container, the process group plus every process carrying the command's
-// tag group (Config.TagGroups), which a non-root command cannot drop.
+// tag group (PID1.Tag hands it out; tagtree.go tracks it), which a non-root
+// command cannot drop.
 // Per-command cgroups are named after their creator, so Cleanup (called once
 // at start-up) removes a crashed server's leftovers; empty, never-killed
 // cgroups are pooled for reuse (cgroup.go).
 //
-// As a sandbox's PID 1 (agent.go, reap.go, oom.go, grant.go, tag.go,
-// Config.ExecShim): leaders are registered before the reaper can see them and
-// ReapOrphans reaps every other zombie; OOMScoreAdjInherit makes the OOM
-// killer pick a command, not the agent; MemoryCgroup reports OOM kills; and
-// the exec shim puts each command in a Landlock domain of its own.
+// What a sandbox's PID 1 adds lives in package agent/pid1 (the tag pool,
+// the inherited OOM score, OOM reporting, orphan reaping), behind the small
+// PID1 interface (pid1.go): launch asks it for a tag and forks through it,
+// and the supervisor gives the tag back and asks for the OOM verdict once
+// the tree is gone. The runner keeps what is its own state: every leader is
+// registered before a reaper can see it, and NotLeaders is how a reaper
+// learns which zombies it may take (leaders.go); network grants are bound
+// to trees (grant.go); Config.ExecShim puts each command in a Landlock
+// domain of its own.
 //
 // Every output buffer is bounded (output.Tail, output.Ring, output.Spill),
 // so a command printing gigabytes costs a fixed amount of memory and disk

@@ -27,10 +27,6 @@ type Executor struct {
 	hier     atomic.Pointer[hierarchy]
 	primary  *hierarchy // what hier started as, for Close to drain its pool
 	fallback *hierarchy
-	// Agent abilities (agent.go); nil unless configured.
-	tags  *tagPool
-	oom   *oomSelf
-	memcg *memcg
 	// space evicts the oldest finished spill files when a new one needs
 	// room (output.Space).
 	space *output.Space
@@ -72,9 +68,6 @@ func New(cfg Config) (*Executor, error) {
 		space:    output.NewSpace(),
 	}
 	e.hier.Store(primary)
-	if err := e.initAgent(); err != nil {
-		return nil, err
-	}
 	return e, nil
 }
 
@@ -263,8 +256,9 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 		exited:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 		done:    make(chan struct{}),
-		oomBase: e.oomSample(),
 		logf:    e.cfg.Logf,
+		// Sampled before the first fork (PID1.WatchOOM).
+		oomVerdict: e.watchOOM(),
 	}
 	newCmd := func() *exec.Cmd {
 		c := &exec.Cmd{
@@ -309,7 +303,7 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 	go p.waitLeader()
 
 	var oomErr error
-	if e.cfg.OOMScoreAdj != 0 && !e.cfg.OOMScoreAdjInherit {
+	if e.cfg.OOMScoreAdj != 0 && !e.inheritsOOMScore() {
 		err := os.WriteFile("/proc/"+strconv.Itoa(p.pid)+"/oom_score_adj", []byte(strconv.Itoa(e.cfg.OOMScoreAdj)), 0)
 		if err != nil && !errors.Is(err, syscall.ESRCH) {
 			oomErr = executor.Errorf(executor.ErrUnavailable, "set oom_score_adj of %s: %w", argv[0], err)
@@ -344,18 +338,21 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 // own cgroup.
 func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 	// Held from before the fork until the leader is registered, so that
-	// ReapOrphans cannot take its zombie (reap.go).
+	// no reaper can take its zombie (leaders.go).
 	starting.RLock()
 	defer starting.RUnlock()
 	attr := &syscall.SysProcAttr{Setpgid: true, Credential: e.cfg.Credential}
 	var tag uint32
-	if h == nil && e.tags != nil {
-		// No cgroup: the tree is tracked by a supplementary group (tag.go).
+	if h == nil {
+		// No cgroup: the tree is tracked by a supplementary group, if
+		// Config.PID1 hands one out (tagtree.go).
 		var err error
-		if tag, err = e.tags.get(); err != nil {
+		if tag, err = e.tag(); err != nil {
 			return err
 		}
-		attr.Credential = withTag(e.cfg.Credential, tag)
+		if tag != 0 {
+			attr.Credential = withTag(e.cfg.Credential, tag)
+		}
 	}
 	var cg *cgroup
 	if h != nil {
@@ -412,7 +409,7 @@ func (e *Executor) launch(p *proc, c *exec.Cmd, h *hierarchy) error {
 			cg.remove()
 		}
 		if tag != 0 {
-			e.tags.put(tag)
+			e.cfg.PID1.Untag(tag)
 		}
 		return err
 	}

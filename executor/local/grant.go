@@ -19,7 +19,7 @@ import (
 // supplementary groups and cgroups, which credential they carry. A
 // credential belongs to a tree only through what tracks it, unforgeable,
 // inherited by every process of the tree and by nothing else: its tag
-// (tag.go), or its cgroup where the executor made one (under gVisor, whose
+// (tagtree.go), or its cgroup where the executor made one (under gVisor, whose
 // cgroupfs a sandbox's agent may write). No command can join a cgroup: its
 // cgroup.procs is root's, 0644. A grant ends when the tree does: the
 // supervisor forgets it before the cgroup can go back to the pool

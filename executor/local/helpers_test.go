@@ -149,3 +149,15 @@ func dead(pid int) bool {
 func waitPidFile(name string) string {
 	return "while [ ! -s " + name + " ]; do sleep 0.01; done"
 }
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: commands switch to uid 1000")
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

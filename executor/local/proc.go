@@ -106,15 +106,15 @@ type proc struct {
 	pipes      []*os.File    // read ends
 	eof        chan struct{} // one send per pipe at its EOF (buffered)
 	onDone     func()
-	// Agent abilities (agent.go): the tag gid tracking the tree (0: none),
-	// the OOM-kill counter at start (-1: not watched), and the hook that
-	// frees the tag and notes an OOM kill.
+	// Abilities of a sandbox's PID 1 (Config.PID1, pid1.go): the tag gid
+	// tracking the tree (0: none), the OOM verdict (nil: not watched), and
+	// the hook that gives the tag back and notes an OOM kill.
 	tag          uint32
 	tagGone      bool        // the tagged tree was seen gone (supervisor only)
 	grant        string      // the tree's network grant (grant.go); under Executor.mu
 	grantCg      grantCgroup // the cgroup it is bound to, if not a tag; under Executor.mu
 	treeGone     func()      // called once the tree is gone, before its cgroup is released
-	oomBase      int64
+	oomVerdict   func(syscall.WaitStatus) (killed bool, note string)
 	oomKilled    bool
 	beforeFinish func()
 	logf         func(format string, args ...any) // nil: no log (Config.Logf)

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync/atomic"
+
+	"github.com/shellbox/shellbox/internal/procscan"
 )
 
 // procStat is what shellbox needs from /proc/<pid>/stat.
@@ -46,51 +47,11 @@ func parseProcStat(b []byte) (procStat, error) {
 	return procStat{state: f[0][0], pgrp: pgrp, start: start}, nil
 }
 
-// scanSlots, when set, bounds the /proc scans in flight (LimitProcScans).
-var scanSlots atomic.Pointer[chan struct{}]
-
-// LimitProcScans bounds the scans of /proc in flight in this process (the
-// searches of a command's tree and of orphans) to n; n <= 0: unbounded, the
-// default. A scan is hundreds of system calls, each of which can hold an OS
-// thread while the Go runtime starts another for the goroutines that wait:
-// a sandbox's agent, which must keep within a fixed number of threads,
-// runs only a few at a time, and the others wait as goroutines. Call it
-// before any command starts.
-func LimitProcScans(n int) {
-	if n <= 0 {
-		scanSlots.Store(nil)
-		return
-	}
-	ch := make(chan struct{}, n)
-	scanSlots.Store(&ch)
-}
-
-// scanning takes a scan slot, if scans are bounded; the result gives it back.
-func scanning() (done func()) {
-	slots := scanSlots.Load()
-	if slots == nil {
-		return func() {}
-	}
-	*slots <- struct{}{}
-	return func() { <-*slots }
-}
-
-// procNames lists the entries of /proc (pids and the rest); with an
-// error, the names read before it.
-func procNames() ([]string, error) {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return d.Readdirnames(-1)
-}
-
 // groupAlive reports whether a live (not zombie) process is in process group
 // pgid. It scans /proc: the fallback when no cgroup tracks the tree.
 func groupAlive(pgid int) bool {
-	defer scanning()()
-	names, _ := procNames() // on an error, those read before it (none: false)
+	defer procscan.Slot()()
+	names, _ := procscan.Names() // on an error, those read before it (none: false)
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {

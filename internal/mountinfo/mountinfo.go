@@ -5,6 +5,7 @@
 package mountinfo
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,4 +58,42 @@ func Under(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// Cgroup is one cgroupfs mount of this process: where it is mounted (Dir),
+// which cgroup of its hierarchy that is (Root), and, for v1, its options,
+// the controllers among them.
+type Cgroup struct {
+	Dir, Root string
+	V2        bool
+	Opts      []string
+}
+
+// Cgroups lists the cgroup and cgroup2 mounts of this process.
+func Cgroups() ([]Cgroup, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Cgroup
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [tags] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, sf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(sf) < 3 || (sf[0] != "cgroup" && sf[0] != "cgroup2") {
+			continue
+		}
+		out = append(out, Cgroup{
+			Dir:  Unescape(pf[4]),
+			Root: Unescape(pf[3]),
+			V2:   sf[0] == "cgroup2",
+			Opts: strings.Split(sf[2], ","),
+		})
+	}
+	return out, sc.Err()
 }

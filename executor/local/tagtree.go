@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/internal/procscan"
 	"github.com/shellbox/shellbox/internal/procstatus"
 )
 
@@ -20,59 +20,13 @@ import (
 // CAP_SYS_ADMIN, so there are no per-command cgroups, and the process group
 // alone lets `setsid` escape. But the agent starts commands as another user
 // (Credential), and may give each one an extra supplementary group, unique
-// among the live commands: the tag. Supplementary groups are inherited by
-// every child, and dropping one takes setgroups(2), which needs CAP_SETGID:
-// the command lost it when it changed uid, and no-new-privileges keeps a
-// setuid binary from getting it back. So every descendant carries the tag,
-// setsid'd, double-forked or daemonized, and the tree is exactly the set of
-// processes whose /proc/<pid>/status lists it (plus the process group, which
-// costs nothing to signal).
-
-// GroupRange is a range of group ids: First, First+1, …, First+Count-1.
-type GroupRange struct {
-	First uint32
-	Count uint32
-}
-
-// tagPool hands out tag gids, one per live command. A tag whose tree could
-// not be emptied is never handed out again (quarantined), so a process stuck
-// in an uninterruptible sleep cannot join a later command's tree.
-type tagPool struct {
-	r    GroupRange
-	mu   sync.Mutex
-	next uint32 // offset to try first: round robin, so a gid is reused late
-	used map[uint32]bool
-}
-
-func newTagPool(r GroupRange) *tagPool {
-	if r.Count == 0 {
-		return nil
-	}
-	return &tagPool{r: r, used: map[uint32]bool{}}
-}
-
-// get returns a free tag gid.
-func (tp *tagPool) get() (uint32, error) {
-	tp.mu.Lock()
-	defer tp.mu.Unlock()
-	for i := uint32(0); i < tp.r.Count; i++ {
-		off := (tp.next + i) % tp.r.Count
-		gid := tp.r.First + off
-		if !tp.used[gid] {
-			tp.used[gid] = true
-			tp.next = (off + 1) % tp.r.Count
-			return gid, nil
-		}
-	}
-	return 0, executor.Errorf(executor.ErrLimit, "too many commands at once: all %d tag groups (TagGroups) are in use", tp.r.Count)
-}
-
-// put frees gid for reuse.
-func (tp *tagPool) put(gid uint32) {
-	tp.mu.Lock()
-	delete(tp.used, gid)
-	tp.mu.Unlock()
-}
+// among the live commands: the tag, which Config.PID1 hands out (PID1.Tag;
+// the pool and why no command can drop its tag: agent/pid1, tag.go).
+// Supplementary groups are inherited by every child, so every descendant
+// carries the tag, setsid'd, double-forked or daemonized, and the tree is
+// exactly the set of processes whose /proc/<pid>/status lists it (plus the
+// process group, which costs nothing to signal). This file is the tracking:
+// the scans, the signals, and whether a tagged tree is gone.
 
 // withTag returns a copy of cred whose supplementary groups include tag.
 func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
@@ -93,8 +47,8 @@ func withTag(cred *syscall.Credential, tag uint32) *syscall.Credential {
 // other agents' sandboxes, which carry tags of the same range: there only
 // processes of this process's own pid namespace are taken (ownPidNS).
 func scanTagged(tag uint32) ([]int, error) {
-	defer scanning()()
-	names, err := procNames()
+	defer procscan.Slot()()
+	names, err := procscan.Names()
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +59,7 @@ func scanTagged(tag uint32) ([]int, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		b, err := readProcFile("/proc/" + n + "/status")
+		b, err := procscan.ReadFile("/proc/" + n + "/status")
 		if err != nil {
 			continue
 		}
@@ -142,7 +96,7 @@ func inOwnPidNS(pid string) bool {
 // hasGroup reports whether the supplementary groups of pid hold gid, from
 // the Groups line of /proc/<pid>/status (readable by anyone).
 func hasGroup(pid int, gid uint32) bool {
-	b, err := readProcFile("/proc/" + strconv.Itoa(pid) + "/status")
+	b, err := procscan.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package local
+package pid1
 
 import (
 	"context"

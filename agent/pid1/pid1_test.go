@@ -1,4 +1,4 @@
-package local
+package pid1
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
 )
 
 // The tests of the abilities an agent (a sandbox's PID 1) uses: tag groups,
@@ -62,10 +63,10 @@ func TestAgentConfig(t *testing.T) {
 		want string
 	}{
 		{"tags without credential", Config{TagGroups: GroupRange{First: 5, Count: 1}}, "TagGroups needs a Credential with a non-zero Uid"},
-		{"tags as root", Config{TagGroups: GroupRange{First: 5, Count: 1}, Credential: &syscall.Credential{}}, "TagGroups needs a Credential with a non-zero Uid"},
-		{"tags without setgroups", Config{TagGroups: GroupRange{First: 5, Count: 1}, Credential: &syscall.Credential{Uid: 1, NoSetGroups: true}}, "NoSetGroups"},
-		{"tags from gid 0", Config{TagGroups: GroupRange{First: 0, Count: 1}, Credential: cred}, "non-zero gids"},
-		{"tags past the top", Config{TagGroups: GroupRange{First: 1<<32 - 2, Count: 4}, Credential: cred}, "non-zero gids"},
+		{"tags as root", Config{TagGroups: GroupRange{First: 5, Count: 1}, Config: local.Config{Credential: &syscall.Credential{}}}, "TagGroups needs a Credential with a non-zero Uid"},
+		{"tags without setgroups", Config{TagGroups: GroupRange{First: 5, Count: 1}, Config: local.Config{Credential: &syscall.Credential{Uid: 1, NoSetGroups: true}}}, "NoSetGroups"},
+		{"tags from gid 0", Config{TagGroups: GroupRange{First: 0, Count: 1}, Config: local.Config{Credential: cred}}, "non-zero gids"},
+		{"tags past the top", Config{TagGroups: GroupRange{First: 1<<32 - 2, Count: 4}, Config: local.Config{Credential: cred}}, "non-zero gids"},
 		{"inherit without a score", Config{OOMScoreAdjInherit: true}, "OOMScoreAdjInherit needs a non-zero OOMScoreAdj"},
 		{"relative memory cgroup", Config{MemoryCgroup: "memory"}, "MemoryCgroup must be"},
 		{"missing memory cgroup", Config{MemoryCgroup: "/nonexistent/cgroup"}, "MemoryCgroup /nonexistent/cgroup"},
@@ -346,32 +347,14 @@ func TestReapOrphans(t *testing.T) {
 	if n := <-reaped; n == 0 {
 		t.Errorf("reaped no orphans: the storm made none, or ReapOrphans missed them all")
 	}
-	leadersMu.Lock()
-	left := len(leaders)
-	leadersMu.Unlock()
+	left := local.Leaders()
 	if left != 0 {
 		t.Errorf("%d leaders still registered after every command ended", left)
 	}
 }
 
-func TestParseGroups(t *testing.T) {
+func TestStatStateParent(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		in   string
-		want string
-	}{
-		{"Name:\tx\nGroups:\t4 24 2000000000 \nNgid:\t0\n", "[4 24 2000000000]"},
-		{"Groups:\t\n", "[]"},
-		{"Groups:\t  \n", "[]"}, // gVisor
-	} {
-		g, err := parseGroups([]byte(tt.in))
-		if err != nil || fmt.Sprint(g) != tt.want {
-			t.Errorf("parseGroups(%q) = %v, %v; want %s", tt.in, g, err, tt.want)
-		}
-	}
-	if _, err := parseGroups([]byte("Name:\tx\n")); err == nil {
-		t.Error("no Groups line: no error")
-	}
 	st, pp, err := statStateParent([]byte("12 (a) b) (c) Z 1 12 12 0"))
 	if err != nil || st != 'Z' || pp != 1 {
 		t.Errorf("statStateParent = %c %d %v", st, pp, err)

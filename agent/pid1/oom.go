@@ -1,4 +1,4 @@
-package local
+package pid1
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/internal/mountinfo"
+	"github.com/shellbox/shellbox/internal/procscan"
 )
 
 // Out-of-memory: protecting the agent, and telling the model.
@@ -63,7 +66,7 @@ const selfScoreFile = "/proc/self/oom_score_adj"
 // readScore and writeScore use plain system calls: they run twice around
 // every fork, and under gVisor every system call counts.
 func readScore(path string) (int, error) {
-	b, err := readProcFile(path)
+	b, err := procscan.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -138,19 +141,19 @@ func findMemcg() *memcg {
 			v1path = f[2]
 		}
 	}
-	all, err := cgroupMounts()
+	all, err := mountinfo.Cgroups()
 	if err != nil {
 		return nil
 	}
 	var v2cands []*memcg
 	for _, cm := range all {
 		switch {
-		case !cm.v2 && v1path != "" && slices.Contains(cm.opts, "memory"):
-			if dir, ok := underMount(cm.mount, v1path); ok && exists(filepath.Join(dir, "memory.oom_control")) {
+		case !cm.V2 && v1path != "" && slices.Contains(cm.Opts, "memory"):
+			if dir, ok := underMount(cm, v1path); ok && exists(filepath.Join(dir, "memory.oom_control")) {
 				return &memcg{dir: dir}
 			}
-		case cm.v2 && haveV2:
-			if dir, ok := underMount(cm.mount, v2path); ok && exists(filepath.Join(dir, "memory.events")) {
+		case cm.V2 && haveV2:
+			if dir, ok := underMount(cm, v2path); ok && exists(filepath.Join(dir, "memory.events")) {
 				v2cands = append(v2cands, &memcg{dir: dir, v2: true})
 			}
 		}
@@ -162,16 +165,16 @@ func findMemcg() *memcg {
 }
 
 // underMount maps a cgroup path of /proc/self/cgroup to a directory of m.
-func underMount(m mount, path string) (string, bool) {
+func underMount(m mountinfo.Cgroup, path string) (string, bool) {
 	rel := path
-	if m.root != "/" {
+	if m.Root != "/" {
 		var ok bool
-		rel, ok = strings.CutPrefix(path, m.root)
+		rel, ok = strings.CutPrefix(path, m.Root)
 		if !ok || rel != "" && rel[0] != '/' {
 			return "", false
 		}
 	}
-	return filepath.Join(m.dir, rel), true
+	return filepath.Join(m.Dir, rel), true
 }
 
 func exists(p string) bool {
@@ -185,7 +188,7 @@ func (m *memcg) kills() (int64, error) {
 	if m.v2 {
 		name = "memory.events"
 	}
-	b, err := readProcFile(filepath.Join(m.dir, name))
+	b, err := procscan.ReadFile(filepath.Join(m.dir, name))
 	if err != nil {
 		return 0, err
 	}

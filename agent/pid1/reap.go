@@ -1,13 +1,15 @@
-package local
+package pid1
 
 import (
 	"bytes"
 	"errors"
 	"os"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/internal/procscan"
 )
 
 // Reaping as PID 1.
@@ -16,53 +18,12 @@ import (
 // died: the setsid daemon a timeout killed, the `sleep 0 &` of a subshell)
 // becomes its child, and its zombie stays until the agent reaps it; zombies
 // hold pids, and the sandbox has a pids limit. But the agent must not reap
-// the leaders its supervisors wait for: a supervisor waits with waitid
-// WNOWAIT (the zombie pins the leader's pid and process-group id while the
-// tree is killed) and then reaps the leader itself for its exact status. A
-// reaper that took a leader's zombie would lose that status (ECHILD) and free
-// a pid still being signalled.
-//
-// So the executors of this process register every leader before anything can
-// reap it, and ReapOrphans reaps only zombie children that are not
-// registered. The race to close is the one between fork and registration: a
-// leader can exit and become a zombie before launch has recorded its pid. A
-// launch holds starting (shared) from before the fork until the pid is
-// registered, and ReapOrphans holds it exclusively while it checks and reaps,
-// so a zombie ReapOrphans finds (it scanned before taking the lock) is either
-// registered by the time it holds the lock or was never a leader.
-
-var (
-	// starting is held shared by every launch across fork and registration,
-	// exclusively by ReapOrphans while it decides and reaps.
-	starting sync.RWMutex
-	// leaders are the pids of the leaders this process's executors have
-	// started and not yet reaped.
-	leadersMu sync.Mutex
-	leaders   = map[int]int{}
-)
-
-// registerLeader records pid as a leader a supervisor will reap. Called with
-// starting held (shared).
-func registerLeader(pid int) {
-	leadersMu.Lock()
-	leaders[pid]++
-	leadersMu.Unlock()
-}
-
-// unregisterLeader forgets pid once its supervisor has reaped it.
-func unregisterLeader(pid int) {
-	leadersMu.Lock()
-	if leaders[pid]--; leaders[pid] <= 0 {
-		delete(leaders, pid)
-	}
-	leadersMu.Unlock()
-}
-
-func isLeader(pid int) bool {
-	leadersMu.Lock()
-	defer leadersMu.Unlock()
-	return leaders[pid] > 0
-}
+// the leaders its supervisors wait for (they reap each one themselves, for
+// its exact status), and a leader can exit before its launch has registered
+// it. The runner keeps the register and closes that race
+// (executor/local, leaders.go): ReapOrphans scans for zombie children, then
+// reaps, within local.NotLeaders, only those that are no leader's, with
+// every launch held off between its fork and its registration meanwhile.
 
 // ReapOrphans reaps every zombie child of this process that no executor of
 // this process supervises, and returns how many it reaped. It is what a PID 1
@@ -79,13 +40,8 @@ func ReapOrphans() (int, error) {
 	if err != nil || len(cands) == 0 {
 		return 0, err
 	}
-	starting.Lock()
-	defer starting.Unlock()
 	n := 0
-	for _, pid := range cands {
-		if isLeader(pid) {
-			continue
-		}
+	local.NotLeaders(cands, func(pid int) {
 		var ws unix.WaitStatus
 		for {
 			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
@@ -97,7 +53,7 @@ func ReapOrphans() (int, error) {
 			}
 			break
 		}
-	}
+	})
 	return n, nil
 }
 
@@ -106,11 +62,11 @@ func ReapOrphans() (int, error) {
 // them (CONFIG_PROC_CHILDREN), which costs a read per child instead of one
 // per process of the system, and scans /proc otherwise (gVisor).
 func zombieChildren(ppid int) ([]int, error) {
-	defer scanning()()
+	defer procscan.Slot()()
 	if kids, ok := childrenOf(ppid); ok {
 		var out []int
 		for _, pid := range kids {
-			b, err := readProcFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			b, err := procscan.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 			if err != nil {
 				continue
 			}
@@ -120,7 +76,7 @@ func zombieChildren(ppid int) ([]int, error) {
 		}
 		return out, nil
 	}
-	names, err := procNames()
+	names, err := procscan.Names()
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +86,7 @@ func zombieChildren(ppid int) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		b, err := readProcFile("/proc/" + n + "/stat")
+		b, err := procscan.ReadFile("/proc/" + n + "/stat")
 		if err != nil {
 			continue
 		}
@@ -173,7 +129,7 @@ func childrenOf(pid int) (kids []int, ok bool) {
 	}
 	read := 0
 	for _, tid := range tids {
-		b, err := readProcFile(dir + "/" + tid + "/children")
+		b, err := procscan.ReadFile(dir + "/" + tid + "/children")
 		if err != nil {
 			// A thread that just exited; or no such file at all.
 			continue
@@ -186,33 +142,4 @@ func childrenOf(pid int) (kids []int, ok bool) {
 		}
 	}
 	return kids, read > 0
-}
-
-// readProcFile reads a small /proc file with plain system calls: os.ReadFile
-// costs twice as many (it registers the file with the poller, stats it),
-// which matters for scans under gVisor, where every system call is
-// expensive.
-func readProcFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 2048)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
 }
