@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local/localtest"
 	"github.com/shellbox/shellbox/internal/procscan"
 	"github.com/shellbox/shellbox/internal/procstatus"
 )
@@ -23,7 +24,7 @@ func TestGrantBoundToTree(t *testing.T) {
 	e := agentExec(t)
 	groupsOf := func(pidFile string) []uint32 {
 		t.Helper()
-		b, err := procscan.ReadFile("/proc/" + strconv.Itoa(readPid(t, filepath.Join(e.cfg.Root, pidFile))) + "/status")
+		b, err := procscan.ReadFile("/proc/" + strconv.Itoa(localtest.ReadPid(t, filepath.Join(e.cfg.Root, pidFile))) + "/status")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,9 +34,9 @@ func TestGrantBoundToTree(t *testing.T) {
 		}
 		return gs
 	}
-	granted := start(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > escaped; exec sleep 100' & sleep 100"},
+	granted := localtest.Start(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > escaped; exec sleep 100' & sleep 100"},
 		func(s *executor.Spec) { s.EgressGrant = "g1" })
-	other := start(t, e, executor.Request{Command: "echo $$ > other; sleep 100"})
+	other := localtest.Start(t, e, executor.Request{Command: "echo $$ > other; sleep 100"})
 	defer other.Kill(context.Background())
 	escaped, others := groupsOf("escaped"), groupsOf("other")
 	if g := e.Grant(escaped, nil); g != "g1" {
@@ -54,16 +55,16 @@ func TestGrantBoundToTree(t *testing.T) {
 		t.Errorf("after the tree ended: grant %q", g)
 	}
 	// A later command (tags are handed out round robin) has no grant.
-	again := start(t, e, executor.Request{Command: "echo $$ > again; sleep 100"})
+	again := localtest.Start(t, e, executor.Request{Command: "echo $$ > again; sleep 100"})
 	defer again.Kill(context.Background())
 	if g := e.Grant(groupsOf("again"), nil); g != "" {
 		t.Errorf("a later command without a grant: grant %q", g)
 	}
 
 	plain := newExec(t, CgroupOff)
-	tk := start(t, plain, executor.Request{Command: "echo $$ > plain; sleep 100"}, func(s *executor.Spec) { s.EgressGrant = "g2" })
+	tk := localtest.Start(t, plain, executor.Request{Command: "echo $$ > plain; sleep 100"}, func(s *executor.Spec) { s.EgressGrant = "g2" })
 	defer tk.Kill(context.Background())
-	cg, err := os.ReadFile("/proc/" + strconv.Itoa(readPid(t, filepath.Join(plain.cfg.Root, "plain"))) + "/cgroup")
+	cg, err := os.ReadFile("/proc/" + strconv.Itoa(localtest.ReadPid(t, filepath.Join(plain.cfg.Root, "plain"))) + "/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}

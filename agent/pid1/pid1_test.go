@@ -19,6 +19,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/local/localtest"
 )
 
 // The tests of the abilities an agent (a sandbox's PID 1) uses: tag groups,
@@ -95,20 +96,20 @@ func TestTagTreeKilled(t *testing.T) {
 		timeout time.Duration
 	}{
 		{"setsid escapee, timeout",
-			"setsid sh -c 'echo $$ > PIDFILE; exec sleep 100' & " + waitPidFile("PIDFILE") + "; sleep 100", time.Second},
+			"setsid sh -c 'echo $$ > PIDFILE; exec sleep 100' & " + localtest.WaitPidFile("PIDFILE") + "; sleep 100", time.Second},
 		{"setsid daemon, leader exits",
-			"setsid sh -c 'echo $$ > PIDFILE; exec sleep 100' >/dev/null 2>&1 & " + waitPidFile("PIDFILE") + "; echo bye", 0},
+			"setsid sh -c 'echo $$ > PIDFILE; exec sleep 100' >/dev/null 2>&1 & " + localtest.WaitPidFile("PIDFILE") + "; echo bye", 0},
 		{"double-forked orphan",
-			"setsid sh -c 'sleep 100 >/dev/null 2>&1 & echo $! > PIDFILE'; " + waitPidFile("PIDFILE"), 0},
+			"setsid sh -c 'sleep 100 >/dev/null 2>&1 & echo $! > PIDFILE'; " + localtest.WaitPidFile("PIDFILE"), 0},
 		{"setsid daemon ignoring SIGTERM, timeout",
-			"setsid sh -c 'trap \"\" TERM; echo $$ > PIDFILE; exec sleep 100' & " + waitPidFile("PIDFILE") + "; sleep 100", time.Second},
+			"setsid sh -c 'trap \"\" TERM; echo $$ > PIDFILE; exec sleep 100' & " + localtest.WaitPidFile("PIDFILE") + "; sleep 100", time.Second},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pidFile := fmt.Sprintf("tagpid-%d", i)
-			res := run(t, e, executor.Request{Command: strings.ReplaceAll(tt.command, "PIDFILE", pidFile), Timeout: tt.timeout})
-			pid := readPid(t, filepath.Join(e.cfg.Root, pidFile))
+			res := localtest.Run(t, e, executor.Request{Command: strings.ReplaceAll(tt.command, "PIDFILE", pidFile), Timeout: tt.timeout})
+			pid := localtest.ReadPid(t, filepath.Join(e.cfg.Root, pidFile))
 			if tt.timeout > 0 && !res.TimedOut {
 				t.Errorf("TimedOut false: %+v", res)
 			}
@@ -126,7 +127,7 @@ func TestTagIdentity(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
 	e := agentExec(t)
-	res := run(t, e, executor.Request{Command: "id -u; id -G; grep CapEff /proc/self/status"})
+	res := localtest.Run(t, e, executor.Request{Command: "id -u; id -G; grep CapEff /proc/self/status"})
 	f := strings.Fields(res.Stdout)
 	if len(f) < 5 || f[0] != "1000" || f[len(f)-1] != "0000000000000000" {
 		t.Fatalf("stdout %q stderr %q: want uid 1000 and CapEff 0", res.Stdout, res.Stderr)
@@ -142,7 +143,7 @@ func TestTagIdentity(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := run(t, e, executor.Request{Command: "sleep 0.3; id -G"})
+			r := localtest.Run(t, e, executor.Request{Command: "sleep 0.3; id -G"})
 			tags[i] = strings.TrimSpace(r.Stdout)
 		}()
 	}
@@ -167,16 +168,16 @@ func TestTagPoolExhausted(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
 	e := agentExec(t, func(c *Config) { c.TagGroups.Count = 1 })
-	tk := start(t, e, executor.Request{Command: "sleep 100"})
+	tk := localtest.Start(t, e, executor.Request{Command: "sleep 100"})
 	defer tk.Kill(context.Background())
-	_, err := runErr(t, e, executor.Request{Command: "true"})
+	_, err := localtest.RunErr(t, e, executor.Request{Command: "true"})
 	if err == nil || !strings.Contains(err.Error(), "all 1 tag groups") {
 		t.Fatalf("Run with no tag free: %v, want a limit error", err)
 	}
 	if _, err := tk.Kill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	run(t, e, executor.Request{Command: "true"})
+	localtest.Run(t, e, executor.Request{Command: "true"})
 }
 
 // TestOOMScoreInherit: the command is born with the raised score although
@@ -190,7 +191,7 @@ func TestOOMScoreInherit(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := agentExec(t, func(c *Config) { c.OOMScoreAdj = 900; c.OOMScoreAdjInherit = true })
-	res := run(t, e, executor.Request{Command: "cat /proc/self/oom_score_adj; cat /proc/$PPID/oom_score_adj 2>/dev/null; id -u"})
+	res := localtest.Run(t, e, executor.Request{Command: "cat /proc/self/oom_score_adj; cat /proc/$PPID/oom_score_adj 2>/dev/null; id -u"})
 	if f := strings.Fields(res.Stdout); len(f) < 2 || f[0] != "900" || f[len(f)-1] != "1000" {
 		t.Errorf("stdout %q stderr %q: want 900 ... 1000", res.Stdout, res.Stderr)
 	}
@@ -214,7 +215,7 @@ func TestOOMReported(t *testing.T) {
 	if memDir == "" {
 		t.Skip("no cgroup v1 memory hierarchy here")
 	}
-	dir := filepath.Join(memDir, "shellbox-test-oom-"+newID())
+	dir := filepath.Join(memDir, "shellbox-test-oom-"+localtest.NewID())
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("cannot make a memory cgroup: %v", err)
 	}
@@ -232,7 +233,7 @@ func TestOOMReported(t *testing.T) {
 	}
 	e := newExec(t, CgroupAuto, func(c *Config) { c.MemoryCgroup = dir })
 
-	res := run(t, e, executor.Request{Command: fmt.Sprintf("echo $$ > %s/cgroup.procs && echo -n partial >&2 && exec tail /dev/zero", dir)})
+	res := localtest.Run(t, e, executor.Request{Command: fmt.Sprintf("echo $$ > %s/cgroup.procs && echo -n partial >&2 && exec tail /dev/zero", dir)})
 	if !res.OOMKilled || res.Signal != "SIGKILL" {
 		t.Fatalf("memory bomb: %+v, want OOMKilled and SIGKILL", res)
 	}
@@ -241,7 +242,7 @@ func TestOOMReported(t *testing.T) {
 		t.Errorf("stderr %q, want %q", res.Stderr, want)
 	}
 
-	res = run(t, e, executor.Request{Command: fmt.Sprintf("echo $$ > %s/cgroup.procs && kill -9 $$", dir)})
+	res = localtest.Run(t, e, executor.Request{Command: fmt.Sprintf("echo $$ > %s/cgroup.procs && kill -9 $$", dir)})
 	if res.OOMKilled || res.Signal != "SIGKILL" || res.Stderr != "" {
 		t.Errorf("kill -9: %+v, want SIGKILL without OOM", res)
 	}
@@ -296,7 +297,7 @@ func TestReapOrphans(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := run(t, e, executor.Request{Command: "for i in $(seq 200); do (sleep 0 &); done; echo storm" + strconv.Itoa(i)})
+			res := localtest.Run(t, e, executor.Request{Command: "for i in $(seq 200); do (sleep 0 &); done; echo storm" + strconv.Itoa(i)})
 			if res.Stdout != "storm"+strconv.Itoa(i)+"\n" || res.ExitCode != 0 {
 				t.Errorf("storm: %+v", res)
 			}
@@ -317,7 +318,7 @@ func TestReapOrphans(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			s := statuses[i%len(statuses)]
-			res := run(t, e, executor.Request{Command: s.command})
+			res := localtest.Run(t, e, executor.Request{Command: s.command})
 			if res.ExitCode != s.code || res.Signal != s.signal {
 				t.Errorf("%q: exit %d signal %q, want %d %q", s.command, res.ExitCode, res.Signal, s.code, s.signal)
 			}
@@ -378,7 +379,7 @@ func testForkRetried(t *testing.T, shim *os.File) {
 	// 1000) cannot keep it over the limit.
 	uid := uint32(61000 + os.Getpid()%1000)
 	e := agentExec(t, func(c *Config) { c.Credential = &syscall.Credential{Uid: uid, Gid: uid}; c.ExecShim = shim })
-	tk := start(t, e, executor.Request{Command: "sleep 100"})
+	tk := localtest.Start(t, e, executor.Request{Command: "sleep 100"})
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &old); err != nil {
 		t.Fatal(err)
@@ -395,7 +396,7 @@ func testForkRetried(t *testing.T, shim *os.File) {
 		tk.Kill(context.Background())
 	}()
 	t0 := time.Now()
-	res := run(t, e, executor.Request{Command: "echo ok"})
+	res := localtest.Run(t, e, executor.Request{Command: "echo ok"})
 	if res.Stdout != "ok\n" {
 		t.Errorf("after the retries: %+v", res)
 	}
@@ -424,7 +425,7 @@ func TestTagForeignNamespace(t *testing.T) {
 		t.Skipf("cannot start a process in a new pid namespace here: %v", err)
 	}
 	t.Cleanup(func() { foreign.Process.Kill(); foreign.Wait() })
-	res := run(t, e, executor.Request{Command: "sleep 30", Timeout: 300 * time.Millisecond})
+	res := localtest.Run(t, e, executor.Request{Command: "sleep 30", Timeout: 300 * time.Millisecond})
 	if !res.TimedOut {
 		t.Fatalf("not timed out: %+v", res)
 	}

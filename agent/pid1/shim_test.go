@@ -14,6 +14,7 @@ import (
 
 	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local/localtest"
 )
 
 // landlockShim returns the per-call Landlock shim, or skips where this
@@ -47,7 +48,7 @@ func TestExecShim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := run(t, e, executor.Request{Command: `echo "$0"; readlink /proc/$$/exe
+	res := localtest.Run(t, e, executor.Request{Command: `echo "$0"; readlink /proc/$$/exe
 read -r _ _ _ _ pgrp _ < /proc/$$/stat; [ "$pgrp" = "$$" ] && echo leader
 id -u; id -G; [ -e /proc/$$/fd/3 ] && echo fd3 || echo nofd3; exit 3`})
 	lines := strings.Split(res.Stdout, "\n")
@@ -65,15 +66,15 @@ id -u; id -G; [ -e /proc/$$/fd/3 ] && echo fd3 || echo nofd3; exit 3`})
 
 	// A timeout ends the tree, escapees of the process group included
 	// (by their tag).
-	res = run(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > shim-escapee; exec sleep 100' & sleep 100", Timeout: time.Second})
-	pid := readPid(t, filepath.Join(e.cfg.Root, "shim-escapee"))
+	res = localtest.Run(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > shim-escapee; exec sleep 100' & sleep 100", Timeout: time.Second})
+	pid := localtest.ReadPid(t, filepath.Join(e.cfg.Root, "shim-escapee"))
 	if !res.TimedOut || !dead(pid) {
 		t.Errorf("timeout: %+v, escapee %d dead: %v", res, pid, dead(pid))
 	}
 
 	// A background task, killed with its tree.
-	tk := start(t, e, executor.Request{Command: "sleep 100 & echo $! > shim-bg; wait"})
-	pid = readPid(t, filepath.Join(e.cfg.Root, "shim-bg"))
+	tk := localtest.Start(t, e, executor.Request{Command: "sleep 100 & echo $! > shim-bg; wait"})
+	pid = localtest.ReadPid(t, filepath.Join(e.cfg.Root, "shim-bg"))
 	if _, err := tk.Kill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,10 @@ sleep 100 & (exec 3<>/proc/$!/mem) && echo "own mem: open" || echo "own mem: ref
 				t.Skipf("Yama ptrace_scope %s refuses the open without the shim too", strings.TrimSpace(string(b)))
 			}
 			e := agentExec(t, func(c *Config) { c.ExecShim = tc.shim })
-			victim := start(t, e, executor.Request{Command: "echo $$ > victim; exec sleep 100"})
+			victim := localtest.Start(t, e, executor.Request{Command: "echo $$ > victim; exec sleep 100"})
 			defer victim.Kill(context.Background())
-			pid := readPid(t, filepath.Join(e.cfg.Root, "victim"))
-			if res := run(t, e, executor.Request{Command: probe(pid)}); res.Stdout != tc.want {
+			pid := localtest.ReadPid(t, filepath.Join(e.cfg.Root, "victim"))
+			if res := localtest.Run(t, e, executor.Request{Command: probe(pid)}); res.Stdout != tc.want {
 				t.Errorf("another call: %q, want %q", res.Stdout, tc.want)
 			}
 			f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/mem", os.O_RDWR, 0)

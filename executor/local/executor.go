@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,20 @@ func (e *Executor) Isolation() string {
 		return h.String()
 	}
 	return "process group"
+}
+
+// CgroupParents returns the directories (Config.CgroupParent in each
+// hierarchy: the one New found, its fallback, the one in use) below which e
+// makes its commands' cgroups; none without cgroups. After Close they hold
+// no cgroup of e's, which is what tests check (executor/local/localtest).
+func (e *Executor) CgroupParents() []string {
+	var out []string
+	for _, h := range []*hierarchy{e.primary, e.fallback, e.hier.Load()} {
+		if h != nil && !slices.Contains(out, h.parent) {
+			out = append(out, h.parent)
+		}
+	}
+	return out
 }
 
 // Resolve applies the executor's limits, Root and BaseEnv to req.

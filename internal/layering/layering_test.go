@@ -62,7 +62,7 @@ var sides = map[string][]string{
 // layers is the table. Keep README.md in step: go test -update.
 var layers = []layer{
 	{name: "tests", doc: "test rigs and suites: only tests import them; they may import anything", side: "host", rig: true,
-		pkgs: []string{"executor/executortest", "executor/sandboxed/sandboxedtest", "executor/sandboxed/conformance/...",
+		pkgs: []string{"executor/executortest", "executor/local/localtest", "executor/sandboxed/sandboxedtest", "executor/sandboxed/conformance/...",
 			"executor/sandboxed/hostile", "executor/sandboxed/kubeconformance", "sandbox/sandboxtest", "sandbox/enginetest",
 			"sandbox/docker/dockertest", "sandbox/containerd/containerdtest", "kube/kubetest", "server/servertest",
 			"deploy/...", "docs", "internal/layering"}},
