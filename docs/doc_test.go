@@ -122,7 +122,7 @@ func TestLinks(t *testing.T) {
 	}
 }
 
-// testCommand is the line of file that starts with "go vet -race ./... &&".
+// testCommand is the line of file that starts with "go vet ./... &&".
 func testCommand(t *testing.T, file string) string {
 	t.Helper()
 	data, err := os.ReadFile(file)
@@ -131,7 +131,7 @@ func testCommand(t *testing.T, file string) string {
 	}
 	var found []string
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "go vet -race ./... &&") {
+		if strings.HasPrefix(strings.TrimSpace(line), "go vet ./... &&") {
 			found = append(found, strings.TrimSpace(line))
 		}
 	}
