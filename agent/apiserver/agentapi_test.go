@@ -17,6 +17,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/executor/local/localtest"
 )
 
 func TestHello(t *testing.T) {
@@ -191,7 +192,7 @@ func TestBackgroundRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readPid(t, filepath.Join(a.root, "trapped"))
+	localtest.ReadPid(t, filepath.Join(a.root, "trapped"))
 	k, err = tk2.Kill(ctx)
 	if err != nil || k.AlreadyDone || k.Status.State != executor.Killed || k.Status.Signal != "SIGKILL" {
 		t.Errorf("Kill = %+v, %v", k, err)
@@ -235,7 +236,7 @@ func TestRunCancelKillsTree(t *testing.T) {
 		_, err := a.client.Run(ctx, spec)
 		errc <- err
 	}()
-	pids := []int{readPid(t, filepath.Join(a.root, "leader")), readPid(t, filepath.Join(a.root, "child")), readPid(t, filepath.Join(a.root, "gc"))}
+	pids := []int{localtest.ReadPid(t, filepath.Join(a.root, "leader")), localtest.ReadPid(t, filepath.Join(a.root, "child")), localtest.ReadPid(t, filepath.Join(a.root, "gc"))}
 	cancel()
 	err := <-errc
 	wantClass(t, err, executor.ErrAborted, "tool call aborted")
@@ -285,7 +286,7 @@ func TestClientVanishes(t *testing.T) {
 	b, _ := json.Marshal(a.spec(t, executor.Request{Command: "trap '' TERM; setsid sh -c 'echo $$ > gc; exec sleep 300' & echo $$ > leader; wait", Timeout: timeout}))
 	c := rawConn(t, a.socket)
 	fmt.Fprintf(c, "POST /v1/run HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
-	leader, gc := readPid(t, filepath.Join(a.root, "leader")), readPid(t, filepath.Join(a.root, "gc"))
+	leader, gc := localtest.ReadPid(t, filepath.Join(a.root, "leader")), localtest.ReadPid(t, filepath.Join(a.root, "gc"))
 	dropped := time.Now()
 	c.Close()
 	for _, pid := range []int{leader, gc} {

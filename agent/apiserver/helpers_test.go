@@ -129,25 +129,6 @@ func (v viaAgent) Resolve(ctx context.Context, req executor.Request) (executor.S
 	return v.lim.Resolve(ctx, req, v.root, v.env)
 }
 
-// readPid waits for a pid file a command writes.
-func readPid(t *testing.T, path string) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(path)
-		if s := strings.TrimSpace(string(b)); s != "" {
-			pid, err := strconv.Atoi(s)
-			if err != nil {
-				t.Fatalf("pid file %s: %q", path, b)
-			}
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("pid file %s never written", path)
-	return 0
-}
-
 // dead reports whether pid is gone; a zombie is dead.
 func dead(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
