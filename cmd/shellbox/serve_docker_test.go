@@ -27,10 +27,14 @@ import (
 
 func TestMain(m *testing.M) { dockertest.Main(m) }
 
-// dockerConformance runs the conformance suite with every session in its
-// own runc sandbox, every call carried by transport through a real server.
-func dockerConformance(t *testing.T, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
-	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) { engineConformance(t, e, transport, skip) })
+// dockerConformance runs the conformance suite on engine with every
+// session in its own runc sandbox, every call carried by transport
+// through a real server. One engine per transport: below the server's
+// handlers the two transports share everything, and below the Manager
+// the engines are held to the whole suite directly
+// (executor/sandboxed/conformance/runc runs it on both).
+func dockerConformance(t *testing.T, engine enginetest.Engine, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
+	t.Run(engine.Name, func(t *testing.T) { engineConformance(t, engine, transport, skip) })
 }
 
 func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*testing.T, *tools.Toolset) func(context.Context, tools.Invocation) tools.Result, skip map[string]string) {
@@ -80,13 +84,13 @@ func engineConformance(t *testing.T, eng enginetest.Engine, transport func(*test
 // TestDockerConformanceREST: the conformance cases through the REST API by
 // plain HTTP (server/client), against Docker sandboxes.
 func TestDockerConformanceREST(t *testing.T) {
-	dockerConformance(t, servertest.RESTTransport, servertest.RESTSkips)
+	dockerConformance(t, enginetest.Docker, servertest.RESTTransport, servertest.RESTSkips)
 }
 
 // TestDockerConformanceMCP: the same through /mcp with the official MCP Go
-// SDK client.
+// SDK client, against containerd sandboxes.
 func TestDockerConformanceMCP(t *testing.T) {
-	dockerConformance(t, servertest.MCPTransport, servertest.MCPSkips)
+	dockerConformance(t, enginetest.Containerd, servertest.MCPTransport, servertest.MCPSkips)
 }
 
 // serveProcess is a `shellbox serve` process.
