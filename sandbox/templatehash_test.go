@@ -36,7 +36,7 @@ func TestTemplateHashOfEarlierReleases(t *testing.T) {
 		spec Spec
 		want string
 	}{
-		"default": {DefaultSpec("acme", "s"), "328916b1f9f9fbdb"},
+		"default":         {DefaultSpec("acme", "s"), "328916b1f9f9fbdb"},
 		"every field set": {goldenSpec(), "adb68550093bd2a1"},
 	} {
 		if got := TemplateHash(c.spec); got != c.want {
