@@ -1,9 +1,10 @@
 // Package config is shellbox's configuration: one file (--config, or
 // shellbox.yaml in the working directory or $XDG_CONFIG_HOME/shellbox),
-// SHELLBOX_* environment variables and flags, in rising precedence, decoded
-// strictly into Config. It is the one owner of every setting and its
-// default; docs/configuration.md (the README's reference) documents each
-// key. cmd/shellbox loads it and constructs from it; nothing else reads it.
+// SHELLBOX_* environment variables (one per key: EnvBindings) and flags,
+// in rising precedence, decoded strictly into Config. It is the one owner
+// of every setting and its default; docs/configuration.md (the README's
+// reference) documents each key. cmd/shellbox loads it and constructs
+// from it; nothing else reads it.
 package config
 
 import (
@@ -104,46 +105,85 @@ func stateFile(name string) string {
 	return filepath.Join(os.TempDir(), "shellbox-"+name)
 }
 
-// newViper sets the defaults of every key (so SHELLBOX_* variables reach
-// them all) and binds flags.
+// defaults are the default of every key, nested keys joined by "::".
+// They are the keys SHELLBOX_* variables reach (EnvBindings).
+func defaults() map[string]any {
+	lim := executor.DefaultLimits()
+	d := map[string]any{
+		"backend":                "local",
+		"tenant":                 "default",
+		"session":                "default",
+		"enableRunInBackground":  true,
+		"facts":                  map[string]string{},
+		"limits::defaultTimeout": lim.DefaultTimeout,
+		"limits::maxTimeout":     lim.MaxTimeout,
+		"limits::grace":          lim.Grace,
+		"limits::tailBytes":      lim.TailBytes,
+		"limits::bufferBytes":    lim.BufferBytes,
+		"limits::spillLimit":     lim.SpillLimit,
+		"local::root":            "",
+		"local::home":            "",
+		"local::spillDir":        defaultSpillDir(),
+		"local::cgroup":          "auto",
+		"policies::dir":          "",
+		"audit::file":            stateFile("audit.log"),
+		"audit::maxBytes":        64 << 20,
+		"audit::maxFiles":        5,
+		"egress::blocked":        egress.HostRanges,
+		"egress::grantBlocked":   egress.PrivateRanges,
+	}
+	for _, more := range []map[string]any{sandboxDefaults(), runtimeDefaults(), serverDefaults()} {
+		maps.Copy(d, more)
+	}
+	return d
+}
+
+// EnvPrefix starts the name of every variable that sets a key.
+const EnvPrefix = "SHELLBOX_"
+
+// ClientEnv are the variables the client commands read themselves (the
+// server a command talks to, and its token). They set no key: a
+// `shellbox serve` started in the shell of a client must not take
+// SHELLBOX_SERVER for its server section (as viper's AutomaticEnv did,
+// failing with `logLevel ""`). A test holds them apart from EnvBindings.
+var ClientEnv = []string{EnvServer, EnvToken}
+
+// The client's variables (ClientEnv).
+const (
+	EnvServer = EnvPrefix + "SERVER"
+	EnvToken  = EnvPrefix + "TOKEN"
+)
+
+// EnvName is the variable of a key: SHELLBOX_ and the key's path, upper
+// case, joined by underscores (limits.tailBytes: SHELLBOX_LIMITS_TAILBYTES).
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer("::", "_", ".", "_").Replace(key))
+}
+
+// EnvBindings maps each variable that sets a key to that key (dotted):
+// exactly one per key with a default, never one per section (SHELLBOX_SERVER
+// is no key), and nothing else with the prefix is read.
+func EnvBindings() map[string]string {
+	b := make(map[string]string)
+	for k := range defaults() {
+		b[EnvName(k)] = strings.ReplaceAll(k, "::", ".")
+	}
+	return b
+}
+
+// newViper sets the defaults of every key, binds each key's own variable
+// (EnvBindings: an explicit list, not viper's AutomaticEnv, which also
+// reads a variable named like a section as that whole section) and binds
+// flags.
 func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 	// "::" separates nested keys, so map keys may hold dots (label names).
 	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
-	lim := executor.DefaultLimits()
-	v.SetDefault("backend", "local")
-	v.SetDefault("tenant", "default")
-	v.SetDefault("session", "default")
-	v.SetDefault("enableRunInBackground", true)
-	v.SetDefault("facts", map[string]string{})
-	v.SetDefault("limits::defaultTimeout", lim.DefaultTimeout)
-	v.SetDefault("limits::maxTimeout", lim.MaxTimeout)
-	v.SetDefault("limits::grace", lim.Grace)
-	v.SetDefault("limits::tailBytes", lim.TailBytes)
-	v.SetDefault("limits::bufferBytes", lim.BufferBytes)
-	v.SetDefault("limits::spillLimit", lim.SpillLimit)
-	v.SetDefault("local::root", "")
-	v.SetDefault("local::home", "")
-	v.SetDefault("local::spillDir", defaultSpillDir())
-	v.SetDefault("local::cgroup", "auto")
-	v.SetDefault("policies::dir", "")
-	v.SetDefault("audit::file", stateFile("audit.log"))
-	v.SetDefault("audit::maxBytes", 64<<20)
-	v.SetDefault("audit::maxFiles", 5)
-	v.SetDefault("egress::blocked", egress.HostRanges)
-	v.SetDefault("egress::grantBlocked", egress.PrivateRanges)
-	for k, val := range sandboxDefaults() {
+	for k, val := range defaults() {
 		v.SetDefault(k, val)
+		if err := v.BindEnv(k, EnvName(k)); err != nil {
+			return nil, fmt.Errorf("config: bind %s: %w", EnvName(k), err)
+		}
 	}
-	for k, val := range runtimeDefaults() {
-		v.SetDefault(k, val)
-	}
-	for k, val := range serverDefaults() {
-		v.SetDefault(k, val)
-	}
-
-	v.SetEnvPrefix("SHELLBOX")
-	v.SetEnvKeyReplacer(strings.NewReplacer("::", "_"))
-	v.AutomaticEnv()
 
 	if flags != nil {
 		for key, name := range map[string]string{"backend": "backend", "session": "session", "tenant": "tenant", "server::listen": "listen", "policies::dir": "policies"} {

@@ -150,3 +150,35 @@ func TestKubeErrors(t *testing.T) {
 		t.Errorf("kube settings are checked on the kube backend only: %v", err)
 	}
 }
+
+// The client's own variables (SHELLBOX_SERVER, SHELLBOX_TOKEN) are no
+// server configuration: `serve` in the shell of a client loads as
+// without them. Only the keys' own variables are read.
+func TestClientEnv(t *testing.T) {
+	t.Setenv("SHELLBOX_SERVER", "http://127.0.0.1:8080")
+	t.Setenv("SHELLBOX_TOKEN", "sbx_secret")
+	for _, section := range []string{"SHELLBOX_LIMITS", "SHELLBOX_SANDBOX", "SHELLBOX_KUBE", "SHELLBOX_AUDIT"} {
+		t.Setenv(section, "x") // a section is no key: nothing reads it
+	}
+	t.Setenv("SHELLBOX_SERVER_LOGLEVEL", "debug")
+	t.Setenv("SHELLBOX_LIMITS_TAILBYTES", "1234")
+	cfg, err := config.Load(nil, write(t, "backend: local\n"))
+	if err != nil {
+		t.Fatalf("load with the client's variables set: %v", err)
+	}
+	if cfg.Server.LogLevel != "debug" || cfg.Server.Listen != "127.0.0.1:8080" || cfg.Limits.TailBytes != 1234 {
+		t.Errorf("server %+v, limits %+v: want the keys' own variables applied", cfg.Server, cfg.Limits)
+	}
+	if _, err := config.Defaults(); err != nil {
+		t.Errorf("defaults with the client's variables set: %v", err)
+	}
+	bindings := config.EnvBindings()
+	for _, name := range config.ClientEnv {
+		if key, ok := bindings[name]; ok {
+			t.Errorf("client variable %s sets key %s", name, key)
+		}
+	}
+	if bindings["SHELLBOX_CONTAINERD_ADDRESS"] != "containerd.address" || bindings["SHELLBOX_SERVER_LOGLEVEL"] != "server.logLevel" || len(bindings) < 40 {
+		t.Errorf("bindings: %v", bindings)
+	}
+}

@@ -10,13 +10,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/internal/termsafe"
 	"github.com/shellbox/shellbox/server/client"
 )
 
 // addRemoteFlags adds the client-mode flags: with --server (or
-// SHELLBOX_SERVER) a command talks to a running `shellbox serve`.
+// SHELLBOX_SERVER) a command talks to a running `shellbox serve`. The
+// variables are the client's own (config.ClientEnv): no server reads them.
 func addRemoteFlags(cmd *cobra.Command) {
 	cmd.PersistentFlags().String("server", "", "URL of a `shellbox serve` to use instead of a local backend (default $SHELLBOX_SERVER)")
 	cmd.PersistentFlags().String("token", "", "bearer token for --server (default $SHELLBOX_TOKEN; the flag is visible to other local users, the variable is not)")
@@ -27,14 +29,14 @@ func addRemoteFlags(cmd *cobra.Command) {
 func remote(cmd *cobra.Command) (*client.Client, error) {
 	url, _ := cmd.Flags().GetString("server")
 	if url == "" {
-		url = os.Getenv("SHELLBOX_SERVER")
+		url = os.Getenv(config.EnvServer)
 	}
 	if url == "" {
 		return nil, nil
 	}
 	tok, _ := cmd.Flags().GetString("token")
 	if tok == "" {
-		tok = os.Getenv("SHELLBOX_TOKEN")
+		tok = os.Getenv(config.EnvToken)
 	}
 	if tok == "" {
 		return nil, errors.New("--server needs a token: --token or $SHELLBOX_TOKEN")

@@ -108,6 +108,20 @@ func TestCallThroughServer(t *testing.T) {
 	}
 }
 
+// TestServeInClientShell: `shellbox serve` starts in a shell where the
+// client's variables are set (SHELLBOX_SERVER once stopped it with
+// `config: server: logLevel ""`), and a client in that shell reaches it.
+func TestServeInClientShell(t *testing.T) {
+	isolate(t)
+	t.Setenv(config.EnvServer, "http://127.0.0.1:1")
+	t.Setenv(config.EnvToken, testToken)
+	s := startServe(t, writeServeConfig(t, "backend: local\n"))
+	out, errs, code := cli(t, "", "call", "--server", s.url, "--session", "s1", "bash", `{"command":"echo served","description":"reach the server"}`)
+	if code != 0 || out != "served\n" {
+		t.Fatalf("call: %q (exit %d, %s)", out, code, errs)
+	}
+}
+
 // TestClientCommands: sessions ls|rm, events and approvals against a server.
 func TestClientCommands(t *testing.T) {
 	isolate(t)
