@@ -165,8 +165,40 @@ func (g *engine) ready(ctx context.Context, sb Sandbox) error {
 func (g *engine) discard(ctx context.Context, sb Sandbox, cause error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.RemoveTimeout)
 	defer cancel()
-	if err := g.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
+	if err := g.removeSandbox(rctx, sb, pooledName(sb)); err != nil {
 		return errors.Join(cause, err)
 	}
 	return cause
+}
+
+// removeSandbox is the one way every owner removes a sandbox from the runtime:
+// Runtime.Remove, then, for a pooled sandbox (pooled: its pooled name,
+// claimed or not), what the runtime keeps under that name
+// (SessionState: on docker and containerd the host tmpfs of its
+// workspace). No later sandbox takes a pooled name, so that state is the
+// sandbox's alone, and would otherwise stay (host memory held) until a
+// server start's sweep. A session that claimed one therefore starts its
+// next sandbox with an empty workspace. The state's removal failing is
+// logged, not returned: the sandbox is gone, and the sweep of the next
+// Adopt retries (the name is no longer known).
+func (g *engine) removeSandbox(ctx context.Context, sb Sandbox, pooled string) error {
+	rt := g.cfg.Runtime
+	if err := rt.Remove(ctx, sb.ID); err != nil {
+		return err
+	}
+	if ss, ok := rt.(SessionState); ok && pooled != "" {
+		if _, err := ss.RemoveSession(ctx, sb.Tenant, pooled); err != nil {
+			g.cfg.Logger.Warn("removing a pooled sandbox's state", "tenant", sb.Tenant, "name", pooled, "err", err)
+		}
+	}
+	return nil
+}
+
+// pooledName is sb's pooled name: PoolName once claimed, else its session
+// if that is one; "" for a session's own sandbox.
+func pooledName(sb Sandbox) string {
+	if sb.PoolName != "" || !IsPooled(sb.Session) {
+		return sb.PoolName
+	}
+	return sb.Session
 }

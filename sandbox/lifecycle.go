@@ -282,7 +282,6 @@ func (l *lifecycle) tookAbsent(k key) bool {
 // destroy removes a session's sandbox (sb, or whatever the runtime has for
 // the session when sb.ID is empty), and its claim if it came from a pool.
 func (l *lifecycle) destroy(ctx context.Context, k key, sb Sandbox) error {
-	rt := l.cfg.Runtime
 	if sb.ID == "" {
 		got, err := l.get(ctx, k.tenant, k.session)
 		switch {
@@ -295,21 +294,14 @@ func (l *lifecycle) destroy(ctx context.Context, k key, sb Sandbox) error {
 		}
 		sb = got
 	}
-	if err := rt.Remove(ctx, sb.ID); err != nil {
-		return err
-	}
-	// A pooled sandbox's runtime state (SessionState: its workspace) is
-	// kept under its pooled name, which no later sandbox takes: it goes
-	// with the sandbox, claimed or not. (So a session that claimed one
-	// starts its next sandbox with an empty workspace.)
+	// A pooled sandbox's runtime state goes with it, claimed or not
+	// (engine.removeSandbox).
 	pooled := sb.PoolName
 	if pooled == "" && IsPooled(k.session) {
 		pooled = k.session
 	}
-	if ss, ok := rt.(SessionState); ok && pooled != "" {
-		if _, err := ss.RemoveSession(ctx, k.tenant, pooled); err != nil {
-			l.cfg.Logger.Warn("removing a pooled sandbox's state", "tenant", k.tenant, "name", pooled, "err", err)
-		}
+	if err := l.removeSandbox(ctx, sb, pooled); err != nil {
+		return err
 	}
 	if sb.PoolName != "" {
 		// The claim goes after the sandbox: a crash in between leaves a

@@ -463,7 +463,10 @@ func (w *warmPools) removePooled(ctx context.Context, sb Sandbox, reason string)
 			return fmt.Errorf("removing pooled sandbox %s/%s: %w", sb.Tenant, sb.Session, err)
 		}
 	}
-	if err := w.cfg.Runtime.Remove(rctx, sb.ID); err != nil {
+	// Its state too (engine.removeSandbox): drained, rolled or found dead, a
+	// pooled sandbox left its workspace's host tmpfs mounted until the
+	// next server start.
+	if err := w.removeSandbox(rctx, sb, sb.Session); err != nil {
 		return err
 	}
 	if w.cfg.Claims != nil {

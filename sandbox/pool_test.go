@@ -511,3 +511,68 @@ func TestPoolRefillsAfterTheClaim(t *testing.T) {
 	cancel()
 	<-filling
 }
+
+// A pooled sandbox's runtime state (SessionState: on docker and containerd
+// the host tmpfs of its workspace) goes with it whenever the pool removes
+// it: one that failed before joining its pool, the ready ones a template
+// change rolls, the last ones a drain takes, and a claimed one its
+// session removes. No sandbox takes a pooled name again, so state left
+// behind stayed until the next server start's sweep.
+func TestPoolRemovalTakesItsState(t *testing.T) {
+	f := newFake()
+	var mu sync.Mutex
+	var names []string
+	f.CreateHook = func(s sandbox.Spec) error {
+		mu.Lock()
+		defer mu.Unlock()
+		names = append(names, s.Session)
+		return nil
+	}
+	prepared := 0
+	m, _ := newManager(t, f, withClaims(claims(t)), func(c *sandbox.Config) {
+		c.Prepare = func(context.Context, sandbox.Sandbox) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if prepared++; prepared == 1 {
+				return errors.New("first one is bad")
+			}
+			return nil
+		}
+	})
+	gone := func(step string) {
+		t.Helper()
+		live := pooled(t, f)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range names {
+			if _, ok := live[n]; !ok && f.HasWorkspace("acme", n) {
+				t.Errorf("%s: removed pooled sandbox %s left its workspace", step, n)
+			}
+		}
+	}
+	if _, err := m.Fill(context.Background(), []sandbox.PoolTarget{target(t, 1)}); err == nil {
+		t.Fatal("fill with a failing Prepare: no error")
+	}
+	gone("failed Prepare")
+	fill(t, m, target(t, 2))
+	if rep := fill(t, m, target(t, 2, sandbox.WithMemory(2*sandbox.GiB))); rep.Removed != 2 {
+		t.Fatalf("roll: %+v, want 2 removed", rep)
+	}
+	gone("template roll")
+	nb := spec(t, "s1")
+	nb.MemoryBytes = 2 * sandbox.GiB
+	if sb, err := m.Ensure(context.Background(), nb); err != nil || sb.PoolName == "" {
+		t.Fatalf("claim: %+v, %v", sb, err)
+	}
+	if rep := fill(t, m); rep.Removed != 1 {
+		t.Fatalf("drain: %+v, want 1 removed", rep)
+	}
+	gone("drain")
+	if err := m.Remove(context.Background(), "acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	gone("session removed")
+	if len(names) != 5 {
+		t.Fatalf("%d pooled sandboxes made, want 5: %v", len(names), names)
+	}
+}
