@@ -1,6 +1,7 @@
 package confine
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,25 @@ func TestCheckMountTarget(t *testing.T) {
 	}
 	if !Overlaps("/a", "/a/b") || !Overlaps("/a/b", "/a") || !Overlaps("/a", "/a") || Overlaps("/a", "/ab") || !Overlaps("/", "/x") {
 		t.Error("Overlaps")
+	}
+}
+
+// CheckMemory is every runtime's rule: docker and containerd charge the
+// workspace and /tmp to memory, kube's pods the spill volume too.
+func TestCheckMemory(t *testing.T) {
+	r := DefaultResources()
+	r.MemoryBytes = r.WorkspaceBytes + r.TmpBytes + r.SpillBytes
+	if err := r.CheckMemory(BackingHost); err != nil {
+		t.Errorf("host: %v", err)
+	}
+	err := r.CheckMemory(BackingPod)
+	var me *MemoryError
+	if !errors.As(err, &me) || me.Sum != r.MemoryBytes || len(me.Parts) != 3 ||
+		err.Error() != "memoryBytes 738197504 must exceed workspaceBytes + tmpBytes + spillBytes (536870912 + 134217728 + 67108864 = 738197504 bytes) on "+BackingPod.String() {
+		t.Errorf("pod: %v", err)
+	}
+	r.MemoryBytes = r.WorkspaceBytes + r.TmpBytes
+	if err := r.CheckMemory(BackingHost); err == nil || !strings.Contains(err.Error(), "workspaceBytes + tmpBytes (536870912 + 134217728 = 671088640 bytes)") {
+		t.Errorf("host: %v", err)
 	}
 }

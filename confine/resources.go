@@ -1,6 +1,9 @@
 package confine
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Runtimes a sandbox may run on. runc is the kernel's own isolation
 // (namespaces, cgroups, seccomp); runsc is gVisor, a user-space kernel
@@ -78,4 +81,83 @@ type Resources struct {
 func DefaultResources() Resources {
 	return Resources{CPUs: DefaultCPUs, MemoryBytes: DefaultMemoryBytes, PidsLimit: DefaultPidsLimit,
 		WorkspaceBytes: DefaultWorkspaceBytes, TmpBytes: DefaultTmpBytes, SpillBytes: DefaultSpillBytes}
+}
+
+// Backing is how a runtime family backs a sandbox's writable volumes, which
+// decides what counts towards MemoryBytes. It is the one owner of that
+// rule: the runtimes check a Spec by it at creation and the policy loader
+// checks a tenant's settings by every Backing at load, so a policy that
+// loads (and passes `shellbox policy check`) runs on every runtime.
+type Backing int
+
+const (
+	// BackingHost: docker and containerd. /workspace and /tmp are tmpfs
+	// charged to the sandbox's memory; spill files are on the host's disk.
+	BackingHost Backing = iota
+	// BackingPod: kube. /workspace, /tmp and the spill volume are
+	// memory-backed emptyDirs, all three charged to the pod's memory.
+	BackingPod
+)
+
+// Backings are every runtime family's.
+var Backings = []Backing{BackingHost, BackingPod}
+
+func (b Backing) String() string {
+	if b == BackingPod {
+		return "kube (/workspace, /tmp and spill are memory-backed emptyDirs charged to the pod)"
+	}
+	return "docker and containerd (the /workspace and /tmp tmpfs are charged to the sandbox)"
+}
+
+// MemoryError is a Resources whose MemoryBytes does not exceed what a
+// Backing charges to it. Its Error names Resources' keys; a layer with
+// other names for them (a policy's sandbox.disk) formats Parts itself.
+type MemoryError struct {
+	Backing     Backing
+	MemoryBytes int64
+	// Parts are the charged fields, by Resources' key, and their bytes.
+	Parts []MemoryPart
+	// Sum is the Parts' bytes together.
+	Sum int64
+}
+
+// MemoryPart is one field MemoryError sums.
+type MemoryPart struct {
+	Key   string // workspaceBytes, tmpBytes or spillBytes
+	Bytes int64
+}
+
+func (e *MemoryError) Error() string {
+	return fmt.Sprintf("memoryBytes %d must exceed %s on %s", e.MemoryBytes, e.Terms(nil), e.Backing)
+}
+
+// Terms is "a + b (x + y = z bytes)", each key renamed by name (nil: kept).
+func (e *MemoryError) Terms(name func(key string) string) string {
+	keys, vals := make([]string, len(e.Parts)), make([]string, len(e.Parts))
+	for i, p := range e.Parts {
+		keys[i] = p.Key
+		if name != nil {
+			keys[i] = name(p.Key)
+		}
+		vals[i] = fmt.Sprint(p.Bytes)
+	}
+	return fmt.Sprintf("%s (%s = %d bytes)", strings.Join(keys, " + "), strings.Join(vals, " + "), e.Sum)
+}
+
+// CheckMemory returns a *MemoryError if r.MemoryBytes does not exceed the
+// volumes b charges to memory: the limit would be spent before the volumes
+// are full, and the sandbox killed (or, on kube, every pod refused).
+func (r Resources) CheckMemory(b Backing) error {
+	parts := []MemoryPart{{"workspaceBytes", r.WorkspaceBytes}, {"tmpBytes", r.TmpBytes}}
+	if b == BackingPod {
+		parts = append(parts, MemoryPart{"spillBytes", r.SpillBytes})
+	}
+	var sum int64
+	for _, p := range parts {
+		sum += p.Bytes
+	}
+	if sum < r.MemoryBytes {
+		return nil
+	}
+	return &MemoryError{Backing: b, MemoryBytes: r.MemoryBytes, Parts: parts, Sum: sum}
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -244,10 +245,10 @@ func (r *Runtime) check(spec sandbox.Spec) error {
 	if len(spec.Mounts) > 0 {
 		return fmt.Errorf("%w: kube: mounts: host directories would be hostPath volumes, which the %s Pod Security level forbids", sandbox.ErrInvalid, r.cfg.PodSecurity)
 	}
-	// All three are tmpfs (memory-backed emptyDirs) charged to the pod.
-	if sum := spec.WorkspaceBytes + spec.TmpBytes + spec.SpillBytes; sum >= spec.MemoryBytes {
-		return fmt.Errorf("%w: memory: %d bytes: must exceed workspace+tmp+spill (%d bytes), memory-backed volumes charged to the pod",
-			sandbox.ErrInvalid, spec.MemoryBytes, sum)
+	// The pod's rule (workspace, tmp and spill are memory-backed emptyDirs),
+	// which the policy loader checks at load too.
+	if err := spec.Resources.CheckMemory(confine.BackingPod); err != nil {
+		return fmt.Errorf("%w: memory: %w", sandbox.ErrInvalid, err)
 	}
 	for k, v := range spec.Labels {
 		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {

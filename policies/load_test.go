@@ -135,6 +135,10 @@ func TestLoadFileErrors(t *testing.T) {
 		{"timeouts conflict", "limits:\n  defaultTimeout: 10m\n  maxTimeout: 1m\n", []string{"acme.yaml:3: limits.maxTimeout: maxTimeout (1m0s) is below defaultTimeout (10m0s)"}},
 		{"image conflict", "sandbox:\n  images: [a]\n  defaultImage: b\n", []string{`acme.yaml:3: sandbox.defaultImage: "b" is not in sandbox.images`}},
 		{"memory conflict", "sandbox:\n  memory: 100MiB\n  disk: 100MiB\n", []string{"acme.yaml:2: sandbox.memory: 104857600 bytes must exceed"}},
+		// Fits docker's tmpfs, not kube's pod, whose spill volume is memory
+		// too: every pod of it was refused, the file loaded.
+		{"memory conflict on kube", "sandbox:\n  memory: 700MiB\n  disk: 512MiB\n  tmp: 128MiB\nlimits:\n  spillBytes: 64MiB\n",
+			[]string{"acme.yaml:2: sandbox.memory: 734003200 bytes must exceed sandbox.disk + sandbox.tmp + limits.spillBytes (536870912 + 134217728 + 67108864 = 738197504 bytes): on kube"}},
 		{"root user", "sandbox:\n  user: {uid: 0, gid: 5}\n", []string{"acme.yaml:2: sandbox.user: 0:5: commands never run as root"}},
 		{"negative pool", "sandbox:\n  pool: {size: -1}\n", []string{"acme.yaml:2: sandbox.pool.size: must be between 0 and 256, got -1"}},
 		{"huge pool", "sandbox:\n  pool:\n    size: 1000\n", []string{"acme.yaml:3: sandbox.pool.size: must be between 0 and 256, got 1000"}},

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -223,6 +224,7 @@ func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	compileEnv(l, p, env)
 	compileSandbox(l, p, &f.Sandbox)
 	compileLimits(l, p, &f.Limits)
+	checkMemory(l, p)
 	compileFiles(l, p, &f.Files)
 
 	names := map[string]int{}
@@ -283,6 +285,25 @@ func (p *Policy) index() {
 	p.indexPwsh()
 }
 
+// policyKeys are a policy's names of confine.Resources' keys.
+var policyKeys = map[string]string{"workspaceBytes": "sandbox.disk", "tmpBytes": "sandbox.tmp", "spillBytes": "limits.spillBytes"}
+
+// checkMemory checks the policy's memory against every runtime's rule
+// (confine.Backings), so a file that loads runs on every backend: kube's
+// pods charge the spill volume to memory too, and refused every pod of a
+// policy that left no room for it. Spill is compiled with the limits,
+// after the sandbox section: this runs once both are.
+func checkMemory(l *located, p *Policy) {
+	for _, b := range confine.Backings {
+		var me *confine.MemoryError
+		if err := p.Sandbox().Resources().CheckMemory(b); errors.As(err, &me) {
+			l.addf("sandbox.memory", "%d bytes must exceed %s: on %s",
+				me.MemoryBytes, me.Terms(func(k string) string { return policyKeys[k] }), b)
+			return
+		}
+	}
+}
+
 func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 	for i, img := range s.Images {
 		if strings.TrimSpace(img) == "" || strings.ContainsAny(img, " \t\n") {
@@ -326,10 +347,6 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 	}
 	if s.Tmp != 0 {
 		p.TmpBytes = int64(s.Tmp)
-	}
-	if p.DiskBytes+p.TmpBytes >= p.MemoryBytes {
-		l.addf("sandbox.memory", "%d bytes must exceed sandbox.disk + sandbox.tmp (%d bytes): the tmpfs pages of /workspace and /tmp are charged to memory",
-			p.MemoryBytes, p.DiskBytes+p.TmpBytes)
 	}
 	for i, hp := range s.Network.Allow {
 		if err := confine.ParseEntry(hp); err != nil {

@@ -448,9 +448,10 @@ func (s Spec) Validate() error {
 	if err := Compose(opts...)(&scratch); err != nil {
 		return err
 	}
-	if s.WorkspaceBytes+s.TmpBytes >= s.MemoryBytes {
-		return invalid("memory", "%d bytes: must exceed workspace+tmp (%d bytes), whose tmpfs pages are charged to it",
-			s.MemoryBytes, s.WorkspaceBytes+s.TmpBytes)
+	// Every runtime's own rule: the one that backs its volumes with the
+	// most memory (kube) checks again at Create.
+	if err := s.Resources.CheckMemory(confine.BackingHost); err != nil {
+		return fmt.Errorf("%w: memory: %w", ErrInvalid, err)
 	}
 	return nil
 }
