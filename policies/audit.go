@@ -2,9 +2,11 @@ package policies
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,8 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/shellbox/shellbox/internal/clip"
+	"unicode/utf8"
 )
 
 // Record is one audited decision: one JSON line of the audit log.
@@ -38,8 +39,12 @@ type Record struct {
 	Approver string `json:"approver,omitempty"`
 }
 
-// Bounds of one audit line: fields are clipped so a line stays under
-// maxAuditLine whatever the command.
+// Bounds of one audit line. Each field is clipped to its bound as JSON
+// encodes it (a "<" takes 6 bytes there, "\u003c"), so a record's line
+// stays under maxAuditLine whatever its fields hold: the bounds below add up
+// to about 30 KiB. A clipped field ends in "…[clipped: N bytes]", N its
+// length before. Readers skip (and count) a line longer than maxAuditLine,
+// one an older writer or another program may have left, and read on.
 const (
 	maxAuditLine    = 64 << 10
 	maxAuditCommand = 16 << 10
@@ -49,21 +54,60 @@ const (
 )
 
 func (r Record) clipped() Record {
-	r.Tenant, r.Session, r.Tool = clip.To(r.Tenant, maxAuditField), clip.To(r.Session, maxAuditField), clip.To(r.Tool, maxAuditField)
-	r.Rule, r.Approval, r.Approver = clip.To(r.Rule, maxAuditField), clip.To(r.Approval, maxAuditField), clip.To(r.Approver, maxAuditField)
-	r.Command = clip.To(r.Command, maxAuditCommand)
-	r.Workdir = clip.To(r.Workdir, maxAuditText)
-	r.Reason, r.SimpleCommand = clip.To(r.Reason, maxAuditText), clip.To(r.SimpleCommand, maxAuditText)
-	r.Justification = clip.To(r.Justification, maxAuditText)
+	r.Tenant, r.Session, r.Tool = clipJSON(r.Tenant, maxAuditField), clipJSON(r.Session, maxAuditField), clipJSON(r.Tool, maxAuditField)
+	r.Rule, r.Approval, r.Approver = clipJSON(r.Rule, maxAuditField), clipJSON(r.Approval, maxAuditField), clipJSON(r.Approver, maxAuditField)
+	r.Command = clipJSON(r.Command, maxAuditCommand)
+	r.Workdir = clipJSON(r.Workdir, maxAuditText)
+	r.Reason, r.SimpleCommand = clipJSON(r.Reason, maxAuditText), clipJSON(r.SimpleCommand, maxAuditText)
+	r.Justification = clipJSON(r.Justification, maxAuditText)
 	if len(r.Escalation) > maxAuditPerms {
 		r.Escalation = r.Escalation[:maxAuditPerms]
 	}
 	perms := make([]string, len(r.Escalation))
 	for i, p := range r.Escalation {
-		perms[i] = clip.To(p, maxAuditField)
+		perms[i] = clipJSON(p, maxAuditField)
 	}
 	r.Escalation = perms
 	return r
+}
+
+// clipJSON shortens s so that its JSON string body (quotes aside) takes at
+// most n bytes, cutting between characters and marking the cut with
+// "…[clipped: N bytes]", N being len(s); s itself when it fits.
+func clipJSON(s string, n int) string {
+	size := 0
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		size += jsonRuneLen(r, w)
+		i += w
+	}
+	if size <= n {
+		return s
+	}
+	marker := fmt.Sprintf("…[clipped: %d bytes]", len(s))
+	keep, used, i := n-len(marker), 0, 0
+	for i < len(s) {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if used+jsonRuneLen(r, w) > keep {
+			break
+		}
+		used += jsonRuneLen(r, w)
+		i += w
+	}
+	return s[:i] + marker
+}
+
+// jsonRuneLen is the bytes encoding/json writes for the rune r, which took
+// w bytes of the string: 6 for an escape ("\u003c", "\ufffd" for a byte
+// that is not UTF-8), 2 for a short one ("\n", "\"").
+func jsonRuneLen(r rune, w int) int {
+	switch {
+	case r == '"', r == '\\', r == '\b', r == '\f', r == '\n', r == '\r', r == '\t':
+		return 2
+	case r == utf8.RuneError && w == 1, r < 0x20, r == '<', r == '>', r == '&', r == '\u2028', r == '\u2029':
+		return 6
+	}
+	return w
 }
 
 // AuditOptions bound the audit log.
@@ -127,6 +171,11 @@ func (a *Audit) Write(r Record) error {
 	line, err := json.Marshal(r.clipped())
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
+	}
+	if len(line) >= maxAuditLine {
+		// The field bounds make this unreachable; a line the readers
+		// would skip must not be written as if it were recorded.
+		return fmt.Errorf("audit: a record of %d bytes, over the %d-byte line bound", len(line), maxAuditLine)
 	}
 	line = append(line, '\n')
 	a.mu.Lock()
@@ -192,7 +241,8 @@ func (a *Audit) Close() error {
 
 // ReadAudit returns the last n records of the audit log at path (rotated
 // files included, oldest first), of tenant only if tenant is not empty.
-// Lines that are not records are skipped and counted in skipped.
+// Lines that are not records (garbled, or longer than the line bound) are
+// skipped and counted in skipped; only an I/O error fails the read.
 func ReadAudit(path string, n int, tenant string) (recs []Record, skipped int, err error) {
 	if n <= 0 {
 		return nil, 0, nil
@@ -211,16 +261,14 @@ func ReadAudit(path string, n int, tenant string) (recs []Record, skipped int, e
 			}
 			return nil, skipped, fmt.Errorf("audit: %w", err)
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), maxAuditLine+1)
-		for sc.Scan() {
+		long, err := eachLine(bufio.NewReaderSize(f, maxAuditLine+1), func(line []byte) {
 			var r Record
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			if err := json.Unmarshal(line, &r); err != nil {
 				skipped++
-				continue
+				return
 			}
 			if tenant != "" && r.Tenant != tenant {
-				continue
+				return
 			}
 			if len(ring) < n {
 				ring = append(ring, r)
@@ -228,8 +276,8 @@ func ReadAudit(path string, n int, tenant string) (recs []Record, skipped int, e
 				ring[start] = r
 				start = (start + 1) % n
 			}
-		}
-		err = sc.Err()
+		})
+		skipped += long
 		f.Close()
 		if err != nil {
 			return nil, skipped, fmt.Errorf("audit: %s: %w", file, err)
@@ -276,4 +324,29 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// eachLine calls fn with each non-blank line r holds, without its newline,
+// the last one even if unterminated. A line longer than r's buffer is not
+// passed: it is read past and counted in long. Only a read error stops it.
+func eachLine(r *bufio.Reader, fn func(line []byte)) (long int, err error) {
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long++
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = r.ReadSlice('\n')
+			}
+			line = nil
+		}
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			fn(line)
+		}
+		if errors.Is(err, io.EOF) {
+			return long, nil
+		}
+		if err != nil {
+			return long, err
+		}
+	}
 }

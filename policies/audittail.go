@@ -2,7 +2,6 @@ package policies
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,7 +63,7 @@ func tailFile(file, tenant string, budget int64) ([]Record, int, int64, error) {
 		return nil, 0, 0, fmt.Errorf("audit: %w", err)
 	}
 	start := max(fi.Size()-budget, 0)
-	r := bufio.NewReader(io.NewSectionReader(f, start, fi.Size()-start))
+	r := bufio.NewReaderSize(io.NewSectionReader(f, start, fi.Size()-start), maxAuditLine+1)
 	if start > 0 {
 		// The first line is cut: skip to the next whole one.
 		for {
@@ -77,25 +76,20 @@ func tailFile(file, tenant string, budget int64) ([]Record, int, int64, error) {
 			}
 		}
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxAuditLine+1)
 	var out []Record
 	skipped := 0
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
+	long, err := eachLine(r, func(line []byte) {
 		var rec Record
 		if err := json.Unmarshal(line, &rec); err != nil {
 			skipped++
-			continue
+			return
 		}
 		if tenant == "" || rec.Tenant == tenant {
 			out = append(out, rec)
 		}
-	}
-	if err := sc.Err(); err != nil {
+	})
+	skipped += long
+	if err != nil {
 		return nil, skipped, fi.Size() - start, fmt.Errorf("audit: %s: %w", file, err)
 	}
 	return out, skipped, fi.Size() - start, nil

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"path"
 	"strings"
-
-	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // The files section: who may put files into a session and take them out
@@ -153,7 +151,7 @@ func (e *Engine) AuditFile(tenant, session string, write bool, p string, d FileD
 	if d.Allowed {
 		v.Decision = Allow
 	}
-	rec := Record{Tenant: tenant, Session: session, Tool: tool, Command: clip.To(p, maxAuditCommand)}
+	rec := Record{Tenant: tenant, Session: session, Tool: tool, Command: p}
 	if err := e.audit(rec, v); err != nil {
 		return fmt.Errorf("the audit log cannot be written: %w", err)
 	}
