@@ -292,21 +292,30 @@ func (e *Engine) Ready() error {
 // Problems lists, by tenant, the policy files that do not load as they
 // are, each with what is in force instead: the last good policy, or none
 // (the tenant's calls are refused). Nil when every file is loaded.
-func (e *Engine) Problems() []string {
+func (e *Engine) Problems() []TenantProblem {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	var out []string
+	var out []TenantProblem
 	for _, t := range slices.Sorted(mapsKeys(e.tenants)) {
 		st := e.tenants[t]
 		switch {
 		case st.err == nil:
 		case st.good != nil:
-			out = append(out, fmt.Sprintf("tenant %s: edit rejected, the last good policy stays in force: %v", t, st.err))
+			out = append(out, TenantProblem{t, fmt.Sprintf("tenant %s: edit rejected, the last good policy stays in force: %v", t, st.err)})
 		default:
-			out = append(out, fmt.Sprintf("tenant %s: no policy in force, its calls are refused: %v", t, st.err))
+			out = append(out, TenantProblem{t, fmt.Sprintf("tenant %s: no policy in force, its calls are refused: %v", t, st.err)})
 		}
 	}
 	return out
+}
+
+// TenantProblem is one tenant's policy file that does not load: Tenant is
+// whose file it is (DefaultTenant for default.yaml), Text what is wrong
+// and what is in force instead. It names the file and may quote it, so it
+// is for that tenant's and the operators' eyes only.
+type TenantProblem struct {
+	Tenant string
+	Text   string
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {

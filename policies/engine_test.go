@@ -309,16 +309,16 @@ func TestHotReloadAndLastGood(t *testing.T) {
 	if decision("ls") != Deny {
 		t.Error("the broken edit replaced the last good policy")
 	}
-	if p := e.Problems(); len(p) != 1 || !strings.HasPrefix(p[0], "tenant acme: edit rejected, the last good policy stays in force: ") ||
-		!strings.Contains(p[0], "acme.yaml:2: rules[0].match.argsRegex[0]: bad regular expression") {
-		t.Errorf("Problems = %q", p)
+	if p := e.Problems(); len(p) != 1 || p[0].Tenant != "acme" || !strings.HasPrefix(p[0].Text, "tenant acme: edit rejected, the last good policy stays in force: ") ||
+		!strings.Contains(p[0].Text, "acme.yaml:2: rules[0].match.argsRegex[0]: bad regular expression") {
+		t.Errorf("Problems = %+v", p)
 	}
 
 	// Fixed: loads again.
 	os.WriteFile(f, []byte(acmePolicy), 0o644)
 	waitFor("the fix", func() bool { return e.Ready() == nil && decision("ls") == Allow })
 	if p := e.Problems(); p != nil {
-		t.Errorf("Problems after the fix = %q", p)
+		t.Errorf("Problems after the fix = %+v", p)
 	}
 
 	// A new tenant appears; a removed one goes.
@@ -339,9 +339,9 @@ func TestOpenWithBrokenFile(t *testing.T) {
 	if _, err := e.Policy("bad"); !errors.Is(err, ErrNoPolicy) {
 		t.Errorf("a broken file's tenant has a policy: %v", err)
 	}
-	if p := e.Problems(); len(p) != 1 || !strings.HasPrefix(p[0], "tenant bad: no policy in force, its calls are refused: ") ||
-		!strings.Contains(p[0], "bad.yaml:1: defualt: unknown key") {
-		t.Errorf("Problems = %q", p)
+	if p := e.Problems(); len(p) != 1 || p[0].Tenant != "bad" || !strings.HasPrefix(p[0].Text, "tenant bad: no policy in force, its calls are refused: ") ||
+		!strings.Contains(p[0].Text, "bad.yaml:1: defualt: unknown key") {
+		t.Errorf("Problems = %+v", p)
 	}
 	if _, err := e.Policy("acme"); err != nil {
 		t.Error(err)

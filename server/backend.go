@@ -39,7 +39,16 @@ type Backend interface {
 // served. /readyz counts them ("warnings"; it is public), the console
 // lists them, the gauge shellbox_backend_warnings counts them.
 type Warner interface {
-	Warnings() []string
+	Warnings() []Warning
+}
+
+// Warning is one problem a Warner reports. Tenant is the tenant it concerns
+// (its text may quote that tenant's policy file), "" one of the deployment
+// as a whole: the console shows a tenant login only its own tenant's
+// warnings, an operator every one.
+type Warning struct {
+	Tenant string
+	Text   string
 }
 
 // SessionInfo describes one session.

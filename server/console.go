@@ -428,7 +428,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		ov.Health.Ready = !ov.Health.Draining
 	}
 	rcancel()
-	ov.Health.Warnings = c.s.warnings()
+	ov.Health.Warnings = c.s.warnings(l)
 	tenants := c.tenantsOf(l)
 	ov.Metrics = c.s.metrics.summary(tenants, l.operator)
 	var all map[string][]SessionInfo // by tenant, when listed at once

@@ -287,6 +287,36 @@ func TestConsoleTenants(t *testing.T) {
 	}
 }
 
+// TestConsoleWarningsScoped: from an attack review, a tenant's login saw
+// every tenant's policy load errors in the health panel (another tenant's
+// name, file and rule text). It sees its own tenant's alone; an operator
+// sees every one, the deployment's included.
+func TestConsoleWarningsScoped(t *testing.T) {
+	r, _ := newConsoleRig(t)
+	r.b.mu.Lock()
+	r.b.warnings = []Warning{
+		{Tenant: "beta", Text: "tenant beta: no policy in force: beta.yaml:3: rules[0].match.argsRegex[0]: bad regular expression"},
+		{Tenant: "acme", Text: "tenant acme: edit rejected: acme.yaml:1: defualt: unknown key"},
+		{Text: "the deployment's own"},
+	}
+	r.b.mu.Unlock()
+	warnings := func(token string) []any {
+		c := newConsoleClient(r)
+		if resp := c.login(token); resp.StatusCode != 200 {
+			t.Fatalf("login: %d", resp.StatusCode)
+		}
+		_, ov := c.send("GET", "/ui/api/overview", nil, nil)
+		ws, _ := ov["health"].(map[string]any)["warnings"].([]any)
+		return ws
+	}
+	if ws := warnings(tokenAcme); len(ws) != 1 || !strings.HasPrefix(ws[0].(string), "tenant acme:") {
+		t.Errorf("acme's health warnings: %q", ws)
+	}
+	if ws := warnings(tokenOperator); len(ws) != 3 {
+		t.Errorf("the operator's health warnings: %q", ws)
+	}
+}
+
 // From an attack review: a tenant logging in again and again cannot push
 // the operator's login out, and once failed logins have used their budget
 // a right token waits too (a lucky guess gets no answer of its own).

@@ -35,7 +35,7 @@ type localBackend struct {
 	// handedOver are the sessions WatchTasks was called for.
 	handedOver []string
 	ready      error
-	warnings   []string // Warnings' answer
+	warnings   []Warning // Warnings' answer
 }
 
 func newLocalBackend(t *testing.T) *localBackend {
@@ -146,7 +146,7 @@ func (b *localBackend) DeleteSession(_ context.Context, tenant, session string) 
 
 func (b *localBackend) Ready(context.Context) error { return b.ready }
 
-func (b *localBackend) Warnings() []string {
+func (b *localBackend) Warnings() []Warning {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.warnings)

@@ -39,7 +39,7 @@ func TestHealthAndAuth(t *testing.T) {
 	}
 	// Warnings (a tenant's broken policy) are listed, and ready.
 	r.b.mu.Lock()
-	r.b.warnings = []string{"tenant bad: no policy in force, its calls are refused: bad.yaml:1: defualt: unknown key"}
+	r.b.warnings = []Warning{{Tenant: "bad", Text: "tenant bad: no policy in force, its calls are refused: bad.yaml:1: defualt: unknown key"}}
 	r.b.mu.Unlock()
 	if code, b := r.do("GET", "/readyz", "", "", nil); code != 200 || string(b) != `{"status":"ready","warnings":1}`+"\n" {
 		t.Fatalf("readyz with a warning: %d %s", code, b)

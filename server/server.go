@@ -329,13 +329,19 @@ type readiness struct {
 }
 
 // warnings are the backend's problems that do not stop it serving
-// (Warner), at most 64 of them, each clipped.
-func (s *Server) warnings() []string {
+// (Warner) that login l may see — its tenant's, every one for an operator
+// — at most 64 of them, each clipped.
+func (s *Server) warnings(l *login) []string {
 	wr, ok := s.cfg.Backend.(Warner)
 	if !ok {
 		return nil
 	}
-	ws := wr.Warnings()
+	var ws []string
+	for _, w := range wr.Warnings() {
+		if l.operator || w.Tenant != "" && w.Tenant == l.tenant {
+			ws = append(ws, w.Text)
+		}
+	}
 	if len(ws) > 64 {
 		ws = append(ws[:63:63], fmt.Sprintf("and %d more", len(ws)-63))
 	}

@@ -558,12 +558,17 @@ func (l *Service) Ready(ctx context.Context) error {
 }
 
 // Warnings implements server.Warner: the policy files that do not load as
-// they are (policies.Engine.Problems).
-func (l *Service) Warnings() []string {
+// they are (policies.Engine.Problems), each of its tenant.
+func (l *Service) Warnings() []server.Warning {
 	if l.cfg.Policies == nil {
 		return nil
 	}
-	return l.cfg.Policies.Problems()
+	ps := l.cfg.Policies.Problems()
+	out := make([]server.Warning, len(ps))
+	for i, p := range ps {
+		out[i] = server.Warning{Tenant: p.Tenant, Text: p.Text}
+	}
+	return out
 }
 
 // Close stops what Start started — reaping, the warm pools, and the

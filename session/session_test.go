@@ -236,8 +236,8 @@ func TestBrokenPolicyIsAWarning(t *testing.T) {
 		t.Fatalf("Ready with one tenant's policy broken: %v", err)
 	}
 	w := l.Warnings()
-	if len(w) != 1 || !strings.Contains(w[0], "tenant bad: no policy in force") || !strings.Contains(w[0], "bad.yaml:1: defualt: unknown key") {
-		t.Fatalf("Warnings = %q", w)
+	if len(w) != 1 || w[0].Tenant != "bad" || !strings.Contains(w[0].Text, "tenant bad: no policy in force") || !strings.Contains(w[0].Text, "bad.yaml:1: defualt: unknown key") {
+		t.Fatalf("Warnings = %+v", w)
 	}
 	if _, err := l.CreateSession(context.Background(), "acme", "s1", server.SessionOptions{}); err != nil {
 		t.Fatalf("the other tenant is not served: %v", err)
