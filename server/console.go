@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/executor"
 )
@@ -89,8 +87,8 @@ type console struct {
 	cfg       ConsoleConfig
 	operators tokens
 	started   time.Time
-	// failed bounds failed logins, all clients together.
-	failed *rate.Limiter
+	// failed bounds failed logins, per client.
+	failed *failedLogins
 
 	mu     sync.Mutex
 	logins map[string]*login
@@ -118,7 +116,7 @@ func newConsole(s *Server, cfg ConsoleConfig, tenantTokens map[[32]byte]string) 
 		cfg.SessionTTL = 12 * time.Hour
 	}
 	c := &console{s: s, cfg: cfg, started: time.Now(), logins: map[string]*login{},
-		failed: rate.NewLimiter(5, 20)}
+		failed: newFailedLogins()}
 	for _, h := range cfg.OperatorTokens {
 		sum, err := parseTokenHash(h)
 		if err != nil {
@@ -220,9 +218,11 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := strings.TrimSpace(req.Token)
-	// Once failures have used the budget, every login waits, right or
-	// wrong: a guess that happens to be right gets no answer of its own.
-	if c.failed.Tokens() < 1 {
+	// Once a client's failures have used its budget, its logins wait,
+	// right or wrong: a guess that happens to be right gets no answer of
+	// its own. Other clients' logins are not affected.
+	client := loginClientOf(r)
+	if c.failed.blocked(client) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many failed logins; wait a moment")
 		return
@@ -231,7 +231,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	_, isOperator := c.operators.lookup(tok)
 	if tok == "" || !isTenant && !isOperator {
 		c.s.countError("unauthorized")
-		if !c.failed.Allow() {
+		if !c.failed.fail(client) {
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusTooManyRequests, "rate_limited", "too many failed logins; wait a moment")
 			return

@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -318,8 +320,8 @@ func TestConsoleWarningsScoped(t *testing.T) {
 }
 
 // From an attack review: a tenant logging in again and again cannot push
-// the operator's login out, and once failed logins have used their budget
-// a right token waits too (a lucky guess gets no answer of its own).
+// the operator's login out, and once a client's failed logins have used its
+// budget its right token waits too (a lucky guess gets no answer of its own).
 func TestConsoleLoginLimits(t *testing.T) {
 	r, _ := newConsoleRig(t)
 	op := newConsoleClient(r)
@@ -352,5 +354,62 @@ func TestConsoleLoginLimits(t *testing.T) {
 	}
 	if resp := newConsoleClient(r).login(tokenAcme); resp.StatusCode != 429 {
 		t.Errorf("a right token while failures are over budget: %d, want 429", resp.StatusCode)
+	}
+}
+
+// TestConsoleLoginLimitPerClient: from an attack review, failed logins
+// shared one limit, so ~10 bad logins a second from an unauthenticated
+// client made most valid operator logins answer 429. The limit is per
+// client (IPv4 address, IPv6 /64): another client's valid logins pass
+// while one is over its budget, and the table of clients stays bounded.
+func TestConsoleLoginLimitPerClient(t *testing.T) {
+	r, _ := newConsoleRig(t)
+	// A still clock: no budget refills while the test runs, however slow.
+	still := time.Now()
+	r.srv.console.failed.now = func() time.Time { return still }
+	h := r.ts.Config.Handler
+	login := func(from, token string) int {
+		b, _ := json.Marshal(map[string]string{"token": token})
+		req := httptest.NewRequest("POST", "/ui/api/login", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = from
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	overBudget := func(from string) {
+		t.Helper()
+		for range loginFailBurst * 10 {
+			if login(from, "wrong") == 429 {
+				return
+			}
+		}
+		t.Fatalf("%s: %d failed logins, never 429", from, loginFailBurst*10)
+	}
+	overBudget("192.0.2.1:4000")
+	for i := range 50 {
+		if code := login("192.0.2.1:4001", "wrong"); code != 429 {
+			t.Fatalf("the guessing client's failure %d: %d, want 429", i, code)
+		}
+		if code := login("198.51.100.7:5000", tokenOperator); code != 200 {
+			t.Fatalf("another client's operator login %d while one guesses: %d", i, code)
+		}
+	}
+	if code := login("192.0.2.1:4002", tokenOperator); code != 429 {
+		t.Errorf("the guessing client's own right token: %d, want 429", code)
+	}
+	// One IPv6 /64 is one client; the next /64 is another.
+	overBudget("[2001:db8:0:1::1]:4000")
+	if code := login("[2001:db8:0:1::ffff]:4000", tokenOperator); code != 429 {
+		t.Errorf("the same /64: %d, want 429", code)
+	}
+	if code := login("[2001:db8:0:2::1]:4000", tokenOperator); code != 200 {
+		t.Errorf("another /64: %d", code)
+	}
+	for i := range maxLoginClients + 100 {
+		login(fmt.Sprintf("10.%d.%d.1:1", i>>8&0xff, i&0xff), "wrong")
+	}
+	if n := r.srv.console.failed.len(); n > maxLoginClients {
+		t.Errorf("%d clients in the table, over %d", n, maxLoginClients)
 	}
 }
