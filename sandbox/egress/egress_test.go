@@ -708,6 +708,55 @@ func TestRanges(t *testing.T) {
 	}
 }
 
+// Addresses that carry an IPv4 address are judged by it, the ranges that
+// carry one a check cannot undo are blocked whole, and the host's own
+// addresses are blocked (found by an attack review: 64:ff9b::7f00:1 and
+// the host's public address were relayed).
+func TestRangesEmbeddedAndHost(t *testing.T) {
+	def := MustRanges(HostRanges, PrivateRanges)
+	own := netip.MustParseAddr("203.0.113.9")
+	def.self = func() ([]netip.Addr, error) { return []netip.Addr{own, netip.MustParseAddr("2001:db8::9")}, nil }
+	for a, want := range map[string]string{
+		"64:ff9b::7f00:1":        "embeds the IPv4 address 127.0.0.1 (NAT64 64:ff9b::/96): address 127.0.0.1 is in 127.0.0.0/8",
+		"64:ff9b::a9fe:a9fe":     "embeds the IPv4 address 169.254.169.254",
+		"64:ff9b::10.1.2.3":      "embeds the IPv4 address 10.1.2.3",
+		"::127.0.0.1":            "embeds the IPv4 address 127.0.0.1 (IPv4-compatible ::/96)",
+		"::192.168.0.1":          "embeds the IPv4 address 192.168.0.1",
+		"::ffff:0:127.0.0.1":     "embeds the IPv4 address 127.0.0.1 (IPv4-translated",
+		"::ffff:127.0.0.1":       "address 127.0.0.1 is in 127.0.0.0/8",
+		"2002:7f00:1::":          "embeds the IPv4 address 127.0.0.1 (6to4 2002::/16)",
+		"2002:a9fe:a9fe:1::5":    "embeds the IPv4 address 169.254.169.254",
+		"2001:0:4136:e378::1":    "is in 2001::/32, a range shellbox never relays to (Teredo",
+		"64:ff9b:1::7f00:1":      "is in 64:ff9b:1::/48",
+		"203.0.113.9":            `address 203.0.113.9 is the server host's own ("host")`,
+		"2001:db8::9":            "is the server host's own",
+		"64:ff9b::203.0.113.9":   "embeds the IPv4 address 203.0.113.9 (NAT64 64:ff9b::/96): address 203.0.113.9 is the server host's own",
+		"2002:cb00:7109::1":      "embeds the IPv4 address 203.0.113.9",
+		"64:ff9b::93.184.216.34": "",
+		"2002:5db8:d822::1":      "",
+		"203.0.113.10":           "",
+		"2001:db8::10":           "",
+	} {
+		err := def.Refuse(netip.MustParseAddr(a))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Refuse(%s) = %v, want %q", a, err, want)
+		}
+	}
+	// Failing to list the host's addresses refuses, it does not let through.
+	def.self = func() ([]netip.Addr, error) { return nil, errors.New("netlink: boom") }
+	if err := def.Refuse(netip.MustParseAddr("93.184.216.34")); err == nil || !strings.Contains(err.Error(), "cannot be listed") {
+		t.Errorf("without the host's addresses: %v", err)
+	}
+	// The real lookup lists this host's interfaces (loopback among them).
+	addrs, err := interfaceAddrs()
+	if err != nil || !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("interfaceAddrs() = %v, %v: want 127.0.0.1 among them", addrs, err)
+	}
+	if got := MustRanges(HostRanges).String(); !strings.Contains(got, "::1/128, host, 169.254.0.0/16") {
+		t.Errorf("String() = %q", got)
+	}
+}
+
 // fakeAgent serves handle on a unix socket, one call per connection, and
 // counts the connections.
 func fakeAgent(t *testing.T, handle func(net.Conn)) (socket string, conns *atomic.Int64) {
