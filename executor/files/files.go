@@ -24,9 +24,15 @@
 // removed.
 //
 // A tar may hold files, directories, symlinks and hard links: names are
-// relative without "..", link targets stay inside the tree by their text
-// (absolute symlinks are refused), and no entry is written through a
-// symlink an earlier entry made. Devices, FIFOs and the like are refused.
+// relative without "..", absolute symlinks are refused, and every symlink
+// must resolve inside the tree where it lands, through the links the same
+// tar made, in whatever order: "up -> ." with "up2 -> up/.." is refused
+// (up2 is one level above), though each target stays inside by its text.
+// The check resolves each link as the kernel would (40 links at most),
+// once when it is made and again over the finished tree before anything
+// is moved into place; it protects `shellbox cp` out of a sandbox as much
+// as an upload into one. No entry is written through a symlink an earlier
+// entry made. Devices, FIFOs and the like are refused.
 //
 // gVisor does not confine os.Root (its walk follows a symlink to /etc), so
 // every file and directory opened is also checked by its real path

@@ -372,8 +372,11 @@ type extractor struct {
 	r    *os.Root
 	dirs map[string]tarDir
 	real map[string]bool // directories known not to be symlinks
-	tr   *tar.Reader
-	buf  []byte
+	// links are the symlinks entries made (tar name, staged name): each
+	// is resolved once all are in (see confined).
+	links [][2]string
+	tr    *tar.Reader
+	buf   []byte
 	// made counts the directories entries create on their way (a/b/c/f
 	// makes a, a/b and a/b/c): they count toward MaxEntries as entries do.
 	made int
@@ -442,6 +445,14 @@ func (x *extractor) run() (Written, fs.FileMode, error) {
 		return Written{}, 0, x.u.fail(err, x.u.in.n)
 	}
 	w.Bytes = x.u.in.n
+	// Every link resolved through the links that are now in: one checked
+	// when it was made may lead out through a link a later entry made
+	// ("up2 -> up/.." before "up -> .").
+	for _, l := range x.links {
+		if err := x.confined(l[0], l[1]); err != nil {
+			return Written{}, 0, err
+		}
+	}
 	// Directory modes and times last: their entries are in, and a
 	// read-only directory no longer needs writing.
 	names := make([]string, 0, len(x.dirs))
@@ -584,6 +595,10 @@ func (x *extractor) entry(hdr *tar.Header, name string, mode fs.FileMode, w *Wri
 		if err := x.r.Symlink(t, name); err != nil {
 			return x.fsError(hdr.Name, err)
 		}
+		x.links = append(x.links, [2]string{hdr.Name, name})
+		if err := x.confined(hdr.Name, name); err != nil {
+			return err
+		}
 		w.Links++
 	case tar.TypeLink:
 		t, err := x.name(hdr.Linkname)
@@ -609,6 +624,72 @@ func (x *extractor) entry(hdr *tar.Header, name string, mode fs.FileMode, w *Wri
 		w.Links++
 	default:
 		return x.bad(hdr.Name, "only files, directories and links are allowed (type "+string(hdr.Typeflag)+")")
+	}
+	return nil
+}
+
+// maxLinkHops bounds the links one resolution follows, as the kernel's
+// 40 (ELOOP).
+const maxLinkHops = 40
+
+// confined checks that the symlink at name (staged) resolves inside the
+// destination, following the links in the staging tree as the kernel
+// would: its target's text alone is not enough, "up -> ." then
+// "up2 -> up/.." leads one level above the destination though each target
+// stays inside by its text. What does not exist (yet) is taken by its text.
+// The error names the link, its target and the link that led out.
+func (x *extractor) confined(orig, name string) error {
+	target, err := x.r.Readlink(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EINVAL) {
+			return nil // replaced by a later entry: that one is checked
+		}
+		return x.fsError(orig, err)
+	}
+	var cur []string // resolved: real directories, or missing names
+	if d := path.Dir(name); d != "." {
+		cur = strings.Split(d, "/")
+	}
+	todo := strings.Split(target, "/")
+	via := ""
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				why := "symlink to " + target + " leads outside the destination"
+				if via != "" {
+					why += " (through the symlink " + via + ")"
+				}
+				return x.bad(orig, why)
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		p := path.Join(append(cur, c)...)
+		fi, err := x.r.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+				return x.fsError(orig, err)
+			}
+			cur = append(cur, c)
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return x.bad(orig, "symlink to "+target+": too many levels of symlinks")
+		}
+		t, err := x.r.Readlink(p)
+		if err != nil {
+			return x.fsError(orig, err)
+		}
+		if path.IsAbs(t) {
+			return x.bad(orig, "symlink to "+target+" leads outside the destination (through the symlink "+p+" -> "+t+")")
+		}
+		via = p + " -> " + t
+		todo = append(strings.Split(t, "/"), todo...)
 	}
 	return nil
 }

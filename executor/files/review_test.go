@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,5 +138,60 @@ func TestStalledTransfersBoundThreads(t *testing.T) {
 	// far below one per transfer.
 	if limit := before + 5; MaxUserThreads > 2 || during > limit {
 		t.Errorf("threads: %d before, %d with 40 stalled uploads (want at most %d; MaxUserThreads %d)", before, during, limit, MaxUserThreads)
+	}
+}
+
+// A symlink is judged by where it resolves through the links the same tar
+// made, not by its target's text (found by an attack review: `shellbox cp`
+// extracted "up -> ." and "up2 -> up/..", which points one level above the
+// destination on the operator's machine). Into a new directory and into an
+// existing one, in either order of the entries.
+func TestTarLinkChainsRefused(t *testing.T) {
+	sym := func(name, target string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target}
+	}
+	dir := func(name string) *tar.Header { return &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755} }
+	cases := []struct {
+		name string
+		hdrs []*tar.Header
+		want string
+	}{
+		{"up then up2", []*tar.Header{sym("up", "."), sym("up2", "up/..")}, `tar entry "up2": symlink to up/.. leads outside the destination (through the symlink up -> .)`},
+		{"up2 then up", []*tar.Header{sym("up2", "up/.."), sym("up", ".")}, `tar entry "up2": symlink to up/.. leads outside the destination`},
+		{"deeper", []*tar.Header{dir("d/"), sym("d/b", ".."), sym("a", "d/b/../x")}, `tar entry "a": symlink to d/b/../x leads outside the destination (through the symlink d/b -> ..)`},
+		{"a chain", []*tar.Header{dir("d/"), dir("d/e/"), sym("d/e/p", ".."), sym("d/q", "e/p/.."), sym("r", "d/q/../..")}, `tar entry "r": symlink to d/q/../.. leads outside`},
+		{"a loop", []*tar.Header{sym("l1", "l2"), sym("l2", "l1/x")}, "too many levels of symlinks"},
+	}
+	for _, c := range cases {
+		for _, into := range []bool{false, true} {
+			t.Run(c.name+map[bool]string{false: " new", true: " merge"}[into], func(t *testing.T) {
+				tr := newTree(t)
+				dst := filepath.Join(tr.Root, "out")
+				if into {
+					os.Mkdir(dst, 0o755)
+				}
+				_, err := tr.Put(context.Background(), dst, tarOf(t, c.hdrs...), PutOptions{Tar: true})
+				if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, executor.ErrInvalid) {
+					t.Fatalf("Put: %v, want %q", err, c.want)
+				}
+				want := []string(nil)
+				if into {
+					want = []string{"out"}
+				}
+				if left := entries(t, tr.Root); !slices.Equal(left, want) {
+					t.Errorf("left behind: %v", left)
+				}
+			})
+		}
+	}
+	// Links that resolve inside, through other links, are extracted.
+	tr := newTree(t)
+	dst := filepath.Join(tr.Root, "out")
+	ok := tarOf(t, sym("up", "."), dir("sub/"), sym("x", "up/sub/../up/sub"), sym("sub/back", "../up"), sym("dangling", "missing/.."))
+	if w, err := tr.Put(context.Background(), dst, ok, PutOptions{Tar: true}); err != nil || w.Links != 4 {
+		t.Fatalf("links inside: %+v, %v", w, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dst, "x")); err != nil || target != "up/sub/../up/sub" {
+		t.Errorf("x -> %q, %v", target, err)
 	}
 }
