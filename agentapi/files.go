@@ -41,6 +41,9 @@ func filesQuery(p string, l files.Limits) string {
 	if l.NoSymlinks {
 		q.Set("nosymlinks", "1")
 	}
+	if l.OneLink {
+		q.Set("onelink", "1")
+	}
 	return q.Encode()
 }
 

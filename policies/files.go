@@ -48,6 +48,13 @@ func (f Files) HasRules() bool {
 	return len(f.read.allow)+len(f.read.deny)+len(f.write.allow)+len(f.write.deny) > 0
 }
 
+// HasReadRules reports whether read globs decide downloads by path (then
+// a file read must have no other name: a hard link's other names cannot
+// be checked against the globs).
+func (f Files) HasReadRules() bool {
+	return len(f.read.allow)+len(f.read.deny) > 0
+}
+
 // fileAccess is one direction's globs; empty allow allows every path.
 type fileAccess struct {
 	allow, deny []fileGlob

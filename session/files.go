@@ -41,7 +41,7 @@ func (l *Service) fileTarget(ctx context.Context, tenant, session string) (fileT
 			return fileTarget{}, server.Errorf(server.ErrUnavailable, "tenant %s: %v", tenant, err)
 		}
 		ft.pol = pol
-		ft.lim = files.Limits{MaxBytes: pol.Files.MaxBytes, MaxEntries: pol.Files.MaxEntries, NoSymlinks: pol.Files.HasRules()}
+		ft.lim = files.Limits{MaxBytes: pol.Files.MaxBytes, MaxEntries: pol.Files.MaxEntries, NoSymlinks: pol.Files.HasRules(), OneLink: pol.Files.HasReadRules()}
 	}
 	switch e := tb.exec.(type) {
 	case *sandboxconn.Executor:

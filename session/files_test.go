@@ -141,6 +141,21 @@ files:
 	if _, err := os.Stat(filepath.Join(ws, ".git", "hooks", "pre-commit")); err == nil {
 		t.Error("a hook was written through the link")
 	}
+	// A hard link is the denied file under another name: it is not read
+	// either (found by the second attack review: "ln .env notenv").
+	if err := os.Link(filepath.Join(ws, ".env"), filepath.Join(ws, "notenv")); err != nil {
+		t.Fatal(err)
+	}
+	if _, body, err := l.GetFile(ctx, "acme", "s1", "notenv", false); err == nil {
+		body.Close()
+		t.Fatal("a denied file was read through a hard link")
+	} else if !strings.Contains(err.Error(), "has 2 links") {
+		t.Errorf("read through a hard link: %v", err)
+	}
+	if _, body, err := l.GetFile(ctx, "acme", "s1", "notenv", true); err == nil {
+		body.Close()
+		t.Fatal("a denied file was read through a hard link, as a tar")
+	}
 	// Paths without links are decided and served as before.
 	if _, err := l.PutFile(ctx, "acme", "s1", "notes.txt", strings.NewReader("ok"), server.PutFileOptions{Size: -1}); err != nil {
 		t.Errorf("a plain upload: %v", err)

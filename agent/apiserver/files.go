@@ -22,7 +22,7 @@ func filesLimits(q url.Values) (files.Limits, error) {
 	if err != nil {
 		return files.Limits{}, err
 	}
-	return files.Limits{MaxBytes: max, MaxEntries: int(min(entries, 1<<30)), NoSymlinks: q.Get("nosymlinks") == "1"}, nil
+	return files.Limits{MaxBytes: max, MaxEntries: int(min(entries, 1<<30)), NoSymlinks: q.Get("nosymlinks") == "1", OneLink: q.Get("onelink") == "1"}, nil
 }
 
 // putFile serves PUT /v1/files?path=P[&max=N][&entries=M][&mode=0644]: the

@@ -200,3 +200,34 @@ func BenchmarkFiles(b *testing.B) {
 		}
 	})
 }
+
+// The link rules cross the wire: a client's OneLink and NoSymlinks reach
+// the agent's tree (a hard link of a denied file, and a symlink, are
+// refused), and without them both are read.
+func TestFilesLinkRulesOverTheWire(t *testing.T) {
+	c, root, _ := filesAgent(t)
+	ctx := context.Background()
+	os.WriteFile(filepath.Join(root, ".env"), []byte("AWS_SECRET=hunter2\n"), 0o644)
+	if err := os.Link(filepath.Join(root, ".env"), filepath.Join(root, "notenv")); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(".env", filepath.Join(root, "env"))
+	rules := files.GetOptions{Limits: files.Limits{NoSymlinks: true, OneLink: true}}
+	for p, want := range map[string]string{"notenv": "has 2 links", "env": "goes through the symlink"} {
+		if _, body, err := c.GetFile(ctx, p, rules); err == nil {
+			body.Close()
+			t.Errorf("%s was read under the link rules", p)
+		} else if !errors.Is(err, executor.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", p, err, want)
+		}
+		_, body, err := c.GetFile(ctx, p, files.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s without rules: %v", p, err)
+		}
+		b, _ := io.ReadAll(body)
+		body.Close()
+		if !strings.Contains(string(b), "hunter2") {
+			t.Errorf("%s without rules: %q", p, b)
+		}
+	}
+}

@@ -34,6 +34,25 @@
 // as an upload into one. No entry is written through a symlink an earlier
 // entry made. Devices, FIFOs and the like are refused.
 //
+// Files rules. A tenant whose policy decides transfers by path
+// (Limits.NoSymlinks, OneLink) must get the file the path names, and only
+// a file no other path names. The path is decided on the server; here the
+// file is opened one component at a time with O_NOFOLLOW (openNoFollow),
+// so no symlink is followed, and what is read (or the directory written
+// into) is what was at the path at the moment of its open: a check of the
+// path followed by an open of it would race with a command renaming a
+// symlink over a component. The open file is then judged by fstat, not by
+// its path: a regular file with a link count above 1 (hard links,
+// "ln .env notenv") is refused for reading, since its other names cannot
+// be found without walking the filesystem and may be denied. A file of one
+// link has exactly one name, the one decided. Chosen over matching
+// denied paths by (device, inode) because patterns are globs (the inodes
+// of "*.pem" cannot be listed) and an allowlist's misses cannot be
+// enumerated. Out of reach of any path rule: a command that renames or
+// copies a denied file to an allowed name has moved its bytes there (the
+// command rules decide mv, cp, ln); a directory tar's entries, which are
+// not decided one by one.
+//
 // gVisor does not confine os.Root (its walk follows a symlink to /etc), so
 // every file and directory opened is also checked by its real path
 // (/proc/self/fd) against the root's: the second line, as for workdirs.
@@ -54,6 +73,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor"
@@ -107,6 +128,11 @@ type Limits struct {
 	// transfers by path, so that the path decided is the path reached (a
 	// planted "env -> .env" would otherwise read a denied file).
 	NoSymlinks bool
+	// OneLink refuses to read a regular file that has other names (a link
+	// count above 1, hard links): for a tenant whose policy decides reads
+	// by path, a file's other names cannot be checked against the rules
+	// (a planted "ln .env notenv" would otherwise read a denied file).
+	OneLink bool
 }
 
 func (l Limits) withDefaults() Limits {
@@ -215,6 +241,55 @@ func (r *root) noSymlinks(rel, abs string) error {
 	return nil
 }
 
+// openNoFollow opens rel below r without following a symlink anywhere on
+// the way (see Limits.NoSymlinks): one component at a time, each opened
+// with O_NOFOLLOW relative to the directory opened before it, so what is
+// read is what was at the path decided at the moment of the open. A check
+// of the path and then an open of it would race: a command renaming a
+// symlink over a checked component in between carries the open elsewhere.
+// flags are the final component's (O_NOFOLLOW and O_CLOEXEC are added).
+func (r *root) openNoFollow(rel, abs string, flags int) (*os.File, error) {
+	d, err := r.Open(".")
+	if err != nil {
+		return nil, r.t.pathError(abs, err)
+	}
+	if rel == "." {
+		return d, nil
+	}
+	comps := strings.Split(rel, "/")
+	for i, c := range comps {
+		fl := syscall.O_RDONLY | syscall.O_DIRECTORY
+		if i == len(comps)-1 {
+			fl = flags
+		}
+		dirfd := int(d.Fd())
+		var fd int
+		for {
+			fd, err = syscall.Openat(dirfd, c, fl|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err != nil {
+			// Which error a symlink gives depends on the flags (ELOOP,
+			// ENOTDIR with O_DIRECTORY): look, to name it.
+			var st unix.Stat_t
+			link := (err == syscall.ELOOP || err == syscall.ENOTDIR) &&
+				unix.Fstatat(dirfd, c, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+				st.Mode&unix.S_IFMT == unix.S_IFLNK
+			d.Close()
+			if link {
+				return nil, executor.Errorf(executor.ErrInvalid, "%s goes through the symlink %s: the tenant's files rules decide transfers by path, so a transfer may not follow a link",
+					abs, path.Join(r.t.Root, path.Join(comps[:i+1]...)))
+			}
+			return nil, r.t.pathError(abs, &fs.PathError{Op: "openat", Path: abs, Err: err})
+		}
+		d.Close()
+		d = os.NewFile(uintptr(fd), path.Join(r.t.Root, path.Join(comps[:i+1]...)))
+	}
+	return d, nil
+}
+
 // root is the tree's root, open, and its real path.
 type root struct {
 	*os.Root
@@ -281,6 +356,23 @@ func (r *root) openDir(rel, abs string) (*os.Root, error) {
 	d, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, r.t.pathError(abs, err)
+	}
+	if err := r.check(d, abs); err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	sub, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
+	if err != nil {
+		return nil, r.t.pathError(abs, err)
+	}
+	return sub, nil
+}
+
+// openDirNoFollow is openDir through openNoFollow: no symlink on the way.
+func (r *root) openDirNoFollow(rel, abs string) (*os.Root, error) {
+	d, err := r.openNoFollow(rel, abs, os.O_RDONLY|syscall.O_DIRECTORY)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.check(d, abs); err != nil {
 		return nil, err

@@ -11,8 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/executor"
 )
@@ -358,5 +362,133 @@ func TestNoSpace(t *testing.T) {
 	wantErr(t, err, ErrNoSpace, dir+"/f", "ENOSPC")
 	if got := entries(t, dir); len(got) != 0 {
 		t.Errorf("left %q", got)
+	}
+}
+
+// With files rules (OneLink), a file with other names is not read: the
+// rules judge the path asked for, and a hard link's other names (a planted
+// "ln .env notenv") cannot be checked (found by an attack review).
+// Without rules it is read as any file.
+func TestHardLinkNotRead(t *testing.T) {
+	tr := newTree(t)
+	os.WriteFile(filepath.Join(tr.Root, ".env"), []byte("AWS_SECRET=hunter2\n"), 0o644)
+	if err := os.Link(filepath.Join(tr.Root, ".env"), filepath.Join(tr.Root, "notenv")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(tr.Root, "plain"), []byte("ok"), 0o644)
+	rules := GetOptions{Limits: Limits{NoSymlinks: true, OneLink: true}}
+	for _, o := range []GetOptions{rules, {Tar: true, Limits: rules.Limits}} {
+		b, _, err := get(t, tr, "notenv", o)
+		wantErr(t, err, executor.ErrInvalid, tr.Root+"/notenv has 2 links", "cannot check the other names")
+		if len(b) != 0 {
+			t.Errorf("tar %v: read %q", o.Tar, b)
+		}
+	}
+	if b, _, err := get(t, tr, "plain", rules); err != nil || string(b) != "ok" {
+		t.Errorf("a file of one link: %q, %v", b, err)
+	}
+	if b, _, err := get(t, tr, "notenv", GetOptions{}); err != nil || !strings.Contains(string(b), "hunter2") {
+		t.Errorf("without rules: %q, %v", b, err)
+	}
+}
+
+// A download under files rules reads what was at the path at the moment
+// of its open: a command swapping a directory on the way, or the file
+// itself, for a symlink (rename(2), atomic) does not carry the read to
+// the link's target (the check-then-open it replaced raced).
+func TestDownloadRenameRace(t *testing.T) {
+	tr := newTree(t)
+	for _, d := range []string{"d", "sec"} {
+		os.Mkdir(filepath.Join(tr.Root, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(tr.Root, "d", "f"), []byte("plain"), 0o644)
+	os.WriteFile(filepath.Join(tr.Root, "sec", "f"), []byte("SECRET"), 0o644)
+	os.WriteFile(filepath.Join(tr.Root, "g"), []byte("plain"), 0o644)
+	os.Symlink("sec", filepath.Join(tr.Root, "dlink"))
+	os.Symlink("sec/f", filepath.Join(tr.Root, "glink"))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// Swap d with a symlink to sec, and g with one to sec/f, atomically,
+	// as fast as they go.
+	for _, pair := range [][2]string{{"d", "dlink"}, {"g", "glink"}} {
+		wg.Go(func() {
+			a, b := filepath.Join(tr.Root, pair[0]), filepath.Join(tr.Root, pair[1])
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+			}
+		})
+	}
+	o := GetOptions{Limits: Limits{NoSymlinks: true, OneLink: true}}
+	var plain, refused int
+	for i := 0; i < 4000; i++ {
+		b, _, err := get(t, tr, []string{"d/f", "g"}[i%2], o)
+		switch {
+		case strings.Contains(string(b), "SECRET"):
+			close(stop)
+			wg.Wait()
+			t.Fatalf("download %d read the link's target: %q", i, b)
+		case err == nil:
+			plain++
+		case errors.Is(err, executor.ErrInvalid):
+			// A link met on the way ("goes through the symlink"), or a
+			// component caught swapped between its open and the look
+			// that names it.
+			refused++
+		default:
+			close(stop)
+			wg.Wait()
+			t.Fatalf("download %d: %v", i, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if plain == 0 || refused == 0 {
+		t.Errorf("%d plain reads, %d refused: the swaps did not interleave with the downloads", plain, refused)
+	}
+}
+
+// An upload under files rules writes into the directory that was at the
+// path at the moment of the open: a directory swapped for a symlink
+// (rename(2)) meanwhile does not carry the write to the link's target.
+func TestUploadRenameRace(t *testing.T) {
+	tr := newTree(t)
+	for _, d := range []string{"d", "sec"} {
+		os.Mkdir(filepath.Join(tr.Root, d), 0o755)
+	}
+	os.Symlink("sec", filepath.Join(tr.Root, "dlink"))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		a, b := filepath.Join(tr.Root, "d"), filepath.Join(tr.Root, "dlink")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+		}
+	})
+	o := PutOptions{Limits: Limits{NoSymlinks: true}}
+	var written int
+	for i := 0; i < 2000; i++ {
+		if _, err := tr.Put(context.Background(), "d/f"+strconv.Itoa(i), strings.NewReader("x"), o); err == nil {
+			written++
+		} else if !errors.Is(err, executor.ErrInvalid) {
+			t.Errorf("upload %d: %v", i, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if left := entries(t, filepath.Join(tr.Root, "sec")); len(left) != 0 {
+		t.Fatalf("%d uploads written through the link: %v…", len(left), left[:min(3, len(left))])
+	}
+	if written == 0 {
+		t.Error("no upload was written: the test raced nothing")
 	}
 }

@@ -46,26 +46,31 @@ func (t Tree) Get(ctx context.Context, p string, o GetOptions, open func(Info) (
 	}
 	lim := o.Limits.withDefaults()
 	return t.inRoot(func(r *root) error {
-		if lim.NoSymlinks {
-			if err := r.noSymlinks(rel, abs); err != nil {
-				return err
-			}
-		}
 		// O_NONBLOCK: opening a FIFO to look at it must not wait for a
 		// writer.
-		f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		var f *os.File
+		if lim.NoSymlinks {
+			f, err = r.openNoFollow(rel, abs, os.O_RDONLY|syscall.O_NONBLOCK)
+		} else if f, err = r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0); err != nil {
+			err = t.pathError(abs, err)
+		}
 		if err != nil {
-			return t.pathError(abs, err)
+			return err
 		}
 		if err := r.check(f, abs); err != nil {
 			return err
 		}
 		defer f.Close()
+		// Stat of the open file: the file read, whatever the path names
+		// by now.
 		fi, err := f.Stat()
 		if err != nil {
 			return t.pathError(abs, err)
 		}
 		info := infoOf(abs, fi)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && lim.OneLink && fi.Mode().IsRegular() && st.Nlink > 1 {
+			return executor.Errorf(executor.ErrInvalid, "%s has %d links (hard links: other names of the same file): the tenant's files rules decide reads by path and cannot check the other names, so a file with more than one is not read", abs, st.Nlink)
+		}
 		switch {
 		case fi.IsDir() && !o.Tar:
 			return executor.Errorf(executor.ErrInvalid, "%s is a directory, not a file (ask for a tar: Accept: application/x-tar)", abs)

@@ -66,7 +66,15 @@ func (t Tree) Put(ctx context.Context, p string, body io.Reader, o PutOptions) (
 		if err != nil {
 			return err
 		}
-		ar, err := r.openDir(anc, abs)
+		// Under files rules the directory written into is opened without
+		// following a link (the check above names one; this open is the
+		// one a rename in between cannot fool).
+		var ar *os.Root
+		if lim.NoSymlinks {
+			ar, err = r.openDirNoFollow(anc, abs)
+		} else {
+			ar, err = r.openDir(anc, abs)
+		}
 		if err != nil {
 			return err
 		}
