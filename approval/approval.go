@@ -5,7 +5,10 @@
 // leaf: neither policies nor the server may import the other.
 package approval
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // States of an Approval.
 const (
@@ -35,4 +38,47 @@ type Approval struct {
 	Created        time.Time `json:"created"`
 	Deadline       time.Time `json:"deadline"`
 	Decided        time.Time `json:"decided,omitzero"`
+}
+
+// Bounds of what an Approval holds of the call. An approver decides on
+// the call as the model sent it, so these texts are held whole: a call
+// that does not fit is not held (Whole says why, and the policy engine
+// denies it with that reason), never held clipped. Every surface that
+// shows an approval (REST, events, console, CLI, the Kubernetes store)
+// carries these fields as they are.
+const (
+	// MaxCommand bounds the command in bytes (16 KiB).
+	MaxCommand = 16 << 10
+	// MaxWorkdir bounds the workdir in bytes (PATH_MAX).
+	MaxWorkdir = 4096
+	// MaxJustification bounds the model's justification in bytes.
+	MaxJustification = 2 << 10
+	// MaxPermissions bounds the sandbox permissions asked for;
+	// MaxPermission bounds each one's name in bytes.
+	MaxPermissions, MaxPermission = 16, 256
+)
+
+// Whole returns nil when a's call fits the bounds above, else an error
+// naming the first field that does not, its size and the bound, e.g.
+// "the command is 17117 bytes, over the 16384 an approval shows in full".
+func (a Approval) Whole() error {
+	over := func(what string, n, max int) error {
+		return fmt.Errorf("the %s is %d bytes, over the %d an approval shows in full", what, n, max)
+	}
+	switch {
+	case len(a.Command) > MaxCommand:
+		return over("command", len(a.Command), MaxCommand)
+	case len(a.Workdir) > MaxWorkdir:
+		return over("workdir", len(a.Workdir), MaxWorkdir)
+	case len(a.Justification) > MaxJustification:
+		return over("justification", len(a.Justification), MaxJustification)
+	case len(a.Permissions) > MaxPermissions:
+		return fmt.Errorf("%d sandbox permissions are asked for, over the %d an approval shows in full", len(a.Permissions), MaxPermissions)
+	}
+	for _, p := range a.Permissions {
+		if len(p) > MaxPermission {
+			return over("sandbox permission name", len(p), MaxPermission)
+		}
+	}
+	return nil
 }

@@ -464,10 +464,17 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 		return v, rec
 	}
 	now := e.now()
-	a, err := e.ap.Add(ctx, Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
-		Command: clip.To(c.Request.Command, maxAuditCommand), Workdir: clip.To(c.Request.Workdir, maxAuditText),
-		Rule: v.Rule, Reason: v.Reason, Justification: clip.To(c.Justification, maxAuditText),
-		Permissions: slices.Clone(c.Request.Permissions), Created: now, Deadline: now.Add(p.AskTimeout)})
+	// The approver decides on exactly what runs: the call is held whole,
+	// or, too long to show in full, not held at all.
+	held := Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
+		Command: c.Request.Command, Workdir: c.Request.Workdir,
+		Rule: v.Rule, Reason: v.Reason, Justification: c.Justification,
+		Permissions: slices.Clone(c.Request.Permissions), Created: now, Deadline: now.Add(p.AskTimeout)}
+	if err := held.Whole(); err != nil {
+		v.Decision, v.Reason = Deny, "approval required, but "+err.Error()
+		return v, rec
+	}
+	a, err := e.ap.Add(ctx, held)
 	if err != nil {
 		v.Decision, v.Reason = Deny, "approval required, but "+err.Error()
 		return v, rec

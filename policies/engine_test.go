@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/tools"
 )
@@ -261,6 +262,81 @@ func TestAskPendingBound(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	e.Decide("acme", a.ID, false, "x", "")
+}
+
+// TestAskHeldWhole: the approver sees exactly what runs. A call whose
+// command (or workdir, justification, permissions) fits the approval's
+// bounds is held whole, to the last byte; one that does not is refused at
+// once, saying why, and never held clipped (issue 29: 17,117 characters
+// ran after 16,385 were approved).
+func TestAskHeldWhole(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	held := make(chan Approval, 1)
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			held <- a
+		}
+	})
+	// check runs c and, if it is held, approves it and returns what the
+	// approver saw.
+	check := func(c tools.Call) (Approval, executor.Request, error) {
+		type result struct {
+			req executor.Request
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			req, err := e.Check(context.Background(), c)
+			done <- result{req, err}
+		}()
+		select {
+		case r := <-done:
+			return Approval{}, r.req, r.err
+		case a := <-held:
+			if _, err := e.Decide("acme", a.ID, true, "alice", ""); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			return a, r.req, r.err
+		}
+	}
+	prefix := "git push origin main #"
+	// At the bound, with a multi-byte last character: held whole.
+	fits := prefix + strings.Repeat("<", approval.MaxCommand-len(prefix)-len("é")) + "é"
+	a, req, err := check(bashCall("acme", fits))
+	if err != nil || a.Command != fits || req.Command != fits {
+		t.Fatalf("a command of %d bytes: err %v, approver saw %d bytes, %d ran", len(fits), err, len(a.Command), len(req.Command))
+	}
+	// The issue's case: refused at once, nothing held.
+	long := prefix + strings.Repeat("<", 17117-len(prefix))
+	a, _, err = check(bashCall("acme", long))
+	want := "denied by policy acme/push: approval required, but the command is 17117 bytes, over the 16384 an approval shows in full"
+	if a.ID != "" || err == nil || err.Error() != want {
+		t.Fatalf("a command of 17117 bytes: approver saw %d bytes; err = %v", len(a.Command), err)
+	}
+	// The other texts an approver reads are held whole or refused alike.
+	for name, c := range map[string]tools.Call{
+		"workdir": func() tools.Call {
+			c := bashCall("acme", "git push")
+			c.Request.Workdir = strings.Repeat("d/", 2100)
+			return c
+		}(),
+		"justification": func() tools.Call {
+			c := bashCall("acme", "git push")
+			c.Justification = strings.Repeat("j", 2049)
+			return c
+		}(),
+	} {
+		a, _, err := check(c)
+		if a.ID != "" || err == nil || !strings.Contains(err.Error(), "approval required, but the "+name+" is ") {
+			t.Errorf("an over-long %s: held %q; err = %v", name, a.ID, err)
+		}
+	}
+	if l := e.Approvals("acme"); len(l) != 1 {
+		t.Errorf("approvals held: %d, want the one that fits", len(l))
+	}
 }
 
 // A file's edit takes effect without a restart; a broken edit keeps the last

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/internal/termsafe"
@@ -73,6 +77,7 @@ func newApprovalsCmd() *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			// A summary: `approvals show ID` prints the whole call.
 			fmt.Fprintln(w, "ID\tSTATE\tSESSION\tTOOL\tRULE\tCOMMAND")
 			for _, a := range list {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Session, a.Tool, a.Rule, oneLine(a.Command, 60))
@@ -81,6 +86,23 @@ func newApprovalsCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().StringVar(&state, "state", "", "only approvals in this state")
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one approval in full: the whole command that runs, and how",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := requireRemote(cmd)
+			if err != nil {
+				return err
+			}
+			a, err := c.Approval(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), showApproval(a))
+			return err
+		},
+	}
 	decide := func(approve bool) *cobra.Command {
 		verb := "deny"
 		if approve {
@@ -108,7 +130,7 @@ func newApprovalsCmd() *cobra.Command {
 		c.Flags().StringVar(&approver, "approver", os.Getenv("USER"), "who decides")
 		return c
 	}
-	cmd.AddCommand(ls, decide(true), decide(false))
+	cmd.AddCommand(ls, show, decide(true), decide(false))
 	return cmd
 }
 
@@ -167,4 +189,47 @@ func oneLine(s string, n int) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// showApproval is an approval as `approvals show` prints it: every field
+// an approver decides on, the command last and whole, byte for byte,
+// with control, bidi and invisible characters shown as escapes (so what
+// the terminal shows is what runs, not what the text makes it draw).
+func showApproval(a approval.Approval) string {
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%-14s %s\n", k+":", visible(v)) }
+	line("id", a.ID)
+	line("state", a.State)
+	line("session", a.Tenant+"/"+a.Session)
+	line("tool", a.Tool)
+	line("rule", a.Rule+": "+a.Reason)
+	line("workdir", cmp.Or(a.Workdir, "(the session's)"))
+	line("permissions", cmp.Or(strings.Join(a.Permissions, ", "), "(none)"))
+	if a.Justification != "" {
+		line("justification", a.Justification)
+	}
+	line("deadline", a.Deadline.Local().Format(time.DateTime))
+	if a.State != approval.Pending {
+		line("decided", strings.TrimSpace(a.Approver+" "+a.DecisionReason))
+	}
+	fmt.Fprintf(&b, "command (%d bytes, whole):\n%s\n", len(a.Command), visible(a.Command))
+	return b.String()
+}
+
+// visible is termsafe.Escape, with the characters that reorder or hide
+// text (bidi controls, zero-width and soft-hyphen marks; the console's
+// set) also shown as \uHHHH.
+func visible(s string) string {
+	s = termsafe.Escape(s)
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == 0xAD, r == 0x61C, r == 0x180E, r >= 0x200B && r <= 0x200F,
+			r >= 0x2028 && r <= 0x202E, r >= 0x2060 && r <= 0x2069, r == 0xFEFF:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

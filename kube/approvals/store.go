@@ -563,11 +563,15 @@ func toMap(v any) (map[string]any, error) {
 }
 
 func (s *Store) encode(a approval.Approval) (*unstructured.Unstructured, error) {
-	// The Engine clips what a caller writes; the policy's own texts are
-	// clipped here, to the CRD's bounds.
-	sp, err := toMap(spec{Tenant: a.Tenant, Session: a.Session, Tool: a.Tool, Command: clip(a.Command, 65536),
-		Workdir: clip(a.Workdir, 8192), Rule: clip(a.Rule, 4096), Reason: clip(a.Reason, 8192),
-		Justification: clip(a.Justification, 8192), Permissions: a.Permissions,
+	// The call is held whole (approval.Whole's bounds are within the
+	// CRD's): an approver on any replica sees what runs, or nothing is
+	// held. Only the policy's own texts are clipped, to the CRD's bounds.
+	if err := a.Whole(); err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	sp, err := toMap(spec{Tenant: a.Tenant, Session: a.Session, Tool: a.Tool, Command: a.Command,
+		Workdir: a.Workdir, Rule: clip(a.Rule, 4096), Reason: clip(a.Reason, 8192),
+		Justification: a.Justification, Permissions: a.Permissions,
 		Created: a.Created.UTC(), Deadline: a.Deadline.UTC()})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/shellbox/shellbox/approval"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/policies"
@@ -374,6 +376,34 @@ func TestPendingBound(t *testing.T) {
 	}
 	if _, err := a.Add(context.Background(), ask("beta")); err != nil {
 		t.Errorf("another tenant's ask: %v", err)
+	}
+}
+
+// TestCallHeldWhole: an approver on another replica sees the whole
+// command that runs (the store once clipped it); a call over
+// approval.MaxCommand is not stored at all.
+func TestCallHeldWhole(t *testing.T) {
+	api := newAPIServer(t)
+	a, b := api.replica(t, Config{}), api.replica(t, Config{})
+	fits := ask("acme")
+	fits.Command = "git push #" + strings.Repeat("<", approval.MaxCommand-len("git push #"))
+	fits.Workdir = strings.Repeat("d", approval.MaxWorkdir)
+	held, err := a.Add(context.Background(), fits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other replica lists the ask", func() bool { return len(b.List("acme")) == 1 })
+	if got := b.List("acme")[0]; got.ID != held.ID || got.Command != fits.Command || got.Workdir != fits.Workdir {
+		t.Errorf("the other replica's approver sees %d bytes of command, %d of workdir; %d and %d run",
+			len(got.Command), len(got.Workdir), len(fits.Command), len(fits.Workdir))
+	}
+	long := ask("acme")
+	long.Command += strings.Repeat(" ", approval.MaxCommand)
+	if _, err := a.Add(context.Background(), long); err == nil || !strings.Contains(err.Error(), "over the 16384 an approval shows in full") {
+		t.Errorf("an over-long command: err = %v", err)
+	}
+	if n := len(api.objects(t)); n != 1 {
+		t.Errorf("%d Approval objects, want 1", n)
 	}
 }
 

@@ -313,6 +313,13 @@ func (c *Client) Approvals(ctx context.Context, state string) ([]approval.Approv
 	return out.Approvals, err
 }
 
+// Approval returns one of the tenant's approvals, as the server holds it.
+func (c *Client) Approval(ctx context.Context, id string) (approval.Approval, error) {
+	var out approval.Approval
+	err := c.do(ctx, http.MethodGet, "/v1/approvals/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
 // Decide approves or denies an approval.
 func (c *Client) Decide(ctx context.Context, id string, approve bool, approver, reason string) (approval.Approval, error) {
 	verb := "deny"
