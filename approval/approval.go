@@ -22,16 +22,25 @@ const (
 // decided, by whom and why. Its JSON is the server's API (GET
 // /v1/approvals, the approval event): every field is always written.
 type Approval struct {
-	ID             string    `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Session        string    `json:"session"`
-	Tool           string    `json:"tool"`
-	Command        string    `json:"command"`
-	Workdir        string    `json:"workdir"`
-	Rule           string    `json:"rule"`
-	Reason         string    `json:"reason"`
-	Justification  string    `json:"justification"`
-	Permissions    []string  `json:"permissions"`
+	ID            string `json:"id"`
+	Tenant        string `json:"tenant"`
+	Session       string `json:"session"`
+	Tool          string `json:"tool"`
+	Command       string `json:"command"`
+	Workdir       string `json:"workdir"`
+	Rule          string `json:"rule"`
+	Reason        string `json:"reason"`
+	Justification string `json:"justification"`
+	// Permissions are the sandbox permissions the call is granted if
+	// approved; they last until the call ends, for a background call
+	// until its task ends.
+	Permissions []string `json:"permissions"`
+	// Background: the call starts a background task, which no timeout
+	// ends (bash_kill does, or its own end).
+	Background bool `json:"background"`
+	// TimeoutMs is a foreground call's timeout once approved, the
+	// policy's default and cap applied; 0 with Background.
+	TimeoutMs      int64     `json:"timeoutMs"`
 	State          string    `json:"state"` // Pending, Approved, Denied or Expired
 	Approver       string    `json:"approver"`
 	DecisionReason string    `json:"decisionReason"`

@@ -469,7 +469,12 @@ func (e *Engine) ask(ctx context.Context, p *Policy, c tools.Call, v verdict, re
 	held := Approval{Tenant: c.Tenant, Session: c.Session, Tool: c.Tool,
 		Command: c.Request.Command, Workdir: c.Request.Workdir,
 		Rule: v.Rule, Reason: v.Reason, Justification: c.Justification,
-		Permissions: slices.Clone(c.Request.Permissions), Created: now, Deadline: now.Add(p.AskTimeout)}
+		Permissions: slices.Clone(c.Request.Permissions), Background: c.Request.Background,
+		Created: now, Deadline: now.Add(p.AskTimeout)}
+	if !held.Background {
+		// What Check applies once the call is allowed.
+		held.TimeoutMs = p.Limits.ClampTimeout(c.Request.Timeout).Milliseconds()
+	}
 	if err := held.Whole(); err != nil {
 		v.Decision, v.Reason = Deny, "approval required, but "+err.Error()
 		return v, rec

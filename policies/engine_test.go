@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -336,6 +337,45 @@ func TestAskHeldWhole(t *testing.T) {
 	}
 	if l := e.Approvals("acme"); len(l) != 1 {
 		t.Errorf("approvals held: %d, want the one that fits", len(l))
+	}
+}
+
+// TestAskShowsHowItRuns: an approval says whether the call runs in the
+// background (no timeout ends it, and a granted permission lasts until
+// the task ends), the timeout a foreground call gets, and the
+// permissions it is granted (issue 29, item 8).
+func TestAskShowsHowItRuns(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy+`    - {name: net-ask, permissions: [net*], decision: ask}
+`)
+	e := openEngine(t, dir, Options{NoWatch: true})
+	held := make(chan Approval, 1)
+	e.Subscribe(func(a Approval) {
+		if a.State == Pending {
+			held <- a
+		}
+	})
+	hold := func(c tools.Call) Approval {
+		done := make(chan error, 1)
+		go func() { _, err := e.Check(context.Background(), c); done <- err }()
+		a := <-held
+		e.Decide("acme", a.ID, false, "bob", "")
+		<-done
+		return a
+	}
+	bg := bashCall("acme", "git push")
+	bg.Request.Background, bg.Request.Timeout = true, time.Second
+	bg.Request.Permissions, bg.Justification = []string{"netlink"}, "fetch"
+	if a := hold(bg); !a.Background || a.TimeoutMs != 0 || !slices.Equal(a.Permissions, []string{"netlink"}) {
+		t.Errorf("background call held as background %v, timeout %dms, permissions %v", a.Background, a.TimeoutMs, a.Permissions)
+	}
+	fg := bashCall("acme", "git push")
+	fg.Request.Timeout = time.Minute // over the cap of 20s
+	if a := hold(fg); a.Background || a.TimeoutMs != 20000 {
+		t.Errorf("foreground call held as background %v, timeout %dms", a.Background, a.TimeoutMs)
+	}
+	if a := hold(bashCall("acme", "git push")); a.TimeoutMs != 10000 {
+		t.Errorf("no timeout asked: held with %dms, want the default 10000", a.TimeoutMs)
 	}
 }
 

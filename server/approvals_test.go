@@ -111,12 +111,16 @@ func TestApprovals(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.Approvals = fa })
 	events, stop := sse(t, r, "/v1/events", tokenAcme)
 	defer stop()
-	fa.add(approval.Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "curl example.com", State: approval.Pending, Permissions: []string{"network"}})
+	fa.add(approval.Approval{ID: "a1", Tenant: "acme", Session: "s1", Tool: "bash", Command: "curl example.com", State: approval.Pending, Permissions: []string{"network"}, Background: true})
 	fa.add(approval.Approval{ID: "a2", Tenant: "acme", Session: "s1", Tool: "bash", Command: "rm x", State: approval.Pending})
-	if e := <-events; e["type"] != "approval" || e["approval"].(map[string]any)["id"] != "a1" {
+	if e := <-events; e["type"] != "approval" || e["approval"].(map[string]any)["id"] != "a1" || e["approval"].(map[string]any)["background"] != true {
 		t.Fatalf("event: %v", e)
 	}
 	<-events
+	// How the call runs is part of every view of it (issue 29, item 8).
+	if code, m := r.json("GET", "/v1/approvals/a2", tokenAcme, nil); code != 200 || m["background"] != false || m["timeoutMs"] != float64(0) {
+		t.Fatalf("a foreground approval: %d %v", code, m)
+	}
 	code, m := r.json("GET", "/v1/approvals?state=pending", tokenAcme, nil)
 	if code != 200 || len(m["approvals"].([]any)) != 2 {
 		t.Fatalf("list: %d %v", code, m)

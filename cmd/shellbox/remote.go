@@ -78,9 +78,10 @@ func newApprovalsCmd() *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			// A summary: `approvals show ID` prints the whole call.
-			fmt.Fprintln(w, "ID\tSTATE\tSESSION\tTOOL\tRULE\tCOMMAND")
+			fmt.Fprintln(w, "ID\tSTATE\tSESSION\tTOOL\tRULE\tRUNS\tPERMISSIONS\tCOMMAND")
 			for _, a := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Session, a.Tool, a.Rule, oneLine(a.Command, 60))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Session, a.Tool, a.Rule,
+					runsShort(a), oneLine(cmp.Or(strings.Join(a.Permissions, ","), "-"), 30), oneLine(a.Command, 60))
 			}
 			return w.Flush()
 		},
@@ -203,6 +204,7 @@ func showApproval(a approval.Approval) string {
 	line("session", a.Tenant+"/"+a.Session)
 	line("tool", a.Tool)
 	line("rule", a.Rule+": "+a.Reason)
+	line("runs", runs(a))
 	line("workdir", cmp.Or(a.Workdir, "(the session's)"))
 	line("permissions", cmp.Or(strings.Join(a.Permissions, ", "), "(none)"))
 	if a.Justification != "" {
@@ -232,4 +234,28 @@ func visible(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// runs says how an approved call runs: in the background no timeout ends
+// it, and a granted permission lasts as long as the task.
+func runs(a approval.Approval) string {
+	perms := ""
+	if len(a.Permissions) > 0 {
+		perms = "; the permissions granted last until the call ends"
+		if a.Background {
+			perms = "; the permissions granted last until the task ends"
+		}
+	}
+	if a.Background {
+		return "in the background: no timeout ends it" + perms
+	}
+	return "in the foreground, timeout " + (time.Duration(a.TimeoutMs) * time.Millisecond).String() + perms
+}
+
+// runsShort is runs for a table cell: "background" or the timeout.
+func runsShort(a approval.Approval) string {
+	if a.Background {
+		return "background"
+	}
+	return (time.Duration(a.TimeoutMs) * time.Millisecond).String()
 }

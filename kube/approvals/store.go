@@ -233,8 +233,21 @@ func (s *Store) Add(ctx context.Context, a approval.Approval) (approval.Approval
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := s.res.Create(rctx, u, metav1.CreateOptions{}); err != nil {
+	created, err := s.res.Create(rctx, u, metav1.CreateOptions{})
+	if err != nil {
 		return approval.Approval{}, fmt.Errorf("approvals: create: %w", err)
+	}
+	// An API server prunes the fields its CRD does not know (Helm never
+	// upgrades crds/): an approver must not see a background call as a
+	// foreground one, so an ask the cluster does not store as it was
+	// written is not held.
+	if got, ok := s.decode(created); !ok || got.Background != a.Background || got.TimeoutMs != a.TimeoutMs ||
+		got.Command != a.Command || got.Workdir != a.Workdir || !slices.Equal(got.Permissions, a.Permissions) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+		defer cancel()
+		_ = s.res.Delete(dctx, u.GetName(), metav1.DeleteOptions{})
+		return approval.Approval{}, fmt.Errorf("approvals: the cluster does not store an Approval as written " +
+			"(its CRD approvals.shellbox.dev predates this server: kubectl apply -f the chart's crds/approvals.yaml)")
 	}
 	return a, nil
 }
@@ -539,6 +552,8 @@ type spec struct {
 	Reason        string    `json:"reason"`
 	Justification string    `json:"justification,omitempty"`
 	Permissions   []string  `json:"permissions,omitempty"`
+	Background    bool      `json:"background,omitempty"`
+	TimeoutMs     int64     `json:"timeoutMs,omitempty"`
 	Created       time.Time `json:"created"`
 	Deadline      time.Time `json:"deadline"`
 }
@@ -571,7 +586,7 @@ func (s *Store) encode(a approval.Approval) (*unstructured.Unstructured, error) 
 	}
 	sp, err := toMap(spec{Tenant: a.Tenant, Session: a.Session, Tool: a.Tool, Command: a.Command,
 		Workdir: a.Workdir, Rule: clip(a.Rule, 4096), Reason: clip(a.Reason, 8192),
-		Justification: a.Justification, Permissions: a.Permissions,
+		Justification: a.Justification, Permissions: a.Permissions, Background: a.Background, TimeoutMs: a.TimeoutMs,
 		Created: a.Created.UTC(), Deadline: a.Deadline.UTC()})
 	if err != nil {
 		return nil, err
@@ -614,6 +629,6 @@ func (s *Store) decode(obj any) (approval.Approval, bool) {
 	sp, st := o.Spec, o.Status
 	return approval.Approval{ID: id, Tenant: sp.Tenant, Session: sp.Session, Tool: sp.Tool, Command: sp.Command,
 		Workdir: sp.Workdir, Rule: sp.Rule, Reason: sp.Reason, Justification: sp.Justification,
-		Permissions: sp.Permissions, State: st.State, Approver: st.Approver, DecisionReason: st.DecisionReason,
+		Permissions: sp.Permissions, Background: sp.Background, TimeoutMs: sp.TimeoutMs, State: st.State, Approver: st.Approver, DecisionReason: st.DecisionReason,
 		Created: sp.Created, Deadline: sp.Deadline, Decided: st.Decided}, true
 }

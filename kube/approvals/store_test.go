@@ -407,6 +407,42 @@ func TestCallHeldWhole(t *testing.T) {
 	}
 }
 
+// TestHowItRunsStored: background and timeout reach an approver on
+// another replica; a cluster whose older CRD prunes them (a structural
+// schema drops unknown fields) holds nothing rather than show a
+// background call as a foreground one.
+func TestHowItRunsStored(t *testing.T) {
+	api := newAPIServer(t)
+	a, b := api.replica(t, Config{}), api.replica(t, Config{})
+	bg := ask("acme")
+	bg.Background = true
+	if _, err := a.Add(context.Background(), bg); err != nil {
+		t.Fatal(err)
+	}
+	fg := ask("acme")
+	fg.TimeoutMs = 20000
+	if _, err := a.Add(context.Background(), fg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other replica lists both", func() bool { return len(b.List("acme")) == 2 })
+	for _, got := range b.List("acme") {
+		if got.Background == (got.TimeoutMs != 0) || (!got.Background && got.TimeoutMs != 20000) {
+			t.Errorf("the other replica sees background %v, timeout %dms", got.Background, got.TimeoutMs)
+		}
+	}
+	api.PrependReactor("create", "approvals", func(act k8stesting.Action) (bool, runtime.Object, error) {
+		u := act.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
+		unstructured.RemoveNestedField(u.Object, "spec", "background")
+		return false, nil, nil
+	})
+	if _, err := a.Add(context.Background(), bg); err == nil || !strings.Contains(err.Error(), "predates this server") {
+		t.Errorf("a pruned background: err = %v", err)
+	}
+	if n := len(api.objects(t)); n != 2 {
+		t.Errorf("%d Approval objects, want the 2 stored whole", n)
+	}
+}
+
 // A pending approval whose holder is gone (deadline long past) is
 // expired by a sweep; one within its deadline is not.
 func TestOrphanExpired(t *testing.T) {

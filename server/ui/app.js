@@ -193,7 +193,7 @@
       const meta = el("div", "meta");
       meta.appendChild(el("span", "badge " + a.state, a.state));
       meta.appendChild(document.createTextNode(" "));
-      meta.appendChild(el("span", "", a.tenant + "/" + a.session + " · " + a.tool + " · rule " + a.rule +
+      meta.appendChild(el("span", "", a.tenant + "/" + a.session + " · " + a.tool + (a.background ? " · background" : "") + " · rule " + a.rule +
         (a.approver ? " · by " + a.approver : "") + (a.decisionReason ? " · “" + a.decisionReason + "”" : "")));
       d.appendChild(meta);
       d.appendChild(el("div", "cmd", a.command));
@@ -210,6 +210,15 @@
     return [f, hidden];
   }
 
+  // runs says how an approved call runs: in the background no timeout
+  // ends it, and a granted permission lasts as long as the task.
+  function runs(a) {
+    const perms = (a.permissions || []).length ? "; the permissions granted last until the " +
+      (a.background ? "task" : "call") + " ends" : "";
+    if (a.background) return "in the background: no timeout ends it" + perms;
+    return "in the foreground, timeout " + (a.timeoutMs >= 1000 ? dur(a.timeoutMs) : a.timeoutMs > 0 ? a.timeoutMs + "ms" : "the default") + perms;
+  }
+
   function approvalCard(a) {
     const n = el("div", "approval pending");
     n.dataset.key = a.tenant + "/" + a.id;
@@ -224,7 +233,8 @@
     const hidden = setText(cmd, a.command);
     n.appendChild(cmd);
     if (hidden) n.appendChild(el("div", "warning", "This command holds control, bidi or invisible characters (marked): what runs may not be what it looks like."));
-    for (const [name, v, cls] of [["Justification", a.justification, "just"], ["Rule", a.rule, "rule"],
+    for (const [name, v, cls] of [["Runs", runs(a), a.background ? "runs background" : "runs"],
+      ["Justification", a.justification, "just"], ["Rule", a.rule, "rule"],
       ["Rule's reason", a.reason, "reason"], ["Workdir", a.workdir, "cmd"],
       ["Permissions", (a.permissions || []).join(", "), "perms"]]) {
       if (!v && (name === "Workdir" || name === "Permissions")) continue;
