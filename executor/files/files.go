@@ -357,15 +357,7 @@ func (r *root) openDir(rel, abs string) (*os.Root, error) {
 	if err != nil {
 		return nil, r.t.pathError(abs, err)
 	}
-	if err := r.check(d, abs); err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	sub, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
-	if err != nil {
-		return nil, r.t.pathError(abs, err)
-	}
-	return sub, nil
+	return r.subRoot(d, abs)
 }
 
 // openDirNoFollow is openDir through openNoFollow: no symlink on the way.
@@ -374,6 +366,12 @@ func (r *root) openDirNoFollow(rel, abs string) (*os.Root, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.subRoot(d, abs)
+}
+
+// subRoot makes the open directory d, checked to be inside r, a root of
+// its own; d is closed.
+func (r *root) subRoot(d *os.File, abs string) (*os.Root, error) {
 	if err := r.check(d, abs); err != nil {
 		return nil, err
 	}

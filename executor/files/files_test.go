@@ -406,31 +406,15 @@ func TestDownloadRenameRace(t *testing.T) {
 	os.WriteFile(filepath.Join(tr.Root, "g"), []byte("plain"), 0o644)
 	os.Symlink("sec", filepath.Join(tr.Root, "dlink"))
 	os.Symlink("sec/f", filepath.Join(tr.Root, "glink"))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	// Swap d with a symlink to sec, and g with one to sec/f, atomically,
-	// as fast as they go.
-	for _, pair := range [][2]string{{"d", "dlink"}, {"g", "glink"}} {
-		wg.Go(func() {
-			a, b := filepath.Join(tr.Root, pair[0]), filepath.Join(tr.Root, pair[1])
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
-			}
-		})
-	}
+	// Swap d with a symlink to sec, and g with one to sec/f.
+	stop := swapping(tr.Root, [2]string{"d", "dlink"}, [2]string{"g", "glink"})
 	o := GetOptions{Limits: Limits{NoSymlinks: true, OneLink: true}}
 	var plain, refused int
 	for i := 0; i < 4000; i++ {
 		b, _, err := get(t, tr, []string{"d/f", "g"}[i%2], o)
 		switch {
 		case strings.Contains(string(b), "SECRET"):
-			close(stop)
-			wg.Wait()
+			stop()
 			t.Fatalf("download %d read the link's target: %q", i, b)
 		case err == nil:
 			plain++
@@ -440,13 +424,11 @@ func TestDownloadRenameRace(t *testing.T) {
 			// that names it.
 			refused++
 		default:
-			close(stop)
-			wg.Wait()
+			stop()
 			t.Fatalf("download %d: %v", i, err)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if plain == 0 || refused == 0 {
 		t.Errorf("%d plain reads, %d refused: the swaps did not interleave with the downloads", plain, refused)
 	}
@@ -461,19 +443,7 @@ func TestUploadRenameRace(t *testing.T) {
 		os.Mkdir(filepath.Join(tr.Root, d), 0o755)
 	}
 	os.Symlink("sec", filepath.Join(tr.Root, "dlink"))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		a, b := filepath.Join(tr.Root, "d"), filepath.Join(tr.Root, "dlink")
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
-		}
-	})
+	stop := swapping(tr.Root, [2]string{"d", "dlink"})
 	o := PutOptions{Limits: Limits{NoSymlinks: true}}
 	var written int
 	for i := 0; i < 2000; i++ {
@@ -483,12 +453,33 @@ func TestUploadRenameRace(t *testing.T) {
 			t.Errorf("upload %d: %v", i, err)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if left := entries(t, filepath.Join(tr.Root, "sec")); len(left) != 0 {
 		t.Fatalf("%d uploads written through the link: %v…", len(left), left[:min(3, len(left))])
 	}
 	if written == 0 {
 		t.Error("no upload was written: the test raced nothing")
 	}
+}
+
+// swapping exchanges each pair of names below root (renameat2
+// RENAME_EXCHANGE, atomic) as fast as it goes, until stop is called;
+// stop returns once the swaps have ended.
+func swapping(root string, pairs ...[2]string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, pair := range pairs {
+		wg.Go(func() {
+			a, b := filepath.Join(root, pair[0]), filepath.Join(root, pair[1])
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
 }
