@@ -198,7 +198,7 @@ func oneLine(s string, n int) string {
 // the terminal shows is what runs, not what the text makes it draw).
 func showApproval(a approval.Approval) string {
 	var b strings.Builder
-	line := func(k, v string) { fmt.Fprintf(&b, "%-14s %s\n", k+":", visible(v)) }
+	line := func(k, v string) { fmt.Fprintf(&b, "%-14s %s\n", k+":", termsafe.Visible(v)) }
 	line("id", a.ID)
 	line("state", a.State)
 	line("session", a.Tenant+"/"+a.Session)
@@ -214,25 +214,7 @@ func showApproval(a approval.Approval) string {
 	if a.State != approval.Pending {
 		line("decided", strings.TrimSpace(a.Approver+" "+a.DecisionReason))
 	}
-	fmt.Fprintf(&b, "command (%d bytes, whole):\n%s\n", len(a.Command), visible(a.Command))
-	return b.String()
-}
-
-// visible is termsafe.Escape, with the characters that reorder or hide
-// text (bidi controls, zero-width and soft-hyphen marks; the console's
-// set) also shown as \uHHHH.
-func visible(s string) string {
-	s = termsafe.Escape(s)
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == 0xAD, r == 0x61C, r == 0x180E, r >= 0x200B && r <= 0x200F,
-			r >= 0x2028 && r <= 0x202E, r >= 0x2060 && r <= 0x2069, r == 0xFEFF:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
+	fmt.Fprintf(&b, "command (%d bytes, whole):\n%s\n", len(a.Command), termsafe.Visible(a.Command))
 	return b.String()
 }
 

@@ -42,6 +42,30 @@ func Escape(s string) string {
 	return b.String()
 }
 
+// Visible is Escape, with the characters that reorder or hide text also
+// shown as \uHHHH: the soft hyphen, bidi controls and marks, zero-width
+// characters, the line and paragraph separators, word joiners and the
+// BOM (the set the console marks, server/ui/app.js's SUSPECT). For text
+// an operator decides on: what the terminal shows is what runs.
+func Visible(s string) string {
+	s = Escape(s)
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if hidesText(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func hidesText(r rune) bool {
+	return r == 0xAD || r == 0x61C || r == 0x180E || r >= 0x200B && r <= 0x200F ||
+		r >= 0x2028 && r <= 0x202E || r >= 0x2060 && r <= 0x2069 || r == 0xFEFF
+}
+
 func needsEscape(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
