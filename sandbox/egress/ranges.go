@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 )
 
 // Ranges is a set of address ranges a relay must not dial (see
@@ -99,31 +100,41 @@ func MustRanges(lists ...[]string) Ranges {
 // every address is refused: the check fails closed.
 func (r Ranges) Refuse(a netip.Addr) error {
 	a = a.Unmap()
-	if err := r.refuse(a); err != nil {
+	own := r.ownAddrs()
+	if err := r.refuse(a, own); err != nil {
 		return err
 	}
 	if v4, via, ok := embedded(a); ok {
-		if err := r.refuse(v4); err != nil {
+		if err := r.refuse(v4, own); err != nil {
 			return fmt.Errorf("address %s embeds the IPv4 address %s (%s): %w", a, v4, via, err)
 		}
 	}
 	return nil
 }
 
-func (r Ranges) refuse(a netip.Addr) error {
+// ownAddrs returns a function that lists the host's own addresses on its
+// first call and answers every later call of one Refuse from that list.
+func (r Ranges) ownAddrs() func() ([]netip.Addr, error) {
+	if r.self == nil {
+		return nil
+	}
+	return sync.OnceValues(r.self)
+}
+
+func (r Ranges) refuse(a netip.Addr, own func() ([]netip.Addr, error)) error {
 	for i, p := range r.prefixes {
 		if p.Contains(a) {
 			return fmt.Errorf("address %s is in %s, a range shellbox never relays to (%s)", a, r.names[i], r.describe(p))
 		}
 	}
-	if r.self == nil {
+	if own == nil {
 		return nil
 	}
-	own, err := r.self()
+	addrs, err := own()
 	if err != nil {
 		return fmt.Errorf("address %s: the server host's own addresses (%q) cannot be listed, so none is relayed to: %w", a, r.selfSrc, err)
 	}
-	for _, o := range own {
+	for _, o := range addrs {
 		if o.Unmap() == a {
 			return fmt.Errorf("address %s is the server host's own (%q), an address shellbox never relays to", a, r.selfSrc)
 		}
