@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,6 +319,14 @@ func TestKubeApprovalStore(t *testing.T) {
 
 	dc = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{approvals.GVR: "ApprovalList"})
+	// The store's start checks the CRD by a dry-run create, which the fake
+	// would store.
+	dc.PrependReactor("create", "approvals", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if slices.Contains(a.(k8stesting.CreateActionImpl).CreateOptions.DryRun, metav1.DryRunAll) {
+			return true, a.(k8stesting.CreateAction).GetObject().DeepCopyObject(), nil
+		}
+		return false, nil, nil
+	})
 	st, closeStore, err := approvalStore(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -3,73 +3,19 @@ package approvals
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/policies"
 )
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// installCRD installs the chart's Approval CRD if the cluster lacks it,
-// labelled kubetest.LabelTest, and waits until it is established. It is
-// left installed: deleting a CRD deletes every Approval of the cluster,
-// also those of a chart release another test installed meanwhile (Helm
-// installs crds/ only when absent), and the cluster's teardown removes it.
-func installCRD(t *testing.T, dc dynamic.Interface) {
-	t.Helper()
-	ctx := context.Background()
-	crds := dc.Resource(crdGVR)
-	if _, err := crds.Get(ctx, CRDName, metav1.GetOptions{}); err == nil {
-		return
-	} else if !apierrors.IsNotFound(err) {
-		t.Fatalf("get CRD %s: %v", CRDName, err)
-	}
-	b, err := os.ReadFile(filepath.Join("..", "deploy", "helm", "shellbox", "crds", "approvals.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var u unstructured.Unstructured
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	labels := u.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[kubetest.LabelTest] = "1"
-	u.SetLabels(labels)
-	if _, err := crds.Create(ctx, &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create CRD %s: %v", CRDName, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := crds.Get(ctx, CRDName, metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s not established within 30s: %v", CRDName, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// The chart's CRD, which kubetest.ApplyCRD makes the cluster's.
+var crdFile = filepath.Join("..", "..", "deploy", "helm", "shellbox", "crds", "approvals.yaml")
 
 // Two stores on the real API server, as two replicas of a release: a call
 // held by A's Engine is listed and approved through B's, and A's waiting
@@ -81,7 +27,7 @@ func TestClusterApprovalAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installCRD(t, dc)
+	c.ApplyCRD(t, crdFile)
 	ns := c.Namespace(t) // deleted, with its Approvals, when the test ends
 	replica := func() *Store {
 		st, err := New(dc, Config{Namespace: ns, Release: "test", Poll: time.Hour})

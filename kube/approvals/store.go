@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -133,7 +134,7 @@ func New(dc dynamic.Interface, cfg Config) (*Store, error) {
 }
 
 // Start checks that the Approvals can be listed (the CRD is installed, the
-// RBAC granted), starts the watch and the sweeps, and returns when the
+// RBAC granted) and that the CRD stores one as written (checkSchema), starts the watch and the sweeps, and returns when the
 // cache holds the release's Approvals, or ctx ends. They run until Close.
 func (s *Store) Start(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
@@ -146,6 +147,9 @@ func (s *Store) Start(ctx context.Context) error {
 		return fmt.Errorf("approvals: no RBAC for %s in namespace %s (get, list, watch, create, update, delete): %w", CRDName, s.cfg.Namespace, err)
 	case err != nil:
 		return fmt.Errorf("approvals: list: %w", err)
+	}
+	if err := s.checkSchema(ctx); err != nil {
+		return err
 	}
 	if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
@@ -237,19 +241,72 @@ func (s *Store) Add(ctx context.Context, a approval.Approval) (approval.Approval
 	if err != nil {
 		return approval.Approval{}, fmt.Errorf("approvals: create: %w", err)
 	}
-	// An API server prunes the fields its CRD does not know (Helm never
-	// upgrades crds/): an approver must not see a background call as a
-	// foreground one, so an ask the cluster does not store as it was
-	// written is not held.
-	if got, ok := s.decode(created); !ok || got.Background != a.Background || got.TimeoutMs != a.TimeoutMs ||
-		got.Command != a.Command || got.Workdir != a.Workdir || !slices.Equal(got.Permissions, a.Permissions) {
+	// Start checked the CRD, but it can be replaced while the server
+	// runs: an ask the cluster does not store as written is not held.
+	if err := storedAsWritten(a, s.decode, created); err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 		defer cancel()
 		_ = s.res.Delete(dctx, u.GetName(), metav1.DeleteOptions{})
-		return approval.Approval{}, fmt.Errorf("approvals: the cluster does not store an Approval as written " +
-			"(its CRD approvals.shellbox.dev predates this server: kubectl apply -f the chart's crds/approvals.yaml)")
+		return approval.Approval{}, err
 	}
 	return a, nil
+}
+
+// storedAsWritten says whether the API server kept what an approver is
+// shown of a as written in obj. A server prunes the fields its CRD does
+// not know (Helm never upgrades crds/), and an approver must not see a
+// background call as a foreground one, nor a command without its
+// permissions.
+func storedAsWritten(a approval.Approval, decode func(any) (approval.Approval, bool), obj *unstructured.Unstructured) error {
+	got, ok := decode(obj)
+	var lost []string
+	switch {
+	case !ok:
+		lost = append(lost, "spec")
+	default:
+		for _, f := range []struct {
+			name string
+			same bool
+		}{
+			{"command", got.Command == a.Command}, {"workdir", got.Workdir == a.Workdir},
+			{"justification", got.Justification == a.Justification},
+			{"permissions", slices.Equal(got.Permissions, a.Permissions)},
+			{"background", got.Background == a.Background}, {"timeoutMs", got.TimeoutMs == a.TimeoutMs},
+		} {
+			if !f.same {
+				lost = append(lost, "spec."+f.name)
+			}
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return fmt.Errorf("approvals: the cluster does not store an Approval as written (it drops %s): "+
+		"the CustomResourceDefinition %s predates this server; kubectl apply -f the chart's crds/approvals.yaml "+
+		"(Helm installs crds/ once and never upgrades them)", strings.Join(lost, ", "), CRDName)
+}
+
+// checkSchema creates, as a dry run, an Approval with every field set and
+// checks that the API server would store it as written: a server started
+// against a CRD older than itself fails to start, saying what to apply,
+// instead of refusing each ask.
+func (s *Store) checkSchema(ctx context.Context) error {
+	now := time.Now().UTC().Truncate(time.Second)
+	a := approval.Approval{ID: policies.NewApprovalID(), State: policies.Pending, Tenant: "schema-check",
+		Session: "schema-check", Tool: "bash", Command: "true", Workdir: "/", Rule: "schema-check",
+		Reason: "schema-check", Justification: "schema-check", Permissions: []string{"network"},
+		Background: true, TimeoutMs: 1, Created: now, Deadline: now.Add(time.Minute)}
+	u, err := s.encode(a)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	created, err := s.res.Create(rctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return fmt.Errorf("approvals: a dry-run create (the CRD's schema check): %w", err)
+	}
+	return storedAsWritten(a, s.decode, created)
 }
 
 // Wait waits for the watch (or, every Poll, the API server) to show the

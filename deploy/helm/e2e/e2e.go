@@ -144,6 +144,12 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 	if err != nil {
 		t.Fatalf("load the chart: %v", err)
 	}
+	// Helm installs crds/ only when the cluster lacks them: a cluster kept
+	// from a run of an older tree would hold an older Approval schema,
+	// which the server refuses at its start.
+	for _, crd := range chrt.CRDObjects() {
+		c.ApplyCRD(t, filepath.Join(chartDir(), crd.Name)) // crds/approvals.yaml
+	}
 
 	tokens, policies, tenants := map[string]any{}, map[string]any{}, map[string]any{}
 	for _, tn := range o.Tenants {
