@@ -218,6 +218,11 @@ var bypassCases = []bypassCase{
 	{"dc -e '!rm x'", 'Q'}, {"m4 <<< 'esyscmd(rm x)'", 'Q'}, {"vim -c '!rm x' f", 'Q'}, {"ed f <<< '!rm x'", 'Q'},
 	{"env python3 x.py", 'Q'}, {"sudo python3 x.py", 'Q'},
 	{"python3 --version", 'A'}, {"node -v", 'A'}, {"python3 -m pytest -q", 'A'},
+	// Here-documents after their quoting layer: unquoted, \\ \$ \` and
+	// backslash-newline are the shell's before the script is read.
+	{"bash <<EOF\nr\\\\m x\nEOF", 'D'}, {"bash <<EOF\necho \\$(rm x)\nEOF", 'D'}, {"sh <<EOF\necho \\`rm x\\`\nEOF", 'D'},
+	{"bash <<-EOF\n\tr\\\\m x\n\tEOF", 'D'}, {"bash <<EOF\nr\\\nm x\nEOF", 'D'}, {"source /dev/stdin <<EOF\nr\\\\m x\nEOF", 'D'},
+	{"bash <<'EOF'\necho \\$(rm x)\nEOF", 'Q'}, {"bash <<E\\OF\necho \\`rm x\\`\nEOF", 'A'}, {"bash <<\"EOF\"\nr\\\\m x\nEOF", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

@@ -401,7 +401,7 @@ func stdinScript(src string, r *syntax.Redirect, pwsh bool) inner {
 	)
 	switch {
 	case (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.Hdoc != nil:
-		v, lit = hdocValue(src, r.Hdoc)
+		v, lit = hdocValue(src, r.Hdoc, quotedDelim(r.Word))
 	case r.Op == syntax.WordHdoc && r.Word != nil:
 		v, lit = wordValue(src, r.Word)
 	}
@@ -414,18 +414,67 @@ func stdinScript(src string, r *syntax.Redirect, pwsh bool) inner {
 	return inner{kind: runsScript, scripts: []string{v}, via: "<<"}
 }
 
-// hdocValue is a here-document body's text: parts other than literals make it
-// unknowable (the shell expands them before running it).
-func hdocValue(src string, w *syntax.Word) (string, bool) {
+// hdocValue is a here-document body's text as the shell passes it on:
+// parts other than literals make it unknowable (the shell expands them
+// before running it). Unless its delimiter is quoted, the body goes through
+// the shell's backslash layer first: backslash-newline is removed and \$
+// \` \\ lose their backslash (bash <<EOF with r\\m inside runs r\m, which
+// is rm); the parser leaves them in the literal raw.
+func hdocValue(src string, w *syntax.Word, quoted bool) (string, bool) {
 	var b strings.Builder
 	for _, p := range w.Parts {
 		l, ok := p.(*syntax.Lit)
 		if !ok {
 			return source(src, w), false
 		}
-		b.WriteString(l.Value)
+		if quoted {
+			b.WriteString(l.Value)
+		} else {
+			b.WriteString(hdocUnescape(l.Value))
+		}
 	}
 	return b.String(), true
+}
+
+// quotedDelim reports whether a here-document's delimiter word has any
+// quoting (<<'EOF', <<"EOF", <<E\OF): then its body is taken as written.
+func quotedDelim(w *syntax.Word) bool {
+	if w == nil {
+		return false
+	}
+	for _, p := range w.Parts {
+		l, ok := p.(*syntax.Lit)
+		if !ok || strings.IndexByte(l.Value, '\\') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hdocUnescape is the backslash layer of an unquoted here-document body:
+// a backslash quotes only $ ` \ and newline (a line continuation).
+func hdocUnescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		switch n := s[i+1]; n {
+		case '\n':
+			i++
+		case '$', '`', '\\':
+			b.WriteByte(n)
+			i++
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // wordValue is w with quotes and escapes removed, and whether it is a
