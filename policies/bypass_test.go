@@ -223,6 +223,10 @@ var bypassCases = []bypassCase{
 	{"bash <<EOF\nr\\\\m x\nEOF", 'D'}, {"bash <<EOF\necho \\$(rm x)\nEOF", 'D'}, {"sh <<EOF\necho \\`rm x\\`\nEOF", 'D'},
 	{"bash <<-EOF\n\tr\\\\m x\n\tEOF", 'D'}, {"bash <<EOF\nr\\\nm x\nEOF", 'D'}, {"source /dev/stdin <<EOF\nr\\\\m x\nEOF", 'D'},
 	{"bash <<'EOF'\necho \\$(rm x)\nEOF", 'Q'}, {"bash <<E\\OF\necho \\`rm x\\`\nEOF", 'A'}, {"bash <<\"EOF\"\nr\\\\m x\nEOF", 'A'},
+	// Brace and glob patterns judged on the whole word, quoted parts inert.
+	{"{r''m,x}", 'Q'}, {`{r""m,x} y`, 'Q'}, {"{{r,}m,x} y", 'Q'}, {"r{''m,} y", 'Q'}, {"r{m..m} x", 'Q'},
+	{"bash -c {'rm x',}", 'Q'}, {"env {r''m,x} y", 'Q'}, {"[''r]m x", 'Q'}, {"/usr/bin/r''[m] x", 'Q'},
+	{"\\{rm,x}", 'A'}, {"'{rm,x}'", 'A'}, {"echo {a,b}", 'A'}, {"mkdir -p src/{a,b}", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

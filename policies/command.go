@@ -290,7 +290,7 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 	for i, w := range call.Args {
 		v, lit := wordValue(src, w)
 		sc.Argv = append(sc.Argv, v)
-		lits[i] = lit
+		lits[i] = lit && !expandsBraces(w)
 	}
 	sc.Dynamic = !lits[0] || isPattern(call.Args[0])
 	if !sc.Dynamic {
@@ -534,13 +534,45 @@ func unescape(s string, dq bool) string {
 
 // isPattern reports whether a command-name word would be expanded by the
 // shell as a glob or a brace expansion, so the name is not what it reads.
-func isPattern(w *syntax.Word) bool {
-	for _, p := range w.Parts {
-		if l, ok := p.(*syntax.Lit); ok && glob.IsPattern(l.Value) {
-			return true
+// The word is judged whole, as bash expands it: its literal and quoted
+// parts joined, the quoted characters inert: `{r""m,x}` and `r""{m,}` are
+// brace expansions and `/bin/r""[m]` a glob, though no literal part alone
+// is one.
+func isPattern(w *syntax.Word) bool { return glob.IsPattern(patternShape(w)) }
+
+// expandsBraces reports whether bash brace-expands the word into other
+// words: then it is not the literal its quotes and escapes removed read
+// (bash -c {'rm x',} runs rm x).
+func expandsBraces(w *syntax.Word) bool { return glob.HasBrace(patternShape(w)) }
+
+// patternShape is w as the shell's pattern and brace expansion see it: the
+// unquoted characters as written, every quoted or escaped one replaced by
+// an inert x. A word with expansions has the shape of its literal parts.
+func patternShape(w *syntax.Word) string {
+	var b strings.Builder
+	inert := func(s string) {
+		for range len(s) {
+			b.WriteByte('x')
 		}
 	}
-	return false
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			for i := 0; i < len(p.Value); i++ {
+				if p.Value[i] == '\\' && i+1 < len(p.Value) {
+					b.WriteByte('x')
+					i++
+					continue
+				}
+				b.WriteByte(p.Value[i])
+			}
+		case *syntax.SglQuoted:
+			inert(p.Value)
+		default:
+			b.WriteByte('x')
+		}
+	}
+	return b.String()
 }
 
 func isDigits(s string) bool {

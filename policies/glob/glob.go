@@ -16,11 +16,22 @@ func IsPattern(s string) bool {
 	if i := strings.IndexByte(s, '['); i >= 0 && strings.IndexByte(s[i+1:], ']') >= 0 {
 		return true
 	}
-	if i := strings.IndexByte(s, '{'); i >= 0 {
+	return HasBrace(s)
+}
+
+// HasBrace reports whether s holds a brace expansion ({a,b} or {1..3}), as
+// bash would expand it in a command's word.
+func HasBrace(s string) bool {
+	for i := strings.IndexByte(s, '{'); i >= 0; {
 		rest := s[i+1:]
 		if j := strings.IndexByte(rest, '}'); j >= 0 && (strings.Contains(rest[:j], ",") || strings.Contains(rest[:j], "..")) {
 			return true
 		}
+		k := strings.IndexByte(rest, '{')
+		if k < 0 {
+			break
+		}
+		i += 1 + k
 	}
 	return false
 }
