@@ -227,6 +227,11 @@ var bypassCases = []bypassCase{
 	{"{r''m,x}", 'Q'}, {`{r""m,x} y`, 'Q'}, {"{{r,}m,x} y", 'Q'}, {"r{''m,} y", 'Q'}, {"r{m..m} x", 'Q'},
 	{"bash -c {'rm x',}", 'Q'}, {"env {r''m,x} y", 'Q'}, {"[''r]m x", 'Q'}, {"/usr/bin/r''[m] x", 'Q'},
 	{"\\{rm,x}", 'A'}, {"'{rm,x}'", 'A'}, {"echo {a,b}", 'A'}, {"mkdir -p src/{a,b}", 'A'},
+	// Tilde expansion: HOME, OLDPWD and PWD may be set by an earlier statement.
+	{"HOME=/usr/bin/rm; ~ x", 'Q'}, {"OLDPWD=/usr/bin/rm; ~- x", 'Q'}, {"PWD=/usr/bin/rm; ~+ x", 'Q'}, {"~root x", 'Q'},
+	{"~/ x", 'Q'}, {"env ~ x", 'Q'}, {"bash -c ~", 'Q'}, {"eval ~", 'Q'}, {"GIT_PAGER=a:~ git log", 'Q'},
+	{"export GIT_PAGER=~; git log", 'Q'}, {"HOME=/usr/bin; ~/rm -f x", 'D'}, {`~"/rm" x`, 'D'},
+	{"~/.local/bin/tool x", 'A'}, {`"~" x`, 'A'}, {"\\~ x", 'A'}, {"cp ~/a ~/b", 'A'}, {"cd ~/src && ls", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

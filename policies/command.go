@@ -290,7 +290,20 @@ func (a *analyzer) stmt(src string, st *syntax.Stmt, depth int, via string) erro
 	for i, w := range call.Args {
 		v, lit := wordValue(src, w)
 		sc.Argv = append(sc.Argv, v)
-		lits[i] = lit && !expandsBraces(w)
+		lits[i] = lit && !expandsBraces(w) && !expandsTilde(w, false, 0)
+		if at := assignLike(w); i > 0 && at >= 0 {
+			lits[i] = lits[i] && !expandsTilde(w, true, at)
+		}
+	}
+	if !lits[0] && expandsTilde(call.Args[0], false, 0) {
+		// ~/bin/rm: the directory is unknown, the name is not.
+		if v, lit := wordValue(src, call.Args[0]); lit && !expandsBraces(call.Args[0]) {
+			if name, ok := tildeName(v); ok {
+				sc.name, lits[0] = name, true
+			} else {
+				sc.why = fmt.Sprintf("the command name `%s` is a tilde expansion, which an earlier statement may set", clip.To(v, 80))
+			}
+		}
 	}
 	sc.Dynamic = !lits[0] || isPattern(call.Args[0])
 	if !sc.Dynamic {
@@ -546,13 +559,13 @@ func isPattern(w *syntax.Word) bool { return glob.IsPattern(patternShape(w)) }
 func expandsBraces(w *syntax.Word) bool { return glob.HasBrace(patternShape(w)) }
 
 // patternShape is w as the shell's pattern and brace expansion see it: the
-// unquoted characters as written, every quoted or escaped one replaced by
-// an inert x. A word with expansions has the shape of its literal parts.
+// unquoted characters as written, every quoted or escaped one (and every
+// expansion) replaced by an inert NUL.
 func patternShape(w *syntax.Word) string {
 	var b strings.Builder
 	inert := func(s string) {
 		for range len(s) {
-			b.WriteByte('x')
+			b.WriteByte(0)
 		}
 	}
 	for _, p := range w.Parts {
@@ -560,7 +573,7 @@ func patternShape(w *syntax.Word) string {
 		case *syntax.Lit:
 			for i := 0; i < len(p.Value); i++ {
 				if p.Value[i] == '\\' && i+1 < len(p.Value) {
-					b.WriteByte('x')
+					b.WriteByte(0)
 					i++
 					continue
 				}
@@ -569,10 +582,73 @@ func patternShape(w *syntax.Word) string {
 		case *syntax.SglQuoted:
 			inert(p.Value)
 		default:
-			b.WriteByte('x')
+			b.WriteByte(0)
 		}
 	}
 	return b.String()
+}
+
+// expandsTilde reports whether bash tilde-expands w: an unquoted ~ at its
+// start (~, ~/x, ~-, ~+, ~user) and, in an assignment's value (assign),
+// after each unquoted : too. The expansion is $HOME, $OLDPWD, $PWD or a
+// home directory, which an earlier statement may set (HOME=/usr/bin/rm;
+// ~ x), so the word is not a literal. from is where the value starts (after
+// NAME= in an argument bash treats as an assignment).
+func expandsTilde(w *syntax.Word, assign bool, from int) bool {
+	shape := patternShape(w)
+	stops := "/"
+	if assign {
+		stops = "/:"
+	}
+	for pos := from; pos < len(shape); {
+		if shape[pos] == '~' {
+			end := strings.IndexAny(shape[pos:], stops)
+			if end < 0 {
+				end = len(shape) - pos
+			}
+			if strings.IndexByte(shape[pos:pos+end], 0) < 0 {
+				return true // no quoted character in the tilde prefix
+			}
+		}
+		next := strings.IndexByte(shape[pos:], ':')
+		if !assign || next < 0 {
+			return false
+		}
+		pos += next + 1
+	}
+	return false
+}
+
+// assignLike is where the value of an argument word of the form NAME=...
+// starts, or -1: bash (outside POSIX mode) tilde-expands such a word after
+// its = and each : as an assignment (echo a=~).
+func assignLike(w *syntax.Word) int {
+	if len(w.Parts) == 0 {
+		return -1
+	}
+	l, ok := w.Parts[0].(*syntax.Lit)
+	if !ok {
+		return -1
+	}
+	n, _, ok := strings.Cut(l.Value, "=")
+	if !ok || !isName(strings.TrimSuffix(n, "+")) {
+		return -1
+	}
+	return len(n) + 1
+}
+
+// tildeName is the command name of a tilde-expanded command word whose
+// last path element follows the tilde prefix (~/bin/rm is an rm whatever
+// HOME is); ok is false when the expansion is the name itself (~, ~-,
+// ~user, ~/..).
+func tildeName(v string) (string, bool) {
+	i := strings.IndexByte(v, '/')
+	t := strings.TrimRight(v, "/")
+	if i < 0 || strings.LastIndexByte(t, '/') < i {
+		return "", false
+	}
+	b := path.Base(t)
+	return b, b != "." && b != ".."
 }
 
 func isDigits(s string) bool {

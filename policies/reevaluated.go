@@ -151,6 +151,7 @@ func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) 
 	v, lit := "", true
 	if value != nil {
 		v, lit = wordValue(src, value)
+		lit = lit && !expandsTilde(value, true, 0)
 	}
 	return a.varSet(src, as, name, v, lit, depth, via)
 }
