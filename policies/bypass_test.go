@@ -232,6 +232,12 @@ var bypassCases = []bypassCase{
 	{"~/ x", 'Q'}, {"env ~ x", 'Q'}, {"bash -c ~", 'Q'}, {"eval ~", 'Q'}, {"GIT_PAGER=a:~ git log", 'Q'},
 	{"export GIT_PAGER=~; git log", 'Q'}, {"HOME=/usr/bin; ~/rm -f x", 'D'}, {`~"/rm" x`, 'D'},
 	{"~/.local/bin/tool x", 'A'}, {`"~" x`, 'A'}, {"\\~ x", 'A'}, {"cp ~/a ~/b", 'A'}, {"cd ~/src && ls", 'A'},
+	// sh and dash scripts in the POSIX grammar ($'…' is $ and a quoted
+	// string, ((…)) two subshells); sh's in bash's too, as sh may be bash.
+	{"dash -c \"echo \\$'\\\\'; rm x\n#'\"", 'D'}, {"sh -c \"echo \\$'\\\\'; rm x\n#'\"", 'D'},
+	{"dash <<'EOF'\necho $'\\'; rm x\n#'\nEOF", 'D'}, {"dash -c '((rm x) )'", 'D'}, {"dash -c '((rm x))'", 'D'},
+	{"find . -exec dash -c '((rm x) )' \\;", 'D'}, {"sh -c '((rm x))'", 'Q'}, {"export GIT_PAGER=\"echo \\$'\\\\'; rm x\n#'\"; git log", 'D'},
+	{"bash -c \"echo \\$'\\\\'; rm x\n#'\"", 'A'}, {"sh -c 'for i in 1 2; do echo $i; done'", 'A'}, {"dash -c \"\\$'rm' x\"", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

@@ -68,7 +68,36 @@ const (
 
 var errTooComplex = errors.New("too complex to analyse")
 
-var parsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+var (
+	parsers      = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+	posixParsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }}
+)
+
+// dialect is the grammar of the shell that runs a script. The call itself
+// runs in bash; a script handed to sh or dash is read with the POSIX
+// grammar, where ((…)) is two subshells and $'…' is a $ and a quoted string.
+// /bin/sh may be dash or bash, so a script for sh is read with both and
+// must be readable in both.
+type dialect uint8
+
+const (
+	bashOnly  dialect = iota
+	posixToo          // sh: either grammar may apply
+	posixOnly         // dash, ash, posh
+)
+
+// shellDialect is the dialect of the scripts the wrapper name runs: bash
+// runs its own (eval, trap, source, ...); dash, ash and posh are POSIX
+// shells; anything else may hand its script to /bin/sh.
+func shellDialect(name string) dialect {
+	switch name {
+	case "bash", "rbash", "bash5", "eval", "trap", "source", ".", "alias", "mapfile", "readarray", "complete", "compgen":
+		return bashOnly
+	case "dash", "ash", "posh":
+		return posixOnly
+	}
+	return posixToo
+}
 
 // analyze parses a bash command into its simple commands. An error means the
 // command cannot be read statically (the unparseable decision applies).
@@ -193,8 +222,51 @@ func (a *analyzer) add(sc simpleCommand) error {
 	return nil
 }
 
-// script parses src and adds its simple commands.
-func (a *analyzer) script(src string, depth int, via string) (err error) {
+// script parses src as bash does and adds its simple commands.
+func (a *analyzer) script(src string, depth int, via string) error {
+	return a.scriptAs(src, depth, via, bashOnly)
+}
+
+// scriptAs parses src in the grammar of d (both, for posixToo: a command
+// either reading finds is added once) and adds its simple commands. A
+// script that one grammar it may be read in cannot parse is unparseable.
+func (a *analyzer) scriptAs(src string, depth int, via string, d dialect) error {
+	if d != posixOnly {
+		if err := a.parsed(src, depth, via, &parsers); err != nil {
+			return err
+		}
+	}
+	if d == bashOnly {
+		return nil
+	}
+	seen := make(map[string]bool, len(a.cmds))
+	for i := range a.cmds {
+		seen[a.cmds[i].key()] = true
+	}
+	from := len(a.cmds)
+	if err := a.parsed(src, depth, via, &posixParsers); err != nil {
+		return err
+	}
+	if d == posixOnly {
+		return nil
+	}
+	kept := a.cmds[:from]
+	for _, sc := range a.cmds[from:] {
+		if !seen[sc.key()] {
+			kept = append(kept, sc)
+		}
+	}
+	a.cmds = kept
+	return nil
+}
+
+// key identifies a simple command for scriptAs's merge of two readings.
+func (sc *simpleCommand) key() string {
+	return fmt.Sprintf("%q %q %q %q %q %t", sc.Argv, sc.Text, sc.Via, sc.why, sc.Redirects, sc.Dynamic)
+}
+
+// parsed parses src with a parser from pool and adds its simple commands.
+func (a *analyzer) parsed(src string, depth int, via string, pool *sync.Pool) (err error) {
 	if depth > 0 {
 		if len(src) > maxInnerBytes {
 			return fmt.Errorf("%s: %w: a script longer than %d bytes", via, errTooComplex, maxInnerBytes)
@@ -203,12 +275,12 @@ func (a *analyzer) script(src string, depth int, via string) (err error) {
 			return fmt.Errorf("%s: %w", via, err)
 		}
 	}
-	p := parsers.Get().(*syntax.Parser)
+	p := pool.Get().(*syntax.Parser)
 	f, err := p.Parse(strings.NewReader(src), "")
 	// A parser that failed may hold state from the half-parsed input; only
 	// clean ones are reused.
 	if err == nil {
-		parsers.Put(p)
+		pool.Put(p)
 	}
 	if err != nil {
 		if depth > 0 {
@@ -364,7 +436,7 @@ func (a *analyzer) wrapped(sc simpleCommand, lits []bool, stdin *syntax.Redirect
 		return a.add(simpleCommand{Dynamic: true, Text: sc.Text, Via: sc.Via, why: "`" + via + "` " + in.why})
 	case runsScript:
 		for _, s := range in.scripts {
-			if err := a.script(s, depth+1, via); err != nil {
+			if err := a.scriptAs(s, depth+1, via, shellDialect(name)); err != nil {
 				return err
 			}
 		}

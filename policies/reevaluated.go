@@ -231,7 +231,13 @@ func (a *analyzer) varSet(src string, n syntax.Node, name, value string, lit boo
 		if depth+1 > maxWrapperDepth {
 			return a.dynamicf(src, n, via, fmt.Sprintf("wrappers nest deeper than %d levels", maxWrapperDepth))
 		}
-		return a.script(strings.TrimPrefix(value, "|"), depth+1, name)
+		// Programs run these with /bin/sh -c (PROMPT_COMMAND and
+		// BASH_ALIASES are bash's own).
+		d := posixToo
+		if name == "PROMPT_COMMAND" || name == "BASH_ALIASES" {
+			d = bashOnly
+		}
+		return a.scriptAs(strings.TrimPrefix(value, "|"), depth+1, name, d)
 	}
 	return a.dynamicf(src, n, via, name+" is set to a value that a later command runs or expands")
 }
