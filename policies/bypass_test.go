@@ -238,6 +238,14 @@ var bypassCases = []bypassCase{
 	{"dash <<'EOF'\necho $'\\'; rm x\n#'\nEOF", 'D'}, {"dash -c '((rm x) )'", 'D'}, {"dash -c '((rm x))'", 'D'},
 	{"find . -exec dash -c '((rm x) )' \\;", 'D'}, {"sh -c '((rm x))'", 'Q'}, {"export GIT_PAGER=\"echo \\$'\\\\'; rm x\n#'\"; git log", 'D'},
 	{"bash -c \"echo \\$'\\\\'; rm x\n#'\"", 'A'}, {"sh -c 'for i in 1 2; do echo $i; done'", 'A'}, {"dash -c \"\\$'rm' x\"", 'A'},
+	// Values built at run time and evaluated as arithmetic are dynamic.
+	{"printf -v a 'x[$(r%s y)]' m; (( a ))", 'Q'}, {`b='$(rm y)'; a="x[$b]"; (( a ))`, 'Q'}, {"a=$'x[$(rm y)]'; (( a ))", 'Q'},
+	{"a=$'x[$(rm y)]'; echo $(( a + 1 ))", 'Q'}, {"a=$'x[$(rm y)]'; [[ $a -eq 1 ]]", 'Q'}, {"a=$'x[$(rm y)]'; echo ${arr[a]}", 'Q'},
+	{"a=$'x[$(rm y)]'; echo ${s:a}", 'Q'}, {"a=$'x[$(rm y)]'; let a", 'Q'}, {"a=$'x[$(rm y)]'; for ((i=0; i<a; i++)); do :; done", 'Q'},
+	{"declare -i n; n=$'x[$(rm y)]'", 'Q'}, {"declare a=$'x[$(rm y)]'; (( a ))", 'Q'}, {"read -r a < f; (( a ))", 'Q'},
+	{"a=$(cat f); (( a ))", 'Q'}, {"for a in $(cat f); do (( a )); done", 'Q'}, {"arr=($'x[$(rm y)]'); (( arr ))", 'Q'},
+	{"a=$'x[$(rm y)]'; b[a]=1", 'Q'}, {"a=x; a+='[$(rm y)]'; (( a ))", 'D'},
+	{"i=0; i=$((i+1)); (( i < 3 ))", 'A'}, {"n=${#arr[@]}; (( n > 0 ))", 'A'}, {"read -r line < f; echo \"$line\"", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

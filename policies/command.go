@@ -124,9 +124,15 @@ func analyze(command string) (cmds []simpleCommand, err error) {
 		if err := a.wrapped(sc, lits, nil, command, 0); err != nil {
 			return nil, err
 		}
+		if err := a.finish(command); err != nil {
+			return nil, err
+		}
 		return a.cmds, nil
 	}
 	if err := a.script(command, 0, ""); err != nil {
+		return nil, err
+	}
+	if err := a.finish(command); err != nil {
 		return nil, err
 	}
 	return a.cmds, nil
@@ -199,6 +205,9 @@ func analyzeParsed(command string) ([]simpleCommand, error) {
 	if err := a.script(command, 0, ""); err != nil {
 		return nil, err
 	}
+	if err := a.finish(command); err != nil {
+		return nil, err
+	}
 	return a.cmds, nil
 }
 
@@ -206,6 +215,10 @@ type analyzer struct {
 	cmds       []simpleCommand
 	exempted   []*syntax.Assign // prefix assignments known to be harmless (IFS= read)
 	pwshBudget pwsh.Budget      // the work of the pwsh readings of one analysis
+	// arith holds the names bash evaluates as arithmetic anywhere in the
+	// command, runtime the names given a value built at run time (with the
+	// text that sets it): one in both is dynamic (finish).
+	arith, runtime map[string]string
 }
 
 func (a *analyzer) add(sc simpleCommand) error {
@@ -300,15 +313,45 @@ func (a *analyzer) parsed(src string, depth int, via string, pool *sync.Pool) (e
 			werr = a.laterString(src, n, depth)
 		case *syntax.ParamExp:
 			werr = a.paramExp(src, n, via)
+			if werr == nil && n.Index != nil {
+				werr = a.evaluated(src, n.Index)
+			}
+			if werr == nil && n.Slice != nil && n.Slice.Offset != nil {
+				werr = a.evaluated(src, n.Slice.Offset)
+			}
+			if werr == nil && n.Slice != nil && n.Slice.Length != nil {
+				werr = a.evaluated(src, n.Slice.Length)
+			}
 		case *syntax.Assign:
 			werr = a.assign(src, n, depth, via)
+			if werr == nil && n.Index != nil {
+				werr = a.evaluated(src, n.Index)
+			}
 		case *syntax.DeclClause:
 			werr = a.declClause(src, n, via)
 		case *syntax.LetClause:
 			werr = a.letClause(src, n, via)
+			for _, e := range n.Exprs {
+				if werr == nil {
+					werr = a.evaluated(src, e)
+				}
+			}
 		case *syntax.WordIter:
 			if n.Name != nil {
 				werr = a.setsName(n.Name.Value, n, via)
+				for _, w := range n.Items {
+					if _, lit := wordValue(src, w); !lit && werr == nil {
+						werr = a.setAtRuntime(src, n.Name.Value, n)
+					}
+				}
+			}
+		case *syntax.ArithmCmd, *syntax.ArithmExp, *syntax.CStyleLoop:
+			werr = a.evaluated(src, n)
+		case *syntax.BinaryTest:
+			if n.Op >= syntax.TsEql && n.Op <= syntax.TsGtr { // -eq -ne -le -ge -lt -gt
+				if werr = a.evaluated(src, n.X); werr == nil {
+					werr = a.evaluated(src, n.Y)
+				}
 			}
 		case *syntax.UnaryTest:
 			if n.Op == syntax.TsVarSet {

@@ -21,6 +21,9 @@ func analyzePwsh(command string) ([]simpleCommand, error) {
 	if err := a.pwshScript(command, 0, ""); err != nil {
 		return nil, err
 	}
+	if err := a.finish(command); err != nil {
+		return nil, err
+	}
 	return a.cmds, nil
 }
 

@@ -2,6 +2,8 @@ package policies
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -116,6 +118,9 @@ func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) 
 			if !ok {
 				return a.dynamicf(src, as, via, "declares a variable whose name is not a literal; bash evaluates its subscript")
 			}
+			if err := a.setAtRuntime(src, n, as); err != nil {
+				return err
+			}
 			return a.varSet(src, as, n, "", false, depth, via)
 		}
 		if strings.HasPrefix(v, "-") || strings.HasPrefix(v, "+") {
@@ -135,6 +140,17 @@ func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) 
 		return nil
 	}
 	if as.Array != nil {
+		for _, el := range as.Array.Elems {
+			if el.Value == nil {
+				continue
+			}
+			if _, lit := wordValue(src, el.Value); !lit && !numeric(el.Value) {
+				if err := a.setAtRuntime(src, name, as); err != nil {
+					return err
+				}
+				break
+			}
+		}
 		if sensitiveVar(name) != 0 {
 			for _, el := range as.Array.Elems {
 				if el.Value == nil {
@@ -152,6 +168,11 @@ func (a *analyzer) assign(src string, as *syntax.Assign, depth int, via string) 
 	if value != nil {
 		v, lit = wordValue(src, value)
 		lit = lit && !expandsTilde(value, true, 0)
+		if !lit && !numeric(value) {
+			if err := a.setAtRuntime(src, name, as); err != nil {
+				return err
+			}
+		}
 	}
 	return a.varSet(src, as, name, v, lit, depth, via)
 }
@@ -255,11 +276,24 @@ func (a *analyzer) setsName(name string, n syntax.Node, via string) error {
 // declClause: declare/typeset/local -n makes a name refer to another
 // variable: a sensitive one, or one the reader cannot name, is dynamic.
 func (a *analyzer) declClause(src string, d *syntax.DeclClause, via string) error {
-	nameref := false
+	nameref, integer := false, false
 	for _, as := range d.Args {
 		if as.Naked && as.Name == nil && as.Value != nil {
 			if v, lit := wordValue(src, as.Value); lit && strings.HasPrefix(v, "-") && strings.ContainsRune(v, 'n') {
 				nameref = true
+			}
+			if v, lit := wordValue(src, as.Value); lit && strings.HasPrefix(v, "-") && strings.ContainsRune(v, 'i') {
+				integer = true
+			}
+		}
+	}
+	if integer {
+		// declare -i n: every value given to n is evaluated as arithmetic.
+		for _, as := range d.Args {
+			if as.Name != nil {
+				if err := a.track(&a.arith, as.Name.Value, ""); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -390,6 +424,13 @@ func (a *analyzer) namesSet(src string, argv []string, lits []bool, n syntax.Nod
 		if err := a.setsName(name, n, via); err != nil {
 			return err
 		}
+		switch argv[0] {
+		case "printf", "read", "mapfile", "readarray":
+			// The value is what the format builds or what is read.
+			if err := a.setAtRuntime(src, name, n); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -484,4 +525,98 @@ func (a *analyzer) letClause(src string, l *syntax.LetClause, via string) error 
 		return a.dynamicf(src, l, via, "`let` evaluates the value of an expansion as arithmetic (its subscripts run commands)")
 	}
 	return nil
+}
+
+// Values evaluated later: bash evaluates a variable's value as arithmetic
+// when its name (or $name) appears in (( )), $(( )), let, a C-style for,
+// the integer tests of [[ ]], an indexed array's subscript or a substring's
+// offset, or when it has the integer attribute (declare -i), and it does
+// so recursively: a value such as 'x[$(rm y)]' runs rm. A literal value is
+// read (laterString); a value built at run time (an expansion, $'…',
+// printf -v, read, mapfile, a for loop over expansions) cannot be, and a
+// name that has one and is evaluated is dynamic.
+
+// maxNames bounds the names an analysis tracks.
+const maxNames = 4096
+
+// evaluated records the names that n, an arithmetic context, evaluates.
+func (a *analyzer) evaluated(src string, n syntax.Node) error {
+	var err error
+	syntax.Walk(n, func(n syntax.Node) bool {
+		if err != nil {
+			return false
+		}
+		switch n := n.(type) {
+		case *syntax.Lit:
+			if isName(n.Value) {
+				err = a.track(&a.arith, n.Value, "")
+			}
+		case *syntax.ParamExp:
+			if n.Param != nil && isName(n.Param.Value) {
+				err = a.track(&a.arith, n.Param.Value, "")
+			}
+		case *syntax.CmdSubst:
+			return false // its own commands; walked as such
+		}
+		return err == nil
+	})
+	return err
+}
+
+// setAtRuntime records that name is given a value built at run time.
+func (a *analyzer) setAtRuntime(src, name string, n syntax.Node) error {
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i]
+	}
+	if !isName(name) {
+		return nil
+	}
+	t := clip.To(name, maxTextBytes)
+	if n != nil {
+		t = text(src, n)
+	}
+	return a.track(&a.runtime, name, t)
+}
+
+func (a *analyzer) track(m *map[string]string, name, text string) error {
+	if *m == nil {
+		*m = make(map[string]string, 4)
+	}
+	if _, ok := (*m)[name]; ok {
+		return nil
+	}
+	if len(*m) >= maxNames {
+		return fmt.Errorf("%w: more than %d variable names", errTooComplex, maxNames)
+	}
+	(*m)[name] = text
+	return nil
+}
+
+// finish adds what only the whole command shows: a name given a value
+// built at run time that bash evaluates as arithmetic.
+func (a *analyzer) finish(src string) error {
+	for _, name := range slices.Sorted(maps.Keys(a.arith)) {
+		t, ok := a.runtime[name]
+		if !ok {
+			continue
+		}
+		return a.add(simpleCommand{Dynamic: true, Text: t,
+			why: name + " holds a value built at run time that bash evaluates as arithmetic (a subscript in it runs commands)"})
+	}
+	return nil
+}
+
+// numeric reports whether a value that is not a literal is a number all
+// the same: an arithmetic expansion or a length (${#x}).
+func numeric(w *syntax.Word) bool {
+	if w == nil || len(w.Parts) != 1 {
+		return false
+	}
+	switch p := w.Parts[0].(type) {
+	case *syntax.ArithmExp:
+		return true
+	case *syntax.ParamExp:
+		return p.Length && p.Exp == nil && p.Repl == nil && p.Slice == nil
+	}
+	return false
 }
