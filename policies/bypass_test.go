@@ -346,3 +346,59 @@ func TestEveryWrapperSeesRm(t *testing.T) {
 		check(name, false)
 	}
 }
+
+// spellingPolicy names options the way policies do; an ask or deny rule
+// sees every spelling GNU getopt_long and git's parse-options accept for
+// them, an allow rule only the words as written.
+const spellingPolicy = `default: allow
+unparseable: ask
+rules:
+  - {name: no-force, decision: deny, match: {prefix: ["git push --force"]}}
+  - {name: no-force-arg, decision: deny, match: {command: [git], args: ["--force*"]}}
+  - {name: no-recursive, decision: deny, match: {command: [rm], args: ["-r*", "--recursive"]}}
+  - {name: no-verify, decision: ask, match: {prefix: ["git commit"], args: ["--no-verify", "-n"]}}
+  - {name: no-exec-path, decision: deny, match: {command: [git], argsRegex: ['^--exec-path$']}}
+`
+
+func TestOptionSpellings(t *testing.T) {
+	p, err := Parse("/p/spelling.yaml", []byte(spellingPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd, rule string
+		want      Decision
+	}{
+		{"git push --forc", "no-force", Deny}, {"git push --force", "no-force", Deny},
+		{"git -C /x push --force", "no-force", Deny}, {"git --no-pager push --forc", "no-force", Deny},
+		{"git -c a=b push --force origin", "no-force", Deny}, {"git tag --forc v1", "no-force-arg", Deny},
+		{"git tag --force=1 v1", "no-force-arg", Deny},
+		{"rm -fr x", "no-recursive", Deny}, {"rm -f -r x", "no-recursive", Deny}, {"rm -rf x", "no-recursive", Deny},
+		{"rm --recur x", "no-recursive", Deny}, {"rm -vfR x", "default", Allow}, {"rm -f x", "default", Allow},
+		{"git commit --no-verif -m x", "no-verify", Ask}, {"git commit --no-v -m x", "no-verify", Ask},
+		{"git commit -anm x", "no-verify", Ask}, {"git commit -am x", "default", Allow},
+		{"git --exec-path=/tmp/x version", "no-exec-path", Deny}, {"git --exec-pa", "no-exec-path", Deny},
+		{"git push origin main", "default", Allow}, {"git push --follow-tags", "default", Allow},
+		{"git fetch --force-w", "no-force-arg", Deny},
+	} {
+		v := p.evaluate(call{tool: "bash", command: c.cmd})
+		if v.Decision != c.want || v.Rule != c.rule {
+			t.Errorf("%q = %s (rule %s: %s), want %s by %s", c.cmd, v.Decision, v.Rule, v.Reason, c.want, c.rule)
+		}
+	}
+	// An allow rule matches as written: --force is a prefix of
+	// --force-with-lease, but not an abbreviation of it.
+	a, err := Parse("/p/allow.yaml", []byte(`default: ask
+rules:
+  - {name: lease, decision: allow, match: {prefix: ["git push --force-with-lease"], args: ["--force-with-lease"]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cmd, want := range map[string]Decision{"git push --force-with-lease": Allow, "git push --force": Ask,
+		"git push --force-w": Ask, "git -C x push --force-with-lease": Ask} {
+		if v := a.evaluate(call{tool: "bash", command: cmd}); v.Decision != want {
+			t.Errorf("%q = %s (rule %s), want %s", cmd, v.Decision, v.Rule, want)
+		}
+	}
+}

@@ -524,7 +524,11 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 			ok = false
 			continue
 		}
-		r.argsRegex = append(r.argsRegex, regexMatcher(re))
+		rm := regexMatcher(re)
+		if strings.HasPrefix(x, "^") {
+			rm.opt = longOption(x[1:])
+		}
+		r.argsRegex = append(r.argsRegex, rm)
 	}
 	if m.Text != "" {
 		re, err := regexp.Compile(m.Text)
@@ -606,6 +610,10 @@ type matcher struct {
 	lit   string // the whole pattern, when literal
 	isLit bool
 	need  string // a substring every match contains
+	// opt is the long option every match starts with (--force for
+	// --force*), "" if none: an abbreviation of it (--forc) may mean it
+	// (optionSpelled).
+	opt string
 }
 
 func (m matcher) MatchString(s string) bool {
@@ -619,14 +627,40 @@ func (m matcher) MatchString(s string) bool {
 }
 
 func globMatcher(g string) (matcher, error) {
+	opt := g
+	if i := strings.IndexAny(g, `*?[\`); i >= 0 {
+		opt = g[:i]
+	}
+	opt = longOption(opt)
 	if !strings.ContainsAny(g, `*?[\`) {
-		return matcher{lit: g, isLit: true}, nil
+		return matcher{lit: g, isLit: true, opt: opt}, nil
 	}
 	re, err := globRegexp(g)
 	if err != nil {
 		return matcher{}, err
 	}
-	return regexMatcher(re), nil
+	m := regexMatcher(re)
+	m.opt = opt
+	return m, nil
+}
+
+// longOption is the --name that s starts with, "" if none.
+func longOption(s string) string {
+	if !strings.HasPrefix(s, "--") {
+		return ""
+	}
+	i := 2
+	for i < len(s) && (isAlnum(s[i]) || s[i] == '-' || s[i] == '_') {
+		i++
+	}
+	if i < 3 {
+		return ""
+	}
+	return s[:i]
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func regexMatcher(re *regexp.Regexp) matcher {
