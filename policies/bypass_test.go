@@ -246,6 +246,12 @@ var bypassCases = []bypassCase{
 	{"a=$(cat f); (( a ))", 'Q'}, {"for a in $(cat f); do (( a )); done", 'Q'}, {"arr=($'x[$(rm y)]'); (( arr ))", 'Q'},
 	{"a=$'x[$(rm y)]'; b[a]=1", 'Q'}, {"a=x; a+='[$(rm y)]'; (( a ))", 'D'},
 	{"i=0; i=$((i+1)); (( i < 3 ))", 'A'}, {"n=${#arr[@]}; (( n > 0 ))", 'A'}, {"read -r line < f; echo \"$line\"", 'A'},
+	// Runners and hook options by every spelling their program accepts.
+	{"git push --receive='rm x' /tmp/r", 'Q'}, {"git push --exe='rm x' /tmp/r", 'Q'}, {"git fetch --uplo='rm x' r", 'Q'},
+	{"git clone -qu 'rm x' h d", 'Q'}, {"git clone -u'rm x' h d", 'Q'}, {"git ls-remote -u 'rm x' h", 'Q'},
+	{"SELECTED_EDITOR='rm x' sensible-editor f", 'D'}, {"sensible-editor f", 'Q'}, {"editor f", 'Q'},
+	{"fstab-decode rm x", 'D'}, {"fstab-decode 'r\\155' x", 'Q'}, {"fstab-decode ls", 'A'},
+	{"git push -u origin main", 'A'}, {"git format-patch --to=a@b HEAD~1", 'A'}, {"git push --tags", 'A'},
 	// Beyond any reader: renamed binaries (the sandbox is the boundary).
 	{"cp /bin/rm x; ./x y", 'A'},
 }

@@ -33,6 +33,11 @@ var interpreters = map[string]bool{
 	"elvish": true, "nu": true, "xonsh": true, "rc": true, "es": true, "osh": true, "ysh": true, "oil": true,
 	"dc": true, "m4": true, "gdb": true, "lldb": true, "vim": true, "vi": true, "nvim": true,
 	"ex": true, "view": true, "emacs": true, "ed": true, "red": true,
+	// Editors by another name: the alternatives' editor and vim builds, and
+	// sensible-editor, which runs what VISUAL, EDITOR, SELECTED_EDITOR or a
+	// ~/.selected_editor written earlier names.
+	"editor": true, "sensible-editor": true, "vim.basic": true, "vim.tiny": true, "vim.nox": true, "gvim": true,
+	"rvim": true, "vimdiff": true,
 }
 
 // makers run recipes from a file (a Makefile written first).
@@ -98,6 +103,15 @@ func unwrapRunner(name string, argv []string, lits []bool) inner {
 		return unwrapLoader(argv, lits)
 	}
 	switch name {
+	case "fstab-decode":
+		// fstab-decode COMMAND [ARG]...: runs COMMAND after decoding \NNN
+		// octal escapes in every word (r\155 is rm).
+		for k := 1; k < len(argv); k++ {
+			if !lits[k] || strings.IndexByte(argv[k], '\\') >= 0 {
+				return dynamicWhy("decodes \\NNN escapes in the command it runs")
+			}
+		}
+		return argvFrom(argv, lits, 1)
 	case "script":
 		return unwrapScript(argv, lits)
 	case "split", "gsplit":
@@ -568,9 +582,16 @@ func unwrapGit(argv []string, lits []bool) inner {
 		if !rlits[k] || sub == "rebase" {
 			continue
 		}
+		// git takes any unambiguous prefix of a long option (--receive=,
+		// --exe=): a prefix of one that runs a program may be it (but
+		// --to and --cc, format-patch's own options).
+		name, _, _ := strings.Cut(a, "=")
+		if len(name) < 3 || !strings.HasPrefix(name, "--") || name == "--to" || name == "--cc" {
+			continue
+		}
 		for _, p := range []string{"--upload-pack", "--receive-pack", "--exec", "--extcmd", "--open-files-in-pager",
 			"--tool", "--sendmail-cmd", "--to-cmd", "--cc-cmd", "--header-cmd"} {
-			if a == p || strings.HasPrefix(a, p+"=") {
+			if strings.HasPrefix(p, name) {
 				return dynamicWhy("is given " + p + ", which runs a program")
 			}
 		}
@@ -629,7 +650,9 @@ func unwrapGit(argv []string, lits []bool) inner {
 		}
 	case "clone", "fetch", "pull", "ls-remote", "push", "archive":
 		for k, a := range rest {
-			if rlits[k] && (a == "-u" || strings.HasPrefix(a, "--upload")) {
+			if rlits[k] && (a == "-u" && sub != "push" || (sub == "clone" || sub == "ls-remote") && shortCluster(a, 'u')) {
+				// clone and ls-remote -u is --upload-pack, also clustered
+				// (-qu) or attached (-u'rm x'); push -u is --set-upstream.
 				return dynamicWhy("is given a remote program to run")
 			}
 			if rlits[k] && strings.HasPrefix(a, "ext::") {
@@ -1063,3 +1086,12 @@ var gitSpec = optSpec{short: "pPvh", shortArg: "Cc",
 var mapfileSpec = optSpec{short: "t", shortArg: "dnOsuCc"}
 
 var sshSpec = optSpec{short: "46AaCfGgKkMNnqsTtVvXxYy", shortArg: "BbcDEeFIiJLlmOoPpQRSWw"}
+
+// shortCluster reports whether a is a cluster of short options holding c
+// (-qu, -uX): getopt reads letters up to the first that takes a value.
+func shortCluster(a string, c byte) bool {
+	if len(a) < 2 || a[0] != '-' || a[1] == '-' {
+		return false
+	}
+	return strings.IndexByte(a[1:], c) >= 0
+}
