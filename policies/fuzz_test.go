@@ -112,3 +112,161 @@ func FuzzPwsh(f *testing.F) {
 		}
 	})
 }
+
+// spellingsPolicy denies rm by name, a force push by prefix and a
+// recursive cp by argument; everything else is allowed.
+const spellingsPolicy = `default: allow
+unparseable: ask
+rules:
+  - {name: no-rm, decision: deny, match: {command: [rm]}}
+  - {name: no-force-push, decision: deny, match: {prefix: ["git push --force"]}}
+  - {name: no-recursive, decision: deny, match: {command: [cp], args: ["-r*", "--recursive"]}}
+`
+
+// spelling builds, from the fuzzer's bytes, a command that runs what
+// spellingsPolicy denies, spelled as bash (or sh, dash, a wrapper) would
+// still run it: quote splits, brace and glob patterns, tilde expansions,
+// here-document escapes, option clusters and abbreviations, and values
+// built at run time that arithmetic evaluates.
+type spelling struct {
+	b []byte
+	i int
+}
+
+// pick is the next choice among n (0 once the bytes run out).
+func (s *spelling) pick(n int) int {
+	if s.i >= len(s.b) {
+		return 0
+	}
+	v := int(s.b[s.i]) % n
+	s.i++
+	return v
+}
+
+// split spells word with quotes and escapes that bash removes.
+func (s *spelling) split(word string) string {
+	var b strings.Builder
+	for i := 0; i < len(word); i++ {
+		c := string(word[i])
+		switch s.pick(6) {
+		case 1:
+			b.WriteString("''" + c)
+		case 2:
+			b.WriteString(`""` + c)
+		case 3:
+			b.WriteString(`\` + c)
+		case 4:
+			b.WriteString("'" + c + "'")
+		case 5:
+			b.WriteString(`"` + c + `"`)
+		default:
+			b.WriteString(c)
+		}
+	}
+	return b.String()
+}
+
+// rm is a statement that runs rm x, with what must run before it.
+func (s *spelling) rm() (prelude, cmd string) {
+	switch s.pick(8) {
+	case 1:
+		return "", "/usr/bin/" + s.split("rm") + " x"
+	case 2:
+		return "", "{" + s.split("rm") + ",} x"
+	case 3:
+		return "", s.split("r") + "{" + s.split("m") + ",} x"
+	case 4:
+		return "", s.split("r") + "[" + s.split("m") + "] x"
+	case 5:
+		return "", s.split("r") + "?" + " x"
+	case 6:
+		v := []string{"HOME", "~", "OLDPWD", "~-", "PWD", "~+"}
+		k := 2 * s.pick(3)
+		return v[k] + "=/usr/bin/rm; ", v[k+1] + " x"
+	case 7:
+		return "", "~/" + s.split("rm") + " x"
+	}
+	return "", s.split("rm") + " -" + []string{"rf", "fr", "r -f"}[s.pick(3)] + " x"
+}
+
+// push is a force push: git's own options first, --force abbreviated.
+func (s *spelling) push() string {
+	global := []string{"", " -C /x", " --no-pager", " -c a.b=c", " --git-dir=/x/.git", " -P"}[s.pick(6)]
+	force := "--force"[:3+s.pick(5)]
+	return "git" + global + " push " + force + " origin main"
+}
+
+// cp is a recursive cp: -r clustered, or --recursive abbreviated.
+func (s *spelling) cp() string {
+	opt := []string{"-r", "-fr", "-rv", "-vfr", "-f -r", "--recursive", "--recur", "--rec"}[s.pick(8)]
+	return "cp " + opt + " a b"
+}
+
+// arith builds a value at run time that arithmetic evaluates with rm in a
+// subscript.
+func (s *spelling) arith() string {
+	set := []string{`b='$(rm y)'; a="x[$b]"`, `a=$'x[$(rm y)]'`, `printf -v a 'x[$(r%s y)]' m`,
+		`read -r a <<< "$(printf 'x[$(rm y)]')"`, `a=$(printf 'x[$(rm y)]')`}[s.pick(5)]
+	use := []string{"(( a ))", "echo $(( a ))", "let a", "[[ $a -eq 1 ]]", "echo ${arr[a]}", "for ((i=0; i<a; i++)); do :; done"}[s.pick(6)]
+	return set + "; " + use
+}
+
+// wrap runs the script through a wrapper that keeps its meaning.
+func (s *spelling) wrap(prelude, cmd string) string {
+	quote := func(x string) string { return "'" + strings.ReplaceAll(x, "'", `'\''`) + "'" }
+	switch s.pick(7) {
+	case 1:
+		return "bash -c " + quote(prelude+cmd)
+	case 2:
+		return "sh -c " + quote(prelude+cmd)
+	case 3:
+		// An unquoted here-document: each backslash doubled, and a
+		// backslash-newline that the shell removes.
+		body := strings.ReplaceAll(prelude+cmd, `\`, `\\`)
+		if k := s.pick(len(body) + 1); k > 0 && k < len(body) && body[k-1] != '\\' {
+			body = body[:k] + "\\\n" + body[k:]
+		}
+		return "bash <<EOF\n" + body + "\nEOF"
+	case 4:
+		if prelude == "" {
+			return "env " + cmd
+		}
+	case 5:
+		if prelude == "" {
+			return "sudo -u root " + cmd
+		}
+	case 6:
+		return "eval " + quote(prelude+cmd)
+	}
+	return prelude + cmd
+}
+
+// FuzzSpellings: no spelling of a denied command is allowed.
+func FuzzSpellings(f *testing.F) {
+	for _, seed := range [][]byte{{0}, {1, 2, 3, 4}, {2, 1, 5}, {3, 2, 2}, {4, 0, 1}, {5}, {6, 2}, {7, 3, 1, 4},
+		{8, 1}, {9, 2, 3}, {10, 4}, {11, 5, 5}, {0, 6, 3}, {1, 1, 1, 1, 3}, {3, 0, 0, 0, 3, 7}} {
+		f.Add(seed)
+	}
+	p, err := Parse("/p/spellings.yaml", []byte(spellingsPolicy))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := &spelling{b: b}
+		var prelude, cmd string
+		switch s.pick(4) {
+		case 0:
+			prelude, cmd = s.rm()
+		case 1:
+			cmd = s.push()
+		case 2:
+			cmd = s.cp()
+		case 3:
+			cmd = s.arith()
+		}
+		command := s.wrap(prelude, cmd)
+		if v := p.evaluate(call{tool: "bash", command: command}); v.Decision == Allow {
+			t.Fatalf("%q is allowed (rule %s: %s)", command, v.Rule, v.Reason)
+		}
+	})
+}
