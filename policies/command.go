@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 
@@ -244,6 +245,7 @@ func (a *analyzer) script(src string, depth int, via string) error {
 // either reading finds is added once) and adds its simple commands. A
 // script that one grammar it may be read in cannot parse is unparseable.
 func (a *analyzer) scriptAs(src string, depth int, via string, d dialect) error {
+	start := len(a.cmds)
 	if d != posixOnly {
 		if err := a.parsed(src, depth, via, &parsers); err != nil {
 			return err
@@ -252,10 +254,6 @@ func (a *analyzer) scriptAs(src string, depth int, via string, d dialect) error 
 	if d == bashOnly {
 		return nil
 	}
-	seen := make(map[string]bool, len(a.cmds))
-	for i := range a.cmds {
-		seen[a.cmds[i].key()] = true
-	}
 	from := len(a.cmds)
 	if err := a.parsed(src, depth, via, &posixParsers); err != nil {
 		return err
@@ -263,19 +261,24 @@ func (a *analyzer) scriptAs(src string, depth int, via string, d dialect) error 
 	if d == posixOnly {
 		return nil
 	}
+	// The bash reading's commands are the script's from start (its
+	// wrappers' inner commands included); bounded by maxSimpleCmds.
 	kept := a.cmds[:from]
-	for _, sc := range a.cmds[from:] {
-		if !seen[sc.key()] {
-			kept = append(kept, sc)
+	for i := from; i < len(a.cmds); i++ {
+		if !slices.ContainsFunc(a.cmds[start:from], a.cmds[i].same) {
+			kept = append(kept, a.cmds[i])
 		}
 	}
 	a.cmds = kept
 	return nil
 }
 
-// key identifies a simple command for scriptAs's merge of two readings.
-func (sc *simpleCommand) key() string {
-	return fmt.Sprintf("%q %q %q %q %q %t", sc.Argv, sc.Text, sc.Via, sc.why, sc.Redirects, sc.Dynamic)
+// same reports whether sc and o are one simple command, for scriptAs's
+// merge of two readings.
+func (sc *simpleCommand) same(o simpleCommand) bool {
+	return sc.Text == o.Text && sc.Via == o.Via && sc.why == o.why && sc.Dynamic == o.Dynamic &&
+		sc.opaque == o.opaque && sc.Wrapper == o.Wrapper && slices.Equal(sc.Argv, o.Argv) &&
+		slices.Equal(sc.Redirects, o.Redirects)
 }
 
 // parsed parses src with a parser from pool and adds its simple commands.
@@ -666,12 +669,23 @@ func unescape(s string, dq bool) string {
 // parts joined, the quoted characters inert: `{r""m,x}` and `r""{m,}` are
 // brace expansions and `/bin/r""[m]` a glob, though no literal part alone
 // is one.
-func isPattern(w *syntax.Word) bool { return glob.IsPattern(patternShape(w)) }
+func isPattern(w *syntax.Word) bool { return litHasAny(w, "*?[{") && glob.IsPattern(patternShape(w)) }
 
 // expandsBraces reports whether bash brace-expands the word into other
 // words: then it is not the literal its quotes and escapes removed read
 // (bash -c {'rm x',} runs rm x).
-func expandsBraces(w *syntax.Word) bool { return glob.HasBrace(patternShape(w)) }
+func expandsBraces(w *syntax.Word) bool { return litHasAny(w, "{") && glob.HasBrace(patternShape(w)) }
+
+// litHasAny reports whether a literal part of w holds one of chars: the
+// patterns' and expansions' characters are unquoted only there.
+func litHasAny(w *syntax.Word, chars string) bool {
+	for _, p := range w.Parts {
+		if l, ok := p.(*syntax.Lit); ok && strings.ContainsAny(l.Value, chars) {
+			return true
+		}
+	}
+	return false
+}
 
 // patternShape is w as the shell's pattern and brace expansion see it: the
 // unquoted characters as written, every quoted or escaped one (and every
@@ -710,6 +724,9 @@ func patternShape(w *syntax.Word) string {
 // ~ x), so the word is not a literal. from is where the value starts (after
 // NAME= in an argument bash treats as an assignment).
 func expandsTilde(w *syntax.Word, assign bool, from int) bool {
+	if !litHasAny(w, "~") {
+		return false
+	}
 	shape := patternShape(w)
 	stops := "/"
 	if assign {

@@ -387,8 +387,8 @@ func (r *rule) argsMatch(res []matcher, argv []string) bool {
 		if len(a) < 3 || a[0] != '-' {
 			continue
 		}
-		for _, m := range res {
-			if argSpelled(m, a) {
+		for i := range res {
+			if argSpelled(&res[i], a) {
 				return true
 			}
 		}
@@ -400,7 +400,7 @@ func (r *rule) argsMatch(res []matcher, argv []string) bool {
 // each letter of a short cluster (-fr: -f, -r; -C/path: -C), the name of a
 // long option with a value (--force-with-lease=x: --force-with-lease), or
 // the long option m starts with, of which a is an abbreviation.
-func argSpelled(m matcher, a string) bool {
+func argSpelled(m *matcher, a string) bool {
 	if a[1] == '-' {
 		name, _, hasVal := strings.Cut(a, "=")
 		if len(name) < 3 {
@@ -411,16 +411,22 @@ func argSpelled(m matcher, a string) bool {
 		}
 		return m.opt != "" && strings.HasPrefix(m.opt, name)
 	}
-	var short [2]byte
-	short[0] = '-'
 	for k := 1; k < len(a) && isAlnum(a[k]); k++ {
-		short[1] = a[k]
-		if m.MatchString(string(short[:])) {
+		if m.matchesShort(a[k]) {
 			return true
 		}
 	}
 	return false
 }
+
+// shortOpts holds "-c" for every byte c, so that matching a cluster's
+// letters allocates nothing.
+var shortOpts = func() (t [256]string) {
+	for c := range t {
+		t[c] = "-" + string(rune(c))
+	}
+	return t
+}()
 
 func argsMatch[T interface{ MatchString(string) bool }](res []T, argv []string) bool {
 	if len(argv) < 2 {

@@ -528,7 +528,7 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 		if strings.HasPrefix(x, "^") {
 			rm.opt = longOption(x[1:])
 		}
-		r.argsRegex = append(r.argsRegex, rm)
+		r.argsRegex = append(r.argsRegex, withShorts(rm))
 	}
 	if m.Text != "" {
 		re, err := regexp.Compile(m.Text)
@@ -614,7 +614,23 @@ type matcher struct {
 	// --force*), "" if none: an abbreviation of it (--forc) may mean it
 	// (optionSpelled).
 	opt string
+	// shorts has bit c set when the pattern matches the short option -c,
+	// which a cluster (-fr) may hold.
+	shorts [4]uint64
 }
+
+// withShorts fills m.shorts: which short options -c the pattern matches.
+func withShorts(m matcher) matcher {
+	for c := range 256 {
+		if isAlnum(byte(c)) && m.MatchString(shortOpts[c]) {
+			m.shorts[c/64] |= 1 << (c % 64)
+		}
+	}
+	return m
+}
+
+// matchesShort reports whether the pattern matches the short option -c.
+func (m *matcher) matchesShort(c byte) bool { return m.shorts[c/64]&(1<<(c%64)) != 0 }
 
 func (m matcher) MatchString(s string) bool {
 	if m.isLit {
@@ -633,7 +649,7 @@ func globMatcher(g string) (matcher, error) {
 	}
 	opt = longOption(opt)
 	if !strings.ContainsAny(g, `*?[\`) {
-		return matcher{lit: g, isLit: true, opt: opt}, nil
+		return withShorts(matcher{lit: g, isLit: true, opt: opt}), nil
 	}
 	re, err := globRegexp(g)
 	if err != nil {
@@ -641,7 +657,7 @@ func globMatcher(g string) (matcher, error) {
 	}
 	m := regexMatcher(re)
 	m.opt = opt
-	return m, nil
+	return withShorts(m), nil
 }
 
 // longOption is the --name that s starts with, "" if none.
