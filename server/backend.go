@@ -42,6 +42,15 @@ type Warner interface {
 	Warnings() []Warning
 }
 
+// Sandboxer is a Backend that says whether its commands run in sandboxes.
+// When they do not (the local backend runs them on the server's host),
+// /readyz says so: it is a fact of the whole deployment, naming no tenant,
+// and whoever relies on the server should not have to read its
+// configuration to learn it.
+type Sandboxer interface {
+	Sandboxed() bool
+}
+
 // Warning is one problem a Warner reports. Tenant is the tenant it concerns
 // (its text may quote that tenant's policy file), "" one of the deployment
 // as a whole: the console shows a tenant login only its own tenant's

@@ -33,9 +33,10 @@ type localBackend struct {
 	sessions map[string]map[string]SessionInfo
 	lastOpts SessionOptions // of the last CreateSession
 	// handedOver are the sessions WatchTasks was called for.
-	handedOver []string
-	ready      error
-	warnings   []Warning // Warnings' answer
+	handedOver  []string
+	ready       error
+	warnings    []Warning // Warnings' answer
+	unsandboxed bool      // Sandboxed's answer, negated
 }
 
 func newLocalBackend(t *testing.T) *localBackend {
@@ -145,6 +146,12 @@ func (b *localBackend) DeleteSession(_ context.Context, tenant, session string) 
 }
 
 func (b *localBackend) Ready(context.Context) error { return b.ready }
+
+func (b *localBackend) Sandboxed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.unsandboxed
+}
 
 func (b *localBackend) Warnings() []Warning {
 	b.mu.Lock()

@@ -47,6 +47,14 @@ func TestHealthAndAuth(t *testing.T) {
 	if _, b := r.do("GET", "/metrics", "", "", nil); !strings.Contains(string(b), "\nshellbox_backend_warnings 1\n") {
 		t.Fatalf("no shellbox_backend_warnings 1 in /metrics")
 	}
+	// A backend that runs commands unsandboxed is ready, and says so.
+	r.b.mu.Lock()
+	r.b.unsandboxed = true
+	r.b.mu.Unlock()
+	if code, b := r.do("GET", "/readyz", "", "", nil); code != 200 ||
+		string(b) != `{"status":"ready","warnings":1,"unsandboxed":"commands run on the server's host, unsandboxed, as the server's user"}`+"\n" {
+		t.Fatalf("readyz of an unsandboxed backend: %d %s", code, b)
+	}
 	r.b.ready = fmt.Errorf("engine unreachable")
 	if code, b := r.do("GET", "/readyz", "", "", nil); code != 503 || !strings.Contains(string(b), "engine unreachable") {
 		t.Fatalf("readyz not ready: %d %s", code, b)

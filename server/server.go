@@ -322,11 +322,18 @@ func (s *Server) Handler() http.Handler {
 }
 
 // readiness is /readyz's answer when ready. /readyz is public: it counts
-// the warnings; the console and the log name them.
+// the warnings (the console and the log name them), and says whether
+// commands run unsandboxed.
 type readiness struct {
 	Status   string `json:"status"`
 	Warnings int    `json:"warnings,omitempty"`
+	// Unsandboxed is set when the backend is no Sandboxer's Sandboxed.
+	Unsandboxed string `json:"unsandboxed,omitempty"`
 }
+
+// unsandboxed is readiness.Unsandboxed of a backend whose commands run
+// outside any sandbox.
+const unsandboxed = "commands run on the server's host, unsandboxed, as the server's user"
 
 // warnings are the backend's problems that do not stop it serving
 // (Warner) that login l may see — its tenant's, every one for an operator
@@ -370,7 +377,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if wr, ok := s.cfg.Backend.(Warner); ok {
 		n = len(wr.Warnings()) // counted only: no need to clip what is not shown
 	}
-	writeJSON(w, http.StatusOK, readiness{Status: "ready", Warnings: n})
+	ready := readiness{Status: "ready", Warnings: n}
+	if sb, ok := s.cfg.Backend.(Sandboxer); ok && !sb.Sandboxed() {
+		ready.Unsandboxed = unsandboxed
+	}
+	writeJSON(w, http.StatusOK, ready)
 }
 
 // recoverPanics turns a handler panic into a 500 JSON error (and a log line

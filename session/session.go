@@ -201,7 +201,10 @@ func New(cfg Config) (*Service, error) {
 	return l, nil
 }
 
-// Sandboxed reports whether sessions run in sandboxes.
+var _ server.Sandboxer = (*Service)(nil)
+
+// Sandboxed implements server.Sandboxer: whether sessions run in sandboxes
+// (not on the local backend, where /readyz says so).
 func (l *Service) Sandboxed() bool { return l.manager != nil }
 
 // Leader elects, among the processes sharing the sandboxes (replicas of
