@@ -38,6 +38,8 @@ import (
 // variables (SHELLBOX_LIMITS_TAILBYTES for limits.tailBytes) and flags, in
 // rising precedence. The README's config reference documents every key.
 type Config struct {
+	// Backend is where commands run: docker, containerd, kube, local, or
+	// BackendAuto (the default).
 	Backend               string            `mapstructure:"backend"`
 	Tenant                string            `mapstructure:"tenant"`
 	Session               string            `mapstructure:"session"`
@@ -110,7 +112,7 @@ func stateFile(name string) string {
 func defaults() map[string]any {
 	lim := executor.DefaultLimits()
 	d := map[string]any{
-		"backend":                "local",
+		"backend":                BackendAuto,
 		"tenant":                 "default",
 		"session":                "default",
 		"enableRunInBackground":  true,
@@ -137,6 +139,15 @@ func defaults() map[string]any {
 	}
 	return d
 }
+
+// BackendAuto, the default backend, is the first of AutoBackends whose
+// engine answers, found when a command needs its backend (cmd/shellbox);
+// with none, that command refuses to start. The local backend, which runs
+// commands unsandboxed on the host, is never chosen for it: only named.
+const BackendAuto = "auto"
+
+// AutoBackends are the backends BackendAuto tries, in order.
+var AutoBackends = []string{"docker", "containerd"}
 
 // EnvPrefix starts the name of every variable that sets a key.
 const EnvPrefix = "SHELLBOX_"

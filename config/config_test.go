@@ -182,3 +182,23 @@ func TestClientEnv(t *testing.T) {
 		t.Errorf("bindings: %v", bindings)
 	}
 }
+
+// No backend configured is auto (cmd/shellbox probes the engines); a
+// file, SHELLBOX_BACKEND or a flag names one, local included.
+func TestBackendDefault(t *testing.T) {
+	t.Setenv("SHELLBOX_BACKEND", "")
+	os.Unsetenv("SHELLBOX_BACKEND")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	cfg, err := config.Load(nil, "")
+	if err != nil || cfg.Backend != config.BackendAuto {
+		t.Fatalf("no backend configured: %q, %v", cfg.Backend, err)
+	}
+	if cfg, err := config.Load(nil, write(t, "backend: containerd\n")); err != nil || cfg.Backend != "containerd" {
+		t.Errorf("backend in the file: %q, %v", cfg.Backend, err)
+	}
+	t.Setenv("SHELLBOX_BACKEND", "local")
+	if cfg, err := config.Load(nil, write(t, "backend: containerd\n")); err != nil || cfg.Backend != "local" {
+		t.Errorf("SHELLBOX_BACKEND over the file: %q, %v", cfg.Backend, err)
+	}
+}

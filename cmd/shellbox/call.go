@@ -55,6 +55,9 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 				return err
 			}
 			ctx := cmd.Context()
+			if err := chooseBackend(ctx, &cfg); err != nil {
+				return err
+			}
 			runtime, _ := cmd.Flags().GetString("runtime")
 			var pol *policies.Engine
 			if cfg.Policies.Dir != "" {
@@ -83,7 +86,7 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 		},
 	}
 	addRemoteFlags(cmd)
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker or containerd (a hardened container per session), kube (a pod per session)")
+	cmd.Flags().String("backend", config.BackendAuto, backendUsage)
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (docker backend)")
 	cmd.Flags().String("runtime", "", "container runtime for a new sandbox: runc or runsc (default sandbox.runtime)")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/server"
@@ -64,7 +65,7 @@ the configured backend (--backend) like "shellbox call".`,
 		},
 	}
 	addRemoteFlags(cmd)
-	cmd.Flags().String("backend", "local", "where the session is, without --server: local, docker or containerd")
+	cmd.Flags().String("backend", config.BackendAuto, "where the session is, without --server: docker, containerd, local, or auto (docker if its engine answers, else containerd)")
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to (without --server)")
 	cmd.Flags().String("policies", "", "policies directory: the tenant's files rules decide the copy (default policies.dir)")
 	return cmd
@@ -103,6 +104,9 @@ func transferFromFlags(cmd *cobra.Command) (client.Transfer, func(), error) {
 	}
 	cfg, err := loadConfig(cmd)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := chooseBackend(cmd.Context(), &cfg); err != nil {
 		return nil, nil, err
 	}
 	closePolicies := func() {}

@@ -13,7 +13,7 @@ import (
 // TestCp: shellbox cp both ways, files and directories, against the local
 // backend and against a server, with the refusals as errors.
 func TestCp(t *testing.T) {
-	root, _ := isolate(t)
+	root, _ := isolateLocal(t)
 	local := t.TempDir()
 	os.MkdirAll(filepath.Join(local, "src/sub"), 0o755)
 	os.WriteFile(filepath.Join(local, "src/a.txt"), []byte("a"), 0o600)

@@ -37,8 +37,18 @@ func isolate(t *testing.T) (root, spill string) {
 	return root, spill
 }
 
+// isolateLocal is isolate on the local backend, named (SHELLBOX_BACKEND),
+// for tests of what every backend does: the default, auto, would take the
+// host's sandbox engine, or refuse without one.
+func isolateLocal(t *testing.T) (root, spill string) {
+	t.Helper()
+	root, spill = isolate(t)
+	t.Setenv("SHELLBOX_BACKEND", "local")
+	return root, spill
+}
+
 func TestCallExitCodes(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	cases := []struct {
 		name string
 		args []string
@@ -65,7 +75,7 @@ func TestCallExitCodes(t *testing.T) {
 }
 
 func TestCallStdinAndJSON(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	out, _, code := cli(t, `{"command":"pwd","description":"print dir"}`, "call", "--json", "bash", "-")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
@@ -84,7 +94,7 @@ func TestCallStdinAndJSON(t *testing.T) {
 }
 
 func TestCallBigOutputSpills(t *testing.T) {
-	_, spill := isolate(t)
+	_, spill := isolateLocal(t)
 	out, _, code := cli(t, "", "call", "bash", `{"command":"head -c 50000000 /dev/zero | tr \\0 a","description":"big output"}`)
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -129,7 +139,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestConfigFileAndEnv(t *testing.T) {
-	root, _ := isolate(t)
+	root, _ := isolateLocal(t)
 	os.WriteFile(filepath.Join(root, "shellbox.yaml"), []byte("facts:\n  DSH_PROJECT: demo\nlimits:\n  tailBytes: 4\n"), 0o644)
 	t.Setenv("SHELLBOX_SESSION", "from-env")
 	out, errs, code := cli(t, "", "call", "bash", `{"command":"echo $DSH_PROJECT $DSH_SESSION_ID","description":"show facts"}`)

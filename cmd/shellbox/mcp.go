@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -23,8 +24,11 @@ process is the tenant. Logs go to stderr as JSON.`,
 			if err != nil {
 				return err
 			}
-			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
 			ctx := cmd.Context()
+			if err := chooseBackend(ctx, &cfg); err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
 			pol, closePolicies, err := servePolicies(cfg, log, true, nil)
 			if err != nil {
 				return err
@@ -55,7 +59,7 @@ process is the tenant. Logs go to stderr as JSON.`,
 			return srv.ServeStdio(ctx, cfg.Tenant, cfg.Session, readCloser{in}, writeCloser{out})
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: local (host processes, unsandboxed), docker, containerd or kube")
+	cmd.Flags().String("backend", config.BackendAuto, backendUsage)
 	cmd.Flags().String("tenant", "default", "tenant the session belongs to")
 	cmd.Flags().String("session", "default", "session id: scopes tasks, spill files and the sandbox")
 	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); an ask is denied at once (no approver on stdio)")

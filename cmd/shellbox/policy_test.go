@@ -79,7 +79,7 @@ func TestPolicyExplain(t *testing.T) {
 // contract says, an ask cannot be answered in a one-shot call, and every
 // decision is audited.
 func TestCallWithPolicies(t *testing.T) {
-	root, _ := isolate(t)
+	root, _ := isolateLocal(t)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`default: allow
 tools: {background: false}

@@ -40,11 +40,14 @@ running for the next process to adopt.`,
 			if len(cfg.Server.Tenants) == 0 {
 				return errors.New("config: server.tenants is empty: no one could authenticate (make a token with `shellbox token`)")
 			}
+			if err := chooseBackend(cmd.Context(), &cfg); err != nil {
+				return err
+			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
-	cmd.Flags().String("backend", "local", "where commands run: docker or containerd (a hardened container per session), kube (a pod per session), or local (host processes, unsandboxed)")
+	cmd.Flags().String("backend", config.BackendAuto, backendUsage)
 	cmd.Flags().String("listen", "127.0.0.1:8080", "address to listen on (server.listen)")
 	cmd.Flags().String("policies", "", "per-tenant policy files (policies.dir); unset: every call is allowed")
 	return cmd

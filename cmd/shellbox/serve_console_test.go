@@ -17,7 +17,7 @@ import (
 // TestServeConsole: server.operatorTokens logs an operator into the
 // console of `shellbox serve`, which tails audit.file.
 func TestServeConsole(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(servePolicy), 0o644); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ rules:
 // until an approver decides through the API (the approval is the tenant's
 // alone), and every decision lands in the audit log.
 func TestServePolicies(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	dir := t.TempDir()
 	for _, tenant := range []string{"acme", "beta"} {
 		if err := os.WriteFile(filepath.Join(dir, tenant+".yaml"), []byte(servePolicy), 0o644); err != nil {

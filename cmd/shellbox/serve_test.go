@@ -88,7 +88,7 @@ func writeServeConfig(t *testing.T, extra string) string {
 // TestCallThroughServer: `shellbox call --server` prints and exits exactly
 // as the in-process call does.
 func TestCallThroughServer(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	s := startServe(t, writeServeConfig(t, ""))
 	t.Setenv("SHELLBOX_TOKEN", testToken)
 	for _, args := range [][]string{
@@ -124,7 +124,7 @@ func TestServeInClientShell(t *testing.T) {
 
 // TestClientCommands: sessions ls|rm, events and approvals against a server.
 func TestClientCommands(t *testing.T) {
-	isolate(t)
+	isolateLocal(t)
 	s := startServe(t, writeServeConfig(t, ""))
 	t.Setenv("SHELLBOX_SERVER", s.url)
 	t.Setenv("SHELLBOX_TOKEN", testToken)
@@ -202,16 +202,18 @@ func TestExampleConfig(t *testing.T) {
 }
 
 // TestMCPCommand: `shellbox mcp` serves the tools over stdin/stdout to the
-// official MCP client, as the configured tenant and session.
+// official MCP client, as the configured tenant and session. --backend
+// local runs with no engine anywhere.
 func TestMCPCommand(t *testing.T) {
 	isolate(t)
+	noEngines(t)
 	cr, sw := io.Pipe() // server's stdout → client
 	sr, cw := io.Pipe() // client → server's stdin
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"mcp", "--session", "stdio1"}, sr, sw, io.Discard)
+		done <- run(ctx, []string{"mcp", "--backend", "local", "--session", "stdio1"}, sr, sw, io.Discard)
 		sw.Close()
 	}()
 	c := mcp.NewClient(&mcp.Implementation{Name: "stdio", Version: "1"}, nil)

@@ -126,7 +126,8 @@ func newSessionsCmd() *cobra.Command {
 }
 
 // sessionsLayer is the session layer of the configured sandboxed backend
-// (docker when the configuration says local), for the tenant of the flags.
+// (docker when the configuration says local; auto's choice when it says
+// nothing), for the tenant of the flags.
 type sessionsLayer struct {
 	*session.Service
 	tenant string
@@ -138,9 +139,12 @@ func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 	if err != nil {
 		return sessionsLayer{}, err
 	}
-	if !isSandboxed(cfg.Backend) {
+	if cfg.Backend == "local" {
 		// The local backend keeps no sessions: the engine's are meant.
 		cfg.Backend = "docker"
+	}
+	if err := chooseBackend(cmd.Context(), &cfg); err != nil {
+		return sessionsLayer{}, err
 	}
 	l, closeRuntime, err := newLayer(cfg, nil, nil, nil, nil)
 	if err != nil {

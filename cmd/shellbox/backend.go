@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shellbox/shellbox/config"
+)
+
+// backendUsage is the --backend flag's help.
+const backendUsage = "where commands run: docker or containerd (a hardened container per session), kube (a pod per session), " +
+	"local (host processes, unsandboxed: only when named), or auto (docker if its engine answers, else containerd, else refuse)"
+
+// probeTimeout bounds each engine's answer to the probe of backend auto:
+// an engine that has not answered a ping by then counts as absent. A
+// local engine answers in milliseconds; a socket nobody serves fails at
+// once.
+const probeTimeout = 2 * time.Second
+
+// chooseBackend makes cfg.Backend concrete before a command builds
+// anything on it. A configured backend (flag, file, SHELLBOX_BACKEND) is
+// kept as it is, unprobed; backend auto becomes the first of
+// config.AutoBackends whose engine answers a ping within probeTimeout,
+// each engine found as its backend finds it (DOCKER_HOST...,
+// containerd.address). With none answering it is an error saying how to
+// get one, and that --backend local runs commands unsandboxed. A command
+// calls it once: every session of the process then runs on that backend.
+func chooseBackend(ctx context.Context, cfg *config.Config) error {
+	if cfg.Backend != config.BackendAuto {
+		return nil
+	}
+	var failed []error
+	for _, name := range config.AutoBackends {
+		err := probe(ctx, *cfg, name)
+		if err == nil {
+			cfg.Backend = name
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("choosing a backend: %w", ctx.Err())
+		}
+		failed = append(failed, fmt.Errorf("%s: %w", name, err))
+	}
+	return noEngineError(failed)
+}
+
+// probe pings the engine of backend name with cfg's settings for it.
+func probe(ctx context.Context, cfg config.Config, name string) error {
+	cfg.Backend = name
+	// The probe only pings: no agent, no sandbox, nothing written.
+	rt, err := openRuntime(cfg, "")
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := rt.Ping(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("no answer within %s: %w", probeTimeout, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// noEngineError is the refusal of backend auto with no engine answering.
+// `shellbox mcp` started by a harness shows it to someone who may never
+// have read shellbox's configuration: it says what was tried and each way
+// out. It wraps each engine's error.
+func noEngineError(failed []error) error {
+	verbs := make([]string, len(failed))
+	args := make([]any, 0, len(failed)+1)
+	for i, err := range failed {
+		verbs[i] = "%w"
+		args = append(args, err)
+	}
+	return fmt.Errorf("no backend configured, and no sandbox engine answers ("+strings.Join(verbs, "; ")+"). "+
+		"Start Docker (or point DOCKER_HOST at an engine) or containerd (its socket: containerd.address, "+
+		"SHELLBOX_CONTAINERD_ADDRESS), or name a backend with --backend, SHELLBOX_BACKEND "+
+		"or `backend:` in shellbox.yaml: docker, containerd or kube. "+
+		"--backend local runs commands unsandboxed on this host, as %s", append(args, whoami())...)
+}
+
+// whoami names this process's user: the one local runs commands as.
+func whoami() string {
+	uid := os.Getuid()
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
