@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"strconv"
@@ -29,25 +30,30 @@ const probeTimeout = 2 * time.Second
 // config.AutoBackends whose engine answers a ping within probeTimeout,
 // each engine found as its backend finds it (DOCKER_HOST...,
 // containerd.address). With none answering it is an error saying how to
-// get one, and that --backend local runs commands unsandboxed. A command
+// get one, and that --backend local runs commands unsandboxed. It returns
+// how the backend was chosen, for the command's first log line. A command
 // calls it once: every session of the process then runs on that backend.
-func chooseBackend(ctx context.Context, cfg *config.Config) error {
+func chooseBackend(ctx context.Context, cfg *config.Config) (how string, err error) {
 	if cfg.Backend != config.BackendAuto {
-		return nil
+		return "configured", nil
 	}
 	var failed []error
 	for _, name := range config.AutoBackends {
 		err := probe(ctx, *cfg, name)
 		if err == nil {
 			cfg.Backend = name
-			return nil
+			how = fmt.Sprintf("auto: the %s engine answered", name)
+			if len(failed) > 0 {
+				how += " (" + joinErrors(failed) + ")"
+			}
+			return how, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("choosing a backend: %w", ctx.Err())
+			return "", fmt.Errorf("choosing a backend: %w", ctx.Err())
 		}
 		failed = append(failed, fmt.Errorf("%s: %w", name, err))
 	}
-	return noEngineError(failed)
+	return "", noEngineError(failed)
 }
 
 // probe pings the engine of backend name with cfg's settings for it.
@@ -88,6 +94,15 @@ func noEngineError(failed []error) error {
 		"--backend local runs commands unsandboxed on this host, as %s", append(args, whoami())...)
 }
 
+// joinErrors is the errors' texts on one line.
+func joinErrors(errs []error) string {
+	texts := make([]string, len(errs))
+	for i, err := range errs {
+		texts[i] = err.Error()
+	}
+	return strings.Join(texts, "; ")
+}
+
 // whoami names this process's user: the one local runs commands as.
 func whoami() string {
 	uid := os.Getuid()
@@ -95,4 +110,17 @@ func whoami() string {
 		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
 	}
 	return fmt.Sprintf("uid %d", uid)
+}
+
+// logBackend writes the backend a serving command runs on, and how it was
+// chosen: first, so that whoever reads the log (a harness's stderr) learns
+// it before anything else. The local backend's line is a warning.
+func logBackend(log *slog.Logger, backend, how string) {
+	if backend == "local" {
+		log.Warn("backend local: commands run unsandboxed on this host, as "+whoami()+
+			"; docker, containerd or kube run them in a sandbox per session",
+			"backend", backend, "chosen", how)
+		return
+	}
+	log.Info("backend "+backend, "backend", backend, "chosen", how)
 }

@@ -53,7 +53,7 @@ func TestAutoBackendNoEngine(t *testing.T) {
 		t.Fatalf("default backend %q, want %q", cfg.Backend, config.BackendAuto)
 	}
 	start := time.Now()
-	err := chooseBackend(context.Background(), &cfg)
+	_, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe without an engine: %s", time.Since(start))
 	if !errors.Is(err, sandbox.ErrUnavailable) || cfg.Backend != config.BackendAuto {
 		t.Fatalf("chose %q: %v", cfg.Backend, err)
@@ -89,8 +89,8 @@ func TestConfiguredBackendNotProbed(t *testing.T) {
 	for _, name := range []string{"local", "docker", "containerd", "kube", "nope"} {
 		cfg := loadDefaults(t)
 		cfg.Backend = name
-		if err := chooseBackend(context.Background(), &cfg); err != nil || cfg.Backend != name {
-			t.Errorf("%s: chose %q (%v)", name, cfg.Backend, err)
+		if how, err := chooseBackend(context.Background(), &cfg); err != nil || how != "configured" || cfg.Backend != name {
+			t.Errorf("%s: chose %q (%q, %v)", name, cfg.Backend, how, err)
 		}
 	}
 	// Named, a missing engine fails as that backend does, not as auto.
@@ -132,7 +132,7 @@ func TestAutoBackendProbeBounded(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "tcp://"+ln.Addr().String())
 	cfg := loadDefaults(t)
 	start := time.Now()
-	err = chooseBackend(context.Background(), &cfg)
+	_, err = chooseBackend(context.Background(), &cfg)
 	took := time.Since(start)
 	t.Logf("probe of a silent engine: %s", took)
 	if err == nil || !strings.Contains(err.Error(), "docker: no answer within 2s") {
@@ -149,14 +149,15 @@ func TestAutoBackendDocker(t *testing.T) {
 	dockertest.Engine(t)
 	cfg := loadDefaults(t)
 	start := time.Now()
-	err := chooseBackend(context.Background(), &cfg)
+	how, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe with Docker answering: %s", time.Since(start))
-	if err != nil || cfg.Backend != "docker" {
-		t.Fatalf("chose %q (%v)", cfg.Backend, err)
+	if err != nil || cfg.Backend != "docker" || how != "auto: the docker engine answered" {
+		t.Fatalf("chose %q (%q, %v)", cfg.Backend, how, err)
 	}
 }
 
-// With no Docker and containerd answering, auto is containerd.
+// With no Docker and containerd answering, auto is containerd, and says
+// why not docker.
 func TestAutoBackendContainerd(t *testing.T) {
 	addr := containerdtest.Address(t) // before isolate, which unsets it
 	isolate(t)
@@ -164,16 +165,16 @@ func TestAutoBackendContainerd(t *testing.T) {
 	t.Setenv("SHELLBOX_CONTAINERD_ADDRESS", addr)
 	cfg := loadDefaults(t)
 	start := time.Now()
-	err := chooseBackend(context.Background(), &cfg)
+	how, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe with only containerd answering: %s", time.Since(start))
-	if err != nil || cfg.Backend != "containerd" {
-		t.Fatalf("chose %q (%v)", cfg.Backend, err)
+	if err != nil || cfg.Backend != "containerd" || !strings.HasPrefix(how, "auto: the containerd engine answered (docker: ") {
+		t.Fatalf("chose %q (%q, %v)", cfg.Backend, how, err)
 	}
 }
 
 // TestMCPSandboxedByDefault: `shellbox mcp` with no backend configured,
 // Docker running and nothing of shellbox's in the environment runs a call
-// in a hardened sandbox.
+// in a hardened sandbox, and its first log line says which backend.
 func TestMCPSandboxedByDefault(t *testing.T) {
 	requireEngine(t)
 	agent := dockertest.Agent(t) // built in this package's directory
@@ -226,5 +227,11 @@ sandbox:
 		if !strings.Contains(r.Text, want) {
 			t.Errorf("in the sandbox %q lacks %q (the host's CapEff: %s)", r.Text, want, hostCaps[1])
 		}
+	}
+	first, _, _ := strings.Cut(stderr.String(), "\n")
+	var line struct{ Level, Msg, Backend, Chosen string }
+	if json.Unmarshal([]byte(first), &line) != nil || line.Level != "INFO" || line.Msg != "backend docker" ||
+		line.Chosen != "auto: the docker engine answered" {
+		t.Errorf("first line of the log: %s", first)
 	}
 }

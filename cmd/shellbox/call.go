@@ -55,7 +55,7 @@ as \xHH or \uHHHH instead of being sent; a pipe or file gets the text as is.`,
 				return err
 			}
 			ctx := cmd.Context()
-			if err := chooseBackend(ctx, &cfg); err != nil {
+			if _, err := chooseBackend(ctx, &cfg); err != nil {
 				return err
 			}
 			runtime, _ := cmd.Flags().GetString("runtime")

@@ -106,7 +106,7 @@ func transferFromFlags(cmd *cobra.Command) (client.Transfer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := chooseBackend(cmd.Context(), &cfg); err != nil {
+	if _, err := chooseBackend(cmd.Context(), &cfg); err != nil {
 		return nil, nil, err
 	}
 	closePolicies := func() {}

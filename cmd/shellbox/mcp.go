@@ -17,7 +17,8 @@ func newMCPCmd() *cobra.Command {
 		Short: "Serve the tools over MCP on stdin/stdout, for a local harness",
 		Long: `Serve the tools over MCP (JSON-RPC on stdin/stdout) as the configured tenant
 and session, on the configured backend. No token: whoever can start this
-process is the tenant. Logs go to stderr as JSON.`,
+process is the tenant. Logs go to stderr as JSON, the first line naming the
+backend.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
@@ -25,10 +26,12 @@ process is the tenant. Logs go to stderr as JSON.`,
 				return err
 			}
 			ctx := cmd.Context()
-			if err := chooseBackend(ctx, &cfg); err != nil {
+			how, err := chooseBackend(ctx, &cfg)
+			if err != nil {
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			logBackend(log, cfg.Backend, how)
 			pol, closePolicies, err := servePolicies(cfg, log, true, nil)
 			if err != nil {
 				return err

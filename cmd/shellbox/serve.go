@@ -40,10 +40,12 @@ running for the next process to adopt.`,
 			if len(cfg.Server.Tenants) == 0 {
 				return errors.New("config: server.tenants is empty: no one could authenticate (make a token with `shellbox token`)")
 			}
-			if err := chooseBackend(cmd.Context(), &cfg); err != nil {
+			how, err := chooseBackend(cmd.Context(), &cfg)
+			if err != nil {
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			logBackend(log, cfg.Backend, how)
 			return serve(cmd.Context(), cfg, log)
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,8 @@ import (
 type served struct {
 	url  string
 	stop func() // SIGTERM-equivalent: cancels serve's context and waits
+	// first is the first line of its log.
+	first string
 }
 
 // startServe runs `shellbox serve --config file` in process and waits until
@@ -38,10 +41,14 @@ func startServe(t *testing.T, file string) *served {
 		pw.Close()
 		done <- code
 	}()
-	addr := make(chan string, 1)
+	addr, first := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
+			select {
+			case first <- sc.Text():
+			default:
+			}
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
 				addr <- line.Addr
@@ -59,7 +66,7 @@ func startServe(t *testing.T, file string) *served {
 		t.Fatal("serve did not listen")
 	}
 	stopped := false
-	s := &served{url: "http://" + a, stop: func() {
+	s := &served{url: "http://" + a, first: <-first, stop: func() {
 		if stopped {
 			return
 		}
@@ -119,6 +126,28 @@ func TestServeInClientShell(t *testing.T) {
 	out, errs, code := cli(t, "", "call", "--server", s.url, "--session", "s1", "bash", `{"command":"echo served","description":"reach the server"}`)
 	if code != 0 || out != "served\n" {
 		t.Fatalf("call: %q (exit %d, %s)", out, code, errs)
+	}
+}
+
+// TestServeLocalUnsandboxed: a server on the local backend warns at start
+// and in /readyz's answer that its commands run unsandboxed.
+func TestServeLocalUnsandboxed(t *testing.T) {
+	isolate(t)
+	s := startServe(t, writeServeConfig(t, "backend: local\n"))
+	var line struct{ Level, Msg, Backend string }
+	if json.Unmarshal([]byte(s.first), &line) != nil || line.Level != "WARN" || line.Backend != "local" ||
+		!strings.HasPrefix(line.Msg, "backend local: commands run unsandboxed on this host") {
+		t.Errorf("first line of the log: %s", s.first)
+	}
+	resp, err := http.Get(s.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	want := `{"status":"ready","unsandboxed":"commands run on the server's host, unsandboxed, as the server's user"}` + "\n"
+	if resp.StatusCode != 200 || string(body) != want {
+		t.Errorf("readyz: %d %s, want 200 %s", resp.StatusCode, body, want)
 	}
 }
 
@@ -203,7 +232,8 @@ func TestExampleConfig(t *testing.T) {
 
 // TestMCPCommand: `shellbox mcp` serves the tools over stdin/stdout to the
 // official MCP client, as the configured tenant and session. --backend
-// local runs with no engine anywhere.
+// local runs with no engine anywhere, and the first line of its log says
+// that commands run unsandboxed.
 func TestMCPCommand(t *testing.T) {
 	isolate(t)
 	noEngines(t)
@@ -212,8 +242,9 @@ func TestMCPCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
+	var stderr syncBuffer
 	go func() {
-		done <- run(ctx, []string{"mcp", "--backend", "local", "--session", "stdio1"}, sr, sw, io.Discard)
+		done <- run(ctx, []string{"mcp", "--backend", "local", "--session", "stdio1"}, sr, sw, &stderr)
 		sw.Close()
 	}()
 	c := mcp.NewClient(&mcp.Implementation{Name: "stdio", Version: "1"}, nil)
@@ -241,5 +272,11 @@ func TestMCPCommand(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("shellbox mcp did not exit when its client left")
+	}
+	first, _, _ := strings.Cut(stderr.String(), "\n")
+	var line struct{ Level, Msg, Backend string }
+	if json.Unmarshal([]byte(first), &line) != nil || line.Level != "WARN" || line.Backend != "local" ||
+		!strings.HasPrefix(line.Msg, "backend local: commands run unsandboxed on this host, as ") {
+		t.Errorf("first line of the log: %s", first)
 	}
 }

@@ -143,7 +143,7 @@ func layerFromFlags(cmd *cobra.Command) (sessionsLayer, error) {
 		// The local backend keeps no sessions: the engine's are meant.
 		cfg.Backend = "docker"
 	}
-	if err := chooseBackend(cmd.Context(), &cfg); err != nil {
+	if _, err := chooseBackend(cmd.Context(), &cfg); err != nil {
 		return sessionsLayer{}, err
 	}
 	l, closeRuntime, err := newLayer(cfg, nil, nil, nil, nil)
