@@ -561,7 +561,7 @@ func hdocValue(src string, w *syntax.Word, quoted bool) (string, bool) {
 		if quoted {
 			b.WriteString(l.Value)
 		} else {
-			b.WriteString(hdocUnescape(l.Value))
+			b.WriteString(unescape(l.Value, quotesInHeredoc))
 		}
 	}
 	return b.String(), true
@@ -582,32 +582,6 @@ func quotedDelim(w *syntax.Word) bool {
 	return false
 }
 
-// hdocUnescape is the backslash layer of an unquoted here-document body:
-// a backslash quotes only $ ` \ and newline (a line continuation).
-func hdocUnescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' || i+1 == len(s) {
-			b.WriteByte(c)
-			continue
-		}
-		switch n := s[i+1]; n {
-		case '\n':
-			i++
-		case '$', '`', '\\':
-			b.WriteByte(n)
-			i++
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
 // wordValue is w with quotes and escapes removed, and whether it is a
 // literal. A non-literal word is returned as written.
 func wordValue(src string, w *syntax.Word) (string, bool) {
@@ -615,7 +589,7 @@ func wordValue(src string, w *syntax.Word) (string, bool) {
 	for _, p := range w.Parts {
 		switch p := p.(type) {
 		case *syntax.Lit:
-			b.WriteString(unescape(p.Value, false))
+			b.WriteString(unescape(p.Value, quotesAny))
 		case *syntax.SglQuoted:
 			if p.Dollar {
 				return source(src, w), false // $'...': ANSI-C escapes
@@ -627,7 +601,7 @@ func wordValue(src string, w *syntax.Word) (string, bool) {
 				if !ok {
 					return source(src, w), false
 				}
-				b.WriteString(unescape(l.Value, true))
+				b.WriteString(unescape(l.Value, quotesInDbl))
 			}
 		default:
 			return source(src, w), false
@@ -636,9 +610,18 @@ func wordValue(src string, w *syntax.Word) (string, bool) {
 	return b.String(), true
 }
 
-// unescape removes backslash quoting: outside double quotes a backslash
-// quotes any character; inside, only $ ` " \ and newline.
-func unescape(s string, dq bool) string {
+// Which characters a backslash quotes, by context (a backslash before
+// newline is a line continuation in all three).
+const (
+	quotesAny       = ""       // outside quotes: every character
+	quotesInDbl     = "$`\"\\" // inside double quotes
+	quotesInHeredoc = "$`\\"   // in an unquoted here-document's body
+)
+
+// unescape removes one backslash layer from s: a backslash before newline
+// goes with it, one before a character of quotable (any, with quotesAny)
+// leaves that character, any other stays.
+func unescape(s, quotable string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -653,7 +636,7 @@ func unescape(s string, dq bool) string {
 		switch {
 		case n == '\n':
 			i++ // line continuation
-		case !dq || strings.IndexByte("$`\"\\", n) >= 0:
+		case quotable == quotesAny || strings.IndexByte(quotable, n) >= 0:
 			b.WriteByte(n)
 			i++
 		default:
