@@ -15,9 +15,10 @@ rules:
 `
 
 // The decisions that keep a command reader honest: every way of running rm
-// the reader can see is denied; every way it cannot see is dynamic (the
-// tenant's unparseable decision), never allowed. D = deny by no-rm, Q =
-// dynamic (ask), A = allowed (no false alarm).
+// the reader can see is denied; every way it cannot see is dynamic or
+// opaque (the tenant's unparseable and opaque decisions, both ask here),
+// never allowed. D = deny by no-rm, Q = dynamic or opaque (ask), A =
+// allowed (no false alarm).
 type bypassCase struct {
 	cmd  string
 	want byte
@@ -304,7 +305,7 @@ func TestBypassClasses(t *testing.T) {
 		case 'D':
 			ok = v.Decision == Deny && v.Rule == "no-rm"
 		case 'Q':
-			ok = v.Decision == Ask && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable)
+			ok = v.Decision == Ask && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable || v.Rule == RuleOpaque)
 		case 'A':
 			ok = v.Decision == Allow
 		}

@@ -71,7 +71,7 @@ func FuzzDecide(f *testing.F) {
 		default:
 			t.Fatalf("%q: decision %q", cmd, v.Decision)
 		}
-		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable) {
+		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable || v.Rule == RuleOpaque) {
 			t.Fatalf("%q: allowed by %s", cmd, v.Rule)
 		}
 	})
@@ -99,7 +99,7 @@ func FuzzPwsh(f *testing.F) {
 		default:
 			t.Fatalf("%q: decision %q", cmd, v.Decision)
 		}
-		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable) {
+		if v.Decision == Allow && (v.Rule == RuleDynamic || v.Rule == RuleUnparseable || v.Rule == RuleOpaque) {
 			t.Fatalf("%q: allowed by %s", cmd, v.Rule)
 		}
 		// The same command run by pwsh -c from bash is not allowed when the

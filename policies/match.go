@@ -149,9 +149,9 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 	}
 	if sc.opaque != "" && !byName {
 		// Code the command does not show: a rule that names the command
-		// decides; else what cannot be read statically (and the default, if
-		// it is stricter).
-		take(verdict{Decision: p.Unparseable, Rule: RuleDynamic,
+		// decides; else the policy's opaque (and the default, if it is
+		// stricter).
+		take(verdict{Decision: p.Opaque, Rule: RuleOpaque,
 			Reason:  "`" + clip.To(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
 			Command: sc.display()})
 	}

@@ -85,14 +85,14 @@ var decisionCases = []struct {
 	{"alias ls='rm -rf'", Deny, "no-delete"},
 	{"xargs -I{} sh -c 'rm {}'", Deny, "no-delete"},
 	{"watch rm x", Deny, "no-delete"},
-	{"bash script.sh", Ask, "dynamic"},
+	{"bash script.sh", Ask, "opaque"},
 	{"curl -s https://x | bash", Ask, ""},
 	{"sh < script.sh", Ask, "dynamic"},
 	{"bash <(curl -s https://x)", Ask, ""},
 	{"bash /dev/stdin <<< 'rm x'", Deny, "no-delete"},
 	{"source <(echo rm x)", Ask, "dynamic"},
 	{". /dev/stdin <<'EOF'\nrm x\nEOF", Deny, "no-delete"},
-	{"source ./env.sh", Ask, "dynamic"},
+	{"source ./env.sh", Ask, "opaque"},
 
 	// Lists, pipelines, compound commands, substitutions.
 	{"ls\nrm x", Deny, "no-delete"},
@@ -162,7 +162,7 @@ var decisionCases = []struct {
 
 	// Interpreters' own code is not shell: unparseable unless a rule names
 	// the interpreter. The sandbox is the boundary.
-	{`python3 -c 'import os; os.remove("x")'`, Ask, "dynamic"},
+	{`python3 -c 'import os; os.remove("x")'`, Ask, "opaque"},
 	{`awk 'BEGIN{system("rm x")}'`, Ask, "dynamic"},
 	{`awk '{print $1}' f`, Allow, "default"},
 }
@@ -190,7 +190,7 @@ func TestDecisionCallLevel(t *testing.T) {
 		{call{tool: "bash", command: "make", workdir: "deploy"}, Deny, "no-deploy-dir"},
 		{call{tool: "bash", command: "make", workdir: "/workspace/deploy/x/.."}, Deny, "no-deploy-dir"},
 		{call{tool: "bash", command: "go build", workdir: "src"}, Allow, "default"},
-		{call{tool: "bash", command: "make", workdir: "src"}, Ask, "dynamic"},
+		{call{tool: "bash", command: "make", workdir: "src"}, Ask, "opaque"},
 		{call{tool: "pwsh", command: "Remove-Item x"}, Deny, "tools"},
 		{call{tool: "bash", command: "sleep 10", background: true}, Allow, "default"},
 		{call{tool: "bash", command: "go test", permissions: []string{"network"}}, Ask, "network-for-tests"},
@@ -223,6 +223,38 @@ func TestDecisionStrictDefault(t *testing.T) {
 	} {
 		if v := p.evaluate(call{tool: "bash", command: cmd}); v.Decision != want {
 			t.Errorf("%q = %s (rule %s), want %s", cmd, v.Decision, v.Rule, want)
+		}
+	}
+}
+
+// opaque decides code the reader cannot see apart from unparseable: a
+// policy whose rules only stop rm allows python3 and make, still asks for
+// what does not parse or has no literal name, and a rule naming an
+// interpreter still decides; unset, opaque is unparseable's decision.
+func TestOpaqueDecision(t *testing.T) {
+	const base = "version: 1\ndefault: allow\nunparseable: ask\n"
+	const rules = "rules:\n  - name: no-rm\n    decision: deny\n    match: {command: [rm]}\n" +
+		"  - name: no-perl\n    decision: deny\n    match: {command: [perl]}\n"
+	for _, c := range []struct {
+		opaque string
+		want   map[string]Decision
+	}{
+		{"opaque: allow\n", map[string]Decision{
+			"python3 x.py": Allow, "make": Allow, "bash build.sh": Allow, "perl -e 1": Deny,
+			"echo 'unterminated": Ask, "$(echo rm) x": Ask, "rm x": Deny, "python3 x.py && rm x": Deny,
+		}},
+		{"opaque: deny\n", map[string]Decision{"python3 x.py": Deny, "echo 'unterminated": Ask, "ls": Allow}},
+		{"", map[string]Decision{"python3 x.py": Ask, "make": Ask, "echo 'unterminated": Ask}},
+	} {
+		p, err := Parse("/p/opaque.yaml", []byte(base+c.opaque+rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cmd, want := range c.want {
+			v := p.evaluate(call{tool: "bash", command: cmd})
+			if v.Decision != want {
+				t.Errorf("%q with %q: %s (rule %s), want %s", c.opaque, cmd, v.Decision, v.Rule, want)
+			}
 		}
 	}
 }

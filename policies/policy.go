@@ -55,6 +55,7 @@ const (
 	RuleDefault     = "default"     // no rule matched a simple command
 	RuleUnparseable = "unparseable" // the command could not be parsed
 	RuleDynamic     = "dynamic"     // a command name that is not a literal
+	RuleOpaque      = "opaque"      // runs code the command does not show
 	RuleTool        = "tools"       // the tool (or background) is disabled
 	RuleEscalation  = "escalations" // escalations.default for a permission
 	RuleApprover    = "approver"    // an approver denied, or nobody answered
@@ -105,9 +106,12 @@ type Policy struct {
 	File   string
 	// Default decides a simple command no rule matches; Unparseable a command
 	// that cannot be parsed or whose command name is not a literal (never
-	// allow).
+	// allow); Opaque a command that runs code it does not show (an
+	// interpreter, a script file, make) and no rule names, by default
+	// Unparseable's decision.
 	Default     Decision
 	Unparseable Decision
+	Opaque      Decision
 	// AskTimeout is how long an ask waits for an approver before it is
 	// denied.
 	AskTimeout time.Duration
@@ -205,6 +209,8 @@ func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	if p.Unparseable == Allow {
 		l.addf("unparseable", "allow is not permitted: a command that cannot be read statically is never allowed (use ask or deny)")
 	}
+	p.Opaque = p.Unparseable
+	decision("opaque", f.Opaque, &p.Opaque)
 	if f.AskTimeout != 0 {
 		if f.AskTimeout < 0 {
 			l.addf("askTimeout", "must be positive, got %s", f.AskTimeout)
@@ -596,7 +602,7 @@ func checkName(name string) error {
 		return fmt.Errorf("%q: rule names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	switch name {
-	case RuleDefault, RuleUnparseable, RuleDynamic, RuleTool, RuleEscalation, RuleApprover, RuleLimit:
+	case RuleDefault, RuleUnparseable, RuleDynamic, RuleOpaque, RuleTool, RuleEscalation, RuleApprover, RuleLimit:
 		return fmt.Errorf("%q is reserved for built-in decisions", name)
 	}
 	return nil

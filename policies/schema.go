@@ -20,6 +20,7 @@ type fileSchema struct {
 	Description string            `mapstructure:"description"`
 	Default     string            `mapstructure:"default"`
 	Unparseable string            `mapstructure:"unparseable"`
+	Opaque      string            `mapstructure:"opaque"`
 	AskTimeout  time.Duration     `mapstructure:"askTimeout"`
 	Env         map[string]string `mapstructure:"env"`
 	Tools       toolsSchema       `mapstructure:"tools"`

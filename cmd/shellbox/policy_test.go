@@ -56,7 +56,7 @@ func TestPolicyExplain(t *testing.T) {
 		{[]string{"--tenant", "ci-agent", "git push origin main"}, "ask", "rule: push-needs-approval\ncommand: git push origin main\n"},
 		{[]string{"--tenant", "ci-agent", "$(echo rm) x"}, "ask", "rule: dynamic\n"},
 		{[]string{"--tenant", "ci-agent", "go test ./..."}, "allow", "rule: default\n"},
-		{[]string{"--tenant", "nobody", "python3 x.py"}, "deny", "rule: dynamic\ncommand: python3 x.py\n"},
+		{[]string{"--tenant", "nobody", "python3 x.py"}, "deny", "rule: opaque\ncommand: python3 x.py\n"},
 		{[]string{"--tenant", "ci-agent", "--tool", "pwsh", "Get-ChildItem"}, "deny", "rule: tools\n"},
 		{[]string{"--tenant", "ci-agent", "pwsh -c 'Remove-Item -Recurse /'"}, "deny", "rule: no-delete\ncommand: Remove-Item -Recurse / (via pwsh -c)\n"},
 		{[]string{"--tenant", "pwsh-agent", "--tool", "pwsh", "gci | % { ri $_ }"}, "deny", "rule: no-delete\ncommand: ri $_ (alias of Remove-Item)\n"},
