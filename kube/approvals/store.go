@@ -243,7 +243,7 @@ func (s *Store) Add(ctx context.Context, a approval.Approval) (approval.Approval
 	}
 	// Start checked the CRD, but it can be replaced while the server
 	// runs: an ask the cluster does not store as written is not held.
-	if err := storedAsWritten(a, s.decode, created); err != nil {
+	if err := s.storedAsWritten(a, created); err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 		defer cancel()
 		_ = s.res.Delete(dctx, u.GetName(), metav1.DeleteOptions{})
@@ -257,8 +257,8 @@ func (s *Store) Add(ctx context.Context, a approval.Approval) (approval.Approval
 // not know (Helm never upgrades crds/), and an approver must not see a
 // background call as a foreground one, nor a command without its
 // permissions.
-func storedAsWritten(a approval.Approval, decode func(any) (approval.Approval, bool), obj *unstructured.Unstructured) error {
-	got, ok := decode(obj)
+func (s *Store) storedAsWritten(a approval.Approval, obj *unstructured.Unstructured) error {
+	got, ok := s.decode(obj)
 	var lost []string
 	switch {
 	case !ok:
@@ -306,7 +306,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("approvals: a dry-run create (the CRD's schema check): %w", err)
 	}
-	return storedAsWritten(a, s.decode, created)
+	return s.storedAsWritten(a, created)
 }
 
 // Wait waits for the watch (or, every Poll, the API server) to show the
