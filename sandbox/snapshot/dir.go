@@ -1,0 +1,347 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shellbox/shellbox/errdefs"
+)
+
+// DirOptions configures a Dir store.
+type DirOptions struct {
+	// Path is the store's directory, made (0700) if missing. Snapshots hold
+	// tenants' files: it should be on a disk of its own or under the state
+	// directory, not in RAM.
+	Path string
+}
+
+// Dir is a Store in a directory of the host's disk, for one host:
+//
+//	<Path>/<tenant>/<session>/<id>.<size>.<sha256>.snap   a committed snapshot
+//	<Path>/<tenant>/<session>/.tmp-<id>                  a Put in progress
+//
+// Put writes the temporary, fsyncs it, renames it to its committed name
+// and fsyncs the directory: the rename is the commit, and it carries the
+// length and checksum in the name, so a snapshot and its record appear
+// together or not at all, and a crash at any point leaves either the
+// temporary (Sweep's) or the whole snapshot. Every path is resolved inside
+// Path (os.Root): a symlink planted in the store does not lead out of it.
+type Dir struct {
+	root *os.Root
+}
+
+var _ Store = (*Dir)(nil)
+
+// NewDir opens (making it if missing) the store at opts.Path. Close it when
+// done.
+func NewDir(opts DirOptions) (*Dir, error) {
+	if opts.Path == "" {
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "snapshot dir: no path")
+	}
+	if err := os.MkdirAll(opts.Path, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshot dir: %w", dirErr(err))
+	}
+	root, err := os.OpenRoot(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot dir: %w", dirErr(err))
+	}
+	return &Dir{root: root}, nil
+}
+
+// Close releases the store's directory. Readers Get returned stay usable.
+func (d *Dir) Close() error { return d.root.Close() }
+
+const (
+	snapSuffix = ".snap"
+	tmpPrefix  = ".tmp-"
+	// copyBuffer is Put's one buffer: what a Put holds in memory.
+	copyBuffer = 256 << 10
+)
+
+func sessionDir(tenant, session string) string { return tenant + "/" + session }
+
+// snapName is a committed snapshot's file name.
+func snapName(info Info) string {
+	return info.ID + "." + strconv.FormatInt(info.Size, 10) + "." + info.SHA256 + snapSuffix
+}
+
+// parseSnapName reads a committed snapshot's file name; ok is false for any
+// other file (a temporary, something not the store's).
+func parseSnapName(tenant, session, file string) (Info, bool) {
+	base, found := strings.CutSuffix(file, snapSuffix)
+	if !found {
+		return Info{}, false
+	}
+	parts := strings.Split(base, ".")
+	// The id's time has one dot of its own: yyyymmddThhmmss.nnnnnnnnnZ-hex.
+	if len(parts) != 4 {
+		return Info{}, false
+	}
+	id := parts[0] + "." + parts[1]
+	created, err := parseID(id)
+	if err != nil {
+		return Info{}, false
+	}
+	size, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil || size < 0 || len(parts[3]) != 64 {
+		return Info{}, false
+	}
+	return Info{Tenant: tenant, Session: session, ID: id, Size: size, SHA256: parts[3], Created: created}, true
+}
+
+// Put implements Store.
+func (d *Dir) Put(ctx context.Context, tenant, session string, r io.Reader) (Info, error) {
+	if err := checkSession(tenant, session); err != nil {
+		return Info{}, err
+	}
+	info := newInfo(tenant, session)
+	fail := func(err error) (Info, error) {
+		return Info{}, fmt.Errorf("snapshot %s: put: %w", name(tenant, session, info.ID), err)
+	}
+	dir := sessionDir(tenant, session)
+	if err := d.mkdirs(tenant, session); err != nil {
+		return fail(dirErr(err))
+	}
+	tmp := dir + "/" + tmpPrefix + info.ID
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fail(dirErr(err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			f.Close()
+			d.root.Remove(tmp)
+		}
+	}()
+	pr := newPutReader(ctx, r)
+	if _, err := io.CopyBuffer(onlyWriter{f}, pr, make([]byte, copyBuffer)); err != nil {
+		return fail(pr.failure(dirErr(err)))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(dirErr(err))
+	}
+	if err := f.Close(); err != nil {
+		return fail(dirErr(err))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	info.Size, info.SHA256 = pr.n, pr.sum()
+	if err := d.root.Rename(tmp, dir+"/"+snapName(info)); err != nil {
+		return fail(dirErr(err))
+	}
+	committed = true
+	// The rename is durable once the directory is.
+	if err := d.syncDir(dir); err != nil {
+		return fail(dirErr(err))
+	}
+	return info, nil
+}
+
+// onlyWriter hides *os.File's ReadFrom, so io.CopyBuffer reads through
+// the one buffer it is given (and the putReader sees every byte).
+type onlyWriter struct{ io.Writer }
+
+// mkdirs makes <tenant>/<session> and fsyncs the parents of what it made,
+// so a committed snapshot's directory entry cannot vanish in a crash.
+func (d *Dir) mkdirs(tenant, session string) error {
+	dir := sessionDir(tenant, session)
+	if _, err := d.root.Stat(dir); err == nil {
+		return nil
+	}
+	if err := d.root.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := d.syncDir(tenant); err != nil {
+		return err
+	}
+	return d.syncDir(".")
+}
+
+func (d *Dir) syncDir(dir string) error {
+	f, err := d.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// Get implements Store.
+func (d *Dir) Get(ctx context.Context, tenant, session, id string) (io.ReadCloser, Info, error) {
+	if _, err := checkSnapshot(tenant, session, id); err != nil {
+		return nil, Info{}, err
+	}
+	info, err := d.find(tenant, session, id)
+	if err != nil {
+		return nil, Info{}, fmt.Errorf("snapshot %s: get: %w", name(tenant, session, id), err)
+	}
+	f, err := d.root.Open(sessionDir(tenant, session) + "/" + snapName(info))
+	if err != nil {
+		return nil, Info{}, fmt.Errorf("snapshot %s: get: %w", name(tenant, session, id), dirErr(err))
+	}
+	return newVerifier(ctx, f, info, dirErr), info, nil
+}
+
+// find returns the committed snapshot id of (tenant, session).
+func (d *Dir) find(tenant, session, id string) (Info, error) {
+	infos, err := d.list(tenant, session)
+	if err != nil {
+		return Info{}, err
+	}
+	for _, info := range infos {
+		if info.ID == id {
+			return info, nil
+		}
+	}
+	return Info{}, errdefs.Errorf(errdefs.ErrNotFound, "no such snapshot")
+}
+
+// List implements Store.
+func (d *Dir) List(ctx context.Context, tenant, session string) ([]Info, error) {
+	if err := checkSession(tenant, session); err != nil {
+		return nil, err
+	}
+	infos, err := d.list(tenant, session)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s/%s: list: %w", tenant, session, err)
+	}
+	return infos, nil
+}
+
+func (d *Dir) list(tenant, session string) ([]Info, error) {
+	entries, err := fs.ReadDir(d.root.FS(), sessionDir(tenant, session))
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Info{}, nil
+	}
+	if err != nil {
+		return nil, dirErr(err)
+	}
+	infos := []Info{}
+	for _, e := range entries {
+		if info, ok := parseSnapName(tenant, session, e.Name()); ok && e.Type().IsRegular() {
+			infos = append(infos, info)
+		}
+	}
+	slices.SortFunc(infos, newest)
+	return infos, nil
+}
+
+// Delete implements Store.
+func (d *Dir) Delete(ctx context.Context, tenant, session, id string) error {
+	if _, err := checkSnapshot(tenant, session, id); err != nil {
+		return err
+	}
+	info, err := d.find(tenant, session, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		dir := sessionDir(tenant, session)
+		if err = d.root.Remove(dir + "/" + snapName(info)); err == nil || errors.Is(err, fs.ErrNotExist) {
+			err = d.syncDir(dir)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s: delete: %w", name(tenant, session, id), dirErr(err))
+	}
+	return nil
+}
+
+// DeleteSession implements Store.
+func (d *Dir) DeleteSession(ctx context.Context, tenant, session string) error {
+	if err := checkSession(tenant, session); err != nil {
+		return err
+	}
+	err := d.root.RemoveAll(sessionDir(tenant, session))
+	if err == nil {
+		// The tenant's directory goes with its last session; a Put making
+		// another session's directory at the same time keeps it.
+		if rerr := d.root.Remove(tenant); rerr == nil {
+			err = d.syncDir(".")
+		} else {
+			err = d.syncDir(tenant)
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot %s/%s: delete session: %w", tenant, session, dirErr(err))
+	}
+	return nil
+}
+
+// Sweep implements Store: temporaries (.tmp-*) modified before before.
+func (d *Dir) Sweep(ctx context.Context, before time.Time) ([]Leftover, error) {
+	var swept []Leftover
+	fsys := d.root.FS()
+	tenants, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot dir: sweep: %w", dirErr(err))
+	}
+	for _, t := range tenants {
+		if !t.IsDir() {
+			continue
+		}
+		sessions, err := fs.ReadDir(fsys, t.Name())
+		if err != nil {
+			return swept, fmt.Errorf("snapshot dir: sweep: %w", dirErr(err))
+		}
+		for _, s := range sessions {
+			if !s.IsDir() {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return swept, fmt.Errorf("snapshot dir: sweep: %w", err)
+			}
+			dir := path.Join(t.Name(), s.Name())
+			entries, err := fs.ReadDir(fsys, dir)
+			if err != nil {
+				return swept, fmt.Errorf("snapshot dir: sweep: %w", dirErr(err))
+			}
+			for _, e := range entries {
+				if !strings.HasPrefix(e.Name(), tmpPrefix) || !e.Type().IsRegular() {
+					continue
+				}
+				fi, err := e.Info()
+				if err != nil || !fi.ModTime().Before(before) {
+					continue // gone meanwhile, or recent
+				}
+				p := path.Join(dir, e.Name())
+				if err := d.root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return swept, fmt.Errorf("snapshot dir: sweep: %w", dirErr(err))
+				}
+				swept = append(swept, Leftover{Name: p, Size: fi.Size(), Modified: fi.ModTime()})
+			}
+		}
+	}
+	return swept, nil
+}
+
+// dirErr classifies a filesystem error: a full disk or quota is ErrNoSpace,
+// a missing file ErrNotFound, anything else (permissions, I/O) ErrUnavailable.
+func dirErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return errdefs.Errorf(errdefs.ErrNoSpace, "%w", err)
+	case errors.Is(err, fs.ErrNotExist):
+		return errdefs.Errorf(errdefs.ErrNotFound, "%w", err)
+	}
+	return errdefs.Errorf(errdefs.ErrUnavailable, "%w", err)
+}

@@ -1,0 +1,637 @@
+// Package snapshottest is the conformance suite every snapshot.Store runs,
+// unchanged: the Dir store and the S3 store keep the same promises (commit
+// only when whole, verify on read, names per tenant and session), and a
+// session suspended on one must resume the same from the other.
+//
+// An implementation provides a Harness and calls Run from a test; Bench
+// measures its throughput.
+package snapshottest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
+)
+
+// Harness is what an implementation provides.
+type Harness struct {
+	// New returns an empty store of its own (a new directory, a new key
+	// prefix), cleaned up with t.Cleanup.
+	New func(t *testing.T) snapshot.Store
+	// Corrupt changes one byte of a committed snapshot's stored bytes,
+	// behind the store's back.
+	Corrupt func(t *testing.T, s snapshot.Store, info snapshot.Info)
+	// Truncate cuts a committed snapshot's stored bytes to n, behind the
+	// store's back.
+	Truncate func(t *testing.T, s snapshot.Store, info snapshot.Info, n int64)
+	// Plant leaves in s what a Put that crashed midway leaves behind (a
+	// temporary of (tenant, session)), and says how many leftovers Sweep
+	// is to find for it.
+	Plant func(t *testing.T, s snapshot.Store, tenant, session string) int
+	// PartSize is the store's unit of upload, if it has one (S3): the
+	// failure cases cut streams after more than one part.
+	PartSize int64
+}
+
+// Run runs every case against h's stores.
+func Run(t *testing.T, h Harness) {
+	cases := []struct {
+		name string
+		f    func(*testing.T, Harness)
+	}{
+		{"RoundTrip", testRoundTrip},
+		{"Empty", testEmpty},
+		{"FailedPutKeepsPrevious", testFailedPut},
+		{"CancelledPutKeepsPrevious", testCancelledPut},
+		{"CorruptRefused", testCorrupt},
+		{"TruncatedRefused", testTruncated},
+		{"ListNewestFirst", testListOrder},
+		{"Delete", testDelete},
+		{"TenantIsolation", testIsolation},
+		{"InvalidNames", testInvalidNames},
+		{"Sweep", testSweep},
+		{"BoundedMemory", testBoundedMemory},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
+	}
+}
+
+// ctx is a case's context: bounded, so a hung store fails the case.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// random returns n random bytes.
+func random(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// put commits data and checks the Info it gets back.
+func put(t *testing.T, s snapshot.Store, tenant, session string, data []byte) snapshot.Info {
+	t.Helper()
+	before := time.Now()
+	info, err := s.Put(ctx(t), tenant, session, bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("Put %s/%s: %v", tenant, session, err)
+	}
+	if info.Tenant != tenant || info.Session != session || info.ID == "" {
+		t.Fatalf("Put %s/%s: Info %+v", tenant, session, info)
+	}
+	if info.Size != int64(len(data)) || info.SHA256 != sum(data) {
+		t.Fatalf("Put: Info says %d bytes, sha256 %s; put %d bytes, sha256 %s", info.Size, info.SHA256, len(data), sum(data))
+	}
+	if info.Created.Before(before.Add(-time.Second)) || info.Created.After(time.Now().Add(time.Second)) {
+		t.Fatalf("Put: Created %v, not the time of the Put (%v)", info.Created, before)
+	}
+	return info
+}
+
+// read reads a snapshot to its end, returning what came and the error in
+// place of io.EOF (nil for a verified end).
+func read(t *testing.T, s snapshot.Store, tenant, session, id string) ([]byte, snapshot.Info, error) {
+	t.Helper()
+	rc, info, err := s.Get(ctx(t), tenant, session, id)
+	if err != nil {
+		return nil, info, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return b, info, err
+}
+
+// mustRead reads a snapshot that must come back verified and equal to want.
+func mustRead(t *testing.T, s snapshot.Store, info snapshot.Info, want []byte) {
+	t.Helper()
+	got, ginfo, err := read(t, s, info.Tenant, info.Session, info.ID)
+	if err != nil {
+		t.Fatalf("Get %s: %v", info.ID, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("Get %s: %d bytes back (sha256 %s), want %d (sha256 %s)", info.ID, len(got), sum(got), len(want), sum(want))
+	}
+	if !ginfo.Created.Equal(info.Created) || ginfo.Size != info.Size || ginfo.SHA256 != info.SHA256 || ginfo.ID != info.ID {
+		t.Fatalf("Get's Info %+v, Put's %+v", ginfo, info)
+	}
+}
+
+func list(t *testing.T, s snapshot.Store, tenant, session string) []snapshot.Info {
+	t.Helper()
+	infos, err := s.List(ctx(t), tenant, session)
+	if err != nil {
+		t.Fatalf("List %s/%s: %v", tenant, session, err)
+	}
+	return infos
+}
+
+// ids lists the ids of infos, in order.
+func ids(infos []snapshot.Info) []string {
+	out := make([]string, len(infos))
+	for i, in := range infos {
+		out[i] = in.ID
+	}
+	return out
+}
+
+// noLeftovers checks a Sweep of everything finds nothing: a failed Put
+// cleaned up after itself.
+func noLeftovers(t *testing.T, s snapshot.Store) {
+	t.Helper()
+	swept, err := s.Sweep(ctx(t), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if len(swept) != 0 {
+		t.Fatalf("a failed Put left %d temporaries for Sweep: %+v", len(swept), swept)
+	}
+}
+
+func testRoundTrip(t *testing.T, h Harness) {
+	s := h.New(t)
+	data := random(t, 6<<20+12345)
+	info := put(t, s, "t1", "s1", data)
+	mustRead(t, s, info, data)
+	got := list(t, s, "t1", "s1")
+	if len(got) != 1 || got[0] != info {
+		t.Fatalf("List: %+v, want [%+v]", got, info)
+	}
+}
+
+func testEmpty(t *testing.T, h Harness) {
+	s := h.New(t)
+	if got := list(t, s, "t1", "never"); got == nil || len(got) != 0 {
+		t.Fatalf("List of a session with no snapshots: %#v, want an empty list", got)
+	}
+	info := put(t, s, "t1", "s1", nil)
+	mustRead(t, s, info, nil)
+}
+
+// failAfter yields n bytes of data, then fails with err.
+type failAfter struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (f *failAfter) Read(b []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, f.err
+	}
+	if int64(len(b)) > f.n {
+		b = b[:f.n]
+	}
+	n, err := f.r.Read(b)
+	f.n -= int64(n)
+	return n, err
+}
+
+// cut is where the failure cases stop a stream: past a part or two.
+func cut(h Harness) int64 {
+	if h.PartSize > 0 {
+		return 2*h.PartSize + 4096
+	}
+	return 3<<20 + 4096
+}
+
+func testFailedPut(t *testing.T, h Harness) {
+	s := h.New(t)
+	prev := random(t, 1<<20)
+	first := put(t, s, "t1", "s1", prev)
+	boom := errors.New("the workspace stream broke")
+	src := &failAfter{r: bytes.NewReader(random(t, int(cut(h))+(1<<20))), n: cut(h), err: boom}
+	_, err := s.Put(ctx(t), "t1", "s1", src)
+	if !errors.Is(err, boom) {
+		t.Fatalf("Put of a stream that fails: %v, want the stream's error", err)
+	}
+	if got := list(t, s, "t1", "s1"); len(got) != 1 || got[0] != first {
+		t.Fatalf("after a failed Put, List: %+v, want only the previous snapshot %s", got, first.ID)
+	}
+	mustRead(t, s, first, prev)
+	noLeftovers(t, s)
+}
+
+// cancelAfter yields random bytes and cancels a context once n are read;
+// it keeps yielding after that, so only the store can stop the Put.
+type cancelAfter struct {
+	n      int64
+	cancel context.CancelFunc
+	block  []byte
+}
+
+func (c *cancelAfter) Read(b []byte) (int, error) {
+	n := copy(b, c.block)
+	c.n -= int64(n)
+	if c.n <= 0 {
+		c.cancel()
+	}
+	return n, nil
+}
+
+func testCancelledPut(t *testing.T, h Harness) {
+	s := h.New(t)
+	prev := random(t, 1<<20)
+	first := put(t, s, "t1", "s1", prev)
+	cctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(cctx, "t1", "s1", &cancelAfter{n: cut(h), cancel: cancel, block: random(t, 64<<10)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Put cancelled midway: %v, want context.Canceled", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Put did not return within 2 minutes of its context's cancellation")
+	}
+	if got := list(t, s, "t1", "s1"); len(got) != 1 || got[0] != first {
+		t.Fatalf("after a cancelled Put, List: %+v, want only the previous snapshot %s", got, first.ID)
+	}
+	mustRead(t, s, first, prev)
+	noLeftovers(t, s)
+}
+
+// refused reads a snapshot that must fail its check, and returns the error.
+func refused(t *testing.T, s snapshot.Store, info snapshot.Info) error {
+	t.Helper()
+	_, _, err := read(t, s, info.Tenant, info.Session, info.ID)
+	if err == nil {
+		t.Fatalf("Get %s: read to a clean EOF, want ErrCorrupt", info.ID)
+	}
+	if !errors.Is(err, snapshot.ErrCorrupt) {
+		t.Fatalf("Get %s: %v, want ErrCorrupt", info.ID, err)
+	}
+	return err
+}
+
+func testCorrupt(t *testing.T, h Harness) {
+	s := h.New(t)
+	prev := random(t, 2<<20)
+	first := put(t, s, "t1", "s1", prev)
+	second := put(t, s, "t1", "s1", random(t, 3<<20))
+	h.Corrupt(t, s, second)
+	if err := refused(t, s, second); !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("corrupt snapshot: %v, want the checksum named", err)
+	}
+	// The corrupt one is still listed, first; the one before it restores.
+	got := list(t, s, "t1", "s1")
+	if len(got) != 2 || got[0].ID != second.ID || got[1] != first {
+		t.Fatalf("List: %v, want [%s %s]", ids(got), second.ID, first.ID)
+	}
+	mustRead(t, s, got[1], prev)
+}
+
+func testTruncated(t *testing.T, h Harness) {
+	s := h.New(t)
+	info := put(t, s, "t1", "s1", random(t, 3<<20))
+	h.Truncate(t, s, info, 1<<20)
+	if err := refused(t, s, info); !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("truncated snapshot: %v, want it called truncated", err)
+	}
+	h.Truncate(t, s, info, 0)
+	refused(t, s, info)
+}
+
+func testListOrder(t *testing.T, h Harness) {
+	s := h.New(t)
+	var want []string
+	for i := range 4 {
+		info := put(t, s, "t1", "s1", random(t, 1000+i))
+		want = append([]string{info.ID}, want...)
+	}
+	put(t, s, "t1", "other", []byte("another session"))
+	got := list(t, s, "t1", "s1")
+	if strings.Join(ids(got), " ") != strings.Join(want, " ") {
+		t.Fatalf("List: %v, want newest first %v", ids(got), want)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Created.After(got[i-1].Created) {
+			t.Fatalf("List: %s created after %s, listed after it", got[i].ID, got[i-1].ID)
+		}
+	}
+}
+
+func testDelete(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	oldData := random(t, 2000)
+	old := put(t, s, "t1", "s1", oldData)
+	newer := put(t, s, "t1", "s1", random(t, 3000))
+	other := put(t, s, "t1", "s2", []byte("s2's"))
+	if err := s.Delete(c, "t1", "s1", newer.ID); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if got := list(t, s, "t1", "s1"); len(got) != 1 || got[0] != old {
+		t.Fatalf("after Delete, List: %v, want [%s]", ids(got), old.ID)
+	}
+	if _, _, err := s.Get(c, "t1", "s1", newer.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Get of a deleted snapshot: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(c, "t1", "s1", newer.ID); err != nil {
+		t.Fatalf("Delete again: %v, want nil (idempotent)", err)
+	}
+	mustRead(t, s, old, oldData)
+	if err := s.DeleteSession(c, "t1", "s1"); err != nil {
+		t.Fatalf("DeleteSession: %v", err)
+	}
+	if got := list(t, s, "t1", "s1"); len(got) != 0 {
+		t.Fatalf("after DeleteSession, List: %v", ids(got))
+	}
+	if _, _, err := s.Get(c, "t1", "s1", old.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Get after DeleteSession: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteSession(c, "t1", "s1"); err != nil {
+		t.Fatalf("DeleteSession again: %v, want nil (idempotent)", err)
+	}
+	mustRead(t, s, other, []byte("s2's"))
+	// The session can start over.
+	again := put(t, s, "t1", "s1", []byte("again"))
+	mustRead(t, s, again, []byte("again"))
+}
+
+func testIsolation(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	data := []byte("tenant A's workspace")
+	a := put(t, s, "tenant-a", "s1", data)
+	// B names A's snapshot exactly: same session id, same snapshot id.
+	if _, _, err := s.Get(c, "tenant-b", "s1", a.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("tenant B's Get of A's snapshot id: %v, want ErrNotFound", err)
+	}
+	if got := list(t, s, "tenant-b", "s1"); len(got) != 0 {
+		t.Fatalf("tenant B lists %v in A's session name", ids(got))
+	}
+	if err := s.Delete(c, "tenant-b", "s1", a.ID); err != nil {
+		t.Fatalf("tenant B's Delete: %v", err)
+	}
+	if err := s.DeleteSession(c, "tenant-b", "s1"); err != nil {
+		t.Fatalf("tenant B's DeleteSession: %v", err)
+	}
+	if _, _, err := s.Get(c, "tenant-a", "s2", a.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Get of s1's snapshot as s2's: %v, want ErrNotFound", err)
+	}
+	mustRead(t, s, a, data)
+	// Names that differ only in case or by a prefix are other tenants.
+	for _, other := range []string{"Tenant-a", "tenant-a.", "tenant"} {
+		if _, _, err := s.Get(c, other, "s1", a.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("tenant %q's Get of tenant-a's snapshot: %v, want ErrNotFound", other, err)
+		}
+	}
+}
+
+// neverRead fails the test if a Put reads it.
+type neverRead struct{ t *testing.T }
+
+func (n neverRead) Read([]byte) (int, error) {
+	n.t.Error("Put read the stream of an invalid name")
+	return 0, io.EOF
+}
+
+func testInvalidNames(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	valid := put(t, s, "t1", "s1", []byte("x"))
+	bad := []string{"", ".", "..", "../t1", "a/b", "/abs", ".hidden", "-dash", "a\x00b", "a b", "tenant\n", strings.Repeat("x", 65)}
+	for _, b := range bad {
+		for _, p := range [][2]string{{b, "s1"}, {"t1", b}} {
+			tenant, session := p[0], p[1]
+			if _, err := s.Put(c, tenant, session, neverRead{t}); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Put(%q, %q): %v, want ErrInvalid", tenant, session, err)
+			}
+			if _, _, err := s.Get(c, tenant, session, valid.ID); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Get(%q, %q): %v, want ErrInvalid", tenant, session, err)
+			}
+			if _, err := s.List(c, tenant, session); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("List(%q, %q): %v, want ErrInvalid", tenant, session, err)
+			}
+			if err := s.Delete(c, tenant, session, valid.ID); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Delete(%q, %q): %v, want ErrInvalid", tenant, session, err)
+			}
+			if err := s.DeleteSession(c, tenant, session); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("DeleteSession(%q, %q): %v, want ErrInvalid", tenant, session, err)
+			}
+		}
+	}
+	badIDs := append(bad, "../s2/"+valid.ID, valid.ID+"/..", valid.ID+".snap", valid.ID[:len(valid.ID)-6]+"ABCDEF", "latest")
+	for _, id := range badIDs {
+		if _, _, err := s.Get(c, "t1", "s1", id); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Get(id %q): %v, want ErrInvalid", id, err)
+		}
+		if err := s.Delete(c, "t1", "s1", id); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Delete(id %q): %v, want ErrInvalid", id, err)
+		}
+	}
+	if _, err := s.Put(c, "t1", strings.Repeat("s", 64), bytes.NewReader([]byte("64 bytes is the bound"))); err != nil {
+		t.Errorf("Put with a 64-byte session id: %v", err)
+	}
+	if _, err := s.Put(c, "t1", "a.b_c@d:e-f", bytes.NewReader([]byte("every allowed sign"))); err != nil {
+		t.Errorf("Put with every allowed sign: %v", err)
+	}
+	mustRead(t, s, valid, []byte("x"))
+}
+
+func testSweep(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	data := random(t, 1<<20)
+	info := put(t, s, "t1", "s1", data)
+	planted := h.Plant(t, s, "t1", "s1") + h.Plant(t, s, "t2", "s9")
+	if swept, err := s.Sweep(c, time.Now().Add(-time.Hour)); err != nil || len(swept) != 0 {
+		t.Fatalf("Sweep of leftovers older than an hour: %+v, %v; want none (the planted ones are new)", swept, err)
+	}
+	swept, err := s.Sweep(c, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if len(swept) != planted {
+		t.Fatalf("Sweep removed %d: %+v; want the %d planted", len(swept), swept, planted)
+	}
+	for _, l := range swept {
+		if strings.Contains(l.Name, info.ID) {
+			t.Fatalf("Sweep removed %s, part of committed snapshot %s", l.Name, info.ID)
+		}
+	}
+	if swept, err := s.Sweep(c, time.Now().Add(time.Minute)); err != nil || len(swept) != 0 {
+		t.Fatalf("second Sweep: %+v, %v; want none (idempotent)", swept, err)
+	}
+	mustRead(t, s, info, data)
+}
+
+// Generator yields n bytes that do not repeat (a block of random bytes with
+// a counter in each 4 KiB), cheaply: the store's work is what is measured.
+type Generator struct {
+	n, off int64
+	block  []byte
+}
+
+// NewGenerator returns a Generator of n bytes.
+func NewGenerator(n int64) *Generator {
+	g := &Generator{n: n, block: make([]byte, 1<<20)}
+	_, _ = rand.Read(g.block)
+	return g
+}
+
+func (g *Generator) Read(b []byte) (int, error) {
+	if g.off >= g.n {
+		return 0, io.EOF
+	}
+	if rest := g.n - g.off; int64(len(b)) > rest {
+		b = b[:rest]
+	}
+	start := int(g.off % int64(len(g.block)))
+	n := copy(b, g.block[start:])
+	for i := (4096 - start%4096) % 4096; i+8 <= n; i += 4096 {
+		binary.LittleEndian.PutUint64(b[i:], uint64(g.off)+uint64(i))
+	}
+	g.off += int64(n)
+	return n, nil
+}
+
+// memoryBound is what a Put of a large stream may add to the heap: it
+// streams, never holding the whole. Dir holds one 256 KiB buffer; S3 one
+// part (16 MiB by default), about twice that with the collector's slack
+// (2026-12-06: Dir 1.3 MiB, S3 33 MiB for 256 MiB).
+const memoryBound = 64 << 20
+
+// heapSampler records the peak of the heap's object bytes (live and not
+// yet swept) while it runs.
+type heapSampler struct {
+	stop chan struct{}
+	done sync.WaitGroup
+	peak uint64
+}
+
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+func startSampler() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{})}
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			h.peak = max(h.peak, heapObjects())
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) end() uint64 {
+	close(h.stop)
+	h.done.Wait()
+	return h.peak
+}
+
+func testBoundedMemory(t *testing.T, h Harness) {
+	if testing.Short() {
+		t.Skip("-short: a 256 MiB put")
+	}
+	s := h.New(t)
+	const size = 256 << 20
+	runtime.GC()
+	base := heapObjects()
+	sampler := startSampler()
+	info, err := s.Put(ctx(t), "t1", "big", NewGenerator(size))
+	peak := sampler.end()
+	if err != nil {
+		t.Fatalf("Put of 256 MiB: %v", err)
+	}
+	if info.Size != size {
+		t.Fatalf("Put of 256 MiB: Info.Size %d", info.Size)
+	}
+	grew := int64(peak) - int64(base)
+	t.Logf("Put of 256 MiB: the heap grew by %.1f MiB at most (bound %d MiB)", float64(grew)/(1<<20), memoryBound>>20)
+	if grew > memoryBound {
+		t.Fatalf("Put of 256 MiB grew the heap by %.1f MiB, over the %d MiB bound: it does not stream", float64(grew)/(1<<20), memoryBound>>20)
+	}
+	// Read it back through the verifier, with the same bound.
+	rc, _, err := s.Get(ctx(t), "t1", "big", info.ID)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	defer rc.Close()
+	runtime.GC()
+	base = heapObjects()
+	sampler = startSampler()
+	n, err := io.Copy(io.Discard, rc)
+	peak = sampler.end()
+	if err != nil || n != size {
+		t.Fatalf("Get of 256 MiB: %d bytes, %v", n, err)
+	}
+	if grew := int64(peak) - int64(base); grew > memoryBound {
+		t.Fatalf("Get of 256 MiB grew the heap by %.1f MiB, over the %d MiB bound", float64(grew)/(1<<20), memoryBound>>20)
+	}
+}
+
+// Bench measures a Put and a Get of size bytes from a Generator, reporting
+// MB/s (b.SetBytes). Timing belongs here, never in Run's pass or fail.
+func Bench(b *testing.B, s snapshot.Store, size int64) {
+	b.Run("Put", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			info, err := s.Put(context.Background(), "bench", "put", NewGenerator(size))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := s.Delete(context.Background(), "bench", "put", info.ID); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	b.Run("Get", func(b *testing.B) {
+		info, err := s.Put(context.Background(), "bench", "get", NewGenerator(size))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for b.Loop() {
+			rc, _, err := s.Get(context.Background(), "bench", "get", info.ID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, rc); err != nil {
+				b.Fatal(err)
+			}
+			rc.Close()
+		}
+	})
+}
