@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strings"
 
 	"github.com/shellbox/shellbox/internal/clip"
+	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
 // call is what a decision is about.
@@ -125,7 +125,7 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 		if okCall[i] && p.matchCommand(i, sc) {
 			matched = true
 			r := p.rules[i]
-			byName = byName || r.names != nil || r.nameGlobs != nil || r.prefixes != nil
+			byName = byName || r.Named()
 			take(r.verdict(sc.display()))
 		}
 	}
@@ -248,207 +248,24 @@ func (p *Policy) matchCommand(i int, sc *simpleCommand) bool {
 
 // matchCommand checks the per-command matchers; all given must hold.
 func (r *rule) matchCommand(sc *simpleCommand) bool {
-	if r.names != nil || r.nameGlobs != nil {
-		if len(sc.Argv) == 0 || !(r.names[sc.name] || anyMatch(r.nameGlobs, sc.name)) {
-			return false
-		}
-	}
-	if r.prefixes != nil && !r.matchPrefix(sc) {
-		return false
-	}
-	return r.matchArgs(sc)
+	return r.Rule.Match(sc.name, sc.Argv) && r.matchRedirects(sc)
 }
 
-// matchArgs checks the matchers on arguments and redirections.
-func (r *rule) matchArgs(sc *simpleCommand) bool {
-	if r.args != nil && !r.argsMatch(r.args, sc.Argv) {
-		return false
-	}
-	if r.argsRegex != nil && !r.argsMatch(r.argsRegex, sc.Argv) {
-		return false
-	}
-	if r.redirects != nil {
-		ok := false
-		for _, t := range sc.Redirects {
-			if anyMatch(r.redirects, t) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func (r *rule) matchPrefix(sc *simpleCommand) bool {
-	for _, pfx := range r.prefixes {
-		if len(sc.Argv) < len(pfx) || sc.name != pfx[0] {
-			continue
-		}
-		if r.Decision != Allow {
-			if prefixSpelled(sc.Argv, pfx) {
-				return true
-			}
-			continue
-		}
-		ok := true
-		for i := 1; i < len(pfx); i++ {
-			if sc.Argv[i] != pfx[i] {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-// Option spellings. GNU getopt_long and git's parse-options accept a long
-// option abbreviated to any unambiguous prefix (--forc is --force), short
-// options clustered (-fr is -f -r) with a value attached (-C/path), a long
-// option's value after = (--exec-path=/x), and options before a
-// subcommand (git -C /x push). A rule that asks or denies matches every
-// spelling that may mean the words it names; one that allows matches them
-// as written only (--force is also a prefix of --force-with-lease).
-
-// maxSpelledWords bounds the words prefixSpelled reads.
-const maxSpelledWords = 64
-
-// prefixSpelled reports whether argv starts with the words of pfx in one of
-// their spellings, options (and a value each may take) allowed in between.
-func prefixSpelled(argv []string, pfx []string) bool {
-	n := min(len(argv), maxSpelledWords)
-	// reach[i] holds whether argv[i:] may still match pfx[j:] for the j of
-	// this round; rounds go over pfx.
-	var buf [2 * (maxSpelledWords + 2)]bool
-	reach, next := buf[:n+2], buf[maxSpelledWords+2:maxSpelledWords+2+n+2]
-	reach[1] = true
-	for j := 1; j < len(pfx); j++ {
-		clear(next)
-		any := false
-		for i := 1; i < n; i++ {
-			if !reach[i] {
-				continue
-			}
-			if optionSpelled(argv[i], pfx[j]) {
-				next[i+1], any = true, true
-			}
-			if strings.HasPrefix(argv[i], "-") && argv[i] != pfx[j] {
-				// An option before the next word, alone or with its value.
-				reach[i+1] = true
-				if i+2 <= n {
-					reach[i+2] = true
-				}
-			}
-		}
-		if !any {
-			return false
-		}
-		reach, next = next, reach
-	}
-	return true
-}
-
-// optionSpelled reports whether the argument a may mean the word p: a
-// itself, an abbreviation of p's long option (--forc), p with a value
-// (--exec-path=/x, -C/path), or a short cluster holding p's letter (-fr).
-func optionSpelled(a, p string) bool {
-	if a == p {
+// matchRedirects checks the matchers on redirections.
+func (r *rule) matchRedirects(sc *simpleCommand) bool {
+	if r.redirects == nil {
 		return true
 	}
-	switch {
-	case strings.HasPrefix(p, "--") && strings.HasPrefix(a, "--") && len(a) > 2:
-		name, _, _ := strings.Cut(a, "=")
-		return len(name) > 2 && strings.HasPrefix(p, name)
-	case len(p) == 2 && p[0] == '-' && p[1] != '-' && len(a) > 2 && a[0] == '-' && a[1] != '-':
-		for k := 1; k < len(a) && isAlnum(a[k]); k++ {
-			if a[k] == p[1] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// argsMatch reports whether an argument of argv matches one of res; a rule
-// that asks or denies also sees the arguments' option spellings.
-func (r *rule) argsMatch(res []matcher, argv []string) bool {
-	if argsMatch(res, argv) {
-		return true
-	}
-	if r.Decision == Allow || len(argv) < 2 {
-		return false
-	}
-	for _, a := range argv[1:] {
-		if len(a) < 3 || a[0] != '-' {
-			continue
-		}
-		for i := range res {
-			if argSpelled(&res[i], a) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// argSpelled reports whether a spelling of the option argument a matches m:
-// each letter of a short cluster (-fr: -f, -r; -C/path: -C), the name of a
-// long option with a value (--force-with-lease=x: --force-with-lease), or
-// the long option m starts with, of which a is an abbreviation.
-func argSpelled(m *matcher, a string) bool {
-	if a[1] == '-' {
-		name, _, hasVal := strings.Cut(a, "=")
-		if len(name) < 3 {
-			return false
-		}
-		if hasVal && m.MatchString(name) {
+	for _, t := range sc.Redirects {
+		if anyMatch(r.redirects, t) {
 			return true
-		}
-		return m.opt != "" && strings.HasPrefix(m.opt, name)
-	}
-	for k := 1; k < len(a) && isAlnum(a[k]); k++ {
-		if m.matchesShort(a[k]) {
-			return true
-		}
-	}
-	return false
-}
-
-// shortOpts holds "-c" for every byte c, so that matching a cluster's
-// letters allocates nothing.
-var shortOpts = func() (t [256]string) {
-	for c := range t {
-		t[c] = "-" + string(rune(c))
-	}
-	return t
-}()
-
-func argsMatch[T interface{ MatchString(string) bool }](res []T, argv []string) bool {
-	if len(argv) < 2 {
-		return false
-	}
-	for _, a := range argv[1:] {
-		for _, re := range res {
-			if re.MatchString(a) {
-				return true
-			}
 		}
 	}
 	return false
 }
 
 func anyMatch[T interface{ MatchString(string) bool }](res []T, s string) bool {
-	for _, re := range res {
-		if re.MatchString(s) {
-			return true
-		}
-	}
-	return false
+	return cmdmatch.AnyMatch(res, s)
 }
 
 // ruleMatches reports whether rule r matches command (for examples): call

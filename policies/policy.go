@@ -3,7 +3,6 @@ package policies
 import (
 	"errors"
 	"fmt"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
 // Decision is what a policy says about a call.
@@ -276,12 +276,12 @@ func (p *Policy) index() {
 	for i, r := range p.rules {
 		switch {
 		case !r.perCommand:
-		case r.names != nil && r.nameGlobs == nil:
-			for n := range r.names {
+		case r.Names != nil && r.NameGlobs == nil:
+			for n := range r.Names {
 				add(n, i)
 			}
-		case r.names == nil && r.nameGlobs == nil && r.prefixes != nil:
-			for _, pfx := range r.prefixes {
+		case r.Names == nil && r.NameGlobs == nil && r.Prefixes != nil:
+			for _, pfx := range r.Prefixes {
 				add(pfx[0], i)
 			}
 		default:
@@ -437,12 +437,10 @@ type rule struct {
 	Reason   string
 	index    int
 
-	// Per simple command.
-	names      map[string]bool // argv0 basenames, literal
-	nameGlobs  []matcher       // argv0 basenames, globs
-	prefixes   [][]string      // argv prefixes, argv0 by basename
-	args       []matcher       // any argument (argv[1:]) matches one
-	argsRegex  []matcher
+	// Per simple command: the matchers on its argv (shared with the exec
+	// check, which gets them as exec), and on its redirections.
+	cmdmatch.Rule
+	exec       cmdmatch.Spec
 	redirects  []matcher
 	perCommand bool
 
@@ -476,37 +474,18 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 	var ok bool
 	r.Decision, ok = compileHead(l, key, s.Name, s.Decision)
 	m := &s.Match
-	for i, c := range m.Command {
-		k := fmt.Sprintf("%s.match.command[%d]", key, i)
-		switch {
-		case c == "" || strings.Contains(c, "/"):
-			l.addf(k, "%q: give a command name (its basename), not a path", c)
-			ok = false
-		case strings.ContainsAny(c, "*?") || strings.Contains(c, "[") && strings.Contains(c, "]"):
-			m, err := globMatcher(c)
-			if err != nil {
-				l.addf(k, "%v", err)
-				ok = false
-				continue
-			}
-			r.nameGlobs = append(r.nameGlobs, m)
-		default:
-			if r.names == nil {
-				r.names = map[string]bool{}
-			}
-			r.names[c] = true
-		}
+	// The argv matchers compile where the exec check compiles them too.
+	r.exec = cmdmatch.Spec{Rule: s.Name, Decision: string(r.Decision), Reason: s.Reason,
+		Command: m.Command, Prefix: m.Prefix, Args: m.Args, ArgsRegex: m.ArgsRegex}
+	cm, err := cmdmatch.Compile(r.exec, r.Decision != Allow, func(e *cmdmatch.FieldError) {
+		l.addf(fmt.Sprintf("%s.match.%s[%d]", key, e.Field, e.Index), "%v", e.Err)
+		ok = false
+	})
+	if err != nil {
+		l.addf(key+".match", "%v", err)
+		ok = false
 	}
-	for i, pfx := range m.Prefix {
-		words := strings.Fields(pfx)
-		if len(words) == 0 {
-			l.addf(fmt.Sprintf("%s.match.prefix[%d]", key, i), "empty prefix")
-			ok = false
-			continue
-		}
-		words[0] = path.Base(words[0])
-		r.prefixes = append(r.prefixes, words)
-	}
+	r.Rule = cm
 	globs := func(field string, in []string) []matcher {
 		var out []matcher
 		for i, g := range in {
@@ -520,22 +499,8 @@ func compileRule(l *located, key string, s *ruleSchema) *rule {
 		}
 		return out
 	}
-	r.args = globs("args", m.Args)
 	r.redirects = globs("redirect", m.Redirect)
 	r.workdirs = globs("workdir", m.Workdir)
-	for i, x := range m.ArgsRegex {
-		re, err := regexp.Compile(x)
-		if err != nil {
-			l.addf(fmt.Sprintf("%s.match.argsRegex[%d]", key, i), "bad regular expression: %v", err)
-			ok = false
-			continue
-		}
-		rm := regexMatcher(re)
-		if strings.HasPrefix(x, "^") {
-			rm.opt = longOption(x[1:])
-		}
-		r.argsRegex = append(r.argsRegex, withShorts(rm))
-	}
 	if m.Text != "" {
 		re, err := regexp.Compile(m.Text)
 		if err != nil {
@@ -608,150 +573,15 @@ func checkName(name string) error {
 	return nil
 }
 
-// matcher matches strings against a glob or a regexp, with the cheap checks
-// first: a glob without wildcards is a string comparison, and a regexp
-// needs its literal prefix somewhere in the string before it runs.
-type matcher struct {
-	re    *regexp.Regexp
-	lit   string // the whole pattern, when literal
-	isLit bool
-	need  string // a substring every match contains
-	// opt is the long option every match starts with (--force for
-	// --force*), "" if none: an abbreviation of it (--forc) may mean it
-	// (optionSpelled).
-	opt string
-	// shorts has bit c set when the pattern matches the short option -c,
-	// which a cluster (-fr) may hold.
-	shorts [4]uint64
-}
+// matcher is cmdmatch's: the one matcher of globs and regexps, shared
+// with the exec check inside the sandbox.
+type matcher = cmdmatch.Matcher
 
-// withShorts fills m.shorts: which short options -c the pattern matches.
-func withShorts(m matcher) matcher {
-	for c := range 256 {
-		if isAlnum(byte(c)) && m.MatchString(shortOpts[c]) {
-			m.shorts[c/64] |= 1 << (c % 64)
-		}
-	}
-	return m
-}
-
-// matchesShort reports whether the pattern matches the short option -c.
-func (m *matcher) matchesShort(c byte) bool { return m.shorts[c/64]&(1<<(c%64)) != 0 }
-
-func (m matcher) MatchString(s string) bool {
-	if m.isLit {
-		return s == m.lit
-	}
-	if m.need != "" && !strings.Contains(s, m.need) {
-		return false
-	}
-	return m.re.MatchString(s)
-}
-
-func globMatcher(g string) (matcher, error) {
-	opt := g
-	if i := strings.IndexAny(g, `*?[\`); i >= 0 {
-		opt = g[:i]
-	}
-	opt = longOption(opt)
-	if !strings.ContainsAny(g, `*?[\`) {
-		return withShorts(matcher{lit: g, isLit: true, opt: opt}), nil
-	}
-	re, err := globRegexp(g)
-	if err != nil {
-		return matcher{}, err
-	}
-	m := regexMatcher(re)
-	m.opt = opt
-	return withShorts(m), nil
-}
-
-// longOption is the --name that s starts with, "" if none.
-func longOption(s string) string {
-	if !strings.HasPrefix(s, "--") {
-		return ""
-	}
-	i := 2
-	for i < len(s) && (isAlnum(s[i]) || s[i] == '-' || s[i] == '_') {
-		i++
-	}
-	if i < 3 {
-		return ""
-	}
-	return s[:i]
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
-
-func regexMatcher(re *regexp.Regexp) matcher {
-	prefix, _ := re.LiteralPrefix()
-	return matcher{re: re, need: prefix}
-}
-
-// globRegexp compiles a shell-style glob into an anchored regexp: * matches
-// any run of characters (slashes included), ? one character, [...] a class
-// ([!...] or [^...] negated), and \ quotes the next character.
-func globRegexp(g string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString(`^(?s:`)
-	for i := 0; i < len(g); i++ {
-		switch c := g[i]; c {
-		case '*':
-			b.WriteString(`.*`)
-		case '?':
-			b.WriteString(`.`)
-		case '\\':
-			if i+1 == len(g) {
-				return nil, fmt.Errorf("bad glob %q: trailing backslash", g)
-			}
-			i++
-			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
-		case '[':
-			end := strings.IndexByte(g[i+1:], ']')
-			if end == 0 { // []...] : a leading ] is literal
-				if e2 := strings.IndexByte(g[i+2:], ']'); e2 >= 0 {
-					end = e2 + 1
-				} else {
-					end = -1
-				}
-			}
-			if end < 0 {
-				return nil, fmt.Errorf("bad glob %q: unterminated [", g)
-			}
-			class := g[i+1 : i+1+end]
-			i += end + 1
-			neg := false
-			if class != "" && (class[0] == '!' || class[0] == '^') {
-				neg, class = true, class[1:]
-			}
-			if class == "" {
-				return nil, fmt.Errorf("bad glob %q: empty class", g)
-			}
-			b.WriteByte('[')
-			if neg {
-				b.WriteByte('^')
-			}
-			for _, r := range class {
-				if r == '-' {
-					b.WriteRune(r)
-					continue
-				}
-				b.WriteString(regexp.QuoteMeta(string(r)))
-			}
-			b.WriteByte(']')
-		default:
-			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
-		}
-	}
-	b.WriteString(`)$`)
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return nil, fmt.Errorf("bad glob %q: %v", g, err)
-	}
-	return re, nil
-}
+var (
+	globMatcher  = cmdmatch.Glob
+	regexMatcher = cmdmatch.Regexp
+	globRegexp   = cmdmatch.GlobRegexp
+)
 
 // Image returns the image a session of this tenant runs: requested if
 // given, else the policy's default image, else fallback (the backend's

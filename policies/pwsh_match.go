@@ -46,7 +46,7 @@ func (p *Policy) indexPwsh() {
 			continue
 		}
 		pr := &ix.rules[i]
-		for n := range r.names {
+		for n := range r.Names {
 			if pr.names == nil {
 				pr.names = map[string]bool{}
 			}
@@ -54,18 +54,18 @@ func (p *Policy) indexPwsh() {
 				pr.names[k] = true
 			}
 		}
-		for _, g := range r.nameGlobs {
-			pr.globs = append(pr.globs, regexMatcher(regexp.MustCompile("(?i)"+g.re.String())))
+		for _, g := range r.NameGlobs {
+			pr.globs = append(pr.globs, regexMatcher(regexp.MustCompile("(?i)"+g.Regexp().String())))
 		}
-		for _, pfx := range r.prefixes {
+		for _, pfx := range r.Prefixes {
 			pr.heads = append(pr.heads, pwshRuleKeys(pfx[0]))
 		}
 		switch {
-		case r.names != nil && r.nameGlobs == nil:
+		case r.Names != nil && r.NameGlobs == nil:
 			for k := range pr.names {
 				add(k, i)
 			}
-		case r.names == nil && r.nameGlobs == nil && r.prefixes != nil:
+		case r.Names == nil && r.NameGlobs == nil && r.Prefixes != nil:
 			for _, h := range pr.heads {
 				for _, k := range h {
 					add(k, i)
@@ -82,19 +82,19 @@ func (p *Policy) indexPwsh() {
 // matches sc.
 func (p *Policy) matchPwshCommand(i int, sc *simpleCommand) bool {
 	r, pr := p.rules[i], &p.pwsh.rules[i]
-	if r.names != nil || r.nameGlobs != nil {
+	if r.Names != nil || r.NameGlobs != nil {
 		if len(sc.Argv) == 0 || !(pr.names[sc.fold] || anyMatch(pr.globs, sc.name)) {
 			return false
 		}
 	}
-	if r.prefixes != nil && !pr.matchPrefix(r, sc) {
+	if r.Prefixes != nil && !pr.matchPrefix(r, sc) {
 		return false
 	}
-	return r.matchArgs(sc)
+	return r.Rule.MatchArgs(sc.Argv) && r.matchRedirects(sc)
 }
 
 func (pr *pwshRule) matchPrefix(r *rule, sc *simpleCommand) bool {
-	for j, pfx := range r.prefixes {
+	for j, pfx := range r.Prefixes {
 		if len(sc.Argv) < len(pfx) || !slices.Contains(pr.heads[j], sc.fold) {
 			continue
 		}
