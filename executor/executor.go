@@ -33,6 +33,8 @@ package executor
 import (
 	"context"
 	"time"
+
+	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
 // Shell selects the interpreter a command is handed to.
@@ -75,6 +77,10 @@ type Request struct {
 	// Permissions are the extra sandbox rights granted for this call only, after
 	// the policy layer decided on them.
 	Permissions []string
+	// ExecRules are the policy's rules that refuse a command, checked again
+	// at every exec of the call's process tree where the executor can (the
+	// agent's exec guard); nil: none. Set by the policy layer.
+	ExecRules *cmdmatch.Set
 }
 
 // Spec is a Request resolved against an executor's configuration: every field
@@ -117,6 +123,10 @@ type Spec struct {
 	// could read it (/proc/<pid>/environ); an executor that cannot attribute
 	// connections to trees ignores it, and the call gets no grant.
 	EgressGrant string
+	// ExecRules is Request.ExecRules: what the exec check refuses in this
+	// call's tree. An executor without an exec check ignores it (the
+	// static decision was made before the call ran).
+	ExecRules *cmdmatch.Set `json:"execRules,omitempty"`
 }
 
 // Stream names of a Chunk.

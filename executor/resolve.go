@@ -108,6 +108,7 @@ func (l Limits) Resolve(_ context.Context, req Request, root string, base []stri
 		BufferBytes: l.BufferBytes,
 		SpillLimit:  l.SpillLimit,
 		Permissions: req.Permissions,
+		ExecRules:   req.ExecRules,
 	}
 	if !req.Background {
 		spec.Timeout = l.ClampTimeout(req.Timeout)

@@ -418,8 +418,9 @@ func (e *Engine) Check(ctx context.Context, c tools.Call) (executor.Request, err
 	if err != nil {
 		return req, err
 	}
-	v := p.safeEvaluate(call{tool: c.Tool, command: req.Command, workdir: req.Workdir,
-		background: req.Background, permissions: req.Permissions})
+	pc := call{tool: c.Tool, command: req.Command, workdir: req.Workdir,
+		background: req.Background, permissions: req.Permissions}
+	v := p.safeEvaluate(pc)
 	if req.Background && v.Decision != Deny {
 		if err := p.CheckBackgroundTasks(c.RunningTasks); err != nil {
 			v = verdict{Decision: Deny, Rule: RuleLimit, Command: v.Command, Reason: err.Error()}
@@ -429,7 +430,8 @@ func (e *Engine) Check(ctx context.Context, c tools.Call) (executor.Request, err
 		Workdir: req.Workdir, Background: req.Background, Escalation: req.Permissions,
 		Justification: c.Justification}
 
-	if v.Decision == Ask {
+	asked := v.Decision == Ask
+	if asked {
 		v, rec = e.ask(ctx, p, c, v, rec)
 		if ctx.Err() != nil && v.Decision != Allow {
 			e.audit(rec, v)
@@ -446,6 +448,8 @@ func (e *Engine) Check(ctx context.Context, c tools.Call) (executor.Request, err
 	if !req.Background {
 		req.Timeout = p.Limits.ClampTimeout(req.Timeout)
 	}
+	// What the reader decided is checked again where commands start.
+	req.ExecRules = p.execRules(pc, asked)
 	if len(p.Env) > 0 {
 		// A copy: the caller's map is not the policy's to change.
 		env := make(map[string]string, len(req.Env)+len(p.Env))

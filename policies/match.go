@@ -346,3 +346,39 @@ func checkExamples(l *located, p *Policy, f *fileSchema) {
 		}
 	}
 }
+
+// execRules is what the exec check enforces for call c, which was allowed
+// (approved: by an approver, after an ask): the rules that deny or ask,
+// match commands by their argv alone (not by redirections, which an exec
+// does not show), and whose call-level matchers hold for c. An ask rule
+// that matched a command the approver was shown is left out of an
+// approved call: the approver saw what it runs. nil when none applies.
+func (p *Policy) execRules(c call, approved bool) *cmdmatch.Set {
+	wd := c.workdir
+	if wd == "" {
+		wd = "."
+	}
+	wd = path.Clean(wd)
+	var seen []simpleCommand
+	if approved {
+		analyzeTool := analyze
+		if c.tool == "pwsh" {
+			analyzeTool = analyzePwsh
+		}
+		seen, _ = analyzeTool(c.command)
+	}
+	var out []cmdmatch.Spec
+	for i, r := range p.rules {
+		if r.Decision == Allow || r.Rule.Empty() || r.redirects != nil || !r.matchCall(c, wd) {
+			continue
+		}
+		if r.Decision == Ask && approved && slices.ContainsFunc(seen, func(sc simpleCommand) bool { return p.matchCommand(i, &sc) }) {
+			continue
+		}
+		out = append(out, r.exec)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return &cmdmatch.Set{Policy: p.Tenant, Rules: out}
+}
