@@ -198,7 +198,7 @@ func waitPidfd(pid int) bool {
 	if err != nil {
 		return false
 	}
-	exited := false
+	exited, tries := false, 0
 	err = rc.Read(func(fd uintptr) bool {
 		var info unix.Siginfo
 		for {
@@ -214,7 +214,15 @@ func waitPidfd(pid int) bool {
 			// With WNOHANG and the child still running, Linux leaves
 			// si_signo 0; SIGCHLD when it has exited.
 			exited = info.Signo == int32(unix.SIGCHLD)
-			return exited
+			tries++
+			// The pidfd is readable once the child is gone, but a child
+			// another process traces (the agent's exec guard) is waitable
+			// by its parent only after the tracer has waited for it: a
+			// readable pidfd whose child is not yet waitable is left to
+			// the blocking wait rather than polled again and again (gVisor
+			// keeps such a pidfd readable without ever making it waitable
+			// this way).
+			return exited || tries > 1
 		}
 	})
 	return err == nil && exited
