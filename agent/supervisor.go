@@ -21,6 +21,7 @@ import (
 
 	"github.com/shellbox/shellbox/agent/apiserver"
 	"github.com/shellbox/shellbox/agent/egress"
+	"github.com/shellbox/shellbox/agent/execguard"
 	"github.com/shellbox/shellbox/agent/landlock"
 	"github.com/shellbox/shellbox/agent/notrace"
 	"github.com/shellbox/shellbox/agent/pid1"
@@ -45,6 +46,26 @@ type Options struct {
 	MaxFinished                  int
 	EgressListen                 string
 	Version                      string // reported by the handshake and the log
+	// NoExecGuard leaves out the exec guard (agent/execguard): commands'
+	// execs are then not checked against the call's rules in the sandbox.
+	NoExecGuard bool
+	// ExecGuard is the guard StartExecGuard started (nil: none, and
+	// ExecGuardErr says why).
+	ExecGuard    *execguard.Guard
+	ExecGuardErr error
+}
+
+// StartExecGuard starts the exec guard (agent/execguard) as o says, into
+// o.ExecGuard, or says in o.ExecGuardErr why there is none. Before
+// LimitCapabilities: the guard is a process of its own, and a tracer's
+// permitted capabilities must hold the traced process's, which an exec
+// after the bounding set is emptied would not keep.
+func StartExecGuard(o *Options, logf func(string, ...any)) {
+	if o.NoExecGuard {
+		o.ExecGuardErr = errors.New("--exec-guard=false")
+		return
+	}
+	o.ExecGuard, o.ExecGuardErr = execguard.Start(o.UID, o.GID, logf)
 }
 
 // SetUpProcess bounds the process before anything else runs: its Go
@@ -230,18 +251,34 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
+	// Each call in a Landlock domain of its own, so that one call cannot
+	// open another's /proc/<pid>/mem (agent/landlock). Where it
+	// cannot be (gVisor has no Landlock, and its sentry refuses that open
+	// anyway), commands start directly and the log says why. Before the
+	// reaper starts: Shim runs the shim once and waits for it; and before
+	// the exec filter, which would hold that run's exec for a call's rules.
+	shim, shimErr := landlock.Shim()
+	// The exec guard (StartExecGuard), a process of its own that traces
+	// this one, so that every exec of every command stops in it.
+	guard, guardErr := o.ExecGuard, o.ExecGuardErr
+	if guard == nil && guardErr == nil {
+		guardErr = errors.New("not started")
+	}
 	// Before any command: one call's commands may not trace, or read or
 	// write the memory of, another call's (same uid); strace and gdb fail
 	// with EPERM in sandboxes.
 	if err := notrace.DenyTracing(); err != nil {
 		return err
 	}
-	// Each call in a Landlock domain of its own, so that one call cannot
-	// open another's /proc/<pid>/mem (agent/landlock). Where it
-	// cannot be (gVisor has no Landlock, and its sentry refuses that open
-	// anyway), commands start directly and the log says why. Before the
-	// reaper starts: Shim runs the shim once and waits for it.
-	shim, shimErr := landlock.Shim()
+	if guard != nil {
+		if guardErr = execguard.InstallFilter(); guardErr != nil {
+			guard.Close()
+			guard = nil
+		}
+	}
+	if guardErr != nil {
+		logger.Printf("no exec guard: %v: command rules are checked before a call runs, not at exec", guardErr)
+	}
 	go reap(ctx, logger)
 
 	if err := os.MkdirAll(o.SpillDir, 0o755); err != nil {
@@ -264,6 +301,9 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 			Logf:             logger.Printf,
 		},
 		MemoryCgroup: "auto",
+	}
+	if guard != nil {
+		cfg.ExecGuard = guard
 	}
 	if shimErr != nil {
 		logger.Printf("no Landlock domain per call: %v", shimErr)
@@ -371,6 +411,9 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	}
 	if cfg.ExecShim != nil {
 		tracking += ", a Landlock domain per call"
+	}
+	if cfg.ExecGuard != nil {
+		tracking += ", execs checked by the exec guard"
 	}
 	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
 		o.Version, agentapi.Protocol, where, o.UID, o.GID, o.Root, tracking, e.MemoryCgroup())

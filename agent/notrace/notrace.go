@@ -118,18 +118,25 @@ func DenyTracing() error {
 	if err != nil {
 		return err
 	}
+	return Install("deny tracing", prog)
+}
+
+// Install installs the seccomp filter prog on every thread of this process
+// (SECCOMP_FILTER_FLAG_TSYNC), after setting no-new-privileges; name says
+// whose filter it is in errors. It cannot be undone.
+func Install(name string, prog []unix.SockFilter) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("deny tracing: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return fmt.Errorf("%s: prctl(PR_SET_NO_NEW_PRIVS): %w", name, err)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, seccompSetModeFilter, seccompFilterFlagTsync, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	switch {
 	case errno != 0:
-		return fmt.Errorf("deny tracing: seccomp(SECCOMP_SET_MODE_FILTER): %w", errno)
+		return fmt.Errorf("%s: seccomp(SECCOMP_SET_MODE_FILTER): %w", name, errno)
 	case r != 0:
 		// TSYNC names the thread that could not take the filter.
-		return fmt.Errorf("deny tracing: seccomp: thread %d could not take the filter", r)
+		return fmt.Errorf("%s: seccomp: thread %d could not take the filter", name, r)
 	}
 	return nil
 }

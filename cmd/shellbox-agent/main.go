@@ -26,6 +26,7 @@ import (
 	"runtime"
 
 	"github.com/shellbox/shellbox/agent"
+	"github.com/shellbox/shellbox/agent/execguard"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor/local"
@@ -49,6 +50,10 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == execguard.Arg {
+		// The exec guard the agent starts as a process of its own.
+		os.Exit(execguard.Main(os.Args[2:], os.Stderr))
+	}
 	agent.SetUpProcess()
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -77,6 +82,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.IntVar(&o.MaxFinished, "max-finished-tasks", local.DefaultMaxFinishedTasks, "finished background tasks kept per session")
 	fs.StringVar(&o.Listen, "listen", "", "TCP address to serve the protocol on instead of --socket, e.g. :7070 (Kubernetes: the pod IP); every request must carry the token in $"+EnvToken)
 	fs.StringVar(&o.tokenFile, "token-file", "", "with --listen: read the token from this file (then removed, where the agent may) instead of $"+EnvToken+", so that the agent's initial environment, which /proc/1/environ shows, holds no secret")
+	execGuard := fs.Bool("exec-guard", true, "check every exec of a command against its call's deny and ask rules, in a tracer process (agent/execguard); false: the rules are checked only before a call runs")
 	fs.BoolVar(&o.NoSetuid, "no-setuid", false, "commands run as the agent's own uid/gid (a non-root pod under the restricted Pod Security profile): --uid/--gid must be the agent's; the agent makes itself non-dumpable and ignores the signals that would end it (see below)")
 	fs.StringVar(&o.install, "install", "", "copy this binary to the given path (mode 0555) and exit: an init container delivering the agent")
 	fs.StringVar(&o.tokenOut, "token-out", "", "with --install: write $"+EnvToken+" to this file (mode 0400) for the agent's --token-file")
@@ -90,6 +96,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 		return 2
 	}
+	o.NoExecGuard = !*execGuard
 	if fs.NArg() > 0 {
 		logger.Printf("unexpected arguments: %q", fs.Args())
 		return 2
@@ -131,6 +138,9 @@ func run(args []string, stderr io.Writer) int {
 		logger.Printf("--no-setuid: --uid/--gid %d:%d must be the agent's own, %d:%d", o.UID, o.GID, os.Geteuid(), os.Getegid())
 		return 2
 	}
+	// Before the bounding set is emptied: the guard must keep the agent's
+	// capabilities to trace it.
+	agent.StartExecGuard(&o.Options, logger.Printf)
 	// Before any command: they inherit the bounding set (agent/capabilities.go).
 	if err := agent.LimitCapabilities(); err != nil {
 		logger.Print(err)

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
 // CgroupMode selects how a command's process tree is tracked.
@@ -69,6 +70,12 @@ type Config struct {
 	// Landlock domain of its own this way (package landlock). Not closed
 	// by Close.
 	ExecShim *os.File
+	// ExecGuard, if set, is told of every command's leader as soon as it
+	// has started, with the argv it runs and the call's exec rules
+	// (Spec.ExecRules), before anything waits for it: the agent's exec
+	// guard (agent/execguard), which checks every exec of the tree and
+	// writes each refusal into the call's stderr with note.
+	ExecGuard ExecGuard
 	// OOMScoreAdj, when non-zero, is written to each command's oom_score_adj
 	// right after it starts (processes it forks before that keep the old
 	// value). Raising it needs no privilege, which is how an agent protects
@@ -161,4 +168,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("local: MaxFinishedTasks must not be negative, got %d", c.MaxFinishedTasks)
 	}
 	return c, nil
+}
+
+// ExecGuard checks the execs of a command's tree (Config.ExecGuard).
+type ExecGuard interface {
+	// Watch names pid, just started with argv, as a call's leader whose
+	// tree's execs rules check; nil rules: none. note writes a line to the
+	// call's stderr (it may block briefly; it is safe to call after
+	// release, and then does nothing). release is called when the leader
+	// has exited.
+	Watch(pid int, argv []string, rules *cmdmatch.Set, note func(string)) (release func())
 }

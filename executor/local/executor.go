@@ -302,10 +302,26 @@ func (e *Executor) spawn(spec executor.Spec, id string, out *outputs, timeout ti
 			err = nil
 		}
 	}
+	var notes *noteWriter
+	if err == nil && e.cfg.ExecGuard != nil {
+		// The exec guard's refusals go into the call's stderr through a
+		// write end of its own, kept until the leader exits. Without one
+		// (no fd left) they are only in the guard's log.
+		notes, _ = newNoteWriter(ends[1])
+	}
 	closeAll(ends)
 	if err != nil {
 		closeAll(pipes)
 		return nil, executor.Errorf(executor.ErrUnavailable, "start %s: %w", argv[0], err)
+	}
+	if g := e.cfg.ExecGuard; g != nil {
+		// Before waitLeader: the pid cannot have been reused yet.
+		release := g.Watch(p.pid, argv, spec.ExecRules, notes.write)
+		go func() {
+			<-p.exited
+			release()
+			notes.close()
+		}()
 	}
 
 	var live executor.Live

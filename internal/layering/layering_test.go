@@ -92,7 +92,7 @@ var layers = []layer{
 	{name: "sandbox", doc: "one sandbox per session: Spec, the Runtime seam, the Manager", side: "host", pkgs: []string{"sandbox"}},
 	{name: "images", doc: "sandbox images built without a registry", side: "host", pkgs: []string{"images"}},
 	{name: "agent", doc: "PID 1 in every sandbox: flags and wiring", side: "agent", pkgs: []string{"cmd/shellbox-agent"}},
-	{name: "inside", doc: "everything that runs inside the sandbox: supervisor, PID 1's hooks into the runner (tags, OOM, reaping), protocol server, egress proxy, landlock, seccomp", side: "agent",
+	{name: "inside", doc: "everything that runs inside the sandbox: supervisor, PID 1's hooks into the runner (tags, OOM, reaping), protocol server, egress proxy, exec guard, landlock, seccomp", side: "agent",
 		pkgs: []string{"agent/..."}, beside: []string{"agent agent/..."}},
 	{name: "wall", doc: "the agent protocol, its client and endpoint; imports neither side", side: "wall",
 		pkgs: []string{"agentapi/..."}, beside: []string{"agentapi agentapi/egresswire"}},

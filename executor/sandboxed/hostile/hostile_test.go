@@ -8,6 +8,7 @@ package hostile_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed/sandboxedtest"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
@@ -265,6 +267,7 @@ func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 			t.Errorf("interfaces besides lo: %q", res.Text)
 		}
 	})
+	t.Run("denied at exec", func(t *testing.T) { deniedAtExec(t, r) })
 	t.Run("workdir escapes", func(t *testing.T) {
 		call(t, ts, s, "bash", bash("ln -sfn / /workspace/root"))
 		for _, wd := range []string{"../../etc", "/etc", "root", "/workspace/root/etc"} {
@@ -274,6 +277,63 @@ func hostile(t *testing.T, e enginetest.Engine, runtime string) {
 			}
 		}
 	})
+}
+
+// execPolicy lets through code the reader cannot see (scripts,
+// interpreters: opaque), and denies rm: what it lets through must still not
+// run rm.
+const execPolicy = `default: allow
+unparseable: deny
+opaque: allow
+rules:
+  - name: no-rm
+    decision: deny
+    reason: files are not deleted here
+    match:
+      command: [rm]
+`
+
+// deniedAtExec: under a policy that denies rm, commands the static reader
+// allows (it cannot read them, and the policy says so be it) but that exec
+// rm fail at the exec with EPERM, the output names the rule, the file
+// survives and the call goes on: the agent's exec guard
+// (agent/execguard), through the real policy engine's exec rules.
+func deniedAtExec(t *testing.T, r *sandboxedtest.Rig) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, tenant+".yaml"), []byte(execPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := policies.Open(dir, policies.Options{NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace", Gate: eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	const s = "execguard"
+	if res := call(t, ts, s, "bash", bash("rm -f x")); !res.IsError || !strings.Contains(res.Text, "denied by policy") {
+		t.Fatalf("the reader should deny a plain rm: %q", res.Text)
+	}
+	for _, cmd := range []string{
+		"printf 'rm victim\\n' > s.sh; sh s.sh",
+		"printf '#!/bin/sh\\nrm -f victim\\n' > s2; chmod +x s2; ./s2",
+		"cp /bin/rm ./del; ./del victim",
+		"ln -sf /bin/rm ./del2; ./del2 victim",
+	} {
+		res := call(t, ts, s, "bash", bash("touch victim; "+cmd+"; echo after; test -e victim && echo survived"))
+		if res.IsError || !strings.Contains(res.Text, "after") || !strings.Contains(res.Text, "survived") ||
+			!strings.Contains(res.Text, "by policy "+tenant+"/no-rm") {
+			log, _ := r.Exec.AgentLog(t.Context(), s)
+			t.Errorf("%s: (error %v)\n%s\nthe agent's log:\n%s", cmd, res.IsError, res.Text, log)
+		}
+	}
+	// What the rules do not name runs as before.
+	if res := call(t, ts, s, "bash", bash("echo fine; ls /workspace >/dev/null && echo listed")); res.Text != "fine\nlisted" {
+		t.Errorf("allowed commands: %q", res.Text)
+	}
 }
 
 var stop2G = make(chan struct{})

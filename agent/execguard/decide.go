@@ -1,0 +1,332 @@
+package execguard
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/shellbox/shellbox/internal/cmdmatch"
+)
+
+// rules are a call's compiled exec rules.
+type rules struct {
+	policy string
+	specs  []cmdmatch.Spec
+	rules  []cmdmatch.Rule
+	// named are the literal program names the rules name (command, and
+	// the first word of a prefix): a file with the content of one of them
+	// goes by that name too.
+	named []string
+}
+
+// compile compiles set; nil or empty: no rules.
+func compile(set *cmdmatch.Set) (*rules, error) {
+	if set == nil || len(set.Rules) == 0 {
+		return &rules{}, nil
+	}
+	if len(set.Rules) > cmdmatch.MaxRules {
+		return nil, fmt.Errorf("%d exec rules, more than %d", len(set.Rules), cmdmatch.MaxRules)
+	}
+	rs := &rules{policy: set.Policy}
+	seen := map[string]bool{}
+	for _, s := range set.Rules {
+		if s.Decision != cmdmatch.Deny && s.Decision != cmdmatch.Ask {
+			return nil, fmt.Errorf("exec rule %q: decision %q is not deny or ask", s.Rule, s.Decision)
+		}
+		r, err := cmdmatch.Compile(s, true, nil)
+		if err != nil {
+			return nil, fmt.Errorf("exec rule %q: %w", s.Rule, err)
+		}
+		rs.specs = append(rs.specs, s)
+		rs.rules = append(rs.rules, r)
+		for n := range r.Names {
+			if !seen[n] {
+				seen[n] = true
+				rs.named = append(rs.named, n)
+			}
+		}
+		for _, p := range r.Prefixes {
+			if !seen[p[0]] {
+				seen[p[0]] = true
+				rs.named = append(rs.named, p[0])
+			}
+		}
+	}
+	return rs, nil
+}
+
+// refusal is a rule's verdict on one exec.
+type refusal struct {
+	Rule, Decision, Reason string
+	// Name is the name the command was matched under.
+	Name string
+}
+
+// decide returns the first rule that refuses argv, run from the file at
+// file (a path the guard can open, "" if unknown), or nil. dir is where
+// a relative path in argv resolves (the process's cwd, as a path the
+// guard can open).
+func (rs *rules) decide(names []string, argv []string, file, dir string, ids *identities) *refusal {
+	if len(rs.rules) == 0 {
+		return nil
+	}
+	if r := rs.decideOne(names, argv, file, ids); r != nil {
+		return r
+	}
+	// A program that runs another without an exec of it: the dynamic
+	// loader (ld-linux-x86-64.so.2 /bin/rm) and a multi-call binary
+	// (busybox rm). What it runs is judged too.
+	if inner, innerFile, ok := runs(names, argv, dir); ok {
+		return rs.decideOne(namesOf(inner, innerFile), inner, innerFile, ids)
+	}
+	return nil
+}
+
+func (rs *rules) decideOne(names []string, argv []string, file string, ids *identities) *refusal {
+	if file != "" && len(rs.named) > 0 {
+		if n := ids.nameOf(file, rs.named); n != "" {
+			names = append(names, n)
+		}
+	}
+	for i := range rs.rules {
+		for _, n := range names {
+			if n == "" {
+				continue
+			}
+			if rs.rules[i].Match(n, argv) {
+				s := &rs.specs[i]
+				return &refusal{Rule: s.Rule, Decision: s.Decision, Reason: s.Reason, Name: n}
+			}
+		}
+	}
+	return nil
+}
+
+// loaderArgs are the dynamic loader's options that take a value.
+var loaderArgs = map[string]bool{"--library-path": true, "--inhibit-rpath": true, "--audit": true, "--preload": true,
+	"--argv0": true, "--glibc-hwcaps-prepend": true, "--glibc-hwcaps-mask": true}
+
+// runs reports the command a loader or multi-call binary among names runs
+// with argv: its argv and (for the loader) the file, as a path the guard
+// can open.
+func runs(names []string, argv []string, dir string) (inner []string, file string, ok bool) {
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "ld-linux") || strings.HasPrefix(n, "ld.so") || strings.HasPrefix(n, "ld-musl"):
+			argv0 := ""
+			i := 1
+			for i < len(argv) && strings.HasPrefix(argv[i], "--") {
+				if argv[i] == "--" {
+					i++
+					break
+				}
+				if loaderArgs[argv[i]] && i+1 < len(argv) {
+					if argv[i] == "--argv0" {
+						argv0 = argv[i+1]
+					}
+					i++
+				}
+				i++
+			}
+			if i >= len(argv) {
+				return nil, "", false
+			}
+			inner = slices.Clone(argv[i:])
+			file = inner[0]
+			if !strings.HasPrefix(file, "/") && dir != "" {
+				file = dir + "/" + file
+			}
+			if argv0 != "" {
+				inner[0] = argv0
+				return inner, file, true
+			}
+			return inner, file, true
+		case n == "busybox" || n == "toybox":
+			if len(argv) < 2 {
+				return nil, "", false
+			}
+			return argv[1:], "", true
+		}
+	}
+	return nil, "", false
+}
+
+// message is the line a refused command's stderr gets.
+func (rs *rules) message(r *refusal, argv []string, killed bool) string {
+	what := "refused"
+	if killed {
+		what = "killed"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "shellbox: exec of `%s` %s by policy %s/%s", clipArgv(argv, 200), what, rs.policy, r.Rule)
+	if r.Decision == cmdmatch.Ask {
+		b.WriteString(" (ask: the reader did not see this command; run it as a call of its own, where it can be approved)")
+	} else if r.Reason != "" {
+		fmt.Fprintf(&b, ": %s", clip(r.Reason, 200))
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// namesOf are the names a command goes by: the basenames of argv[0] and of
+// the path it was run by.
+func namesOf(argv []string, file string) []string {
+	out := make([]string, 0, 3)
+	if len(argv) > 0 {
+		out = append(out, path.Base(argv[0]))
+	}
+	if file != "" {
+		if b := path.Base(file); len(out) == 0 || b != out[0] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func clipArgv(argv []string, n int) string { return clip(strings.Join(argv, " "), n) }
+
+// The programs' standard directories, where a rule's name is looked up
+// for its content (a sandbox image's PATH).
+var binDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// maxHashBytes bounds the files hashed: a program larger than this is not
+// recognized by content.
+const maxHashBytes = 256 << 20
+
+// fileID is what says a file has not changed since it was hashed.
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+func idOf(st *syscall.Stat_t) fileID {
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// identities recognizes the content of named programs: a name's files in
+// binDirs are hashed once (and again if they change), and a file run under
+// another name is hashed only when its size is one of theirs.
+type identities struct {
+	mu     sync.Mutex
+	byName map[string][]program // name -> its files' contents
+	hashes map[fileID][32]byte  // bounded: maxHashes
+}
+
+type program struct {
+	id   fileID
+	hash [32]byte
+}
+
+const maxHashes = 4096
+
+func newIdentities() *identities {
+	return &identities{byName: map[string][]program{}, hashes: map[fileID][32]byte{}}
+}
+
+// nameOf returns the name among names whose program has file's content,
+// "" if none.
+func (ids *identities) nameOf(file string, names []string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return ""
+	}
+	id := idOf(&st)
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	var h [32]byte
+	hashed := false
+	for _, n := range names {
+		for _, p := range ids.programs(n) {
+			if p.id.size != id.size {
+				continue
+			}
+			if p.id == id {
+				return n
+			}
+			if !hashed {
+				var ok bool
+				if h, ok = ids.hash(file, id); !ok {
+					return ""
+				}
+				hashed = true
+			}
+			if h == p.hash {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// programs are name's files in binDirs (each distinct file once).
+func (ids *identities) programs(name string) []program {
+	// The sandbox's root file system is read-only: a name's files are
+	// looked up once.
+	if ps, ok := ids.byName[name]; ok {
+		return ps
+	}
+	var ps []program
+	for _, d := range binDirs {
+		f := d + "/" + name
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		id := idOf(&st)
+		dup := false
+		for _, p := range ps {
+			dup = dup || p.id == id
+		}
+		if dup {
+			continue
+		}
+		if h, ok := ids.hash(f, id); ok {
+			ps = append(ps, program{id: id, hash: h})
+		}
+	}
+	if len(ids.byName) < maxHashes {
+		ids.byName[name] = ps
+	}
+	return ps
+}
+
+// hash is the SHA-256 of file, whose identity is id; ok is false when it
+// cannot be read whole or is larger than maxHashBytes.
+func (ids *identities) hash(file string, id fileID) ([32]byte, bool) {
+	if h, ok := ids.hashes[id]; ok {
+		return h, true
+	}
+	if id.size > maxHashBytes {
+		return [32]byte{}, false
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return [32]byte{}, false
+	}
+	defer f.Close()
+	hw := sha256.New()
+	if n, err := io.Copy(hw, io.LimitReader(f, maxHashBytes+1)); err != nil || n != id.size {
+		return [32]byte{}, false
+	}
+	var h [32]byte
+	copy(h[:], hw.Sum(nil))
+	if len(ids.hashes) >= maxHashes {
+		clear(ids.hashes)
+	}
+	ids.hashes[id] = h
+	return h, true
+}

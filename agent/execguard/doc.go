@@ -1,0 +1,86 @@
+// Package execguard checks every exec of a sandbox's commands against the
+// call's policy rules, whatever syntax, wrapper, runner, variable or script
+// produced it: the second, independent check behind the static reader
+// (policies), which decides before a call runs so that asks reach an
+// approver, but reads only what the command's text shows.
+//
+// # The mechanism, and why
+//
+// A guard process (the agent binary re-executed as `shellbox-agent
+// exec-guard`, started by Start before anything else of the agent's runs)
+// ptrace-seizes every thread of the agent, with PTRACE_O_TRACEFORK,
+// TRACEVFORK and TRACECLONE, so that every process the agent starts, and
+// every process those start, is traced from its birth: there is no window
+// between a fork and the check. The agent then installs, on all its threads
+// (TSYNC), a seccomp filter that answers execve and execveat with
+// SECCOMP_RET_TRACE: every exec of every command stops in the guard before
+// the kernel runs it. The guard reads the path and argv from the process's
+// memory, matches them against the call's rules (internal/cmdmatch, the
+// same matcher the reader uses), and lets the exec go on or makes it fail
+// with EPERM (the system call skipped), and the call goes on. A denial is
+// reported to the agent, which writes its line into the call's stderr (so
+// the result says which rule and which command) and its log; before a
+// call's result is built the agent waits for the guard to have reported
+// everything of the call's tree (Guard.Watch's release).
+//
+// The alternatives, and why not:
+//   - A seccomp user-notification supervisor: gVisor accepts no filter flag
+//     but TSYNC (pkg/sentry/syscalls/linux/sys_seccomp.go), so
+//     SECCOMP_FILTER_FLAG_NEW_LISTENER fails there; one mechanism for runc,
+//     gVisor and pods is worth more. RET_TRACE is implemented by gVisor.
+//   - A Landlock execute allowlist per call: Landlock decides by path, not
+//     argv (`git push --force` against `git status`), gVisor has no Landlock,
+//     and an allowlist of every permitted binary is not what a deny rule says.
+//   - An LSM: not present in pods nor under gVisor, and needs the host.
+//
+// The tracer must be a process of its own started before the agent's
+// DenyTracing filter (agent/notrace), which refuses ptrace to the agent and
+// everything it starts: that filter keeps the commands from tracing each
+// other, and the guard is outside it.
+//
+// # What is checked, and the races
+//
+// At the seccomp stop (before the exec): the names the command goes by, the
+// basename of argv[0] and of the path, and, when the file's content is that
+// of a program a rule names (a copy or a link of /usr/bin/rm under another
+// name: same size, then the same SHA-256), that program's name; then argv,
+// against each deny and ask rule (an ask rule's command the reader saw in
+// an approved call is not among them: the approver saw it). Another thread
+// of the same address space (or a vfork parent) could change argv after
+// the guard read it and before the kernel copies it; so at
+// PTRACE_EVENT_EXEC, when the new image exists and no other thread of it
+// does, the guard checks again what did run, from /proc/<pid>/cmdline and
+// /proc/<pid>/exe, and kills the process (SIGKILL) if a rule refuses it.
+//
+// Exempt: the first exec of each process the agent starts (the agent's own
+// choice of program, the Landlock shim or bash), and an exec whose argv is
+// exactly the one the agent started the call with (the shim's exec of
+// bash): the reader judged that command line.
+//
+// Programs that run another without an exec of it are read for what they
+// run: the dynamic loader (ld-linux-x86-64.so.2 [--argv0 x] /bin/rm) and
+// busybox or toybox applets (busybox rm).
+//
+// What it cannot see: what an interpreter does through its own system
+// calls (python3 deleting files with os.remove is not an exec), as before
+// (docs/security.md); a program changed by one byte is not known by its
+// content.
+// Only amd64: 32-bit and x32 execs are refused outright by the filter.
+//
+// # The guard's privileges
+//
+// It runs as the agent's user (root in a container without
+// CAP_SYS_PTRACE; a pod's non-root user) and reads the commands' memory,
+// files and /proc links with its file-system uid and gid set to theirs (on
+// its tracing thread; under gVisor, whose setfsuid changes nothing, that
+// thread's real and effective ids), so it reaches nothing they could not.
+// It is started before the agent empties its capability bounding set: a
+// tracer's permitted capabilities must hold its tracee's. Commands cannot trace it (DenyTracing) nor, where they run
+// as another uid, signal it. If it dies, every exec fails (ENOSYS from the
+// filter with no tracer): closed, not open. Under --no-setuid (pods) the
+// commands share its uid and may kill it, which breaks only their own
+// sandbox's execs.
+//
+// The cost per exec (stops at fork, exec and exit, and the reads) is
+// measured by BenchmarkExecLoop: docs/benchmarks.md.
+package execguard

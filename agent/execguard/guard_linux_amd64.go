@@ -1,0 +1,759 @@
+//go:build linux && amd64
+
+package execguard
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shellbox/shellbox/internal/cmdmatch"
+)
+
+// ptrace(2) requests, options and events not all in x/sys/unix.
+const (
+	ptraceSeize  = 0x4206
+	ptraceListen = 0x4208
+
+	optTraceFork    = 0x2
+	optTraceVfork   = 0x4
+	optTraceClone   = 0x8
+	optTraceExec    = 0x10
+	optTraceSeccomp = 0x80
+
+	evFork    = 1
+	evVfork   = 2
+	evClone   = 3
+	evExec    = 4
+	evSeccomp = 7
+	evStop    = 128
+
+	sysExecve   = 59
+	sysExecveat = 322
+)
+
+// seizeOptions follow every process and thread, and stop at execs.
+const seizeOptions = optTraceFork | optTraceVfork | optTraceClone | optTraceExec | optTraceSeccomp
+
+// Bounds of what the guard reads and keeps.
+const (
+	maxArgvBytes = 4 << 20 // argv and path of one exec, as the kernel bounds them (ARG_MAX)
+	maxArgs      = 1 << 17
+	maxWatches   = 4096 // registrations not yet claimed, and leaders known gone
+	// parkTimeout bounds how long an exec waits for its call's rules
+	// (which the agent sends as soon as the leader has started).
+	parkTimeout = 10 * time.Second
+)
+
+// Arg is the first argument that makes shellbox-agent the guard.
+const Arg = "exec-guard"
+
+// tracee is what the guard knows of one traced thread.
+type tracee struct {
+	agent bool // a thread of the agent
+	call  *call
+	// fresh: a process the agent started, before its first exec.
+	fresh bool
+	// skipExec: the exec it stopped at was exempt; its PTRACE_EVENT_EXEC
+	// is not checked again.
+	skipExec bool
+	// placeholder: seen at its first stop before its parent's fork event.
+	placeholder bool
+	// newborn: named by its parent's event, its own first stop not seen.
+	newborn bool
+}
+
+// call is one call's process tree, named by its leader.
+type call struct {
+	leader int
+	argv   []string
+	rules  *rules // nil until the agent's watch arrives
+}
+
+type guard struct {
+	agentPID int
+	out      chan report // to the agent, bounded; dropped when full
+	logf     func(string, ...any)
+	ids      *identities
+
+	tracees map[int]*tracee
+	parked  map[int]time.Time // tids stopped at an exec, waiting
+
+	mu      sync.Mutex
+	watches map[int]*watch // by leader pid, not yet claimed
+	gone    map[int]bool   // leaders that exited before their watch came
+	order   []int          // of watches and gone, oldest first
+}
+
+// Main runs the guard process: args are what follows Arg. Its fd 3 is the
+// socket to the agent, its parent the agent. It returns when the agent
+// closes the socket.
+func Main(args []string, stderr io.Writer) int {
+	runtime.LockOSThread() // every ptrace request comes from this thread
+	fs := flag.NewFlagSet(Arg, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fsuid := fs.Int("fsuid", -1, "file-system uid to read the commands' memory and files as")
+	fsgid := fs.Int("fsgid", -1, "file-system gid, likewise")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	conn := os.NewFile(3, "exec-guard")
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "shellbox-agent exec-guard: "+format+"\n", a...) }
+	g := &guard{agentPID: os.Getppid(), out: make(chan report, 256), logf: logf, ids: newIdentities(),
+		tracees: map[int]*tracee{}, parked: map[int]time.Time{}, watches: map[int]*watch{}, gone: map[int]bool{}}
+	// The agent names this process its tracer (PR_SET_PTRACER, for Yama's
+	// ptrace_scope 1, which gVisor applies) and then says go.
+	var goAhead watch
+	if err := readFrame(conn, &goAhead); err != nil {
+		logf("no go-ahead from the agent: %v", err)
+		return 1
+	}
+	if err := g.seizeAgent(); err != nil {
+		writeFrame(conn, report{Failed: err.Error()})
+		return 1
+	}
+	// Non-dumpable: no process without CAP_SYS_PTRACE reads this one's
+	// memory or fds.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// The commands' memory, files and /proc links are opened as their
+	// user: the kernel's check (ptrace_may_access with
+	// PTRACE_MODE_FSCREDS) compares the file-system uid and gid with
+	// theirs. Where the file-system ids cannot be set apart (gVisor's
+	// setfsuid changes nothing), the guard becomes their user whole; they
+	// may then signal it, which ends only their own execs.
+	if err := actAs(*fsuid, *fsgid); err != nil {
+		writeFrame(conn, report{Failed: err.Error()})
+		return 1
+	}
+	if err := writeFrame(conn, report{Ready: true}); err != nil {
+		return 1
+	}
+	go func() {
+		for r := range g.out {
+			if writeFrame(conn, r) != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			var w watch
+			if err := readFrame(conn, &w); err != nil {
+				if !errors.Is(err, io.EOF) {
+					logf("reading from the agent: %v", err)
+				}
+				// The agent is gone or closed the guard: the tracees are
+				// detached as this process exits.
+				os.Exit(0)
+			}
+			if w.Sync != 0 {
+				// After every refusal told so far: tell queues a refusal
+				// before its process goes on.
+				g.out <- report{Sync: w.Sync}
+				continue
+			}
+			g.addWatch(&w)
+		}
+	}()
+	g.loop()
+	return 0
+}
+
+// seizeAgent seizes every thread of the agent, again until a pass finds
+// no new one: a thread a seized one creates is traced from its birth
+// (PTRACE_O_TRACECLONE), one made by a thread not yet seized is found by
+// the next pass.
+func (g *guard) seizeAgent() error {
+	for pass := 0; ; pass++ {
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(g.agentPID) + "/task")
+		if err != nil {
+			return fmt.Errorf("list the agent's threads: %w", err)
+		}
+		added := 0
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if _, ok := g.tracees[tid]; ok {
+				continue
+			}
+			_, _, errno := unix.Syscall6(unix.SYS_PTRACE, ptraceSeize, uintptr(tid), 0, seizeOptions, 0, 0)
+			if errno == unix.ESRCH {
+				continue
+			}
+			if errno != 0 {
+				return fmt.Errorf("ptrace(PTRACE_SEIZE) the agent's thread %d: %w", tid, errno)
+			}
+			g.tracees[tid] = &tracee{agent: true}
+			added++
+		}
+		if added == 0 {
+			return nil
+		}
+		if pass > 100 {
+			return errors.New("the agent's threads kept changing while they were seized")
+		}
+	}
+}
+
+// addWatch takes the agent's registration of a call's leader.
+func (g *guard) addWatch(w *watch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone[w.PID] {
+		delete(g.gone, w.PID)
+		return
+	}
+	g.watches[w.PID] = w
+	g.remember(w.PID)
+}
+
+// remember records pid in the bounded order of watches and gone.
+func (g *guard) remember(pid int) {
+	g.order = append(g.order, pid)
+	for len(g.order) > maxWatches {
+		old := g.order[0]
+		g.order = g.order[1:]
+		if !slices.Contains(g.order, old) {
+			delete(g.watches, old)
+			delete(g.gone, old)
+		}
+	}
+}
+
+// claim returns the rules of c, from its watch if it has come; false: not
+// yet.
+func (g *guard) claim(c *call) (*rules, bool) {
+	if c.rules != nil {
+		return c.rules, true
+	}
+	g.mu.Lock()
+	w, ok := g.watches[c.leader]
+	delete(g.watches, c.leader)
+	g.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	rs, err := compile(w.Rules)
+	if err != nil {
+		// Rules that do not compile refuse everything but the start.
+		g.logf("call of pid %d: %v: every exec is refused", c.leader, err)
+		rs = &rules{policy: "(invalid)", specs: []cmdmatch.Spec{{Rule: "invalid-rules", Decision: cmdmatch.Deny, Reason: err.Error()}},
+			rules: []cmdmatch.Rule{{}}} // no matcher: matches every command
+	}
+	c.rules, c.argv = rs, w.Argv
+	return rs, true
+}
+
+// leaderGone forgets a leader that exited.
+func (g *guard) leaderGone(pid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.watches[pid]; ok {
+		delete(g.watches, pid)
+		return
+	}
+	g.gone[pid] = true
+	g.remember(pid)
+}
+
+func (g *guard) loop() {
+	for {
+		flags := unix.WALL
+		if len(g.parked) > 0 {
+			flags |= unix.WNOHANG
+		}
+		var ws unix.WaitStatus
+		tid, err := unix.Wait4(-1, &ws, flags, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.ECHILD:
+			// Nothing traced (the agent is gone).
+			time.Sleep(50 * time.Millisecond)
+			continue
+		case err != nil:
+			g.logf("wait4: %v", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		case tid == 0:
+			g.retryParked()
+			if len(g.parked) > 0 {
+				time.Sleep(200 * time.Microsecond)
+			}
+			continue
+		}
+		g.handle(tid, ws)
+		if len(g.parked) > 0 {
+			g.retryParked()
+		}
+	}
+}
+
+func (g *guard) handle(tid int, ws unix.WaitStatus) {
+	if ws.Exited() || ws.Signaled() {
+		t := g.tracees[tid]
+		delete(g.tracees, tid)
+		delete(g.parked, tid)
+		if t != nil && t.call != nil && t.call.leader == tid {
+			g.leaderGone(tid)
+		}
+		return
+	}
+	if !ws.Stopped() {
+		return
+	}
+	sig := ws.StopSignal()
+	ev := int(uint32(ws)>>16) & 0xff
+	t := g.tracees[tid]
+	switch {
+	case ev == evStop:
+		if t == nil {
+			// A new process or thread, stopped before its parent's event
+			// named it: known by then.
+			g.tracees[tid] = &tracee{placeholder: true}
+			cont(tid, 0)
+			return
+		}
+		switch sig {
+		case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+			if t.placeholder || t.isNew() {
+				cont(tid, 0)
+				return
+			}
+			// A group-stop: stay stopped, as without a tracer.
+			unix.Syscall6(unix.SYS_PTRACE, ptraceListen, uintptr(tid), 0, 0, 0, 0)
+		default:
+			cont(tid, 0)
+		}
+	case sig == unix.SIGTRAP && (ev == evFork || ev == evVfork || ev == evClone):
+		msg, err := unix.PtraceGetEventMsg(tid)
+		if err == nil {
+			g.born(t, int(msg), ev)
+		}
+		cont(tid, 0)
+	case sig == unix.SIGTRAP && ev == evSeccomp:
+		g.exec(tid, t)
+	case sig == unix.SIGTRAP && ev == evExec:
+		g.execed(tid)
+	case sig == unix.SIGTRAP && ev != 0:
+		cont(tid, 0)
+	default:
+		// A signal on its way to the tracee: deliver it.
+		cont(tid, int(sig))
+	}
+}
+
+// isNew is true for a tracee created by its parent's event whose own first
+// stop has not been seen (it is marked seen then).
+func (t *tracee) isNew() bool {
+	if t.newborn {
+		t.newborn = false
+		return true
+	}
+	return false
+}
+
+// born records child, created by parent's fork, vfork or clone (ev).
+func (g *guard) born(parent *tracee, child int, ev int) {
+	var nt tracee
+	switch {
+	case parent == nil:
+		return
+	case parent.agent && ev == evClone:
+		nt.agent = true // a thread of the agent
+	case parent.agent:
+		// A process the agent starts: a call's leader.
+		nt.call, nt.fresh = &call{leader: child}, true
+		g.mu.Lock()
+		delete(g.gone, child)
+		g.mu.Unlock()
+	default:
+		nt.call = parent.call
+	}
+	if old, ok := g.tracees[child]; ok && old.placeholder {
+		// Its first stop came first and was let go.
+		g.tracees[child] = &nt
+		return
+	}
+	nt.newborn = true
+	g.tracees[child] = &nt
+}
+
+func cont(tid, sig int) {
+	unix.PtraceCont(tid, sig)
+}
+
+// retryParked tries the parked execs again; one waiting too long is refused.
+func (g *guard) retryParked() {
+	for tid, since := range g.parked {
+		t := g.tracees[tid]
+		if t == nil {
+			delete(g.parked, tid)
+			continue
+		}
+		if time.Since(since) > parkTimeout {
+			delete(g.parked, tid)
+			g.refuseUnknown(tid, t)
+			continue
+		}
+		g.exec(tid, t)
+	}
+}
+
+// exec decides an exec tid is stopped at (its seccomp stop).
+func (g *guard) exec(tid int, t *tracee) {
+	if t == nil || t.placeholder || (!t.agent && t.call == nil) {
+		g.park(tid)
+		return
+	}
+	t.skipExec = false
+	if t.agent {
+		cont(tid, 0)
+		return
+	}
+	if t.fresh {
+		// The agent's own exec of what it starts.
+		t.fresh, t.skipExec = false, true
+		delete(g.parked, tid)
+		cont(tid, 0)
+		return
+	}
+	rs, ok := g.claim(t.call)
+	if !ok {
+		g.park(tid)
+		return
+	}
+	delete(g.parked, tid)
+	var regs unix.PtraceRegs
+	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+		return // gone
+	}
+	if len(rs.rules) == 0 {
+		cont(tid, 0)
+		return
+	}
+	var pathPtr, argvPtr uint64
+	dirfd, flags := int(unix.AT_FDCWD), 0
+	switch regs.Orig_rax {
+	case sysExecve:
+		pathPtr, argvPtr = regs.Rdi, regs.Rsi
+	case sysExecveat:
+		dirfd, pathPtr, argvPtr, flags = int(int32(regs.Rdi)), regs.Rsi, regs.Rdx, int(regs.R8)
+	default:
+		cont(tid, 0)
+		return
+	}
+	m := openMem(tid)
+	defer m.close()
+	budget := maxArgvBytes
+	p, err := m.str(pathPtr, &budget)
+	var argv []string
+	if err == nil {
+		argv, err = m.argv(argvPtr, &budget)
+	}
+	if err != nil {
+		g.refuse(tid, t, &regs, rs, &refusal{Rule: "exec-check", Decision: "deny",
+			Reason: "the exec check could not read the command: " + err.Error()}, argv)
+		return
+	}
+	if tid == t.call.leader && slices.Equal(argv, t.call.argv) {
+		// The shim's exec of the command line the reader judged.
+		t.skipExec = true
+		cont(tid, 0)
+		return
+	}
+	file := procPath(tid, dirfd, p, flags)
+	if r := rs.decide(namesOf(argv, p), argv, file, "/proc/"+strconv.Itoa(tid)+"/cwd", g.ids); r != nil {
+		g.refuse(tid, t, &regs, rs, r, argv)
+		return
+	}
+	cont(tid, 0)
+}
+
+func (g *guard) park(tid int) {
+	if _, ok := g.parked[tid]; !ok {
+		g.parked[tid] = time.Now()
+	}
+}
+
+// refuseUnknown refuses an exec of a process whose call's rules never came.
+func (g *guard) refuseUnknown(tid int, t *tracee) {
+	var regs unix.PtraceRegs
+	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+		return
+	}
+	rs := &rules{policy: "(unknown)"}
+	g.refuse(tid, t, &regs, rs, &refusal{Rule: "exec-check", Decision: "deny",
+		Reason: fmt.Sprintf("no rules for this process's call came within %s", parkTimeout)}, nil)
+}
+
+// refuse makes the exec tid is stopped at fail with EPERM, and says so.
+func (g *guard) refuse(tid int, t *tracee, regs *unix.PtraceRegs, rs *rules, r *refusal, argv []string) {
+	regs.Orig_rax = ^uint64(0)                  // skip the system call
+	regs.Rax = uint64(^uintptr(unix.EPERM) + 1) // -EPERM
+	if err := unix.PtraceSetRegs(tid, regs); err != nil {
+		// It cannot be made to fail: it must not run.
+		unix.Kill(tid, unix.SIGKILL)
+	}
+	g.tell(tid, t, rs, r, argv, false)
+	cont(tid, 0)
+}
+
+// execed re-checks, at PTRACE_EVENT_EXEC, what did run: the new image's
+// argv and executable, which nothing can change any more.
+func (g *guard) execed(tid int) {
+	if msg, err := unix.PtraceGetEventMsg(tid); err == nil && int(msg) != tid {
+		// A thread other than the leader exec'd and took the leader's pid.
+		if t, ok := g.tracees[int(msg)]; ok {
+			g.tracees[tid] = t
+			delete(g.tracees, int(msg))
+		}
+	}
+	t := g.tracees[tid]
+	if t == nil || t.agent || t.skipExec || t.call == nil || t.call.rules == nil || len(t.call.rules.rules) == 0 {
+		if t != nil {
+			t.skipExec = false
+		}
+		cont(tid, 0)
+		return
+	}
+	rs := t.call.rules
+	proc := "/proc/" + strconv.Itoa(tid)
+	argv, err := readCmdline(proc + "/cmdline")
+	exe, _ := os.Readlink(proc + "/exe")
+	var r *refusal
+	if err != nil {
+		r = &refusal{Rule: "exec-check", Decision: "deny", Reason: "the exec check could not read what ran: " + err.Error()}
+	} else {
+		r = rs.decide(namesOf(argv, exe), argv, proc+"/exe", proc+"/cwd", g.ids)
+	}
+	if r != nil {
+		unix.Kill(tid, unix.SIGKILL)
+		g.tell(tid, t, rs, r, argv, true)
+	}
+	cont(tid, 0)
+}
+
+// tell reports a refusal to the agent, which writes its line into the
+// call's stderr and its log.
+func (g *guard) tell(tid int, t *tracee, rs *rules, r *refusal, argv []string, killed bool) {
+	rep := report{PID: tid, Policy: rs.policy, Rule: r.Rule, Decision: r.Decision, Argv: clipList(argv), Killed: killed,
+		Why: r.Reason, Line: rs.message(r, argv, killed)}
+	if t.call != nil {
+		rep.Leader = t.call.leader
+	}
+	select {
+	case g.out <- rep:
+	default:
+		// The agent is behind: this refusal is not told (the exec still
+		// failed).
+	}
+}
+
+// clipList bounds argv for a report.
+func clipList(argv []string) []string {
+	if len(argv) > 32 {
+		argv = argv[:32]
+	}
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = clip(a, 256)
+	}
+	return out
+}
+
+// procPath is a path the guard can open for the file an exec names, as the
+// tracee resolves it: through its root, its cwd, or its dirfd.
+func procPath(tid, dirfd int, p string, flags int) string {
+	proc := "/proc/" + strconv.Itoa(tid)
+	switch {
+	case p == "" && flags&unix.AT_EMPTY_PATH != 0:
+		return proc + "/fd/" + strconv.Itoa(dirfd)
+	case p == "":
+		return ""
+	case p[0] == '/':
+		return proc + "/root" + p
+	case dirfd == unix.AT_FDCWD:
+		return proc + "/cwd/" + p
+	default:
+		return proc + "/fd/" + strconv.Itoa(dirfd) + "/" + p
+	}
+}
+
+// readCmdline reads a /proc/<pid>/cmdline, bounded.
+func readCmdline(file string) ([]string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxArgvBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxArgvBytes {
+		return nil, fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
+	}
+	b = bytes.TrimSuffix(b, []byte{0})
+	if len(b) == 0 {
+		return nil, nil
+	}
+	parts := bytes.Split(b, []byte{0})
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = string(p)
+	}
+	return out, nil
+}
+
+// mem reads a stopped tracee's memory: /proc/<tid>/mem, or word by word
+// with PTRACE_PEEKDATA where that cannot be opened.
+type mem struct {
+	tid int
+	f   *os.File
+}
+
+func openMem(tid int) *mem {
+	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/mem")
+	if err != nil {
+		f = nil
+	}
+	return &mem{tid: tid, f: f}
+}
+
+func (m *mem) close() {
+	if m.f != nil {
+		m.f.Close()
+	}
+}
+
+func (m *mem) read(addr uint64, b []byte) (int, error) {
+	if m.f != nil {
+		n, err := m.f.ReadAt(b, int64(addr))
+		if n > 0 || err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		return 0, err
+	}
+	return unix.PtracePeekData(m.tid, uintptr(addr), b)
+}
+
+// str reads a NUL-terminated string at addr, charging budget.
+func (m *mem) str(addr uint64, budget *int) (string, error) {
+	if addr == 0 {
+		return "", errors.New("a null pointer")
+	}
+	var out []byte
+	var buf [512]byte
+	for {
+		// Not past the page's end in one read: the next may be unmapped.
+		n := min(len(buf), int(4096-addr%4096))
+		got, err := m.read(addr, buf[:n])
+		if got == 0 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return "", fmt.Errorf("read at %#x: %w", addr, err)
+		}
+		if i := bytes.IndexByte(buf[:got], 0); i >= 0 {
+			out = append(out, buf[:i]...)
+			*budget -= i + 1
+			if *budget < 0 {
+				return "", fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
+			}
+			return string(out), nil
+		}
+		out = append(out, buf[:got]...)
+		*budget -= got
+		if *budget < 0 {
+			return "", fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
+		}
+		addr += uint64(got)
+	}
+}
+
+// argv reads a NULL-terminated array of string pointers at addr.
+func (m *mem) argv(addr uint64, budget *int) ([]string, error) {
+	var out []string
+	if addr == 0 {
+		return nil, nil // Linux runs it with an empty argv
+	}
+	var buf [8 * 64]byte
+	for {
+		n := min(len(buf), int(4096-addr%4096))
+		got, err := m.read(addr, buf[:n])
+		got -= got % 8
+		if got == 0 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read at %#x: %w", addr, err)
+		}
+		for i := 0; i < got; i += 8 {
+			p := uint64(buf[i]) | uint64(buf[i+1])<<8 | uint64(buf[i+2])<<16 | uint64(buf[i+3])<<24 |
+				uint64(buf[i+4])<<32 | uint64(buf[i+5])<<40 | uint64(buf[i+6])<<48 | uint64(buf[i+7])<<56
+			if p == 0 {
+				return out, nil
+			}
+			if len(out) >= maxArgs {
+				return nil, fmt.Errorf("more than %d arguments", maxArgs)
+			}
+			s, err := m.str(p, budget)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		addr += uint64(got)
+	}
+}
+
+// actAs sets this thread's file-system uid and gid (-1: leave), or, where
+// they do not take, this thread's real and effective ids (the saved ones
+// stay root's). This thread alone (the raw system calls, not Go's, which
+// change every thread): the guard's other threads stay the agent's user,
+// and count against no limit of the commands' user (RLIMIT_NPROC).
+func actAs(uid, gid int) error {
+	if uid < 0 && gid < 0 {
+		return nil
+	}
+	if gid >= 0 {
+		unix.Setfsgid(gid)
+	}
+	if uid >= 0 {
+		unix.Setfsuid(uid)
+	}
+	// setfsuid(-1) changes nothing and returns the current fsuid.
+	curU, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	curG, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	if (uid < 0 || int(curU) == uid) && (gid < 0 || int(curG) == gid) {
+		return nil
+	}
+	keep := ^uintptr(0) // -1: unchanged
+	if gid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), keep); e != 0 {
+			return fmt.Errorf("exec guard: setresgid(%d): %w", gid, e)
+		}
+	}
+	if uid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), keep); e != 0 {
+			return fmt.Errorf("exec guard: setresuid(%d): %w", uid, e)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+//go:build linux && amd64
+
+package execguard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/internal/cmdmatch"
+)
+
+// The tests run commands in a child process of the test binary that plays
+// the agent (childMain): it starts the guard, installs the filter, and
+// runs each case with a local executor whose ExecGuard is the guard. The
+// test process itself is never traced, and nothing it does afterwards
+// needs a tracer.
+
+const childEnv = "SHELLBOX_EXECGUARD_CHILD"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == Arg {
+		os.Exit(Main(os.Args[2:], os.Stderr))
+	}
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(childMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// gcase is one command the child runs; gresult what came of it.
+type gcase struct {
+	Command string        `json:"command"`
+	Rules   *cmdmatch.Set `json:"rules,omitempty"`
+}
+
+type gresult struct {
+	Stdout, Stderr string
+	ExitCode       int
+	Signal         string
+	Err            string
+	Seconds        float64
+}
+
+// childMain is the agent stand-in: mode "guard" or "none"; cases on stdin,
+// results on stdout, one JSON each. Its working directory is the root.
+func childMain(mode string) int {
+	logger := log.New(os.Stderr, "child: ", 0)
+	var g *Guard
+	if mode == "guard" {
+		var err error
+		if g, err = Start(-1, -1, logger.Printf); err != nil {
+			fmt.Fprintln(os.Stderr, "START:", err)
+			return 3
+		}
+		if err := InstallFilter(); err != nil {
+			fmt.Fprintln(os.Stderr, "FILTER:", err)
+			return 3
+		}
+	}
+	root, _ := os.Getwd()
+	cfg := local.Config{Root: root, Home: root, SpillDir: filepath.Join(root, ".spill"), Cgroup: local.CgroupOff}
+	if g != nil {
+		cfg.ExecGuard = g
+	}
+	e, err := local.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "NEW:", err)
+		return 3
+	}
+	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
+	for {
+		var c gcase
+		if err := dec.Decode(&c); err != nil {
+			return 0
+		}
+		spec, err := e.Resolve(context.Background(), executor.Request{Session: "s", Shell: executor.Bash, Command: c.Command,
+			Timeout: 60 * time.Second, ExecRules: c.Rules})
+		var r gresult
+		if err == nil {
+			t0 := time.Now()
+			var res executor.Result
+			res, err = e.Run(context.Background(), spec)
+			r = gresult{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, Signal: res.Signal, Seconds: time.Since(t0).Seconds()}
+		}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		enc.Encode(r)
+	}
+}
+
+// runChild runs cases in a child in mode, in dir; it fails t (or skips it
+// where this host cannot trace, outside CI) on the child's failure.
+func runChild(tb testing.TB, mode, dir string, cases []gcase) []gresult {
+	tb.Helper()
+	var in bytes.Buffer
+	for _, c := range cases {
+		json.NewEncoder(&in).Encode(c)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	cmd.Dir = dir
+	cmd.Stdin = &in
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(errb.String(), "START:") && os.Getenv("CI") == "" {
+			tb.Skipf("this host cannot run the exec guard (outside CI, skipped): %s", errb.String())
+		}
+		tb.Fatalf("child: %v\n%s", err, errb.String())
+	}
+	var rs []gresult
+	dec := json.NewDecoder(&out)
+	for {
+		var r gresult
+		if err := dec.Decode(&r); err == io.EOF {
+			break
+		} else if err != nil {
+			tb.Fatalf("child's output: %v\n%s", err, out.String())
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) != len(cases) {
+		tb.Fatalf("%d results for %d cases; child's stderr:\n%s", len(rs), len(cases), errb.String())
+	}
+	return rs
+}
+
+func denyRm() *cmdmatch.Set {
+	return &cmdmatch.Set{Policy: "acme", Rules: []cmdmatch.Spec{
+		{Rule: "no-rm", Decision: cmdmatch.Deny, Reason: "files are not deleted here", Command: []string{"rm", "unlink", "shred"}},
+		{Rule: "no-force-push", Decision: cmdmatch.Deny, Prefix: []string{"git push --force"}},
+		{Rule: "ask-curl", Decision: cmdmatch.Ask, Command: []string{"curl"}},
+	}}
+}
+
+// TestDeniedAtExec: whatever produced the exec, a denied command fails
+// with EPERM, its stderr names the rule, the file survives, and the call
+// goes on. One case per class the reader was bypassed by (and siblings).
+func TestDeniedAtExec(t *testing.T) {
+	rm, err := exec.LookPath("rm")
+	if err != nil {
+		t.Skip("no rm")
+	}
+	dir := t.TempDir()
+	classes := []struct{ name, cmd string }{
+		{"plain", "rm victim"},
+		{"command substitution", "$(echo rm) victim"},
+		{"variable", "r=rm; $r victim"},
+		{"tilde", "HOME=" + filepath.Dir(rm) + "; ~/rm victim"},
+		{"brace split by a quote", `/bin/{r''m,x} victim 2>/dev/null; /usr/bin/r''m victim`},
+		{"glob", "/usr/bin/r? victim"},
+		{"heredoc backslash layer", "bash <<EOF\n\\rm victim\nEOF"},
+		{"sh script", "printf 'rm victim\\n' > s.sh; sh s.sh"},
+		{"dash -c", "dash -c 'rm victim' || sh -c 'rm victim'"},
+		{"arithmetic", "a[$(rm victim)]=1; echo $((a[0]))"},
+		{"env runner", "env rm victim"},
+		{"xargs", "echo victim | xargs rm"},
+		{"find -exec", "find . -maxdepth 1 -name victim -exec rm {} \\;"},
+		{"editor variable", "EDITOR=rm; $EDITOR victim"},
+		{"eval", "eval 'r''m victim'"},
+		{"exec builtin", "(exec rm victim)"},
+		{"python", "python3 -c 'import os; os.execvp(\"rm\", [\"rm\", \"victim\"])'"},
+		{"copy by another name", "cp " + rm + " ./del; ./del victim"},
+		{"symlink", "ln -sf " + rm + " ./del2; ./del2 victim"},
+		{"absolute path", rm + " victim"},
+		{"unlink", "unlink victim"},
+		{"git option spelling", "git push --forc origin main"},
+		{"the dynamic loader", "$(ls /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -1) " + rm + " victim"},
+		{"the loader with --argv0", "$(ls /lib64/ld-linux-x86-64.so.2 2>/dev/null | head -1) --argv0 ls " + rm + " victim"},
+		{"exec -a", "(exec -a ls rm victim)"},
+		{"hard link", "ln " + rm + " ./hl 2>/dev/null || cp " + rm + " ./hl; ./hl victim"},
+	}
+	var cases []gcase
+	for _, c := range classes {
+		cases = append(cases, gcase{Command: "touch victim; " + c.cmd + "; echo after; test -e victim && echo survived", Rules: denyRm()})
+	}
+	// Without the guard the same cases delete the file: the test sees it.
+	if r := runChild(t, "none", dir, cases[:1])[0]; strings.Contains(r.Stdout, "survived") {
+		t.Fatalf("without the guard rm did not delete: %+v", r)
+	}
+	rs := runChild(t, "guard", dir, cases)
+	t.Logf("what the plain case shows: %q", rs[0].Stderr)
+	for i, c := range classes {
+		r := rs[i]
+		t.Run(c.name, func(t *testing.T) {
+			if r.Err != "" {
+				t.Fatalf("%s: %s", c.cmd, r.Err)
+			}
+			if !strings.Contains(r.Stdout, "after") || !strings.Contains(r.Stdout, "survived") {
+				t.Errorf("%s: the file is gone or the call stopped:\nstdout %q\nstderr %q", c.cmd, r.Stdout, r.Stderr)
+			}
+			want := "by policy acme/no-rm"
+			if strings.HasPrefix(c.cmd, "git") {
+				want = "by policy acme/no-force-push"
+			}
+			if !strings.Contains(r.Stderr, want) {
+				t.Errorf("%s: stderr does not name the rule (%s):\n%s", c.cmd, want, r.Stderr)
+			}
+		})
+	}
+}
+
+// TestAskUnseenRefused: an ask rule's command the reader did not see is
+// refused with a reason that says to run it as a call of its own.
+func TestAskUnseenRefused(t *testing.T) {
+	rs := runChild(t, "guard", t.TempDir(), []gcase{{Command: "c=curl; $c --version >/dev/null; echo rc=$?", Rules: denyRm()}})
+	if !strings.Contains(rs[0].Stdout, "rc=126") && !strings.Contains(rs[0].Stdout, "rc=1") {
+		t.Errorf("curl ran: %+v", rs[0])
+	}
+	if !strings.Contains(rs[0].Stderr, "acme/ask-curl") || !strings.Contains(rs[0].Stderr, "run it as a call of its own") {
+		t.Errorf("stderr: %q", rs[0].Stderr)
+	}
+}
+
+// TestAllowedRunsAsBefore: what no rule refuses runs, with the same output
+// and exit status as without the guard; and with no rules, everything
+// does, rm included.
+func TestAllowedRunsAsBefore(t *testing.T) {
+	cmds := []gcase{
+		{Command: "echo hi; ls / >/dev/null; printf '%s\\n' a b | sort -r; exit 3", Rules: denyRm()},
+		{Command: "touch f; rm f; test -e f || echo gone"},
+		{Command: "sleep 0.1 & wait; (sh -c 'kill -STOP $$; echo resumed' & p=$!; sleep 0.2; kill -CONT $p; wait $p)", Rules: denyRm()},
+		{Command: "git --version >/dev/null && echo git-ok", Rules: denyRm()},
+	}
+	dir := t.TempDir()
+	with := runChild(t, "guard", dir, cmds)
+	without := runChild(t, "none", dir, cmds)
+	for i := range cmds {
+		if with[i].Stdout != without[i].Stdout || with[i].ExitCode != without[i].ExitCode || with[i].Err != without[i].Err {
+			t.Errorf("%q:\nwith the guard    %+v\nwithout the guard %+v", cmds[i].Command, with[i], without[i])
+		}
+	}
+	if !strings.Contains(with[1].Stdout, "gone") {
+		t.Errorf("with no rules rm did not run: %+v", with[1])
+	}
+}
+
+// BenchmarkExecLoop: the guard's cost per exec, side by side: `for i in
+// $(seq 1000); do /bin/true; done` (1000 forks and execs) without and with
+// it, alternately, each run in a fresh agent stand-in (so load on the
+// machine hits both alike), under a rule set that names rm (every exec is
+// read and matched). Reports the median time per fork and exec of each,
+// and the median of the pairwise differences.
+func BenchmarkExecLoop(b *testing.B) {
+	loop := []gcase{{Command: "for i in $(seq 1000); do /bin/true; done", Rules: benchRules()}}
+	var none, guard, added []float64
+	for range b.N {
+		n := runChild(b, "none", b.TempDir(), loop)[0]
+		g := runChild(b, "guard", b.TempDir(), loop)[0]
+		for _, r := range []gresult{n, g} {
+			if r.Err != "" || r.ExitCode != 0 {
+				b.Fatalf("%+v", r)
+			}
+		}
+		none, guard = append(none, n.Seconds*1e3), append(guard, g.Seconds*1e3)
+		added = append(added, (g.Seconds-n.Seconds)*1e3)
+	}
+	med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+	b.ReportMetric(med(none), "none-p50-µs/exec")
+	b.ReportMetric(med(guard), "guard-p50-µs/exec")
+	b.ReportMetric(med(added), "added-p50-µs/exec")
+}
+
+// benchRules are BenchmarkExecLoop's rules: denyRm's, or none with
+// SHELLBOX_EXECGUARD_BENCH_NORULES set (the floor: the stops alone).
+func benchRules() *cmdmatch.Set {
+	if os.Getenv("SHELLBOX_EXECGUARD_BENCH_NORULES") != "" {
+		return nil
+	}
+	return denyRm()
+}
