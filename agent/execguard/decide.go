@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 	"path"
-	"slices"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,21 +69,24 @@ type refusal struct {
 }
 
 // decide returns the first rule that refuses argv, run from the file at
-// file (a path the guard can open, "" if unknown), or nil. dir is where
-// a relative path in argv resolves (the process's cwd, as a path the
-// guard can open).
-func (rs *rules) decide(names []string, argv []string, file, dir string, ids *identities) *refusal {
+// file (a path the guard can open, "" if unknown), or nil.
+func (rs *rules) decide(names []string, argv []string, file string, ids *identities) *refusal {
 	if len(rs.rules) == 0 {
 		return nil
 	}
 	if r := rs.decideOne(names, argv, file, ids); r != nil {
 		return r
 	}
-	// A program that runs another without an exec of it: the dynamic
-	// loader (ld-linux-x86-64.so.2 /bin/rm) and a multi-call binary
-	// (busybox rm). What it runs is judged too.
-	if inner, innerFile, ok := runs(names, argv, dir); ok {
-		return rs.decideOne(namesOf(inner, innerFile), inner, innerFile, ids)
+	// The dynamic loader run as a program (ld-linux-x86-64.so.2 /bin/rm,
+	// by its name or a copy's content) maps and runs another program with
+	// no exec of it, after any check of its argv: refused whole.
+	if isLoader(names) || (file != "" && ids.isLoader(file)) {
+		return &refusal{Rule: "exec-check", Decision: cmdmatch.Deny, Name: "ld.so",
+			Reason: "the dynamic loader run as a program runs another without an exec the check can see; run that program itself"}
+	}
+	// A multi-call binary (busybox rm): what it runs is judged too.
+	if inner, ok := applet(names, argv); ok {
+		return rs.decideOne(namesOf(inner, ""), inner, "", ids)
 	}
 	return nil
 }
@@ -108,53 +111,24 @@ func (rs *rules) decideOne(names []string, argv []string, file string, ids *iden
 	return nil
 }
 
-// loaderArgs are the dynamic loader's options that take a value.
-var loaderArgs = map[string]bool{"--library-path": true, "--inhibit-rpath": true, "--audit": true, "--preload": true,
-	"--argv0": true, "--glibc-hwcaps-prepend": true, "--glibc-hwcaps-mask": true}
-
-// runs reports the command a loader or multi-call binary among names runs
-// with argv: its argv and (for the loader) the file, as a path the guard
-// can open.
-func runs(names []string, argv []string, dir string) (inner []string, file string, ok bool) {
+// isLoader reports whether a name is the dynamic loader's.
+func isLoader(names []string) bool {
 	for _, n := range names {
-		switch {
-		case strings.HasPrefix(n, "ld-linux") || strings.HasPrefix(n, "ld.so") || strings.HasPrefix(n, "ld-musl"):
-			argv0 := ""
-			i := 1
-			for i < len(argv) && strings.HasPrefix(argv[i], "--") {
-				if argv[i] == "--" {
-					i++
-					break
-				}
-				if loaderArgs[argv[i]] && i+1 < len(argv) {
-					if argv[i] == "--argv0" {
-						argv0 = argv[i+1]
-					}
-					i++
-				}
-				i++
-			}
-			if i >= len(argv) {
-				return nil, "", false
-			}
-			inner = slices.Clone(argv[i:])
-			file = inner[0]
-			if !strings.HasPrefix(file, "/") && dir != "" {
-				file = dir + "/" + file
-			}
-			if argv0 != "" {
-				inner[0] = argv0
-				return inner, file, true
-			}
-			return inner, file, true
-		case n == "busybox" || n == "toybox":
-			if len(argv) < 2 {
-				return nil, "", false
-			}
-			return argv[1:], "", true
+		if strings.HasPrefix(n, "ld-linux") || strings.HasPrefix(n, "ld.so") || strings.HasPrefix(n, "ld-musl") {
+			return true
 		}
 	}
-	return nil, "", false
+	return false
+}
+
+// applet is what a multi-call binary among names runs with argv.
+func applet(names []string, argv []string) ([]string, bool) {
+	for _, n := range names {
+		if (n == "busybox" || n == "toybox") && len(argv) > 1 {
+			return argv[1:], true
+		}
+	}
+	return nil, false
 }
 
 // message is the line a refused command's stderr gets.
@@ -260,7 +234,9 @@ func (ids *identities) nameOf(file string, names []string) string {
 			if !hashed {
 				var ok bool
 				if h, ok = ids.hash(file, id); !ok {
-					return ""
+					// The size of a program a rule names, and unreadable:
+					// what cannot be told apart is taken for it.
+					return n
 				}
 				hashed = true
 			}
@@ -272,19 +248,65 @@ func (ids *identities) nameOf(file string, names []string) string {
 	return ""
 }
 
+// loaderPaths are where images keep the dynamic loader.
+var loaderPaths = []string{"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+	"/usr/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "/lib/ld-musl-x86_64.so.1"}
+
+// isLoader reports whether file has the content of the image's dynamic
+// loader (or its size, and cannot be read).
+func (ids *identities) isLoader(file string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return false
+	}
+	id := idOf(&st)
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	for _, p := range ids.programsAt("\x00loader", loaderPaths) { // no program name has a NUL
+		if p.id.size != id.size {
+			continue
+		}
+		if p.id == id {
+			return true
+		}
+		h, ok := ids.hash(file, id)
+		return !ok || h == p.hash
+	}
+	return false
+}
+
 // programs are name's files in binDirs (each distinct file once).
 func (ids *identities) programs(name string) []program {
+	paths := make([]string, len(binDirs))
+	for i, d := range binDirs {
+		paths[i] = d + "/" + name
+	}
+	return ids.programsAt(name, paths)
+}
+
+// programsAt are the distinct files at paths, known as key. A multi-call
+// binary (busybox: a link to it, or a file of several hard links) is left
+// out: its content is every applet's, and its applets are read by name
+// (applet).
+func (ids *identities) programsAt(key string, paths []string) []program {
 	// The sandbox's root file system is read-only: a name's files are
 	// looked up once.
-	if ps, ok := ids.byName[name]; ok {
+	if ps, ok := ids.byName[key]; ok {
 		return ps
 	}
 	var ps []program
-	for _, d := range binDirs {
-		f := d + "/" + name
+	for _, f := range paths {
 		var st syscall.Stat_t
 		if err := syscall.Stat(f, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 			continue
+		}
+		if st.Nlink > 2 {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(f); err == nil {
+			if b := filepath.Base(real); b == "busybox" || b == "toybox" {
+				continue
+			}
 		}
 		id := idOf(&st)
 		dup := false
@@ -299,7 +321,7 @@ func (ids *identities) programs(name string) []program {
 		}
 	}
 	if len(ids.byName) < maxHashes {
-		ids.byName[name] = ps
+		ids.byName[key] = ps
 	}
 	return ps
 }

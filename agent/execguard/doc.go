@@ -53,13 +53,18 @@
 // /proc/<pid>/exe, and kills the process (SIGKILL) if a rule refuses it.
 //
 // Exempt: the first exec of each process the agent starts (the agent's own
-// choice of program, the Landlock shim or bash), and an exec whose argv is
-// exactly the one the agent started the call with (the shim's exec of
-// bash): the reader judged that command line.
+// choice of program, the Landlock shim or bash), and, once, right after
+// it, an exec by that process whose argv is exactly the one the agent
+// started the call with (the shim's exec of bash): the reader judged that
+// command line, and PTRACE_EVENT_EXEC checks that it is what ran.
 //
-// Programs that run another without an exec of it are read for what they
-// run: the dynamic loader (ld-linux-x86-64.so.2 [--argv0 x] /bin/rm) and
-// busybox or toybox applets (busybox rm).
+// Fail closed: an exec whose argv cannot be read is refused, a file of a
+// named program's size that cannot be read is taken for that program, a
+// process whose program cannot be read after its exec is killed, and the
+// dynamic loader run as a program (by name or content) is refused whole,
+// since it maps what it runs with no exec to check.
+//
+// Busybox and toybox applets (busybox rm) are read for what they run.
 //
 // What it cannot see: what an interpreter does through its own system
 // calls (python3 deleting files with os.remove is not an exec), as before

@@ -64,10 +64,17 @@ type tracee struct {
 	call  *call
 	// fresh: a process the agent started, before its first exec.
 	fresh bool
-	// skipExec: the exec it stopped at was exempt; its PTRACE_EVENT_EXEC
-	// is not checked again.
+	// shimNext: the leader's first exec was let through; its next may be
+	// the shim's exec of the call's own command line, once.
+	shimNext bool
+	// skipExec: the exec it stopped at was the agent's own; its
+	// PTRACE_EVENT_EXEC is not checked again.
 	skipExec bool
-	// placeholder: seen at its first stop before its parent's fork event.
+	// expect: the exec it stopped at was let through as the call's own
+	// command line; PTRACE_EVENT_EXEC checks that this is what ran.
+	expect []string
+	// placeholder: stopped at its first stop before its parent's fork
+	// event named it; it stays stopped until then.
 	placeholder bool
 	// newborn: named by its parent's event, its own first stop not seen.
 	newborn bool
@@ -192,6 +199,13 @@ func (g *guard) seizeAgent() error {
 			if errno == unix.ESRCH {
 				continue
 			}
+			if errno == unix.EPERM && tracerOf(tid) == os.Getpid() {
+				// Made by a thread seized already, and traced from its
+				// birth: its first stop is on its way.
+				g.tracees[tid] = &tracee{agent: true, newborn: true}
+				added++
+				continue
+			}
 			if errno != 0 {
 				return fmt.Errorf("ptrace(PTRACE_SEIZE) the agent's thread %d: %w", tid, errno)
 			}
@@ -307,6 +321,8 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 		delete(g.tracees, tid)
 		delete(g.parked, tid)
 		if t != nil && t.call != nil && t.call.leader == tid {
+			// Its tree may outlive it: its rules stay with the call.
+			g.claim(t.call)
 			g.leaderGone(tid)
 		}
 		return
@@ -321,9 +337,9 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 	case ev == evStop:
 		if t == nil {
 			// A new process or thread, stopped before its parent's event
-			// named it: known by then.
+			// named it: it stays stopped until that event (which always
+			// comes) says what it is, so nothing it does is unattributed.
 			g.tracees[tid] = &tracee{placeholder: true}
-			cont(tid, 0)
 			return
 		}
 		switch sig {
@@ -383,8 +399,9 @@ func (g *guard) born(parent *tracee, child int, ev int) {
 		nt.call = parent.call
 	}
 	if old, ok := g.tracees[child]; ok && old.placeholder {
-		// Its first stop came first and was let go.
+		// Its first stop came first; it waited for this.
 		g.tracees[child] = &nt
+		cont(child, 0)
 		return
 	}
 	nt.newborn = true
@@ -423,9 +440,11 @@ func (g *guard) exec(tid int, t *tracee) {
 		cont(tid, 0)
 		return
 	}
+	t.expect = nil
 	if t.fresh {
-		// The agent's own exec of what it starts.
-		t.fresh, t.skipExec = false, true
+		// The agent's own exec of what it starts (no code but the
+		// agent's has run in this process).
+		t.fresh, t.skipExec, t.shimNext = false, true, true
 		delete(g.parked, tid)
 		cont(tid, 0)
 		return
@@ -436,6 +455,8 @@ func (g *guard) exec(tid int, t *tracee) {
 		return
 	}
 	delete(g.parked, tid)
+	shimNext := t.shimNext
+	t.shimNext = false
 	var regs unix.PtraceRegs
 	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
 		return // gone
@@ -468,14 +489,20 @@ func (g *guard) exec(tid int, t *tracee) {
 			Reason: "the exec check could not read the command: " + err.Error()}, argv)
 		return
 	}
-	if tid == t.call.leader && slices.Equal(argv, t.call.argv) {
-		// The shim's exec of the command line the reader judged.
-		t.skipExec = true
+	if len(argv) == 0 {
+		// execve(path, NULL): the program runs as its path.
+		argv = []string{p}
+	}
+	if shimNext && tid == t.call.leader && slices.Equal(argv, t.call.argv) {
+		// The shim's exec of the command line the reader judged, right
+		// after the agent's own: once, and PTRACE_EVENT_EXEC checks that
+		// this is what ran.
+		t.expect = t.call.argv
 		cont(tid, 0)
 		return
 	}
 	file := procPath(tid, dirfd, p, flags)
-	if r := rs.decide(namesOf(argv, p), argv, file, "/proc/"+strconv.Itoa(tid)+"/cwd", g.ids); r != nil {
+	if r := rs.decide(namesOf(argv, p), argv, file, g.ids); r != nil {
 		g.refuse(tid, t, &regs, rs, r, argv)
 		return
 	}
@@ -520,25 +547,46 @@ func (g *guard) execed(tid int) {
 			g.tracees[tid] = t
 			delete(g.tracees, int(msg))
 		}
+		delete(g.parked, int(msg))
 	}
 	t := g.tracees[tid]
-	if t == nil || t.agent || t.skipExec || t.call == nil || t.call.rules == nil || len(t.call.rules.rules) == 0 {
+	if t == nil || t.agent || t.skipExec || t.call == nil {
 		if t != nil {
 			t.skipExec = false
 		}
 		cont(tid, 0)
 		return
 	}
-	rs := t.call.rules
+	rs, ok := g.claim(t.call)
+	if !ok || len(rs.rules) == 0 {
+		// No rules yet is no rules: a process of a call whose rules
+		// never came ran its first exec before (the agent's own); any
+		// later one waits at its seccomp stop.
+		cont(tid, 0)
+		return
+	}
 	proc := "/proc/" + strconv.Itoa(tid)
 	argv, err := readCmdline(proc + "/cmdline")
-	exe, _ := os.Readlink(proc + "/exe")
+	exe, exeErr := os.Readlink(proc + "/exe")
 	var r *refusal
-	if err != nil {
+	switch {
+	case err != nil:
 		r = &refusal{Rule: "exec-check", Decision: "deny", Reason: "the exec check could not read what ran: " + err.Error()}
-	} else {
-		r = rs.decide(namesOf(argv, exe), argv, proc+"/exe", proc+"/cwd", g.ids)
+	case exeErr != nil:
+		// An executable the commands' user cannot read makes the process
+		// unreadable too: what cannot be checked does not run.
+		r = &refusal{Rule: "exec-check", Decision: "deny", Reason: "the exec check could not read the program that ran: " + exeErr.Error()}
+	case t.expect != nil:
+		if !slices.Equal(argv, t.expect) {
+			r = &refusal{Rule: "exec-check", Decision: "deny", Reason: "what ran is not the call's command line"}
+		}
+	default:
+		if len(argv) == 0 {
+			argv = []string{exe}
+		}
+		r = rs.decide(namesOf(argv, exe), argv, proc+"/exe", g.ids)
 	}
+	t.expect = nil
 	if r != nil {
 		unix.Kill(tid, unix.SIGKILL)
 		g.tell(tid, t, rs, r, argv, true)
@@ -724,8 +772,7 @@ func (m *mem) argv(addr uint64, budget *int) ([]string, error) {
 }
 
 // actAs sets this thread's file-system uid and gid (-1: leave), or, where
-// they do not take, this thread's real and effective ids (the saved ones
-// stay root's). This thread alone (the raw system calls, not Go's, which
+// they do not take, this thread's real and effective ids. This thread alone (the raw system calls, not Go's, which
 // change every thread): the guard's other threads stay the agent's user,
 // and count against no limit of the commands' user (RLIMIT_NPROC).
 func actAs(uid, gid int) error {
@@ -744,16 +791,38 @@ func actAs(uid, gid int) error {
 	if (uid < 0 || int(curU) == uid) && (gid < 0 || int(curG) == gid) {
 		return nil
 	}
+	// The real and effective ids: gVisor checks /proc/<pid>/exe and mem
+	// against the real one. The saved ones stay the agent's. (The
+	// commands may then signal this thread's process: see the package
+	// doc.)
 	keep := ^uintptr(0) // -1: unchanged
 	if gid >= 0 {
 		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), keep); e != 0 {
-			return fmt.Errorf("exec guard: setresgid(%d): %w", gid, e)
+			return fmt.Errorf("exec guard: setresgid(%d, %d, -1): %w", gid, gid, e)
 		}
 	}
 	if uid >= 0 {
 		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), keep); e != 0 {
-			return fmt.Errorf("exec guard: setresuid(%d): %w", uid, e)
+			return fmt.Errorf("exec guard: setresuid(%d, %d, -1): %w", uid, uid, e)
 		}
 	}
 	return nil
+}
+
+// tracerOf is the TracerPid of thread tid, -1 if unknown.
+func tracerOf(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return -1
+	}
+	_, rest, ok := bytes.Cut(b, []byte("\nTracerPid:"))
+	if !ok {
+		return -1
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	n, err := strconv.Atoi(string(bytes.TrimSpace(line)))
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -179,8 +179,10 @@ func TestDeniedAtExec(t *testing.T) {
 		{"absolute path", rm + " victim"},
 		{"unlink", "unlink victim"},
 		{"git option spelling", "git push --forc origin main"},
-		{"the dynamic loader", "$(ls /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -1) " + rm + " victim"},
-		{"the loader with --argv0", "$(ls /lib64/ld-linux-x86-64.so.2 2>/dev/null | head -1) --argv0 ls " + rm + " victim"},
+		{"the dynamic loader", "/lib64/ld-linux-x86-64.so.2 " + rm + " victim"},
+		{"the loader with --argv0", "/lib64/ld-linux-x86-64.so.2 --argv0 ls " + rm + " victim"},
+		{"a copy of the loader", "cp /lib64/ld-linux-x86-64.so.2 ./l; ./l " + rm + " victim"},
+		{"busybox applet", "printf '#!/bin/sh\\nshift; exec \"$@\"\\n' > busybox; chmod +x busybox; ./busybox rm victim"},
 		{"exec -a", "(exec -a ls rm victim)"},
 		{"hard link", "ln " + rm + " ./hl 2>/dev/null || cp " + rm + " ./hl; ./hl victim"},
 	}
@@ -204,8 +206,11 @@ func TestDeniedAtExec(t *testing.T) {
 				t.Errorf("%s: the file is gone or the call stopped:\nstdout %q\nstderr %q", c.cmd, r.Stdout, r.Stderr)
 			}
 			want := "by policy acme/no-rm"
-			if strings.HasPrefix(c.cmd, "git") {
+			switch {
+			case strings.HasPrefix(c.cmd, "git"):
 				want = "by policy acme/no-force-push"
+			case strings.Contains(c.cmd, "ld-linux"):
+				want = "by policy acme/exec-check"
 			}
 			if !strings.Contains(r.Stderr, want) {
 				t.Errorf("%s: stderr does not name the rule (%s):\n%s", c.cmd, want, r.Stderr)

@@ -19,11 +19,12 @@ import (
 
 // Guard is the agent's end of a running guard process.
 type Guard struct {
-	mu    sync.Mutex // one frame at a time; notes
+	wmu   sync.Mutex // one frame at a time; never held with mu
+	mu    sync.Mutex // notes, syncs, seq
 	conn  net.Conn
 	cmd   *exec.Cmd
 	logf  func(string, ...any)
-	notes map[int]func(string) // by leader pid, while it runs
+	notes map[int]*noteTo // by leader pid, while it runs
 	syncs map[uint64]chan struct{}
 	seq   uint64
 }
@@ -50,8 +51,9 @@ func Start(fsuid, fsgid int, logf func(string, ...any)) (*Guard, error) {
 	cmd := exec.Command("/proc/self/exe", Arg, "--fsuid", strconv.Itoa(fsuid), "--fsgid", strconv.Itoa(fsgid))
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.Stderr = os.Stderr
-	// The guard ends with the agent.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it is tied to the thread that starts the guard, which
+	// may end before the agent does. The guard ends when its socket
+	// closes, and with the sandbox.
 	if err := cmd.Start(); err != nil {
 		mine.Close()
 		return nil, fmt.Errorf("exec guard: start: %w", err)
@@ -63,7 +65,7 @@ func Start(fsuid, fsgid int, logf func(string, ...any)) (*Guard, error) {
 		cmd.Wait()
 		return nil, fmt.Errorf("exec guard: %w", err)
 	}
-	g := &Guard{conn: conn, cmd: cmd, logf: logf, notes: map[int]func(string){}, syncs: map[uint64]chan struct{}{}}
+	g := &Guard{conn: conn, cmd: cmd, logf: logf, notes: map[int]*noteTo{}, syncs: map[uint64]chan struct{}{}}
 	// Where Yama's ptrace_scope is 1 (gVisor's default; Ubuntu's) only an
 	// ancestor may attach, unless this process names its tracer.
 	if err := unix.Prctl(unix.PR_SET_PTRACER, uintptr(cmd.Process.Pid), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -121,10 +123,10 @@ func (g *Guard) reports() {
 		g.logf("exec guard: pid %d (call of pid %d) %s by policy %s/%s (%s): %q: %s",
 			r.PID, r.Leader, what, r.Policy, r.Rule, r.Decision, r.Argv, r.Why)
 		g.mu.Lock()
-		note := g.notes[r.Leader]
+		nt := g.notes[r.Leader]
 		g.mu.Unlock()
-		if note != nil && r.Line != "" {
-			note(r.Line)
+		if nt != nil && r.Line != "" {
+			nt.note(r.Line)
 		}
 	}
 }
@@ -135,20 +137,34 @@ func (g *Guard) reports() {
 // for pid, so its pid cannot have been reused. The leader's execs wait for
 // it (up to 10 s, then are refused). It is local.ExecGuard.
 func (g *Guard) Watch(pid int, argv []string, rules *cmdmatch.Set, note func(string)) (release func()) {
+	nt := &noteTo{note: note}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := writeFrame(g.conn, watch{PID: pid, Argv: argv, Rules: rules}); err != nil {
+	g.notes[pid] = nt
+	g.mu.Unlock()
+	if err := g.write(watch{PID: pid, Argv: argv, Rules: rules}); err != nil {
 		g.logf("exec guard: telling it of pid %d: %v", pid, err)
 	}
-	g.notes[pid] = note
 	return func() {
 		// The refusals of the tree made so far reach note first: the
 		// guard echoes a sync after every report it queued before.
 		g.sync()
 		g.mu.Lock()
-		delete(g.notes, pid)
+		if g.notes[pid] == nt {
+			delete(g.notes, pid)
+		}
 		g.mu.Unlock()
 	}
+}
+
+// noteTo is one call's note (a pointer: a reused pid's new entry is not
+// the old one's to delete).
+type noteTo struct{ note func(string) }
+
+// write sends one frame to the guard.
+func (g *Guard) write(v any) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return writeFrame(g.conn, v)
 }
 
 // syncTimeout bounds how long the end of a call waits for the guard's
@@ -162,8 +178,8 @@ func (g *Guard) sync() {
 	g.seq++
 	id, ch := g.seq, make(chan struct{})
 	g.syncs[id] = ch
-	err := writeFrame(g.conn, watch{Sync: id})
 	g.mu.Unlock()
+	err := g.write(watch{Sync: id})
 	if err == nil {
 		select {
 		case <-ch:

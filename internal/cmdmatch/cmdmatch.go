@@ -412,17 +412,25 @@ func GlobRegexp(g string) (*regexp.Regexp, error) {
 // spelling that may mean the words it names; one that allows matches them
 // as written only (--force is also a prefix of --force-with-lease).
 
-// maxSpelledWords bounds the words PrefixSpelled reads.
-const maxSpelledWords = 64
+// stackWords is how many words PrefixSpelled reads without allocating.
+const stackWords = 64
 
 // PrefixSpelled reports whether argv starts with the words of pfx in one of
 // their spellings, options (and a value each may take) allowed in between.
+// It reads every word (options may put the next word anywhere): O(len(argv)
+// × len(pfx)).
 func PrefixSpelled(argv []string, pfx []string) bool {
-	n := min(len(argv), maxSpelledWords)
+	n := len(argv)
 	// reach[i] holds whether argv[i:] may still match pfx[j:] for the j of
 	// this round; rounds go over pfx.
-	var buf [2 * (maxSpelledWords + 2)]bool
-	reach, next := buf[:n+2], buf[maxSpelledWords+2:maxSpelledWords+2+n+2]
+	var buf [2 * (stackWords + 2)]bool
+	var reach, next []bool
+	if n <= stackWords {
+		reach, next = buf[:n+2], buf[stackWords+2:stackWords+2+n+2]
+	} else {
+		big := make([]bool, 2*(n+2))
+		reach, next = big[:n+2], big[n+2:]
+	}
 	reach[1] = true
 	for j := 1; j < len(pfx); j++ {
 		clear(next)

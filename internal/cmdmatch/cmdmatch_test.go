@@ -31,6 +31,8 @@ func TestMatch(t *testing.T) {
 		{Spec{ArgsRegex: []string{"^--no-preserve-root$"}}, true, "rm", []string{"rm", "--no-preserve-root"}, true},
 		{spec, true, "rm", []string{"rm", "x"}, false}, // every matcher must hold
 		{Spec{}, true, "anything", []string{"anything"}, true},
+		// Options past 64 words still lead to the next one.
+		{Spec{Prefix: []string{"git push"}}, true, "git", append(append([]string{"git"}, manyOpts(70)...), "push", "--force"), true},
 	}
 	for _, c := range cases {
 		r, err := Compile(c.spec, c.spelled, nil)
@@ -83,4 +85,13 @@ func TestSetWire(t *testing.T) {
 	if out.Policy != in.Policy || len(out.Rules) != 1 || out.Rules[0].Reason != "why" || out.Rules[0].Prefix[0] != "git push" {
 		t.Errorf("%s -> %+v", b, out)
 	}
+}
+
+// manyOpts is n words of "-c a.b=1"-style options.
+func manyOpts(n int) []string {
+	out := make([]string, 0, n)
+	for i := 0; i < n; i += 2 {
+		out = append(out, "-c", "a.b=1")
+	}
+	return out
 }
