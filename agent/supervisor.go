@@ -11,9 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
 	"github.com/shellbox/shellbox/internal/procscan"
+	"github.com/shellbox/shellbox/internal/threads"
 )
 
 // Options are what the agent serves with: cmd/shellbox-agent's flags.
@@ -78,7 +77,7 @@ func SetUpProcess() {
 	growFdTable(fdTableSize)
 	output.LimitWrites(spillWriters)
 	procscan.Limit(procScanners)
-	reserveThreads(agentapi.AgentTasks)
+	threads.Reserve(agentapi.AgentTasks)
 }
 
 // maxProcs caps the Go runtime's processors: the agent moves bytes between
@@ -115,39 +114,16 @@ const procScanners = 2
 // the leaders' exits (pidfds) are waited for in the runtime's poller
 // (executor/local). checkThreads logs if the count ever grows past it.
 
-// reserveThreads makes the Go runtime create OS threads now, while it can,
-// until the process has total of them (as near as the runtime allows). The goroutines unlock before they
-// end, so the threads stay, idle, in the runtime's pool.
-func reserveThreads(total int) {
-	var release sync.WaitGroup
-	release.Add(1)
-	var held sync.WaitGroup
-	for i := 0; i < total && threadCount() < total; i++ {
-		ready := make(chan struct{})
-		held.Add(1)
-		go func() {
-			defer held.Done()
-			runtime.LockOSThread()
-			close(ready)
-			release.Wait()
-			runtime.UnlockOSThread()
-		}()
-		<-ready
-	}
-	release.Done()
-	held.Wait()
-	// Waking goroutines can make the runtime start a thread more than the
-	// locked ones needed: a goroutine that ends locked to its thread ends
-	// the thread, so end the extra ones (the main thread is never ended;
-	// a try that lands on it changes nothing).
-	for i := 0; i < 2*total && threadCount() > total; i++ {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			runtime.LockOSThread()
-		}()
-		<-done
-		time.Sleep(time.Millisecond)
+// threadWatch logs once when the agent holds more threads than it reserved
+// (agentapi.AgentTasks): its commands could then fill the pids cgroup while
+// it needs one more. The number, for the operator who sizes AgentTasks.
+type threadWatch struct{ peak int }
+
+func (w *threadWatch) check(logger *log.Logger) {
+	n := threads.Count()
+	if n > agentapi.AgentTasks && n > w.peak {
+		w.peak = n
+		logger.Printf("the agent holds %d threads, more than the %d it reserved (agentapi.AgentTasks)", n, agentapi.AgentTasks)
 	}
 }
 
@@ -173,34 +149,6 @@ func growFdTable(n int) {
 	}
 	if err := unix.Dup3(2, n-1, unix.O_CLOEXEC); err == nil {
 		unix.Close(n - 1)
-	}
-}
-
-// threadCount is the number of threads of this process, 0 if unknown.
-func threadCount() int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
-}
-
-// threadWatch logs once when the agent holds more threads than it reserved
-// (agentapi.AgentTasks): its commands could then fill the pids cgroup while
-// it needs one more. The number, for the operator who sizes AgentTasks.
-type threadWatch struct{ peak int }
-
-func (w *threadWatch) check(logger *log.Logger) {
-	n := threadCount()
-	if n > agentapi.AgentTasks && n > w.peak {
-		w.peak = n
-		logger.Printf("the agent holds %d threads, more than the %d it reserved (agentapi.AgentTasks)", n, agentapi.AgentTasks)
 	}
 }
 

@@ -14,6 +14,15 @@ package agentapi
 // MaxUserThreads).
 const AgentTasks = 18
 
+// GuardTasks is the exec guard's share (agent/execguard: a process of its
+// own, with one processor, that creates its threads at start): its thread
+// that traces, blocked in wait4 or a ptrace stop's work, the runtime's
+// monitor and template threads, the processor's, the reader and writer of
+// its socket to the agent, and spares. TestDockerAgentCost sees the
+// commands get their whole limit with it.
+const GuardTasks = 8
+
 // PidsCgroupLimit is the pids cgroup limit of a runc sandbox whose commands
-// may have n processes and threads: n plus the agent's own (AgentTasks).
-func PidsCgroupLimit(n int64) int64 { return n + AgentTasks }
+// may have n processes and threads: n plus the agent's own (AgentTasks) and
+// its exec guard's (GuardTasks).
+func PidsCgroupLimit(n int64) int64 { return n + AgentTasks + GuardTasks }

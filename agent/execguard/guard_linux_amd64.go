@@ -17,7 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
+	"github.com/shellbox/shellbox/internal/threads"
 )
 
 // ptrace(2) requests, options and events not all in x/sys/unix.
@@ -107,6 +109,10 @@ type guard struct {
 // closes the socket.
 func Main(args []string, stderr io.Writer) int {
 	runtime.LockOSThread() // every ptrace request comes from this thread
+	// Its threads share the sandbox's pids cgroup with the commands:
+	// made now, while it can (agentapi.GuardTasks).
+	runtime.GOMAXPROCS(1)
+	threads.Reserve(agentapi.GuardTasks)
 	fs := flag.NewFlagSet(Arg, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fsuid := fs.Int("fsuid", -1, "file-system uid to read the commands' memory and files as")

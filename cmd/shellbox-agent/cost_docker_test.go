@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agent/execguard"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 )
@@ -32,6 +33,12 @@ func TestDockerAgentCost(t *testing.T) {
 	t.Logf("idle agent: %d threads, VmRSS %s", threads, rss)
 	if threads > agentapi.AgentTasks {
 		t.Errorf("idle agent: %d threads, want at most agentapi.AgentTasks = %d", threads, agentapi.AgentTasks)
+	}
+	guard := guardPid(t, pid)
+	gThreads, gRSS := agentCost(t, guard)
+	t.Logf("its exec guard (pid %d): %d threads, VmRSS %s", guard, gThreads, gRSS)
+	if gThreads > agentapi.GuardTasks {
+		t.Errorf("exec guard: %d threads, want at most agentapi.GuardTasks = %d", gThreads, agentapi.GuardTasks)
 	}
 
 	n := treeMax(t, sb)
@@ -89,6 +96,9 @@ func TestDockerAgentCost(t *testing.T) {
 	close(stopSampling)
 	threads, rss = agentCost(t, pid)
 	t.Logf("agent after the load: %d threads, VmRSS %s", threads, rss)
+	if n, _ := agentCost(t, guard); n > agentapi.GuardTasks {
+		t.Errorf("exec guard after the load: %d threads, want at most agentapi.GuardTasks = %d", n, agentapi.GuardTasks)
+	}
 	if threads > agentapi.AgentTasks {
 		t.Errorf("after the load: %d threads, want at most agentapi.AgentTasks = %d\nat the peak, system call/wait channel: thread count\n%s\n%s",
 			threads, agentapi.AgentTasks, <-peak, sb.logs())
@@ -134,6 +144,25 @@ func agentCost(t *testing.T, pid int) (threads int, rss string) {
 		t.Fatal(err)
 	}
 	return len(ents), statusFields(string(b))["VmRSS"]
+}
+
+// guardPid is the host pid of the exec guard of the agent at host pid
+// agent: its child whose command line names execguard.Arg.
+func guardPid(t *testing.T, agent int) int {
+	t.Helper()
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", agent))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", agent, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			cmd, _ := os.ReadFile("/proc/" + f + "/cmdline")
+			if strings.Contains(string(cmd), "\x00"+execguard.Arg+"\x00") {
+				n, _ := strconv.Atoi(f)
+				return n
+			}
+		}
+	}
+	t.Fatalf("no exec guard among the children of the agent (pid %d)", agent)
+	return 0
 }
 
 // treeMax starts sleeps from one command until a fork fails, and returns

@@ -134,7 +134,8 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		args = append(args, "--egress-listen", egresswire.DefaultListen)
 	}
 
-	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	// The commands' limit, plus the agent's and its exec guard's threads
+	// (agentapi.PidsCgroupLimit).
 	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),

@@ -79,7 +79,7 @@ func TestHardeningApplied(t *testing.T) {
 			{"Memory", hc.Memory, 256 * sandbox.MiB},
 			{"MemorySwap", hc.MemorySwap, 256 * sandbox.MiB},
 			{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
-			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": 128 + agentapi.AgentTasks, "runsc": 16*128 + 512}[rt]},
+			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": agentapi.PidsCgroupLimit(128), "runsc": 16*128 + 512}[rt]},
 			{"nproc", nproc(hc.Ulimits), map[string]int64{"runc": 0, "runsc": 128}[rt]},
 			{"LogConfig.Type", hc.LogConfig.Type, "none"},
 			{"Init", hc.Init != nil && *hc.Init, false},

@@ -85,7 +85,8 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 		Labels:     labels,
 	}
 
-	// The commands' limit, plus the agent's threads (agentapi.AgentTasks).
+	// The commands' limit, plus the agent's and its exec guard's threads
+	// (agentapi.PidsCgroupLimit).
 	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
 	// No POSIX message queues: RLIMIT_MSGQUEUE 0 makes every mq_open that
 	// creates one fail (EMFILE), for root too, so /dev/mqueue (runc) is no

@@ -119,7 +119,7 @@ func TestTranslateRunc(t *testing.T) {
 		t.Errorf("host config: %+v", hc)
 	}
 	r := hc.Resources
-	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != 256+agentapi.AgentTasks {
+	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != agentapi.PidsCgroupLimit(256) {
 		t.Errorf("resources: %+v", r)
 	}
 	if hc.Tmpfs["/tmp"] != "rw,exec,nosuid,nodev,size=134217728,mode=1777" ||
