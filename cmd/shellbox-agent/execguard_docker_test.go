@@ -23,7 +23,7 @@ func TestExecGuardInSandbox(t *testing.T) {
 			sb := newSandbox(t, cli, rt, 256<<20, 256)
 			c := sb.dial(30 * time.Second)
 			req := executor.Request{Session: "s", Shell: executor.Bash, Timeout: 30 * time.Second,
-				Command: "touch victim; r=rm; $r victim; cp /bin/rm ./del; ./del victim; printf 'rm victim\\n' > s.sh; sh s.sh; printf '#!/bin/sh\\nrm -f victim\\n' > s2; chmod +x s2; ./s2; cp /bin/rm ./x; chmod 111 ./x; ./x victim; cp $(ls /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -1) ./l; ./l /bin/rm victim; echo after; test -e victim && echo survived",
+				Command:   "touch victim; r=rm; $r victim; cp /bin/rm ./del; ./del victim; printf 'rm victim\\n' > s.sh; sh s.sh; printf '#!/bin/sh\\nrm -f victim\\n' > s2; chmod +x s2; ./s2; cp /bin/rm ./x; chmod 111 ./x; ./x victim; cp $(ls /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 2>/dev/null | head -1) ./l; ./l /bin/rm victim; echo after; test -e victim && echo survived",
 				ExecRules: &cmdmatch.Set{Policy: "acme", Rules: []cmdmatch.Spec{{Rule: "no-rm", Decision: cmdmatch.Deny, Command: []string{"rm"}}}}}
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
