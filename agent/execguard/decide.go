@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
@@ -142,7 +143,7 @@ func (rs *rules) message(r *refusal, argv []string, killed bool) string {
 	if r.Decision == cmdmatch.Ask {
 		b.WriteString(" (ask: the reader did not see this command; run it as a call of its own, where it can be approved)")
 	} else if r.Reason != "" {
-		fmt.Fprintf(&b, ": %s", clip(r.Reason, 200))
+		fmt.Fprintf(&b, ": %s", clip.To(r.Reason, 200))
 	}
 	b.WriteByte('\n')
 	return b.String()
@@ -163,14 +164,7 @@ func namesOf(argv []string, file string) []string {
 	return out
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-func clipArgv(argv []string, n int) string { return clip(strings.Join(argv, " "), n) }
+func clipArgv(argv []string, n int) string { return clip.To(strings.Join(argv, " "), n) }
 
 // The programs' standard directories, where a rule's name is looked up
 // for its content (a sandbox image's PATH).

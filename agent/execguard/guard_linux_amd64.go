@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
 	"github.com/shellbox/shellbox/internal/threads"
 )
@@ -623,7 +624,7 @@ func clipList(argv []string) []string {
 	}
 	out := make([]string, len(argv))
 	for i, a := range argv {
-		out[i] = clip(a, 256)
+		out[i] = clip.To(a, 256)
 	}
 	return out
 }
