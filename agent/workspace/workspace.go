@@ -1,0 +1,148 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/errdefs"
+)
+
+// Limits cap one Pack, Unpack, Export or Import; zero fields take the
+// defaults. The type is the wire's, so the agent's endpoints and their
+// client share it.
+type Limits = agentapi.WorkspaceLimits
+
+// Stats say what a stream carried, and what it could not.
+type Stats = agentapi.WorkspaceStats
+
+// Defaults of the limits, for a caller that sets none (the server sets
+// the session's disk size).
+const (
+	DefaultMaxBytes   = 16 << 30
+	DefaultMaxEntries = 1_000_000
+)
+
+// Bounds of the tree's shape, whatever the limits. A stream deeper or with
+// longer names than these is refused on both sides, so that what Pack
+// writes Unpack takes.
+const (
+	// MaxDepth bounds the levels below the root: each holds a descriptor
+	// or two while it is walked.
+	MaxDepth = 256
+	// PathMax bounds an entry's name and a link's target (Linux's
+	// PATH_MAX), NameMax one component.
+	PathMax = 4096
+	NameMax = 255
+)
+
+const (
+	// copyBuffer is the size of a stream's one copy buffer.
+	copyBuffer = 256 << 10
+	// holeBlock is the unit Unpack punches holes by: a block of zeros
+	// this long, at this alignment, is skipped.
+	holeBlock = 4096
+	// window is zstd's window when packing; maxWindow the largest a
+	// stream may ask for when unpacked (the decoder's memory).
+	window    = 8 << 20
+	maxWindow = 32 << 20
+	// xattrMax bounds an xattr's value (Linux's XATTR_SIZE_MAX) and the
+	// list of a file's xattr names (XATTR_LIST_MAX).
+	xattrMax = 64 << 10
+)
+
+func withDefaults(l Limits) Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	return l
+}
+
+// newEncoder is the stream's compressor: one frame with its checksum, an
+// 8 MiB window, two blocks in flight (the pack's reading and the
+// compression overlap; more buys nothing on the agent's share of CPU).
+func newEncoder(w io.Writer) (*zstd.Encoder, error) {
+	return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithWindowSize(window),
+		zstd.WithEncoderConcurrency(2), zstd.WithEncoderCRC(true))
+}
+
+// newDecoder is the stream's decompressor: in the caller's goroutine, the
+// window bounded, the checksum checked.
+func newDecoder(r io.Reader) (*zstd.Decoder, error) {
+	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow),
+		zstd.WithDecoderMaxMemory(maxWindow), zstd.WithDecoderLowmem(true))
+}
+
+// aborted is the error of a walk whose context ended.
+func aborted(what, root string, err error) error {
+	return errdefs.Errorf(errdefs.ErrAborted, "workspace: %s %s aborted: %w", what, root, err)
+}
+
+// noSpace reports a full filesystem.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// rootError classes a failure to open the root a walk starts from.
+func rootError(what, root string, err error) error {
+	if errors.Is(err, syscall.ENOENT) {
+		return errdefs.Errorf(errdefs.ErrNotFound, "workspace: %s %s: no such directory", what, root)
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return errdefs.Errorf(errdefs.ErrInvalid, "workspace: %s %s: not a directory", what, root)
+	}
+	return fmt.Errorf("workspace: %s %s: %w", what, root, err)
+}
+
+// clip shortens a name for a message.
+func clip(name string) string {
+	if len(name) > 200 {
+		return name[:200] + "…"
+	}
+	return name
+}
+
+// countWriter counts what passes.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// countReader counts what passes, and keeps the first error of its reader
+// other than io.EOF: the source's, as apart from the decoder's.
+type countReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// checkContext fails once ctx is done.
+func checkContext(ctx context.Context, what, root string) error {
+	if err := ctx.Err(); err != nil {
+		return aborted(what, root, err)
+	}
+	return nil
+}
