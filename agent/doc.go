@@ -14,7 +14,8 @@
 //
 // Sub-packages, by responsibility:
 //   - agent/apiserver: the server half of the agentapi protocol (commands,
-//     tasks, files, spill files, the egress long poll) over the executor.
+//     tasks, files, spill files, the workspace's export and import, the
+//     egress long poll) over the executor.
 //   - agent/egress: the HTTP proxy commands reach the network through, and
 //     the attribution of a connection to the process tree holding it, which
 //     decides whether it carries a call's network grant.
@@ -25,6 +26,9 @@
 //   - agent/pid1: what the command runner (executor/local) does differently
 //     as PID 1: tag groups, the inherited OOM score and OOM reporting, as
 //     local.PID1 hooks, and the reaping of adopted orphans.
+//   - agent/workspace: the workspace as one stream out of the sandbox and
+//     back in (a suspended session's snapshot), and the manifest that
+//     compares a workspace before and after.
 //
 // Files: supervisor.go (Options, Serve, the thread and fd bounds, reaping,
 // the commands' base environment); capabilities.go (the bounding set, and

@@ -296,14 +296,15 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	if n, err := local.Cleanup(""); err != nil || n > 0 {
 		logger.Printf("cleanup of leftover cgroups: %d removed, %v", n, err)
 	}
-	// Uploads and downloads act as the commands' user (setfsuid, which
-	// CAP_SETUID and CAP_SETGID allow): what they create is the user's,
-	// and they can reach nothing the commands could not.
+	// Uploads and downloads, and the workspace's export and import, act
+	// as the commands' user (setfsuid, which CAP_SETUID and CAP_SETGID
+	// allow): what they create is the user's, and they can reach nothing
+	// the commands could not.
 	tree := &files.Tree{Root: filepath.Clean(o.Root), UID: -1, GID: -1}
 	if o.UID != os.Geteuid() || o.GID != os.Getegid() {
 		tree.UID, tree.GID = o.UID, o.GID
 	}
-	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Token: o.Token, Log: recent}
+	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Workspace: tree, Token: o.Token, Log: recent}
 	if o.EgressListen != "" {
 		pl, err := net.Listen("tcp", o.EgressListen)
 		if err != nil {

@@ -69,33 +69,39 @@ func (c *Client) PutFile(ctx context.Context, path string, body io.Reader, o fil
 	if o.Tar {
 		ct = ContentTar
 	}
-	resp, err := c.sendBody(ctx, http.MethodPut, target, op, map[string]string{"Content-Type": ct}, markBody{body})
+	var wr files.Written
+	err := c.upload(ctx, target, op, ct, body, &wr)
 	var be *bodyError
 	if errors.As(err, &be) {
-		// The caller's body failed: the upload was cut, and the agent
-		// keeps nothing. An error of a class (the caller's own cap) stays
-		// as it is.
-		if classified(be.err) {
-			return files.Written{}, be.err
-		}
-		return files.Written{}, executor.Errorf(executor.ErrInvalid, "upload of %s interrupted: %v; nothing was written", path, be.err)
+		return files.Written{}, be.cut("upload of "+path, "nothing was written")
 	}
 	if err != nil {
 		return files.Written{}, err
 	}
+	return wr, nil
+}
+
+// upload PUTs body, of contentType, to target and decodes the agent's
+// JSON answer into out. A failure of body itself is a *bodyError, for the
+// caller to word (cut); one of the connection or the agent is classed as
+// send's.
+func (c *Client) upload(ctx context.Context, target, op, contentType string, body io.Reader, out any) error {
+	resp, err := c.sendBody(ctx, http.MethodPut, target, op, map[string]string{"Content-Type": contentType}, markBody{body})
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxSmallBytes))
 	if err != nil {
-		return files.Written{}, c.readError(ctx, http.MethodPut, op, err)
+		return c.readError(ctx, http.MethodPut, op, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return files.Written{}, c.statusError(http.MethodPut, op, resp, b)
+		return c.statusError(http.MethodPut, op, resp, b)
 	}
-	var wr files.Written
-	if err := json.Unmarshal(b, &wr); err != nil {
-		return files.Written{}, executor.Errorf(executor.ErrUnavailable, "agent at %s: PUT %s: bad answer: %w", c.socket, op, err)
+	if err := json.Unmarshal(b, out); err != nil {
+		return executor.Errorf(executor.ErrUnavailable, "agent at %s: PUT %s: bad answer: %w", c.socket, op, err)
 	}
-	return wr, nil
+	return nil
 }
 
 // GetFile downloads path from the agent's session root: a regular file's
@@ -114,12 +120,7 @@ func (c *Client) GetFile(ctx context.Context, path string, o files.GetOptions) (
 		return files.Info{}, nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxSmallBytes))
-		if err != nil {
-			return files.Info{}, nil, c.readError(ctx, http.MethodGet, op, err)
-		}
-		return files.Info{}, nil, c.statusError(http.MethodGet, op, resp, b)
+		return files.Info{}, nil, c.errorAnswer(ctx, http.MethodGet, op, resp)
 	}
 	var info files.Info
 	if err := json.Unmarshal([]byte(resp.Header.Get(HeaderFile)), &info); err != nil {
@@ -149,12 +150,33 @@ func (c *Client) sendBody(ctx context.Context, method, target, op string, header
 	return c.roundTrip(ctx, req, method, op)
 }
 
+// errorAnswer is the error of resp, a non-2xx answer to a streaming
+// request, whose body it reads (bounded) and closes.
+func (c *Client) errorAnswer(ctx context.Context, method, op string, resp *http.Response) error {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxSmallBytes))
+	if err != nil {
+		return c.readError(ctx, method, op, err)
+	}
+	return c.statusError(method, op, resp, b)
+}
+
 // bodyError marks a failure of an upload's body, as opposed to the
 // connection's.
 type bodyError struct{ err error }
 
 func (e *bodyError) Error() string { return e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
+
+// cut is the error of an upload (what) whose body failed: the upload was
+// cut, and the agent keeps nothing (left says what is left). An error of a
+// class (the caller's own cap) stays as it is.
+func (e *bodyError) cut(what, left string) error {
+	if classified(e.err) {
+		return e.err
+	}
+	return executor.Errorf(executor.ErrInvalid, "%s interrupted: %v; %s", what, e.err, left)
+}
 
 // markBody marks its reader's errors as the body's.
 type markBody struct{ r io.Reader }

@@ -36,12 +36,7 @@ func (c *Client) Spill(ctx context.Context, path string, offset, limit int64) (i
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxSmallBytes))
-		if err != nil {
-			return nil, c.readError(ctx, http.MethodGet, op, err)
-		}
-		return nil, c.statusError(http.MethodGet, op, resp, b)
+		return nil, c.errorAnswer(ctx, http.MethodGet, op, resp)
 	}
 	if resp.ContentLength > limit {
 		resp.Body.Close()

@@ -12,17 +12,27 @@ import (
 	"strconv"
 )
 
-// filesLimits reads the caps of a files request.
-func filesLimits(q url.Values) (files.Limits, error) {
+// transferCaps reads the caps of a transfer: max bytes and entries
+// (0: the default).
+func transferCaps(q url.Values) (int64, int, error) {
 	max, err := queryInt(q, "max", 0)
 	if err != nil {
-		return files.Limits{}, err
+		return 0, 0, err
 	}
 	entries, err := queryInt(q, "entries", 0)
 	if err != nil {
+		return 0, 0, err
+	}
+	return max, int(min(entries, 1<<30)), nil
+}
+
+// filesLimits reads the caps of a files request.
+func filesLimits(q url.Values) (files.Limits, error) {
+	max, entries, err := transferCaps(q)
+	if err != nil {
 		return files.Limits{}, err
 	}
-	return files.Limits{MaxBytes: max, MaxEntries: int(min(entries, 1<<30)), NoSymlinks: q.Get("nosymlinks") == "1", OneLink: q.Get("onelink") == "1"}, nil
+	return files.Limits{MaxBytes: max, MaxEntries: entries, NoSymlinks: q.Get("nosymlinks") == "1", OneLink: q.Get("onelink") == "1"}, nil
 }
 
 // putFile serves PUT /v1/files?path=P[&max=N][&entries=M][&mode=0644]: the

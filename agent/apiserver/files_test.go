@@ -23,7 +23,8 @@ import (
 	"github.com/shellbox/shellbox/executor/local"
 )
 
-// filesAgent is an agent serving the files endpoints on root.
+// filesAgent is an agent serving the files and workspace endpoints on
+// root: its client, root and socket.
 func filesAgent(t testing.TB) (*agentapi.Client, string, string) {
 	t.Helper()
 	root, err := filepath.EvalSymlinks(t.TempDir())
@@ -35,8 +36,8 @@ func filesAgent(t testing.TB) (*agentapi.Client, string, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
-	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root,
-		Files: &files.Tree{Root: root, UID: -1, GID: -1}})
+	tree := &files.Tree{Root: root, UID: -1, GID: -1}
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", Root: root, Home: root, Files: tree, Workspace: tree})
 	if err != nil {
 		t.Fatal(err)
 	}

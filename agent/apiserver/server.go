@@ -50,6 +50,13 @@ type ServerConfig struct {
 	// user (package files). Unset, they answer 404 like any unknown
 	// endpoint.
 	Files *files.Tree
+	// Workspace, if set, serves GET and PUT /v1/workspace: the session
+	// root as one stream out (an export, for a suspend) and a stream
+	// swapped in for its content (an import, for a resume), package
+	// agent/workspace, done as Workspace.UID/GID as the files endpoints
+	// are, one at a time. Unset, they answer 404 like any unknown
+	// endpoint.
+	Workspace *files.Tree
 	// Log, if set, serves GET /v1/log: the agent's recent log lines (what
 	// ended which command, and why), for an operator. Unset, the endpoint
 	// answers 404 like any unknown one.
@@ -67,6 +74,9 @@ type Server struct {
 	mu        sync.Mutex
 	calls     map[string]context.CancelFunc // call name → cancel of its run
 	cancelled map[string]time.Time          // cancels that arrived before their run
+
+	// workspace is held by the workspace export or import in progress.
+	workspace sync.Mutex
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -108,6 +118,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.mux.HandleFunc("PUT /v1/files", s.putFile)
 		s.mux.HandleFunc("GET /v1/files", s.getFile)
 		s.mux.HandleFunc("GET /v1/files/stat", s.statFile)
+	}
+	if cfg.Workspace != nil {
+		s.mux.HandleFunc("GET /v1/workspace", s.exportWorkspace)
+		s.mux.HandleFunc("PUT /v1/workspace", s.importWorkspace)
 	}
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
