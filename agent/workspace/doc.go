@@ -56,7 +56,10 @@
 // symlink in the tree is read as a link; one a process swaps in meanwhile
 // is caught by comparing the opened file with the Lstat that chose it
 // (Pack), or is never reached (Unpack creates with O_EXCL and sets times
-// with AT_SYMLINK_NOFOLLOW).
+// with AT_SYMLINK_NOFOLLOW). Nothing opened can block: a file is opened
+// with O_NONBLOCK and a directory with O_DIRECTORY, so a FIFO swapped in
+// for either fails the open (for reading, a FIFO's open waits for a
+// writer).
 //
 // Unpack treats its stream as hostile. It refuses, naming the entry and
 // why (errdefs.ErrInvalid): a name that is not canonical and relative

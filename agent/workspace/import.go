@@ -69,7 +69,7 @@ func Import(ctx context.Context, root string, r io.Reader, lim Limits) (st Stats
 		return Stats{}, fmt.Errorf("workspace: restore into %s: %w", root, err)
 	}
 	defer removeTree(rt, scratch, 0) // once the swap moved its entries out, an empty directory
-	sr, err := rt.OpenRoot(scratch)
+	sr, err := openRoot(rt, scratch)
 	if err != nil {
 		return Stats{}, fmt.Errorf("workspace: restore into %s: %w", root, err)
 	}
@@ -101,7 +101,7 @@ func suffix() string {
 func swap(rt *os.Root, scratch string, st *Stats) error {
 	// The scratch's metadata is the stream's root's until its entries
 	// move out.
-	src, err := rt.Open(scratch)
+	src, err := openDir(rt, scratch)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func adopt(rt *os.Root, meta *syscall.Stat_t, want map[string]string, st *Stats)
 
 // list is the names in the directory name of rt.
 func list(rt *os.Root, name string) ([]string, error) {
-	d, err := rt.Open(name)
+	d, err := openDir(rt, name)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func removeTree(rt *os.Root, name string, depth int) error {
 	if cerr := rt.Chmod(name, 0o700); cerr != nil {
 		return err
 	}
-	sub, serr := rt.OpenRoot(name)
+	sub, serr := openRoot(rt, name)
 	if serr != nil {
 		return err
 	}

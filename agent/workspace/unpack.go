@@ -435,7 +435,7 @@ func (u *unpacker) dir(f *frame, hdr *tar.Header, name, base string) error {
 	if err := f.root.Mkdir(base, 0o700); err != nil {
 		return u.fsError(hdr.Name, err)
 	}
-	sub, err := f.root.OpenRoot(base)
+	sub, err := openRoot(f.root, base)
 	if err != nil {
 		return u.fsError(hdr.Name, err)
 	}
@@ -564,7 +564,7 @@ func (u *unpacker) link(f *frame, hdr *tar.Header, base string) error {
 			if err != nil || !fi.IsDir() {
 				return u.bad(hdr.Name, fmt.Sprintf("hard link to %q: %s is not a directory the stream made", clip(target), clip(walked)))
 			}
-			next, err := d.OpenRoot(c)
+			next, err := openRoot(d, c)
 			if err != nil {
 				return u.fsError(hdr.Name, err)
 			}

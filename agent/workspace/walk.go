@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,6 +48,23 @@ func (n *node) open() (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// openRoot opens the directory name in parent as an os.Root. It never
+// blocks: os.Root.OpenRoot opens a name's last component without
+// O_DIRECTORY or O_NONBLOCK, so a FIFO a process of the sandbox swaps in
+// for the directory would block it until a writer came, whatever the
+// context says. A name's other components are opened with O_DIRECTORY,
+// and "." is the directory itself, never a FIFO. A symlink is still
+// followed, inside parent: the caller checks what it opened.
+func openRoot(parent *os.Root, name string) (*os.Root, error) {
+	return parent.OpenRoot(name + "/.")
+}
+
+// openDir opens the directory name in parent for reading, never blocking
+// (see openRoot).
+func openDir(parent *os.Root, name string) (*os.File, error) {
+	return parent.Open(name + "/.")
 }
 
 // errChanged is a file that is not what its Lstat said a moment before.
@@ -134,7 +152,10 @@ func (w *walker) dir(n *node, depth int) error {
 
 // sub opens the directory c from its parent, checks it, and walks it.
 func (w *walker) sub(c *node, depth int) error {
-	self, err := c.parent.OpenRoot(c.name)
+	self, err := openRoot(c.parent, c.name)
+	if errors.Is(err, syscall.ENOTDIR) {
+		err = errChanged // its Lstat said a directory
+	}
 	if err != nil {
 		return w.fail(c.rel, err)
 	}
