@@ -133,15 +133,17 @@ func (w *walker) dir(n *node, depth int) error {
 		if err != nil {
 			return w.fail(rel, err)
 		}
+		// The bound is on every entry, as Unpack's is: a file in a
+		// directory MaxDepth deep is refused here, not in the stream.
+		if depth+1 > MaxDepth {
+			return errdefs.Errorf(errdefs.ErrInvalid, "workspace: %s %s: %s: deeper than %d levels", w.what, w.root, clip(rel), MaxDepth)
+		}
 		c := &node{rel: rel, st: fi.Sys().(*syscall.Stat_t), parent: n.self, name: name}
 		if c.st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 			if err := w.visit(c); err != nil {
 				return err
 			}
 			continue
-		}
-		if depth+1 > MaxDepth {
-			return errdefs.Errorf(errdefs.ErrInvalid, "workspace: %s %s: %s: deeper than %d levels", w.what, w.root, clip(rel), MaxDepth)
 		}
 		if err := w.sub(c, depth+1); err != nil {
 			return err

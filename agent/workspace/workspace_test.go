@@ -619,3 +619,40 @@ func TestDiff(t *testing.T) {
 		}
 	}
 }
+
+// TestPackWritesOnlyWhatUnpackTakes: at the bounds of the tree's shape,
+// what Pack writes Unpack restores, or Pack refuses it: an export that
+// succeeds is a snapshot a resume can restore.
+func TestPackWritesOnlyWhatUnpackTakes(t *testing.T) {
+	deep := strings.TrimSuffix(strings.Repeat("a/", workspace.MaxDepth), "/") // MaxDepth levels below the root
+	for _, tc := range []struct {
+		name  string
+		build func(t testing.TB, src string)
+	}{
+		{"a directory MaxDepth deep", func(t testing.TB, src string) { mkdir(t, src, deep, 0o755) }},
+		{"a file in it", func(t testing.TB, src string) {
+			mkdir(t, src, deep, 0o755)
+			write(t, src, deep+"/f", "f", 0o644)
+		}},
+		{"a symlink in it", func(t testing.TB, src string) {
+			mkdir(t, src, deep, 0o755)
+			symlink(t, src, "x", deep+"/l")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := emptyDir(t, "src")
+			tc.build(t, src)
+			var b bytes.Buffer
+			_, err := workspace.Pack(context.Background(), src, &b, workspace.Limits{})
+			if err != nil {
+				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "deeper than") {
+					t.Fatalf("Pack: %v", err)
+				}
+				return
+			}
+			if _, err := workspace.Unpack(context.Background(), &b, emptyDir(t, "dst"), workspace.Limits{}); err != nil {
+				t.Fatalf("Pack wrote a stream Unpack refuses: %v", err)
+			}
+		})
+	}
+}
