@@ -220,6 +220,11 @@ func (p *packer) data(f *os.File, rel string, size int64) error {
 			}
 			off += n
 			p.st.Holes += n
+			// A hole is up to MaxBytes of zeros that cost no read: the
+			// context is checked as often as in the data.
+			if err := checkContext(p.ctx, "pack", p.root); err != nil {
+				return err
+			}
 		}
 		for off < hole {
 			n := min(hole-off, int64(len(p.buf)))

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -654,5 +655,30 @@ func TestPackWritesOnlyWhatUnpackTakes(t *testing.T) {
 				t.Fatalf("Pack wrote a stream Unpack refuses: %v", err)
 			}
 		})
+	}
+}
+
+// TestPackCancelledInAHole: a context that ends while Pack writes a
+// file's holes (zeros it never reads, up to MaxBytes of them) ends the
+// pack at once.
+func TestPackCancelledInAHole(t *testing.T) {
+	src := emptyDir(t, "src")
+	f, err := os.Create(filepath.Join(src, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Skipf("no sparse file of 1 TiB here: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = workspace.Pack(ctx, src, io.Discard, workspace.Limits{MaxBytes: 1 << 41})
+	if !errors.Is(err, errdefs.ErrAborted) {
+		t.Errorf("Pack: %v; want ErrAborted", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Pack took %v to see its context end", d)
 	}
 }
