@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,6 +198,8 @@ func hostiles() []hostile {
 			`entry "b" (1000 bytes) takes the workspace past its limit of 1000 bytes`},
 		{"huge sparse", s(dir("./"), entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: 1 << 40}}), workspace.Limits{}, errdefs.ErrNoSpace,
 			`entry "big" (1099511627776 bytes) takes the workspace past its limit`},
+		{"bytes overflowing", s(dir("./"), file("a", "x"), entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: math.MaxInt64}}), workspace.Limits{}, errdefs.ErrNoSpace,
+			`entry "big" (9223372036854775807 bytes) takes the workspace past its limit`},
 		{"entries", s(dir("./"), file("a", ""), file("b", ""), file("c", "")), workspace.Limits{MaxEntries: 3}, errdefs.ErrTooLarge, `entry "c": more than 3 entries`},
 		{"no end marker", func(t testing.TB, _ arena) []byte {
 			return compress(t, rawTar(t, true, dir("./"), file("a", "x")))

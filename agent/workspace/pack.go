@@ -138,7 +138,7 @@ func (p *packer) visit(n *node) error {
 		p.links[id] = n.rel
 	}
 	size := n.st.Size
-	if p.st.Bytes+size > p.lim.MaxBytes {
+	if !fits(p.st.Bytes, size, p.lim.MaxBytes) {
 		return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: pack %s: %s (%d bytes) takes the workspace past the limit of %d bytes (apparent sizes, holes included)",
 			p.root, clip(n.rel), size, p.lim.MaxBytes)
 	}

@@ -483,7 +483,7 @@ func (u *unpacker) pop() error {
 // file restores a regular file: its data, holes punched again, then its
 // xattrs, owner, mode and mtime.
 func (u *unpacker) file(f *frame, hdr *tar.Header, base string) error {
-	if u.st.Bytes+hdr.Size > u.lim.MaxBytes {
+	if !fits(u.st.Bytes, hdr.Size, u.lim.MaxBytes) {
 		return errdefs.Errorf(errdefs.ErrNoSpace, "workspace: restore into %s: entry %q (%d bytes) takes the workspace past its limit of %d bytes",
 			u.root, clip(hdr.Name), hdr.Size, u.lim.MaxBytes)
 	}

@@ -66,6 +66,14 @@ func withDefaults(l Limits) Limits {
 	return l
 }
 
+// fits reports whether size more bytes after used stay within max
+// (0 <= used <= max). It compares with the room left: used+size
+// overflows for a size near 2^63 (a sparse file on tmpfs, a crafted
+// header), and a negative sum would pass.
+func fits(used, size, max int64) bool {
+	return size <= max-used
+}
+
 // newEncoder is the stream's compressor: one frame with its checksum, an
 // 8 MiB window, two blocks in flight (the pack's reading and the
 // compression overlap; more buys nothing on the agent's share of CPU).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -680,5 +681,31 @@ func TestPackCancelledInAHole(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Pack took %v to see its context end", d)
+	}
+}
+
+// TestPackLimitsDoNotOverflow: a sparse file of the largest size a
+// filesystem allows (tmpfs: 2^63-1 bytes), after another file, is refused
+// by MaxBytes at once, not packed as zeros for ever.
+func TestPackLimitsDoNotOverflow(t *testing.T) {
+	src, err := os.MkdirTemp("/dev/shm", "pack-overflow-")
+	if err != nil {
+		t.Skipf("no tmpfs at /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(src) })
+	write(t, src, "a", "x", 0o644)
+	f, err := os.Create(filepath.Join(src, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(math.MaxInt64); err != nil {
+		t.Skipf("this filesystem holds no file of 2^63-1 bytes: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = workspace.Pack(ctx, src, io.Discard, workspace.Limits{MaxBytes: 1 << 20})
+	if !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "past the limit") {
+		t.Errorf("Pack: %v; want ErrTooLarge, at once", err)
 	}
 }
