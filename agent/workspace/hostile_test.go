@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -285,4 +286,51 @@ func FuzzUnpack(f *testing.F) {
 		workspace.Unpack(context.Background(), bytes.NewReader(in), a.root, workspace.Limits{MaxBytes: 1 << 20, MaxEntries: 1000})
 		a.untouched(t)
 	})
+}
+
+// endProbe reads r and, at r's end, measures the heap still in use: what
+// Unpack holds with every directory of the stream still open.
+type endProbe struct {
+	r    *bytes.Reader
+	heap uint64
+}
+
+func (p *endProbe) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if p.r.Len() == 0 && p.heap == 0 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		p.heap = ms.HeapAlloc
+	}
+	return n, err
+}
+
+// TestUnpackHoldsNoHeadersOfOpenDirectories: a directory's header may
+// carry a PAX header of up to 1 MiB (a long uname, xattrs); Unpack keeps
+// of an open directory only what it sets when it leaves it, so a deep
+// stream of such headers, a few KiB compressed, cannot hold MaxDepth MiB.
+func TestUnpackHoldsNoHeadersOfOpenDirectories(t *testing.T) {
+	const levels = 64
+	entries := []entry{dir("./")}
+	name := ""
+	for i := range levels {
+		name += "d/"
+		e := dir(name)
+		e.hdr.Uname = strings.Repeat(string(rune('a'+i%26)), 900<<10)
+		e.hdr.PAXRecords = map[string]string{"path": name} // the name a part of the PAX header
+		entries = append(entries, e)
+	}
+	s := stream(t, entries...)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	p := &endProbe{r: bytes.NewReader(s)}
+	if _, err := workspace.Unpack(context.Background(), p, t.TempDir(), workspace.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if p.heap > before && p.heap-before > 32<<20 {
+		t.Errorf("Unpack held %d MiB with %d directories open", (p.heap-before)>>20, levels)
+	}
 }

@@ -94,8 +94,15 @@ type frame struct {
 	borrowed bool     // root is the caller's: not closed here
 	dir      *os.File // "." of root, opened when first needed
 	// The directory's recorded mode, owner and mtime, applied when the
-	// stream leaves it.
+	// stream leaves it (kept, see kept).
 	hdr *tar.Header
+}
+
+// kept is what a frame keeps of its directory's header: what pop sets,
+// and the name for messages. Not the header: its PAX records (xattrs,
+// uname) are up to 1 MiB, and MaxDepth directories are open at once.
+func kept(hdr *tar.Header) *tar.Header {
+	return &tar.Header{Name: strings.Clone(hdr.Name), Mode: hdr.Mode, Uid: hdr.Uid, Gid: hdr.Gid, ModTime: hdr.ModTime}
 }
 
 // fd is a descriptor of the directory, for the calls os.Root has no
@@ -371,7 +378,7 @@ func (u *unpacker) entry(hdr *tar.Header) error {
 			return u.bad(hdr.Name, `the stream does not start with its root "./"`)
 		}
 		f := u.stack[0]
-		f.hdr = hdr
+		f.hdr = kept(hdr)
 		u.st.Dirs++
 		return u.xattrs(f.fd, hdr)
 	}
@@ -439,7 +446,9 @@ func (u *unpacker) dir(f *frame, hdr *tar.Header, name, base string) error {
 	if err != nil {
 		return u.fsError(hdr.Name, err)
 	}
-	d := &frame{name: name, root: sub, hdr: hdr}
+	// The name is cloned: one from a PAX record shares the record's
+	// header, up to 1 MiB.
+	d := &frame{name: strings.Clone(name), root: sub, hdr: kept(hdr)}
 	u.stack = append(u.stack, d)
 	// The directory opened is the one made (a process of the sandbox
 	// could swap a symlink in: os.Root would follow it, inside the root).
