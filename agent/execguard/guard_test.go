@@ -14,11 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
 )
 
@@ -54,10 +56,12 @@ type gresult struct {
 	Seconds        float64
 }
 
-// childMain is the agent stand-in: mode "guard" or "none"; cases on stdin,
-// results on stdout, one JSON each. Its working directory is the root.
+// childMain is the agent stand-in: mode "guard" or "none", with
+// "-concurrent" all cases at once; cases on stdin, results on stdout, one
+// JSON each. Its working directory is the root.
 func childMain(mode string) int {
 	logger := log.New(os.Stderr, "child: ", 0)
+	mode, concurrent := strings.CutSuffix(mode, "-concurrent")
 	var g *Guard
 	if mode == "guard" {
 		var err error
@@ -80,12 +84,7 @@ func childMain(mode string) int {
 		fmt.Fprintln(os.Stderr, "NEW:", err)
 		return 3
 	}
-	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
-	for {
-		var c gcase
-		if err := dec.Decode(&c); err != nil {
-			return 0
-		}
+	run := func(c gcase) gresult {
 		spec, err := e.Resolve(context.Background(), executor.Request{Session: "s", Shell: executor.Bash, Command: c.Command,
 			Timeout: 60 * time.Second, ExecRules: c.Rules})
 		var r gresult
@@ -98,8 +97,33 @@ func childMain(mode string) int {
 		if err != nil {
 			r.Err = err.Error()
 		}
+		return r
+	}
+	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
+	var cases []gcase
+	for {
+		var c gcase
+		if err := dec.Decode(&c); err != nil {
+			break
+		}
+		if !concurrent {
+			enc.Encode(run(c))
+			continue
+		}
+		cases = append(cases, c)
+	}
+	// Concurrent: every case at once (the agent runs a session's calls
+	// so), results in the cases' order.
+	rs := make([]gresult, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() { rs[i] = run(c) })
+	}
+	wg.Wait()
+	for _, r := range rs {
 		enc.Encode(r)
 	}
+	return 0
 }
 
 // runChild runs cases in a child in mode, in dir; it fails t (or skips it
@@ -287,4 +311,46 @@ func benchRules() *cmdmatch.Set {
 		return nil
 	}
 	return denyRm()
+}
+
+// TestConcurrentCallsEnd: calls that fork, exec, stop and kill at once, as
+// an agent's sessions do, all end with their output under the guard, none
+// held in a stop: the guard sees every process's first stop, its parent's
+// event and its exit in any order.
+func TestConcurrentCallsEnd(t *testing.T) {
+	// Continues process $p until it has ended: a CONT sent before its
+	// STOP does not count, with or without a guard.
+	stopCont := `for i in $(seq 20); do sh -c 'kill -STOP $$; echo r' & p=$!; ` +
+		`while kill -CONT $p 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' /proc/$p/status; do sleep 0.01; done; wait $p; done >/dev/null`
+	cmds := []string{
+		"for i in $(seq 300); do /bin/true; done",
+		"for i in $(seq 100); do echo x | cat | tr x y >/dev/null; done",
+		"for i in $(seq 50); do sleep 0.01 & done; wait",
+		"for i in $(seq 100); do x=$(echo $i); done",
+		stopCont,
+		// Threads exec'ing at once, and a thread other than the leader
+		// replacing the process.
+		`python3 -c 'import subprocess,threading
+ts=[threading.Thread(target=lambda: [subprocess.run(["true"]) for _ in range(30)]) for _ in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]'`,
+		`python3 -c 'import os,threading,time
+threading.Thread(target=lambda: os.execvp("true", ["true"])).start(); time.sleep(5)'`,
+		// Parents killed while they fork: a child whose parent's fork
+		// event never comes must not stay stopped (it holds the call's
+		// output open).
+		`for i in $(seq 30); do sh -c 'while :; do /bin/true & done' >/dev/null 2>&1 & p=$!; sleep 0.02; kill -9 $p; wait $p 2>/dev/null; done`,
+	}
+	var cases []gcase
+	for range 2 {
+		for _, c := range cmds {
+			cases = append(cases, gcase{Command: c + "\necho done", Rules: denyRm()})
+		}
+	}
+	rs := runChild(t, "guard-concurrent", t.TempDir(), cases)
+	for i, r := range rs {
+		if r.Err != "" || r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "done\n") {
+			t.Errorf("%q did not end as without the guard (%.1fs): exit %d %s %s\nstdout %q\nstderr %q",
+				cases[i].Command, r.Seconds, r.ExitCode, r.Signal, r.Err, r.Stdout, clip.To(r.Stderr, 2000))
+		}
+	}
 }
