@@ -53,7 +53,8 @@ rules:
 // them to what "many replicas" promises, calling each replica by its pod
 // IP where it matters and the Service otherwise: the calls of one session
 // alternate between the replicas over REST and MCP (2026-07-28) and see
-// one sandbox; an ask held on one replica is approved on the other; a
+// one sandbox; streamed MCP calls through either replica deliver their
+// output live and then their whole result; an ask held on one replica is approved on the other; a
 // replica deleted mid-background-task loses none of the task's output or
 // its exit status; and a rolling update under load (50 sessions calling in
 // a loop through the Service) fails no call.
@@ -151,6 +152,61 @@ func TestReplicas(t *testing.T) {
 		}
 		if got := run(t, 1, false, "wc -l < /workspace/alt"); got != fmt.Sprint(2*rounds) {
 			t.Errorf("lines written: %s, want %d", got, 2*rounds)
+		}
+	})
+
+	t.Run("live", func(t *testing.T) {
+		// A streamed call over MCP (progress notifications) through each
+		// replica, with several at once as a harness makes them: the
+		// output arrives while the command runs, then the whole result,
+		// the same as without streaming. (The chart's one conformance run
+		// is REST: this is MCP's streaming through the chart.)
+		var pr client.ProgressRouter
+		mcps := make([]*mcp.ClientSession, 2)
+		for i, u := range urls {
+			mc := mcp.NewClient(&mcp.Implementation{Name: "e2e-live", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: pr.Handle})
+			cs, err := mc.Connect(ctx, client.MCPTransport(u+"/mcp", tok, "live", tr), nil)
+			if err != nil {
+				t.Fatalf("MCP to %s: %v", pods[i].Name, err)
+			}
+			defer cs.Close()
+			mcps[i] = cs
+		}
+		const perReplica = 4
+		errs := make(chan error, 2*perReplica)
+		for i := range 2 * perReplica {
+			replica := i % 2
+			go func() {
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+				defer cancel()
+				var mu sync.Mutex
+				var live strings.Builder
+				cmd := fmt.Sprintf("echo ready-%d; sleep 1; echo warn >&2; echo after", i)
+				res, err := client.CallMCPLive(cctx, mcps[replica], &pr, tools.ToolBash, bashArgs(cmd, false), func(msg string) {
+					mu.Lock()
+					live.WriteString(msg)
+					mu.Unlock()
+				})
+				mu.Lock()
+				got := live.String()
+				mu.Unlock()
+				want := fmt.Sprintf("ready-%d\nafter\n[stderr]\nwarn", i)
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("streamed call %d via %s: %w (live so far %q)", i, pods[replica].Name, err, got)
+				case res.Text != want:
+					errs <- fmt.Errorf("streamed call %d via %s: result %q, want %q", i, pods[replica].Name, res.Text, want)
+				case !strings.Contains(got, fmt.Sprintf("ready-%d", i)):
+					errs <- fmt.Errorf("streamed call %d via %s: live output %q, want ready-%d while it ran", i, pods[replica].Name, got, i)
+				default:
+					errs <- nil
+				}
+			}()
+		}
+		for range 2 * perReplica {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
 		}
 	})
 
