@@ -179,7 +179,8 @@ _build_cached() {
 }
 
 # build_in_module DIR LDFLAGS OUTDIR PKG...: builds the main packages PKG in
-# the module at DIR (go.mod already requires their module) into OUTDIR.
+# the module at DIR (go.mod already requires their module) into OUTDIR,
+# with BUILD_GCFLAGS as -gcflags when set.
 # The packages are blank-imported from a file the build never compiles, so
 # `go mod tidy` records every dependency they need.
 build_in_module() {
@@ -194,7 +195,7 @@ build_in_module() {
     cd "$dir"
     export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
     go mod tidy
-    go build -trimpath -ldflags "$ldflags" -o "$out/" "$@"
+    go build -trimpath ${BUILD_GCFLAGS:+"-gcflags=$BUILD_GCFLAGS"} -ldflags "$ldflags" -o "$out/" "$@"
   )
 }
 

@@ -51,7 +51,13 @@ SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_COMMIT=${SEAWEEDFS_VERSION##*-}
 
 SHELLBOX_CI_CACHE=${SHELLBOX_CI_CACHE:-/var/cache/shellbox-ci}
-WEED_DIR=$SHELLBOX_CI_CACHE/seaweedfs-$SEAWEEDFS_VERSION
+# Compiled without optimizations or inlining: the server serves the
+# tests' few hundred MiB, and the build is the cold CI's second largest
+# (1,478 packages beside the Kubernetes build on the same 2 cores):
+# weed/filer's 526 packages took 73 s of CPU so against 93 s optimized
+# (docs/testing.md#the-ci-budget). The flags are part of the cache's name.
+WEED_GCFLAGS="all=-N -l"
+WEED_DIR=$SHELLBOX_CI_CACHE/seaweedfs-$SEAWEEDFS_VERSION-noopt
 WEED=$WEED_DIR/weed
 CONF_DIR=/etc/shellbox-s3
 IDENTITIES=$CONF_DIR/s3.json
@@ -98,7 +104,7 @@ _build_weed() {
   for r in $(sed -n 's/^replace[[:space:]]\{1,\}\(.*\) => \(.*\) \(v[^ ]*\)$/\1=\2@\3/p' "$gomod"); do
     (cd "$tmp/src" && go mod edit -replace="$r") || return 1
   done
-  build_in_module "$tmp/src" "-s -w -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_COMMIT" "$tmp/bin" \
+  BUILD_GCFLAGS=$WEED_GCFLAGS build_in_module "$tmp/src" "-s -w -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_COMMIT" "$tmp/bin" \
     "$SEAWEEDFS_MODULE/weed" || return 1
   touch "$tmp/bin/.complete"
 }
