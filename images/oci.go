@@ -21,6 +21,7 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/shellbox/shellbox/internal/iocount"
 	"golang.org/x/sys/unix"
 )
 
@@ -114,7 +115,7 @@ func NewArchive(ctx context.Context, rootfs string, spec ImageSpec) (_ *Archive,
 	// file <- bufio <- (sha256 of the blob) <- gzip <- (sha256 of the tar) <- tar
 	blobHash, diffHash := sha256.New(), sha256.New()
 	buf := bufio.NewWriterSize(f, 1<<20)
-	counted := &countWriter{w: io.MultiWriter(buf, blobHash)}
+	counted := &iocount.Writer{W: io.MultiWriter(buf, blobHash)}
 	gz, err := gzip.NewWriterLevel(counted, gzip.BestSpeed)
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func NewArchive(ctx context.Context, rootfs string, spec ImageSpec) (_ *Archive,
 	a.layer = ocispec.Descriptor{
 		MediaType: ocispec.MediaTypeImageLayerGzip,
 		Digest:    digest.NewDigest(digest.SHA256, blobHash),
-		Size:      counted.n,
+		Size:      counted.N,
 	}
 
 	created := spec.Created.UTC()
@@ -222,7 +223,7 @@ func (a *Archive) WriteTo(w io.Writer) (int64, error) {
 	if a.layerPath == "" {
 		return 0, errors.New("image archive: closed")
 	}
-	cw := &countWriter{w: w}
+	cw := &iocount.Writer{W: w}
 	tw := tar.NewWriter(cw)
 	layout, _ := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
 	hdr := func(name string, size int64, dir bool) *tar.Header {
@@ -273,9 +274,9 @@ func (a *Archive) WriteTo(w io.Writer) (int64, error) {
 		return tw.Close()
 	}()
 	if err != nil {
-		return cw.n, fmt.Errorf("image archive: %w", err)
+		return cw.N, fmt.Errorf("image archive: %w", err)
 	}
-	return cw.n, nil
+	return cw.N, nil
 }
 
 // WriteFile writes the archive to path (through a temporary file in the
@@ -389,17 +390,6 @@ func blobDescriptor(mediaType string, data []byte) ocispec.Descriptor {
 
 func blobPath(d digest.Digest) string {
 	return ocispec.ImageBlobsDir + "/" + d.Algorithm().String() + "/" + d.Encoded()
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // writeLayer writes the tree under root to tw in name order.

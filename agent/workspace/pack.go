@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/internal/iocount"
 )
 
 // Pack writes the tree under root to w as a workspace stream (see the
@@ -34,7 +35,7 @@ func Pack(ctx context.Context, root string, w io.Writer, lim Limits) (Stats, err
 		return Stats{}, rootError("pack", root, err)
 	}
 	defer r.Close()
-	cw := &countWriter{w: w}
+	cw := &iocount.Writer{W: w}
 	zw, err := newEncoder(cw)
 	if err != nil {
 		return Stats{}, fmt.Errorf("workspace: pack %s: %w", root, err)
@@ -59,7 +60,7 @@ func Pack(ctx context.Context, root string, w io.Writer, lim Limits) (Stats, err
 	} else if err = zw.Close(); err != nil {
 		err = p.writeError(err)
 	}
-	p.st.Stream = cw.n
+	p.st.Stream = cw.N
 	return p.st, err
 }
 
@@ -79,7 +80,7 @@ type packer struct {
 }
 
 func (p *packer) fail(rel string, err error) error {
-	return fmt.Errorf("workspace: pack %s: %s: %w", p.root, clip(rel), err)
+	return fmt.Errorf("workspace: pack %s: %s: %w", p.root, shown(rel), err)
 }
 
 func (p *packer) writeError(err error) error {
@@ -98,10 +99,10 @@ func (p *packer) visit(n *node) error {
 	}
 	p.st.Entries++
 	if p.st.Entries > p.lim.MaxEntries {
-		return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: pack %s: %s: more than %d entries (the limit)", p.root, clip(n.rel), p.lim.MaxEntries)
+		return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: pack %s: %s: more than %d entries (the limit)", p.root, shown(n.rel), p.lim.MaxEntries)
 	}
 	if len(n.rel) > PathMax {
-		return errdefs.Errorf(errdefs.ErrInvalid, "workspace: pack %s: %s: a name of %d bytes, longer than PATH_MAX (%d)", p.root, clip(n.rel), len(n.rel), PathMax)
+		return errdefs.Errorf(errdefs.ErrInvalid, "workspace: pack %s: %s: a name of %d bytes, longer than PATH_MAX (%d)", p.root, shown(n.rel), len(n.rel), PathMax)
 	}
 	hdr := &tar.Header{Name: n.rel, Mode: int64(n.st.Mode & 0o7777), Uid: int(n.st.Uid), Gid: int(n.st.Gid),
 		ModTime: time.Unix(n.st.Mtim.Sec, n.st.Mtim.Nsec), Format: tar.FormatPAX}
@@ -140,7 +141,7 @@ func (p *packer) visit(n *node) error {
 	size := n.st.Size
 	if !fits(p.st.Bytes, size, p.lim.MaxBytes) {
 		return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: pack %s: %s (%d bytes) takes the workspace past the limit of %d bytes (apparent sizes, holes included)",
-			p.root, clip(n.rel), size, p.lim.MaxBytes)
+			p.root, shown(n.rel), size, p.lim.MaxBytes)
 	}
 	p.st.Bytes += size
 	p.st.Files++
@@ -260,5 +261,5 @@ func (p *packer) data(f *os.File, rel string, size int64) error {
 
 func (p *packer) shrank(rel string, from, to int64) error {
 	return errdefs.Errorf(errdefs.ErrUnavailable, "workspace: pack %s: %s shrank while being read (%d bytes, then %d); try again once the workspace is quiet",
-		p.root, clip(rel), from, to)
+		p.root, shown(rel), from, to)
 }

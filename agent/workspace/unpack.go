@@ -78,7 +78,7 @@ func empty(rt *os.Root, root string) error {
 	defer d.Close()
 	names, err := d.Readdirnames(1)
 	if len(names) > 0 {
-		return errdefs.Errorf(errdefs.ErrInvalid, "workspace: restore into %s: not empty (it holds %s): a stream is restored only into an empty directory", root, clip(names[0]))
+		return errdefs.Errorf(errdefs.ErrInvalid, "workspace: restore into %s: not empty (it holds %s): a stream is restored only into an empty directory", root, shown(names[0]))
 	}
 	if err != nil && err != io.EOF {
 		return rootError("restore into", root, err)
@@ -164,7 +164,7 @@ func (u *unpacker) run() error {
 		end = u.in.n + (hdr.Size+511)&^511
 		u.st.Entries++
 		if u.st.Entries > u.lim.MaxEntries {
-			return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: restore into %s: entry %q: more than %d entries in the stream (the limit)", u.root, clip(hdr.Name), u.lim.MaxEntries)
+			return errdefs.Errorf(errdefs.ErrTooLarge, "workspace: restore into %s: entry %q: more than %d entries in the stream (the limit)", u.root, shown(hdr.Name), u.lim.MaxEntries)
 		}
 		if err := u.entry(hdr); err != nil {
 			return err
@@ -225,7 +225,7 @@ func (u *unpacker) invalid(why string) error {
 
 // bad is an entry refused.
 func (u *unpacker) bad(name, why string) error {
-	return errdefs.Errorf(errdefs.ErrInvalid, "workspace: restore into %s: entry %q: %s", u.root, clip(name), why)
+	return errdefs.Errorf(errdefs.ErrInvalid, "workspace: restore into %s: entry %q: %s", u.root, shown(name), why)
 }
 
 // classes are the errdefs classes an error of the stream's reader keeps.
@@ -256,11 +256,11 @@ func (u *unpacker) streamError(err error) error {
 func (u *unpacker) fsError(name string, err error) error {
 	switch {
 	case noSpace(err):
-		return errdefs.Errorf(errdefs.ErrNoSpace, "workspace: restore into %s: entry %q: no space left on the workspace's filesystem: %w", u.root, clip(name), err)
+		return errdefs.Errorf(errdefs.ErrNoSpace, "workspace: restore into %s: entry %q: no space left on the workspace's filesystem: %w", u.root, shown(name), err)
 	case errors.Is(err, fs.ErrExist):
 		return u.bad(name, "the name is there already")
 	}
-	return fmt.Errorf("workspace: restore into %s: entry %q: %w", u.root, clip(name), err)
+	return fmt.Errorf("workspace: restore into %s: entry %q: %w", u.root, shown(name), err)
 }
 
 // kinds name the entry types a stream does not hold, for messages.
@@ -308,12 +308,12 @@ func (u *unpacker) check(hdr *tar.Header) (string, error) {
 		x, ok := strings.CutPrefix(k, paxXattr)
 		switch {
 		case !ok && !paxKeys[k]:
-			return "", u.bad(hdr.Name, "PAX record "+clip(k)+": not one a workspace stream holds")
+			return "", u.bad(hdr.Name, "PAX record "+shown(k)+": not one a workspace stream holds")
 		case !ok:
 		case !strings.HasPrefix(x, userPrefix):
-			return "", u.bad(hdr.Name, "xattr "+clip(x)+": only user. xattrs are restored")
+			return "", u.bad(hdr.Name, "xattr "+shown(x)+": only user. xattrs are restored")
 		case len(x) > NameMax || len(hdr.PAXRecords[k]) > xattrMax || strings.ContainsRune(x, 0):
-			return "", u.bad(hdr.Name, "xattr "+clip(x)+": a name or value longer than Linux allows")
+			return "", u.bad(hdr.Name, "xattr "+shown(x)+": a name or value longer than Linux allows")
 		}
 	}
 	if hdr.Mode&^0o7777 != 0 {
@@ -337,7 +337,7 @@ func (u *unpacker) check(hdr *tar.Header) (string, error) {
 		}
 	case tar.TypeLink:
 		if why := canonical(hdr.Linkname); why != "" {
-			return "", u.bad(hdr.Name, fmt.Sprintf("hard link to %q: %s", clip(hdr.Linkname), why))
+			return "", u.bad(hdr.Name, fmt.Sprintf("hard link to %q: %s", shown(hdr.Linkname), why))
 		}
 	}
 	return name, nil
@@ -429,7 +429,7 @@ func (u *unpacker) enter(name, dir string) (*frame, error) {
 			return top, nil
 		}
 		if top.name == "." || strings.HasPrefix(dir, top.name+"/") {
-			return nil, u.bad(name, "its directory "+clip(dir)+" is not a directory the stream made and is filling")
+			return nil, u.bad(name, "its directory "+shown(dir)+" is not a directory the stream made and is filling")
 		}
 		if err := u.pop(); err != nil {
 			return nil, err
@@ -494,7 +494,7 @@ func (u *unpacker) pop() error {
 func (u *unpacker) file(f *frame, hdr *tar.Header, base string) error {
 	if !fits(u.st.Bytes, hdr.Size, u.lim.MaxBytes) {
 		return errdefs.Errorf(errdefs.ErrNoSpace, "workspace: restore into %s: entry %q (%d bytes) takes the workspace past its limit of %d bytes",
-			u.root, clip(hdr.Name), hdr.Size, u.lim.MaxBytes)
+			u.root, shown(hdr.Name), hdr.Size, u.lim.MaxBytes)
 	}
 	u.st.Bytes += hdr.Size
 	out, err := f.root.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -571,7 +571,7 @@ func (u *unpacker) link(f *frame, hdr *tar.Header, base string) error {
 			walked = path.Join(walked, c)
 			fi, err := d.Lstat(c)
 			if err != nil || !fi.IsDir() {
-				return u.bad(hdr.Name, fmt.Sprintf("hard link to %q: %s is not a directory the stream made", clip(target), clip(walked)))
+				return u.bad(hdr.Name, fmt.Sprintf("hard link to %q: %s is not a directory the stream made", shown(target), shown(walked)))
 			}
 			next, err := openRoot(d, c)
 			if err != nil {
@@ -586,7 +586,7 @@ func (u *unpacker) link(f *frame, hdr *tar.Header, base string) error {
 	}
 	tbase := path.Base(target)
 	if fi, err := d.Lstat(tbase); err != nil || !fi.Mode().IsRegular() {
-		return u.bad(hdr.Name, fmt.Sprintf("hard link to %q: not a regular file the stream made before it", clip(target)))
+		return u.bad(hdr.Name, fmt.Sprintf("hard link to %q: not a regular file the stream made before it", shown(target)))
 	}
 	td, err := d.Open(".")
 	if err != nil {

@@ -112,7 +112,7 @@ func (w *walker) walk(r *os.Root) error {
 
 // fail is an error of walking rel.
 func (w *walker) fail(rel string, err error) error {
-	return fmt.Errorf("workspace: %s %s: %s: %w", w.what, w.root, clip(rel), err)
+	return fmt.Errorf("workspace: %s %s: %s: %w", w.what, w.root, shown(rel), err)
 }
 
 // dir visits the directory n, then what it holds.
@@ -136,7 +136,7 @@ func (w *walker) dir(n *node, depth int) error {
 		// The bound is on every entry, as Unpack's is: a file in a
 		// directory MaxDepth deep is refused here, not in the stream.
 		if depth+1 > MaxDepth {
-			return errdefs.Errorf(errdefs.ErrInvalid, "workspace: %s %s: %s: deeper than %d levels", w.what, w.root, clip(rel), MaxDepth)
+			return errdefs.Errorf(errdefs.ErrInvalid, "workspace: %s %s: %s: deeper than %d levels", w.what, w.root, shown(rel), MaxDepth)
 		}
 		c := &node{rel: rel, st: fi.Sys().(*syscall.Stat_t), parent: n.self, name: name}
 		if c.st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
@@ -187,7 +187,7 @@ func (w *walker) names(n *node) ([]string, error) {
 		w.listed += len(batch)
 		if w.maxNames > 0 && w.listed > w.maxNames {
 			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "workspace: %s %s: %s: more than %d entries (the limit), sockets and devices counted",
-				w.what, w.root, clip(n.rel), w.maxNames)
+				w.what, w.root, shown(n.rel), w.maxNames)
 		}
 		if err == io.EOF || len(batch) == 0 && err == nil {
 			break

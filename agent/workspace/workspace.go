@@ -11,6 +11,7 @@ import (
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/internal/clip"
 )
 
 // Limits cap one Pack, Unpack, Export or Import; zero fields take the
@@ -110,25 +111,8 @@ func rootError(what, root string, err error) error {
 	return fmt.Errorf("workspace: %s %s: %w", what, root, err)
 }
 
-// clip shortens a name for a message.
-func clip(name string) string {
-	if len(name) > 200 {
-		return name[:200] + "…"
-	}
-	return name
-}
-
-// countWriter counts what passes.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
+// shown shortens a name for a message (on a rune boundary).
+func shown(name string) string { return clip.To(name, 200) }
 
 // countReader counts what passes, and keeps the first error of its reader
 // other than io.EOF: the source's, as apart from the decoder's.
