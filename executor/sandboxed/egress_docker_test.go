@@ -57,6 +57,28 @@ func TestEgress(t *testing.T) {
 }
 
 func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
+	// Every result's notices are kept: a task's end is told once, with
+	// whichever call of its session is answered next, which need not be
+	// one of waitTask's (the thief below ends as the call that lets it go
+	// ends).
+	ended := map[string]bool{}
+	call := func(t *testing.T, ts *tools.Toolset, session, tool string, args any) tools.Result {
+		t.Helper()
+		res := sandboxedtest.Call(t, ts, session, tool, args)
+		for _, n := range res.Notices {
+			ended[n.TaskID] = true
+		}
+		return res
+	}
+	waitTask := func(t *testing.T, ts *tools.Toolset, session, id string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !ended[id]; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s did not end within a minute", id)
+			}
+			call(t, ts, session, tools.ToolBash, bash(`true`))
+		}
+	}
 	allowed, allowedHits := hostServer(t, "127.0.0.2:0")
 	denied, deniedHits := hostServer(t, "127.0.0.3:0")
 	list, err := confine.NewAllowlist([]string{allowed})
@@ -243,19 +265,4 @@ echo "signalled $hits of $n"`)
 	if !res.IsError || !strings.Contains(res.Text, "the network permission was granted, but session nonet's sandbox has no egress proxy") {
 		t.Errorf("network granted in a sandbox without a proxy: %q", res.Text)
 	}
-}
-
-// waitTask polls until the background task has ended (its output is left
-// unread: Task.Wait does not move the read cursor).
-func waitTask(t *testing.T, ts *tools.Toolset, session, id string) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		// A result carries the notices of the tasks that ended since.
-		for _, n := range call(t, ts, session, tools.ToolBash, bash(`true`)).Notices {
-			if n.TaskID == id {
-				return
-			}
-		}
-	}
-	t.Fatalf("task %s did not end within a minute", id)
 }
