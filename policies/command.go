@@ -43,8 +43,8 @@ type simpleCommand struct {
 	Wrapper bool
 	// opaque says why the command runs code it does not show (a script
 	// file, an interpreter's program, a Makefile): a rule that names the
-	// command decides; if none does, the unparseable decision applies
-	// instead of the default.
+	// command decides; if none does, the policy's opaque decision applies
+	// (and the default, when it is stricter).
 	opaque string
 
 	name string // basename of Argv[0]; for pwsh, the command it resolves to

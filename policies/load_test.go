@@ -113,8 +113,28 @@ func TestLoadFileEmptyIsStrictDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Default != Ask || p.Unparseable != Ask || !p.Tools.Bash || p.Tools.Pwsh || !p.Tools.Background {
+	if p.Default != Ask || p.Unparseable != Ask || p.Opaque != Ask || !p.Tools.Bash || p.Tools.Pwsh || !p.Tools.Background {
 		t.Errorf("empty policy = %+v", p)
+	}
+}
+
+// opaque unset is unparseable's decision; set, it is its own, allow
+// included (which unparseable may never be).
+func TestLoadOpaque(t *testing.T) {
+	for src, want := range map[string]Decision{
+		"unparseable: deny\n":                Deny,
+		"unparseable: deny\nopaque: allow\n": Allow,
+		"unparseable: ask\nopaque: deny\n":   Deny,
+		"opaque: ask\n":                      Ask,
+		"opaque:\n":                          Ask,
+	} {
+		p, err := Parse("x/t1.yaml", []byte(src))
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		if p.Opaque != want {
+			t.Errorf("%q: opaque %s, want %s", src, p.Opaque, want)
+		}
 	}
 }
 
@@ -132,6 +152,9 @@ func TestLoadFileErrors(t *testing.T) {
 		{"bad glob", "rules:\n  - name: a\n    decision: deny\n    match:\n      args: ['[abc']\n", []string{"acme.yaml:5: rules[0].match.args[0]: bad glob"}},
 		{"bad decision", "default: maybe\n", []string{`acme.yaml:1: default: "maybe" is not a decision`}},
 		{"unparseable allow", "unparseable: allow\n", []string{"acme.yaml:1: unparseable: allow is not permitted"}},
+		{"bad opaque", "default: allow\nopaque: maybe\n", []string{`acme.yaml:2: opaque: "maybe" is not a decision (allow, ask or deny)`}},
+		{"opaque not a string", "opaque: 1\n", []string{"acme.yaml:1: opaque: expected a string, got integer 1"}},
+		{"opaque list", "opaque: [allow]\n", []string{"acme.yaml:1: opaque: expected a string, got a list"}},
 		{"timeouts conflict", "limits:\n  defaultTimeout: 10m\n  maxTimeout: 1m\n", []string{"acme.yaml:3: limits.maxTimeout: maxTimeout (1m0s) is below defaultTimeout (10m0s)"}},
 		{"image conflict", "sandbox:\n  images: [a]\n  defaultImage: b\n", []string{`acme.yaml:3: sandbox.defaultImage: "b" is not in sandbox.images`}},
 		{"memory conflict", "sandbox:\n  memory: 100MiB\n  disk: 100MiB\n", []string{"acme.yaml:2: sandbox.memory: 104857600 bytes must exceed"}},

@@ -152,7 +152,8 @@ func (p *Policy) decideCommand(sc *simpleCommand, okCall []bool, take func(verdi
 		// decides; else the policy's opaque (and the default, if it is
 		// stricter).
 		take(verdict{Decision: p.Opaque, Rule: RuleOpaque,
-			Reason:  "`" + clip.To(sc.name, 80) + "` " + sc.opaque + ": a static policy cannot tell what runs; a rule naming the command decides",
+			Reason: "`" + clip.To(sc.name, 80) + "` " + sc.opaque + ": code a static policy cannot see takes " + p.opaqueNote +
+				", unless a rule names the command",
 			Command: sc.display()})
 	}
 	if !matched && !sc.Wrapper {

@@ -227,38 +227,6 @@ func TestDecisionStrictDefault(t *testing.T) {
 	}
 }
 
-// opaque decides code the reader cannot see apart from unparseable: a
-// policy whose rules only stop rm allows python3 and make, still asks for
-// what does not parse or has no literal name, and a rule naming an
-// interpreter still decides; unset, opaque is unparseable's decision.
-func TestOpaqueDecision(t *testing.T) {
-	const base = "version: 1\ndefault: allow\nunparseable: ask\n"
-	const rules = "rules:\n  - name: no-rm\n    decision: deny\n    match: {command: [rm]}\n" +
-		"  - name: no-perl\n    decision: deny\n    match: {command: [perl]}\n"
-	for _, c := range []struct {
-		opaque string
-		want   map[string]Decision
-	}{
-		{"opaque: allow\n", map[string]Decision{
-			"python3 x.py": Allow, "make": Allow, "bash build.sh": Allow, "perl -e 1": Deny,
-			"echo 'unterminated": Ask, "$(echo rm) x": Ask, "rm x": Deny, "python3 x.py && rm x": Deny,
-		}},
-		{"opaque: deny\n", map[string]Decision{"python3 x.py": Deny, "echo 'unterminated": Ask, "ls": Allow}},
-		{"", map[string]Decision{"python3 x.py": Ask, "make": Ask, "echo 'unterminated": Ask}},
-	} {
-		p, err := Parse("/p/opaque.yaml", []byte(base+c.opaque+rules))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for cmd, want := range c.want {
-			v := p.evaluate(call{tool: "bash", command: cmd})
-			if v.Decision != want {
-				t.Errorf("%q with %q: %s (rule %s), want %s", c.opaque, cmd, v.Decision, v.Rule, want)
-			}
-		}
-	}
-}
-
 func TestAnalyzeBounds(t *testing.T) {
 	if _, err := analyze(strings.Repeat("a;", maxSimpleCmds+1)); err == nil {
 		t.Error("no error for too many simple commands")

@@ -157,6 +157,10 @@ type Policy struct {
 	escDefault  Decision
 	escalations []*escalation
 	pwsh        *pwshIndex // the per-command rules as pwsh commands see them
+	// opaqueNote names the setting an opaque verdict comes from
+	// ("opaque: allow", or unparseable's when opaque is unset), for its
+	// reason.
+	opaqueNote string
 }
 
 // Rules lists the names of the policy's rules, in file order.
@@ -211,6 +215,10 @@ func compile(l *located, tenant string, f *fileSchema, env []envVar) *Policy {
 	}
 	p.Opaque = p.Unparseable
 	decision("opaque", f.Opaque, &p.Opaque)
+	p.opaqueNote = "opaque: " + string(p.Opaque)
+	if f.Opaque == "" {
+		p.opaqueNote += " (unset: unparseable's decision)"
+	}
 	if f.AskTimeout != 0 {
 		if f.AskTimeout < 0 {
 			l.addf("askTimeout", "must be positive, got %s", f.AskTimeout)

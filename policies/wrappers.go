@@ -26,8 +26,9 @@ const (
 	pwshStdin              // pwsh reading its script from standard input
 	dynamicInner           // runs something rules cannot see
 	// opaqueCode: runs code the command does not show (a script file, an
-	// interpreter's program, a Makefile). The command itself is matched:
-	// a rule that names it decides; else the unparseable decision applies.
+	// interpreter's program, a Makefile). The one mark of that class: the
+	// command itself is matched, a rule that names it decides, else the
+	// policy's opaque decision applies.
 	opaqueCode
 )
 
