@@ -335,7 +335,7 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 				logger.Print(err)
 			}
 		}()
-		scfg.Egress = p
+		scfg.Egress, scfg.EgressOpen = p, p.Open
 		logger.Printf("egress proxy on %s", pl.Addr())
 	}
 	srv, err := apiserver.NewServer(scfg)

@@ -255,6 +255,13 @@ func (c *Client) Has(ctx context.Context, session string, shell executor.Shell) 
 	return c.do(ctx, http.MethodGet, "/v1/has?"+q.Encode(), nil, nil, &h) == nil && h.Has
 }
 
+// Activity returns what runs in the sandbox now (GET /v1/activity).
+func (c *Client) Activity(ctx context.Context) (Activity, error) {
+	var a Activity
+	err := c.do(ctx, http.MethodGet, "/v1/activity", nil, nil, &a)
+	return a, err
+}
+
 // Log returns the agent's recent log lines (GET /v1/log).
 func (c *Client) Log(ctx context.Context) (string, error) {
 	var l LogAnswer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -78,6 +79,43 @@ type Runner interface {
 // Status() executor.Status method are listed with their status.
 type TaskLister interface {
 	ListTasks(ctx context.Context, session string) ([]executor.Task, error)
+}
+
+// ActivityCounter is an optional ability of a Runner: how many commands
+// run now, foreground and background (each a call's or a task's process
+// tree, until the tree is gone). Server serves it in GET /v1/activity.
+type ActivityCounter interface {
+	Running() int
+}
+
+// Activity is the answer of GET /v1/activity: what is going on in the
+// sandbox now, for the idle reaper, which never ends a busy session (a
+// call in flight, a background task running, an egress connection open),
+// whoever started it and whichever server replica serves it.
+type Activity struct {
+	// Calls is the foreground runs in flight (requests to /v1/run).
+	Calls int `json:"calls"`
+	// Commands is the commands running, foreground and background, as the
+	// Runner counts them (-1: it cannot).
+	Commands int `json:"commands"`
+	// Egress is the connections the egress proxy holds open (0 without
+	// one).
+	Egress int `json:"egress"`
+}
+
+// Busy says why a sandbox with this activity is busy, "" when it is idle.
+func (a Activity) Busy() string {
+	var why []string
+	if a.Calls > 0 {
+		why = append(why, fmt.Sprintf("%d call(s) in flight", a.Calls))
+	}
+	if a.Commands > 0 {
+		why = append(why, fmt.Sprintf("%d command(s) running", a.Commands))
+	}
+	if a.Egress > 0 {
+		why = append(why, fmt.Sprintf("%d egress connection(s) open", a.Egress))
+	}
+	return strings.Join(why, ", ")
 }
 
 // Hello is the answer of GET /v1/hello: the handshake.

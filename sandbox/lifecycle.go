@@ -322,6 +322,32 @@ func (l *lifecycle) claimLocked(k key) *entry {
 	return r
 }
 
+// keep ends the removal entry of v, a victim found busy: its sandbox stays
+// as it was (its ready entry back, if it had one) and is used now, its use
+// recorded where a UseRecorder keeps them, so that its idle time starts
+// again.
+func (l *lifecycle) keep(v victim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.cfg.Now()
+	if l.entries[v.k] == v.r {
+		if v.prev != nil {
+			l.entries[v.k] = v.prev
+			l.used(v.k, v.prev)
+		} else {
+			delete(l.entries, v.k)
+			if _, ok := l.sessions[v.k]; ok {
+				l.sessions[v.k] = now
+			}
+			if l.records != nil {
+				// Another process's sandbox: its record says it was used.
+				l.records.note(&entry{sb: v.sb}, now)
+			}
+		}
+	}
+	close(v.r.busy)
+}
+
 // release ends the removal r of k: the session has no sandbox any more,
 // and, if ended, is no session either.
 func (l *lifecycle) release(k key, r *entry, ended bool) {
@@ -367,6 +393,9 @@ type victim struct {
 	sb   Sandbox
 	idle time.Duration
 	r    *entry
+	// prev is the session's ready entry the removal entry replaced (nil:
+	// the sandbox is not this process's), put back if it is kept.
+	prev *entry
 }
 
 // idle returns the sessions idle for their tenant's TTL at now, each held
@@ -379,7 +408,7 @@ func (l *lifecycle) idle(now time.Time, idleTTL func(tenant string) time.Duratio
 	for k, e := range l.entries {
 		used := lastUse(recorded, k, e.sb.LastUsed)
 		if ttl := idleTTL(k.tenant); ttl > 0 && e.busy == nil && now.Sub(used) >= ttl {
-			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(used)})
+			victims = append(victims, victim{k: k, sb: e.sb, idle: now.Sub(used), prev: e})
 		}
 	}
 	// Sessions whose sandbox is gone (died and not replaced yet) end the

@@ -31,6 +31,17 @@ type Config struct {
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
 
+	// Busy, if set, is asked by the idle reaper about a sandbox whose
+	// session is idle for its TTL, before removing it: a reason ("1
+	// command running") keeps the sandbox, and the session counts as used
+	// at that moment, so its idle time starts when its work ends, not at
+	// its last call. A background task, a call longer than the TTL or an
+	// open egress connection keeps a session alive whichever process
+	// started it. An error (the agent does not answer) reaps it as idle.
+	// It is bounded by BusyTimeout (default DefaultBusyTimeout).
+	Busy        func(ctx context.Context, sb Sandbox) (string, error)
+	BusyTimeout time.Duration
+
 	// Prepare, if set, is called on a pooled sandbox once it is ready,
 	// before it joins its pool, e.g. to run one command so that the first
 	// call of the session claiming it finds the image's files cached. A
@@ -103,6 +114,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.RemoveTimeout <= 0 {
 		cfg.RemoveTimeout = time.Minute
+	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = DefaultBusyTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -474,5 +475,108 @@ func TestEnsureAfterInspectOneHost(t *testing.T) {
 		if err != nil || got.ID != other.ID {
 			t.Fatalf("pool %v: Ensure after Inspect: %+v, %v; want the other process's sandbox %s", pooled, got, err, other.ID)
 		}
+	}
+}
+
+// TestManagerReapSparesBusy: a session idle for its TTL whose sandbox says
+// it is busy (Config.Busy: a background task, a long call) is kept, with
+// its sandbox as it was, and its idle time starts again when it stops
+// being busy; a Busy that fails reaps it as idle. The same holds for a
+// sandbox only another process serves (recorded uses).
+func TestManagerReapSparesBusy(t *testing.T) {
+	f := sandboxtest.NewRecording()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f.Now = clock
+	busy := map[string]string{}
+	asked := map[string]int{}
+	withBusy := func(c *sandbox.Config) {
+		c.Now = clock
+		c.Busy = func(ctx context.Context, sb sandbox.Sandbox) (string, error) {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Errorf("Busy of %s asked without a deadline", sb.Session)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			asked[sb.Session]++
+			if busy[sb.Session] == "fails" {
+				return "", errors.New("the agent does not answer")
+			}
+			return busy[sb.Session], nil
+		}
+	}
+	m, _ := newManager(t, f, withBusy)
+	other, _ := newManager(t, wrapped{f}, withBusy)
+	ctx := context.Background()
+	var ids = map[string]string{}
+	for _, s := range []string{"task", "idle", "dead"} {
+		sb, err := m.Ensure(ctx, spec(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[s] = sb.ID
+	}
+	if _, err := other.Ensure(ctx, spec(t, "theirs")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	busy["task"], busy["theirs"], busy["dead"] = "1 command(s) running", "1 egress connection(s) open", "fails"
+	mu.Unlock()
+
+	advance(10 * time.Minute)
+	if reaped, err := m.Reap(ctx, 30*time.Minute); err != nil || len(reaped) != 0 || len(asked) != 0 {
+		t.Fatalf("before the TTL: reaped %+v, %v; asked %v (Busy is for idle sessions only)", reaped, err, asked)
+	}
+	advance(30 * time.Minute)
+	reaped, err := m.Reap(ctx, 30*time.Minute)
+	var names []string
+	for _, sb := range reaped {
+		names = append(names, sb.Session)
+	}
+	slices.Sort(names)
+	if err != nil || !slices.Equal(names, []string{"dead", "idle"}) {
+		t.Fatalf("reaped %v, %v; want dead and idle", names, err)
+	}
+	// The busy sandbox is kept as it was: the same sandbox, used now, and
+	// Touch (a sandbox the Manager knows ready) still works.
+	if sb, err := m.Ensure(ctx, spec(t, "task")); err != nil || sb.ID != ids["task"] {
+		t.Fatalf("after the reap: %+v, %v; want the same sandbox %s", sb, err, ids["task"])
+	}
+	// The other process's sandbox stays, its use recorded (in the
+	// background) as of this reap.
+	keptAt := clock()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		sb, err := f.Get(ctx, "acme", "theirs")
+		if err != nil {
+			t.Fatalf("the other process's busy sandbox: %v", err)
+		}
+		if !sb.LastUsed.Before(keptAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other process's busy sandbox: use recorded %v, want %v", sb.LastUsed, keptAt)
+		}
+	}
+
+	// Its work ends: the idle time counts from the last time it was found
+	// busy, not from its last call.
+	mu.Lock()
+	busy["task"], busy["theirs"] = "", ""
+	mu.Unlock()
+	advance(20 * time.Minute)
+	if reaped, err := m.Reap(ctx, 30*time.Minute); err != nil || len(reaped) != 0 {
+		t.Fatalf("20 minutes after the work ended: reaped %+v, %v", reaped, err)
+	}
+	advance(11 * time.Minute)
+	reaped, err = m.Reap(ctx, 30*time.Minute)
+	names = names[:0]
+	for _, sb := range reaped {
+		names = append(names, sb.Session)
+	}
+	slices.Sort(names)
+	if err != nil || !slices.Equal(names, []string{"task", "theirs"}) {
+		t.Fatalf("31 minutes after: reaped %v, %v; want task and theirs", names, err)
 	}
 }

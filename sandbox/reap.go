@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// DefaultBusyTimeout is Config.BusyTimeout's default: an agent that takes
+// longer to say whether it is busy is taken for idle.
+const DefaultBusyTimeout = 10 * time.Second
+
 // reaper ends what nobody uses: idle sessions and their sandboxes (Reap),
 // and, at a restart, dead sandboxes, claims of gone ones and state no
 // sandbox uses (Adopt, adopt.go). It keeps no state and has no lock of its
@@ -90,6 +94,21 @@ func (r *reaper) reapOne(ctx context.Context, v victim) (gone bool, _ error) {
 		// judge idle. The next Ensure takes it over.
 		if _, err := r.cfg.Runtime.Get(c, v.k.tenant, v.k.session); !errors.Is(err, ErrNotFound) {
 			r.life.release(v.k, v.r, false)
+			return false, nil
+		}
+	}
+	if v.sb.ID != "" && r.cfg.Busy != nil {
+		bctx, cancel := context.WithTimeout(c, r.cfg.BusyTimeout)
+		why, err := r.cfg.Busy(bctx, v.sb)
+		cancel()
+		switch {
+		case err != nil:
+			r.cfg.Logger.Warn("sandbox reaped without knowing whether it is busy", "tenant", v.k.tenant, "session", v.k.session,
+				"id", v.sb.ID, "err", err)
+		case why != "":
+			r.cfg.Logger.Info("idle session kept: its sandbox is busy", "tenant", v.k.tenant, "session", v.k.session,
+				"id", v.sb.ID, "busy", why, "since_call", v.idle.Round(time.Second))
+			r.life.keep(v)
 			return false, nil
 		}
 	}

@@ -176,11 +176,11 @@ func New(cfg Config) (*Service, error) {
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
 	l.readyConns = sandboxconn.NewReadyConns()
-	ready, prepare := cfg.Ready, l.readyConns.WarmUp
+	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, sandboxconn.Busy
 	if ready == nil {
 		ready = l.readyConns.Ready
 	} else {
-		prepare = nil // sandboxes without an agent
+		prepare, busy = nil, nil // sandboxes without an agent
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
@@ -189,6 +189,7 @@ func New(cfg Config) (*Service, error) {
 		Logger:  cfg.Logger,
 		Claims:  cfg.Claims,
 		Prepare: prepare,
+		Busy:    busy,
 
 		MaxCreating:     cfg.Admission.MaxCreating,
 		CreateQueue:     cfg.Admission.CreateQueue,

@@ -507,3 +507,64 @@ func TestLogEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestActivity: GET /v1/activity counts what runs, for the idle reaper: a
+// background task until it ends, a foreground call while it is in flight,
+// and nothing once both have ended.
+func TestActivity(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	ctx := context.Background()
+	activity := func() agentapi.Activity {
+		t.Helper()
+		got, err := a.client.Activity(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	waitFor := func(what string, ok func(agentapi.Activity) bool) agentapi.Activity {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got := activity()
+			if ok(got) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: activity %+v", what, got)
+			}
+		}
+	}
+	if got := activity(); got != (agentapi.Activity{}) || got.Busy() != "" {
+		t.Fatalf("an agent with nothing running: %+v (%q)", got, got.Busy())
+	}
+	tk, err := a.client.Start(ctx, a.spec(t, executor.Request{
+		Command: "echo $$ > bg; while [ ! -e bg-go ]; do sleep 0.01; done", Background: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	localtest.ReadPid(t, filepath.Join(a.root, "bg"))
+	if got := activity(); got.Commands != 1 || got.Calls != 0 || got.Busy() != "1 command(s) running" {
+		t.Errorf("with a background task: %+v (%q)", got, got.Busy())
+	}
+	// A foreground call in flight besides.
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.client.Run(ctx, a.spec(t, executor.Request{Command: "echo $$ > fg; while [ ! -e fg-go ]; do sleep 0.01; done"}))
+		done <- err
+	}()
+	localtest.ReadPid(t, filepath.Join(a.root, "fg"))
+	if got := activity(); got.Calls != 1 || got.Commands != 2 {
+		t.Errorf("with a call in flight: %+v", got)
+	}
+	touch(t, filepath.Join(a.root, "fg-go"))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after the call", func(got agentapi.Activity) bool { return got.Calls == 0 && got.Commands == 1 })
+	touch(t, filepath.Join(a.root, "bg-go"))
+	if _, err := tk.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after the task", func(got agentapi.Activity) bool { return got == agentapi.Activity{} })
+}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
@@ -57,6 +58,9 @@ type ServerConfig struct {
 	// are, one at a time. Unset, they answer 404 like any unknown
 	// endpoint.
 	Workspace *files.Tree
+	// EgressOpen, if set, counts the connections the egress proxy holds
+	// open, for GET /v1/activity.
+	EgressOpen func() int
 	// Log, if set, serves GET /v1/log: the agent's recent log lines (what
 	// ended which command, and why), for an operator. Unset, the endpoint
 	// answers 404 like any unknown one.
@@ -74,6 +78,9 @@ type Server struct {
 	mu        sync.Mutex
 	calls     map[string]context.CancelFunc // call name → cancel of its run
 	cancelled map[string]time.Time          // cancels that arrived before their run
+
+	// runs is the foreground runs in flight, for GET /v1/activity.
+	runs atomic.Int64
 
 	// workspace is held by the workspace export or import in progress.
 	workspace sync.Mutex
@@ -111,6 +118,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/tasks/{id}/wait", s.wait)
 	s.mux.HandleFunc("POST /v1/tasks/{id}/kill", s.kill)
 	s.mux.HandleFunc("GET /v1/has", s.has)
+	s.mux.HandleFunc("GET /v1/activity", s.activity)
 	if cfg.SpillDir != "" {
 		s.mux.HandleFunc("GET /v1/spill", s.spill)
 	}
@@ -174,6 +182,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.runs.Add(1)
+	defer s.runs.Add(-1)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	if call := r.Header.Get(agentapi.HeaderCall); call != "" {
@@ -425,6 +435,18 @@ func (s *Server) has(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, agentapi.HasAnswer{Has: s.cfg.Runner.Has(r.Context(), q.Get("session"), shell)})
+}
+
+// activity answers what runs now: the idle reaper's question.
+func (s *Server) activity(w http.ResponseWriter, _ *http.Request) {
+	a := agentapi.Activity{Calls: int(s.runs.Load()), Commands: -1}
+	if c, ok := s.cfg.Runner.(agentapi.ActivityCounter); ok {
+		a.Commands = c.Running()
+	}
+	if s.cfg.EgressOpen != nil {
+		a.Egress = s.cfg.EgressOpen()
+	}
+	writeJSON(w, http.StatusOK, a)
 }
 
 // decode reads the whole body (bounded), then parses it. Reading to EOF

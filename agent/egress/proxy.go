@@ -132,6 +132,10 @@ func (p *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	}
 }
 
+// Open is the client connections the proxy holds now (waiting for a relay
+// or spliced), for the agent's GET /v1/activity.
+func (p *Proxy) Open() int { return len(p.conns) }
+
 // client serves one client connection: reads its request head, waits for a
 // relay, answers, and splices.
 func (p *Proxy) client(c net.Conn) {

@@ -72,6 +72,15 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
+// Running is the commands running now, foreground and background, each
+// until its tree is gone (agentapi.ActivityCounter: the idle reaper's
+// "busy").
+func (e *Executor) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.running)
+}
+
 // Isolation describes how process trees are tracked, for logs: "cgroup2
 // <dir>", "cgroup1 <controller> <dir>" or "process group".
 func (e *Executor) Isolation() string {

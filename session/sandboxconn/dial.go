@@ -27,6 +27,26 @@ func DialAgent(ctx context.Context, sb sandbox.Sandbox) (Agent, error) {
 	return agentapi.DialEndpoint(ctx, sb.Agent)
 }
 
+// Busy is a sandbox.Config.Busy hook: the agent's own account of what runs
+// in sb (agentapi.Activity), so a session busy with a background task, a
+// long call or an egress connection is never reaped, whichever process
+// serves it.
+func Busy(ctx context.Context, sb sandbox.Sandbox) (string, error) {
+	if sb.Agent.Network == "" {
+		return "", fmt.Errorf("sandbox %s has no agent endpoint", sb.ID)
+	}
+	c, err := agentapi.DialEndpoint(ctx, sb.Agent)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	a, err := c.Activity(ctx)
+	if err != nil {
+		return "", fmt.Errorf("activity of sandbox %s: %w", sb.ID, err)
+	}
+	return a.Busy(), nil
+}
+
 // WaitAgent is a sandbox.Config.Ready hook: it returns once a new sandbox's
 // agent answers its handshake, or at once when the agent speaks another
 // protocol version.

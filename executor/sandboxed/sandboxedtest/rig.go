@@ -103,6 +103,7 @@ func NewWith(t testing.TB, e enginetest.Engine, runtime string, lim executor.Lim
 		Runtime: rt,
 		Owner:   owner,
 		Ready:   sandboxconn.WaitAgent,
+		Busy:    sandboxconn.Busy, // as session.Service sets it
 	})
 	if err != nil {
 		t.Fatal(err)
