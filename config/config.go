@@ -543,6 +543,9 @@ type Kube struct {
 	ImagePullPolicy string            `mapstructure:"imagePullPolicy"`
 	CPURequestRatio float64           `mapstructure:"cpuRequestRatio"`
 	AgentDirBytes   int64             `mapstructure:"agentDirBytes"`
+	// WorkspaceMedium is a session pod's /workspace: memory or disk
+	// (kube.Config.WorkspaceMedium says what each costs).
+	WorkspaceMedium string `mapstructure:"workspaceMedium"`
 	// GracePeriodSeconds is the session pods' termination grace period.
 	GracePeriodSeconds int64         `mapstructure:"gracePeriodSeconds"`
 	ReadyTimeout       time.Duration `mapstructure:"readyTimeout"`
@@ -578,7 +581,7 @@ func (k Kube) Runtime() kube.Config {
 	return kube.Config{Namespace: k.Namespace, Release: k.Release, AgentImage: k.AgentImage, AgentPath: k.AgentPath,
 		AgentPort: k.AgentPort, RuntimeClasses: k.RuntimeClasses, PodSecurity: k.PodSecurity,
 		ImagePullPolicy: corev1.PullPolicy(k.ImagePullPolicy), CPURequestRatio: k.CPURequestRatio,
-		AgentDirBytes: k.AgentDirBytes, GracePeriodSeconds: k.GracePeriodSeconds, ReadyTimeout: k.ReadyTimeout,
+		AgentDirBytes: k.AgentDirBytes, WorkspaceMedium: k.WorkspaceMedium, GracePeriodSeconds: k.GracePeriodSeconds, ReadyTimeout: k.ReadyTimeout,
 		ServerSelector: k.ServerSelector, ServerNamespace: k.ServerNamespace}
 }
 
@@ -611,6 +614,7 @@ func runtimeDefaults() map[string]any {
 		"kube::imagePullPolicy":      string(corev1.PullIfNotPresent),
 		"kube::cpuRequestRatio":      0.1,
 		"kube::agentDirBytes":        int64(128 * sandbox.MiB),
+		"kube::workspaceMedium":      kube.WorkspaceMemory,
 		"kube::gracePeriodSeconds":   int64(2),
 		"kube::readyTimeout":         kube.DefaultReadyTimeout,
 		"kube::serverSelector":       map[string]string{},

@@ -40,6 +40,12 @@ const (
 	PodSecurityRestricted = "restricted"
 )
 
+// Media of a session pod's workspace (Config.WorkspaceMedium).
+const (
+	WorkspaceMemory = "memory"
+	WorkspaceDisk   = "disk"
+)
+
 // Defaults of Config.
 const (
 	DefaultRelease      = "shellbox"
@@ -86,6 +92,15 @@ type Config struct {
 	// AgentDirBytes is the sizeLimit of the agent's emptyDir. Default
 	// 128 MiB.
 	AgentDirBytes int64
+	// WorkspaceMedium is what a session pod's /workspace is (the
+	// spec's WorkspaceBytes in size): WorkspaceMemory (the default), a
+	// memory emptyDir, a tmpfs that ENOSPCs at its size and whose pages
+	// count towards the pod's memory limit; or WorkspaceDisk, an emptyDir
+	// on the node's disk with that sizeLimit, requested as
+	// ephemeral-storage so the scheduler finds it room: no memory, but
+	// the kubelet enforces the size by its periodic check, evicting the
+	// pod (its files with it) instead of refusing the write.
+	WorkspaceMedium string
 	// GracePeriodSeconds is the pods' terminationGracePeriodSeconds: how
 	// long the kubelet waits after SIGTERM before SIGKILL. Default 2.
 	GracePeriodSeconds int64
@@ -180,6 +195,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GracePeriodSeconds == 0 {
 		c.GracePeriodSeconds = 2
+	}
+	switch c.WorkspaceMedium {
+	case "":
+		c.WorkspaceMedium = WorkspaceMemory
+	case WorkspaceMemory, WorkspaceDisk:
+	default:
+		return c, configErrorf("kube.workspaceMedium %q: must be %s or %s", c.WorkspaceMedium, WorkspaceMemory, WorkspaceDisk)
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = DefaultReadyTimeout

@@ -238,6 +238,10 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem},
 		Requests: corev1.ResourceList{corev1.ResourceCPU: *cpuReq, corev1.ResourceMemory: *mem},
 	}
+	if cfg.WorkspaceMedium == WorkspaceDisk {
+		// The workspace's room on the node's disk, for the scheduler.
+		res.Requests[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.WorkspaceBytes, resource.BinarySI)
+	}
 
 	// The sandbox container: the agent as PID 1 (a container of its own
 	// pid namespace: shareProcessNamespace false), commands below it.
@@ -332,6 +336,12 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 			Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(size, resource.BinarySI),
 		}}}
 	}
+	workspace := memDir(volWorkspace, spec.WorkspaceBytes)
+	if cfg.WorkspaceMedium == WorkspaceDisk {
+		// On the node's disk (Config.WorkspaceMedium says what that
+		// costs): no memory, a size the kubelet enforces by eviction.
+		workspace.EmptyDir.Medium = corev1.StorageMediumDefault
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: cfg.Namespace, Labels: labels, Annotations: annotations,
@@ -358,13 +368,14 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 				{Name: volAgent, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 					SizeLimit: resource.NewQuantity(cfg.AgentDirBytes, resource.BinarySI),
 				}}},
-				// Memory-backed: a tmpfs of exactly sizeLimit, so a full
-				// disk is ENOSPC for the command, as on Docker, and not an
-				// eviction of the whole session by the kubelet's periodic
-				// disk check (a disk emptyDir's sizeLimit is enforced only
-				// that way). The pages count towards the memory limit, as
-				// Docker's tmpfs do.
-				memDir(volWorkspace, spec.WorkspaceBytes),
+				// Memory-backed by default: a tmpfs of exactly
+				// sizeLimit, so a full disk is ENOSPC for the command, and
+				// not an eviction of the whole session by the kubelet's
+				// periodic disk check (a disk emptyDir's sizeLimit is
+				// enforced only that way). The pages count towards the
+				// memory limit. Config.WorkspaceMedium disk trades the
+				// one for the other.
+				workspace,
 				memDir(volTmp, spec.TmpBytes),
 				memDir(volSpill, max(spec.SpillBytes, minSpillDir)),
 				// The token, from the init container to the agent, which

@@ -256,6 +256,32 @@ func TestTranslateVariants(t *testing.T) {
 	}
 }
 
+// TestTranslateWorkspaceDisk: kube.workspaceMedium disk makes the
+// workspace, and only it, an emptyDir on the node's disk of the same
+// sizeLimit, with its size requested as ephemeral-storage by both
+// containers; everything else is the baseline pod.
+func TestTranslateWorkspaceDisk(t *testing.T) {
+	pod, _ := translate(testSpec(t), testConfig(t, func(c *Config) { c.WorkspaceMedium = WorkspaceDisk }))
+	want := wantPod()
+	for i, v := range want.Spec.Volumes {
+		if v.Name == "workspace" {
+			want.Spec.Volumes[i].EmptyDir.Medium = corev1.StorageMediumDefault
+		}
+	}
+	ws := want.Spec.Volumes[1].EmptyDir.SizeLimit
+	for _, c := range []*corev1.Container{&want.Spec.InitContainers[0], &want.Spec.Containers[0]} {
+		c.Resources = *c.Resources.DeepCopy()
+		c.Resources.Requests[corev1.ResourceEphemeralStorage] = *ws
+	}
+	if !equality.Semantic.DeepEqual(pod, want) {
+		t.Errorf("pod differs (-got +want):\n%s", diff.Diff(pod, want))
+	}
+	if _, err := (Config{Namespace: "ns", AgentImage: "x", WorkspaceMedium: "ssd"}).withDefaults(); err == nil ||
+		err.Error() != `kube.workspaceMedium "ssd": must be memory or disk` {
+		t.Errorf("workspaceMedium ssd: %v", err)
+	}
+}
+
 // TestPodSecurity evaluates the pods with the Pod Security admission's own
 // checks: the baseline pod meets baseline and fails restricted on exactly
 // the two checks the package doc names; the restricted pod meets

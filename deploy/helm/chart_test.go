@@ -323,8 +323,13 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.Backend != "kube" || k.Namespace != "prod-sessions" || k.Release != "prod" || cfg.Owner() != "prod" ||
 		k.AgentImage != d.Spec.Template.Spec.Containers[0].Image || k.AgentPath != kube.DefaultAgentPath ||
-		k.ServerNamespace != "shellbox" || k.RuntimeClasses["runsc"] != "gvisor" || k.PodSecurity != "baseline" {
+		k.ServerNamespace != "shellbox" || k.RuntimeClasses["runsc"] != "gvisor" || k.PodSecurity != "baseline" ||
+		k.WorkspaceMedium != kube.WorkspaceMemory {
 		t.Errorf("kube config: %+v", k)
+	}
+	// kube.workspaceMedium reaches the runtime's config.
+	if k := loadRendered(t, render(t, map[string]any{"kube": map[string]any{"workspaceMedium": "disk"}})).Kube.Runtime(); k.WorkspaceMedium != kube.WorkspaceDisk {
+		t.Errorf("kube.workspaceMedium disk: rendered %q", k.WorkspaceMedium)
 	}
 	if cfg.Kube.Approvals != config.ApprovalsCluster {
 		t.Errorf("kube.approvals %q", cfg.Kube.Approvals)

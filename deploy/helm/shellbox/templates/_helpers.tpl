@@ -61,6 +61,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     "imagePullPolicy" .Values.image.pullPolicy
     "readyTimeout" .Values.kube.readyTimeout
     "cpuRequestRatio" .Values.kube.cpuRequestRatio
+    "workspaceMedium" .Values.kube.workspaceMedium
     "approvals" .Values.kube.approvals
     "serverSelector" (include "shellbox.selectorLabels" . | fromYaml)
     "serverNamespace" .Release.Namespace) -}}
