@@ -29,6 +29,7 @@ import (
 	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -438,6 +439,12 @@ type Sandbox struct {
 	Image    string `mapstructure:"image"`
 	Runtime  string `mapstructure:"runtime"`
 	Agent    string `mapstructure:"agent"`
+
+	// WorkspaceMedium is what the sessions' workspaces on the host are
+	// made of (docker, containerd): disk (ext4 images under StateDir,
+	// loop-mounted; memory where the host has no loop devices) or memory
+	// (tmpfs).
+	WorkspaceMedium hostdir.Medium `mapstructure:"workspaceMedium"`
 	// Resources are the sandbox.cpus, memoryBytes, pidsLimit,
 	// workspaceBytes, tmpBytes and spillBytes keys.
 	confine.Resources `mapstructure:",squash"`
@@ -457,6 +464,9 @@ type Sandbox struct {
 }
 
 func (c Sandbox) validate() error {
+	if _, err := hostdir.ParseMedium(string(c.WorkspaceMedium)); err != nil {
+		return fmt.Errorf("workspaceMedium %q: want disk or memory", c.WorkspaceMedium)
+	}
 	switch {
 	case c.MaxCreating < 1:
 		return fmt.Errorf("maxCreating %d: must be at least 1", c.MaxCreating)
@@ -481,6 +491,7 @@ func sandboxDefaults() map[string]any {
 	}
 	return map[string]any{
 		"sandbox::stateDir":        "/var/lib/shellbox",
+		"sandbox::workspaceMedium": string(hostdir.MediumDisk),
 		"sandbox::owner":           owner,
 		"sandbox::image":           "shellbox-sandbox:bookworm",
 		"sandbox::runtime":         d.Runtime,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/config"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
 func write(t *testing.T, body string) string {
@@ -29,14 +30,14 @@ func TestSections(t *testing.T) {
 		t.Errorf("old keys: %v", err)
 	}
 	cfg, err := config.Load(nil, write(t, `backend: containerd
-sandbox: {image: "img:1", stateDir: /var/lib/sbx}
+sandbox: {image: "img:1", stateDir: /var/lib/sbx, workspaceMedium: memory}
 docker: {engineRuntimes: {runsc: runsc-systrap}}
 containerd: {address: /run/x.sock, namespace: ns1, runtimeConfigs: {runsc: /etc/runsc.toml}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Sandbox.Image != "img:1" || cfg.Docker.EngineRuntimes["runsc"] != "runsc-systrap" ||
+	if cfg.Sandbox.Image != "img:1" || cfg.Sandbox.WorkspaceMedium != hostdir.MediumMemory || cfg.Docker.EngineRuntimes["runsc"] != "runsc-systrap" ||
 		cfg.Containerd.Address != "/run/x.sock" || cfg.Containerd.RuntimeConfigs["runsc"] != "/etc/runsc.toml" {
 		t.Errorf("config: %+v %+v %+v", cfg.Sandbox, cfg.Docker, cfg.Containerd)
 	}
@@ -56,6 +57,7 @@ func TestErrors(t *testing.T) {
 		"limits:\n  tailBytes: -1\n":                    "config: limits",
 		"sandbox:\n  maxCreating: 0\n":                  "config: sandbox: maxCreating 0: must be at least 1",
 		"sandbox:\n  createQueueWait: 0s\n":             "config: sandbox: createQueueWait 0s: must be positive",
+		"sandbox:\n  workspaceMedium: ssd\n":            `config: sandbox: workspaceMedium "ssd": want disk or memory`,
 	} {
 		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)

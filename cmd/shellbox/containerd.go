@@ -13,7 +13,7 @@ func openContainerd(cfg config.Config, agent string) (sandboxRuntime, error) {
 	rt, err := containerd.New(containerd.Config{
 		Address: c.Address, Namespace: c.Namespace, Snapshotter: c.Snapshotter, RuncRoot: c.RuncRoot,
 		RuntimeNames: c.Runtimes, RuntimeConfigs: c.RuntimeConfigs,
-		StateDir: cfg.Sandbox.StateDir, AgentBinary: agent,
+		StateDir: cfg.Sandbox.StateDir, WorkspaceMedium: cfg.Sandbox.WorkspaceMedium, AgentBinary: agent,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("containerd backend: %w", err)

@@ -36,7 +36,7 @@ func openRuntime(cfg config.Config, agent string) (sandboxRuntime, error) {
 	switch cfg.Backend {
 	case "docker":
 		rt, err := docker.NewFromEnv(docker.Config{StateDir: cfg.Sandbox.StateDir, AgentBinary: agent,
-			EngineRuntimes: cfg.Docker.EngineRuntimes})
+			WorkspaceMedium: cfg.Sandbox.WorkspaceMedium, EngineRuntimes: cfg.Docker.EngineRuntimes})
 		if err != nil {
 			return nil, fmt.Errorf("docker backend: %w", err)
 		}

@@ -57,6 +57,9 @@ type Config struct {
 	// Quota says how the spill cap is enforced (hostdir.QuotaTmpfs
 	// needs root).
 	Quota hostdir.Quota
+	// WorkspaceMedium is what the sessions' host workspaces are made of
+	// (default hostdir.MediumDisk: ext4 images, loop-mounted).
+	WorkspaceMedium hostdir.Medium
 	// AgentBinary is the host path of the static agent, bind-mounted
 	// read-only at sandbox.AgentPath. Required.
 	AgentBinary string
@@ -122,7 +125,7 @@ func New(cfg Config) (*Runtime, error) {
 	if !filepath.IsAbs(cfg.AgentBinary) {
 		return nil, fmt.Errorf("%w: containerd: agent binary %q: must be an absolute host path", sandbox.ErrInvalid, cfg.AgentBinary)
 	}
-	dirs, err := hostdir.New(cfg.StateDir, cfg.Quota)
+	dirs, err := hostdir.New(hostdir.Config{StateDir: cfg.StateDir, Quota: cfg.Quota, Medium: cfg.WorkspaceMedium})
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,9 @@ type Config struct {
 	// Quota says how the spill cap is enforced (default: a tmpfs, which
 	// needs root).
 	Quota hostdir.Quota
+	// WorkspaceMedium is what the sessions' host workspaces are made of
+	// (default hostdir.MediumDisk: ext4 images, loop-mounted).
+	WorkspaceMedium hostdir.Medium
 	// AgentBinary is the host path of the static agent binary, mounted
 	// read-only at sandbox.AgentPath. Required.
 	AgentBinary string
@@ -82,7 +85,7 @@ var (
 
 // New returns a Runtime on api. The caller keeps ownership of api.
 func New(api API, cfg Config) (*Runtime, error) {
-	dirs, err := hostdir.New(cfg.StateDir, cfg.Quota)
+	dirs, err := hostdir.New(hostdir.Config{StateDir: cfg.StateDir, Quota: cfg.Quota, Medium: cfg.WorkspaceMedium})
 	if err != nil {
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}

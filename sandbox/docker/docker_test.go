@@ -88,7 +88,7 @@ func TestHardeningApplied(t *testing.T) {
 			{"WorkingDir", cfg.WorkingDir, "/workspace"},
 			{"Entrypoint", strings.Join(cfg.Entrypoint, " "), sandbox.AgentPath},
 			{"Tmpfs /tmp", hc.Tmpfs["/tmp"], fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", 16*sandbox.MiB)},
-			// The session's workspace is a tmpfs on the host, bound in.
+			// The session's workspace is on the host, bound in.
 			{"Tmpfs /workspace", hc.Tmpfs["/workspace"], ""},
 			{"label tenant", cfg.Labels[sandbox.LabelTenant], tenant},
 			{"label session", cfg.Labels[sandbox.LabelSession], "hardening"},
@@ -114,8 +114,21 @@ func TestHardeningApplied(t *testing.T) {
 			t.Errorf("mounts: %+v, want the agent, the host dir and the workspace %s", info.Mounts, ws)
 		}
 		var st unix.Statfs_t
-		if err := unix.Statfs(ws, &st); err != nil || st.Type != unix.TMPFS_MAGIC || int64(st.Blocks)*st.Bsize != 32*sandbox.MiB {
-			t.Errorf("workspace %s: type %#x, %d bytes, %v; want a tmpfs of %d", ws, st.Type, int64(st.Blocks)*st.Bsize, err, 32*sandbox.MiB)
+		// By the workspace medium: a tmpfs of the size, or (disk, the
+		// default where there are loop devices) an ext4 in an image of it.
+		err := unix.Statfs(ws, &st)
+		switch {
+		case err == nil && st.Type == unix.TMPFS_MAGIC:
+			if int64(st.Blocks)*st.Bsize != 32*sandbox.MiB {
+				t.Errorf("workspace %s: a tmpfs of %d bytes, want %d", ws, int64(st.Blocks)*st.Bsize, 32*sandbox.MiB)
+			}
+		case err == nil && st.Type == unix.EXT4_SUPER_MAGIC:
+			img := filepath.Join(e.stateDir, "workspace-images", tenant, "hardening.ext4")
+			if fi, err := os.Stat(img); err != nil || fi.Size() != 32*sandbox.MiB {
+				t.Errorf("workspace %s: image %s: %v %v; want %d bytes", ws, img, fi, err, 32*sandbox.MiB)
+			}
+		default:
+			t.Errorf("workspace %s: type %#x, %v; want a tmpfs or an ext4", ws, st.Type, err)
 		}
 	})
 }

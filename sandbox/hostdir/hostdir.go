@@ -17,32 +17,62 @@
 //
 // A session's /workspace must outlive its sandbox: a sandbox dies whole
 // over its memory limit under gVisor, its agent can crash, the engine can
-// restart or remove it, and the session's next sandbox must find the files.
-// So the workspace is per session, not per sandbox:
-// <StateDir>/workspaces/<tenant>/<session>, a tmpfs of the policy's
-// workspace size that shellbox mounts on the host (Workspace) and the
-// runtime bind-mounts at /workspace. Removing a sandbox leaves it; only
-// ending the session (RemoveWorkspace: sessions rm, REST DELETE, the idle
-// reaper) or a Sweep that finds its session gone removes it.
+// restart or remove it, the server can restart, the host can reboot, and
+// the session's next sandbox must find the files. So the workspace is per
+// session, not per sandbox: <StateDir>/workspaces/<tenant>/<session>, a
+// filesystem of the policy's workspace size that shellbox mounts on the
+// host (Workspace) and the runtime bind-mounts at /workspace. Removing a
+// sandbox leaves it; only ending the session (RemoveWorkspace: sessions
+// rm, REST DELETE, the idle reaper) or a Sweep that finds its session gone
+// removes it.
 //
-// Why a host tmpfs: its size= is an exact bound the kernel enforces for
-// runc and gVisor alike (gVisor's file server writes through to it), it
-// needs nothing but the mount the spill quota already needs, and it
-// survives every death of the sandbox. It does not survive a host reboot,
-// and its pages are host memory, also between two sandboxes of a session
-// (the sandbox that wrote them is charged while it lives). An ext4 image on
-// a loop device would survive a reboot, but needs loop devices (absent in
-// many containers running shellbox), mkfs and an fsck story, for a
-// workspace the design calls scratch space.
+// What the filesystem is made of is the Medium. MediumDisk (the default):
+// an ext4 filesystem in a sparse image file of exactly the workspace's
+// size, <StateDir>/workspace-images/<tenant>/<session>.ext4, on a loop
+// device (LOOP_CONFIGURE with autoclear and direct I/O), mounted nosuid
+// and nodev. The kernel enforces the size for runc and gVisor alike
+// (gVisor's file server writes through to it): a write past it is ENOSPC
+// inside the sandbox, and the host's disk holds at most the image's size
+// (the journal and inode tables take part of it, 4-8% from 1 GiB up, so
+// the sandbox gets that much less). Its files do not take memory (the
+// loop device does direct I/O where it can: no second page cache), and
+// the image stays on disk:
+// after a host reboot (or anything else that unmounted it) the session's
+// next Workspace attaches and mounts the same image again, journal
+// replayed by the kernel, no fsck. Sparse: a workspace costs disk for what
+// it holds (discard punches freed blocks out again), so the sizes of all
+// workspaces together may exceed the disk; the operator sizes the state
+// directory's disk. mkfs.ext4 (e2fsprogs) is run for a new image, with the
+// image's open file as its device; lost+found is removed after it.
+// MediumMemory: a tmpfs of the size: host memory (the sandbox that writes
+// is charged while it lives, nobody between two sandboxes), gone at a host
+// reboot. MediumDisk falls back to it, logging
+// why, where the host gives no loop devices (no /dev/loop-control, or
+// EPERM: a container without the devices).
+//
+// Why an image and not project quotas on the state directory: setting a
+// quota needs CAP_SYS_RESOURCE, which root in a container does not always
+// have (the CI machine's root has not), and a state directory's filesystem
+// mounted with project quotas (ext4 prjquota, xfs pquota), which most
+// hosts' root filesystems are not (the CI machine's ext4 is not);
+// an image needs only loop devices and works on any filesystem that holds
+// a file (overlayfs included). Its cost: a loop device per session, and
+// mkfs at the session's start (~0.1 s whatever the size:
+// docs/benchmarks.md).
 //
 // Its root is the sandbox user's (uid:gid, 0755); the directories above it
-// are root's, 0700, so no host user reaches it and the sandbox cannot
-// rename or replace its mount point. Creation and removal go through
-// os.Root below the state directory and mount on the directory's own
-// descriptor, so no symlink is followed; removal unmounts (the files go
-// with the tmpfs) and deletes the empty mount point, never walking what a
-// sandbox wrote. Without the mount privilege (QuotaAgent) there are no host
-// workspaces: each sandbox gets its own tmpfs, which dies with it.
+// and above the images are root's, 0700, so no host user reaches them and
+// the sandbox cannot rename or replace its mount point. Creation and
+// removal go through os.Root below the state directory (openat with
+// O_NOFOLLOW for the image) and mount on the directory's own descriptor,
+// so no symlink is followed; removal unmounts (the loop device clears
+// itself; the files go with the tmpfs or the image, which is deleted) and
+// deletes the empty mount point, never walking what a sandbox wrote. A
+// mounted workspace is taken as the session's only if it is a tmpfs or an
+// ext4 whose loop device is backed by the session's image; an image
+// already on a loop device is not mounted a second time. Without the
+// mount privilege (QuotaAgent) there are no host workspaces: each sandbox
+// gets its own tmpfs, which dies with it.
 //
 // While a sandbox is created, its mount sources are pinned under
 // <StateDir>/pins/<tenant>/<session>/ (0700; Pin, pin.go): opened beneath
@@ -53,6 +83,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,22 +125,67 @@ const maxSocketPath = 107
 // sessionsDir is the directory under StateDir that holds host dirs.
 const sessionsDir = "sessions"
 
+// Config configures Dirs.
+type Config struct {
+	// StateDir is where the directories live: absolute, and short enough
+	// that a session's socket path fits in a sockaddr_un.
+	StateDir string
+	// Quota says how the spill cap is enforced; QuotaTmpfs also keeps the
+	// sessions' workspaces on the host.
+	Quota Quota
+	// Medium is what a new host workspace is made of ("": MediumDisk).
+	// MediumDisk falls back to MediumMemory, with one line to Logger,
+	// where this host gives no loop devices; without mkfs.ext4 New fails.
+	Medium Medium
+	// Logger gets that line (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
 // Dirs keeps the host directories under one state directory. Its methods
-// are safe for concurrent use: creation and removal are serialised, since a
-// tenant directory is removed when its last session goes.
+// are safe for concurrent use: creation and removal of the tenant
+// directories are serialised (mu), since a tenant directory is removed
+// when its last session goes; a session's workspace has a lock of its own
+// (locks), so that one session's mkfs does not hold up another's.
 type Dirs struct {
 	stateDir string
 	quota    Quota
+	medium   Medium // effective: after the fallback
+	mkfs     string // mkfs.ext4, for MediumDisk
 	mu       sync.Mutex
+
+	locksMu sync.Mutex
+	locks   map[string]*sessionLock // by tenant/session
 }
 
-// New returns the Dirs under stateDir, which must be absolute and short
-// enough that a session's socket path fits in a sockaddr_un.
-func New(stateDir string, quota Quota) (*Dirs, error) {
-	if !filepath.IsAbs(stateDir) {
-		return nil, fmt.Errorf("%w: state dir %q: must be absolute", sandbox.ErrInvalid, stateDir)
+// New returns the Dirs of cfg. With QuotaTmpfs and MediumDisk it checks
+// that this host gives loop devices (else it falls back to MediumMemory
+// and logs why) and that mkfs.ext4 is there (else it fails, saying so).
+func New(cfg Config) (*Dirs, error) {
+	if !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("%w: state dir %q: must be absolute", sandbox.ErrInvalid, cfg.StateDir)
 	}
-	return &Dirs{stateDir: filepath.Clean(stateDir), quota: quota}, nil
+	medium, err := ParseMedium(string(cfg.Medium))
+	if err != nil {
+		return nil, err
+	}
+	d := &Dirs{stateDir: filepath.Clean(cfg.StateDir), quota: cfg.Quota, medium: medium, locks: map[string]*sessionLock{}}
+	if cfg.Quota != QuotaTmpfs || medium != MediumDisk {
+		return d, nil
+	}
+	if err := probeLoop(); err != nil {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("workspaces: no loop devices here, so session workspaces are host memory (tmpfs), lost at a host reboot, not ext4 images on the state directory's disk; give the server /dev/loop-control and /dev/loop* or set sandbox.workspaceMedium: memory to say so",
+			"stateDir", d.stateDir, "reason", err.Error())
+		d.medium = MediumMemory
+		return d, nil
+	}
+	if d.mkfs, err = findMkfs(); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // StateDir returns the state directory.
@@ -162,11 +238,11 @@ func (d *Dirs) CheckSpec(spec sandbox.Spec) error {
 }
 
 // CheckMounts refuses mounts whose source overlaps the state directory's
-// sessions, where every sandbox's agent socket is, its workspaces, or its
-// pins (Pin): lexically, and on the resolved state directory.
+// sessions, where every sandbox's agent socket is, its workspaces and
+// their images, or its pins (Pin): lexically, and on the resolved state directory.
 func (d *Dirs) CheckMounts(mounts []sandbox.Mount) error {
 	var own []string
-	for _, sub := range []string{sessionsDir, workspacesDir, pinsDir} {
+	for _, sub := range []string{sessionsDir, workspacesDir, imagesDir, pinsDir} {
 		p := filepath.Join(d.stateDir, sub)
 		own = append(own, p)
 		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {

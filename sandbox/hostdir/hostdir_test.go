@@ -16,7 +16,7 @@ import (
 
 func newDirs(t *testing.T) *hostdir.Dirs {
 	t.Helper()
-	d, err := hostdir.New(t.TempDir(), hostdir.QuotaAgent)
+	d, err := hostdir.New(hostdir.Config{StateDir: t.TempDir(), Quota: hostdir.QuotaAgent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRemoveFollowsNoSymlink(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	long, err := hostdir.New("/"+strings.Repeat("x", 60), hostdir.QuotaAgent)
+	long, err := hostdir.New(hostdir.Config{StateDir: "/" + strings.Repeat("x", 60), Quota: hostdir.QuotaAgent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestRefusals(t *testing.T) {
 	if _, err := d.Prepare("acme", "../x", 0); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("session ../x: %v", err)
 	}
-	if _, err := hostdir.New("relative", hostdir.QuotaAgent); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := hostdir.New(hostdir.Config{StateDir: "relative", Quota: hostdir.QuotaAgent}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("relative state dir: %v", err)
 	}
 }
@@ -127,12 +127,13 @@ func TestSweep(t *testing.T) {
 // directory of every session's host dir (other sandboxes' agent sockets),
 // nor any session's workspace.
 func TestCheckMounts(t *testing.T) {
-	d, err := hostdir.New("/var/lib/shellbox", hostdir.QuotaAgent)
+	d, err := hostdir.New(hostdir.Config{StateDir: "/var/lib/shellbox", Quota: hostdir.QuotaAgent})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, src := range []string{"/var/lib/shellbox", "/var/lib/shellbox/sessions", "/var/lib/shellbox/sessions/beta",
-		"/var/lib/shellbox/sessions/acme/s-1/spill", "/var/lib/shellbox/workspaces", "/var/lib/shellbox/workspaces/acme/s-1", "/"} {
+		"/var/lib/shellbox/sessions/acme/s-1/spill", "/var/lib/shellbox/workspaces", "/var/lib/shellbox/workspaces/acme/s-1",
+		"/var/lib/shellbox/workspace-images", "/var/lib/shellbox/workspace-images/acme/s-1.ext4", "/"} {
 		err := d.CheckMounts([]sandbox.Mount{{Source: src, Target: "/data"}})
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "shellbox's session state") {
 			t.Errorf("source %s: %v", src, err)

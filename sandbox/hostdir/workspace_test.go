@@ -2,6 +2,7 @@ package hostdir_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,34 +15,46 @@ import (
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
-// tmpfsDirs returns Dirs with host workspaces, skipping where this process
-// cannot mount (they need root, which CI has).
+// tmpfsDirs returns Dirs with host workspaces on the memory medium,
+// skipping where this process cannot mount (they need root, which CI has).
 func tmpfsDirs(t *testing.T) *hostdir.Dirs {
 	t.Helper()
 	probe := t.TempDir()
 	if err := unix.Mount("tmpfs", probe, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (not root?): %v", err)
+		require(t, false, fmt.Sprintf("cannot mount a tmpfs here (not root?): %v", err))
 	}
 	unix.Unmount(probe, unix.MNT_DETACH)
+	return mediumDirs(t, hostdir.MediumMemory)
+}
+
+// mediumDirs returns Dirs with host workspaces on medium in a new state
+// directory whose mounts and loop devices are all gone when the test ends.
+func mediumDirs(t *testing.T, medium hostdir.Medium) *hostdir.Dirs {
+	t.Helper()
 	dir := t.TempDir()
-	d, err := hostdir.New(dir, hostdir.QuotaTmpfs)
+	d, err := hostdir.New(hostdir.Config{StateDir: dir, Quota: hostdir.QuotaTmpfs, Medium: medium})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, p := range []string{"sessions", "workspaces"} {
-			entries, _ := filepath.Glob(filepath.Join(dir, p, "*", "*"))
-			for _, e := range entries {
-				unix.Unmount(filepath.Join(e, hostdir.SpillName), unix.MNT_DETACH)
-				unix.Unmount(e, unix.MNT_DETACH)
-			}
-		}
-	})
+	if d.Medium() != medium {
+		t.Fatalf("medium %s, want %s", d.Medium(), medium)
+	}
+	t.Cleanup(func() { cleanState(t, dir) })
 	return d
 }
 
+// eachMedium runs f on Dirs of every medium this host has (disk needs
+// loop devices: skipped without them, except under CI=true).
+func eachMedium(t *testing.T, f func(t *testing.T, d *hostdir.Dirs)) {
+	t.Run("memory", func(t *testing.T) { f(t, tmpfsDirs(t)) })
+	t.Run("disk", func(t *testing.T) { f(t, diskDirs(t)) })
+}
+
 func TestWorkspaceOutlivesTheHostDir(t *testing.T) {
-	d := tmpfsDirs(t)
+	eachMedium(t, workspaceOutlivesTheHostDir)
+}
+
+func workspaceOutlivesTheHostDir(t *testing.T, d *hostdir.Dirs) {
 	ws, made, err := d.Workspace("acme", "s1", 1<<20, 1000, 1001)
 	if err != nil || !made {
 		t.Fatalf("Workspace: %v, made %v", err, made)
@@ -49,10 +62,7 @@ func TestWorkspaceOutlivesTheHostDir(t *testing.T) {
 	if ws != d.WorkspacePath("acme", "s1") || ws != filepath.Join(d.StateDir(), "workspaces", "acme", "s1") {
 		t.Fatalf("path %s", ws)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(ws, &st); err != nil || st.Type != unix.TMPFS_MAGIC || st.Blocks*uint64(st.Bsize) != 1<<20 {
-		t.Errorf("statfs %s: type %#x, %d bytes, %v; want a 1 MiB tmpfs", ws, st.Type, st.Blocks*uint64(st.Bsize), err)
-	}
+	checkFS(t, d, "acme", "s1", 1<<20)
 	var s unix.Stat_t
 	if err := unix.Stat(ws, &s); err != nil || s.Uid != 1000 || s.Gid != 1001 || s.Mode&0o7777 != 0o755 {
 		t.Errorf("root: uid %d gid %d mode %o, %v; want 1000:1001 0755", s.Uid, s.Gid, s.Mode&0o7777, err)
@@ -64,6 +74,9 @@ func TestWorkspaceOutlivesTheHostDir(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(ws, "kept"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(ws); err != nil || len(entries) != 1 {
+		t.Errorf("a new workspace holds %v, %v; want only the file written (no lost+found)", entries, err)
 	}
 	// The bound is the kernel's.
 	if err := os.WriteFile(filepath.Join(ws, "big"), make([]byte, 2<<20), 0o644); !errors.Is(err, unix.ENOSPC) {
@@ -93,8 +106,10 @@ func TestWorkspaceOutlivesTheHostDir(t *testing.T) {
 	if err != nil || !had {
 		t.Fatalf("RemoveWorkspace: %v, had %v", err, had)
 	}
-	if _, err := os.Lstat(filepath.Dir(ws)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("empty tenant dir kept: %v", err)
+	for _, p := range []string{filepath.Dir(ws), filepath.Dir(d.ImagePath("acme", "s1"))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("empty tenant dir %s kept: %v", p, err)
+		}
 	}
 	if had, err := d.RemoveWorkspace("acme", "s1"); err != nil || had {
 		t.Errorf("second RemoveWorkspace: %v, had %v", err, had)
@@ -105,7 +120,10 @@ func TestWorkspaceOutlivesTheHostDir(t *testing.T) {
 // workspace's place is refused, and removing a workspace never reaches
 // through one a sandbox planted inside.
 func TestWorkspaceFollowsNoSymlink(t *testing.T) {
-	d := tmpfsDirs(t)
+	eachMedium(t, workspaceFollowsNoSymlink)
+}
+
+func workspaceFollowsNoSymlink(t *testing.T, d *hostdir.Dirs) {
 	victim := t.TempDir()
 	os.WriteFile(filepath.Join(victim, "keep"), nil, 0o644)
 	ws := d.WorkspacePath("acme", "s1")
@@ -155,7 +173,10 @@ func sameDev(t *testing.T, a, b string) bool {
 // Sweep removes the workspaces of sessions live says are gone, with their
 // files, and keeps the others'.
 func TestSweepWorkspaces(t *testing.T) {
-	d := tmpfsDirs(t)
+	eachMedium(t, sweepWorkspaces)
+}
+
+func sweepWorkspaces(t *testing.T, d *hostdir.Dirs) {
 	for _, k := range [][2]string{{"acme", "live"}, {"acme", "gone"}, {"beta", "gone"}} {
 		ws, _, err := d.Workspace(k[0], k[1], 1<<20, 1000, 1000)
 		if err != nil {
@@ -181,6 +202,16 @@ func TestSweepWorkspaces(t *testing.T) {
 	if mounts, _ := hostdir.Submounts(filepath.Join(d.StateDir(), "workspaces")); len(mounts) != 1 {
 		t.Errorf("mounts left: %v, want the live one only", mounts)
 	}
+	if d.Medium() == hostdir.MediumDisk {
+		for _, k := range [][2]string{{"acme", "gone"}, {"beta", "gone"}} {
+			if _, err := os.Lstat(d.ImagePath(k[0], k[1])); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a swept workspace's image is still there: %v", err)
+			}
+		}
+		if _, err := os.Lstat(d.ImagePath("acme", "live")); err != nil {
+			t.Errorf("the live workspace's image: %v", err)
+		}
+	}
 }
 
 func TestWorkspaceRefusals(t *testing.T) {
@@ -191,7 +222,7 @@ func TestWorkspaceRefusals(t *testing.T) {
 	if _, _, err := d.Workspace("acme", "s1", 1<<20, 1000, 1000); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("QuotaAgent: %v", err)
 	}
-	td, err := hostdir.New(t.TempDir(), hostdir.QuotaTmpfs)
+	td, err := hostdir.New(hostdir.Config{StateDir: t.TempDir(), Quota: hostdir.QuotaTmpfs, Medium: hostdir.MediumMemory})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +238,18 @@ func TestWorkspaceRefusals(t *testing.T) {
 	if _, err := td.RemoveWorkspace("acme", "../x"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("RemoveWorkspace ../x: %v", err)
 	}
+	if _, err := hostdir.New(hostdir.Config{StateDir: t.TempDir(), Quota: hostdir.QuotaTmpfs, Medium: "ssd"}); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "want disk or memory") {
+		t.Errorf("medium ssd: %v", err)
+	}
+	for _, s := range []string{"", "disk", "memory"} {
+		if m, err := hostdir.ParseMedium(s); err != nil || (s != "" && string(m) != s) || (s == "" && m != hostdir.MediumDisk) {
+			t.Errorf("ParseMedium(%q) = %q, %v", s, m, err)
+		}
+	}
 }
 
-// BenchmarkWorkspace: making a session's workspace (a tmpfs mount) and
+// BenchmarkWorkspace: making a session's workspace on the memory medium
+// (a tmpfs mount) and
 // removing it, what a new session and its end add to the sandbox's own
 // creation and removal.
 //
@@ -220,7 +260,7 @@ func BenchmarkWorkspace(b *testing.B) {
 		b.Skipf("cannot mount a tmpfs here (not root?): %v", err)
 	}
 	unix.Unmount(probe, unix.MNT_DETACH)
-	d, err := hostdir.New(b.TempDir(), hostdir.QuotaTmpfs)
+	d, err := hostdir.New(hostdir.Config{StateDir: b.TempDir(), Quota: hostdir.QuotaTmpfs, Medium: hostdir.MediumMemory})
 	if err != nil {
 		b.Fatal(err)
 	}
