@@ -27,6 +27,7 @@ import (
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
+	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/internal/procscan"
 	"github.com/shellbox/shellbox/internal/threads"
 )
@@ -305,6 +306,10 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		tree.UID, tree.GID = o.UID, o.GID
 	}
 	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Workspace: tree, Token: o.Token, Log: recent}
+	if guardErr != nil {
+		// The server learns it at the handshake and warns.
+		scfg.NoExecGuard = clip.To(guardErr.Error(), 512)
+	}
 	if o.EgressListen != "" {
 		pl, err := net.Listen("tcp", o.EgressListen)
 		if err != nil {

@@ -130,6 +130,11 @@ type Hello struct {
 	Root string `json:"root"`
 	// Home is HOME of the commands.
 	Home string `json:"home"`
+	// NoExecGuard says why this agent does not check its commands' execs
+	// against their calls' rules (agent/execguard), empty when it does:
+	// then a policy's command rules hold only before a call runs, and the
+	// server reports it (a warning on /readyz and the console).
+	NoExecGuard string `json:"noExecGuard,omitempty"`
 }
 
 // Started is the answer of POST /v1/start.

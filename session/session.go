@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,6 +144,9 @@ type tenant struct {
 	close func(context.Context) error
 	// forget drops a session's cached agent connection (sandboxed).
 	forget func(session string)
+	// unchecked counts the connected sessions whose agent checks no
+	// execs, with one reason (sandboxed).
+	unchecked func() (int, string)
 	// seen lists the sessions used (local).
 	seen *sessionSet
 	// root is the tenant's root (local).
@@ -421,7 +426,7 @@ func (l *Service) tenant(name string) (*tenant, error) {
 			return nil, err
 		}
 		home = sandbox.WorkspacePath
-		tb.exec, tb.forget = e, e.Forget
+		tb.exec, tb.forget, tb.unchecked = e, e.Forget, e.Unchecked
 		tb.close = func(context.Context) error { return e.Close() }
 	}
 	var gate tools.Gate
@@ -572,7 +577,22 @@ func (l *Service) Warnings() []server.Warning {
 	for i, p := range ps {
 		out[i] = server.Warning{Tenant: p.Tenant, Text: p.Text}
 	}
-	return out
+	// Sandboxes whose agent runs no exec guard: their policy's command
+	// rules hold only before a call runs. One line per tenant.
+	l.mu.Lock()
+	var unchecked []server.Warning
+	for name, tb := range l.tenants {
+		if tb.unchecked == nil {
+			continue
+		}
+		if n, why := tb.unchecked(); n > 0 {
+			unchecked = append(unchecked, server.Warning{Tenant: name, Text: fmt.Sprintf(
+				"%d session(s) of tenant %s run in sandboxes that check no execs (%s): their command rules are checked only before a call runs", n, name, why)})
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(unchecked, func(a, b server.Warning) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return append(out, unchecked...)
 }
 
 // Close stops what Start started — reaping, the warm pools, and the

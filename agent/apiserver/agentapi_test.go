@@ -32,6 +32,32 @@ func TestHello(t *testing.T) {
 	}
 }
 
+// TestHelloNoExecGuard: an agent without its exec guard says why in the
+// handshake (the server warns from it); one with it says nothing.
+func TestHelloNoExecGuard(t *testing.T) {
+	t.Parallel()
+	if h := newTestAgent(t).client.Hello(); h.NoExecGuard != "" {
+		t.Errorf("an agent with no reason given: NoExecGuard %q", h.NoExecGuard)
+	}
+	e, err := local.New(local.Config{Root: t.TempDir(), Home: t.TempDir(), Limits: testLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	srv, err := apiserver.NewServer(apiserver.ServerConfig{Runner: e, Agent: "test", NoExecGuard: "exec guard: not supported on linux/arm64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := agentapi.Dial(context.Background(), serve(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.Hello().NoExecGuard; got != "exec guard: not supported on linux/arm64" {
+		t.Errorf("NoExecGuard %q", got)
+	}
+}
+
 // TestVersionMismatch: an agent of another protocol is refused, with both
 // versions named.
 func TestVersionMismatch(t *testing.T) {

@@ -32,6 +32,9 @@ type ServerConfig struct {
 	// Root and Home are the session cwd and HOME of the commands, reported by
 	// the handshake.
 	Root, Home string
+	// NoExecGuard, reported by the handshake, says why the Runner's
+	// commands' execs are not checked (no exec guard); empty: they are.
+	NoExecGuard string
 	// Egress, if set, serves POST /v1/egress: the server's relay polls it
 	// for the connections of the sandbox's egress proxy (sandbox/egress).
 	// Unset, the endpoint answers 404 like any unknown one.
@@ -170,6 +173,8 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) {
 		Pwsh:     s.cfg.Runner.Has(r.Context(), "", executor.Pwsh),
 		Root:     s.cfg.Root,
 		Home:     s.cfg.Home,
+
+		NoExecGuard: s.cfg.NoExecGuard,
 	})
 }
 

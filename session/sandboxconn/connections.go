@@ -63,6 +63,9 @@ type conn struct {
 	owner      *Connections
 	egress     bool
 	stopEgress context.CancelFunc
+	// noExecGuard is the agent's handshake's NoExecGuard: why it checks
+	// no execs ("" : it does).
+	noExecGuard string
 }
 
 // Agent implements sandboxed.Conn.
@@ -274,6 +277,23 @@ func (c *Connections) connected(session string) bool {
 	defer c.mu.Unlock()
 	_, ok := c.conns[session]
 	return ok
+}
+
+// Unchecked counts the sessions whose connected agent checks no execs
+// (agentapi.Hello.NoExecGuard: its command rules hold only before a call
+// runs), and gives one of their reasons.
+func (c *Connections) Unchecked() (n int, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.conns {
+		if a.noExecGuard != "" {
+			n++
+			if why == "" || a.noExecGuard < why {
+				why = a.noExecGuard // the same one each time
+			}
+		}
+	}
+	return n, why
 }
 
 // Forget closes and drops the session's cached connection, e.g. before its

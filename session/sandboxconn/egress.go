@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
@@ -29,6 +30,9 @@ type grant struct {
 func (c *Connections) connect(ag Agent, sb sandbox.Sandbox) *conn {
 	ctx, cancel := context.WithCancel(c.life)
 	cn := &conn{agent: ag, owner: c, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
+	if h, ok := ag.(interface{ Hello() agentapi.Hello }); ok {
+		cn.noExecGuard = h.Hello().NoExecGuard
+	}
 	if cn.egress && c.egress != nil && !c.closed {
 		session := sb.Session
 		c.wg.Add(1)

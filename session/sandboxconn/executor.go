@@ -74,6 +74,9 @@ func New(cfg Config) (*Executor, error) {
 	return &Executor{Executor: ex, conns: conns}, nil
 }
 
+// Unchecked is Connections.Unchecked of the executor's connections.
+func (e *Executor) Unchecked() (n int, why string) { return e.conns.Unchecked() }
+
 // Forget closes and drops the session's cached connection, e.g. before its
 // sandbox is removed.
 func (e *Executor) Forget(session string) { e.conns.Forget(session) }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/sandboxtest"
@@ -96,4 +97,55 @@ func TestRedialRunningSandbox(t *testing.T) {
 			t.Errorf("%d sandboxes created, want the dead one replaced", n)
 		}
 	})
+}
+
+// guardlessAgent is a fakeAgent whose handshake says it checks no execs.
+type guardlessAgent struct {
+	fakeAgent
+	why string
+}
+
+func (h guardlessAgent) Hello() agentapi.Hello { return agentapi.Hello{NoExecGuard: h.why} }
+
+// TestUnchecked: the sessions connected to an agent that checks no execs
+// (its handshake's NoExecGuard) are counted, with a reason, until their
+// connection goes; agents that check them are not.
+func TestUnchecked(t *testing.T) {
+	rt := sandboxtest.NewFake()
+	m, err := sandbox.NewManager(sandbox.Config{Runtime: rt, Owner: "o", Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(_ context.Context, sb sandbox.Sandbox) (Agent, error) {
+		switch sb.Session {
+		case "checked":
+			return guardlessAgent{}, nil
+		case "b":
+			return guardlessAgent{why: "--exec-guard=false"}, nil
+		}
+		return guardlessAgent{why: "exec guard: not supported on linux/arm64"}, nil
+	}
+	e, err := New(Config{Manager: m, Tenant: "t", Limits: executor.DefaultLimits(), Dial: dial,
+		Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec("t", session, sandbox.WithImage("img")) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	if n, why := e.Unchecked(); n != 0 || why != "" {
+		t.Fatalf("no connections: %d, %q", n, why)
+	}
+	for _, s := range []string{"checked", "a", "b"} {
+		if _, err := e.agent(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, why := e.Unchecked(); n != 2 || why != "--exec-guard=false" {
+		t.Errorf("two unchecked: %d, %q", n, why)
+	}
+	e.Forget("b")
+	e.Forget("a")
+	if n, why := e.Unchecked(); n != 0 || why != "" {
+		t.Errorf("after their connections went: %d, %q", n, why)
+	}
 }
