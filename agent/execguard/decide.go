@@ -329,11 +329,18 @@ func (ids *identities) hash(file string, id fileID) ([32]byte, bool) {
 	if id.size > maxHashBytes {
 		return [32]byte{}, false
 	}
-	f, err := os.Open(file)
+	// Not blocking: the file may have been swapped for a FIFO since its
+	// stat, and an open of that would wait for a writer, holding every
+	// exec of the sandbox; what is opened must be the file stat saw.
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return [32]byte{}, false
 	}
 	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || idOf(&st) != id {
+		return [32]byte{}, false
+	}
 	hw := sha256.New()
 	if n, err := io.Copy(hw, io.LimitReader(f, maxHashBytes+1)); err != nil || n != id.size {
 		return [32]byte{}, false

@@ -72,6 +72,40 @@
 // content.
 // Only amd64: 32-bit and x32 execs are refused outright by the filter.
 //
+// # Liveness: nothing waits without bound
+//
+// Every stop of every traced thread is answered (continued, or, in a
+// group-stop, PTRACE_LISTEN, as without a tracer), and the guard waits
+// for nothing of the agent's (a report or a sync echo that does not fit
+// the queue is dropped; the agent's sync gives up after a second). What
+// the guard holds, it holds for a bound:
+//   - A new process or thread whose first stop comes before its parent's
+//     fork event (a placeholder) waits for that event, which names its
+//     call. A parent SIGKILLed in its event stop before the guard waited
+//     for it, or before it read the new pid, never reports the event:
+//     its child is then taken for an orphan, as soon as that is known
+//     (the parent's exit reported, or the child handed to a reaper
+//     outside the guard, or adopted by the agent while not in the
+//     agent's process group) or after 10 s. An orphan runs, with every
+//     exec it or what it starts makes refused (no call's rules can be
+//     known for it, so none of its execs is let through: closed; killing
+//     it would take more than the check needs, and it then ends as it
+//     would have, closing the call's output it holds), and the guard's
+//     log says so; a late event still names it. A thread the guard has
+//     no record of that stops at an exec is refused and made an orphan.
+//   - An exec of a call whose rules have not come waits up to 10 s, then
+//     is refused.
+//   - The first stop of each new tracee (PTRACE_EVENT_STOP, with SIGTRAP
+//     or, in a group-stop, SIGSTOP) starts it; a later SIGSTOP (or
+//     TSTP, TTIN, TTOU) stop is a group-stop and holds until a SIGCONT.
+//   - A file hashed for its content is opened without blocking (a FIFO
+//     swapped in after its stat would hold every exec) and must be the
+//     file the stat saw.
+//
+// TestKilledForkParentsEnd, TestGroupStopHolds, TestStopContEnds and
+// TestConcurrentCallsEnd run these paths, with the orphans handed to a
+// reaper outside and to the agent.
+//
 // # The guard's privileges
 //
 // It runs as the agent's user (root in a container without

@@ -56,6 +56,10 @@ const (
 	// parkTimeout bounds how long an exec waits for its call's rules
 	// (which the agent sends as soon as the leader has started).
 	parkTimeout = 10 * time.Second
+	// nameTimeout bounds how long a new process or thread stays stopped
+	// waiting for its parent's fork event (placeholder); past it, it is
+	// taken for an orphan.
+	nameTimeout = 10 * time.Second
 )
 
 // Arg is the first argument that makes shellbox-agent the guard.
@@ -77,10 +81,26 @@ type tracee struct {
 	// command line; PTRACE_EVENT_EXEC checks that this is what ran.
 	expect []string
 	// placeholder: stopped at its first stop before its parent's fork
-	// event named it; it stays stopped until then.
+	// event named it; it stays stopped until then (or until it is taken
+	// for an orphan: unnamed).
 	placeholder bool
 	// newborn: named by its parent's event, its own first stop not seen.
 	newborn bool
+	// orphan: its parent's event never named it (the parent was killed
+	// as it forked) or its parent was unknown: it runs, with the orphans'
+	// call, whose every exec is refused, until a late event names it.
+	orphan bool
+}
+
+// pending is a placeholder's wait for its parent's event.
+type pending struct {
+	since   time.Time
+	creator int // the process that forked it, as /proc said at its first stop (0: unknown)
+	// polled: nothing the guard waits for is sure to come if the event
+	// does not (its creator is the agent, whose exit ends the guard, or
+	// unknown): the loop polls, to take it for an orphan at nameTimeout.
+	// Any other creator reports either the event or its exit.
+	polled bool
 }
 
 // call is one call's process tree, named by its leader.
@@ -98,6 +118,15 @@ type guard struct {
 
 	tracees map[int]*tracee
 	parked  map[int]time.Time // tids stopped at an exec, waiting
+	unnamed map[int]pending   // placeholders, waiting for their parent's event
+	npolled int               // of unnamed, those polled
+	// diedUnnamed are tids that exited before either their first stop or
+	// their parent's event was seen: a late event must not make an entry
+	// for them (their tid may be another's by then). Bounded: maxWatches.
+	diedUnnamed map[int]bool
+	// orphans is the call of every orphan: no rules come for it, each
+	// exec is refused.
+	orphans *call
 
 	mu      sync.Mutex
 	watches map[int]*watch // by leader pid, not yet claimed
@@ -124,7 +153,8 @@ func Main(args []string, stderr io.Writer) int {
 	conn := os.NewFile(3, "exec-guard")
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "shellbox-agent exec-guard: "+format+"\n", a...) }
 	g := &guard{agentPID: os.Getppid(), out: make(chan report, 256), logf: logf, ids: newIdentities(),
-		tracees: map[int]*tracee{}, parked: map[int]time.Time{}, watches: map[int]*watch{}, gone: map[int]bool{}}
+		tracees: map[int]*tracee{}, parked: map[int]time.Time{}, unnamed: map[int]pending{}, diedUnnamed: map[int]bool{},
+		orphans: orphanCall(), watches: map[int]*watch{}, gone: map[int]bool{}}
 	// The agent names this process its tracer (PR_SET_PTRACER, for Yama's
 	// ptrace_scope 1, which gVisor applies) and then says go.
 	var goAhead watch
@@ -155,7 +185,8 @@ func Main(args []string, stderr io.Writer) int {
 	go func() {
 		for r := range g.out {
 			if writeFrame(conn, r) != nil {
-				return
+				// The agent is gone: as when its socket closes.
+				os.Exit(0)
 			}
 		}
 	}()
@@ -172,8 +203,13 @@ func Main(args []string, stderr io.Writer) int {
 			}
 			if w.Sync != 0 {
 				// After every refusal told so far: tell queues a refusal
-				// before its process goes on.
-				g.out <- report{Sync: w.Sync}
+				// before its process goes on. Never waited for: with the
+				// queue full (the agent behind), the agent's sync gives up
+				// after its bound, and the watches behind it still come in.
+				select {
+				case g.out <- report{Sync: w.Sync}:
+				default:
+				}
 				continue
 			}
 			g.addWatch(&w)
@@ -206,9 +242,10 @@ func (g *guard) seizeAgent() error {
 			if errno == unix.ESRCH {
 				continue
 			}
-			if errno == unix.EPERM && tracerOf(tid) == os.Getpid() {
+			if errno == unix.EPERM && tracerOf(tid) == unix.Gettid() {
 				// Made by a thread seized already, and traced from its
-				// birth: its first stop is on its way.
+				// birth: its first stop is on its way. (TracerPid is the
+				// tracing thread's id, this one's.)
 				g.tracees[tid] = &tracee{agent: true, newborn: true}
 				added++
 				continue
@@ -292,7 +329,9 @@ func (g *guard) leaderGone(pid int) {
 func (g *guard) loop() {
 	for {
 		flags := unix.WALL
-		if len(g.parked) > 0 {
+		if g.waiting() {
+			// Polled: a parked exec waits for its rules, a placeholder for
+			// its parent's event, each up to a bound (retry).
 			flags |= unix.WNOHANG
 		}
 		var ws unix.WaitStatus
@@ -309,15 +348,43 @@ func (g *guard) loop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		case tid == 0:
-			g.retryParked()
-			if len(g.parked) > 0 {
+			g.retry()
+			if g.waiting() {
 				time.Sleep(200 * time.Microsecond)
 			}
 			continue
 		}
 		g.handle(tid, ws)
-		if len(g.parked) > 0 {
-			g.retryParked()
+		if g.waiting() || len(g.unnamed) > 0 {
+			g.retry()
+		}
+	}
+}
+
+// waiting reports whether the loop must poll: a parked exec waits for
+// its rules, or a placeholder for an event nothing else would wake the
+// loop for.
+func (g *guard) waiting() bool { return len(g.parked) > 0 || g.npolled > 0 }
+
+// named forgets tid's wait for its parent's event, if any.
+func (g *guard) named(tid int) {
+	if p, ok := g.unnamed[tid]; ok {
+		if p.polled {
+			g.npolled--
+		}
+		delete(g.unnamed, tid)
+	}
+}
+
+// retry tries the parked execs again and takes the placeholders that
+// waited too long for orphans.
+func (g *guard) retry() {
+	if len(g.parked) > 0 {
+		g.retryParked()
+	}
+	for tid, p := range g.unnamed {
+		if time.Since(p.since) > nameTimeout {
+			g.orphan(tid, fmt.Sprintf("no fork event of its parent named it within %s", nameTimeout))
 		}
 	}
 }
@@ -327,10 +394,22 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 		t := g.tracees[tid]
 		delete(g.tracees, tid)
 		delete(g.parked, tid)
+		g.named(tid)
+		if t == nil {
+			// Gone before its first stop and its parent's event were seen:
+			// that event, if it still comes, is stale.
+			if len(g.diedUnnamed) >= maxWatches {
+				clear(g.diedUnnamed)
+			}
+			g.diedUnnamed[tid] = true
+		}
 		if t != nil && t.call != nil && t.call.leader == tid {
 			// Its tree may outlive it: its rules stay with the call.
 			g.claim(t.call)
 			g.leaderGone(tid)
+		}
+		if len(g.unnamed) > 0 {
+			g.creatorGone(tid)
 		}
 		return
 	}
@@ -344,27 +423,42 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 	case ev == evStop:
 		if t == nil {
 			// A new process or thread, stopped before its parent's event
-			// named it: it stays stopped until that event (which always
-			// comes) says what it is, so nothing it does is unattributed.
-			g.tracees[tid] = &tracee{placeholder: true}
+			// named it: it stays stopped until that event says what it is,
+			// so nothing it does is unattributed; or, if the event never
+			// comes (its parent was killed as it forked), until it is taken
+			// for an orphan.
+			g.placeholder(tid)
+			return
+		}
+		if t.placeholder {
+			return // still waiting (it cannot have run)
+		}
+		if t.isNew() {
+			// Its first stop (PTRACE_EVENT_STOP with SIGTRAP, or SIGSTOP
+			// in a group-stop): it starts.
+			cont(tid, 0)
 			return
 		}
 		switch sig {
 		case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
-			if t.placeholder || t.isNew() {
+			// A group-stop: stay stopped, as without a tracer, until a
+			// SIGCONT (reported as a PTRACE_EVENT_STOP with SIGTRAP).
+			_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceListen, uintptr(tid), 0, 0, 0, 0)
+			if e != 0 && e != unix.ESRCH {
+				// Not left stopped where no SIGCONT could wake it.
+				g.logf("PTRACE_LISTEN of %d: %v: continued instead", tid, e)
 				cont(tid, 0)
-				return
 			}
-			// A group-stop: stay stopped, as without a tracer.
-			unix.Syscall6(unix.SYS_PTRACE, ptraceListen, uintptr(tid), 0, 0, 0, 0)
 		default:
 			cont(tid, 0)
 		}
 	case sig == unix.SIGTRAP && (ev == evFork || ev == evVfork || ev == evClone):
 		msg, err := unix.PtraceGetEventMsg(tid)
 		if err == nil {
-			g.born(t, int(msg), ev)
+			g.born(tid, t, int(msg), ev)
 		}
+		// Else it was killed in the stop (ESRCH): its child, never
+		// named, is taken for an orphan (creatorGone, retry).
 		cont(tid, 0)
 	case sig == unix.SIGTRAP && ev == evSeccomp:
 		g.exec(tid, t)
@@ -388,12 +482,98 @@ func (t *tracee) isNew() bool {
 	return false
 }
 
-// born records child, created by parent's fork, vfork or clone (ev).
-func (g *guard) born(parent *tracee, child int, ev int) {
+// placeholder records tid, stopped at its first stop before its parent's
+// event, and what /proc says created it.
+func (g *guard) placeholder(tid int) {
+	delete(g.diedUnnamed, tid) // the tid is this one's now
+	g.tracees[tid] = &tracee{placeholder: true}
+	tgid, ppid := parentOf(tid)
+	creator := ppid
+	if tgid != tid {
+		creator = tgid // a thread: its process made it
+	}
+	if tgid == tid && ppid > 0 {
+		switch {
+		case g.tracees[ppid] == nil:
+			// A process whose parent the guard does not trace: its parent
+			// was killed as it forked, and it was handed to a reaper
+			// outside.
+			g.orphan(tid, fmt.Sprintf("its parent is gone (it now has %d) and no fork event named it", ppid))
+			return
+		case ppid == g.agentPID && !g.sameGroup(tid, ppid):
+			// The agent's own child is in the agent's process group until
+			// it runs: this one was adopted by the agent (the sandbox's
+			// reaper) when its parent was killed as it forked.
+			g.orphan(tid, "its parent is gone (the agent adopted it) and no fork event named it")
+			return
+		}
+	}
+	p := pending{since: time.Now(), creator: creator, polled: creator <= 0 || creator == g.agentPID}
+	if p.polled {
+		g.npolled++
+	}
+	g.unnamed[tid] = p
+}
+
+// sameGroup reports whether a and b are in one process group (true if
+// unknown: a wait, not a decision).
+func (g *guard) sameGroup(a, b int) bool {
+	pa, err := unix.Getpgid(a)
+	if err != nil {
+		return true
+	}
+	pb, err := unix.Getpgid(b)
+	return err != nil || pa == pb
+}
+
+// creatorGone takes for orphans the placeholders the process gone made:
+// once its leader's exit is reported, none of its threads is left to
+// report a fork event (a thread killed in its event stop, or before the
+// guard waited for it, never reports it).
+func (g *guard) creatorGone(pid int) {
+	for tid, p := range g.unnamed {
+		if p.creator == pid {
+			g.orphan(tid, fmt.Sprintf("its parent, pid %d, ended before its fork event was reported", pid))
+		}
+	}
+}
+
+// orphan continues a placeholder its parent's event will not name, closed:
+// it runs with the orphans' call, whose every exec is refused, and so does
+// what it starts; a late event still names it (born).
+func (g *guard) orphan(tid int, why string) {
+	g.named(tid)
+	t := g.tracees[tid]
+	if t == nil || !t.placeholder {
+		return
+	}
+	*t = tracee{orphan: true, call: g.orphans}
+	g.logf("pid %d: %s: it goes on, every exec it or what it starts makes refused", tid, why)
+	cont(tid, 0)
+}
+
+// orphanCall is the call of orphans: its one rule refuses every exec.
+func orphanCall() *call {
+	return &call{rules: &rules{policy: "(none)", specs: []cmdmatch.Spec{{Rule: "exec-check", Decision: cmdmatch.Deny,
+		Reason: "the exec guard cannot tell which call this process belongs to (its parent was killed as it forked), so no exec of it runs"}},
+		rules: []cmdmatch.Rule{{}}}} // no matcher: matches every command
+}
+
+// born records child, created by parent's (thread ptid's) fork, vfork or
+// clone (ev).
+func (g *guard) born(ptid int, parent *tracee, child int, ev int) {
+	if g.diedUnnamed[child] {
+		// It is gone already, and its tid may be another's soon.
+		delete(g.diedUnnamed, child)
+		return
+	}
 	var nt tracee
 	switch {
 	case parent == nil:
-		return
+		// A parent the guard has no record of: what it made cannot be
+		// attributed to a call.
+		g.logf("pid %d: made by %d, of which the guard has no record: taken for an orphan", child, ptid)
+		nt.orphan, nt.call = true, g.orphans
 	case parent.agent && ev == evClone:
 		nt.agent = true // a thread of the agent
 	case parent.agent:
@@ -405,14 +585,41 @@ func (g *guard) born(parent *tracee, child int, ev int) {
 	default:
 		nt.call = parent.call
 	}
-	if old, ok := g.tracees[child]; ok && old.placeholder {
+	old, ok := g.tracees[child]
+	switch {
+	case ok && old.placeholder:
 		// Its first stop came first; it waited for this.
+		g.named(child)
 		g.tracees[child] = &nt
 		cont(child, 0)
-		return
+	case ok && old.orphan && !nt.orphan:
+		// Taken for an orphan, and named after all: it runs already (its
+		// first stop is past); what it started as an orphan stays one.
+		g.logf("pid %d: its parent's fork event came late; it is checked as its call's from now on", child)
+		*old = nt
+	default:
+		nt.newborn = true
+		g.tracees[child] = &nt
 	}
-	nt.newborn = true
-	g.tracees[child] = &nt
+}
+
+// parentOf reads the thread group and parent of tid from /proc (0: not
+// known).
+func parentOf(tid int) (tgid, ppid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	field := func(name string) int {
+		_, rest, ok := bytes.Cut(b, []byte("\n"+name+":"))
+		if !ok {
+			return 0
+		}
+		line, _, _ := bytes.Cut(rest, []byte("\n"))
+		n, _ := strconv.Atoi(string(bytes.TrimSpace(line)))
+		return n
+	}
+	return field("Tgid"), field("PPid")
 }
 
 func cont(tid, sig int) {
@@ -423,11 +630,7 @@ func cont(tid, sig int) {
 func (g *guard) retryParked() {
 	for tid, since := range g.parked {
 		t := g.tracees[tid]
-		if t == nil {
-			delete(g.parked, tid)
-			continue
-		}
-		if time.Since(since) > parkTimeout {
+		if t != nil && time.Since(since) > parkTimeout {
 			delete(g.parked, tid)
 			g.refuseUnknown(tid, t)
 			continue
@@ -439,8 +642,13 @@ func (g *guard) retryParked() {
 // exec decides an exec tid is stopped at (its seccomp stop).
 func (g *guard) exec(tid int, t *tracee) {
 	if t == nil || t.placeholder || (!t.agent && t.call == nil) {
-		g.park(tid)
-		return
+		// A thread stopped at an exec that the guard has no call for
+		// (none is known to get here): its exec is refused, and it is an
+		// orphan from now on.
+		g.logf("pid %d: an exec by a thread the guard cannot attribute to a call: refused, and an orphan from now on", tid)
+		g.named(tid)
+		t = &tracee{orphan: true, call: g.orphans}
+		g.tracees[tid] = t
 	}
 	t.skipExec = false
 	if t.agent {
@@ -528,6 +736,7 @@ func (g *guard) refuseUnknown(tid int, t *tracee) {
 	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
 		return
 	}
+	g.logf("pid %d: no rules for its call came within %s: its exec is refused", tid, parkTimeout)
 	rs := &rules{policy: "(unknown)"}
 	g.refuse(tid, t, &regs, rs, &refusal{Rule: "exec-check", Decision: "deny",
 		Reason: fmt.Sprintf("no rules for this process's call came within %s", parkTimeout)}, nil)
@@ -550,6 +759,8 @@ func (g *guard) refuse(tid int, t *tracee, regs *unix.PtraceRegs, rs *rules, r *
 func (g *guard) execed(tid int) {
 	if msg, err := unix.PtraceGetEventMsg(tid); err == nil && int(msg) != tid {
 		// A thread other than the leader exec'd and took the leader's pid.
+		// The old leader is gone unreported, whatever it was stopped at.
+		delete(g.parked, tid)
 		if t, ok := g.tracees[int(msg)]; ok {
 			g.tracees[tid] = t
 			delete(g.tracees, int(msg))

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/internal/clip"
@@ -56,12 +58,23 @@ type gresult struct {
 	Seconds        float64
 }
 
-// childMain is the agent stand-in: mode "guard" or "none", with
-// "-concurrent" all cases at once; cases on stdin, results on stdout, one
+// childMain is the agent stand-in: mode "guard" or "none", then
+// "-reaper" to adopt orphans as the agent does, "-concurrent" to run all
+// cases at once; cases on stdin, results on stdout, one
 // JSON each. Its working directory is the root.
 func childMain(mode string) int {
 	logger := log.New(os.Stderr, "child: ", 0)
 	mode, concurrent := strings.CutSuffix(mode, "-concurrent")
+	mode, reaper := strings.CutSuffix(mode, "-reaper")
+	if reaper {
+		// As the agent: orphans are handed to it. (Not reaped here: the
+		// executor's leaders are not to be taken; they stay zombies until
+		// the child exits.)
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "SUBREAPER:", err)
+			return 3
+		}
+	}
 	var g *Guard
 	if mode == "guard" {
 		var err error
@@ -130,6 +143,14 @@ func childMain(mode string) int {
 // where this host cannot trace, outside CI) on the child's failure.
 func runChild(tb testing.TB, mode, dir string, cases []gcase) []gresult {
 	tb.Helper()
+	rs, _ := runChildLog(tb, mode, dir, cases)
+	return rs
+}
+
+// runChildLog is runChild, and also returns the child's stderr (the
+// guard's log).
+func runChildLog(tb testing.TB, mode, dir string, cases []gcase) ([]gresult, string) {
+	tb.Helper()
 	var in bytes.Buffer
 	for _, c := range cases {
 		json.NewEncoder(&in).Encode(c)
@@ -160,7 +181,7 @@ func runChild(tb testing.TB, mode, dir string, cases []gcase) []gresult {
 	if len(rs) != len(cases) {
 		tb.Fatalf("%d results for %d cases; child's stderr:\n%s", len(rs), len(cases), errb.String())
 	}
-	return rs
+	return rs, errb.String()
 }
 
 func denyRm() *cmdmatch.Set {
@@ -351,6 +372,76 @@ threading.Thread(target=lambda: os.execvp("true", ["true"])).start(); time.sleep
 		if r.Err != "" || r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "done\n") {
 			t.Errorf("%q did not end as without the guard (%.1fs): exit %d %s %s\nstdout %q\nstderr %q",
 				cases[i].Command, r.Seconds, r.ExitCode, r.Signal, r.Err, r.Stdout, clip.To(r.Stderr, 2000))
+		}
+	}
+}
+
+// TestKilledForkParentsEnd: parents SIGKILLed as they fork, with children
+// that hold the call's output open (a command substitution's pipe, which
+// bash reads to its end). A parent killed in its fork event stop before
+// the guard waited for it never reports the event, so its child, stopped
+// at its first stop before that event (a placeholder), was never named
+// and never continued: it held the pipe, and the call, forever. It must
+// be taken for an orphan (continued, its execs refused) and the call end.
+func TestKilledForkParentsEnd(t *testing.T) {
+	killer := `out=$(for i in $(seq 30); do sh -c 'while :; do /bin/true & done' & p=$!; ` +
+		`sleep 0.0$((RANDOM % 5)); kill -9 $p; done; wait) 2>/dev/null
+echo done`
+	var cases []gcase
+	for range 4 {
+		cases = append(cases, gcase{Command: killer, Rules: denyRm()})
+	}
+	// The orphans go to a reaper outside, or, as in a sandbox, to the
+	// agent.
+	for _, mode := range []string{"guard-concurrent", "guard-reaper-concurrent"} {
+		rs, stderr := runChildLog(t, mode, t.TempDir(), cases)
+		for i, r := range rs {
+			if r.Err != "" || r.ExitCode != 0 || !strings.HasSuffix(r.Stdout, "done\n") {
+				t.Errorf("%s: call %d did not end (%.1fs): exit %d %s %s\nstdout %q\nstderr %q",
+					mode, i, r.Seconds, r.ExitCode, r.Signal, r.Err, r.Stdout, clip.To(r.Stderr, 2000))
+			}
+		}
+		t.Logf("%s: the guard took %d processes for orphans, %d of them after %s", mode,
+			strings.Count(stderr, "it goes on, every exec"), strings.Count(stderr, "named it within"), nameTimeout)
+	}
+}
+
+// TestGroupStopHolds: a process that stops itself (SIGSTOP) stays stopped
+// until a SIGCONT, as without the guard: its first stop under the guard
+// is PTRACE_EVENT_STOP with SIGTRAP, which must count as its first, or
+// its first real group-stop is taken for it and continued.
+func TestGroupStopHolds(t *testing.T) {
+	cmd := `sh -c 'kill -STOP $$; echo resumed' >out & p=$!
+until grep -qs '^State:[[:space:]]*[tTZ]' /proc/$p/status || ! kill -0 $p 2>/dev/null; do sleep 0.01; done
+sleep 0.5
+echo "before CONT: [$(cat out)]"
+while kill -CONT $p 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' /proc/$p/status; do sleep 0.01; done; wait $p
+echo "after CONT: [$(cat out)]"`
+	const want = "before CONT: []\nafter CONT: [resumed]\n"
+	dir := t.TempDir()
+	for _, mode := range []string{"none", "guard"} {
+		r := runChild(t, mode, dir, []gcase{{Command: cmd, Rules: denyRm()}})[0]
+		if r.Stdout != want || r.Err != "" {
+			t.Errorf("%s: stdout %q (want %q), err %q, stderr %q", mode, r.Stdout, want, r.Err, r.Stderr)
+		}
+	}
+}
+
+// TestStopContEnds: a SIGSTOP and then a SIGCONT from outside leave a
+// process running, as without the guard, however close together: a
+// SIGCONT that comes while the SIGSTOP waits in the guard (its
+// signal-delivery stop) must not be lost to the SIGSTOP delivered after
+// it, which would leave the process stopped for good.
+func TestStopContEnds(t *testing.T) {
+	cmd := `for i in $(seq 10); do sleep 0.5 & p=$!; for j in $(seq 30); do kill -STOP $p; for ((k = RANDOM % 300; k > 0; k--)); do :; done; kill -CONT $p; done; wait $p; done; echo done`
+	var cases []gcase
+	for range 4 {
+		cases = append(cases, gcase{Command: cmd, Rules: denyRm()})
+	}
+	for i, r := range runChild(t, "guard-concurrent", t.TempDir(), cases) {
+		if r.Err != "" || r.ExitCode != 0 || r.Stdout != "done\n" {
+			t.Errorf("call %d did not end (%.1fs): exit %d %s %s\nstdout %q\nstderr %q",
+				i, r.Seconds, r.ExitCode, r.Signal, r.Err, r.Stdout, clip.To(r.Stderr, 2000))
 		}
 	}
 }
