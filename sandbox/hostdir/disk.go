@@ -271,15 +271,23 @@ func configureLoop(fd int, img *os.File) error {
 	return nil
 }
 
-// loopAttached returns the loop devices bound to the file at path (its
-// real path, as the kernel prints it in /sys/block/loop*/loop/backing_file).
-func loopAttached(path string) ([]string, error) {
-	devs, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+// imageMounted returns the loop devices bound to the image img (the
+// kernel names its backing file path: its real path) whose filesystem is
+// mounted somewhere: a lazy unmount still in use, or a mount shellbox did
+// not make. A device bound but not mounted is left out: it is a moment
+// from clearing itself (autoclear waits for whoever has it open, e.g.
+// another process's probe of free devices), and nothing writes through it.
+func imageMounted(path string, img *os.File) ([]string, error) {
+	var ist unix.Stat_t
+	if err := unix.Fstat(int(img.Fd()), &ist); err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, f := range devs {
+	for _, f := range files {
 		b, err := readSmall(f)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // cleared meanwhile
@@ -287,11 +295,56 @@ func loopAttached(path string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if strings.TrimSuffix(string(b), "\n") == path {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		if strings.TrimSuffix(string(b), "\n") != path {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		busy, err := loopBusy(dev, ist)
+		if err != nil {
+			return nil, err
+		}
+		if busy {
+			out = append(out, dev)
 		}
 	}
 	return out, nil
+}
+
+// loopBusy reports whether the loop device dev is bound to the file img
+// (by device and inode) and claimed exclusively, as a mounted filesystem
+// claims its device.
+func loopBusy(dev string, img unix.Stat_t) (bool, error) {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err == nil {
+		return false, unix.Close(fd)
+	}
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+		return false, nil
+	}
+	if !errors.Is(err, unix.EBUSY) {
+		return false, fmt.Errorf("open %s: %w", dev, err)
+	}
+	fd, err = unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if errors.Is(err, unix.ENXIO) {
+		return false, nil // cleared meanwhile
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", dev, err)
+	}
+	return sameFile(info, img), nil
+}
+
+// sameFile reports whether a loop device's backing file is img.
+func sameFile(info *unix.LoopInfo64, img unix.Stat_t) bool {
+	return unix.Major(info.Device) == unix.Major(img.Dev) && unix.Minor(info.Device) == unix.Minor(img.Dev) && info.Inode == img.Ino
 }
 
 // loopBacking returns the backing file the kernel names for the block
@@ -343,7 +396,7 @@ func detachLoop(dev uint64, img unix.Stat_t) error {
 	if err != nil {
 		return fmt.Errorf("/dev/%s: LOOP_GET_STATUS64: %w", name, err)
 	}
-	if unix.Major(info.Device) != unix.Major(img.Dev) || unix.Minor(info.Device) != unix.Minor(img.Dev) || info.Inode != img.Ino {
+	if !sameFile(info, img) {
 		return nil // bound to another file by now
 	}
 	err = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -76,8 +77,26 @@ func cleanState(t testing.TB, dir string) {
 		unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
 		unix.Close(fd)
 	}
-	if left := loopsUnder(t, real); len(left) > 0 {
-		t.Errorf("loop devices still backed by files under %s: %v", real, left)
+	eventually(t, "no loop device backed by a file under "+real, func() []string { return loopsUnder(t, real) }, 0)
+}
+
+// eventually waits until devs() has want devices, failing the test if it
+// does not within 10 s. A loop device stays bound after its unmount while
+// anyone has it open (another process probing for a free device, say):
+// autoclear clears it at the last close, not at the unmount.
+func eventually(t testing.TB, what string, devs func() []string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := devs()
+		if len(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: loop devices %v, want %d of them", what, got, want)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -140,8 +159,15 @@ func checkFS(t *testing.T, d *hostdir.Dirs, tenant, session string, size int64) 
 	if filepath.Base(filepath.Dir(filepath.Dir(img))) != "workspace-images" {
 		t.Errorf("image %s: not under <stateDir>/workspace-images", img)
 	}
-	if devs := loopsOf(t, d, tenant, session); len(devs) != 1 {
-		t.Errorf("image %s on loop devices %v, want one", img, devs)
+	// The filesystem mounted there is the image's, on a loop device.
+	var ws1 unix.Stat_t
+	if err := unix.Stat(ws, &ws1); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(ws1.Dev), unix.Minor(ws1.Dev)))
+	real := filepath.Join(realState(t, d), "workspace-images", tenant, session+".ext4")
+	if err != nil || strings.TrimSuffix(string(b), "\n") != real {
+		t.Errorf("workspace %s on device %d:%d, backed by %q, %v; want a loop device of %s", ws, unix.Major(ws1.Dev), unix.Minor(ws1.Dev), b, err, real)
 	}
 }
 
@@ -266,9 +292,7 @@ func TestDiskWorkspaceSurvivesReboot(t *testing.T) {
 			unix.Close(fd)
 		}
 	}
-	if devs := loopsOf(t, d, "acme", "s1"); len(devs) > 0 {
-		t.Fatalf("loop devices after the reboot: %v", devs)
-	}
+	eventually(t, "after the reboot", func() []string { return loopsOf(t, d, "acme", "s1") }, 0)
 	if entries, _ := os.ReadDir(ws); len(entries) > 0 {
 		t.Fatalf("files outside the image, on the host's disk: %v", entries)
 	}
@@ -321,13 +345,9 @@ func TestDiskWorkspaceRemoval(t *testing.T) {
 	if b, err := os.ReadFile("/proc/self/fd/" + fmt.Sprint(held.Fd())); err != nil || string(b) != "busy" {
 		t.Errorf("a file held open across the removal: %q %v", b, err)
 	}
-	if devs := loopsUnder(t, real); len(devs) != 1 {
-		t.Errorf("loop devices while a file is held: %v, want the busy one's", devs)
-	}
+	eventually(t, "while a file is held, the busy workspace's", func() []string { return loopsUnder(t, real) }, 1)
 	held.Close()
-	if devs := loopsUnder(t, real); len(devs) != 0 {
-		t.Errorf("loop devices left after removal: %v", devs)
-	}
+	eventually(t, "after removal", func() []string { return loopsUnder(t, real) }, 0)
 	for _, p := range []string{"workspaces", "workspace-images"} {
 		entries, _ := os.ReadDir(filepath.Join(d.StateDir(), p))
 		if len(entries) > 0 {
@@ -418,8 +438,45 @@ func TestDiskWorkspaceRefusesOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := d.Workspace("acme", "s1", 4<<20, 1000, 1000); !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "not mounting it twice") {
-		t.Errorf("an image already on a loop device: %v", err)
+		t.Errorf("an image mounted from a loop device still: %v", err)
 	}
+
+	// An image still on a loop device nobody mounts (the device is held
+	// open by a probe, so autoclear waits) is mounted again all the same.
+	ws2, _, err := d.Workspace("acme", "s2", 4<<20, 1000, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws2, "kept"), []byte("x"), 0o644)
+	var st unix.Stat_t
+	if err := unix.Stat(ws2, &st); err != nil {
+		t.Fatal(err)
+	}
+	uevent, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, name, _ := strings.Cut(string(uevent), "DEVNAME=")
+	name, _, _ = strings.Cut(name, "\n")
+	probe, err := os.Open("/dev/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if err := unix.Unmount(ws2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if devs := loopsOf(t, d, "acme", "s2"); len(devs) != 1 {
+		t.Fatalf("the probed device: %v, want it bound still", devs)
+	}
+	if _, made, err := d.Workspace("acme", "s2", 4<<20, 1000, 1000); err != nil || made {
+		t.Fatalf("Workspace with the image on an unmounted loop device: made %v, %v", made, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws2, "kept")); err != nil || string(b) != "x" {
+		t.Errorf("file lost: %q %v", b, err)
+	}
+	probe.Close()
+	eventually(t, "the probed device once closed", func() []string { return loopsOf(t, d, "acme", "s2") }, 1)
 }
 
 // An image the disk medium made is mounted again by a server since set to

@@ -70,7 +70,8 @@
 // deletes the empty mount point, never walking what a sandbox wrote. A
 // mounted workspace is taken as the session's only if it is a tmpfs or an
 // ext4 whose loop device is backed by the session's image; an image
-// already on a loop device is not mounted a second time. Without the
+// whose filesystem is mounted from a loop device already (a lazy unmount
+// still in use) is not mounted a second time. Without the
 // mount privilege (QuotaAgent) there are no host workspaces: each sandbox
 // gets its own tmpfs, which dies with it.
 //

@@ -74,9 +74,13 @@ func (d *Dirs) Workspace(tenant, session string, size int64, uid, gid int) (stri
 	case ws.image != nil:
 		// Made before a host reboot (or the workspace was unmounted
 		// behind shellbox's back): its files are in it.
-		if devs, err := loopAttached(ws.realImage); err != nil || len(devs) > 0 {
-			return "", false, fmt.Errorf("%w: workspace %s: image %s is attached to %v already (a workspace unmounted lazily and still in use?): not mounting it twice (%v)",
-				sandbox.ErrUnavailable, path, d.ImagePath(tenant, session), devs, err)
+		devs, err := imageMounted(ws.realImage, ws.image)
+		if err != nil {
+			return "", false, workspaceErr(path, err)
+		}
+		if len(devs) > 0 {
+			return "", false, fmt.Errorf("%w: workspace %s: image %s is mounted already from %v (a workspace unmounted lazily and still in use?): not mounting it twice",
+				sandbox.ErrUnavailable, path, d.ImagePath(tenant, session), devs)
 		}
 		if err := mountImage(ws.image, ws.dir); err != nil {
 			return "", false, fmt.Errorf("%w: workspace %s: %v", sandbox.ErrUnavailable, path, err)
