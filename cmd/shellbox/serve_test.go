@@ -117,12 +117,28 @@ func TestCallThroughServer(t *testing.T) {
 
 // TestServeInClientShell: `shellbox serve` starts in a shell where the
 // client's variables are set (SHELLBOX_SERVER once stopped it with
-// `config: server: logLevel ""`), and a client in that shell reaches it.
+// `config: server: logLevel ""`), answers /readyz, and a client in that
+// shell reaches it. A key's own variable (SHELLBOX_BACKEND, as the compose
+// file sets it) still applies beside them.
 func TestServeInClientShell(t *testing.T) {
 	isolate(t)
 	t.Setenv(config.EnvServer, "http://127.0.0.1:1")
 	t.Setenv(config.EnvToken, testToken)
-	s := startServe(t, writeServeConfig(t, "backend: local\n"))
+	t.Setenv("SHELLBOX_BACKEND", "local")
+	s := startServe(t, writeServeConfig(t, ""))
+	var line struct{ Backend, Chosen string }
+	if json.Unmarshal([]byte(s.first), &line) != nil || line.Backend != "local" || line.Chosen != "configured" {
+		t.Errorf("SHELLBOX_BACKEND=local: first line of the log: %s", s.first)
+	}
+	resp, err := http.Get(s.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), `{"status":"ready"`) {
+		t.Errorf("readyz: %d %s", resp.StatusCode, body)
+	}
 	out, errs, code := cli(t, "", "call", "--server", s.url, "--session", "s1", "bash", `{"command":"echo served","description":"reach the server"}`)
 	if code != 0 || out != "served\n" {
 		t.Fatalf("call: %q (exit %d, %s)", out, code, errs)
