@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,10 +54,20 @@ func TestAutoBackendNoEngine(t *testing.T) {
 		t.Fatalf("default backend %q, want %q", cfg.Backend, config.BackendAuto)
 	}
 	start := time.Now()
-	_, err := chooseBackend(context.Background(), &cfg)
+	choice, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe without an engine: %s", time.Since(start))
 	if !errors.Is(err, sandbox.ErrUnavailable) || cfg.Backend != config.BackendAuto {
 		t.Fatalf("chose %q: %v", cfg.Backend, err)
+	}
+	// What the probes cost is logged at debug level, and only there.
+	var info, debug bytes.Buffer
+	logProbes(newLogger(&info, "info"), choice)
+	logProbes(newLogger(&debug, "debug"), choice)
+	var line struct{ Level, Msg, Took, Docker, Containerd string }
+	if info.Len() != 0 || json.Unmarshal(debug.Bytes(), &line) != nil || line.Level != "DEBUG" || line.Msg != "backend probe" ||
+		line.Took == "" || !strings.HasPrefix(line.Docker, "failed in ") || !strings.HasPrefix(line.Containerd, "failed in ") ||
+		!strings.Contains(line.Docker, "Cannot connect to the Docker daemon") {
+		t.Errorf("probe log: info %q, debug %q", info.String(), debug.String())
 	}
 	for _, want := range []string{
 		"no backend configured, and no sandbox engine answers",
@@ -89,8 +100,8 @@ func TestConfiguredBackendNotProbed(t *testing.T) {
 	for _, name := range []string{"local", "docker", "containerd", "kube", "nope"} {
 		cfg := loadDefaults(t)
 		cfg.Backend = name
-		if how, err := chooseBackend(context.Background(), &cfg); err != nil || how != "configured" || cfg.Backend != name {
-			t.Errorf("%s: chose %q (%q, %v)", name, cfg.Backend, how, err)
+		if c, err := chooseBackend(context.Background(), &cfg); err != nil || c.how != "configured" || len(c.probes) != 0 || cfg.Backend != name {
+			t.Errorf("%s: chose %q (%+v, %v)", name, cfg.Backend, c, err)
 		}
 	}
 	// Named, a missing engine fails as that backend does, not as auto.
@@ -149,10 +160,11 @@ func TestAutoBackendDocker(t *testing.T) {
 	dockertest.Engine(t)
 	cfg := loadDefaults(t)
 	start := time.Now()
-	how, err := chooseBackend(context.Background(), &cfg)
+	c, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe with Docker answering: %s", time.Since(start))
-	if err != nil || cfg.Backend != "docker" || how != "auto: the docker engine answered" {
-		t.Fatalf("chose %q (%q, %v)", cfg.Backend, how, err)
+	if err != nil || cfg.Backend != "docker" || c.how != "auto: the docker engine answered" ||
+		len(c.probes) != 1 || c.probes[0].backend != "docker" || c.probes[0].err != nil {
+		t.Fatalf("chose %q (%+v, %v)", cfg.Backend, c, err)
 	}
 }
 
@@ -165,16 +177,18 @@ func TestAutoBackendContainerd(t *testing.T) {
 	t.Setenv("SHELLBOX_CONTAINERD_ADDRESS", addr)
 	cfg := loadDefaults(t)
 	start := time.Now()
-	how, err := chooseBackend(context.Background(), &cfg)
+	c, err := chooseBackend(context.Background(), &cfg)
 	t.Logf("probe with only containerd answering: %s", time.Since(start))
-	if err != nil || cfg.Backend != "containerd" || !strings.HasPrefix(how, "auto: the containerd engine answered (docker: ") {
-		t.Fatalf("chose %q (%q, %v)", cfg.Backend, how, err)
+	if err != nil || cfg.Backend != "containerd" || !strings.HasPrefix(c.how, "auto: the containerd engine answered (docker: ") ||
+		len(c.probes) != 2 || c.probes[0].err == nil || c.probes[1].err != nil {
+		t.Fatalf("chose %q (%+v, %v)", cfg.Backend, c, err)
 	}
 }
 
 // TestMCPSandboxedByDefault: `shellbox mcp` with no backend configured,
 // Docker running and nothing of shellbox's in the environment runs a call
-// in a hardened sandbox, and its first log line says which backend.
+// in a hardened sandbox, and its first log line says which backend (at
+// debug level too: the probe's line comes second).
 func TestMCPSandboxedByDefault(t *testing.T) {
 	requireEngine(t)
 	agent := dockertest.Agent(t) // built in this package's directory
@@ -185,6 +199,8 @@ func TestMCPSandboxedByDefault(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(file, []byte(fmt.Sprintf(`tenant: %s
 session: s1
+server:
+  logLevel: debug
 sandbox:
   stateDir: %s
   owner: %s
@@ -228,10 +244,15 @@ sandbox:
 			t.Errorf("in the sandbox %q lacks %q (the host's CapEff: %s)", r.Text, want, hostCaps[1])
 		}
 	}
-	first, _, _ := strings.Cut(stderr.String(), "\n")
+	lines := strings.SplitN(stderr.String(), "\n", 3)
 	var line struct{ Level, Msg, Backend, Chosen string }
-	if json.Unmarshal([]byte(first), &line) != nil || line.Level != "INFO" || line.Msg != "backend docker" ||
+	if json.Unmarshal([]byte(lines[0]), &line) != nil || line.Level != "INFO" || line.Msg != "backend docker" ||
 		line.Chosen != "auto: the docker engine answered" {
-		t.Errorf("first line of the log: %s", first)
+		t.Errorf("first line of the log: %s", lines[0])
+	}
+	var probe struct{ Level, Msg, Took, Docker string }
+	if len(lines) < 2 || json.Unmarshal([]byte(lines[1]), &probe) != nil || probe.Level != "DEBUG" || probe.Msg != "backend probe" ||
+		probe.Took == "" || !strings.HasPrefix(probe.Docker, "answered in ") {
+		t.Errorf("second line of the log: %q", lines[1:])
 	}
 }

@@ -26,12 +26,13 @@ backend.`,
 				return err
 			}
 			ctx := cmd.Context()
-			how, err := chooseBackend(ctx, &cfg)
+			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			choice, err := chooseBackend(ctx, &cfg)
 			if err != nil {
+				logProbes(log, choice)
 				return err
 			}
-			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
-			logBackend(log, cfg.Backend, how)
+			logBackend(log, cfg.Backend, choice)
 			pol, closePolicies, err := servePolicies(cfg, log, true, nil)
 			if err != nil {
 				return err

@@ -40,12 +40,13 @@ running for the next process to adopt.`,
 			if len(cfg.Server.Tenants) == 0 {
 				return errors.New("config: server.tenants is empty: no one could authenticate (make a token with `shellbox token`)")
 			}
-			how, err := chooseBackend(cmd.Context(), &cfg)
+			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
+			choice, err := chooseBackend(cmd.Context(), &cfg)
 			if err != nil {
+				logProbes(log, choice)
 				return err
 			}
-			log := newLogger(cmd.ErrOrStderr(), cfg.Server.LogLevel)
-			logBackend(log, cfg.Backend, how)
+			logBackend(log, cfg.Backend, choice)
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
