@@ -34,7 +34,10 @@ func TestGrantBoundToCgroup(t *testing.T) {
 		}
 		return b
 	}
-	granted := start(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > escaped; exec sleep 100' & sleep 100"},
+	// The granted tree ends on its own (a kill that finds it slow to
+	// die uses cgroup.kill, and a killed cgroup is not pooled).
+	granted := start(t, e, executor.Request{Command: "setsid sh -c 'echo $$ > escaped; while [ ! -e go ]; do sleep 0.05; done' & " +
+		"while [ ! -e go ]; do sleep 0.05; done; wait"},
 		func(s *executor.Spec) { s.EgressGrant = "g1" })
 	other := start(t, e, executor.Request{Command: "echo $$ > other; sleep 100"})
 	defer other.Kill(context.Background())
@@ -52,8 +55,11 @@ func TestGrantBoundToCgroup(t *testing.T) {
 	if g := e.Grant(nil, self); g != "" {
 		t.Errorf("a process of no command: grant %q", g)
 	}
-	if _, err := granted.Kill(context.Background()); err != nil {
+	if err := os.WriteFile(filepath.Join(e.cfg.Root, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if res, err := granted.Wait(context.Background()); err != nil || res.ExitCode != 0 {
+		t.Fatalf("the granted task: %+v, %v", res, err)
 	}
 	if g := e.Grant(nil, escaped); g != "" {
 		t.Errorf("after the tree ended: grant %q", g)
