@@ -126,7 +126,9 @@ func TestUnchecked(t *testing.T) {
 		return guardlessAgent{why: "exec guard: not supported on linux/arm64"}, nil
 	}
 	e, err := New(Config{Manager: m, Tenant: "t", Limits: executor.DefaultLimits(), Dial: dial,
-		Spec: func(session string) (sandbox.Spec, error) { return sandbox.NewSpec("t", session, sandbox.WithImage("img")) }})
+		Spec: func(session string) (sandbox.Spec, error) {
+			return sandbox.NewSpec("t", session, sandbox.WithImage("img"))
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
