@@ -592,7 +592,7 @@ func (k Kube) Runtime() kube.Config {
 	return kube.Config{Namespace: k.Namespace, Release: k.Release, AgentImage: k.AgentImage, AgentPath: k.AgentPath,
 		AgentPort: k.AgentPort, RuntimeClasses: k.RuntimeClasses, PodSecurity: k.PodSecurity,
 		ImagePullPolicy: corev1.PullPolicy(k.ImagePullPolicy), CPURequestRatio: k.CPURequestRatio,
-		AgentDirBytes: k.AgentDirBytes, WorkspaceMedium: k.WorkspaceMedium, GracePeriodSeconds: k.GracePeriodSeconds, ReadyTimeout: k.ReadyTimeout,
+		AgentDirBytes: k.AgentDirBytes, WorkspaceMedium: sandbox.WorkspaceMedium(k.WorkspaceMedium), GracePeriodSeconds: k.GracePeriodSeconds, ReadyTimeout: k.ReadyTimeout,
 		ServerSelector: k.ServerSelector, ServerNamespace: k.ServerNamespace}
 }
 
@@ -625,7 +625,7 @@ func runtimeDefaults() map[string]any {
 		"kube::imagePullPolicy":      string(corev1.PullIfNotPresent),
 		"kube::cpuRequestRatio":      0.1,
 		"kube::agentDirBytes":        int64(128 * sandbox.MiB),
-		"kube::workspaceMedium":      kube.WorkspaceMemory,
+		"kube::workspaceMedium":      string(sandbox.WorkspaceMemory),
 		"kube::gracePeriodSeconds":   int64(2),
 		"kube::readyTimeout":         kube.DefaultReadyTimeout,
 		"kube::serverSelector":       map[string]string{},

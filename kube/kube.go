@@ -40,12 +40,6 @@ const (
 	PodSecurityRestricted = "restricted"
 )
 
-// Media of a session pod's workspace (Config.WorkspaceMedium).
-const (
-	WorkspaceMemory = "memory"
-	WorkspaceDisk   = "disk"
-)
-
 // Defaults of Config.
 const (
 	DefaultRelease      = "shellbox"
@@ -93,14 +87,14 @@ type Config struct {
 	// 128 MiB.
 	AgentDirBytes int64
 	// WorkspaceMedium is what a session pod's /workspace is (the
-	// spec's WorkspaceBytes in size): WorkspaceMemory (the default), a
+	// spec's WorkspaceBytes in size): sandbox.WorkspaceMemory (the default), a
 	// memory emptyDir, a tmpfs that ENOSPCs at its size and whose pages
-	// count towards the pod's memory limit; or WorkspaceDisk, an emptyDir
+	// count towards the pod's memory limit; or sandbox.WorkspaceDisk, an emptyDir
 	// on the node's disk with that sizeLimit, requested as
 	// ephemeral-storage so the scheduler finds it room: no memory, but
 	// the kubelet enforces the size by its periodic check, evicting the
 	// pod (its files with it) instead of refusing the write.
-	WorkspaceMedium string
+	WorkspaceMedium sandbox.WorkspaceMedium
 	// GracePeriodSeconds is the pods' terminationGracePeriodSeconds: how
 	// long the kubelet waits after SIGTERM before SIGKILL. Default 2.
 	GracePeriodSeconds int64
@@ -198,10 +192,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch c.WorkspaceMedium {
 	case "":
-		c.WorkspaceMedium = WorkspaceMemory
-	case WorkspaceMemory, WorkspaceDisk:
+		c.WorkspaceMedium = sandbox.WorkspaceMemory
+	case sandbox.WorkspaceMemory, sandbox.WorkspaceDisk:
 	default:
-		return c, configErrorf("kube.workspaceMedium %q: must be %s or %s", c.WorkspaceMedium, WorkspaceMemory, WorkspaceDisk)
+		return c, configErrorf("kube.workspaceMedium %q: must be %s or %s", c.WorkspaceMedium, sandbox.WorkspaceMemory, sandbox.WorkspaceDisk)
 	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = DefaultReadyTimeout

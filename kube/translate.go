@@ -238,7 +238,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem},
 		Requests: corev1.ResourceList{corev1.ResourceCPU: *cpuReq, corev1.ResourceMemory: *mem},
 	}
-	if cfg.WorkspaceMedium == WorkspaceDisk {
+	if cfg.WorkspaceMedium == sandbox.WorkspaceDisk {
 		// The workspace's room on the node's disk, for the scheduler.
 		res.Requests[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.WorkspaceBytes, resource.BinarySI)
 	}
@@ -337,7 +337,7 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		}}}
 	}
 	workspace := memDir(volWorkspace, spec.WorkspaceBytes)
-	if cfg.WorkspaceMedium == WorkspaceDisk {
+	if cfg.WorkspaceMedium == sandbox.WorkspaceDisk {
 		// On the node's disk (Config.WorkspaceMedium says what that
 		// costs): no memory, a size the kubelet enforces by eviction.
 		workspace.EmptyDir.Medium = corev1.StorageMediumDefault

@@ -261,7 +261,7 @@ func TestTranslateVariants(t *testing.T) {
 // sizeLimit, with its size requested as ephemeral-storage by both
 // containers; everything else is the baseline pod.
 func TestTranslateWorkspaceDisk(t *testing.T) {
-	pod, _ := translate(testSpec(t), testConfig(t, func(c *Config) { c.WorkspaceMedium = WorkspaceDisk }))
+	pod, _ := translate(testSpec(t), testConfig(t, func(c *Config) { c.WorkspaceMedium = sandbox.WorkspaceDisk }))
 	want := wantPod()
 	for i, v := range want.Spec.Volumes {
 		if v.Name == "workspace" {

@@ -483,3 +483,14 @@ func reservedLabel(k string) bool {
 func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
 }
+
+// WorkspaceMedium is what a session's /workspace is made of, on every
+// runtime that lets the operator choose (sandbox/hostdir on one host, kube
+// in a pod); each runtime says what the two cost and which it defaults to.
+type WorkspaceMedium string
+
+// The media of a workspace.
+const (
+	WorkspaceDisk   WorkspaceMedium = "disk"
+	WorkspaceMemory WorkspaceMedium = "memory"
+)

@@ -34,6 +34,7 @@ import (
 	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/kube/approvals"
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
 )
 
 const chartDir = "shellbox"
@@ -324,11 +325,11 @@ func TestConfigDefaults(t *testing.T) {
 	if cfg.Backend != "kube" || k.Namespace != "prod-sessions" || k.Release != "prod" || cfg.Owner() != "prod" ||
 		k.AgentImage != d.Spec.Template.Spec.Containers[0].Image || k.AgentPath != kube.DefaultAgentPath ||
 		k.ServerNamespace != "shellbox" || k.RuntimeClasses["runsc"] != "gvisor" || k.PodSecurity != "baseline" ||
-		k.WorkspaceMedium != kube.WorkspaceMemory {
+		k.WorkspaceMedium != sandbox.WorkspaceMemory {
 		t.Errorf("kube config: %+v", k)
 	}
 	// kube.workspaceMedium reaches the runtime's config.
-	if k := loadRendered(t, render(t, map[string]any{"kube": map[string]any{"workspaceMedium": "disk"}})).Kube.Runtime(); k.WorkspaceMedium != kube.WorkspaceDisk {
+	if k := loadRendered(t, render(t, map[string]any{"kube": map[string]any{"workspaceMedium": "disk"}})).Kube.Runtime(); k.WorkspaceMedium != sandbox.WorkspaceDisk {
 		t.Errorf("kube.workspaceMedium disk: rendered %q", k.WorkspaceMedium)
 	}
 	if cfg.Kube.Approvals != config.ApprovalsCluster {

@@ -22,7 +22,7 @@ import (
 )
 
 // Medium says what a session's host workspace is made of.
-type Medium string
+type Medium = sandbox.WorkspaceMedium
 
 const (
 	// MediumDisk (the default, also "") is an ext4 filesystem of the
@@ -30,10 +30,10 @@ const (
 	// disk, loop-mounted: bounded, on disk, and it survives a host reboot.
 	// Where this host gives no loop devices, New falls back to
 	// MediumMemory and logs why.
-	MediumDisk Medium = "disk"
+	MediumDisk = sandbox.WorkspaceDisk
 	// MediumMemory is a tmpfs of the workspace's size: host memory, lost at
 	// a host reboot.
-	MediumMemory Medium = "memory"
+	MediumMemory = sandbox.WorkspaceMemory
 )
 
 // ParseMedium returns the Medium s names ("" is MediumDisk).
