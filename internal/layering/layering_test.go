@@ -91,6 +91,8 @@ var layers = []layer{
 		pkgs: []string{"sandbox/snapshot"}},
 	{name: "sandbox", doc: "one sandbox per session: Spec, the Runtime seam, the Manager", side: "host", pkgs: []string{"sandbox"}},
 	{name: "images", doc: "sandbox images built without a registry", side: "host", pkgs: []string{"images"}},
+	{name: "secrets", doc: "credentials resolved in the server only: secret stores, placeholders, header injection, the egress CA", side: "host",
+		pkgs: []string{"secrets"}},
 	{name: "agent", doc: "PID 1 in every sandbox: flags and wiring", side: "agent", pkgs: []string{"cmd/shellbox-agent"}},
 	{name: "inside", doc: "everything that runs inside the sandbox: supervisor, PID 1's hooks into the runner (tags, OOM, reaping), protocol server, egress proxy, exec guard, landlock, seccomp, the workspace's snapshot stream", side: "agent",
 		pkgs: []string{"agent/..."}, beside: []string{"agent agent/...", "agent/execguard agent/notrace", "agent/apiserver agent/workspace"}},
