@@ -74,7 +74,10 @@ type Tools struct {
 // (sandbox/egress; entry syntax in confine.Allowlist).
 type Network struct {
 	Allow []string `json:"allow,omitempty"`
-	list  *confine.Allowlist
+	// Credentials are injected by the relay into requests to their hosts
+	// (credentials.go).
+	Credentials []Credential `json:"credentials,omitempty"`
+	list        *confine.Allowlist
 }
 
 // None reports whether the sandbox gets no network.
@@ -371,6 +374,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 	if list, err := confine.NewAllowlist(p.Network.Allow); err == nil {
 		p.Network.list = list
 	}
+	compileCredentials(l, p, s.Network.Credentials)
 	compileMounts(l, p, s.Mounts)
 	if s.User.UID != 0 || s.User.GID != 0 {
 		if s.User.UID <= 0 || s.User.GID <= 0 {

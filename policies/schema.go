@@ -58,7 +58,16 @@ type poolSchema struct {
 }
 
 type networkSchema struct {
-	Allow []string `mapstructure:"allow"`
+	Allow       []string           `mapstructure:"allow"`
+	Credentials []credentialSchema `mapstructure:"credentials"`
+}
+
+type credentialSchema struct {
+	Name        string   `mapstructure:"name"`
+	Hosts       []string `mapstructure:"hosts"`
+	Header      string   `mapstructure:"header"`
+	Value       string   `mapstructure:"value"`
+	Placeholder string   `mapstructure:"placeholder"`
 }
 
 type mountSchema struct {

@@ -47,6 +47,27 @@ func Env(addr string) map[string]string {
 	}
 }
 
+// CAFile is where the agent writes the bundle its commands' TLS clients
+// trust when the relay terminates TLS for some destinations (those a
+// credential is injected into): the image's own roots and the tenant's
+// egress CA. It is in the agent's directory, which commands can read and
+// not write.
+const CAFile = confine.HostDirMount + "/egress-ca.pem"
+
+// CAVars are the variables that point the usual TLS clients at a CA
+// bundle: OpenSSL and Go (SSL_CERT_FILE), curl, git, Python requests and
+// Node (which adds it to its own roots).
+var CAVars = []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
+
+// CAEnv returns CAVars, each set to path.
+func CAEnv(path string) map[string]string {
+	m := make(map[string]string, len(CAVars))
+	for _, k := range CAVars {
+		m[k] = path
+	}
+	return m
+}
+
 // MaxTargetBytes bounds a destination, host:port: a DNS name is at most
 // 253 bytes.
 const MaxTargetBytes = 261
