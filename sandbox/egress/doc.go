@@ -31,6 +31,17 @@
 // allowlisted name cannot lead to the server's loopback or a metadata
 // service), and Until ends the tunnel with the grant it was allowed under.
 //
+// A Decision with an Intercept terminates the connection's TLS in the
+// relay instead (intercept.go): the client is shown a leaf of the tenant's
+// CA for the connection's host, every request on the connection must name
+// that host (SNI, Host, absolute URL; CONNECT inside is refused), its
+// header is rewritten (credentials injected, package secrets) and it goes
+// upstream over the relay's own TLS, verified against the server's roots,
+// HTTP/1.1 both ways (the client is offered nothing else by ALPN), a 101
+// answer (WebSocket) spliced from there on. Bytes that are not a TLS
+// handshake are tunnelled blind: a plain-text request is never given a
+// credential.
+//
 // The design in full (the wire protocol of the poll and its verdict lines,
 // the bounds on both ends, how a connection is attributed to a tree):
 // docs/architecture.md#egress-sandboxegress.

@@ -55,6 +55,9 @@ type Decision struct {
 	// Until, if set, bounds the tunnel: it is closed when Until is done (a
 	// grant that ended).
 	Until context.Context
+	// Intercept, if set, terminates the connection's TLS in the relay
+	// (intercept.go) instead of tunnelling it blind.
+	Intercept *Intercept
 }
 
 // RelayConfig configures a Relay. Agent and Check are required.
@@ -395,6 +398,10 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 	}
 	r.observe(target, Allowed)
 	if !verdict("OK") {
+		return
+	}
+	if d.Intercept != nil {
+		r.intercept(ctx, agent, out, d.Intercept)
 		return
 	}
 	egresswire.Splice(agent.Conn, agent.br, out, out)

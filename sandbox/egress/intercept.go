@@ -1,0 +1,260 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/shellbox/shellbox/agentapi/egresswire"
+)
+
+// Intercept makes the relay terminate a connection's TLS instead of
+// tunnelling it blind, so that each HTTP request on it can be rewritten
+// (credentials injected) and seen (method, path, status) before it goes
+// upstream over a TLS connection of the relay's own.
+type Intercept struct {
+	// Host is the name the connection is for (its target's): the leaf the
+	// client is shown is for it, the upstream must prove it, and every
+	// request on the connection must name it (Host, SNI).
+	Host string
+	// Cert returns the leaf certificate for Host, signed by a CA the
+	// sandbox trusts (the tenant's).
+	Cert func() (*tls.Certificate, error)
+	// Roots verify the upstream's certificate; nil: the system's.
+	Roots *x509.CertPool
+	// Rewrite rewrites a request's header just before it goes upstream.
+	// It returns what to do to the response's header (scrub what the
+	// server echoes), and the names of the credentials it used (for
+	// Observe). An error refuses the request (502, with the error's text:
+	// it must name no secret's value).
+	Rewrite func(h http.Header) (scrub func(http.Header), used []string, err error)
+	// Observe, if set, hears each request once answered (or refused).
+	Observe func(RequestRecord)
+}
+
+// RequestRecord is one request on an intercepted connection, for the
+// audit: never a header value.
+type RequestRecord struct {
+	Host        string
+	Method      string
+	Path        string // the path alone: the query may carry tokens
+	Status      int    // what the client was answered
+	BytesOut    int64  // the request's body, sent upstream
+	BytesIn     int64  // the response's body, sent to the client
+	Credentials []string
+	Duration    time.Duration
+	// Refused, if set, is why the relay answered itself.
+	Refused string
+}
+
+// Bounds of an intercepted connection.
+const (
+	// handshakeTimeout bounds each TLS handshake (the client's, upstream).
+	handshakeTimeout = 30 * time.Second
+	// maxRequestHead bounds a request's head (as the proxy's).
+	maxRequestHead = 64 << 10
+	// headTimeout bounds reading a request's head once its first byte came.
+	headTimeout = 30 * time.Second
+)
+
+// readerConn is a net.Conn whose reads come from r (a bufio.Reader over
+// the conn holding read-ahead).
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// intercept serves one intercepted connection: agent is the client's
+// side (the proxy's tunnel), out the dialled upstream. Bytes that are not
+// a TLS handshake go through blind: a plain-text request is never given a
+// credential.
+func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, ic *Intercept) {
+	agent.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	first, err := agent.br.Peek(1)
+	agent.SetReadDeadline(time.Time{})
+	if err != nil {
+		return
+	}
+	if first[0] != 0x16 { // not a TLS handshake record
+		egresswire.Splice(agent.Conn, agent.br, out, out)
+		return
+	}
+	client := tls.Server(readerConn{agent.Conn, agent.br}, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			// A client naming another host than the one the connection was
+			// allowed for is refused: the leaf is the target's only.
+			if h.ServerName != "" && !sameHost(h.ServerName, ic.Host) {
+				return nil, fmt.Errorf("shellbox egress: TLS names %s on a connection to %s", egresswire.Clip(h.ServerName), ic.Host)
+			}
+			return ic.Cert()
+		},
+	})
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	err = client.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		r.logs.info("egress TLS from the sandbox failed", "host", ic.Host, "err", err.Error())
+		return
+	}
+	defer client.Close()
+	up := tls.Client(out, &tls.Config{MinVersion: tls.VersionTLS12, ServerName: ic.Host, RootCAs: ic.Roots, NextProtos: []string{"http/1.1"}})
+	hctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
+	err = up.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		r.logs.info("egress TLS to upstream failed", "host", ic.Host, "err", err.Error())
+		answer(client, http.StatusBadGateway, fmt.Sprintf("shellbox egress: TLS to %s failed: %v", ic.Host, err))
+		return
+	}
+	defer up.Close()
+	lr := &io.LimitedReader{R: client}
+	cbr := bufio.NewReaderSize(lr, 4096)
+	ubr := bufio.NewReaderSize(up, 32<<10)
+	for {
+		if !r.exchange(client, lr, cbr, up, ubr, ic) {
+			return
+		}
+	}
+}
+
+// exchange relays one request and its answer; false when the connection
+// is done (closed, broken, refused, or switched protocols and spliced).
+func (r *Relay) exchange(client *tls.Conn, lr *io.LimitedReader, cbr *bufio.Reader, up *tls.Conn, ubr *bufio.Reader, ic *Intercept) bool {
+	// Waiting for the next request is unbounded (a kept-alive connection,
+	// as a blind tunnel's); its head, once begun, is not.
+	lr.N = 1<<63 - 1
+	if _, err := cbr.Peek(1); err != nil {
+		return false
+	}
+	lr.N = maxRequestHead + int64(cbr.Buffered())
+	client.SetReadDeadline(time.Now().Add(headTimeout))
+	req, err := http.ReadRequest(cbr)
+	client.SetReadDeadline(time.Time{})
+	lr.N = 1<<63 - 1
+	start := time.Now()
+	rec := RequestRecord{Host: ic.Host}
+	refuse := func(status int, why string) bool {
+		rec.Status, rec.Refused, rec.Duration = status, why, time.Since(start)
+		r.observeRequest(ic, rec)
+		answer(client, status, why)
+		return false
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return false
+		}
+		return refuse(http.StatusBadRequest, "shellbox egress: bad request: "+err.Error())
+	}
+	rec.Method, rec.Path = req.Method, req.URL.Path
+	switch {
+	case req.Method == http.MethodConnect:
+		return refuse(http.StatusMethodNotAllowed, "shellbox egress: CONNECT inside a tunnel to "+ic.Host+" is not relayed")
+	case !sameHost(hostOnly(req.Host), ic.Host):
+		// Pipelined or kept-alive requests all go where this connection
+		// was allowed and proven to go: one naming another host (Host
+		// header, absolute URL) is refused, not re-routed.
+		return refuse(http.StatusMisdirectedRequest, fmt.Sprintf("shellbox egress: a request for %s on a connection to %s", egresswire.Clip(req.Host), ic.Host))
+	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// Answered here: the body is streamed upstream with the head.
+		req.Header.Del("Expect")
+		if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return false
+		}
+	}
+	scrub, used, err := ic.Rewrite(req.Header)
+	rec.Credentials = used
+	if err != nil {
+		return refuse(http.StatusBadGateway, "shellbox egress: "+err.Error())
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		// Else Request.Write adds Go's.
+		req.Header["User-Agent"] = []string{""}
+	}
+	body := &counter{r: req.Body}
+	req.Body = body
+	if err := req.Write(up); err != nil {
+		rec.Status, rec.Refused, rec.Duration = http.StatusBadGateway, "upstream write: "+err.Error(), time.Since(start)
+		r.observeRequest(ic, rec)
+		return false
+	}
+	rec.BytesOut = body.n
+	resp, err := http.ReadResponse(ubr, req)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// 100 Continue was answered already; other interim answers (103)
+		// are dropped.
+		resp, err = http.ReadResponse(ubr, req)
+	}
+	if err != nil {
+		return refuse(http.StatusBadGateway, fmt.Sprintf("shellbox egress: reading %s's answer: %v", ic.Host, err))
+	}
+	if scrub != nil {
+		scrub(resp.Header)
+	}
+	rb := &counter{r: resp.Body}
+	resp.Body = rb
+	werr := resp.Write(client)
+	resp.Body.Close()
+	rec.Status, rec.BytesIn, rec.Duration = resp.StatusCode, rb.n, time.Since(start)
+	r.observeRequest(ic, rec)
+	if werr != nil {
+		return false
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// A WebSocket (or another upgrade): bytes from here on.
+		egresswire.Splice(client, cbr, up, ubr)
+		return false
+	}
+	return !req.Close && !resp.Close
+}
+
+func (r *Relay) observeRequest(ic *Intercept, rec RequestRecord) {
+	if ic.Observe != nil {
+		ic.Observe(rec)
+	}
+}
+
+// answer writes a response of the relay's own, closing the exchange.
+func answer(w io.Writer, status int, reason string) {
+	reason = egresswire.OneLine(reason)
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nShellbox-Error: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+		status, http.StatusText(status), reason, len(reason)+1, reason)
+}
+
+// counter counts what is read through it.
+type counter struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *counter) Close() error { return c.r.Close() }
+
+// hostOnly is the host of a Host header value (host or host:port).
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
+}
+
+func sameHost(a, b string) bool {
+	return strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
+}

@@ -1,0 +1,358 @@
+package egress
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	agentegress "github.com/shellbox/shellbox/agent/egress"
+	"github.com/shellbox/shellbox/secrets"
+)
+
+const (
+	testSecret      = "s3cr3t-value-never-in-the-sandbox"
+	testPlaceholder = "sbx-ph-testplaceholder"
+)
+
+type staticSource map[string]string
+
+func (s staticSource) Secret(name string) (string, error) {
+	if v, ok := s[name]; ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("secret %q: %w", name, secrets.ErrNotSet)
+}
+
+// interceptRig is a relay that terminates TLS for localhost (an origin
+// with a certificate of an "upstream" CA) and injects a credential there,
+// and tunnels everything else blind.
+type interceptRig struct {
+	*rig
+	tenantPool   *x509.CertPool
+	upstreamPool *x509.CertPool
+	origin       *httptest.Server // https://localhost:port, the credential's host
+	seen         chan http.Header
+
+	mu      sync.Mutex
+	records []RequestRecord
+}
+
+func newInterceptRig(t testing.TB) *interceptRig {
+	t.Helper()
+	dir := t.TempDir()
+	tenantCA, err := secrets.LoadOrCreateCA(filepath.Join(dir, "tenant.pem"), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreamCA, err := secrets.LoadOrCreateCA(filepath.Join(dir, "upstream.pem"), "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir := &interceptRig{tenantPool: x509.NewCertPool(), seen: make(chan http.Header, 100)}
+	ir.tenantPool.AppendCertsFromPEM(tenantCA.CertPEM())
+	upstreamRoots := x509.NewCertPool()
+	upstreamRoots.AppendCertsFromPEM(upstreamCA.CertPEM())
+	ir.upstreamPool = upstreamRoots
+
+	ir.origin = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case ir.seen <- r.Header.Clone():
+		default: // a benchmark's
+		}
+		if r.URL.Path == "/echo" {
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		}
+		if r.URL.Path == "/big" {
+			io.Copy(w, io.LimitReader(zeros{}, 10<<20))
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
+	}))
+	leaf, err := upstreamCA.Leaf("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir.origin.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	ir.origin.StartTLS()
+	t.Cleanup(ir.origin.Close)
+
+	ir.rig = newRig(t, agentegress.ProxyConfig{})
+	tmpl, err := secrets.ParseTemplate("${secret:tok}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj := secrets.NewInjector(staticSource{"tok": testSecret}, []secrets.Credential{{Name: "test", Value: tmpl, Placeholder: testPlaceholder}})
+	ir.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
+		host, _, _ := net.SplitHostPort(c.Target)
+		if host != "localhost" {
+			return Decision{}, nil
+		}
+		return Decision{Intercept: &Intercept{
+			Host:  host,
+			Cert:  func() (*tls.Certificate, error) { return tenantCA.Leaf(host) },
+			Roots: upstreamRoots,
+			Rewrite: func(h http.Header) (func(http.Header), []string, error) {
+				d, err := inj.Rewrite(h)
+				return d.Scrub, d.Names, err
+			},
+			Observe: func(rec RequestRecord) {
+				ir.mu.Lock()
+				ir.records = append(ir.records, rec)
+				ir.mu.Unlock()
+			},
+		}}, nil
+	}})
+	return ir
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// client is an HTTPS client of the sandbox: through the proxy, trusting
+// the tenant's CA only, keeping connections alive.
+func (ir *interceptRig) client() *http.Client {
+	u := &url.URL{Scheme: "http", Host: ir.proxyAddr}
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), TLSClientConfig: &tls.Config{RootCAs: ir.tenantPool}, ForceAttemptHTTP2: true}, Timeout: 20 * time.Second}
+}
+
+func (ir *interceptRig) url(path string) string {
+	return "https://localhost:" + ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:] + path
+}
+
+func (ir *interceptRig) recorded() []RequestRecord {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	return append([]RequestRecord(nil), ir.records...)
+}
+
+func TestInterceptInjects(t *testing.T) {
+	ir := newInterceptRig(t)
+	hc := ir.client()
+	do := func(method, path string, body io.Reader, header http.Header) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ir.url(path), body)
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	// The placeholder in a bearer header, and in Basic credentials (git's
+	// userinfo), reaches the origin as the secret; the sandbox's client
+	// trusted the relay's leaf (tenant CA) and spoke HTTP/1.1.
+	resp, body := do("GET", "/a?token=q", nil, http.Header{"Authorization": {"Bearer " + testPlaceholder}})
+	if resp.StatusCode != 200 || body != "GET /a 0" || resp.Proto != "HTTP/1.1" {
+		t.Fatalf("GET: %s %s %q", resp.Status, resp.Proto, body)
+	}
+	if got := (<-ir.seen).Get("Authorization"); got != "Bearer "+testSecret {
+		t.Errorf("origin saw %q", got)
+	}
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+testPlaceholder))
+	do("POST", "/push", strings.NewReader(strings.Repeat("p", 5000)), http.Header{"Authorization": {basic}, "Expect": {"100-continue"}})
+	if got := (<-ir.seen).Get("Authorization"); got != "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+testSecret)) {
+		t.Errorf("origin saw %q", got)
+	}
+	// An origin echoing the header does not hand the secret back.
+	resp, _ = do("GET", "/echo", nil, http.Header{"Authorization": {"Bearer " + testPlaceholder}})
+	<-ir.seen
+	if strings.Contains(fmt.Sprint(resp.Header), testSecret) {
+		t.Errorf("echoed: %v", resp.Header)
+	}
+	// A large body goes through, counted.
+	_, body = do("GET", "/big", nil, nil)
+	<-ir.seen
+	if len(body) != 10<<20 {
+		t.Errorf("big: %d bytes", len(body))
+	}
+	recs := ir.recorded()
+	if len(recs) != 4 {
+		t.Fatalf("records: %+v", recs)
+	}
+	if r := recs[0]; r.Method != "GET" || r.Path != "/a" || r.Status != 200 || r.Host != "localhost" || strings.Join(r.Credentials, ",") != "test" {
+		t.Errorf("record: %+v", r)
+	}
+	if r := recs[1]; r.BytesOut != 5000 || r.Method != "POST" {
+		t.Errorf("record: %+v", r)
+	}
+	if r := recs[3]; r.BytesIn != 10<<20 || len(r.Credentials) != 0 {
+		t.Errorf("record: %+v", r)
+	}
+	if s := fmt.Sprintf("%+v", recs); strings.Contains(s, testSecret) || strings.Contains(s, testPlaceholder) || strings.Contains(s, "token=q") {
+		t.Errorf("records show a value: %s", s)
+	}
+	// Kept alive: four requests, one tunnel.
+	if got := ir.outcomesSeen(); len(got) != 1 {
+		t.Errorf("tunnels: %v", got)
+	}
+}
+
+// TestInterceptHostile: what a command may try on a terminated
+// connection.
+func TestInterceptHostile(t *testing.T) {
+	ir := newInterceptRig(t)
+	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
+	tlsOver := func(t *testing.T, sni string) (*tls.Conn, *bufio.Reader) {
+		c, br := ir.connect(t, "localhost:"+port, "")
+		tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: sni, RootCAs: ir.tenantPool})
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		return tc, bufio.NewReader(tc)
+	}
+	// A request naming another host on the connection: refused, and so
+	// is a pipelined second one after an allowed one.
+	tc, br := tlsOver(t, "localhost")
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\n\r\nGET / HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer %[1]s\r\n\r\n", testPlaceholder)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	<-ir.seen
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(resp.Header.Get("Shellbox-Error"), "a request for evil.example on a connection to localhost") {
+		t.Fatalf("pipelined to another host: %v %v", resp, err)
+	}
+	// CL and TE both: Go's parser takes the chunked body and drops the
+	// length; the relay sends one framing upstream, so nothing is
+	// smuggled behind the body.
+	tc, br = tlsOver(t, "localhost")
+	fmt.Fprintf(tc, "POST /s HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == 200 && string(b) != "POST /s 0" {
+			t.Errorf("CL+TE: %s %q", resp.Status, b)
+		}
+		if resp.StatusCode == 200 {
+			<-ir.seen
+		}
+	}
+	// CONNECT inside the terminated tunnel.
+	tc, br = tlsOver(t, "localhost")
+	fmt.Fprintf(tc, "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("CONNECT inside: %v %v", resp, err)
+	}
+	// SNI naming another host: no certificate, no handshake.
+	tc, _ = tlsOver(t, "evil.example")
+	if err := tc.Handshake(); err == nil {
+		t.Error("a handshake naming another host succeeded")
+	}
+	select {
+	case h := <-ir.seen:
+		t.Errorf("the origin saw another request: %v", h)
+	default:
+	}
+}
+
+// TestInterceptBlindElsewhere: a placeholder sent to a host without the
+// credential goes as is, in the blind tunnel (the client's TLS is the
+// origin's, end to end).
+func TestInterceptBlindElsewhere(t *testing.T) {
+	ir := newInterceptRig(t)
+	seen := make(chan string, 1)
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Get("Authorization") }))
+	defer other.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(other.Certificate())
+	u := &url.URL{Scheme: "http", Host: ir.proxyAddr}
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 20 * time.Second}
+	req, _ := http.NewRequest("GET", other.URL, nil)
+	req.Header.Set("Authorization", "Bearer "+testPlaceholder)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := <-seen; got != "Bearer "+testPlaceholder {
+		t.Errorf("the other host saw %q", got)
+	}
+}
+
+// TestInterceptUpstreamUnverified: an upstream whose certificate the
+// relay's roots do not verify (here: one of another CA, for the right
+// name) gets no request: the client is answered 502.
+func TestInterceptUpstreamUnverified(t *testing.T) {
+	ir := newInterceptRig(t)
+	evil, err := secrets.LoadOrCreateCA(filepath.Join(t.TempDir(), "evil.pem"), "evil")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := evil.Leaf("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := make(chan struct{}, 1)
+	impostor := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits <- struct{}{} }))
+	impostor.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	impostor.StartTLS()
+	defer impostor.Close()
+	resp, err := ir.client().Get("https://localhost:" + impostor.URL[strings.LastIndex(impostor.URL, ":")+1:] + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(resp.Header.Get("Shellbox-Error"), "shellbox egress: TLS to localhost failed") {
+		t.Errorf("got %s %q", resp.Status, resp.Header.Get("Shellbox-Error"))
+	}
+	if len(hits) != 0 {
+		t.Error("the impostor got a request")
+	}
+}
+
+// BenchmarkInterceptRequest: one small HTTPS GET on a kept-alive
+// connection, direct, through today's blind tunnel, and through the
+// terminating relay injecting a credential, side by side.
+func BenchmarkInterceptRequest(b *testing.B) {
+	ir := newInterceptRig(b)
+	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
+	proxy := http.ProxyURL(&url.URL{Scheme: "http", Host: ir.proxyAddr})
+	upstream := &tls.Config{RootCAs: ir.upstreamPool, ServerName: "localhost"}
+	for _, c := range []struct {
+		name, url string
+		tr        *http.Transport
+	}{
+		{"direct", "https://127.0.0.1:" + port + "/s", &http.Transport{TLSClientConfig: upstream}},
+		// 127.0.0.1 is not intercepted: the rig's check terminates
+		// localhost only.
+		{"blind", "https://127.0.0.1:" + port + "/s", &http.Transport{Proxy: proxy, TLSClientConfig: upstream}},
+		{"terminated", ir.url("/s"), &http.Transport{Proxy: proxy, TLSClientConfig: &tls.Config{RootCAs: ir.tenantPool}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			hc := &http.Client{Transport: c.tr}
+			defer c.tr.CloseIdleConnections()
+			get := func() {
+				req, _ := http.NewRequest("GET", c.url, nil)
+				req.Header.Set("Authorization", "Bearer "+testPlaceholder)
+				resp, err := hc.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			get() // the connection, kept alive
+			for b.Loop() {
+				get()
+			}
+		})
+	}
+}
