@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/errdefs"
 )
 
@@ -29,6 +30,8 @@ type DirOptions struct {
 //
 //	<Path>/<tenant>/<session>/<id>.<size>.<sha256>.snap   a committed snapshot
 //	<Path>/<tenant>/<session>/.tmp-<id>                  a Put in progress
+//	<Path>/<tenant>/<session>/record                     the session's record
+//	<Path>/<tenant>/<session>/.tmp-record-<random>       a SetRecord in progress
 //
 // Put writes the temporary, fsyncs it, renames it to its committed name
 // and fsyncs the directory: the rename is the commit, and it carries the
@@ -344,4 +347,132 @@ func dirErr(err error) error {
 		return errdefs.Errorf(errdefs.ErrNotFound, "%w", err)
 	}
 	return errdefs.Errorf(errdefs.ErrUnavailable, "%w", err)
+}
+
+// recordFile is a session's record in its directory.
+const recordFile = "record"
+
+// SetRecord implements Store: a temporary, fsynced, renamed over the
+// record, the directory fsynced.
+func (d *Dir) SetRecord(ctx context.Context, tenant, session string, data []byte) error {
+	if err := checkRecord(tenant, session, data); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("snapshot %s/%s: set record: %w", tenant, session, dirErr(err))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if err := d.mkdirs(tenant, session); err != nil {
+		return fail(err)
+	}
+	dir := sessionDir(tenant, session)
+	tmp := dir + "/" + tmpPrefix + recordFile + "-" + newID(time.Now())
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.root.Rename(tmp, dir+"/"+recordFile)
+	}
+	if err != nil {
+		d.root.Remove(tmp)
+		return fail(err)
+	}
+	if err := d.syncDir(dir); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Record implements Store.
+func (d *Dir) Record(ctx context.Context, tenant, session string) ([]byte, error) {
+	if err := checkSession(tenant, session); err != nil {
+		return nil, err
+	}
+	data, err := d.readRecord(sessionDir(tenant, session) + "/" + recordFile)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
+	}
+	return data, nil
+}
+
+// readRecord reads a record file, at most MaxRecord bytes of it.
+func (d *Dir) readRecord(p string) ([]byte, error) {
+	f, err := d.root.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "no record")
+		}
+		return nil, dirErr(err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRecord+1))
+	if err != nil {
+		return nil, dirErr(err)
+	}
+	if len(data) > MaxRecord {
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "record %s: more than %d bytes: not one SetRecord wrote", p, MaxRecord)
+	}
+	return data, nil
+}
+
+// Records implements Store.
+func (d *Dir) Records(ctx context.Context, tenant string) ([]Record, error) {
+	fail := func(err error) ([]Record, error) {
+		return nil, fmt.Errorf("snapshot dir: records: %w", err)
+	}
+	fsys := d.root.FS()
+	var tenants []string
+	if tenant != "" {
+		if err := confine.CheckID("tenant", tenant); err != nil {
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+		}
+		tenants = []string{tenant}
+	} else {
+		entries, err := fs.ReadDir(fsys, ".")
+		if err != nil {
+			return fail(dirErr(err))
+		}
+		for _, e := range entries {
+			if e.IsDir() && confine.CheckID("tenant", e.Name()) == nil {
+				tenants = append(tenants, e.Name())
+			}
+		}
+	}
+	out := []Record{}
+	for _, t := range tenants {
+		sessions, err := fs.ReadDir(fsys, t)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fail(dirErr(err))
+		}
+		for _, s := range sessions {
+			if !s.IsDir() || checkSession(t, s.Name()) != nil {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return fail(err)
+			}
+			data, err := d.readRecord(path.Join(t, s.Name(), recordFile))
+			if errors.Is(err, errdefs.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, Record{Tenant: t, Session: s.Name(), Data: data})
+		}
+	}
+	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/errdefs"
 )
 
@@ -59,6 +60,7 @@ const minPartSize = 5 << 20
 //	<Prefix><tenant>/<session>/snapshots/<id>  the commit: an empty object
 //	                                           whose metadata holds the
 //	                                           stream's size and sha256
+//	<Prefix><tenant>/<session>/record          the session's record
 //
 // Put uploads the stream to its data key as a multipart upload (one part in
 // memory at a time, PartSize), which S3 makes visible only when complete;
@@ -388,6 +390,97 @@ func (s *S3) Sweep(ctx context.Context, before time.Time) ([]Leftover, error) {
 		swept = append(swept, Leftover{Name: up.Key + " (upload " + up.UploadID + ")", Modified: up.Initiated})
 	}
 	return swept, nil
+}
+
+// recordKey is a session's record: one object, replaced whole by each
+// SetRecord (S3 PUTs are atomic per object).
+func (s *S3) recordKey(tenant, session string) string {
+	return s.sessionKey(tenant, session) + "record"
+}
+
+// SetRecord implements Store.
+func (s *S3) SetRecord(ctx context.Context, tenant, session string, data []byte) error {
+	if err := checkRecord(tenant, session, data); err != nil {
+		return err
+	}
+	_, err := s.client.PutObject(ctx, s.bucket, s.recordKey(tenant, session), bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: "application/json"})
+	if err != nil {
+		return fmt.Errorf("snapshot %s/%s: set record: %w", tenant, session, s3Err(err))
+	}
+	return nil
+}
+
+// Record implements Store.
+func (s *S3) Record(ctx context.Context, tenant, session string) ([]byte, error) {
+	if err := checkSession(tenant, session); err != nil {
+		return nil, err
+	}
+	data, err := s.readRecord(ctx, s.recordKey(tenant, session))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
+	}
+	return data, nil
+}
+
+// readRecord reads a record object, at most MaxRecord bytes of it.
+func (s *S3) readRecord(ctx context.Context, key string) ([]byte, error) {
+	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, s3Err(err)
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(io.LimitReader(obj, MaxRecord+1))
+	if err != nil {
+		err = s3Err(err)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "no record")
+		}
+		return nil, err
+	}
+	if len(data) > MaxRecord {
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "record %s: more than %d bytes: not one SetRecord wrote", key, MaxRecord)
+	}
+	return data, nil
+}
+
+// Records implements Store: one listing of the records' keys, then a read
+// of each.
+func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
+	fail := func(err error) ([]Record, error) {
+		return nil, fmt.Errorf("snapshot s3: records: %w", err)
+	}
+	prefix := s.prefix
+	if tenant != "" {
+		if err := confine.CheckID("tenant", tenant); err != nil {
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+		}
+		prefix += tenant + "/"
+	}
+	type ref struct{ tenant, session string }
+	var refs []ref
+	for oi := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if oi.Err != nil {
+			return fail(s3Err(oi.Err))
+		}
+		rest, _ := strings.CutPrefix(oi.Key, s.prefix)
+		parts := strings.Split(rest, "/")
+		if len(parts) == 3 && parts[2] == "record" && checkSession(parts[0], parts[1]) == nil {
+			refs = append(refs, ref{parts[0], parts[1]})
+		}
+	}
+	out := []Record{}
+	for _, r := range refs {
+		data, err := s.readRecord(ctx, s.recordKey(r.tenant, r.session))
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, Record{Tenant: r.tenant, Session: r.session, Data: data})
+	}
+	return out, nil
 }
 
 // splitKey reads one of the store's keys: its session's key prefix, its

@@ -76,8 +76,8 @@ type Store interface {
 	// is not there is success (idempotent).
 	Delete(ctx context.Context, tenant, session, id string) error
 
-	// DeleteSession removes every snapshot of (tenant, session), and its
-	// temporaries, for a session that is gone (limits.suspendedTTL). It is
+	// DeleteSession removes every snapshot of (tenant, session), its record
+	// and its temporaries, for a session that is gone (limits.suspendedTTL). It is
 	// idempotent. A Put for the same session running at the same time may
 	// fail or may commit after it: the caller serializes a session's Put
 	// and DeleteSession.
@@ -90,6 +90,42 @@ type Store interface {
 	// loses it and fails: pass a time older than any Put may take (an hour
 	// ago, say). Idempotent.
 	Sweep(ctx context.Context, before time.Time) ([]Leftover, error)
+
+	// SetRecord replaces the record of (tenant, session): a small
+	// document, at most MaxRecord bytes, that the session layer keeps
+	// beside the snapshots (the session's state, the snapshot it resumes
+	// from, its settings), where every process sharing the store reads
+	// it. A reader sees the old record or the new one, whole.
+	SetRecord(ctx context.Context, tenant, session string, data []byte) error
+
+	// Record returns the record of (tenant, session): ErrNotFound when it
+	// has none.
+	Record(ctx context.Context, tenant, session string) ([]byte, error)
+
+	// Records returns the records of every session with one, of every
+	// tenant when tenant is "", in no set order. A record that vanishes
+	// while it is listed is left out.
+	Records(ctx context.Context, tenant string) ([]Record, error)
+}
+
+// Record is a session's record as Records lists it.
+type Record struct {
+	Tenant, Session string
+	Data            []byte
+}
+
+// MaxRecord bounds a session's record.
+const MaxRecord = 64 << 10
+
+// checkRecord checks a record's names and size.
+func checkRecord(tenant, session string, data []byte) error {
+	if err := checkSession(tenant, session); err != nil {
+		return err
+	}
+	if len(data) > MaxRecord {
+		return errdefs.Errorf(errdefs.ErrInvalid, "snapshot: record of %s/%s: %d bytes, more than %d", tenant, session, len(data), MaxRecord)
+	}
+	return nil
 }
 
 // Info describes a committed snapshot.

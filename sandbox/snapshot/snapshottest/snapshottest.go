@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"InvalidNames", testInvalidNames},
 		{"Sweep", testSweep},
 		{"BoundedMemory", testBoundedMemory},
+		{"Records", testRecords},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
@@ -634,4 +635,91 @@ func Bench(b *testing.B, s snapshot.Store, size int64) {
 			rc.Close()
 		}
 	})
+}
+
+func testRecords(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	if _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Record of a session with none: %v, want ErrNotFound", err)
+	}
+	if got, err := s.Records(c, ""); err != nil || len(got) != 0 {
+		t.Fatalf("Records of an empty store: %v, %v", got, err)
+	}
+	snap := put(t, s, "t1", "s1", []byte("files"))
+	for _, rec := range []string{`{"state":"suspended"}`, `{"state":"running","v":2}`} {
+		if err := s.SetRecord(c, "t1", "s1", []byte(rec)); err != nil {
+			t.Fatalf("SetRecord: %v", err)
+		}
+		got, err := s.Record(c, "t1", "s1")
+		if err != nil || string(got) != rec {
+			t.Fatalf("Record after SetRecord(%s): %q, %v", rec, got, err)
+		}
+	}
+	if err := s.SetRecord(c, "t1", "s2", []byte("two")); err != nil {
+		t.Fatalf("SetRecord: %v", err)
+	}
+	if err := s.SetRecord(c, "t2", "s1", []byte("other tenant")); err != nil {
+		t.Fatalf("SetRecord: %v", err)
+	}
+	// A record is not a snapshot, and a snapshot is no record.
+	if got := list(t, s, "t1", "s1"); len(got) != 1 || got[0] != snap {
+		t.Fatalf("List beside a record: %v, want [%s]", ids(got), snap.ID)
+	}
+	recs := func(tenant string) map[string]string {
+		t.Helper()
+		got, err := s.Records(c, tenant)
+		if err != nil {
+			t.Fatalf("Records(%q): %v", tenant, err)
+		}
+		m := map[string]string{}
+		for _, r := range got {
+			m[r.Tenant+"/"+r.Session] = string(r.Data)
+		}
+		return m
+	}
+	all := recs("")
+	if len(all) != 3 || all["t1/s1"] != `{"state":"running","v":2}` || all["t1/s2"] != "two" || all["t2/s1"] != "other tenant" {
+		t.Fatalf("Records(\"\"): %v", all)
+	}
+	if one := recs("t2"); len(one) != 1 || one["t2/s1"] != "other tenant" {
+		t.Fatalf("Records(t2): %v", one)
+	}
+	if none := recs("t3"); len(none) != 0 {
+		t.Fatalf("Records(t3): %v", none)
+	}
+	// Bounded, named.
+	if err := s.SetRecord(c, "t1", "s1", make([]byte, snapshot.MaxRecord+1)); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("SetRecord past MaxRecord: %v, want ErrInvalid", err)
+	}
+	if got, _ := s.Record(c, "t1", "s1"); string(got) != `{"state":"running","v":2}` {
+		t.Fatalf("a refused SetRecord changed the record: %q", got)
+	}
+	for _, bad := range [][2]string{{"../t", "s"}, {"t", "a/b"}, {"", "s"}} {
+		if err := s.SetRecord(c, bad[0], bad[1], []byte("x")); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("SetRecord(%q, %q): %v, want ErrInvalid", bad[0], bad[1], err)
+		}
+		if _, err := s.Record(c, bad[0], bad[1]); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("Record(%q, %q): %v, want ErrInvalid", bad[0], bad[1], err)
+		}
+	}
+	if _, err := s.Records(c, "../t"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("Records(../t): %v, want ErrInvalid", err)
+	}
+	// A record outlives nothing it should not: Sweep keeps it, DeleteSession takes it.
+	if _, err := s.Sweep(c, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if _, err := s.Record(c, "t1", "s1"); err != nil {
+		t.Fatalf("Record after Sweep: %v", err)
+	}
+	if err := s.DeleteSession(c, "t1", "s1"); err != nil {
+		t.Fatalf("DeleteSession: %v", err)
+	}
+	if _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Record after DeleteSession: %v, want ErrNotFound", err)
+	}
+	if all := recs(""); len(all) != 2 {
+		t.Fatalf("Records after DeleteSession: %v", all)
+	}
 }
