@@ -90,14 +90,28 @@ func (l *lifecycle) createOrTakeOver(ctx context.Context, spec Spec) (Sandbox, e
 // cold start.
 func (l *lifecycle) createOnce(ctx context.Context, spec Spec) (Sandbox, error) {
 	if sb, ok, err := l.takeOver(ctx, spec); err != nil || ok {
+		if err == nil && l.cfg.Resume != nil {
+			// Kept on failure: a sandbox that ran may hold the
+			// session's only copy of its files.
+			err = l.cfg.Resume(ctx, sb)
+		}
 		return sb, err
 	}
-	if sb, ok, err := l.pools.claim(ctx, spec); err != nil {
+	sb, ok, err := l.pools.claim(ctx, spec)
+	if err != nil {
 		return Sandbox{}, err
-	} else if ok {
-		return sb, nil
 	}
-	return l.createCold(ctx, spec)
+	if !ok {
+		if sb, err = l.createCold(ctx, spec); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	if l.cfg.Resume != nil {
+		if err := l.cfg.Resume(ctx, sb); err != nil {
+			return Sandbox{}, l.discard(ctx, sb, err)
+		}
+	}
+	return sb, nil
 }
 
 // takeOver returns the session's running sandbox the runtime has, if it is

@@ -197,6 +197,100 @@ func (l *lifecycle) remove(ctx context.Context, tenant, session string, end bool
 	}
 }
 
+// suspend is Manager.Suspend: remove's removal entry holds the session's
+// calls while Config.Suspend saves the sandbox; then the sandbox and the
+// session's state go, or, if the save failed, the session goes on.
+func (l *lifecycle) suspend(ctx context.Context, tenant, session string) error {
+	if l.cfg.Suspend == nil {
+		return fmt.Errorf("%w: this manager suspends no sessions (no Config.Suspend)", ErrInvalid)
+	}
+	if err := checkSession(tenant, session); err != nil {
+		return err
+	}
+	k := key{tenant, session}
+	for {
+		l.mu.Lock()
+		e := l.entries[k]
+		if e != nil && e.busy != nil {
+			busy := e.busy
+			l.mu.Unlock()
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		v := victim{k: k, prev: e}
+		if e != nil {
+			v.sb = e.sb
+		}
+		v.r = l.claimLocked(k)
+		l.mu.Unlock()
+
+		done := make(chan struct{})
+		var err error
+		go func() {
+			defer close(done)
+			err = l.suspendOne(context.WithoutCancel(ctx), v)
+		}()
+		select {
+		case <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// suspendOne saves and removes v's sandbox, and ends v's removal entry.
+func (l *lifecycle) suspendOne(ctx context.Context, v victim) error {
+	if v.sb.ID == "" {
+		gctx, cancel := context.WithTimeout(ctx, l.cfg.RemoveTimeout)
+		sb, err := l.get(gctx, v.k.tenant, v.k.session)
+		cancel()
+		switch {
+		case err == nil && sb.Owner != l.cfg.Owner:
+			err = fmt.Errorf("%w: sandbox %s belongs to owner %q", ErrConflict, v.k, sb.Owner)
+		case err == nil && sb.State != StateRunning:
+			err = fmt.Errorf("%w: the sandbox of %s is %s, not running: there is no agent to save its workspace through", ErrUnavailable, v.k, sb.State)
+		}
+		if err != nil {
+			v.r.err = err
+			l.release(v.k, v.r, false)
+			return err
+		}
+		v.sb = sb
+	}
+	if err := l.save(ctx, v); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.RemoveTimeout)
+	defer cancel()
+	err := l.destroy(rctx, v.k, v.sb)
+	err = l.endSession(rctx, v.k, err)
+	v.r.err = err
+	l.release(v.k, v.r, err == nil || errors.Is(err, ErrNotFound))
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// save calls Config.Suspend for v, held by its removal entry, under
+// SuspendTimeout; if it fails, v is kept (its entry back, used now).
+func (l *lifecycle) save(ctx context.Context, v victim) error {
+	sctx, cancel := context.WithTimeout(ctx, l.cfg.SuspendTimeout)
+	err := l.cfg.Suspend(sctx, v.sb)
+	cancel()
+	if err != nil {
+		l.keep(v)
+		return err
+	}
+	l.cfg.Logger.Info("session suspended", "tenant", v.k.tenant, "session", v.k.session, "id", v.sb.ID)
+	return nil
+}
+
 // endSession removes the runtime's state of session k after destroy
 // returned err, and returns the outcome: not found only if there was
 // neither a sandbox nor state. A session whose sandbox could not be

@@ -42,6 +42,25 @@ type Config struct {
 	Busy        func(ctx context.Context, sb Sandbox) (string, error)
 	BusyTimeout time.Duration
 
+	// Suspend, if set, makes an idle session suspended rather than ended:
+	// the reaper calls it with the sandbox of a session idle for its TTL
+	// and not busy, and Manager.Suspend with the sandbox it suspends, to
+	// save what the session resumes from (the session layer streams the
+	// workspace to a snapshot store). When it returns nil the sandbox and
+	// the session's runtime state go, as when the session ends; an error
+	// keeps both as they were (the session stays running, its idle time
+	// starting again). It runs under SuspendTimeout (default
+	// DefaultSuspendTimeout), and while it runs the session's calls wait.
+	Suspend        func(ctx context.Context, sb Sandbox) error
+	SuspendTimeout time.Duration
+	// Resume, if set, is called with each sandbox a session is handed by
+	// a creation (new, claimed from a pool, or a running one taken over),
+	// once it is ready and before the first call gets it: the session
+	// layer restores a suspended session's workspace there. An error
+	// fails the creation: a new sandbox is removed, a taken-over one kept
+	// (it may hold the session's only copy of its files).
+	Resume func(ctx context.Context, sb Sandbox) error
+
 	// Prepare, if set, is called on a pooled sandbox once it is ready,
 	// before it joins its pool, e.g. to run one command so that the first
 	// call of the session claiming it finds the image's files cached. A
@@ -118,6 +137,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.BusyTimeout <= 0 {
 		cfg.BusyTimeout = DefaultBusyTimeout
 	}
+	if cfg.SuspendTimeout <= 0 {
+		cfg.SuspendTimeout = DefaultSuspendTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -192,6 +214,18 @@ func (m *Manager) Sandboxes() []Sandbox {
 // with the session's state.
 func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
 	return m.life.remove(ctx, tenant, session, true)
+}
+
+// Suspend suspends a session (Config.Suspend, which must be set): it waits
+// for a creation in progress, holds the session's calls, calls
+// Config.Suspend with the session's sandbox and, if that saved it, removes
+// the sandbox and the session's runtime state as Remove does. The
+// session's next Ensure creates a new sandbox, which Config.Resume
+// restores. ErrNotFound: the session has no sandbox to suspend. An error
+// of Config.Suspend is returned as it is, and the session goes on as it
+// was.
+func (m *Manager) Suspend(ctx context.Context, tenant, session string) error {
+	return m.life.suspend(ctx, tenant, session)
 }
 
 // RemoveSandbox deletes the session's sandbox but not the session: what the

@@ -11,6 +11,10 @@ import (
 // longer to say whether it is busy is taken for idle.
 const DefaultBusyTimeout = 10 * time.Second
 
+// DefaultSuspendTimeout is Config.SuspendTimeout's default: a workspace
+// of a few GiB streams to a store well within it.
+const DefaultSuspendTimeout = 10 * time.Minute
+
 // reaper ends what nobody uses: idle sessions and their sandboxes (Reap),
 // and, at a restart, dead sandboxes, claims of gone ones and state no
 // sandbox uses (Adopt, adopt.go). It keeps no state and has no lock of its
@@ -110,6 +114,13 @@ func (r *reaper) reapOne(ctx context.Context, v victim) (gone bool, _ error) {
 				"id", v.sb.ID, "busy", why, "since_call", v.idle.Round(time.Second))
 			r.life.keep(v)
 			return false, nil
+		}
+	}
+	if v.sb.ID != "" && r.cfg.Suspend != nil {
+		if err := r.life.save(ctx, v); err != nil {
+			r.cfg.Logger.Warn("idle session kept running: its suspend failed", "tenant", v.k.tenant, "session", v.k.session,
+				"id", v.sb.ID, "err", err)
+			return false, err
 		}
 	}
 	err := r.life.destroy(c, v.k, v.sb)
