@@ -24,6 +24,7 @@ import (
 	"github.com/shellbox/shellbox/agent/notrace"
 	"github.com/shellbox/shellbox/agent/pid1"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/executor/output"
@@ -315,7 +316,9 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		if err != nil {
 			return fmt.Errorf("egress proxy: %w", err)
 		}
-		pcfg := egress.ProxyConfig{Logger: logger}
+		// The relay's CA goes into a bundle in the agent's directory,
+		// which commands read and cannot write.
+		pcfg := egress.ProxyConfig{Logger: logger, CAFile: egresswire.CAFile}
 		if cfg.TagGroups.Count > 0 || strings.HasPrefix(e.Isolation(), "cgroup") {
 			// A call's network grant holds for its own tree only: the
 			// proxy finds the processes holding a connection's socket

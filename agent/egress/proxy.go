@@ -54,6 +54,10 @@ type ProxyConfig struct {
 	// (CredentialHeader). An error gives no grant, and is logged. Unset,
 	// no connection carries a grant (TreeGrant is the agent's).
 	Grant func(c net.Conn) (string, error)
+	// CAFile, if set, is where a relay's CA (egresswire.CAHeader) is
+	// installed, after the image's own roots (ca.go); unset, a relay
+	// asking for it is answered 501.
+	CAFile string
 }
 
 // Proxy is the in-sandbox end: an HTTP proxy whose connections leave only
@@ -63,6 +67,10 @@ type Proxy struct {
 	cfg     ProxyConfig
 	pending queue
 	conns   chan struct{} // a slot per client connection held
+
+	systemBundles []string // the image's roots: systemBundles, or a test's
+	caMu          sync.Mutex
+	caInstalled   []byte // the certificates in CAFile now
 }
 
 // waiter is a client connection waiting for, then handed to, a relay.
@@ -98,7 +106,8 @@ func NewProxy(cfg ProxyConfig) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = log.New(io.Discard, "", 0)
 	}
-	return &Proxy{cfg: cfg, pending: queue{max: cfg.MaxPending, ready: make(chan struct{}, 1)}, conns: make(chan struct{}, cfg.MaxConns)}
+	return &Proxy{cfg: cfg, pending: queue{max: cfg.MaxPending, ready: make(chan struct{}, 1)}, conns: make(chan struct{}, cfg.MaxConns),
+		systemBundles: systemBundles}
 }
 
 // Serve accepts client connections on l until ctx ends or l fails, then
@@ -267,7 +276,22 @@ func targetOf(req *http.Request) (string, error) {
 // no connection waits for PollTimeout, else takes the oldest waiting
 // connection, switches protocols naming its destination, reads the relay's
 // verdict and hands the socket connection to the client as its tunnel.
+// A POST carrying egresswire.CAHeader and no Upgrade installs that CA
+// (ProxyConfig.CAFile) and is answered 204, or 501/400 with why not.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ca := r.Header.Get(egresswire.CAHeader); r.Method == http.MethodPost && ca != "" && r.Header.Get("Upgrade") == "" {
+		if err := p.installCA(ca); err != nil {
+			status := http.StatusBadRequest
+			if p.cfg.CAFile == "" {
+				status = http.StatusNotImplemented
+			}
+			p.cfg.Logger.Printf("egress CA: %v", err)
+			http.Error(w, "egress: "+err.Error(), status)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if r.Method != http.MethodPost || !strings.EqualFold(r.Header.Get("Upgrade"), egresswire.Upgrade) {
 		http.Error(w, fmt.Sprintf("egress: want POST with Upgrade: %s", egresswire.Upgrade), http.StatusBadRequest)
 		return

@@ -54,6 +54,10 @@ func Env(addr string) map[string]string {
 // not write.
 const CAFile = confine.HostDirMount + "/egress-ca.pem"
 
+// CAHeader carries, on a POST /v1/egress without Upgrade, the base64 of
+// the PEM certificate(s) the agent adds to its CA bundle (CAFile).
+const CAHeader = "Shellbox-Egress-CA"
+
 // CAVars are the variables that point the usual TLS clients at a CA
 // bundle: OpenSSL and Go (SSL_CERT_FILE), curl, git, Python requests and
 // Node (which adds it to its own roots).

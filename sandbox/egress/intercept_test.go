@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -354,5 +355,56 @@ func BenchmarkInterceptRequest(b *testing.B) {
 				get()
 			}
 		})
+	}
+}
+
+// TestInstallCA: the relay installs its CA in the agent's bundle before
+// polling, after the image's roots; an agent that installs none says so,
+// and only certificates are accepted.
+func TestInstallCA(t *testing.T) {
+	ca, err := secrets.LoadOrCreateCA(filepath.Join(t.TempDir(), "ca.pem"), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(t.TempDir(), "egress-ca.pem")
+	run := func(pcfg agentegress.ProxyConfig, pem []byte) error {
+		t.Helper()
+		r := newRig(t, pcfg)
+		got := make(chan error, 1)
+		r.startRelay(t, RelayConfig{CA: pem, Installed: func(err error) { got <- err }})
+		select {
+		case err := <-got:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("no install outcome")
+			return nil
+		}
+	}
+	if err := run(agentegress.ProxyConfig{CAFile: bundle}, ca.CertPEM()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), string(ca.CertPEM())) {
+		t.Errorf("bundle does not end with the CA:\n%s", b[max(0, len(b)-2000):])
+	}
+	if fi, _ := os.Stat(bundle); fi.Mode().Perm() != 0o644 {
+		t.Errorf("bundle mode %v", fi.Mode())
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Error("the bundle holds no certificate a client can load")
+	}
+	if sys, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); err == nil && !strings.HasPrefix(string(b), string(sys)) {
+		t.Error("the bundle does not start with the image's roots")
+	}
+	if err := run(agentegress.ProxyConfig{}, ca.CertPEM()); err == nil || !strings.Contains(err.Error(), "501") {
+		t.Errorf("an agent without a CA file: %v", err)
+	}
+	key := []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+	if err := run(agentegress.ProxyConfig{CAFile: bundle}, key); err == nil || !strings.Contains(err.Error(), "want certificates only") {
+		t.Errorf("a key: %v", err)
 	}
 }

@@ -87,6 +87,11 @@ type RelayConfig struct {
 	// Logger hears refusals and failures, at most about one line a second
 	// (default: discard).
 	Logger *slog.Logger
+	// CA, if set, is the PEM certificate the agent adds to its commands'
+	// CA bundle (egresswire.CAFile) before the first poll: the CA of the
+	// leaves Intercepts show. Installed reports the outcome (nil: done).
+	CA        []byte
+	Installed func(error)
 }
 
 // Bounds of what the relay reads from the agent: the agent runs inside the
@@ -149,6 +154,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, r.closeAll)
 	defer stop()
 
+	if len(r.cfg.CA) > 0 {
+		err := r.installCA(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("egress relay: the sandbox does not trust the egress CA: credentials will fail TLS", "agent", r.cfg.Agent.String(), "err", err)
+		}
+		if r.cfg.Installed != nil {
+			r.cfg.Installed(err)
+		}
+	}
 	var (
 		wg      sync.WaitGroup
 		errOnce sync.Once
