@@ -55,6 +55,7 @@ type Config struct {
 	Server                Server            `mapstructure:"server"`
 	Policies              Policies          `mapstructure:"policies"`
 	Audit                 Audit             `mapstructure:"audit"`
+	Secrets               Secrets           `mapstructure:"secrets"`
 	Egress                Egress            `mapstructure:"egress"`
 }
 
@@ -68,6 +69,19 @@ type Egress struct {
 	// GrantBlocked are refused, with Blocked, to a call granted the
 	// network permission.
 	GrantBlocked []string `mapstructure:"grantBlocked"`
+	// CADir holds the tenants' egress CAs (<tenant>.pem, key included) and
+	// the placeholder key; "" is <sandbox.stateDir>/egress-ca.
+	CADir string `mapstructure:"caDir"`
+	// UpstreamCA is a PEM file of CA certificates trusted, besides the
+	// system's, for upstreams the relay terminates TLS to.
+	UpstreamCA string `mapstructure:"upstreamCA"`
+}
+
+// Secrets says where the server finds the secrets policies' credentials
+// name (package secrets): Dir, then SHELLBOX_SECRET_* variables.
+type Secrets struct {
+	// Dir holds one file per secret, named as the secret; "" for none.
+	Dir string `mapstructure:"dir"`
 }
 
 func (e *Egress) validate() error {
@@ -132,6 +146,9 @@ func defaults() map[string]any {
 		"audit::file":            stateFile("audit.log"),
 		"audit::maxBytes":        64 << 20,
 		"audit::maxFiles":        5,
+		"egress::caDir":          "",
+		"egress::upstreamCA":     "",
+		"secrets::dir":           "",
 		"egress::blocked":        egress.HostRanges,
 		"egress::grantBlocked":   egress.PrivateRanges,
 	}

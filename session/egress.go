@@ -2,16 +2,27 @@ package session
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/secrets"
+	"github.com/shellbox/shellbox/session/sandboxconn"
 )
 
 // EgressConfig bounds where sandboxes' egress may lead from this host,
@@ -24,8 +35,20 @@ type EgressConfig struct {
 	// GrantBlocked are refused, with Blocked, to a call granted the
 	// network permission. Nil: egress.PrivateRanges.
 	GrantBlocked []string
+	// Secrets resolves the secrets of policies' credentials
+	// (sandbox.network.credentials). With CAs, the relay terminates TLS to
+	// a credential's hosts and injects it; without either, credentials
+	// give placeholders that open nothing.
+	Secrets secrets.Source
+	// CAs are the tenants' egress CAs and the placeholder key, kept on
+	// this host (secrets.NewCAs).
+	CAs *secrets.CAs
+	// UpstreamRoots verify the upstreams of connections the relay
+	// terminates; nil: the system's roots.
+	UpstreamRoots *x509.CertPool
 
 	blocked, grantBlocked egress.Ranges
+	placeholders          *secrets.Placeholders
 }
 
 // compile parses the ranges; the error names the bad entry.
@@ -48,45 +71,200 @@ func (e *EgressConfig) compile() error {
 	if e.grantBlocked, err = egress.ParseRanges(append(slices.Clone(e.Blocked), e.GrantBlocked...)); err != nil {
 		return fmt.Errorf("grantBlocked: %w", err)
 	}
+	if e.CAs != nil && e.placeholders == nil {
+		key, err := e.CAs.PlaceholderKey()
+		if err != nil {
+			return err
+		}
+		ph := secrets.NewPlaceholders(key)
+		e.placeholders = &ph
+	}
 	return nil
 }
 
 // Validate checks the ranges of e (for configuration loading).
 func (e EgressConfig) Validate() error { return e.compile() }
 
-// egressRelay returns the sandboxconn.Config.Egress hook: it relays a
-// sandbox's egress proxy until ctx ends.
+// egressHook is a tenant's sandboxconn.EgressHook: it relays each
+// sandbox's egress proxy (Relay) and gives its commands the variables of
+// the tenant's credentials (Env).
+type egressHook struct {
+	l *Service
+
+	mu    sync.Mutex
+	ready map[string]chan struct{} // by sandbox ID: closed once the relay installed the CA, or failed to
+}
+
+// egressRelay returns the sandboxconn.Config.Egress hook.
+func (l *Service) egressRelay() sandboxconn.EgressHook {
+	return &egressHook{l: l, ready: map[string]chan struct{}{}}
+}
+
+// installed returns the channel closed when sb's relay has installed the
+// tenant's CA in its agent (or failed to).
+func (h *egressHook) installed(id string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.ready[id]
+	if !ok {
+		ch = make(chan struct{})
+		h.ready[id] = ch
+	}
+	return ch
+}
+
+// Relay relays a sandbox's egress proxy until ctx ends.
 //
 //   - A connection of a call granted the network permission may go to any
 //     address outside GrantBlocked, until the call ends.
 //   - Any other goes where the tenant's current policy allows (looked up per
 //     connection, so a reload applies at once): to an address the allowlist
 //     names, or to a name whose addresses are outside Blocked.
-func (l *Service) egressRelay() func(context.Context, sandbox.Sandbox, func(string) (context.Context, bool)) {
-	return func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
-		log := l.log.With("tenant", sb.Tenant, "session", sb.Session)
-		cfg := egress.RelayConfig{
-			Agent:      sb.Agent,
-			PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
-			Check:      egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted),
-			Logger:     log,
+//   - Either, to a host the current policy gives credentials, has its TLS
+//     terminated and the credentials injected (when the server has CAs).
+func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
+	l := h.l
+	log := l.log.With("tenant", sb.Tenant, "session", sb.Session)
+	cfg := egress.RelayConfig{
+		Agent:      sb.Agent,
+		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
+		Check: egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted,
+			func(target string) *egress.Intercept { return l.intercept(sb, target, log) }),
+		Logger: log,
+	}
+	if o := l.cfg.Metrics; o != nil {
+		cfg.Observe = func(_ string, out egress.Outcome) { o.ObserveEgress(sb.Tenant, string(out)) }
+	}
+	ready := h.installed(sb.ID)
+	defer func() {
+		h.mu.Lock()
+		if h.ready[sb.ID] == ready {
+			delete(h.ready, sb.ID)
 		}
-		if o := l.cfg.Metrics; o != nil {
-			cfg.Observe = func(_ string, out egress.Outcome) { o.ObserveEgress(sb.Tenant, string(out)) }
+		h.mu.Unlock()
+	}()
+	if ca := l.egressCA(sb.Tenant, log); ca != nil {
+		cfg.CA = ca.CertPEM()
+		var once sync.Once
+		cfg.Installed = func(error) { once.Do(func() { close(ready) }) }
+	}
+	r, err := egress.NewRelay(cfg)
+	if err != nil {
+		log.Error("egress relay", "err", err)
+		return
+	}
+	if err := r.Run(ctx); err != nil {
+		level := slog.LevelError
+		if errors.Is(err, egress.ErrNoProxy) {
+			// A sandbox created by an older agent: it keeps no network.
+			level = slog.LevelWarn
 		}
-		r, err := egress.NewRelay(cfg)
-		if err != nil {
-			log.Error("egress relay", "err", err)
-			return
+		log.Log(context.Background(), level, "egress relay stopped", "err", err)
+	}
+}
+
+// caWait bounds how long a command of a new sandbox waits for its relay to
+// install the CA its credentials' hosts are shown.
+const caWait = 10 * time.Second
+
+// Env returns the variables of the tenant's current credentials for sb's
+// commands: each credential's placeholder, and, when the server has CAs,
+// the CA bundle's variables (egresswire.CAVars; they win over a policy's
+// env). It waits up to caWait for the relay to have installed the CA, so
+// a sandbox's first command finds the bundle.
+func (h *egressHook) Env(sb sandbox.Sandbox) map[string]string {
+	l := h.l
+	if l.cfg.Policies == nil {
+		return nil
+	}
+	pol, err := l.cfg.Policies.Policy(sb.Tenant)
+	if err != nil || len(pol.Network.Credentials) == 0 {
+		return nil
+	}
+	ec := l.cfg.Egress
+	vars := map[string]string{}
+	for _, c := range pol.Network.Credentials {
+		if c.Placeholder == "" {
+			continue
 		}
-		if err := r.Run(ctx); err != nil {
-			level := slog.LevelError
-			if errors.Is(err, egress.ErrNoProxy) {
-				// A sandbox created by an older agent: it keeps no network.
-				level = slog.LevelWarn
-			}
-			log.Log(context.Background(), level, "egress relay stopped", "err", err)
+		if ec.placeholders == nil {
+			// No key: a placeholder of the moment, which opens nothing.
+			vars[c.Placeholder] = secrets.PlaceholderPrefix + "unset"
+			continue
 		}
+		vars[c.Placeholder] = ec.placeholders.For(sb.Tenant, sb.Session, c.Name)
+	}
+	if ec.CAs != nil && ec.Secrets != nil {
+		select {
+		case <-h.installed(sb.ID):
+		case <-time.After(caWait):
+			l.log.Warn("egress: the relay has not installed the CA yet; a command's TLS to a credential's host may fail", "tenant", sb.Tenant, "session", sb.Session)
+		}
+		maps.Copy(vars, egresswire.CAEnv(egresswire.CAFile))
+	}
+	return vars
+}
+
+// egressCA is the tenant's CA, nil when the server has none (logged).
+func (l *Service) egressCA(tenant string, log *slog.Logger) *secrets.CA {
+	ec := l.cfg.Egress
+	if ec.CAs == nil || ec.Secrets == nil {
+		return nil
+	}
+	ca, err := ec.CAs.For(tenant)
+	if err != nil {
+		log.Error("egress CA: credentials will not be injected", "err", err)
+		return nil
+	}
+	return ca
+}
+
+// intercept returns the Intercept of a connection of sb to target when
+// the tenant's current policy gives target's host credentials and the
+// server can inject them; nil otherwise (a blind tunnel: placeholders go
+// as is).
+func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger) *egress.Intercept {
+	ec := l.cfg.Egress
+	if l.cfg.Policies == nil || ec.placeholders == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil || confine.IsAddress(target) {
+		return nil
+	}
+	pol, err := l.cfg.Policies.Policy(sb.Tenant)
+	if err != nil {
+		return nil
+	}
+	creds := pol.Network.ForHost(host)
+	if len(creds) == 0 {
+		return nil
+	}
+	ca := l.egressCA(sb.Tenant, log)
+	if ca == nil {
+		return nil
+	}
+	bound := make([]secrets.Credential, len(creds))
+	for i, c := range creds {
+		bound[i] = secrets.Credential{Name: c.Name, Header: c.Header, Value: c.Value}
+		if c.Placeholder != "" {
+			bound[i].Placeholder = ec.placeholders.For(sb.Tenant, sb.Session, c.Name)
+		}
+	}
+	inj := secrets.NewInjector(ec.Secrets, bound)
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return &egress.Intercept{
+		Host:  host,
+		Cert:  func() (*tls.Certificate, error) { return ca.Leaf(host) },
+		Roots: ec.UpstreamRoots,
+		Rewrite: func(h http.Header) (func(http.Header), []string, error) {
+			d, err := inj.Rewrite(h)
+			return d.Scrub, d.Names, err
+		},
+		Observe: func(r egress.RequestRecord) {
+			log.Debug("egress request", "host", r.Host, "method", r.Method, "path", egresswire.Clip(r.Path), "status", r.Status,
+				"bytesOut", r.BytesOut, "bytesIn", r.BytesIn, "credentials", r.Credentials, "duration", r.Duration, "refused", r.Refused)
+		},
 	}
 }
 
@@ -104,20 +282,24 @@ func (l *Service) checkEgress(tenant, target string) error {
 	return pol.CheckEgress(target)
 }
 
-// egressDecision decides a sandbox's connections (see egressRelay).
-func egressDecision(ec EgressConfig, check func(target string) error, granted func(credential string) (context.Context, bool)) func(egress.Conn) (egress.Decision, error) {
+// egressDecision decides a sandbox's connections (see egressHook.Relay);
+// intercept (nil: none) says whether an allowed one is terminated.
+func egressDecision(ec EgressConfig, check func(target string) error, granted func(credential string) (context.Context, bool),
+	intercept func(target string) *egress.Intercept) func(egress.Conn) (egress.Decision, error) {
 	return func(c egress.Conn) (egress.Decision, error) {
+		var d egress.Decision
 		if until, ok := granted(c.Credential); ok {
-			return egress.Decision{Addr: ec.grantBlocked.Refuse, Until: until}, nil
-		}
-		if err := check(c.Target); err != nil {
+			d = egress.Decision{Addr: ec.grantBlocked.Refuse, Until: until}
+		} else if err := check(c.Target); err != nil {
 			return egress.Decision{}, err
+		} else if !confine.IsAddress(c.Target) {
+			d = egress.Decision{Addr: ec.blocked.Refuse}
 		}
-		if confine.IsAddress(c.Target) {
-			// Allowed, an address can only be one the allowlist names: the
-			// operator meant it.
-			return egress.Decision{}, nil
+		// (Allowed, an address can only be one the allowlist names: the
+		// operator meant it, and no address range is refused.)
+		if intercept != nil {
+			d.Intercept = intercept(c.Target)
 		}
-		return egress.Decision{Addr: ec.blocked.Refuse}, nil
+		return d, nil
 	}
 }

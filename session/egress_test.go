@@ -28,7 +28,7 @@ func TestEgressDecision(t *testing.T) {
 			}
 			return nil
 		},
-		func(cred string) (context.Context, bool) { return grant, cred == "tok" })
+		func(cred string) (context.Context, bool) { return grant, cred == "tok" }, nil)
 	refused := func(d egress.Decision, addr string) bool {
 		return d.Addr != nil && d.Addr(netip.MustParseAddr(addr)) != nil
 	}
@@ -51,5 +51,44 @@ func TestEgressDecision(t *testing.T) {
 	}
 	if d, err = decide(egress.Conn{Target: "10.0.0.7:5432"}); err != nil || d.Addr != nil {
 		t.Errorf("allowlisted address: %+v, %v", d, err)
+	}
+}
+
+// TestEgressDecisionIntercepts: an allowed connection, granted or by the
+// list, is intercepted when the hook says so; a refused one never reaches
+// the hook.
+func TestEgressDecisionIntercepts(t *testing.T) {
+	var ec EgressConfig
+	if err := ec.compile(); err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]bool{}
+	ic := &egress.Intercept{Host: "api.github.com"}
+	decide := egressDecision(ec,
+		func(target string) error {
+			if target == "evil.example:443" {
+				return errors.New("off the list")
+			}
+			return nil
+		},
+		func(cred string) (context.Context, bool) { return context.Background(), cred == "tok" },
+		func(target string) *egress.Intercept {
+			asked[target] = true
+			if target == "api.github.com:443" {
+				return ic
+			}
+			return nil
+		})
+	if d, err := decide(egress.Conn{Target: "api.github.com:443"}); err != nil || d.Intercept != ic || d.Addr == nil {
+		t.Errorf("credential host: %+v %v", d, err)
+	}
+	if d, err := decide(egress.Conn{Target: "api.github.com:443", Credential: "tok"}); err != nil || d.Intercept != ic || d.Until == nil {
+		t.Errorf("credential host, granted: %+v %v", d, err)
+	}
+	if d, err := decide(egress.Conn{Target: "pypi.org:443"}); err != nil || d.Intercept != nil {
+		t.Errorf("other host: %+v %v", d, err)
+	}
+	if _, err := decide(egress.Conn{Target: "evil.example:443"}); err == nil || asked["evil.example:443"] {
+		t.Errorf("refused: %v, hook asked %v", err, asked)
 	}
 }

@@ -58,6 +58,10 @@ func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m se
 			return nil, nil, err
 		}
 		sc.Runtime, sc.Unavailable, closeRuntime = rt, agentErr, rt.Close
+		if err := withSecrets(&sc.Egress, cfg); err != nil {
+			rt.Close()
+			return nil, nil, err
+		}
 		if kr, ok := rt.(kubeRuntime); ok {
 			// The replicas of a release share its sessions: only the
 			// holder of its Lease reaps them and keeps the warm pools.

@@ -111,7 +111,7 @@ func egressOn(t *testing.T, e enginetest.Engine, runtime string) {
 			t.Errorf("relay of %s: %v", sb.Session, err)
 		}
 	}
-	r := sandboxedtest.NewWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxconn.Config) { c.Egress = relay })
+	r := sandboxedtest.NewWith(t, e, runtime, executor.DefaultLimits(), func(c *sandboxconn.Config) { c.Egress = sandboxconn.RelayFunc(relay) })
 	ts, err := tools.New(r.Exec, tools.Config{Home: "/workspace"})
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ type Connections struct {
 	tenant  string
 	spec    func(session string) (sandbox.Spec, error)
 	dial    Dialer
-	egress  func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
+	egress  EgressHook
 
 	mu    sync.Mutex
 	conns map[string]*conn // session → live connection
@@ -63,6 +63,7 @@ type conn struct {
 	owner      *Connections
 	egress     bool
 	stopEgress context.CancelFunc
+	egressEnv  func() map[string]string // the EgressHook's Env of the sandbox, nil without
 	// noExecGuard is the agent's handshake's NoExecGuard: why it checks
 	// no execs ("" : it does).
 	noExecGuard string

@@ -3,6 +3,7 @@ package sandboxconn
 import (
 	"context"
 	"crypto/rand"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,33 @@ import (
 // Config.Egress).
 const PermissionNetwork = egresswire.Permission
 
+// EgressHook relays the egress of sandboxes whose network is
+// sandbox.NetworkEgress (see Config.Egress).
+type EgressHook interface {
+	// Relay relays sb's egress proxy until ctx ends (sandbox/egress).
+	// granted reports whether a connection's credential belongs to a call
+	// of sb's session that runs with PermissionNetwork, and if so returns
+	// a context that ends with the call (or background task).
+	Relay(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
+	// Env returns variables every command of sb gets besides the proxy's
+	// (credentials' placeholders, the egress CA bundle's); they win over
+	// the spec's. It may wait briefly (for the relay to have installed
+	// what they point at).
+	Env(sb sandbox.Sandbox) map[string]string
+}
+
+// RelayFunc is an EgressHook that only relays: its commands get the
+// proxy's variables alone.
+type RelayFunc func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
+
+// Relay calls f.
+func (f RelayFunc) Relay(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
+	f(ctx, sb, granted)
+}
+
+// Env implements EgressHook: none.
+func (RelayFunc) Env(sandbox.Sandbox) map[string]string { return nil }
+
 // grant is a call's network grant: in force until its context ends.
 type grant struct {
 	ctx    context.Context
@@ -33,12 +61,15 @@ func (c *Connections) connect(ag Agent, sb sandbox.Sandbox) *conn {
 	if h, ok := ag.(interface{ Hello() agentapi.Hello }); ok {
 		cn.noExecGuard = h.Hello().NoExecGuard
 	}
+	if cn.egress && c.egress != nil {
+		cn.egressEnv = func() map[string]string { return c.egress.Env(sb) }
+	}
 	if cn.egress && c.egress != nil && !c.closed {
 		session := sb.Session
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.egress(ctx, sb, func(credential string) (context.Context, bool) { return c.granted(session, credential) })
+			c.egress.Relay(ctx, sb, func(credential string) (context.Context, bool) { return c.granted(session, credential) })
 		}()
 	}
 	return cn
@@ -69,13 +100,21 @@ func (cn *conn) Egress(spec executor.Spec) (_ executor.Spec, release func(), _ e
 		spec.EgressGrant = credential
 	}
 	vars := egresswire.Env(egresswire.DefaultListen)
+	var extra map[string]string
+	if cn.egressEnv != nil {
+		// The hook's (credentials' placeholders, the CA bundle) win over
+		// the spec's: a policy cannot point clients at another bundle.
+		extra = cn.egressEnv()
+		maps.Copy(vars, extra)
+	}
 	env := make([]string, 0, len(spec.Env)+len(vars))
 	for _, kv := range spec.Env {
 		k, _, _ := strings.Cut(kv, "=")
+		_, hooks := extra[k]
 		switch _, ours := vars[k]; {
 		case !ours:
 			env = append(env, kv)
-		case k == "NO_PROXY" || k == "no_proxy":
+		case !hooks && (k == "NO_PROXY" || k == "no_proxy"):
 			// The spec's (a policy's env) wins.
 			env = append(env, kv)
 			delete(vars, k)

@@ -28,12 +28,12 @@ type Config struct {
 	// LANG=C.UTF-8). The server's own environment never reaches a sandbox.
 	BaseEnv []string
 	// Egress, if set, relays the egress of a sandbox whose network is
-	// sandbox.NetworkEgress (sandbox/egress): it is started in its own
+	// sandbox.NetworkEgress (sandbox/egress): its Relay is started in its own
 	// goroutine whenever a connection to such a sandbox's agent is made, and
 	// must return once ctx ends, which happens when that connection is
 	// dropped (the sandbox died or is being removed) or the executor is
 	// closed. Commands of such a sandbox get egresswire.Env (NO_PROXY and
-	// no_proxy only where the spec has none). Unset, such a sandbox's proxy
+	// no_proxy only where the spec has none) and the hook's Env. Unset, such a sandbox's proxy
 	// has no relay: its connections are refused.
 	//
 	// granted reports whether a connection's credential belongs to a call
@@ -43,7 +43,7 @@ type Config struct {
 	// the agent's proxy presents only for connections of the call's own
 	// process tree. What the credential allows, and that its tunnels end
 	// with the context, is the hook's to enforce.
-	Egress func(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool))
+	Egress EgressHook
 }
 
 // Executor is the sandboxed executor of one tenant over its Connections.

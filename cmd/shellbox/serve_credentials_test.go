@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/secrets"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/server/client"
+)
+
+// credentialOrigin is an HTTPS server for localhost on the host (its
+// certificate from a CA of the test, which serve trusts by
+// egress.upstreamCA) that answers whether the request carried want, as a
+// bearer token or as the password of Basic credentials.
+func credentialOrigin(t *testing.T, want string) (port, caFile string, seen func() []string) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := secrets.LoadOrCreateCA(filepath.Join(dir, "origin-ca.pem"), "origin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(dir, "origin-ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Leaf("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var auths []string
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		mu.Lock()
+		auths = append(auths, a)
+		mu.Unlock()
+		_, pass, _ := r.BasicAuth()
+		if a != "Bearer "+want && pass != want {
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	_, port, _ = net.SplitHostPort(l.Addr().String())
+	return port, caFile, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), auths...)
+	}
+}
+
+// TestServeCredentials: a tenant's policy names a credential; serve
+// resolves its secret from secrets.dir, and curl in the sandbox, sending
+// only the placeholder its environment holds (as a bearer token, and as a
+// URL's password the way git sends one), reaches an HTTPS server of the
+// host that receives the real secret, through the relay terminating TLS
+// with the tenant's CA. The same placeholder sent to another host arrives
+// as the placeholder. Nothing in the sandbox (its environment, every
+// process's environ, its writable files, the CA bundle), nor serve's log
+// and audit, holds the secret.
+func TestServeCredentials(t *testing.T) { enginetest.Each(t, serveCredentials) }
+
+func serveCredentials(t *testing.T, eng enginetest.Engine) {
+	requireEngine(t)
+	bin := buildBinaries(t)
+	// Random per run: a secret of an earlier run cannot be found by luck.
+	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()))), "-", "x")
+	port, originCA, seen := credentialOrigin(t, secret)
+	otherSeen := make(chan string, 4)
+	other := egressHostFunc(t, "127.0.0.3:0", func(r *http.Request) { otherSeen <- r.Header.Get("Authorization") })
+
+	secretsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secretsDir, "github-token"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pols := t.TempDir()
+	// NO_PROXY without localhost: the origin is the host's localhost, which
+	// the sandbox reaches through the proxy only.
+	pol := fmt.Sprintf(`default: allow
+env:
+  NO_PROXY: "127.0.0.1"
+  no_proxy: "127.0.0.1"
+sandbox:
+  images: [%s]
+  runtime: runc
+  network:
+    allow: ["localhost:%s", "%s"]
+    credentials:
+      - name: github
+        hosts: [localhost]
+        value: "${secret:github-token}"
+        placeholder: GITHUB_TOKEN
+`, dockertest.Image, port, other)
+	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
+policies:
+  dir: %s
+audit:
+  file: %s
+secrets:
+  dir: %s
+egress:
+  blocked: []
+  upstreamCA: %s
+  caDir: %s
+sandbox:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+server:
+  tenants:
+    %s:
+      tokens: [%q]
+`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest,
+		dockerTenant, server.HashToken(testToken))), 0o644)
+	removeSandboxesAtEnd(t, cfg, dockerTenant, "cred")
+
+	p := startServeProcess(t, bin, cfg)
+	c := client.New(p.url, testToken, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	call := func(command string) string {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"command": command, "description": "credentials test"})
+		r, err := c.Call(ctx, "cred", "bash", args)
+		if err != nil || r.IsError {
+			t.Fatalf("%s: %v %q", command, err, r.Text)
+		}
+		return r.Text
+	}
+	origin := "localhost:" + port
+	if got := call(`curl -sS -m 30 -H "Authorization: Bearer $GITHUB_TOKEN" https://` + origin + `/api 2>&1`); got != "credential ok /api" {
+		t.Fatalf("bearer placeholder: %q (origin saw %q)", got, seen())
+	}
+	if got := call(`curl -sS -m 30 "https://x-access-token:$GITHUB_TOKEN@` + origin + `/repo.git/info/refs" 2>&1`); got != "credential ok /repo.git/info/refs" {
+		t.Fatalf("basic placeholder: %q (origin saw %q)", got, seen())
+	}
+	// Without the placeholder nothing is injected.
+	if got := call(`curl -sS -m 30 -o /dev/null -w '%{http_code}' https://` + origin + `/none`); got != "401" {
+		t.Errorf("no placeholder: %q", got)
+	}
+	ph := call(`printf %s "$GITHUB_TOKEN"`)
+	if !strings.HasPrefix(ph, secrets.PlaceholderPrefix) || len(ph) != len(secrets.PlaceholderPrefix)+26 {
+		t.Fatalf("placeholder %q", ph)
+	}
+	// Sent elsewhere, the placeholder is the placeholder.
+	call(`curl -sS -m 30 -H "Authorization: Bearer $GITHUB_TOKEN" http://` + other + `/ >/dev/null`)
+	if got := <-otherSeen; got != "Bearer "+ph {
+		t.Errorf("another host saw %q, want the placeholder", got)
+	}
+	// What the sandbox holds: its environment, every process's, and every
+	// file it can read where anything is written (base64, for the test to
+	// search; bounded).
+	look := call(`env; echo; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sort -u; echo; echo "$SSL_CERT_FILE $CURL_CA_BUNDLE $GIT_SSL_CAINFO"
+ls -l /run/shellbox/egress-ca.pem; [ -w /run/shellbox/egress-ca.pem ] && echo writable
+find /workspace /tmp /run/shellbox -xdev -type f -readable 2>/dev/null | while read -r f; do cat "$f"; done | head -c 12000 | base64 -w0`)
+	files := look[strings.LastIndex(look, "\n")+1:]
+	raw, err := base64.StdEncoding.DecodeString(files)
+	if err != nil {
+		t.Fatalf("files: %v in %q", err, look)
+	}
+	for _, s := range []string{look, string(raw)} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("the sandbox holds the secret:\n%s", look)
+		}
+	}
+	for _, want := range []string{"GITHUB_TOKEN=" + ph, "/run/shellbox/egress-ca.pem /run/shellbox/egress-ca.pem /run/shellbox/egress-ca.pem", "-rw-r--r--", "BEGIN CERTIFICATE"} {
+		if !strings.Contains(look+string(raw), want) {
+			t.Errorf("the sandbox's view lacks %q:\n%s", want, look)
+		}
+	}
+	if strings.Contains(look, "writable") || strings.Contains(string(raw), "PRIVATE KEY") {
+		t.Errorf("the CA bundle is writable, or holds a key:\n%s", look)
+	}
+	for _, a := range seen() {
+		if a != "" && !strings.Contains(a, secret) && !strings.HasPrefix(a, "Basic ") {
+			t.Errorf("the origin saw %q", a)
+		}
+	}
+	p.stop(t)
+	logs := ""
+	for len(p.logs) > 0 {
+		logs += <-p.logs + "\n"
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("serve's log holds the secret")
+	}
+	if b, err := os.ReadFile(audit); err != nil || strings.Contains(string(b), secret) {
+		t.Errorf("audit: %v, or it holds the secret", err)
+	}
+}
+
+// egressHostFunc is egressHost hearing each request.
+func egressHostFunc(t *testing.T, addr string, hear func(*http.Request)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hear(r)
+		fmt.Fprintf(w, "egress ok %s", r.URL.Path)
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	return l.Addr().String()
+}
