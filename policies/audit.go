@@ -37,6 +37,28 @@ type Record struct {
 	// Approval, Approver: set when an ask was decided (or expired).
 	Approval string `json:"approval,omitempty"`
 	Approver string `json:"approver,omitempty"`
+	// Egress is set on the record of one HTTP request a sandbox sent on a
+	// connection the egress relay terminated (Tool ToolEgress, Command
+	// "METHOD host/path").
+	Egress *EgressRequest `json:"egress,omitempty"`
+}
+
+// ToolEgress is the Tool of an egress request's record.
+const ToolEgress = "egress"
+
+// EgressRequest is what the audit keeps of one relayed HTTP request:
+// never a header's value, never the query (either may carry a token).
+type EgressRequest struct {
+	Host     string `json:"host"`
+	Method   string `json:"method"`
+	Path     string `json:"path"`
+	Status   int    `json:"status"`
+	BytesOut int64  `json:"bytesOut"` // the request's body
+	BytesIn  int64  `json:"bytesIn"`  // the response's body
+	// DurationMs is from the request's head read to its answer sent.
+	DurationMs float64 `json:"durationMs"`
+	// Credentials are the names of those injected into it.
+	Credentials []string `json:"credentials,omitempty"`
 }
 
 // Bounds of one audit line. Each field is clipped to its bound as JSON
@@ -57,6 +79,14 @@ func (r Record) clipped() Record {
 	r.Tenant, r.Session, r.Tool = clipJSON(r.Tenant, maxAuditField), clipJSON(r.Session, maxAuditField), clipJSON(r.Tool, maxAuditField)
 	r.Rule, r.Approval, r.Approver = clipJSON(r.Rule, maxAuditField), clipJSON(r.Approval, maxAuditField), clipJSON(r.Approver, maxAuditField)
 	r.Command = clipJSON(r.Command, maxAuditCommand)
+	if r.Egress != nil {
+		e := *r.Egress
+		e.Host, e.Method, e.Path = clipJSON(e.Host, maxAuditField), clipJSON(e.Method, maxAuditField), clipJSON(e.Path, maxAuditText)
+		if len(e.Credentials) > maxAuditPerms {
+			e.Credentials = e.Credentials[:maxAuditPerms]
+		}
+		r.Egress = &e
+	}
 	r.Workdir = clipJSON(r.Workdir, maxAuditText)
 	r.Reason, r.SimpleCommand = clipJSON(r.Reason, maxAuditText), clipJSON(r.SimpleCommand, maxAuditText)
 	r.Justification = clipJSON(r.Justification, maxAuditText)

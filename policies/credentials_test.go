@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -87,4 +88,53 @@ func TestCredentialErrors(t *testing.T) {
 	if _, err := Parse("/p/acme.yaml", []byte(many.String())); err == nil || !strings.Contains(err.Error(), "sandbox.network.credentials: 65 credentials: at most 64") {
 		t.Errorf("too many: %v", err)
 	}
+}
+
+// TestAuditEgress: a relayed request is one audit line naming host,
+// method, path, status, bytes and credentials; a refused one is a deny
+// with the relay's reason; long fields are clipped.
+func TestAuditEgress(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "acme", acmePolicy)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAudit(path, AuditOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	e := openEngine(t, dir, Options{NoWatch: true, Audit: a})
+	req := EgressRequest{Host: "api.github.com", Method: "POST", Path: "/repos/acme/x/pulls", Status: 201, BytesOut: 120, BytesIn: 512, DurationMs: 3.5, Credentials: []string{"github"}}
+	if err := e.AuditEgress("acme", "s1", req, ""); err != nil {
+		t.Fatal(err)
+	}
+	long := req
+	long.Path = "/" + strings.Repeat("p", 10000)
+	if err := e.AuditEgress("acme", "s1", long, "shellbox egress: a request for evil.example on a connection to api.github.com"); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := ReadAudit(path, 10, "acme")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%+v %v", recs, err)
+	}
+	r := recs[0]
+	if r.Tool != ToolEgress || r.Decision != Allow || r.Command != "POST api.github.com/repos/acme/x/pulls" || r.Egress == nil || *r.Egress.clone() != *req.clone() {
+		t.Errorf("allowed: %+v %+v", r, r.Egress)
+	}
+	r = recs[1]
+	if r.Decision != Deny || !strings.Contains(r.Reason, "a request for evil.example") || len(r.Egress.Path) > maxAuditText+64 {
+		t.Errorf("refused: %+v", r)
+	}
+}
+
+// clone flattens e for comparison.
+func (e *EgressRequest) clone() *struct {
+	Host, Method, Path, Creds string
+	Status                    int
+	Out, In                   int64
+} {
+	return &struct {
+		Host, Method, Path, Creds string
+		Status                    int
+		Out, In                   int64
+	}{e.Host, e.Method, e.Path, strings.Join(e.Credentials, ","), e.Status, e.BytesOut, e.BytesIn}
 }

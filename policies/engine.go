@@ -546,6 +546,18 @@ func (e *Engine) audit(rec Record, v verdict) error {
 	return nil
 }
 
+// AuditEgress writes the record of one HTTP request of tenant's session
+// relayed on a terminated connection: allowed, or denied with reason when
+// the relay answered it itself. Without an audit log it does nothing.
+func (e *Engine) AuditEgress(tenant, session string, r EgressRequest, refused string) error {
+	v := verdict{Decision: Allow, Rule: "sandbox.network"}
+	if refused != "" {
+		v = verdict{Decision: Deny, Rule: "sandbox.network", Reason: clip.To(refused, maxAuditText)}
+	}
+	rec := Record{Tenant: tenant, Session: session, Tool: ToolEgress, Command: r.Method + " " + r.Host + r.Path, Egress: &r}
+	return e.audit(rec, v)
+}
+
 // Approvals lists tenant's pending approvals (oldest first) and its recently
 // decided ones (newest first, bounded).
 func (e *Engine) Approvals(tenant string) []Approval { return e.ap.List(tenant) }

@@ -19,6 +19,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
 	"github.com/shellbox/shellbox/secrets"
@@ -262,8 +263,12 @@ func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger)
 			return d.Scrub, d.Names, err
 		},
 		Observe: func(r egress.RequestRecord) {
-			log.Debug("egress request", "host", r.Host, "method", r.Method, "path", egresswire.Clip(r.Path), "status", r.Status,
-				"bytesOut", r.BytesOut, "bytesIn", r.BytesIn, "credentials", r.Credentials, "duration", r.Duration, "refused", r.Refused)
+			err := l.cfg.Policies.AuditEgress(sb.Tenant, sb.Session, policies.EgressRequest{Host: r.Host, Method: r.Method, Path: r.Path,
+				Status: r.Status, BytesOut: r.BytesOut, BytesIn: r.BytesIn, DurationMs: float64(r.Duration.Microseconds()) / 1000,
+				Credentials: r.Credentials}, r.Refused)
+			if err != nil {
+				log.Warn("egress: auditing a request", "err", err)
+			}
 		},
 	}
 }

@@ -211,8 +211,21 @@ find /workspace /tmp /run/shellbox -xdev -type f -readable 2>/dev/null | while r
 	if strings.Contains(logs, secret) {
 		t.Errorf("serve's log holds the secret")
 	}
-	if b, err := os.ReadFile(audit); err != nil || strings.Contains(string(b), secret) {
+	b, err := os.ReadFile(audit)
+	if err != nil || strings.Contains(string(b), secret) {
 		t.Errorf("audit: %v, or it holds the secret", err)
+	}
+	// Every request on the terminated connections is audited: host,
+	// method, path (no query), status, credential names.
+	for _, want := range []string{
+		`"tool":"egress","command":"GET localhost/api","decision":"allow","rule":"sandbox.network","egress":{"host":"localhost","method":"GET","path":"/api","status":200,`,
+		`"path":"/repo.git/info/refs","status":200,`,
+		`"path":"/none","status":401,`,
+		`"credentials":["github"]}`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the audit lacks %s:\n%s", want, b)
+		}
 	}
 }
 
