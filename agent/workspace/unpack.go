@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -413,8 +414,33 @@ func (u *unpacker) entry(hdr *tar.Header) error {
 		}
 		u.st.Fifos++
 		chown := f.root.Lchown(base, hdr.Uid, hdr.Gid)
-		return u.finish(f, hdr, base, chown, func() error { return f.root.Chmod(base, fileMode(hdr.Mode)) })
+		return u.finish(f, hdr, base, chown, func() error { return chmodFifo(fd, base, uint32(hdr.Mode&0o7777)) })
 	}
+}
+
+// chmodFifo sets the mode of the FIFO base in dirfd, pinned by an O_PATH
+// descriptor (a process of the sandbox could swap a symlink in) and
+// changed through its /proc/self/fd link: os.Root.Chmod's fchmodat of a
+// FIFO fails under gVisor with EPERM, and chmod(2) of an O_PATH
+// descriptor's magic link is how Linux and gVisor both change a file no
+// one may open.
+func chmodFifo(dirfd int, base string, mode uint32) error {
+	fd, err := unix.Openat(dirfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: base, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: base, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return &os.PathError{Op: "chmod", Path: base, Err: errChanged}
+	}
+	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0); err != nil {
+		return &os.PathError{Op: "chmod", Path: base, Err: err}
+	}
+	return nil
 }
 
 // enter returns the frame of dir, the directory of the entry name: the
