@@ -12,9 +12,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -54,9 +56,29 @@ func Dial(ctx context.Context, socketPath string) (*Client, error) {
 // DialEndpoint connects to the agent at ep and does the handshake: an agent
 // of another protocol version is refused with a *VersionError naming both
 // versions. Every request carries ep.Token, if set, as a bearer token. ctx
-// bounds the handshake only.
+// bounds the handshake only, which has a bound of its own besides
+// (handshakeBound): an agent that accepts the connection and never answers
+// fails the dial with ErrNoAnswer.
 func DialEndpoint(ctx context.Context, ep Endpoint) (*Client, error) {
-	socketPath := ep.Address
+	c := newClient(ep)
+	var h Hello
+	hctx, cancel := bounded(ctx, handshakeBound)
+	defer cancel()
+	if err := c.do(hctx, http.MethodGet, "/v1/hello", nil, nil, &h); err != nil {
+		// do's errors name the socket and the endpoint already.
+		c.Close()
+		return nil, err
+	}
+	if h.Protocol != Protocol {
+		c.Close()
+		return nil, &VersionError{Socket: ep.Address, Agent: h}
+	}
+	c.hello = h
+	return c, nil
+}
+
+// newClient returns a client of the agent at ep, without a handshake.
+func newClient(ep Endpoint) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return ep.Dial(ctx)
@@ -71,19 +93,7 @@ func DialEndpoint(ctx context.Context, ep Endpoint) (*Client, error) {
 		WriteBufferSize: 64 << 10,
 		ReadBufferSize:  64 << 10,
 	}
-	c := &Client{socket: socketPath, token: ep.Token, tr: tr, hc: &http.Client{Transport: tr}}
-	var h Hello
-	if err := c.do(ctx, http.MethodGet, "/v1/hello", nil, nil, &h); err != nil {
-		// do's errors name the socket and the endpoint already.
-		tr.CloseIdleConnections()
-		return nil, err
-	}
-	if h.Protocol != Protocol {
-		tr.CloseIdleConnections()
-		return nil, &VersionError{Socket: socketPath, Agent: h}
-	}
-	c.hello = h
-	return c, nil
+	return &Client{socket: ep.Address, token: ep.Token, tr: tr, hc: &http.Client{Transport: tr}}
 }
 
 // Hello returns the agent's handshake answer: its version, root and home.
@@ -108,6 +118,14 @@ func (c *Client) Close() error {
 // grace period plus 15 s, the client closes the connection, which makes the
 // agent kill the tree too, and returns. The command's timeout is enforced by
 // the agent whatever becomes of the client.
+//
+// The caller need not bound ctx for a stopped or wedged agent: once the
+// call is past its timeout and grace (when the agent has killed the tree
+// and should be answering), its agent is checked every few seconds (Probe)
+// on a connection of its own, and the call ends with an error wrapping
+// ErrNoAnswer when a check gets no answer; in any case it ends runSlack
+// past its timeout and grace. A Run that could not reach the agent at all
+// wraps ErrNotSent: no command started.
 func (c *Client) Run(ctx context.Context, spec executor.Spec) (executor.Result, error) {
 	if ctx.Err() != nil {
 		return executor.Result{}, executor.Aborted()
@@ -115,7 +133,21 @@ func (c *Client) Run(ctx context.Context, spec executor.Spec) (executor.Result, 
 	call := newCallName()
 	// The request runs under its own context: cancelling ctx must not drop
 	// the connection before the agent has reported the tree gone.
-	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	rctx, stopCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := func() { stopCause(nil) }
+	if spec.Timeout > 0 {
+		limit := spec.Timeout + spec.Grace + runSlack
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeoutCause(rctx, limit,
+			fmt.Errorf("%w within %s of a call of %s (its timeout, grace and %s)", ErrNoAnswer, limit, spec.Timeout, runSlack))
+		defer cancel()
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			c.watch(rctx, spec, stopCause)
+		}()
+		defer func() { <-watched }()
+	}
 	defer stop()
 	unwatch := context.AfterFunc(ctx, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -221,7 +253,7 @@ func readLine(br *bufio.Reader, limit int) ([]byte, error) {
 // the agent: it outlives ctx, the client and the server.
 func (c *Client) Start(ctx context.Context, spec executor.Spec) (executor.Task, error) {
 	var st Started
-	if err := c.do(ctx, http.MethodPost, "/v1/start", nil, spec, &st); err != nil {
+	if err := c.doBounded(ctx, http.MethodPost, "/v1/start", nil, spec, &st); err != nil {
 		return nil, err
 	}
 	return &task{c: c, session: spec.Session, id: st.ID}, nil
@@ -231,7 +263,7 @@ func (c *Client) Start(ctx context.Context, spec executor.Spec) (executor.Task, 
 // re-adopts the tasks it started before with it.
 func (c *Client) Task(ctx context.Context, session, id string) (executor.Task, error) {
 	var ti TaskInfo
-	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+"?session="+url.QueryEscape(session), nil, nil, &ti); err != nil {
+	if err := c.doBounded(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+"?session="+url.QueryEscape(session), nil, nil, &ti); err != nil {
 		return nil, err
 	}
 	return &task{c: c, session: session, id: id}, nil
@@ -241,7 +273,7 @@ func (c *Client) Task(ctx context.Context, session, id string) (executor.Task, e
 // finished, ordered by id.
 func (c *Client) Tasks(ctx context.Context, session string) ([]TaskInfo, error) {
 	var l TaskList
-	if err := c.do(ctx, http.MethodGet, "/v1/tasks?session="+url.QueryEscape(session), nil, nil, &l); err != nil {
+	if err := c.doBounded(ctx, http.MethodGet, "/v1/tasks?session="+url.QueryEscape(session), nil, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Tasks, nil
@@ -252,20 +284,20 @@ func (c *Client) Tasks(ctx context.Context, session string) ([]TaskInfo, error) 
 func (c *Client) Has(ctx context.Context, session string, shell executor.Shell) bool {
 	var h HasAnswer
 	q := url.Values{"session": {session}, "shell": {string(shell)}}
-	return c.do(ctx, http.MethodGet, "/v1/has?"+q.Encode(), nil, nil, &h) == nil && h.Has
+	return c.doBounded(ctx, http.MethodGet, "/v1/has?"+q.Encode(), nil, nil, &h) == nil && h.Has
 }
 
 // Activity returns what runs in the sandbox now (GET /v1/activity).
 func (c *Client) Activity(ctx context.Context) (Activity, error) {
 	var a Activity
-	err := c.do(ctx, http.MethodGet, "/v1/activity", nil, nil, &a)
+	err := c.doBounded(ctx, http.MethodGet, "/v1/activity", nil, nil, &a)
 	return a, err
 }
 
 // Log returns the agent's recent log lines (GET /v1/log).
 func (c *Client) Log(ctx context.Context) (string, error) {
 	var l LogAnswer
-	if err := c.do(ctx, http.MethodGet, "/v1/log", nil, nil, &l); err != nil {
+	if err := c.doBounded(ctx, http.MethodGet, "/v1/log", nil, nil, &l); err != nil {
 		return "", err
 	}
 	return l.Log, nil
@@ -287,7 +319,7 @@ func (t *task) path(op string) string { return "/v1/tasks/" + url.PathEscape(t.i
 // server) and the status.
 func (t *task) Read(ctx context.Context) (executor.Output, error) {
 	var o executor.Output
-	err := t.c.do(ctx, http.MethodPost, t.path("read"), nil, TaskRef{Session: t.session}, &o)
+	err := t.c.doBounded(ctx, http.MethodPost, t.path("read"), nil, TaskRef{Session: t.session}, &o)
 	return o, err
 }
 
@@ -308,7 +340,7 @@ func (t *task) Kill(ctx context.Context) (executor.KillResult, error) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		kctx, cancel := bounded(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		var k executor.KillResult
 		err := t.c.do(kctx, http.MethodPost, t.path("kill"), nil, TaskRef{Session: t.session}, &k)
@@ -349,6 +381,14 @@ func (c *Client) do(ctx context.Context, method, path string, header map[string]
 		return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: bad answer: %w", c.socket, method, path, err)
 	}
 	return nil
+}
+
+// doBounded is do within requestBound (and ctx): for requests that make
+// the agent do little, whose answer is due at once.
+func (c *Client) doBounded(ctx context.Context, method, path string, header map[string]string, in, out any) error {
+	ctx, cancel := bounded(ctx, requestBound)
+	defer cancel()
+	return c.do(ctx, method, path, header, in, out)
 }
 
 // send sends one request for target (a path and query) and returns the
@@ -394,15 +434,25 @@ func (c *Client) request(ctx context.Context, method, target string, body io.Rea
 // roundTrip sends req and returns the response, whatever its status; a
 // failure of an upload's body (bodyError) is returned as it is, one to
 // reach the agent is ErrUnavailable, or executor.Aborted() when ctx ended.
+//
+// A request that got no connection is ErrNotSent; one whose bound
+// (bounded) ran out after it got one is ErrNoAnswer.
 func (c *Client) roundTrip(ctx context.Context, req *http.Request, method, op string) (*http.Response, error) {
+	var sent atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { sent.Store(true) },
+	}))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, executor.Aborted()
+			return nil, c.ctxError(ctx, method, op, sent.Load())
 		}
 		var be *bodyError
 		if errors.As(err, &be) {
 			return nil, be
+		}
+		if !sent.Load() {
+			return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, notSent{unwrapURL(err)})
 		}
 		return nil, executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: %w", c.socket, method, op, unwrapURL(err))
 	}
@@ -412,7 +462,7 @@ func (c *Client) roundTrip(ctx context.Context, req *http.Request, method, op st
 // readError is a failure to read an answer's body.
 func (c *Client) readError(ctx context.Context, method, op string, err error) error {
 	if ctx.Err() != nil {
-		return executor.Aborted()
+		return c.ctxError(ctx, method, op, true)
 	}
 	return executor.Errorf(executor.ErrUnavailable, "agent at %s: %s %s: read answer: %w", c.socket, method, op, err)
 }

@@ -134,7 +134,7 @@ func (c *Client) GetFile(ctx context.Context, path string, o files.GetOptions) (
 // a final symlink; a missing path is executor.ErrNotFound.
 func (c *Client) StatFile(ctx context.Context, path string) (files.Info, error) {
 	var info files.Info
-	err := c.do(ctx, http.MethodGet, "/v1/files/stat?"+url.Values{"path": {path}}.Encode(), nil, nil, &info)
+	err := c.doBounded(ctx, http.MethodGet, "/v1/files/stat?"+url.Values{"path": {path}}.Encode(), nil, nil, &info)
 	return info, err
 }
 

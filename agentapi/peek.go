@@ -19,6 +19,6 @@ type Peeker interface {
 // answers "no such endpoint" (ErrInvalid).
 func (t *task) Peek(ctx context.Context) (executor.Output, error) {
 	var o executor.Output
-	err := t.c.do(ctx, http.MethodPost, t.path("peek"), nil, TaskRef{Session: t.session}, &o)
+	err := t.c.doBounded(ctx, http.MethodPost, t.path("peek"), nil, TaskRef{Session: t.session}, &o)
 	return o, err
 }
