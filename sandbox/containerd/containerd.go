@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
@@ -184,6 +185,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if _, err := os.Stat(r.cfg.AgentBinary); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: agent binary: %v", sandbox.ErrUnavailable, err)
 	}
+	if err := r.checkShimOptions(spec.Runtime); err != nil {
+		return sandbox.Sandbox{}, err
+	}
 	shim, shimOpts := r.shim(spec.Runtime)
 	ctx = r.ctx(ctx)
 	id := ContainerID(spec.Tenant, spec.Session)
@@ -318,6 +322,35 @@ func (r *Runtime) shim(runtime string) (string, any) {
 		return name, &runcoptions.Options{Root: r.cfg.RuncRoot}
 	}
 	return name, nil
+}
+
+// checkShimOptions refuses a runtime whose shim options could never give a
+// sandbox the host can reach: gVisor's shim without an options file, or
+// with one that does not set host-uds, starts runsc with the agent's socket
+// inside the sandbox only, and the sandbox's readiness check would wait for
+// it until the creation's timeout. The file is read at each creation, so
+// that fixing it needs no restart.
+func (r *Runtime) checkShimOptions(runtime string) error {
+	if runtime != sandbox.RuntimeRunsc {
+		return nil
+	}
+	path := r.cfg.RuntimeConfigs[runtime]
+	if path == "" {
+		return fmt.Errorf("%w: containerd: runtime runsc has no options file for gVisor's shim (containerd.runtimeConfigs.runsc): without one runsc runs without host-uds, and the host cannot reach the sandbox's agent (.ci/setup-containerd.sh writes %s)",
+			sandbox.ErrUnavailable, "/etc/shellbox-containerd/runsc.toml")
+	}
+	var opts struct {
+		RunscConfig map[string]string `toml:"runsc_config"`
+	}
+	if _, err := toml.DecodeFile(path, &opts); err != nil {
+		return fmt.Errorf("%w: containerd: runtime runsc: gVisor's shim options file: %w", sandbox.ErrUnavailable, err)
+	}
+	switch opts.RunscConfig["host-uds"] {
+	case "create", "all":
+		return nil
+	}
+	return fmt.Errorf("%w: containerd: runtime runsc: gVisor's shim options file %s does not set host-uds (create or all) in [runsc_config]: the host cannot reach the sandbox's agent",
+		sandbox.ErrUnavailable, path)
 }
 
 // image returns the image, unpacked for the snapshotter. A missing image is
