@@ -48,26 +48,26 @@ type fileConn struct {
 }
 
 // check drops the connection after a transport failure.
-func (f fileConn) check(err error) error {
+func (f fileConn) check(ctx context.Context, err error) error {
 	if err == nil || classified(err) || errors.Is(err, files.ErrTooLarge) || errors.Is(err, files.ErrNoSpace) {
 		return err
 	}
-	return f.e.check(f.session, f.c, err)
+	return f.e.check(ctx, f.session, f.c, err)
 }
 
 func (f fileConn) PutFile(ctx context.Context, path string, body io.Reader, o files.PutOptions) (files.Written, error) {
 	w, err := f.fa.PutFile(ctx, path, body, o)
-	return w, f.check(err)
+	return w, f.check(ctx, err)
 }
 
 func (f fileConn) GetFile(ctx context.Context, path string, o files.GetOptions) (files.Info, io.ReadCloser, error) {
 	info, body, err := f.fa.GetFile(ctx, path, o)
-	return info, body, f.check(err)
+	return info, body, f.check(ctx, err)
 }
 
 func (f fileConn) StatFile(ctx context.Context, path string) (files.Info, error) {
 	info, err := f.fa.StatFile(ctx, path)
-	return info, f.check(err)
+	return info, f.check(ctx, err)
 }
 
 // logAgent is an agent that serves its log (agentapi.Client).
@@ -94,5 +94,5 @@ func (e *Executor) AgentLog(ctx context.Context, session string) (string, error)
 		return "", executor.Errorf(executor.ErrUnavailable, "the agent of session %s cannot serve its log", session)
 	}
 	s, err := la.Log(ctx)
-	return s, e.check(session, c, err)
+	return s, e.check(ctx, session, c, err)
 }

@@ -15,7 +15,10 @@
 // tasks: a restarted server dials the same agent and finds them.
 //
 // An answer of the agent (an error with a class) keeps the connection; a
-// transport failure is reported to Connections.Broken, which drops it. A
+// transport failure is reported to Connections.Broken, which drops it and
+// removes a dead sandbox. A call or task start that never reached the
+// agent (agentapi.ErrNotSent) is made once more, in the session's new
+// sandbox if the old one was dead. A
 // foreground call whose sandbox died of its memory limit ends as a result
 // (SIGKILL, OOMKilled, executor.Result.SandboxOOM), not an error. Tasks of
 // a sandbox that died are gone with it: their ids answer "no such task".
@@ -67,9 +70,11 @@ type Connections interface {
 	// none; only a definite "no sandbox" says false.
 	Exists(ctx context.Context, session string) bool
 	// Broken is told that a call on c failed with err, a transport
-	// failure rather than an answer of the agent. It drops c and returns
-	// the call's error (ErrUnavailable).
-	Broken(session string, c Conn, err error) error
+	// failure rather than an answer of the agent. It drops c, removes the
+	// sandbox if it is dead (so that the session's next Conn gets a new
+	// one), and returns the call's error (ErrUnavailable), saying which.
+	// It bounds its own work whatever ctx does.
+	Broken(ctx context.Context, session string, c Conn, err error) error
 	// DiedOfOOM reports, after a foreground call's connection broke,
 	// whether the session's sandbox died of its memory limit, waiting
 	// (within ctx, and a bound of its own) for the runtime to see it exit.
@@ -138,52 +143,85 @@ func (e *Executor) Resolve(ctx context.Context, req executor.Request) (executor.
 
 // Run runs spec in the session's sandbox. Cancelling ctx closes the call's
 // connection; the agent then kills the command's tree.
+//
+// A call that could not reach the session's agent at all
+// (agentapi.ErrNotSent: nothing started) is run once more, after
+// Connections.Broken has judged the sandbox and replaced it if it is dead:
+// the call that finds a sandbox dead runs in a new one. A call whose agent
+// went away while it ran, or stopped answering, ends with Broken's error:
+// whether its command started cannot be known.
 func (e *Executor) Run(ctx context.Context, spec executor.Spec) (executor.Result, error) {
+	res, err, again := e.run(ctx, spec)
+	if again {
+		res, err, _ = e.run(ctx, spec)
+	}
+	return res, err
+}
+
+// run is one attempt of Run; again: it reached no agent, and may be made
+// again.
+func (e *Executor) run(ctx context.Context, spec executor.Spec) (_ executor.Result, _ error, again bool) {
 	c, err := e.cfg.Connections.Conn(ctx, spec.Session)
 	if err != nil {
 		if ctx.Err() != nil {
-			return executor.Result{}, executor.Aborted()
+			return executor.Result{}, executor.Aborted(), false
 		}
-		return executor.Result{}, err
+		return executor.Result{}, err, false
 	}
 	spec, release, err := c.Egress(spec)
 	if err != nil {
-		return executor.Result{}, err
+		return executor.Result{}, err, false
 	}
 	if release != nil {
 		defer release()
 	}
 	res, err := c.Agent().Run(ctx, spec)
 	if err != nil && ctx.Err() != nil {
-		return executor.Result{}, executor.Aborted()
+		return executor.Result{}, executor.Aborted(), false
 	}
 	if err != nil && !classified(err) {
+		if errors.Is(err, agentapi.ErrNotSent) {
+			return executor.Result{}, e.check(ctx, spec.Session, c, err), true
+		}
 		// The call ended with its sandbox: killed by SIGKILL, OOMKilled.
-		if death, ok := e.cfg.Connections.DiedOfOOM(ctx, spec.Session); ok {
-			e.check(spec.Session, c, err)
-			return executor.Result{Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds(), SandboxOOM: death}, nil
+		// (Not one whose agent stopped answering: a sandbox that runs.)
+		if !errors.Is(err, agentapi.ErrNoAnswer) {
+			if death, ok := e.cfg.Connections.DiedOfOOM(ctx, spec.Session); ok {
+				e.check(ctx, spec.Session, c, err)
+				return executor.Result{Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds(), SandboxOOM: death}, nil, false
+			}
 		}
 	}
-	return res, e.check(spec.Session, c, err)
+	return res, e.check(ctx, spec.Session, c, err), false
 }
 
 // Start starts a background task in the session's sandbox; the task lives
-// in the agent, not in this process.
+// in the agent, not in this process. A start that reached no agent is made
+// once more, as Run's call.
 func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task, error) {
+	t, err, again := e.start(ctx, spec)
+	if again {
+		t, err, _ = e.start(ctx, spec)
+	}
+	return t, err
+}
+
+// start is one attempt of Start; again as run's.
+func (e *Executor) start(ctx context.Context, spec executor.Spec) (_ executor.Task, _ error, again bool) {
 	c, err := e.cfg.Connections.Conn(ctx, spec.Session)
 	if err != nil {
-		return nil, err
+		return nil, err, false
 	}
 	spec, release, err := c.Egress(spec)
 	if err != nil {
-		return nil, err
+		return nil, err, false
 	}
 	t, err := c.Agent().Start(ctx, spec)
 	if err != nil {
 		if release != nil {
 			release()
 		}
-		return nil, e.check(spec.Session, c, err)
+		return nil, e.check(ctx, spec.Session, c, err), errors.Is(err, agentapi.ErrNotSent) && ctx.Err() == nil
 	}
 	if release != nil {
 		// A network grant lasts as long as the task (or this executor).
@@ -194,7 +232,7 @@ func (e *Executor) Start(ctx context.Context, spec executor.Spec) (executor.Task
 			release()
 		}
 	}
-	return t, nil
+	return t, nil, false
 }
 
 // Task finds a task in the session's sandbox. The sandbox is looked up (and
@@ -212,7 +250,20 @@ func (e *Executor) Task(ctx context.Context, session, id string) (executor.Task,
 		return nil, err
 	}
 	t, err := c.Agent().Task(ctx, session, id)
-	return t, e.check(session, c, err)
+	if err != nil && errors.Is(err, agentapi.ErrNotSent) && ctx.Err() == nil {
+		// The sandbox may be dead (Broken removes it then, and its tasks
+		// with it): ask again, which answers "no such task" for a
+		// session left without a sandbox.
+		e.check(ctx, session, c, err)
+		if !e.cfg.Connections.Exists(ctx, session) {
+			return nil, executor.NoSuchTask(id)
+		}
+		if c, err = e.cfg.Connections.Conn(ctx, session); err != nil {
+			return nil, err
+		}
+		t, err = c.Agent().Task(ctx, session, id)
+	}
+	return t, e.check(ctx, session, c, err)
 }
 
 // Running returns the session's running background tasks, for a server
@@ -238,7 +289,7 @@ func (e *Executor) Running(ctx context.Context, session string) ([]executor.Task
 	}
 	infos, err := lister.Tasks(ctx, session)
 	if err != nil {
-		return nil, e.check(session, c, err)
+		return nil, e.check(ctx, session, c, err)
 	}
 	var out []executor.Task
 	for _, info := range infos {
@@ -281,11 +332,11 @@ func (e *Executor) Close() error {
 
 // check passes err through, reporting the connection broken when err is
 // a transport failure rather than an answer of the agent.
-func (e *Executor) check(session string, c Conn, err error) error {
+func (e *Executor) check(ctx context.Context, session string, c Conn, err error) error {
 	if err == nil || classified(err) {
 		return err
 	}
-	return e.cfg.Connections.Broken(session, c, err)
+	return e.cfg.Connections.Broken(ctx, session, c, err)
 }
 
 // classified reports an error the agent answered with (it carries a class),

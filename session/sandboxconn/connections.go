@@ -12,11 +12,14 @@
 // (executor/sandboxed) is handed these connections and knows nothing of
 // sandboxes; New wires the two.
 //
-// A call whose connection fails drops it; the next call dials again, and
-// if the sandbox itself is gone (its agent cannot be dialled and the
-// runtime does not say it runs) it is removed and a fresh one created,
-// which finds the session's workspace where the runtime keeps one per
-// session (sandbox.SessionState).
+// A call whose connection fails drops it, and the sandbox is judged then
+// (Broken, death.go): one the runtime no longer runs, or whose agent took a
+// connection and answered neither the call nor a liveness check (stopped,
+// wedged), is dead and removed at once. The next call (or the same call,
+// when its request never reached the agent: agentapi.ErrNotSent) dials
+// again, and a session without a live sandbox gets a fresh one, which finds
+// the session's workspace where the runtime keeps one per session
+// (sandbox.SessionState).
 package sandboxconn
 
 import (
@@ -26,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/sandboxed"
 	"github.com/shellbox/shellbox/sandbox"
@@ -52,6 +56,10 @@ type Connections struct {
 
 	grantMu sync.Mutex
 	grants  map[string]map[string]grant // session → credential → grant in force
+
+	// probe checks that a sandbox's agent answers (agentapi.ProbeEndpoint;
+	// the package's tests replace it).
+	probe func(ctx context.Context, sb sandbox.Sandbox) error
 }
 
 var _ sandboxed.Connections = (*Connections)(nil)
@@ -59,7 +67,10 @@ var _ sandboxed.Connections = (*Connections)(nil)
 // conn is a live connection to a session's agent, and the relay of its
 // sandbox's egress if it has one.
 type conn struct {
-	agent      Agent
+	agent Agent
+	// sb is the sandbox as it was when the connection was made: Broken
+	// judges that one, not a successor.
+	sb         sandbox.Sandbox
 	owner      *Connections
 	egress     bool
 	stopEgress context.CancelFunc
@@ -86,7 +97,8 @@ func newConnections(cfg Config) *Connections {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	return &Connections{manager: cfg.Manager, tenant: cfg.Tenant, spec: cfg.Spec, dial: dial, egress: cfg.Egress,
-		conns: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]grant{}}
+		conns: map[string]*conn{}, life: life, cancel: cancel, grants: map[string]map[string]grant{},
+		probe: func(ctx context.Context, sb sandbox.Sandbox) error { return agentapi.ProbeEndpoint(ctx, sb.Agent) }}
 }
 
 // Conn implements sandboxed.Connections.
@@ -135,11 +147,15 @@ func (c *Connections) agent(ctx context.Context, session string) (*conn, error) 
 		// server pod's address not yet in the sessions' NetworkPolicy
 		// (kube-router applies it moments after the pod starts), a
 		// congested node. Removing it would end its background tasks, so
-		// it is dialled again, and never removed.
-		if ag, err := c.redial(ctx, spec, sb, err); err == nil {
-			return c.keep(session, ag, sb), nil
-		} else if errors.Is(err, errStillRunning) {
-			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
+		// it is dialled again, and never removed. An agent that took the
+		// connection and did not answer its handshake (agentapi.ErrNoAnswer:
+		// stopped, wedged) is not the network's doing: it is dead.
+		if !errors.Is(err, agentapi.ErrNoAnswer) {
+			if ag, err := c.redial(ctx, spec, sb, err); err == nil {
+				return c.keep(session, ag, sb), nil
+			} else if errors.Is(err, errStillRunning) {
+				return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
+			}
 		}
 		// The agent is gone: the sandbox is dead. Replace it; the session
 		// (its workspace) goes on into the new one.
@@ -179,9 +195,10 @@ var (
 
 // redial dials sb's agent again for as long as the runtime says the
 // sandbox runs, up to redialFor. It returns the runtime's error, or
-// dialErr, when the sandbox is not running (it is dead: the caller
-// replaces it), and an error wrapping errStillRunning when the sandbox
-// runs but its agent never answered.
+// dialErr, when the sandbox is not running or its agent took a connection
+// and did not answer (it is dead: the caller replaces it), and an error
+// wrapping errStillRunning when the sandbox runs but its agent could not
+// be reached.
 func (c *Connections) redial(ctx context.Context, spec sandbox.Spec, sb sandbox.Sandbox, dialErr error) (Agent, error) {
 	deadline := time.Now().Add(redialFor)
 	pause := redialFirst
@@ -203,24 +220,11 @@ func (c *Connections) redial(ctx context.Context, spec sandbox.Spec, sb sandbox.
 		if err == nil {
 			return ag, nil
 		}
+		if errors.Is(err, agentapi.ErrNoAnswer) {
+			return nil, err // the agent took the connection: not the network
+		}
 		dialErr = err
 	}
-}
-
-// Broken implements sandboxed.Connections: the session's connection is
-// dropped (if it is still cn), so the next call dials again, and finds
-// out then whether the sandbox lives.
-func (c *Connections) Broken(session string, cn sandboxed.Conn, err error) error {
-	a, _ := cn.(*conn)
-	c.mu.Lock()
-	if c.conns[session] == a {
-		delete(c.conns, session)
-	}
-	c.mu.Unlock()
-	if a != nil {
-		a.close()
-	}
-	return executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent: %w", session, err)
 }
 
 // oomWait bounds how long a broken call waits for the engine to see its

@@ -57,7 +57,7 @@ type grant struct {
 // egress, for as long as the connection is kept. The caller holds c.mu.
 func (c *Connections) connect(ag Agent, sb sandbox.Sandbox) *conn {
 	ctx, cancel := context.WithCancel(c.life)
-	cn := &conn{agent: ag, owner: c, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
+	cn := &conn{agent: ag, sb: sb, owner: c, stopEgress: cancel, egress: sb.Network == sandbox.NetworkEgress}
 	if h, ok := ag.(interface{ Hello() agentapi.Hello }); ok {
 		cn.noExecGuard = h.Hello().NoExecGuard
 	}
