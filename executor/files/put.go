@@ -275,6 +275,49 @@ func syncDir(r *os.Root, dir string) {
 	}
 }
 
+// chmodDir sets the mode of the directory name below r, whose real path is
+// top, with fchmod(2) on the directory opened without following a final
+// symlink, its real path checked to be below top (gVisor does not confine
+// os.Root).
+//
+// Not os.Root.Chmod: since Go 1.26 it asks fchmodat2(2) (for
+// AT_SYMLINK_NOFOLLOW) and falls back to an O_PATH open only on ENOSYS or
+// EOPNOTSUPP. Docker's default seccomp profile does not list fchmodat2 and
+// denies what it does not list with EPERM; runc answers a syscall newer
+// than the profile knows with ENOSYS instead, gVisor (--oci-seccomp) keeps
+// the EPERM, so every directory of a tar upload failed there with
+// "operation not permitted". fchmod is in every profile, and needs only
+// ownership, not write permission: the directory is the user's, 0700 while
+// it is extracted.
+func chmodDir(r *os.Root, top, name string, mode fs.FileMode) error {
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	real, err := fdPath(f)
+	if err != nil {
+		return err
+	}
+	if !executor.Within(real, top) {
+		return &fs.PathError{Op: "chmod", Path: name, Err: errEscapes}
+	}
+	return f.Chmod(mode)
+}
+
+// errEscapes is a path that leaves its root (escapes says so).
+var errEscapes = errors.New("path escapes from parent")
+
+// realPath is the real path of r's directory.
+func realPath(r *os.Root) (string, error) {
+	d, err := r.Open(".")
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	return fdPath(d)
+}
+
 // tar extracts the body into a staging directory, then renames it into
 // place (a new directory) or merges it (an existing one).
 func (u *upload) tar() (Written, error) {
@@ -288,7 +331,11 @@ func (u *upload) tar() (Written, error) {
 		return Written{}, u.t.pathError(u.abs, err)
 	}
 	defer sr.Close()
-	x := extractor{u: u, r: sr, dirs: map[string]tarDir{}, real: map[string]bool{}}
+	top, err := realPath(sr)
+	if err != nil {
+		return Written{}, u.t.pathError(u.abs, err)
+	}
+	x := extractor{u: u, r: sr, top: top, dirs: map[string]tarDir{}, real: map[string]bool{}}
 	w, rootMode, err := x.run()
 	if err != nil {
 		return Written{}, err
@@ -302,7 +349,11 @@ func (u *upload) tar() (Written, error) {
 		if err := u.mkdirs(1); err != nil {
 			return Written{}, err
 		}
-		if err := u.ar.Chmod(u.staging, rootMode); err != nil {
+		top, err := realPath(u.ar)
+		if err == nil {
+			err = chmodDir(u.ar, top, u.staging, rootMode)
+		}
+		if err != nil {
 			return Written{}, u.t.pathError(u.abs, err)
 		}
 		target := path.Join(u.missing...)
@@ -378,6 +429,7 @@ type tarDir struct {
 type extractor struct {
 	u    *upload
 	r    *os.Root
+	top  string // r's real path
 	dirs map[string]tarDir
 	real map[string]bool // directories known not to be symlinks
 	// links are the symlinks entries made (tar name, staged name): each
@@ -470,7 +522,7 @@ func (x *extractor) run() (Written, fs.FileMode, error) {
 	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
 	for _, n := range names {
 		d := x.dirs[n]
-		if err := x.r.Chmod(n, d.mode); err != nil {
+		if err := chmodDir(x.r, x.top, n, d.mode); err != nil {
 			return Written{}, 0, x.u.t.pathError(path.Join(x.u.abs, n), err)
 		}
 		if !d.mtime.IsZero() {
