@@ -65,7 +65,7 @@ var layers = []layer{
 		pkgs: []string{"executor/executortest", "executor/local/localtest", "executor/sandboxed/sandboxedtest", "executor/sandboxed/conformance/...",
 			"executor/sandboxed/hostile", "executor/sandboxed/kubeconformance", "sandbox/sandboxtest", "sandbox/enginetest",
 			"sandbox/docker/dockertest", "sandbox/containerd/containerdtest", "sandbox/snapshot/snapshottest", "kube/kubetest", "server/servertest",
-			"deploy/...", "docs", "internal/layering"}},
+			"deploy/...", "docs", "internal/layering", "test/..."}},
 	{name: "cmd", doc: "the CLI and server binary: wiring only; config/ owns every setting", side: "host",
 		pkgs: []string{"cmd/shellbox", "config"}, beside: []string{"cmd/shellbox config"}},
 	{name: "client", doc: "the REST/MCP client of a shellbox server", side: "host", pkgs: []string{"server/client"},
