@@ -175,14 +175,28 @@ func move(rt *os.Root, from, to string) error {
 	if lerr != nil || !fi.IsDir() || fi.Mode().Perm()&0o200 != 0 {
 		return err
 	}
-	if rt.Chmod(from, fi.Mode()|0o200) != nil {
+	if chmodDir(rt, from, fi.Mode()|0o200) != nil {
 		return err
 	}
 	if err := rt.Rename(from, to); err != nil {
-		rt.Chmod(from, fi.Mode())
+		chmodDir(rt, from, fi.Mode())
 		return err
 	}
-	return rt.Chmod(to, fi.Mode())
+	return chmodDir(rt, to, fi.Mode())
+}
+
+// chmodDir sets the mode of the directory name in rt through a descriptor
+// of it (fchmod), not os.Root.Chmod: that is fchmodat2, which Docker's
+// seccomp profile refuses with EPERM and gVisor passes on as it is (runc
+// turns it into ENOSYS, and Go falls back). O_NOFOLLOW: a symlink swapped
+// in is refused, not followed.
+func chmodDir(rt *os.Root, name string, mode fs.FileMode) error {
+	f, err := rt.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Chmod(mode)
 }
 
 // adopt gives the directory rt the mode, owner, mtime (meta's) and user
@@ -252,7 +266,7 @@ func removeTree(rt *os.Root, name string, depth int) error {
 	if lerr != nil || !fi.IsDir() {
 		return err
 	}
-	if cerr := rt.Chmod(name, 0o700); cerr != nil {
+	if cerr := chmodDir(rt, name, 0o700); cerr != nil {
 		return err
 	}
 	sub, serr := openRoot(rt, name)
