@@ -57,6 +57,7 @@ type Config struct {
 	Audit                 Audit             `mapstructure:"audit"`
 	Secrets               Secrets           `mapstructure:"secrets"`
 	Egress                Egress            `mapstructure:"egress"`
+	Snapshots             Snapshots         `mapstructure:"snapshots"`
 }
 
 // Egress bounds where sandboxes' egress may lead from this host,
@@ -86,6 +87,80 @@ type Secrets struct {
 
 func (e *Egress) validate() error {
 	return session.EgressConfig{Blocked: e.Blocked, GrantBlocked: e.GrantBlocked}.Validate()
+}
+
+// Snapshots configures where suspended sessions are kept: their
+// workspaces' snapshots and their records (sandbox/snapshot).
+type Snapshots struct {
+	// Store is "dir" (a directory on this host's disk: one host), "s3"
+	// (any S3-compatible object store: a fleet, or a host whose sessions
+	// must survive its disk), "none" (no session is suspended: an idle
+	// one ends, its workspace deleted) or "auto" (the default: dir on
+	// docker and containerd, none on kube, whose replicas share no disk).
+	Store string `mapstructure:"store"`
+	// Dir is the dir store's directory (default <sandbox.stateDir>/snapshots).
+	Dir string `mapstructure:"dir"`
+	// S3 is the s3 store.
+	S3 SnapshotsS3 `mapstructure:"s3"`
+	// SuspendedTTL deletes a session suspended that long, with its
+	// snapshots, where its tenant's policy sets no limits.suspendedTTL
+	// (default 7 days).
+	SuspendedTTL time.Duration `mapstructure:"suspendedTTL"`
+}
+
+// SnapshotsS3 is the bucket of an s3 snapshot store.
+type SnapshotsS3 struct {
+	// Endpoint is host[:port], no scheme.
+	Endpoint string `mapstructure:"endpoint"`
+	Bucket   string `mapstructure:"bucket"`
+	// Prefix, if set, ends with '/': the store's keys are under it.
+	Prefix string `mapstructure:"prefix"`
+	Region string `mapstructure:"region"`
+	// Insecure speaks plain HTTP (a store on loopback or in the cluster).
+	Insecure bool `mapstructure:"insecure"`
+	// AccessKey and SecretKey are the credentials; SecretKeyFile, if set,
+	// holds the secret key instead (a mounted Secret).
+	AccessKey     string `mapstructure:"accessKey"`
+	SecretKey     string `mapstructure:"secretKey"`
+	SecretKeyFile string `mapstructure:"secretKeyFile"`
+}
+
+// The snapshot stores (Snapshots.Store).
+const (
+	StoreAuto = "auto"
+	StoreDir  = "dir"
+	StoreS3   = "s3"
+	StoreNone = "none"
+)
+
+// StoreKind is the store the snapshots section chooses for backend.
+func (s Snapshots) StoreKind(backend string) string {
+	if s.Store != StoreAuto {
+		return s.Store
+	}
+	if backend == "kube" || backend == "local" {
+		return StoreNone
+	}
+	return StoreDir
+}
+
+func (s *Snapshots) validate() error {
+	switch s.Store {
+	case StoreAuto, StoreDir, StoreNone:
+	case StoreS3:
+		if s.S3.Endpoint == "" || s.S3.Bucket == "" {
+			return fmt.Errorf("store s3 needs s3.endpoint and s3.bucket")
+		}
+		if s.S3.SecretKey != "" && s.S3.SecretKeyFile != "" {
+			return fmt.Errorf("s3.secretKey and s3.secretKeyFile: set one")
+		}
+	default:
+		return fmt.Errorf("store %q: want auto, dir, s3 or none", s.Store)
+	}
+	if s.SuspendedTTL < 0 {
+		return fmt.Errorf("suspendedTTL %s: must not be negative", s.SuspendedTTL)
+	}
+	return nil
 }
 
 // Policies locates the per-tenant policy files.
@@ -151,6 +226,18 @@ func defaults() map[string]any {
 		"secrets::dir":           "",
 		"egress::blocked":        egress.HostRanges,
 		"egress::grantBlocked":   egress.PrivateRanges,
+
+		"snapshots::store":             StoreAuto,
+		"snapshots::dir":               "",
+		"snapshots::suspendedTTL":      7 * 24 * time.Hour,
+		"snapshots::s3::endpoint":      "",
+		"snapshots::s3::bucket":        "",
+		"snapshots::s3::prefix":        "",
+		"snapshots::s3::region":        "",
+		"snapshots::s3::insecure":      false,
+		"snapshots::s3::accessKey":     "",
+		"snapshots::s3::secretKey":     "",
+		"snapshots::s3::secretKeyFile": "",
 	}
 	for _, more := range []map[string]any{sandboxDefaults(), runtimeDefaults(), serverDefaults()} {
 		maps.Copy(d, more)
@@ -272,6 +359,9 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	}
 	if err := c.Egress.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: egress: %w", err)
+	}
+	if err := c.Snapshots.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: snapshots: %w", err)
 	}
 	if c.Backend == "kube" {
 		if v.InConfig("sandbox::owner") {

@@ -31,6 +31,10 @@ const (
 	// down watched background tasks of the session; the others watch them
 	// from now on, so their ends still have notices.
 	EventHandover = "handover"
+	// EventSession: the session's state changed: State says to what
+	// (suspended, resumed, suspend-failed, resume-failed, deleted) and
+	// Message why, with the snapshot's id, size and age.
+	EventSession = "session"
 )
 
 // Event is one item of a tenant's event stream.
@@ -40,6 +44,7 @@ type Event struct {
 	Session  string             `json:"session,omitempty"`
 	Notice   *tools.Notice      `json:"notice,omitempty"`
 	Approval *approval.Approval `json:"approval,omitempty"`
+	State    string             `json:"state,omitempty"`
 	Message  string             `json:"message,omitempty"`
 	Time     time.Time          `json:"time"`
 }
@@ -49,7 +54,8 @@ type Event struct {
 // on another. Only completion notices (EventNotice), the word that a
 // task's end was reported to the model (EventReported) and a shutting
 // down replica's handing over of the tasks it watched (EventHandover)
-// travel through it:
+// and sessions' state changes (EventSession: the leader suspends sessions
+// other replicas' clients watch) travel through it:
 // approvals reach every replica through their store (kube/approvals), and
 // "dropped" is a stream's own. On Kubernetes it is kube/events (Event objects in the
 // sessions namespace); a single process needs none.

@@ -41,6 +41,7 @@ limits:
   backgroundTasks: 2
   sessions: 3
   idleTTL: 10m
+  suspendedTTL: 72h
 rules:
   - name: no-rm
     decision: deny
@@ -99,6 +100,7 @@ func TestLoadFileGood(t *testing.T) {
 		{"backgroundTasks", p.MaxBackgroundTasks, 2},
 		{"sessions", p.MaxSessions, 3},
 		{"idleTTL", p.IdleTTL, 10 * time.Minute},
+		{"suspendedTTL", p.SuspendedTTL, 72 * time.Hour},
 		{"rules", strings.Join(p.Rules(), ","), "no-rm"},
 	}
 	for _, c := range checks {

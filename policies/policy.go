@@ -147,6 +147,9 @@ type Policy struct {
 	MaxBackgroundTasks int
 	MaxSessions        int
 	IdleTTL            time.Duration
+	// SuspendedTTL deletes a session suspended that long, with its
+	// snapshots (limits.suspendedTTL; 0: the server's default).
+	SuspendedTTL time.Duration
 
 	// Files decides transfers of files in and out of sessions.
 	Files Files
@@ -406,6 +409,7 @@ func compileLimits(l *located, p *Policy, s *limitsSchema) {
 	setD("limits.maxTimeout", s.MaxTimeout, &lim.MaxTimeout)
 	setD("limits.grace", s.Grace, &lim.Grace)
 	setD("limits.idleTTL", s.IdleTTL, &p.IdleTTL)
+	setD("limits.suspendedTTL", s.SuspendedTTL, &p.SuspendedTTL)
 	if lim.MaxTimeout < lim.DefaultTimeout {
 		key := "limits.maxTimeout"
 		if s.MaxTimeout == 0 {

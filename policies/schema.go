@@ -92,6 +92,7 @@ type limitsSchema struct {
 	BackgroundTasks int           `mapstructure:"backgroundTasks"`
 	Sessions        int           `mapstructure:"sessions"`
 	IdleTTL         time.Duration `mapstructure:"idleTTL"`
+	SuspendedTTL    time.Duration `mapstructure:"suspendedTTL"`
 }
 
 type ruleSchema struct {

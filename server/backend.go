@@ -68,9 +68,29 @@ type SessionInfo struct {
 	Runtime string `json:"runtime,omitempty"`
 	// Mounts are the host directories mounted in the session's sandbox,
 	// with ReadOnly always set.
-	Mounts  []Mount   `json:"mounts,omitempty"`
-	State   string    `json:"state,omitempty"`
-	Created time.Time `json:"created,omitzero"`
+	Mounts []Mount `json:"mounts,omitempty"`
+	// State is the sandbox's state ("running", ...), or "suspended" for
+	// a session without a sandbox that resumes from Snapshot, taken at
+	// Suspended.
+	State     string    `json:"state,omitempty"`
+	Created   time.Time `json:"created,omitzero"`
+	Snapshot  string    `json:"snapshot,omitempty"`
+	Suspended time.Time `json:"suspended,omitzero"`
+}
+
+// Suspender is a Backend whose sessions can be suspended: the sandbox
+// removed, the workspace kept in a snapshot store, the session resumed by
+// its next call or on request.
+type Suspender interface {
+	// SuspendSession suspends the tenant's session: its background tasks
+	// killed, its workspace stored, its sandbox removed. A suspended
+	// session is returned as it is; an unknown one is ErrNoSuchSession; a
+	// store that fails is ErrUnavailable, and the session runs on.
+	SuspendSession(ctx context.Context, tenant, session string) (SessionInfo, error)
+	// ResumeSession gives a suspended session its sandbox back now, with
+	// its workspace restored (from snapshot, when not "": one of its
+	// snapshots by id). A running session is returned as it is.
+	ResumeSession(ctx context.Context, tenant, session, snapshot string) (SessionInfo, error)
 }
 
 // SessionOptions are what a client may choose for a new session, within the

@@ -61,6 +61,18 @@ func (s *Server) Reported(tenant, session, taskID string) {
 	}
 }
 
+// SessionChanged publishes a session's change of state (suspended,
+// resumed, not restored, deleted) to its event streams and, through the
+// Relay, the other replicas'. It never blocks.
+func (s *Server) SessionChanged(tenant, session, state, message string) {
+	e := eventstream.Event{Type: eventstream.EventSession, Tenant: tenant, Session: session, State: state,
+		Message: message, Time: time.Now().UTC()}
+	s.events.publish(e)
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Publish(e)
+	}
+}
+
 // HandOver tells the other replicas that this process, shutting down,
 // watched background tasks of the session. It never blocks.
 func (s *Server) HandOver(tenant, session string) {
@@ -72,10 +84,10 @@ func (s *Server) HandOver(tenant, session string) {
 // onRelayed takes an event another replica published: a completion notice
 // of a tenant this server serves goes to its streams and, for the next
 // tool result, to the backend; a reported end makes the backend drop its
-// copy of that notice; a handover makes it watch the session's tasks;
-// anything else is ignored.
+// copy of that notice; a handover makes it watch the session's tasks; a
+// session's change of state goes to its streams; anything else is ignored.
 func (s *Server) onRelayed(e eventstream.Event) {
-	if e.Session == "" || (e.Type != eventstream.EventHandover && (e.Notice == nil || e.Notice.TaskID == "")) {
+	if e.Session == "" || (e.Type != eventstream.EventHandover && e.Type != eventstream.EventSession && (e.Notice == nil || e.Notice.TaskID == "")) {
 		return
 	}
 	if _, ok := s.limits[e.Tenant]; !ok && len(s.limits) > 0 {
@@ -88,6 +100,8 @@ func (s *Server) onRelayed(e eventstream.Event) {
 		}
 	case eventstream.EventNotice:
 		s.notice(e.Tenant, e.Session, *e.Notice, true)
+	case eventstream.EventSession:
+		s.events.publish(e)
 	case eventstream.EventReported:
 		if nr, ok := s.cfg.Backend.(NoticeReceiver); ok {
 			nr.ForgetNotice(e.Tenant, e.Session, e.Notice.TaskID)

@@ -317,6 +317,60 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// ResumeRequest is the body of POST /v1/sessions/{id}/resume (optional).
+type ResumeRequest struct {
+	// Snapshot resumes a suspended session from one of its snapshots by
+	// id (say the one before a corrupt newest); empty: its newest.
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// suspender is the Backend's Suspender, or an error answered.
+func (s *Server) suspender(w http.ResponseWriter) (Suspender, bool) {
+	sp, ok := s.cfg.Backend.(Suspender)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid", "this server's backend suspends no sessions")
+	}
+	return sp, ok
+}
+
+func (s *Server) suspendSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	sp, ok := s.suspender(w)
+	if !ok {
+		return
+	}
+	si, err := sp.SuspendSession(r.Context(), tenantOf(r.Context()), id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, si)
+}
+
+func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.sessionID(w, r)
+	if !ok {
+		return
+	}
+	var req ResumeRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	sp, ok := s.suspender(w)
+	if !ok {
+		return
+	}
+	si, err := sp.ResumeSession(r.Context(), tenantOf(r.Context()), id, req.Snapshot)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, si)
+}
+
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 	list := []approval.Approval{}
 	if s.cfg.Approvals != nil {

@@ -286,6 +286,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/sessions", false, http.HandlerFunc(s.createSession)},
 		{"GET /v1/sessions/{id}", false, http.HandlerFunc(s.getSession)},
 		{"DELETE /v1/sessions/{id}", false, http.HandlerFunc(s.deleteSession)},
+		{"POST /v1/sessions/{id}/suspend", false, http.HandlerFunc(s.suspendSession)},
+		{"POST /v1/sessions/{id}/resume", false, http.HandlerFunc(s.resumeSession)},
 		{"POST /v1/sessions/{id}/tools/{tool}", false, http.HandlerFunc(s.callTool)},
 		{"PUT /v1/sessions/{id}/files", false, http.HandlerFunc(s.putFile)},
 		{"GET /v1/sessions/{id}/files", false, http.HandlerFunc(s.getFile)},

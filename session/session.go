@@ -16,6 +16,7 @@ import (
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
@@ -65,6 +66,16 @@ type Config struct {
 	Claims sandbox.Claims
 	// Admission bounds the sandboxes being created at once.
 	Admission Admission
+	// Snapshots keeps suspended sessions (suspend.go): their workspaces'
+	// snapshots and their records (snapshot.Dir on one host, snapshot.S3
+	// for a fleet). Nil: no session is suspended; an idle one ends, its
+	// workspace deleted.
+	Snapshots snapshot.Store
+	// SuspendedTTL deletes the suspended sessions of tenants without a
+	// policy (or whose policy sets none) suspended that long, with their
+	// snapshots (default DefaultSuspendedTTL; a policy's
+	// limits.suspendedTTL sets its tenant's).
+	SuspendedTTL time.Duration
 	// PoolInterval is how often the warm pools are compared with the
 	// policies (a reload that changes a pool is seen then), besides after
 	// each claim (default 10s).
@@ -132,6 +143,9 @@ type Service struct {
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
+	// suspending holds the sessions an operator is suspending, with why;
+	// resumeFrom the snapshot an operator chose to resume a session from.
+	suspending, resumeFrom map[string]string
 	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
@@ -170,7 +184,11 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Egress.compile(); err != nil {
 		return nil, fmt.Errorf("session: egress: %w", err)
 	}
-	l := &Service{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{}}
+	if cfg.SuspendedTTL == 0 {
+		cfg.SuspendedTTL = DefaultSuspendedTTL
+	}
+	l := &Service{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{},
+		suspending: map[string]string{}, resumeFrom: map[string]string{}}
 	if cfg.Runtime == nil {
 		return l, nil
 	}
@@ -182,10 +200,15 @@ func New(cfg Config) (*Service, error) {
 	// connection is the executor's.
 	l.readyConns = sandboxconn.NewReadyConns()
 	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, sandboxconn.Busy
+	var suspend, resume func(context.Context, sandbox.Sandbox) error
+	if cfg.Snapshots != nil {
+		suspend, resume = l.saveSandbox, l.resumeSandbox
+	}
 	if ready == nil {
 		ready = l.readyConns.Ready
 	} else {
 		prepare, busy = nil, nil // sandboxes without an agent
+		suspend, resume = nil, nil
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
@@ -195,6 +218,8 @@ func New(cfg Config) (*Service, error) {
 		Claims:  cfg.Claims,
 		Prepare: prepare,
 		Busy:    busy,
+		Suspend: suspend,
+		Resume:  resume,
 
 		MaxCreating:     cfg.Admission.MaxCreating,
 		CreateQueue:     cfg.Admission.CreateQueue,
@@ -271,6 +296,9 @@ func (l *Service) lead(ctx context.Context) {
 		wg.Go(func() { l.manager.ReapEvery(ctx, l.idleTTL, interval) })
 	}
 	wg.Go(func() { l.KeepPools(ctx) })
+	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
+		wg.Go(func() { l.sweepSuspendedEvery(ctx, time.Minute) })
+	}
 	wg.Wait()
 	<-ctx.Done() // KeepPools may return at once (no pools to keep)
 	l.log.Info("stopped reaping idle sandboxes and keeping warm pools")

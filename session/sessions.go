@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
@@ -32,10 +33,25 @@ func (l *Service) Sessions(ctx context.Context, tenant string) ([]server.Session
 		return nil, server.Errorf(server.ErrUnavailable, "%v", err)
 	}
 	var out []server.SessionInfo
+	have := map[string]bool{}
 	for _, sb := range list {
 		if sb.Tenant == tenant {
 			out = append(out, sessionInfo(sb))
+			have[sb.Session] = true
 		}
+	}
+	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
+		sus, err := l.suspendedSessions(ctx, tenant)
+		if err != nil {
+			return nil, server.Errorf(server.ErrUnavailable, "listing suspended sessions: %v", err)
+		}
+		for k, r := range sus {
+			_, session, _ := strings.Cut(k, "/")
+			if !have[session] { // a sandbox being resumed is running
+				out = append(out, suspendedInfo(tenant, session, r))
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	}
 	return out, nil
 }
@@ -112,6 +128,20 @@ func (l *Service) DeleteSession(ctx context.Context, tenant, session string) err
 	l.mu.Unlock()
 	tb.forget(session)
 	err = l.manager.Remove(ctx, tenant, session)
+	if l.cfg.Snapshots != nil && (err == nil || errors.Is(err, sandbox.ErrNotFound)) {
+		// Its snapshots and record go too; a suspended session has
+		// nothing else.
+		_, had, rerr := l.readRecord(ctx, tenant, session)
+		if rerr == nil {
+			rerr = l.cfg.Snapshots.DeleteSession(ctx, tenant, session)
+		}
+		if rerr != nil {
+			return server.Errorf(server.ErrUnavailable, "removing session %s's snapshots: %v", session, rerr)
+		}
+		if had {
+			err = nil
+		}
+	}
 	switch {
 	case err == nil:
 		return nil

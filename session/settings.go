@@ -167,9 +167,29 @@ func (l *Service) settings(ctx context.Context, tenant, session string) (server.
 	case err != nil && !errors.Is(err, sandbox.ErrNotFound):
 		return server.SessionOptions{}, server.Errorf(server.ErrUnavailable, "session %s: reading its settings from its sandbox: %v", session, err)
 	}
+	if o, ok := l.ownSettings(tenant, session); ok {
+		return o, nil
+	}
+	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
+		// A suspended session's sandbox is gone: its record keeps what
+		// it asked for.
+		r, ok, err := l.readRecord(ctx, tenant, session)
+		if err != nil {
+			return server.SessionOptions{}, server.Errorf(server.ErrUnavailable, "session %s: reading its settings from its record: %v", session, err)
+		}
+		if ok && r.Settings != nil {
+			return *r.Settings, nil
+		}
+	}
+	return server.SessionOptions{}, nil
+}
+
+// ownSettings is this process's record of what the session asked for.
+func (l *Service) ownSettings(tenant, session string) (server.SessionOptions, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.opts[tenant+"/"+session], nil
+	o, ok := l.opts[tenant+"/"+session]
+	return o, ok
 }
 
 // withRecord keeps o with the sandbox (sandbox.WithSettings) so that any

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
@@ -81,6 +87,13 @@ func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m se
 		if watch != nil {
 			sc.Runtime = watch.wrap(rt)
 		}
+		store, closeStore, err := openSnapshots(cfg)
+		if err != nil {
+			rt.Close()
+			return nil, nil, err
+		}
+		sc.Snapshots, sc.SuspendedTTL = store, cfg.Snapshots.SuspendedTTL
+		closeRuntime = func() error { return errors.Join(rt.Close(), closeStore()) }
 	} else if cfg.Backend != "local" {
 		return nil, nil, unknownBackend(cfg.Backend)
 	}
@@ -90,6 +103,42 @@ func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m se
 		return nil, nil, err
 	}
 	return l, closeRuntime, nil
+}
+
+// openSnapshots opens the snapshot store cfg chooses (nil: none), and
+// returns its close.
+func openSnapshots(cfg config.Config) (snapshot.Store, func() error, error) {
+	sn := cfg.Snapshots
+	switch sn.StoreKind(cfg.Backend) {
+	case config.StoreDir:
+		dir := sn.Dir
+		if dir == "" {
+			dir = filepath.Join(cfg.Sandbox.StateDir, "snapshots")
+		}
+		d, err := snapshot.NewDir(snapshot.DirOptions{Path: dir})
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshots.dir: %w", err)
+		}
+		return d, d.Close, nil
+	case config.StoreS3:
+		secret := sn.S3.SecretKey
+		if sn.S3.SecretKeyFile != "" {
+			b, err := os.ReadFile(sn.S3.SecretKeyFile)
+			if err != nil {
+				return nil, nil, fmt.Errorf("snapshots.s3.secretKeyFile: %w", err)
+			}
+			secret = strings.TrimSpace(string(b))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := snapshot.NewS3(ctx, snapshot.S3Options{Endpoint: sn.S3.Endpoint, Bucket: sn.S3.Bucket, Prefix: sn.S3.Prefix,
+			Region: sn.S3.Region, Insecure: sn.S3.Insecure, AccessKey: sn.S3.AccessKey, SecretKey: secret})
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshots.s3: %w", err)
+		}
+		return s, func() error { return nil }, nil
+	}
+	return nil, func() error { return nil }, nil
 }
 
 // claimsOf is where rt's warm-pool claims are kept. On Kubernetes, on the

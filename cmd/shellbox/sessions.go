@@ -10,8 +10,68 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shellbox/shellbox/images"
+	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
 )
+
+// sessionDriver suspends and resumes sessions: a server's client (its
+// token's tenant), or this host's engine as one tenant.
+type sessionDriver interface {
+	SuspendSession(ctx context.Context, session string) (server.SessionInfo, error)
+	ResumeSession(ctx context.Context, session, snapshot string) (server.SessionInfo, error)
+}
+
+// localDriver is the session layer on this host's engine, as one tenant.
+type localDriver struct {
+	l      *session.Service
+	tenant string
+}
+
+func (d localDriver) SuspendSession(ctx context.Context, s string) (server.SessionInfo, error) {
+	return d.l.SuspendSession(ctx, d.tenant, s)
+}
+
+func (d localDriver) ResumeSession(ctx context.Context, s, snapshot string) (server.SessionInfo, error) {
+	return d.l.ResumeSession(ctx, d.tenant, s, snapshot)
+}
+
+// eachSession does op to each session, through --server or this host's
+// engine, and prints what it did ("<verb> <session> (<state>)").
+func eachSession(cmd *cobra.Command, args []string, verb string, op func(context.Context, sessionDriver, string) (server.SessionInfo, error)) error {
+	var d sessionDriver
+	c, err := remote(cmd)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		d = c
+	} else {
+		b, err := layerFromFlags(cmd)
+		if err != nil {
+			return err
+		}
+		defer b.close()
+		d = localDriver{l: b.Service, tenant: b.tenant}
+	}
+	failed := false
+	for _, s := range args {
+		si, err := op(cmd.Context(), d, s)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "shellbox: session %s: %v\n", s, err)
+			failed = true
+			continue
+		}
+		extra := ""
+		if si.Snapshot != "" {
+			extra = ", snapshot " + si.Snapshot
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s%s)\n", verb, s, si.State, extra)
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
 
 func newSessionsCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -121,7 +181,32 @@ func newSessionsCmd() *cobra.Command {
 			return err
 		},
 	}
-	cmd.AddCommand(ls, rm, logs)
+	suspend := &cobra.Command{
+		Use:   "suspend SESSION...",
+		Short: "Suspend sessions: their workspaces to the snapshot store, their sandboxes removed (running background tasks are killed)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachSession(cmd, args, "suspended", func(ctx context.Context, c sessionDriver, s string) (server.SessionInfo, error) {
+				return c.SuspendSession(ctx, s)
+			})
+		},
+	}
+	var from string
+	resume := &cobra.Command{
+		Use:   "resume SESSION...",
+		Short: "Resume suspended sessions now: a sandbox each, the workspace restored (else their next call does it)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from != "" && len(args) != 1 {
+				return fmt.Errorf("--snapshot names one session's snapshot: give one session")
+			}
+			return eachSession(cmd, args, "resumed", func(ctx context.Context, c sessionDriver, s string) (server.SessionInfo, error) {
+				return c.ResumeSession(ctx, s, from)
+			})
+		},
+	}
+	resume.Flags().StringVar(&from, "snapshot", "", "resume from this snapshot of the session (say the one before a corrupt newest)")
+	cmd.AddCommand(ls, rm, logs, suspend, resume)
 	return cmd
 }
 

@@ -302,6 +302,22 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, nil)
 }
 
+// SuspendSession suspends the session: its background tasks killed, its
+// workspace stored, its sandbox removed (POST /v1/sessions/{id}/suspend).
+func (c *Client) SuspendSession(ctx context.Context, id string) (server.SessionInfo, error) {
+	var out server.SessionInfo
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/suspend", nil, &out)
+	return out, err
+}
+
+// ResumeSession gives a suspended session its sandbox back now, from
+// snapshot when not "" (POST /v1/sessions/{id}/resume).
+func (c *Client) ResumeSession(ctx context.Context, id, snapshot string) (server.SessionInfo, error) {
+	var out server.SessionInfo
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/resume", server.ResumeRequest{Snapshot: snapshot}, &out)
+	return out, err
+}
+
 // Approvals lists the tenant's approvals; state "" means all.
 func (c *Client) Approvals(ctx context.Context, state string) ([]approval.Approval, error) {
 	var out struct{ Approvals []approval.Approval }

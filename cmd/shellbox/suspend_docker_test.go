@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
+)
+
+// suspendSetup adds to a workspace holding a git checkout and a venv
+// (made on the host, uploaded: the test image has neither git nor Python)
+// what work leaves: files with odd modes, an old mtime, symlinks
+// (relative, absolute, dangling), a hard link, a FIFO, a sparse file and
+// read-only directories (as a Go module cache has).
+const suspendSetup = `set -e
+cd /workspace
+ln -s /usr/bin/python3 venv/bin/python3 && ln -sf python3 venv/bin/python
+mkdir -p odd/private odd/shared
+echo secret > odd/private/key && chmod 0400 odd/private/key && chmod 0700 odd/private
+chmod 2775 odd/shared && chmod 1777 odd
+echo run > odd/tool && chmod 0751 odd/tool
+touch -d '2001-02-03 04:05:06 UTC' odd/old
+ln -s ../repo/main.py odd/rel && ln -s /etc/hostname odd/abs && ln -s nowhere odd/dangling
+echo linked > odd/a && ln odd/a odd/b
+mkfifo odd/pipe
+dd if=/dev/zero of=odd/sparse bs=1 count=0 seek=50M 2>/dev/null && echo end >> odd/sparse
+mkdir -p odd/ro/sub && echo frozen > odd/ro/sub/f && chmod 0555 odd/ro/sub odd/ro
+echo ok`
+
+// suspendManifest prints the workspace as a list a restore must match:
+// every entry's type, mode and owner, files' sizes, link counts and
+// sha256, symlinks' targets, which names share an inode, one mtime, and
+// that the sparse file holds almost no blocks.
+const suspendManifest = `cd /workspace
+find . -mindepth 1 \( -type f -printf '%p f %m %U:%G %s %n\n' \) -o \( -type l -printf '%p l %U:%G -> %l\n' \) \
+  -o \( -type d -printf '%p d %m %U:%G\n' \) -o -printf '%p %y %m %U:%G\n' | LC_ALL=C sort
+find . -type f ! -name sparse -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+echo links $(find . -samefile odd/a | LC_ALL=C sort)
+stat -c 'mtime %n %Y' odd/old
+echo sparse $(tail -c 4 odd/sparse) $(( $(stat -c '%b*%B' odd/sparse) < 1048576 ))`
+
+// hostWork makes, on the host with its own git and python3, a git
+// checkout with history and an uncommitted change and a venv, and returns
+// them as a tar stream of their directory.
+func hostWork(t *testing.T) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	sh := func(script string) {
+		t.Helper()
+		cmd := exec.Command("bash", "-ec", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+	}
+	sh(`git init -q repo && cd repo
+printf 'print("hi")\n' > main.py && mkdir -p pkg && echo 'x = 1' > pkg/mod.py
+git add -A && git commit -qm one && echo '# two' >> main.py && git commit -qam two && git gc -q
+echo dirty >> pkg/mod.py`)
+	// The venv's interpreter links are absolute, which an upload refuses:
+	// the setup makes them in the sandbox.
+	sh(`python3 -m venv --without-pip venv && find venv -type l -lname '/*' -delete`)
+	out, err := exec.Command("tar", "-C", dir, "-cf", "-", "repo", "venv").Output()
+	if err != nil {
+		t.Fatalf("tar: %v", err)
+	}
+	return out
+}
+
+// checkRepo downloads the session's repo and has the host's git check it:
+// every object whole, two commits, the uncommitted change kept.
+func checkRepo(t *testing.T, c *client.Client, session string) {
+	t.Helper()
+	_, body, err := c.GetFile(context.Background(), session, "/workspace/repo", true)
+	if err != nil {
+		t.Fatalf("downloading the repo: %v", err)
+	}
+	defer body.Close()
+	dir := t.TempDir()
+	x := exec.Command("tar", "--no-same-owner", "-C", dir, "-xf", "-")
+	x.Stdin = body
+	if out, err := x.CombinedOutput(); err != nil {
+		t.Fatalf("untar the repo: %v\n%s", err, out)
+	}
+	root := dir
+	if _, err := os.Stat(filepath.Join(dir, "repo", ".git")); err == nil {
+		root = filepath.Join(dir, "repo")
+	}
+	cmd := exec.Command("bash", "-ec", "git fsck --strict --no-dangling --no-progress >/dev/null && git rev-list --count HEAD && git status --porcelain")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "2\n M pkg/mod.py\n" {
+		t.Errorf("git on the resumed repo: %v %q, want 2 commits and pkg/mod.py modified", err, out)
+	}
+}
+
+// TestSuspendResume: a session's work outlives its sandbox. Through a
+// real `shellbox serve` and its REST API: a session writes a git checkout,
+// a venv and odd files, starts a background task, and is suspended (the
+// task killed, the sandbox and host workspace gone, the session listed
+// suspended); the server restarts; the session's next call resumes it in
+// a new sandbox where the manifest of its workspace (paths, modes, owners,
+// sizes, hashes, links) is what it was. On Docker and containerd, runc
+// with the dir store and runsc with the S3 store.
+func TestSuspendResume(t *testing.T) {
+	enginetest.Each(t, func(t *testing.T, eng enginetest.Engine) {
+		for _, v := range []struct{ runtime, store string }{{"runc", "dir"}, {"runsc", "s3"}} {
+			t.Run(v.runtime+"-"+v.store, func(t *testing.T) { suspendResume(t, eng, v.runtime, v.store) })
+		}
+	})
+}
+
+// suspendConfig is a server's configuration with the snapshot store
+// (dir: under the test's temporary directory; s3: a bucket of its own on
+// the environment's S3 server) and extra lines.
+func suspendConfig(t *testing.T, eng enginetest.Engine, runtime, store, extra string) (cfg, stateDir, storeDir string) {
+	t.Helper()
+	stateDir = dockertest.StateDir(t)
+	snap := ""
+	switch store {
+	case "dir":
+		storeDir = filepath.Join(t.TempDir(), "snapshots")
+		snap = fmt.Sprintf("snapshots:\n  store: dir\n  dir: %s\n", storeDir)
+	case "s3":
+		o, _ := snapshottest.S3Bucket(t)
+		snap = fmt.Sprintf("snapshots:\n  store: s3\n  s3:\n    endpoint: %s\n    bucket: %s\n    insecure: true\n    accessKey: %s\n    secretKey: %s\n",
+			o.Endpoint, o.Bucket, o.AccessKey, o.SecretKey)
+	}
+	cfg = filepath.Join(t.TempDir(), "shellbox.yaml")
+	body := eng.Config(t) + fmt.Sprintf(`sandbox:
+  stateDir: %s
+  owner: %s
+  image: %s
+  runtime: %s
+  labels:
+    %s: "1"
+server:
+  shutdownTimeout: 30s
+%s  tenants:
+    %s:
+      tokens: [%q]
+`, stateDir, dockertest.Owner(t), dockertest.Image, runtime, dockertest.LabelTest, extra, dockerTenant, server.HashToken(testToken)) + snap
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, stateDir, storeDir
+}
+
+func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
+	requireEngine(t)
+	bin := buildBinaries(t)
+	cfg, stateDir, storeDir := suspendConfig(t, eng, runtime, store, "")
+	const s = "durable"
+	removeSandboxesAtEnd(t, cfg, dockerTenant, s)
+	first := startServeProcess(t, bin, cfg)
+	ctx := context.Background()
+	c := client.New(first.url, testToken, nil)
+	run := func(c *client.Client, cmd string) string {
+		t.Helper()
+		args, _ := json.Marshal(map[string]any{"command": cmd, "description": "suspend test", "timeoutMs": 120000})
+		r, err := c.Call(ctx, s, "bash", args)
+		if err != nil || r.IsError {
+			t.Fatalf("call %.40q: %v %q", cmd, err, r.Text)
+		}
+		return r.Text
+	}
+	if _, err := c.PutFile(ctx, s, "/workspace", bytes.NewReader(hostWork(t)), client.PutOptions{Tar: true}); err != nil {
+		t.Fatalf("uploading the checkout and venv: %v", err)
+	}
+	if out := run(c, suspendSetup); !strings.HasSuffix(out, "ok") {
+		t.Fatalf("setup: %q", out)
+	}
+	before := run(c, suspendManifest)
+	t.Logf("manifest (%d lines):\n%s", strings.Count(before, "\n")+1, before)
+	r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"sleep 300","description":"outlived","run_in_background":true}`))
+	if err != nil || r.IsError {
+		t.Fatalf("background task: %v %q", err, r.Text)
+	}
+
+	start := time.Now()
+	si, err := c.SuspendSession(ctx, s)
+	if err != nil {
+		t.Fatalf("suspend: %v", err)
+	}
+	t.Logf("suspended in %s: %+v", time.Since(start).Round(time.Millisecond), si)
+	if si.State != "suspended" || si.Snapshot == "" {
+		t.Fatalf("suspend answered %+v, want state suspended and its snapshot", si)
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != s || list[0].State != "suspended" {
+		t.Fatalf("sessions after suspend: %v %+v", err, list)
+	}
+	ws := filepath.Join(stateDir, "workspaces", dockerTenant, s)
+	if _, err := os.Lstat(ws); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the suspended session's host workspace %s: %v, want it gone", ws, err)
+	}
+	if again, err := c.SuspendSession(ctx, s); err != nil || again.Snapshot != si.Snapshot {
+		t.Errorf("suspending a suspended session: %+v, %v; want it as it is", again, err)
+	}
+
+	// A server restart with nothing of the session in this process.
+	first.stop(t)
+	second := startServeProcess(t, bin, cfg)
+	c = client.New(second.url, testToken, nil)
+	start = time.Now()
+	after := run(c, suspendManifest)
+	t.Logf("first call after the restart, resuming: %s", time.Since(start).Round(time.Millisecond))
+	if after != before {
+		t.Errorf("the workspace after resume differs:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+	checkRepo(t, c, s)
+	if out := run(c, "ps -eo args | grep -c '^sleep 300' || true"); out != "0" {
+		t.Errorf("the background task the suspend killed runs again: %q", out)
+	}
+	list, err = c.Sessions(ctx)
+	if err != nil || len(list) != 1 || list[0].State != "running" {
+		t.Fatalf("sessions after resume: %v %+v", err, list)
+	}
+	if storeDir != "" {
+		corruptNewest(t, c, s, storeDir, si.Snapshot, before, run)
+	}
+	if err := c.DeleteSession(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := c.Sessions(ctx); err != nil || len(list) != 0 {
+		t.Errorf("sessions after delete: %v %+v", err, list)
+	}
+	if storeDir != "" {
+		if _, err := os.Lstat(filepath.Join(storeDir, dockerTenant, s)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the deleted session's snapshots: %v, want them gone", err)
+		}
+	}
+	second.stop(t)
+}
+
+// corruptNewest suspends the session again and flips a byte of that new
+// snapshot in the dir store: the next call is refused by the checksum,
+// names the snapshot before (prev), and the session stays suspended;
+// resuming from prev restores the workspace (want: its manifest).
+func corruptNewest(t *testing.T, c *client.Client, s, storeDir, prev, want string, run func(*client.Client, string) string) {
+	t.Helper()
+	ctx := context.Background()
+	si, err := c.SuspendSession(ctx, s)
+	if err != nil || si.Snapshot == prev {
+		t.Fatalf("second suspend: %+v, %v", si, err)
+	}
+	files, _ := filepath.Glob(filepath.Join(storeDir, dockerTenant, s, si.Snapshot+".*.snap"))
+	if len(files) != 1 {
+		t.Fatalf("the new snapshot's file: %v", files)
+	}
+	f, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, 100)
+	b[0] ^= 0xff
+	f.WriteAt(b, 100)
+	f.Close()
+	r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"ls /workspace","description":"after corruption"}`))
+	if err != nil || !r.IsError || !strings.Contains(r.Text, "snapshot corrupt") || !strings.Contains(r.Text, prev) {
+		t.Fatalf("a call resuming from a corrupt snapshot: %v %q; want it refused, naming %s", err, r.Text, prev)
+	}
+	t.Logf("refused: %s", r.Text)
+	if list, err := c.Sessions(ctx); err != nil || len(list) != 1 || list[0].State != "suspended" {
+		t.Fatalf("sessions after the refused resume: %v %+v", err, list)
+	}
+	if _, err := c.ResumeSession(ctx, s, prev); err != nil {
+		t.Fatalf("resume from %s: %v", prev, err)
+	}
+	if got := run(c, suspendManifest); got != want {
+		t.Errorf("the workspace resumed from %s differs:\n%s", prev, got)
+	}
+}
+
+// TestSuspendStoreFull: a suspend whose store fills up fails with a clear
+// error and loses nothing: the sandbox stays, the session runs on with its
+// files. Docker, runc, a dir store on a 1 MiB tmpfs.
+func TestSuspendStoreFull(t *testing.T) {
+	requireEngine(t)
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true, so not skipping: mounting a small tmpfs for a full store needs root")
+		}
+		t.Skip("mounting a small tmpfs for a full store needs root")
+	}
+	bin := buildBinaries(t)
+	cfg, _, storeDir := suspendConfig(t, enginetest.Docker, "runc", "dir", "")
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "shellbox-test-store", storeDir).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", storeDir).Run() })
+	const s = "full"
+	removeSandboxesAtEnd(t, cfg, dockerTenant, s)
+	p := startServeProcess(t, bin, cfg)
+	ctx := context.Background()
+	c := client.New(p.url, testToken, nil)
+	r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"head -c 4000000 /dev/urandom > /workspace/big && sha256sum /workspace/big","description":"fill"}`))
+	if err != nil || r.IsError {
+		t.Fatalf("write: %v %q", err, r.Text)
+	}
+	sum := r.Text
+	_, err = c.SuspendSession(ctx, s)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 503 || !strings.Contains(err.Error(), "no space") || !strings.Contains(err.Error(), "runs on") {
+		t.Fatalf("suspend into a full store: %v; want 503 saying the store is full and the session runs on", err)
+	}
+	t.Logf("refused: %v", err)
+	if list, err := c.Sessions(ctx); err != nil || len(list) != 1 || list[0].State != "running" {
+		t.Fatalf("sessions after the failed suspend: %v %+v", err, list)
+	}
+	r, err = c.Call(ctx, s, "bash", json.RawMessage(`{"command":"sha256sum /workspace/big","description":"still"}`))
+	if err != nil || r.IsError || r.Text != sum {
+		t.Fatalf("the session after the failed suspend: %v %q, want %q", err, r.Text, sum)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(storeDir, dockerTenant, s)); len(ents) != 0 {
+		t.Errorf("the failed suspend left %d entries in the store", len(ents))
+	}
+	if err := c.DeleteSession(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIdleSuspend: at its idle TTL a session is suspended, not ended, and
+// not a moment before while a background task runs; its next call
+// resumes it with its files. Docker, runc, the dir store.
+func TestIdleSuspend(t *testing.T) {
+	requireEngine(t)
+	bin := buildBinaries(t)
+	cfg, _, _ := suspendConfig(t, enginetest.Docker, "runc", "dir", "  idleTTL: 3s\n")
+	const s = "idler"
+	removeSandboxesAtEnd(t, cfg, dockerTenant, s)
+	p := startServeProcess(t, bin, cfg)
+	ctx := context.Background()
+	c := client.New(p.url, testToken, nil)
+	r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"echo kept > /workspace/f; sleep 8; echo done > /workspace/g","description":"busy","run_in_background":true}`))
+	if err != nil || r.IsError {
+		t.Fatalf("background task: %v %q", err, r.Text)
+	}
+	id := r.Value.(*tools.Background).TaskID
+	state := func() string {
+		t.Helper()
+		list, err := c.Sessions(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("sessions: %v %+v", err, list)
+		}
+		return list[0].State
+	}
+	// Past the TTL (and past a reap interval) with the task running.
+	time.Sleep(6 * time.Second)
+	if st := state(); st != "running" {
+		t.Fatalf("while its background task runs, past the TTL: %s, want running", st)
+	}
+	var suspendedAt time.Duration
+	start := time.Now()
+	for st := state(); st != "suspended"; st = state() {
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("not suspended 90 s after the task's end: %s", st)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	suspendedAt = time.Since(start)
+	t.Logf("suspended %s after the check at 6 s (the task ends at about 8 s; TTL 3 s)", suspendedAt.Round(time.Millisecond))
+	r, err = c.Call(ctx, s, "bash", json.RawMessage(`{"command":"cat /workspace/f /workspace/g","description":"resume"}`))
+	if err != nil || r.IsError || r.Text != "kept\ndone" {
+		t.Fatalf("first call after the idle suspend: %v %q", err, r.Text)
+	}
+	r, err = c.Call(ctx, s, "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, id)))
+	t.Logf("bash_output of the task that ended before the suspend: %v %q", err, r.Text)
+	if err := c.DeleteSession(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,549 @@
+package session
+
+// Durable sessions (DESIGN.md §7): a session outlives its sandbox.
+//
+// Suspending a session streams its workspace out through its agent (GET
+// /v1/workspace: a zstd tar with owners, modes, links, holes and xattrs)
+// into the snapshot store (Config.Snapshots), writes the session's record
+// there (state suspended, the snapshot, the settings it was created with),
+// and only then removes the sandbox and the session's runtime state: a
+// store that fails or is full keeps the sandbox, and the session runs on.
+// The record, not this process's memory, says a session is suspended, so
+// any server sharing the store (a restarted one, another replica) resumes
+// it.
+//
+// Resuming is the sandbox layer's Resume hook: every sandbox a session is
+// handed by a creation asks the record; a suspended session's newest
+// snapshot is streamed into the new sandbox (PUT /v1/workspace, which
+// swaps the workspace in only once whole and verified) before the call
+// that caused the creation runs, and the record says running. The model
+// sees nothing but its call's result. A snapshot that fails its checksum is
+// refused, and the error names the one before it, which an operator can
+// resume from (ResumeSession with a snapshot id).
+//
+// Who suspends: the idle reaper at the tenant's idle TTL (sandbox.Config.
+// Suspend: never while the sandbox is busy), and an operator
+// (SuspendSession), which kills the session's running background tasks
+// first. Suspended sessions past their tenant's suspendedTTL are deleted
+// with their snapshots by the leader (sweepSuspended).
+//
+// Costs: a session that is not suspended pays one record lookup per new
+// sandbox (not per call); none at all without a store.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
+	"github.com/shellbox/shellbox/server"
+)
+
+// Session states as records and SessionInfo say them.
+const (
+	stateRunning   = "running"
+	stateSuspended = "suspended"
+)
+
+// DefaultSuspendedTTL is how long a suspended session of a tenant without
+// a policy is kept (Config.SuspendedTTL's default); a policy sets its
+// tenant's (limits.suspendedTTL).
+const DefaultSuspendedTTL = 7 * 24 * time.Hour
+
+// keepSnapshots is how many snapshots of a session are kept: the newest,
+// which a resume restores, and the one before, offered when the newest is
+// found corrupt.
+const keepSnapshots = 2
+
+// record is a session's record in the snapshot store.
+type record struct {
+	// State is stateSuspended while the session has no sandbox and
+	// resumes from Snapshot; stateRunning once resumed.
+	State    string `json:"state"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// Settings are the options the session was created with (nil: the
+	// tenant's defaults), so its next sandbox is made as it asked.
+	Settings  *server.SessionOptions `json:"settings,omitempty"`
+	Created   time.Time              `json:"created,omitzero"`
+	Suspended time.Time              `json:"suspended,omitzero"`
+	Resumed   time.Time              `json:"resumed,omitzero"`
+	// Reason says why it was suspended ("idle for its TTL", "requested").
+	Reason string `json:"reason,omitempty"`
+	// Size is the snapshot's size in bytes; Files its entries.
+	Size    int64 `json:"size,omitempty"`
+	Entries int   `json:"entries,omitempty"`
+}
+
+// SessionNotifier hears sessions' state changes (the server's event
+// streams): suspended, resumed, not restored, deleted, with why.
+type SessionNotifier interface {
+	SessionChanged(tenant, session, state, message string)
+}
+
+// changed tells Config.Notifier, if it hears state changes, and the log.
+func (l *Service) changed(tenant, session, state, message string) {
+	l.log.Info("session "+state, "tenant", tenant, "session", session, "detail", message)
+	if sn, ok := l.cfg.Notifier.(SessionNotifier); ok {
+		sn.SessionChanged(tenant, session, state, message)
+	}
+}
+
+// readRecord returns the session's record; ok false when it has none.
+func (l *Service) readRecord(ctx context.Context, tenant, session string) (record, bool, error) {
+	data, err := l.cfg.Snapshots.Record(ctx, tenant, session)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, err
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return record{}, false, fmt.Errorf("session %s/%s: its record in the snapshot store is unreadable: %w", tenant, session, err)
+	}
+	return r, true, nil
+}
+
+func (l *Service) writeRecord(ctx context.Context, tenant, session string, r record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return l.cfg.Snapshots.SetRecord(ctx, tenant, session, data)
+}
+
+// suspendWhy is why the session's suspend under way was asked for, if an
+// operator asked; the reaper's has no entry.
+func (l *Service) suspendReason(tenant, session string) (reason string, requested bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.suspending[tenant+"/"+session]; ok {
+		return r, true
+	}
+	return "idle for its TTL", false
+}
+
+// saveSandbox is sandbox.Config.Suspend: it snapshots sb's workspace to the
+// store and records the session suspended. An operator's suspend kills
+// the session's running background tasks first.
+func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	tenant, session := sb.Tenant, sb.Session
+	reason, requested := l.suspendReason(tenant, session)
+	fail := func(err error) error {
+		err = fmt.Errorf("suspending session %s: %w; its sandbox is kept and the session runs on", session, err)
+		l.changed(tenant, session, "suspend-failed", err.Error())
+		return err
+	}
+	c, err := agentapi.DialEndpoint(ctx, sb.Agent)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	var killed []string
+	if requested {
+		if killed, err = killTasks(ctx, c, session); err != nil {
+			return fail(err)
+		}
+	}
+	start := time.Now()
+	exp, err := c.ExportWorkspace(ctx, agentapi.WorkspaceLimits{})
+	if err != nil {
+		return fail(fmt.Errorf("streaming its workspace out: %w", err))
+	}
+	info, err := l.cfg.Snapshots.Put(ctx, tenant, session, exp)
+	exp.Close()
+	if err != nil {
+		return fail(fmt.Errorf("storing its workspace: %w", err))
+	}
+	st := exp.Stats()
+	r := record{State: stateSuspended, Snapshot: info.ID, Created: sb.Created, Suspended: info.Created,
+		Reason: reason, Size: info.Size, Entries: st.Entries}
+	if sb.Settings != "" {
+		var o server.SessionOptions
+		if err := json.Unmarshal([]byte(sb.Settings), &o); err == nil {
+			r.Settings = &o
+		}
+	} else if o, ok := l.ownSettings(tenant, session); ok {
+		r.Settings = &o
+	}
+	if err := l.writeRecord(ctx, tenant, session, r); err != nil {
+		// The snapshot is nobody's without its record.
+		_ = l.cfg.Snapshots.Delete(context.WithoutCancel(ctx), tenant, session, info.ID)
+		return fail(fmt.Errorf("recording it suspended: %w", err))
+	}
+	l.prune(ctx, tenant, session, info.ID)
+	l.forgetConn(tenant, session)
+	msg := fmt.Sprintf("%s; snapshot %s: %d entries, %d bytes of files, %d bytes stored, in %s",
+		reason, info.ID, st.Entries, st.Bytes, info.Size, time.Since(start).Round(time.Millisecond))
+	if st.Sockets+st.Devices > 0 {
+		msg += fmt.Sprintf("; left out %d socket(s) and %d device(s)", st.Sockets, st.Devices)
+	}
+	if len(killed) > 0 {
+		msg += fmt.Sprintf("; background task(s) killed by the suspend: %s", strings.Join(killed, ", "))
+	}
+	l.changed(tenant, session, stateSuspended, msg)
+	return nil
+}
+
+// killTasks kills the session's running background tasks (an operator's
+// suspend: what runs does not survive it) and returns their ids.
+func killTasks(ctx context.Context, c *agentapi.Client, session string) ([]string, error) {
+	tasks, err := c.Tasks(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("listing its background tasks: %w", err)
+	}
+	var killed []string
+	for _, ti := range tasks {
+		if ti.Status != nil {
+			continue
+		}
+		t, err := c.Task(ctx, session, ti.ID)
+		if errors.Is(err, executor.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return killed, fmt.Errorf("background task %s: %w", ti.ID, err)
+		}
+		res, err := t.Kill(ctx)
+		if err != nil {
+			return killed, fmt.Errorf("killing background task %s: %w", ti.ID, err)
+		}
+		if !res.AlreadyDone {
+			killed = append(killed, ti.ID)
+		}
+	}
+	return killed, nil
+}
+
+// prune deletes the session's snapshots older than the keepSnapshots
+// newest; failures are logged (the next suspend prunes again).
+func (l *Service) prune(ctx context.Context, tenant, session, newest string) {
+	infos, err := l.cfg.Snapshots.List(ctx, tenant, session)
+	if err != nil {
+		l.log.Warn("listing a session's snapshots to prune them", "tenant", tenant, "session", session, "err", err)
+		return
+	}
+	for i, info := range infos {
+		if i < keepSnapshots || info.ID == newest {
+			continue
+		}
+		if err := l.cfg.Snapshots.Delete(ctx, tenant, session, info.ID); err != nil {
+			l.log.Warn("pruning a session's snapshot", "tenant", tenant, "session", session, "snapshot", info.ID, "err", err)
+		}
+	}
+}
+
+// forgetConn drops the tenant executor's cached connection to the
+// session's agent (its sandbox is gone).
+func (l *Service) forgetConn(tenant, session string) {
+	l.mu.Lock()
+	tb := l.tenants[tenant]
+	l.mu.Unlock()
+	if tb != nil && tb.forget != nil {
+		tb.forget(session)
+	}
+}
+
+// resumeSandbox is sandbox.Config.Resume: a suspended session's newest
+// snapshot (or the one ResumeSession chose) is restored into sb, its new
+// sandbox, and the session recorded running.
+func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	tenant, session := sb.Tenant, sb.Session
+	if sandbox.IsPooled(session) {
+		return nil
+	}
+	r, ok, err := l.readRecord(ctx, tenant, session)
+	if err != nil {
+		return fmt.Errorf("session %s: cannot tell whether it was suspended: %w", session, err)
+	}
+	if !ok || r.State != stateSuspended {
+		return nil
+	}
+	id := r.Snapshot
+	l.mu.Lock()
+	if chosen, ok := l.resumeFrom[tenant+"/"+session]; ok {
+		id = chosen
+	}
+	l.mu.Unlock()
+	fail := func(err error) error {
+		err = fmt.Errorf("session %s: resuming from snapshot %s: %w", session, id, err)
+		l.changed(tenant, session, "resume-failed", err.Error())
+		return err
+	}
+	start := time.Now()
+	rc, info, err := l.cfg.Snapshots.Get(ctx, tenant, session, id)
+	if err != nil {
+		return fail(l.offerPrevious(ctx, tenant, session, id, err))
+	}
+	defer rc.Close()
+	c, err := agentapi.DialEndpoint(ctx, sb.Agent)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	st, err := c.ImportWorkspace(ctx, rc, agentapi.WorkspaceLimits{})
+	if err != nil {
+		// The store's verifier ends a stream that fails its check with
+		// ErrCorrupt; the agent reports the cut stream as invalid.
+		if _, verr := rc.Read(make([]byte, 1)); errors.Is(verr, snapshot.ErrCorrupt) {
+			err = fmt.Errorf("%w (%w)", verr, err)
+		}
+		return fail(l.offerPrevious(ctx, tenant, session, id, err))
+	}
+	r.State, r.Resumed, r.Snapshot = stateRunning, time.Now().UTC(), id
+	if err := l.writeRecord(ctx, tenant, session, r); err != nil {
+		return fail(fmt.Errorf("recording it running: %w", err))
+	}
+	l.mu.Lock()
+	delete(l.resumeFrom, tenant+"/"+session)
+	l.mu.Unlock()
+	l.changed(tenant, session, "resumed", fmt.Sprintf("from snapshot %s of %s (%s ago): %d entries, %d bytes, in %s",
+		id, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), st.Entries, st.Bytes,
+		time.Since(start).Round(time.Millisecond)))
+	return nil
+}
+
+// offerPrevious adds to err, a resume from snapshot id that failed, the
+// snapshot before it, if there is one.
+func (l *Service) offerPrevious(ctx context.Context, tenant, session, id string, err error) error {
+	if !errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	infos, lerr := l.cfg.Snapshots.List(ctx, tenant, session)
+	if lerr != nil {
+		return err
+	}
+	for _, info := range infos {
+		if info.ID != id && info.Created.Before(idTime(id, info.Created)) {
+			return fmt.Errorf("%w; the session stays suspended: resume it from the snapshot before, %s of %s (shellbox sessions resume %s --snapshot %s), or delete it",
+				err, info.ID, info.Created.Format(time.RFC3339), session, info.ID)
+		}
+	}
+	return fmt.Errorf("%w; the session stays suspended, and has no earlier snapshot", err)
+}
+
+// idTime is the time a snapshot id carries, or def when it carries none.
+func idTime(id string, def time.Time) time.Time {
+	ts, _, _ := strings.Cut(id, "-")
+	t, err := time.Parse("20060102T150405.000000000Z", ts)
+	if err != nil {
+		return def.Add(time.Nanosecond)
+	}
+	return t
+}
+
+// SuspendSession implements server.Suspender: the session's workspace to
+// the snapshot store, its background tasks killed, its sandbox removed.
+// A session already suspended is returned as it is.
+func (l *Service) SuspendSession(ctx context.Context, tenant, session string) (server.SessionInfo, error) {
+	if err := l.durable(tenant); err != nil {
+		return server.SessionInfo{}, err
+	}
+	k := tenant + "/" + session
+	l.mu.Lock()
+	if _, ok := l.suspending[k]; ok {
+		l.mu.Unlock()
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s is being suspended already", session)
+	}
+	l.suspending[k] = "requested"
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.suspending, k)
+		l.mu.Unlock()
+	}()
+	err := l.manager.Suspend(ctx, tenant, session)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		r, ok, rerr := l.readRecord(ctx, tenant, session)
+		switch {
+		case rerr != nil:
+			return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s: %v", session, rerr)
+		case ok && r.State == stateSuspended:
+			return suspendedInfo(tenant, session, r), nil
+		}
+		return server.SessionInfo{}, server.NoSuchSession(session)
+	}
+	if err != nil {
+		return server.SessionInfo{}, serverErr(err)
+	}
+	r, _, rerr := l.readRecord(ctx, tenant, session)
+	if rerr != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s: %v", session, rerr)
+	}
+	return suspendedInfo(tenant, session, r), nil
+}
+
+// ResumeSession implements server.Suspender: a suspended session gets its
+// sandbox back now (from snapshot, when not "": one of its snapshots, say
+// the one before a corrupt newest), rather than at its next call. A running
+// session is returned as it is.
+func (l *Service) ResumeSession(ctx context.Context, tenant, session, snapshotID string) (server.SessionInfo, error) {
+	if err := l.durable(tenant); err != nil {
+		return server.SessionInfo{}, err
+	}
+	r, ok, err := l.readRecord(ctx, tenant, session)
+	if err != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s: %v", session, err)
+	}
+	if snapshotID != "" {
+		if !ok || r.State != stateSuspended {
+			return server.SessionInfo{}, server.Errorf(server.ErrInvalid, "session %s is not suspended: only a suspended session resumes from a snapshot of its choice", session)
+		}
+		infos, err := l.cfg.Snapshots.List(ctx, tenant, session)
+		if err != nil {
+			return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s: %v", session, err)
+		}
+		found := false
+		for _, info := range infos {
+			found = found || info.ID == snapshotID
+		}
+		if !found {
+			return server.SessionInfo{}, server.Errorf(server.ErrInvalid, "session %s has no snapshot %q (it has %d)", session, snapshotID, len(infos))
+		}
+		l.mu.Lock()
+		l.resumeFrom[tenant+"/"+session] = snapshotID
+		l.mu.Unlock()
+	}
+	if !ok {
+		if _, err := l.manager.Inspect(ctx, tenant, session); err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				return server.SessionInfo{}, server.NoSuchSession(session)
+			}
+			return server.SessionInfo{}, serverErr(err)
+		}
+	}
+	spec, err := l.spec(ctx, tenant, session)
+	if err != nil {
+		return server.SessionInfo{}, err
+	}
+	sb, err := l.manager.Ensure(ctx, spec)
+	if err != nil {
+		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "sandbox for session %s: %v", session, err)
+	}
+	return sessionInfo(sb), nil
+}
+
+// durable refuses suspend and resume where sessions cannot be suspended.
+func (l *Service) durable(tenant string) error {
+	if _, err := l.tenant(tenant); err != nil {
+		return err
+	}
+	if l.manager == nil {
+		return server.Errorf(server.ErrInvalid, "the local backend suspends no sessions: they run on this host, not in sandboxes")
+	}
+	if l.cfg.Snapshots == nil {
+		return server.Errorf(server.ErrInvalid, "this server suspends no sessions: it has no snapshot store (snapshots.store)")
+	}
+	return nil
+}
+
+// serverErr maps a sandbox layer's error to the server's classes.
+func serverErr(err error) error {
+	switch {
+	case errors.Is(err, errdefs.ErrNoSpace), errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return server.Errorf(server.ErrUnavailable, "%v", err)
+	case errors.Is(err, errdefs.ErrInvalid):
+		return server.Errorf(server.ErrInvalid, "%v", err)
+	}
+	return server.Errorf(server.ErrUnavailable, "%v", err)
+}
+
+// suspendedInfo describes a suspended session from its record.
+func suspendedInfo(tenant, session string, r record) server.SessionInfo {
+	si := server.SessionInfo{ID: session, Tenant: tenant, State: r.State, Created: r.Created,
+		Snapshot: r.Snapshot, Suspended: r.Suspended}
+	if r.Settings != nil {
+		si.Image, si.Runtime = r.Settings.Image, r.Settings.Runtime
+	}
+	return si
+}
+
+// suspendedSessions are the tenant's suspended sessions the store records
+// (all tenants: tenant ""), by tenant and session.
+func (l *Service) suspendedSessions(ctx context.Context, tenant string) (map[string]record, error) {
+	recs, err := l.cfg.Snapshots.Records(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]record{}
+	for _, rec := range recs {
+		var r record
+		if json.Unmarshal(rec.Data, &r) != nil || r.State != stateSuspended {
+			continue
+		}
+		out[rec.Tenant+"/"+rec.Session] = r
+	}
+	return out, nil
+}
+
+// suspendedTTL is a tenant's: its policy's limits.suspendedTTL, else
+// Config.SuspendedTTL.
+func (l *Service) suspendedTTL(tenant string) time.Duration {
+	if l.cfg.Policies != nil {
+		if p, err := l.cfg.Policies.Policy(tenant); err == nil && p.SuspendedTTL > 0 {
+			return p.SuspendedTTL
+		}
+	}
+	return l.cfg.SuspendedTTL
+}
+
+// sweepSuspended deletes, with their snapshots, the suspended sessions
+// past their tenant's suspendedTTL, and the store's leftovers of crashed
+// suspends; it returns the sessions deleted.
+func (l *Service) sweepSuspended(ctx context.Context) ([]string, error) {
+	sus, err := l.suspendedSessions(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var gone []string
+	var errs []error
+	keys := make([]string, 0, len(sus))
+	for k := range sus {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		r := sus[k]
+		tenant, session, _ := strings.Cut(k, "/")
+		ttl := l.suspendedTTL(tenant)
+		if ttl <= 0 || now.Sub(r.Suspended) < ttl {
+			continue
+		}
+		if err := l.cfg.Snapshots.DeleteSession(ctx, tenant, session); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		gone = append(gone, k)
+		l.changed(tenant, session, "deleted", fmt.Sprintf("suspended %s ago, past its suspendedTTL of %s: deleted with its snapshots",
+			now.Sub(r.Suspended).Round(time.Second), ttl))
+	}
+	if _, err := l.cfg.Snapshots.Sweep(ctx, now.Add(-time.Hour)); err != nil {
+		errs = append(errs, err)
+	}
+	return gone, errors.Join(errs...)
+}
+
+// sweepSuspendedEvery runs sweepSuspended until ctx ends.
+func (l *Service) sweepSuspendedEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := l.sweepSuspended(ctx); err != nil && ctx.Err() == nil {
+			l.log.Warn("deleting suspended sessions past their TTL", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
