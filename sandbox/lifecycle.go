@@ -157,43 +157,59 @@ func (l *lifecycle) remove(ctx context.Context, tenant, session string, end bool
 		return err
 	}
 	k := key{tenant, session}
+	e, r, err := l.hold(ctx, k)
+	if err != nil {
+		return err
+	}
+	var sb Sandbox
+	if e != nil {
+		sb = e.sb
+	}
+	return detached(ctx, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(ctx, l.cfg.RemoveTimeout)
+		defer cancel()
+		r.err = l.destroy(rctx, k, sb)
+		if end {
+			r.err = l.endSession(rctx, k, r.err)
+		}
+		l.release(k, r, end && r.err == nil)
+		return r.err
+	})
+}
+
+// hold waits for the operation in progress on k's sandbox, if any, then
+// puts a removal entry in place, which holds k's calls until released. It
+// returns the entry it replaced (nil: none) and the removal entry.
+func (l *lifecycle) hold(ctx context.Context, k key) (prev, r *entry, _ error) {
 	for {
 		l.mu.Lock()
 		e := l.entries[k]
-		if e != nil && e.busy != nil {
-			busy := e.busy
+		if e == nil || e.busy == nil {
+			r := l.claimLocked(k)
 			l.mu.Unlock()
-			select {
-			case <-busy:
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return e, r, nil
 		}
-		var sb Sandbox
-		if e != nil {
-			sb = e.sb
-		}
-		r := l.claimLocked(k)
+		busy := e.busy
 		l.mu.Unlock()
-
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RemoveTimeout)
-			defer cancel()
-			r.err = l.destroy(rctx, k, sb)
-			if end {
-				r.err = l.endSession(rctx, k, r.err)
-			}
-			l.release(k, r, end && r.err == nil)
-		}()
 		select {
-		case <-done:
-			return r.err
+		case <-busy:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, nil, ctx.Err()
 		}
+	}
+}
+
+// detached runs op to its end whatever ctx does (a removal half done
+// helps nobody), under ctx's values; it returns op's error, or ctx's if
+// the caller stops waiting first.
+func detached(ctx context.Context, op func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- op(context.WithoutCancel(ctx)) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -208,39 +224,15 @@ func (l *lifecycle) suspend(ctx context.Context, tenant, session string) error {
 		return err
 	}
 	k := key{tenant, session}
-	for {
-		l.mu.Lock()
-		e := l.entries[k]
-		if e != nil && e.busy != nil {
-			busy := e.busy
-			l.mu.Unlock()
-			select {
-			case <-busy:
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		v := victim{k: k, prev: e}
-		if e != nil {
-			v.sb = e.sb
-		}
-		v.r = l.claimLocked(k)
-		l.mu.Unlock()
-
-		done := make(chan struct{})
-		var err error
-		go func() {
-			defer close(done)
-			err = l.suspendOne(context.WithoutCancel(ctx), v)
-		}()
-		select {
-		case <-done:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	e, r, err := l.hold(ctx, k)
+	if err != nil {
+		return err
 	}
+	v := victim{k: k, prev: e, r: r}
+	if e != nil {
+		v.sb = e.sb
+	}
+	return detached(ctx, func(ctx context.Context) error { return l.suspendOne(ctx, v) })
 }
 
 // suspendOne saves and removes v's sandbox, and ends v's removal entry.
