@@ -78,6 +78,15 @@ type SessionInfo struct {
 	Suspended time.Time `json:"suspended,omitzero"`
 }
 
+// CallHolder is a Backend that hears which sessions have a tool call in
+// this server, from before its gate (an approval it waits for) to its
+// result: the idle reaper must not suspend a session whose call is held
+// here before its command reaches the sandbox. HoldCall returns the
+// release, which the server calls once.
+type CallHolder interface {
+	HoldCall(tenant, session string) (release func())
+}
+
 // Suspender is a Backend whose sessions can be suspended: the sandbox
 // removed, the workspace kept in a snapshot store, the session resumed by
 // its next call or on request.

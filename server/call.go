@@ -47,6 +47,9 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 		s.metrics.toolCall(tool, tenant, "unavailable", 0)
 		return tools.Result{}, err
 	}
+	if h, ok := s.cfg.Backend.(CallHolder); ok {
+		defer h.HoldCall(tenant, session)()
+	}
 	start := time.Now()
 	res := ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: args, Live: live})
 	s.metrics.observeResult(tenant, tool, res, time.Since(start))

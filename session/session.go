@@ -146,6 +146,9 @@ type Service struct {
 	// suspending holds the sessions an operator is suspending, with why;
 	// resumeFrom the snapshot an operator chose to resume a session from.
 	suspending, resumeFrom map[string]string
+	// held counts the calls this server holds per tenant/session
+	// (HoldCall).
+	held map[string]int
 	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
@@ -170,6 +173,8 @@ type tenant struct {
 var (
 	_ server.Backend        = (*Service)(nil)
 	_ server.NoticeReceiver = (*Service)(nil)
+	_ server.CallHolder     = (*Service)(nil)
+	_ server.Suspender      = (*Service)(nil)
 )
 
 // New checks cfg and returns a Service. It does not touch the engine: a
@@ -188,7 +193,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.SuspendedTTL = DefaultSuspendedTTL
 	}
 	l := &Service{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{},
-		suspending: map[string]string{}, resumeFrom: map[string]string{}}
+		suspending: map[string]string{}, resumeFrom: map[string]string{}, held: map[string]int{}}
 	if cfg.Runtime == nil {
 		return l, nil
 	}
@@ -199,7 +204,7 @@ func New(cfg Config) (*Service, error) {
 	// A new sandbox's agent is dialled once: the readiness check's
 	// connection is the executor's.
 	l.readyConns = sandboxconn.NewReadyConns()
-	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, sandboxconn.Busy
+	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, l.busy(sandboxconn.Busy)
 	var suspend, resume func(context.Context, sandbox.Sandbox) error
 	if cfg.Snapshots != nil {
 		suspend, resume = l.saveSandbox, l.resumeSandbox

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
@@ -149,6 +150,14 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	defer c.Close()
 	var killed []string
 	if requested {
+		// A call in flight is not suspended: the operator waits for it.
+		n := l.heldCalls(tenant, session)
+		if a, err := c.Activity(ctx); err == nil {
+			n = max(n, a.Calls)
+		}
+		if n > 0 {
+			return fail(errdefs.Errorf(errdefs.ErrUnavailable, "%d call(s) in flight; suspend it when they have ended", n))
+		}
 		if killed, err = killTasks(ctx, c, session); err != nil {
 			return fail(err)
 		}
@@ -191,6 +200,45 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	}
 	l.changed(tenant, session, stateSuspended, msg)
 	return nil
+}
+
+// HoldCall implements server.CallHolder: the session has a call in this
+// server (held for an approval, or on its way to the sandbox) until the
+// release; busy reports it to the reaper.
+func (l *Service) HoldCall(tenant, session string) func() {
+	k := tenant + "/" + session
+	l.mu.Lock()
+	l.held[k]++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.held[k]--; l.held[k] <= 0 {
+				delete(l.held, k)
+			}
+		})
+	}
+}
+
+// heldCalls counts the session's calls held in this server.
+func (l *Service) heldCalls(tenant, session string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[tenant+"/"+session]
+}
+
+// busy is sandbox.Config.Busy: calls this server holds for the session
+// (an approval pending: its command has not reached the sandbox), else
+// what the sandbox's agent says runs (ask).
+func (l *Service) busy(ask func(context.Context, sandbox.Sandbox) (string, error)) func(context.Context, sandbox.Sandbox) (string, error) {
+	return func(ctx context.Context, sb sandbox.Sandbox) (string, error) {
+		if n := l.heldCalls(sb.Tenant, sb.Session); n > 0 {
+			return fmt.Sprintf("%d call(s) held by the server (waiting for an approval, or on their way)", n), nil
+		}
+		return ask(ctx, sb)
+	}
 }
 
 // killTasks kills the session's running background tasks (an operator's

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/errdefs"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/snapshot"
 )
 
@@ -64,5 +65,36 @@ func TestSweepSuspended(t *testing.T) {
 	}
 	if _, ok := sus["acme/young"]; !ok {
 		t.Errorf("suspended sessions: %v, want young", sus)
+	}
+}
+
+// TestHeldCallsAreBusy: a call the server holds for a session (waiting
+// for an approval) makes it busy to the reaper before its command reaches
+// the sandbox; the release, once, ends that.
+func TestHeldCallsAreBusy(t *testing.T) {
+	l, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	busy := l.busy(func(context.Context, sandbox.Sandbox) (string, error) { asked++; return "", nil })
+	sb := sandbox.Sandbox{Tenant: "acme", Session: "s"}
+	ctx := context.Background()
+	release := l.HoldCall("acme", "s")
+	second := l.HoldCall("acme", "s")
+	if why, err := busy(ctx, sb); err != nil || why != "2 call(s) held by the server (waiting for an approval, or on their way)" || asked != 0 {
+		t.Fatalf("with 2 calls held: %q, %v, agent asked %d times", why, err, asked)
+	}
+	if why, _ := busy(ctx, sandbox.Sandbox{Tenant: "other", Session: "s"}); why != "" || asked != 1 {
+		t.Fatalf("another tenant's session: %q (asked %d)", why, asked)
+	}
+	release()
+	release() // once
+	if n := l.heldCalls("acme", "s"); n != 1 {
+		t.Fatalf("after one release (twice): %d held, want 1", n)
+	}
+	second()
+	if why, _ := busy(ctx, sb); why != "" || asked != 2 || len(l.held) != 0 {
+		t.Fatalf("after both releases: %q, asked %d, held %v", why, asked, l.held)
 	}
 }
