@@ -23,7 +23,7 @@ import (
 
 // buildBinaries builds shellbox and, next to it, the static agent, as an
 // operator would install them.
-func buildBinaries(t *testing.T) (shellbox string) {
+func buildBinaries(t testing.TB) (shellbox string) {
 	t.Helper()
 	dir := t.TempDir()
 	for _, b := range []struct{ out, pkg, cgo string }{
@@ -235,7 +235,7 @@ func runBinary(t *testing.T, bin, cfg string, args ...string) (stdout, stderr st
 // removeSandboxesAtEnd removes the sandboxes of tenant's sessions when t
 // ends, whichever process created them (a server the test ran), with the
 // test's config cfg (its engine and owner).
-func removeSandboxesAtEnd(t *testing.T, cfg, tenant string, sessions ...string) {
+func removeSandboxesAtEnd(t testing.TB, cfg, tenant string, sessions ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -101,7 +101,7 @@ type serveProcess struct {
 	done chan error
 }
 
-func startServeProcess(t *testing.T, bin, cfg string) *serveProcess {
+func startServeProcess(t testing.TB, bin, cfg string) *serveProcess {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
@@ -149,7 +149,7 @@ func startServeProcess(t *testing.T, bin, cfg string) *serveProcess {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *serveProcess) stop(t *testing.T) {
+func (p *serveProcess) stop(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,7 +132,7 @@ func TestSuspendResume(t *testing.T) {
 // suspendConfig is a server's configuration with the snapshot store
 // (dir: under the test's temporary directory; s3: a bucket of its own on
 // the environment's S3 server) and extra lines.
-func suspendConfig(t *testing.T, eng enginetest.Engine, runtime, store, extra string) (cfg, stateDir, storeDir string) {
+func suspendConfig(t testing.TB, eng enginetest.Engine, runtime, store, extra string) (cfg, stateDir, storeDir string) {
 	t.Helper()
 	stateDir = dockertest.StateDir(t)
 	snap := ""
@@ -390,4 +392,106 @@ func TestIdleSuspend(t *testing.T) {
 	if err := c.DeleteSession(ctx, s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// repoTar streams a tar of copies of this repository's own tracked files
+// (real source: text, compressible as a checkout is) under copy0/, copy1/,
+// ... until size bytes of files.
+func repoTar(b testing.TB, size int64) io.Reader {
+	out, err := exec.Command("git", "-C", "../..", "ls-files", "-z").Output()
+	if err != nil {
+		b.Fatalf("git ls-files: %v", err)
+	}
+	var paths []string
+	for p := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if fi, err := os.Lstat(filepath.Join("../..", p)); err == nil && fi.Mode().IsRegular() {
+			paths = append(paths, p)
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		var n int64
+		for c := 0; n < size; c++ {
+			for _, p := range paths {
+				if n >= size {
+					break
+				}
+				data, err := os.ReadFile(filepath.Join("../..", p))
+				if err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+				name := fmt.Sprintf("copy%d/%s", c, p)
+				if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(1e9, 0)}); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+				if _, err := tw.Write(data); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+				n += int64(len(data))
+			}
+		}
+		pw.CloseWithError(tw.Close())
+	}()
+	return pr
+}
+
+// BenchmarkSuspendResume: suspend (REST call to its answer) and resume
+// (the next call's first result: a new sandbox, the workspace restored,
+// the call run) of a workspace of real source files, through shellbox
+// serve, on each engine, runc, the dir store, no warm pool. Sizes 1 and
+// 100 MiB; SHELLBOX_BENCH_BIG=1 adds 1 GiB.
+//
+//	go test ./cmd/shellbox -run '^$' -bench SuspendResume -benchtime 3x
+func BenchmarkSuspendResume(b *testing.B) {
+	sizes := []int64{1, 100}
+	if os.Getenv("SHELLBOX_BENCH_BIG") == "1" {
+		sizes = append(sizes, 1024)
+	}
+	for _, eng := range enginetest.All {
+		for _, mib := range sizes {
+			b.Run(fmt.Sprintf("%s/%dMiB", eng.Name, mib), func(b *testing.B) { benchSuspendResume(b, eng, mib) })
+		}
+	}
+}
+
+func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64) {
+	requireEngine(b)
+	bin := buildBinaries(b)
+	cfg, _, _ := suspendConfig(b, eng, "runc", "dir", "")
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Room for the files, whatever the default workspace size.
+	ws := fmt.Sprintf("sandbox:\n  workspaceBytes: %d\n", (2*mib+256)<<20)
+	os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", ws, 1)), 0o644)
+	const s = "bench"
+	removeSandboxesAtEnd(b, cfg, dockerTenant, s)
+	p := startServeProcess(b, bin, cfg)
+	ctx := context.Background()
+	c := client.New(p.url, testToken, nil)
+	if _, err := c.PutFile(ctx, s, "/workspace", repoTar(b, mib<<20), client.PutOptions{Tar: true}); err != nil {
+		b.Fatalf("filling the workspace: %v", err)
+	}
+	var suspend, resume time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			b.Fatalf("suspend: %v", err)
+		}
+		t1 := time.Now()
+		r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"echo back","description":"resume"}`))
+		if err != nil || r.Text != "back" {
+			b.Fatalf("resume: %v %q", err, r.Text)
+		}
+		suspend += t1.Sub(t0)
+		resume += time.Since(t1)
+	}
+	b.ReportMetric(float64(suspend.Milliseconds())/float64(b.N), "suspend-ms/op")
+	b.ReportMetric(float64(resume.Milliseconds())/float64(b.N), "resume-ms/op")
 }
