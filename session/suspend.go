@@ -532,6 +532,31 @@ func (l *Service) suspendedSessions(ctx context.Context, tenant string) (map[str
 	return out, nil
 }
 
+// Suspended lists the suspended sessions of every tenant the store
+// records (for an operator's listing on this host), by tenant and
+// session; none without a store.
+func (l *Service) Suspended(ctx context.Context) ([]server.SessionInfo, error) {
+	if l.cfg.Snapshots == nil || l.manager == nil {
+		return nil, nil
+	}
+	sus, err := l.suspendedSessions(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]server.SessionInfo, 0, len(sus))
+	for k, r := range sus {
+		tenant, session, _ := strings.Cut(k, "/")
+		out = append(out, suspendedInfo(tenant, session, r))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
 // suspendedTTL is a tenant's: its policy's limits.suspendedTTL, else
 // Config.SuspendedTTL.
 func (l *Service) suspendedTTL(tenant string) time.Duration {

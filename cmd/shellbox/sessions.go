@@ -82,7 +82,7 @@ func newSessionsCmd() *cobra.Command {
 	addRemoteFlags(cmd)
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List this owner's sandboxes (all tenants)",
+		Short: "List this owner's sandboxes and suspended sessions (all tenants)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c, err := remote(cmd); err != nil || c != nil {
@@ -109,6 +109,16 @@ func newSessionsCmd() *cobra.Command {
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.Tenant, sb.Session, sb.Runtime, sb.State,
 					sb.Created.Local().Format(time.DateTime), id)
+			}
+			// Suspended sessions have no sandbox: the snapshot store
+			// lists them.
+			sus, err := b.Suspended(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, si := range sus {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", si.Tenant, si.ID, "-", si.State,
+					si.Created.Local().Format(time.DateTime), "-")
 			}
 			return w.Flush()
 		},

@@ -213,6 +213,9 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 	if _, err := os.Lstat(ws); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the suspended session's host workspace %s: %v, want it gone", ws, err)
 	}
+	if out := cliOut(t, "sessions", "ls", "--config", cfg); !strings.Contains(out, s) || !strings.Contains(out, "suspended") {
+		t.Errorf("sessions ls on this host after suspend:\n%s", out)
+	}
 	if again, err := c.SuspendSession(ctx, s); err != nil || again.Snapshot != si.Snapshot {
 		t.Errorf("suspending a suspended session: %+v, %v; want it as it is", again, err)
 	}
@@ -250,6 +253,18 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 		}
 	}
 	second.stop(t)
+}
+
+// cliOut runs the shellbox CLI in this process and returns its stdout.
+func cliOut(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut strings.Builder
+	if code := run(ctx, args, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Errorf("shellbox %v: exit %d: %s", args, code, errOut.String())
+	}
+	return out.String()
 }
 
 // corruptNewest suspends the session again and flips a byte of that new
