@@ -36,6 +36,7 @@ type metrics struct {
 	leader        prometheus.Gauge
 	idemReplays   prometheus.Counter
 	sessionsDesc  *prometheus.Desc
+	suspendedDesc *prometheus.Desc
 	tasksDesc     *prometheus.Desc
 	warningsDesc  *prometheus.Desc
 
@@ -88,6 +89,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "shellbox_idempotent_replays_total", Help: "POSTs answered from an earlier request with the same Idempotency-Key instead of running again.",
 	})
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
+	m.suspendedDesc = prometheus.NewDesc("shellbox_suspended_sessions", "Suspended sessions (no sandbox; the workspace in the snapshot store) by tenant.", []string{"tenant"}, nil)
 	m.warningsDesc = prometheus.NewDesc("shellbox_backend_warnings", "Problems that do not stop this process serving, e.g. tenants' policy files that do not load as they are (listed by /readyz).", nil, nil)
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
@@ -103,6 +105,7 @@ func (m *metrics) handler() http.Handler {
 // Describe and Collect make the session and task gauges, computed at scrape.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.sessionsDesc
+	ch <- m.suspendedDesc
 	ch <- m.tasksDesc
 	ch <- m.warningsDesc
 }
@@ -115,7 +118,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for tenant := range m.s.cfg.Tenants {
 		if list, err := m.s.cfg.Backend.Sessions(ctx, tenant); err == nil {
-			ch <- prometheus.MustNewConstMetric(m.sessionsDesc, prometheus.GaugeValue, float64(len(list)), tenant)
+			suspended := 0
+			for _, si := range list {
+				if si.State == "suspended" {
+					suspended++
+				}
+			}
+			ch <- prometheus.MustNewConstMetric(m.sessionsDesc, prometheus.GaugeValue, float64(len(list)-suspended), tenant)
+			ch <- prometheus.MustNewConstMetric(m.suspendedDesc, prometheus.GaugeValue, float64(suspended), tenant)
 		}
 	}
 	m.mu.Lock()

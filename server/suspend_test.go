@@ -34,6 +34,14 @@ func (b *holdingBackend) SuspendSession(_ context.Context, tenant, session strin
 	return SessionInfo{ID: session, Tenant: tenant, State: "suspended", Snapshot: "snap-1"}, nil
 }
 
+func (b *holdingBackend) Sessions(ctx context.Context, tenant string) ([]SessionInfo, error) {
+	list, err := b.localBackend.Sessions(ctx, tenant)
+	if tenant == "acme" {
+		list = append(list, SessionInfo{ID: "asleep", Tenant: tenant, State: "suspended"})
+	}
+	return list, err
+}
+
 func (b *holdingBackend) ResumeSession(_ context.Context, tenant, session, snapshot string) (SessionInfo, error) {
 	b.mu.Lock()
 	b.resumed = snapshot
@@ -85,6 +93,13 @@ func TestCallHoldAndSuspendRoutes(t *testing.T) {
 	}
 	if code, m = r.json("POST", "/v1/sessions/s1/suspend", "", nil); code != 401 {
 		t.Errorf("suspend without a token: %d %v", code, m)
+	}
+	// Suspended sessions are counted apart from active ones.
+	_, body := r.do("GET", "/metrics", "", "", nil)
+	for _, want := range []string{`shellbox_active_sessions{tenant="acme"} 0`, `shellbox_suspended_sessions{tenant="acme"} 1`, `shellbox_suspended_sessions{tenant="beta"} 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
 
