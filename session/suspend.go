@@ -250,7 +250,7 @@ func killTasks(ctx context.Context, c *agentapi.Client, session string) ([]strin
 	}
 	var killed []string
 	for _, ti := range tasks {
-		if ti.Status != nil {
+		if ti.Status != nil && ti.Status.State != executor.Running {
 			continue
 		}
 		t, err := c.Task(ctx, session, ti.ID)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
@@ -196,6 +197,7 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 		t.Fatalf("background task: %v %q", err, r.Text)
 	}
 
+	events := subscribe(t, c, s)
 	start := time.Now()
 	si, err := c.SuspendSession(ctx, s)
 	if err != nil {
@@ -204,6 +206,9 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 	t.Logf("suspended in %s: %+v", time.Since(start).Round(time.Millisecond), si)
 	if si.State != "suspended" || si.Snapshot == "" {
 		t.Fatalf("suspend answered %+v, want state suspended and its snapshot", si)
+	}
+	if e := events("suspended"); !strings.Contains(e.Message, si.Snapshot) || !strings.Contains(e.Message, "killed by the suspend") {
+		t.Errorf("the suspended event: %q, want the snapshot and the killed task named", e.Message)
 	}
 	list, err := c.Sessions(ctx)
 	if err != nil || len(list) != 1 || list[0].ID != s || list[0].State != "suspended" {
@@ -224,8 +229,12 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 	first.stop(t)
 	second := startServeProcess(t, bin, cfg)
 	c = client.New(second.url, testToken, nil)
+	events = subscribe(t, c, s)
 	start = time.Now()
 	after := run(c, suspendManifest)
+	if e := events("resumed"); !strings.Contains(e.Message, si.Snapshot) {
+		t.Errorf("the resumed event: %q, want the snapshot named", e.Message)
+	}
 	t.Logf("first call after the restart, resuming: %s", time.Since(start).Round(time.Millisecond))
 	if after != before {
 		t.Errorf("the workspace after resume differs:\n--- before\n%s\n--- after\n%s", before, after)
@@ -253,6 +262,50 @@ func suspendResume(t *testing.T, eng enginetest.Engine, runtime, store string) {
 		}
 	}
 	second.stop(t)
+}
+
+// subscribe follows the session's event stream and returns a wait for
+// its next session event of state want (the others are skipped), which
+// fails the test after 30 s.
+func subscribe(t *testing.T, c *client.Client, session string) func(want string) eventstream.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	es, err := c.Subscribe(ctx, session)
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	ch := make(chan eventstream.Event, 64)
+	go func() {
+		defer close(ch)
+		for {
+			e, err := es.Next()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- e:
+			default:
+			}
+		}
+	}()
+	return func(want string) eventstream.Event {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case e, ok := <-ch:
+				if !ok {
+					t.Fatalf("the event stream ended before a %s event", want)
+				}
+				if e.Type == eventstream.EventSession && e.State == want {
+					return e
+				}
+			case <-timeout:
+				t.Fatalf("no %s event within 30 s", want)
+			}
+		}
+	}
 }
 
 // cliOut runs the shellbox CLI in this process and returns its stdout.
