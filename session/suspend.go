@@ -392,7 +392,7 @@ func idTime(id string, def time.Time) time.Time {
 // the snapshot store, its background tasks killed, its sandbox removed.
 // A session already suspended is returned as it is.
 func (l *Service) SuspendSession(ctx context.Context, tenant, session string) (server.SessionInfo, error) {
-	if err := l.durable(tenant); err != nil {
+	if err := l.durable(tenant, session); err != nil {
 		return server.SessionInfo{}, err
 	}
 	k := tenant + "/" + session
@@ -434,7 +434,7 @@ func (l *Service) SuspendSession(ctx context.Context, tenant, session string) (s
 // the one before a corrupt newest), rather than at its next call. A running
 // session is returned as it is.
 func (l *Service) ResumeSession(ctx context.Context, tenant, session, snapshotID string) (server.SessionInfo, error) {
-	if err := l.durable(tenant); err != nil {
+	if err := l.durable(tenant, session); err != nil {
 		return server.SessionInfo{}, err
 	}
 	r, ok, err := l.readRecord(ctx, tenant, session)
@@ -479,10 +479,15 @@ func (l *Service) ResumeSession(ctx context.Context, tenant, session, snapshotID
 	return sessionInfo(sb), nil
 }
 
-// durable refuses suspend and resume where sessions cannot be suspended.
-func (l *Service) durable(tenant string) error {
+// durable refuses suspend and resume where sessions cannot be suspended,
+// and of names no session has (a warm pool's sandboxes are nobody's
+// session: suspending one would drain the pool).
+func (l *Service) durable(tenant, session string) error {
 	if _, err := l.tenant(tenant); err != nil {
 		return err
+	}
+	if sandbox.IsPooled(session) {
+		return server.Errorf(server.ErrInvalid, "session %q: names starting with %q are reserved for warm pools", session, sandbox.PoolPrefix)
 	}
 	if l.manager == nil {
 		return server.Errorf(server.ErrInvalid, "the local backend suspends no sessions: they run on this host, not in sandboxes")

@@ -10,7 +10,9 @@ import (
 
 	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 	"github.com/shellbox/shellbox/sandbox/snapshot"
+	"github.com/shellbox/shellbox/server"
 )
 
 // TestSweepSuspended: suspended sessions past their suspendedTTL are
@@ -96,5 +98,29 @@ func TestHeldCallsAreBusy(t *testing.T) {
 	second()
 	if why, _ := busy(ctx, sb); why != "" || asked != 2 || len(l.held) != 0 {
 		t.Fatalf("after both releases: %q, asked %d, held %v", why, asked, l.held)
+	}
+}
+
+// TestSuspendRefusals: no store, the local backend and pooled names are
+// refused with a class and a reason, before anything is touched.
+func TestSuspendRefusals(t *testing.T) {
+	ctx := context.Background()
+	local, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.SuspendSession(ctx, "acme", "s"); !errors.Is(err, server.ErrInvalid) || !strings.Contains(err.Error(), "local backend") {
+		t.Errorf("local backend: %v", err)
+	}
+	f := sandboxtest.NewFake()
+	noStore, err := New(Config{Runtime: f, Owner: "o", Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := noStore.ResumeSession(ctx, "acme", "s", ""); !errors.Is(err, server.ErrInvalid) || !strings.Contains(err.Error(), "no snapshot store") {
+		t.Errorf("no store: %v", err)
+	}
+	if _, err := noStore.SuspendSession(ctx, "acme", sandbox.PoolPrefix+"x"); !errors.Is(err, server.ErrInvalid) || !strings.Contains(err.Error(), "warm pools") {
+		t.Errorf("a pooled name: %v", err)
 	}
 }
