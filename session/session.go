@@ -143,8 +143,8 @@ type Service struct {
 	// opts are the options sessions were created with, by tenant/session;
 	// a session without any takes the tenant's defaults.
 	opts map[string]server.SessionOptions
-	// suspending holds the sessions an operator is suspending, with why;
-	// resumeFrom the snapshot an operator chose to resume a session from.
+	// suspending holds the sessions an operator is suspending; resumeFrom
+	// the snapshot an operator chose to resume a session from.
 	suspending, resumeFrom map[string]string
 	// held counts the calls this server holds per tenant/session
 	// (HoldCall).
@@ -271,6 +271,9 @@ func (l *Service) Start(ctx context.Context) {
 	}
 	l.log.Info("sandboxes adopted", "kept", len(rep.Kept), "removed", len(rep.Removed), "swept", len(rep.Swept),
 		"pooled", len(rep.Pooled), "claimsReleased", len(rep.Released))
+	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
+		l.reconcile(ctx, rep.Kept)
+	}
 	go l.rewatch(ctx, rep.Kept)
 	l.mu.Lock()
 	l.life = ctx

@@ -78,7 +78,12 @@ type record struct {
 	Resumed   time.Time              `json:"resumed,omitzero"`
 	// Reason says why it was suspended ("idle for its TTL", "requested").
 	Reason string `json:"reason,omitempty"`
-	// Size is the snapshot's size in bytes; Files its entries.
+	// Sandbox and SandboxCreated are the sandbox the snapshot was taken
+	// of: found running at a resume, it was never removed, and keeps
+	// the newest workspace.
+	Sandbox        string    `json:"sandbox,omitempty"`
+	SandboxCreated time.Time `json:"sandboxCreated,omitzero"`
+	// Size is the snapshot's size in bytes; Entries its entries.
 	Size    int64 `json:"size,omitempty"`
 	Entries int   `json:"entries,omitempty"`
 }
@@ -121,12 +126,14 @@ func (l *Service) writeRecord(ctx context.Context, tenant, session string, r rec
 	return l.cfg.Snapshots.SetRecord(ctx, tenant, session, data)
 }
 
-// suspendWhy is why the session's suspend under way was asked for, if an
-// operator asked; the reaper's has no entry.
-func (l *Service) suspendReason(tenant, session string) (reason string, requested bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r, ok := l.suspending[tenant+"/"+session]; ok {
+// requestedKey marks the context of an operator's suspend (SuspendSession)
+// with its reason; the reaper's has none.
+type requestedKey struct{}
+
+// suspendReason says why the suspend of ctx was asked for, and whether an
+// operator asked.
+func suspendReason(ctx context.Context) (reason string, requested bool) {
+	if r, ok := ctx.Value(requestedKey{}).(string); ok {
 		return r, true
 	}
 	return "idle for its TTL", false
@@ -137,7 +144,7 @@ func (l *Service) suspendReason(tenant, session string) (reason string, requeste
 // the session's running background tasks first.
 func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	tenant, session := sb.Tenant, sb.Session
-	reason, requested := l.suspendReason(tenant, session)
+	reason, requested := suspendReason(ctx)
 	fail := func(err error) error {
 		err = fmt.Errorf("suspending session %s: %w; its sandbox is kept and the session runs on", session, err)
 		l.changed(tenant, session, "suspend-failed", err.Error())
@@ -172,9 +179,20 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return fail(fmt.Errorf("storing its workspace: %w", err))
 	}
+	// A call or command that began while the workspace streamed out
+	// (another process's: this one's wait for the suspend) may have
+	// written past the snapshot: the suspend is abandoned, the sandbox
+	// kept.
+	if act, err := c.Activity(ctx); err != nil || act.Calls > 0 || act.Commands > 0 {
+		_ = l.cfg.Snapshots.Delete(context.WithoutCancel(ctx), tenant, session, info.ID)
+		if err != nil {
+			return fail(fmt.Errorf("asking its agent what ran meanwhile: %w", err))
+		}
+		return fail(errdefs.Errorf(errdefs.ErrUnavailable, "work began while its workspace was being stored (%s); the snapshot is dropped", act.Busy()))
+	}
 	st := exp.Stats()
 	r := record{State: stateSuspended, Snapshot: info.ID, Created: sb.Created, Suspended: info.Created,
-		Reason: reason, Size: info.Size, Entries: st.Entries}
+		Reason: reason, Size: info.Size, Entries: st.Entries, Sandbox: sb.ID, SandboxCreated: sb.Created}
 	if sb.Settings != "" {
 		var o server.SessionOptions
 		if err := json.Unmarshal([]byte(sb.Settings), &o); err == nil {
@@ -317,10 +335,23 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	}
 	id := r.Snapshot
 	l.mu.Lock()
+	// An operator's choice serves one resume, whatever its outcome.
 	if chosen, ok := l.resumeFrom[tenant+"/"+session]; ok {
 		id = chosen
+		delete(l.resumeFrom, tenant+"/"+session)
 	}
 	l.mu.Unlock()
+	if r.Sandbox != "" && sb.ID == r.Sandbox && sb.Created.Equal(r.SandboxCreated) {
+		// The very sandbox that was snapshotted runs on (its removal
+		// failed, or a process died between the record and the
+		// removal): its workspace is the newest; it is not rolled back.
+		r.State, r.Resumed = stateRunning, time.Now().UTC()
+		if err := l.writeRecord(ctx, tenant, session, r); err != nil {
+			return fmt.Errorf("session %s: recording it running: %w", session, err)
+		}
+		l.changed(tenant, session, "resumed", fmt.Sprintf("its sandbox %s was never removed: kept as it is, snapshot %s not restored", sb.ID, id))
+		return nil
+	}
 	fail := func(err error) error {
 		err = fmt.Errorf("session %s: resuming from snapshot %s: %w", session, id, err)
 		l.changed(tenant, session, "resume-failed", err.Error())
@@ -350,9 +381,6 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err := l.writeRecord(ctx, tenant, session, r); err != nil {
 		return fail(fmt.Errorf("recording it running: %w", err))
 	}
-	l.mu.Lock()
-	delete(l.resumeFrom, tenant+"/"+session)
-	l.mu.Unlock()
 	l.changed(tenant, session, "resumed", fmt.Sprintf("from snapshot %s of %s (%s ago): %d entries, %d bytes, in %s",
 		id, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), st.Entries, st.Bytes,
 		time.Since(start).Round(time.Millisecond)))
@@ -408,7 +436,7 @@ func (l *Service) SuspendSession(ctx context.Context, tenant, session string) (s
 		delete(l.suspending, k)
 		l.mu.Unlock()
 	}()
-	err := l.manager.Suspend(ctx, tenant, session)
+	err := l.manager.Suspend(context.WithValue(ctx, requestedKey{}, "requested"), tenant, session)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		r, ok, rerr := l.readRecord(ctx, tenant, session)
 		switch {
@@ -440,6 +468,11 @@ func (l *Service) ResumeSession(ctx context.Context, tenant, session, snapshotID
 	r, ok, err := l.readRecord(ctx, tenant, session)
 	if err != nil {
 		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s: %v", session, err)
+	}
+	if snapshotID == "" {
+		l.mu.Lock()
+		delete(l.resumeFrom, tenant+"/"+session)
+		l.mu.Unlock()
 	}
 	if snapshotID != "" {
 		if !ok || r.State != stateSuspended {
@@ -574,40 +607,80 @@ func (l *Service) suspendedTTL(tenant string) time.Duration {
 }
 
 // sweepSuspended deletes, with their snapshots, the suspended sessions
-// past their tenant's suspendedTTL, and the store's leftovers of crashed
-// suspends; it returns the sessions deleted.
+// past their tenant's suspendedTTL, the records of sessions that ended
+// without a suspend (their sandbox gone, no use for a TTL: the reaper
+// ended them, a crash) and the store's leftovers of crashed suspends; it
+// returns the sessions deleted.
 func (l *Service) sweepSuspended(ctx context.Context) ([]string, error) {
-	sus, err := l.suspendedSessions(ctx, "")
+	recs, err := l.cfg.Snapshots.Records(ctx, "")
 	if err != nil {
 		return nil, err
 	}
+	live := map[string]bool{}
+	if l.manager != nil {
+		list, err := l.manager.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range list {
+			live[sb.Tenant+"/"+sb.Session] = true
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		return recs[i].Tenant+"/"+recs[i].Session < recs[j].Tenant+"/"+recs[j].Session
+	})
 	now := time.Now()
 	var gone []string
 	var errs []error
-	keys := make([]string, 0, len(sus))
-	for k := range sus {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		r := sus[k]
-		tenant, session, _ := strings.Cut(k, "/")
-		ttl := l.suspendedTTL(tenant)
-		if ttl <= 0 || now.Sub(r.Suspended) < ttl {
+	for _, rec := range recs {
+		var r record
+		if json.Unmarshal(rec.Data, &r) != nil {
 			continue
 		}
-		if err := l.cfg.Snapshots.DeleteSession(ctx, tenant, session); err != nil {
+		k := rec.Tenant + "/" + rec.Session
+		ttl := l.suspendedTTL(rec.Tenant)
+		since := r.Suspended
+		if r.Resumed.After(since) {
+			since = r.Resumed
+		}
+		switch {
+		case ttl <= 0 || now.Sub(since) < ttl:
+			continue
+		case r.State == stateSuspended:
+		case live[k]:
+			continue // running
+		}
+		if err := l.cfg.Snapshots.DeleteSession(ctx, rec.Tenant, rec.Session); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		gone = append(gone, k)
-		l.changed(tenant, session, "deleted", fmt.Sprintf("suspended %s ago, past its suspendedTTL of %s: deleted with its snapshots",
-			now.Sub(r.Suspended).Round(time.Second), ttl))
+		if r.State == stateSuspended {
+			l.changed(rec.Tenant, rec.Session, "deleted", fmt.Sprintf("suspended %s ago, past its suspendedTTL of %s: deleted with its snapshots",
+				now.Sub(since).Round(time.Second), ttl))
+		} else {
+			l.log.Info("snapshots of an ended session deleted", "tenant", rec.Tenant, "session", rec.Session, "since", now.Sub(since).Round(time.Second))
+		}
 	}
 	if _, err := l.cfg.Snapshots.Sweep(ctx, now.Add(-time.Hour)); err != nil {
 		errs = append(errs, err)
 	}
 	return gone, errors.Join(errs...)
+}
+
+// reconcile brings the records of the sandboxes a start adopted in line
+// before any call: a sandbox that was snapshotted and never removed is
+// recorded running; one made for a resume that never restored is restored
+// (resumeSandbox).
+func (l *Service) reconcile(ctx context.Context, kept []sandbox.Sandbox) {
+	for _, sb := range kept {
+		if sandbox.IsPooled(sb.Session) {
+			continue
+		}
+		if err := l.resumeSandbox(ctx, sb); err != nil {
+			l.log.Warn("an adopted sandbox's record", "tenant", sb.Tenant, "session", sb.Session, "id", sb.ID, "err", err)
+		}
+	}
 }
 
 // sweepSuspendedEvery runs sweepSuspended until ctx ends.

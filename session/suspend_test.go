@@ -16,19 +16,29 @@ import (
 )
 
 // TestSweepSuspended: suspended sessions past their suspendedTTL are
-// deleted with their snapshots; younger ones, running ones and other
-// tenants' within theirs stay.
+// deleted with their snapshots, and so are the records of sessions that
+// ended without a suspend; younger suspended ones and running sessions
+// (a sandbox) stay.
 func TestSweepSuspended(t *testing.T) {
 	store, err := snapshot.NewDir(snapshot.DirOptions{Path: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	l, err := New(Config{Snapshots: store, SuspendedTTL: time.Hour})
+	f := sandboxtest.NewFake()
+	l, err := New(Config{Runtime: f, Owner: "o", Ready: func(context.Context, sandbox.Sandbox) error { return nil },
+		Snapshots: store, SuspendedTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	spec, err := sandbox.NewSpec("acme", "live", sandbox.WithImage("img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.manager.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now().UTC()
 	for _, c := range []struct {
 		session string
@@ -36,7 +46,8 @@ func TestSweepSuspended(t *testing.T) {
 	}{
 		{"old", record{State: stateSuspended, Suspended: now.Add(-2 * time.Hour)}},
 		{"young", record{State: stateSuspended, Suspended: now.Add(-10 * time.Minute)}},
-		{"running", record{State: stateRunning, Suspended: now.Add(-48 * time.Hour)}},
+		{"live", record{State: stateRunning, Suspended: now.Add(-49 * time.Hour), Resumed: now.Add(-48 * time.Hour)}},
+		{"ended", record{State: stateRunning, Suspended: now.Add(-49 * time.Hour), Resumed: now.Add(-48 * time.Hour)}},
 	} {
 		if _, err := store.Put(ctx, "acme", c.session, strings.NewReader("files of "+c.session)); err != nil {
 			t.Fatal(err)
@@ -47,16 +58,18 @@ func TestSweepSuspended(t *testing.T) {
 		}
 	}
 	gone, err := l.sweepSuspended(ctx)
-	if err != nil || len(gone) != 1 || gone[0] != "acme/old" {
-		t.Fatalf("sweep: %v, %v; want acme/old deleted", gone, err)
+	if err != nil || strings.Join(gone, " ") != "acme/ended acme/old" {
+		t.Fatalf("sweep: %v, %v; want acme/ended and acme/old deleted", gone, err)
 	}
-	if _, err := store.Record(ctx, "acme", "old"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("old's record: %v, want it gone", err)
+	for _, s := range []string{"old", "ended"} {
+		if _, err := store.Record(ctx, "acme", s); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("%s's record: %v, want it gone", s, err)
+		}
+		if infos, _ := store.List(ctx, "acme", s); len(infos) != 0 {
+			t.Errorf("%s's snapshots: %v, want none", s, infos)
+		}
 	}
-	if infos, _ := store.List(ctx, "acme", "old"); len(infos) != 0 {
-		t.Errorf("old's snapshots: %v, want none", infos)
-	}
-	for _, s := range []string{"young", "running"} {
+	for _, s := range []string{"young", "live"} {
 		if infos, _ := store.List(ctx, "acme", s); len(infos) != 1 {
 			t.Errorf("%s's snapshots: %v, want it kept", s, infos)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -185,18 +186,33 @@ func move(rt *os.Root, from, to string) error {
 	return chmodDir(rt, to, fi.Mode())
 }
 
-// chmodDir sets the mode of the directory name in rt through a descriptor
-// of it (fchmod), not os.Root.Chmod: that is fchmodat2, which Docker's
-// seccomp profile refuses with EPERM and gVisor passes on as it is (runc
-// turns it into ENOSYS, and Go falls back). O_NOFOLLOW: a symlink swapped
-// in is refused, not followed.
+// chmodDir sets the mode of the directory name in rt through an O_PATH
+// descriptor of it and its /proc/self/fd link, not os.Root.Chmod: that is
+// fchmodat2, which Docker's seccomp profile refuses with EPERM and gVisor
+// passes on as it is (runc turns it into ENOSYS, and Go falls back). An
+// O_PATH open needs no read permission (a directory of mode 0000 is
+// opened up too); O_NOFOLLOW and O_DIRECTORY refuse a symlink or other
+// file swapped in.
 func chmodDir(rt *os.Root, name string, mode fs.FileMode) error {
-	f, err := rt.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	f, err := rt.OpenFile(name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return f.Chmod(mode)
+	perm := uint32(mode.Perm())
+	if mode&fs.ModeSetuid != 0 {
+		perm |= unix.S_ISUID
+	}
+	if mode&fs.ModeSetgid != 0 {
+		perm |= unix.S_ISGID
+	}
+	if mode&fs.ModeSticky != 0 {
+		perm |= unix.S_ISVTX
+	}
+	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), perm, 0); err != nil {
+		return &os.PathError{Op: "chmod", Path: name, Err: err}
+	}
+	return nil
 }
 
 // adopt gives the directory rt the mode, owner, mtime (meta's) and user

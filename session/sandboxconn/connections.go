@@ -120,13 +120,27 @@ func (c *Connections) agent(ctx context.Context, session string) (*conn, error) 
 	c.mu.Lock()
 	a, ok := c.conns[session]
 	c.mu.Unlock()
-	if ok {
-		c.manager.Touch(c.tenant, session)
+	if ok && c.manager.Touch(c.tenant, session) {
 		return a, nil
 	}
 	spec, err := c.spec(session)
 	if err != nil {
 		return nil, executor.Errorf(executor.ErrUnavailable, "sandbox spec for session %s: %w", session, err)
+	}
+	if ok {
+		// The Manager holds the session (a suspend or a removal under
+		// way: Touch refuses) or no longer knows the sandbox: the call
+		// must not reach a sandbox on its way out. Ensure waits for
+		// the operation and answers with the session's sandbox; the
+		// cached connection serves if it is still that one.
+		sb, err := c.manager.Ensure(ctx, spec)
+		if err != nil {
+			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: %w", session, err)
+		}
+		if sb.ID == a.sb.ID && sb.Created.Equal(a.sb.Created) {
+			return a, nil
+		}
+		c.Forget(session)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
