@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
@@ -184,16 +185,28 @@ func (e *Executor) run(ctx context.Context, spec executor.Spec) (_ executor.Resu
 			return executor.Result{}, e.check(ctx, spec.Session, c, err), true
 		}
 		// The call ended with its sandbox: killed by SIGKILL, OOMKilled.
-		// (Not one whose agent stopped answering: a sandbox that runs.)
-		if !errors.Is(err, agentapi.ErrNoAnswer) {
-			if death, ok := e.cfg.Connections.DiedOfOOM(ctx, spec.Session); ok {
-				e.check(ctx, spec.Session, c, err)
-				return executor.Result{Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds(), SandboxOOM: death}, nil, false
-			}
+		// Also when its agent stopped answering: a pod killed whole on
+		// Kubernetes (gVisor over its memory limit) leaves the call's
+		// connection without an answer, not broken.
+		// A call without an answer waited seconds already: the engine
+		// has seen such a death by now, so one look, not oomWait's.
+		octx := ctx
+		if errors.Is(err, agentapi.ErrNoAnswer) {
+			var cancel context.CancelFunc
+			octx, cancel = context.WithTimeout(ctx, noAnswerLook)
+			defer cancel()
+		}
+		if death, ok := e.cfg.Connections.DiedOfOOM(octx, spec.Session); ok {
+			e.check(ctx, spec.Session, c, err)
+			return executor.Result{Signal: "SIGKILL", OOMKilled: true, TimeoutMs: spec.Timeout.Milliseconds(), SandboxOOM: death}, nil, false
 		}
 	}
 	return res, e.check(ctx, spec.Session, c, err), false
 }
+
+// noAnswerLook bounds the look for an OOM death after a call got no
+// answer.
+const noAnswerLook = 300 * time.Millisecond
 
 // Start starts a background task in the session's sandbox; the task lives
 // in the agent, not in this process. A start that reached no agent is made
