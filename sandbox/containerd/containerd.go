@@ -331,7 +331,9 @@ func (r *Runtime) shim(runtime string) (string, any) {
 // it until the creation's timeout. The file is read at each creation, so
 // that fixing it needs no restart.
 func (r *Runtime) checkShimOptions(runtime string) error {
-	if runtime != sandbox.RuntimeRunsc {
+	if runtime != sandbox.RuntimeRunsc || !strings.Contains(r.cfg.RuntimeNames[runtime], "runsc") {
+		// Not gVisor's shim: another (absent, or of its own kind) is
+		// containerd's to refuse, naming it.
 		return nil
 	}
 	path := r.cfg.RuntimeConfigs[runtime]

@@ -32,9 +32,18 @@ func TestCheckShimOptions(t *testing.T) {
 		{"no file", sandbox.RuntimeRunsc, "", "has no options file"},
 		{"missing", sandbox.RuntimeRunsc, filepath.Join(dir, "gone.toml"), "no such file"},
 		{"no host-uds", sandbox.RuntimeRunsc, noUDS, "does not set host-uds"},
+		// Not gVisor's shim under the runsc name: containerd names it when
+		// it refuses it.
+		{"other shim", "other-shim", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Runtime{cfg: Config{RuntimeConfigs: map[string]string{}}}
+			r := &Runtime{cfg: Config{RuntimeConfigs: map[string]string{},
+				RuntimeNames: map[string]string{sandbox.RuntimeRunsc: "io.containerd.runsc.v1"}}}
+			rt := tc.runtime
+			if rt == "other-shim" {
+				r.cfg.RuntimeNames[sandbox.RuntimeRunsc] = "io.containerd.shellbox-absent.v1"
+				tc.runtime = sandbox.RuntimeRunsc
+			}
 			if tc.path != "" {
 				r.cfg.RuntimeConfigs[tc.runtime] = tc.path
 			}
