@@ -397,23 +397,14 @@ func (l *Service) offerPrevious(ctx context.Context, tenant, session, id string,
 	if lerr != nil {
 		return err
 	}
-	for _, info := range infos {
-		if info.ID != id && info.Created.Before(idTime(id, info.Created)) {
+	// List is newest first: the one before id is the entry after it.
+	for i, info := range infos {
+		if i > 0 && infos[i-1].ID == id {
 			return fmt.Errorf("%w; the session stays suspended: resume it from the snapshot before, %s of %s (shellbox sessions resume %s --snapshot %s), or delete it",
 				err, info.ID, info.Created.Format(time.RFC3339), session, info.ID)
 		}
 	}
 	return fmt.Errorf("%w; the session stays suspended, and has no earlier snapshot", err)
-}
-
-// idTime is the time a snapshot id carries, or def when it carries none.
-func idTime(id string, def time.Time) time.Time {
-	ts, _, _ := strings.Cut(id, "-")
-	t, err := time.Parse("20060102T150405.000000000Z", ts)
-	if err != nil {
-		return def.Add(time.Nanosecond)
-	}
-	return t
 }
 
 // SuspendSession implements server.Suspender: the session's workspace to

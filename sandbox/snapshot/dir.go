@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/errdefs"
 )
 
@@ -433,8 +432,8 @@ func (d *Dir) Records(ctx context.Context, tenant string) ([]Record, error) {
 	fsys := d.root.FS()
 	var tenants []string
 	if tenant != "" {
-		if err := confine.CheckID("tenant", tenant); err != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+		if err := checkTenant(tenant); err != nil {
+			return nil, err
 		}
 		tenants = []string{tenant}
 	} else {
@@ -443,7 +442,7 @@ func (d *Dir) Records(ctx context.Context, tenant string) ([]Record, error) {
 			return fail(dirErr(err))
 		}
 		for _, e := range entries {
-			if e.IsDir() && confine.CheckID("tenant", e.Name()) == nil {
+			if e.IsDir() && checkTenant(e.Name()) == nil {
 				tenants = append(tenants, e.Name())
 			}
 		}

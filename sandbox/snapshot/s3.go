@@ -16,7 +16,6 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/errdefs"
 )
 
@@ -452,8 +451,8 @@ func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
 	}
 	prefix := s.prefix
 	if tenant != "" {
-		if err := confine.CheckID("tenant", tenant); err != nil {
-			return nil, errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+		if err := checkTenant(tenant); err != nil {
+			return nil, err
 		}
 		prefix += tenant + "/"
 	}

@@ -162,10 +162,18 @@ var ErrCorrupt = errors.New("snapshot corrupt")
 // checkSession checks a tenant and session id by confine's rule: they become
 // a path component (Dir) or key segment (S3), so no '/', no "..", bounded.
 func checkSession(tenant, session string) error {
-	if err := confine.CheckID("tenant", tenant); err != nil {
-		return errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+	if err := checkTenant(tenant); err != nil {
+		return err
 	}
 	if err := confine.CheckID("session", session); err != nil {
+		return errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
+	}
+	return nil
+}
+
+// checkTenant checks a tenant id by confine's rule.
+func checkTenant(tenant string) error {
+	if err := confine.CheckID("tenant", tenant); err != nil {
 		return errdefs.Errorf(errdefs.ErrInvalid, "snapshot: invalid %v (want %s)", err, confine.IDRule)
 	}
 	return nil
