@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"regexp"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -187,32 +186,16 @@ func move(rt *os.Root, from, to string) error {
 }
 
 // chmodDir sets the mode of the directory name in rt through an O_PATH
-// descriptor of it and its /proc/self/fd link, not os.Root.Chmod: that is
-// fchmodat2, which Docker's seccomp profile refuses with EPERM and gVisor
-// passes on as it is (runc turns it into ENOSYS, and Go falls back). An
-// O_PATH open needs no read permission (a directory of mode 0000 is
-// opened up too); O_NOFOLLOW and O_DIRECTORY refuse a symlink or other
-// file swapped in.
+// descriptor of it (chmodPinned): an O_PATH open needs no read permission
+// (a directory of mode 0000 is opened up too); O_NOFOLLOW and O_DIRECTORY
+// refuse a symlink or other file swapped in.
 func chmodDir(rt *os.Root, name string, mode fs.FileMode) error {
 	f, err := rt.OpenFile(name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	perm := uint32(mode.Perm())
-	if mode&fs.ModeSetuid != 0 {
-		perm |= unix.S_ISUID
-	}
-	if mode&fs.ModeSetgid != 0 {
-		perm |= unix.S_ISGID
-	}
-	if mode&fs.ModeSticky != 0 {
-		perm |= unix.S_ISVTX
-	}
-	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), perm, 0); err != nil {
-		return &os.PathError{Op: "chmod", Path: name, Err: err}
-	}
-	return nil
+	return chmodPinned(int(f.Fd()), name, unixMode(mode))
 }
 
 // adopt gives the directory rt the mode, owner, mtime (meta's) and user

@@ -420,10 +420,7 @@ func (u *unpacker) entry(hdr *tar.Header) error {
 
 // chmodFifo sets the mode of the FIFO base in dirfd, pinned by an O_PATH
 // descriptor (a process of the sandbox could swap a symlink in) and
-// changed through its /proc/self/fd link: os.Root.Chmod's fchmodat of a
-// FIFO fails under gVisor with EPERM, and chmod(2) of an O_PATH
-// descriptor's magic link is how Linux and gVisor both change a file no
-// one may open.
+// checked to be a FIFO (chmodPinned).
 func chmodFifo(dirfd int, base string, mode uint32) error {
 	fd, err := unix.Openat(dirfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -437,10 +434,7 @@ func chmodFifo(dirfd int, base string, mode uint32) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		return &os.PathError{Op: "chmod", Path: base, Err: errChanged}
 	}
-	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0); err != nil {
-		return &os.PathError{Op: "chmod", Path: base, Err: err}
-	}
-	return nil
+	return chmodPinned(fd, base, mode)
 }
 
 // enter returns the frame of dir, the directory of the entry name: the
@@ -701,17 +695,30 @@ func setMtime(dirfd int, name string, mtime time.Time) error {
 	return unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// fileMode is a tar mode's permission bits as an fs.FileMode.
-func fileMode(m int64) fs.FileMode {
-	mode := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
+// unixMode is an fs.FileMode's permission and setuid, setgid and sticky
+// bits as chmod(2) takes them.
+func unixMode(m fs.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= unix.S_ISUID
 	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
+	if m&fs.ModeSetgid != 0 {
+		mode |= unix.S_ISGID
 	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
+	if m&fs.ModeSticky != 0 {
+		mode |= unix.S_ISVTX
 	}
 	return mode
+}
+
+// chmodPinned sets the mode of the file fd pins (an O_PATH descriptor)
+// through its /proc/self/fd link, which Linux and gVisor both allow on a
+// file no one may open. Not os.Root.Chmod: that is fchmodat2, which
+// Docker's seccomp profile refuses with EPERM and gVisor passes on as it
+// is (runc turns it into ENOSYS, and Go falls back).
+func chmodPinned(fd int, name string, mode uint32) error {
+	if err := unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), mode, 0); err != nil {
+		return &os.PathError{Op: "chmod", Path: name, Err: err}
+	}
+	return nil
 }
