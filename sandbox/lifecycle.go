@@ -259,13 +259,19 @@ func (l *lifecycle) suspendOne(ctx context.Context, v victim) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.RemoveTimeout)
 	defer cancel()
-	err := l.destroy(rctx, v.k, v.sb)
-	err = l.endSession(rctx, v.k, err)
+	if err := l.end(rctx, v); !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// end removes v's sandbox and the session's state, and ends v's removal
+// entry: the session is gone unless that failed.
+func (l *lifecycle) end(ctx context.Context, v victim) error {
+	err := l.destroy(ctx, v.k, v.sb)
+	err = l.endSession(ctx, v.k, err)
 	v.r.err = err
 	l.release(v.k, v.r, err == nil || errors.Is(err, ErrNotFound))
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
 	return err
 }
 

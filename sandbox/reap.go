@@ -123,10 +123,7 @@ func (r *reaper) reapOne(ctx context.Context, v victim) (gone bool, _ error) {
 			return false, err
 		}
 	}
-	err := r.life.destroy(c, v.k, v.sb)
-	err = r.life.endSession(c, v.k, err)
-	v.r.err = err
-	r.life.release(v.k, v.r, err == nil || errors.Is(err, ErrNotFound))
+	err := r.life.end(c, v)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return false, err
 	}
