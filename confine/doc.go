@@ -2,8 +2,10 @@
 // each defined once: the syntax of tenant and session ids, the runtimes,
 // the memory floor and the default resources, the paths shellbox and the
 // engine own inside every sandbox and so the targets a host directory may
-// be mounted on, the egress allowlist's entries and matching, and the name
-// of the permission that opens the network.
+// be mounted on, the egress allowlist's entries and matching, the HTTP
+// rules judged per destination and the one normal form of the paths they
+// judge (httprules.go), and the name of the permission that opens the
+// network.
 //
 // Two layers check these rules. sandbox checks a Spec when it is built;
 // policies checks a tenant's file when it loads, so a bad file fails with

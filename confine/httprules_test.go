@@ -1,0 +1,151 @@
+package confine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestNormalPath(t *testing.T) {
+	for _, c := range []struct {
+		target, want string // want "": refused
+		why          string // a part of the refusal
+	}{
+		{target: "/", want: "/"},
+		{target: "/repos/acme/x", want: "/repos/acme/x"},
+		{target: "/repos/acme/x?token=a/../../b", want: "/repos/acme/x"},
+		{target: "/repos/", want: "/repos/"},
+		{target: "https://api.example/repos/a?q", want: "/repos/a"},
+		{target: "HTTP://api.example", want: "/"},
+		{target: "//repos///acme//x", want: "/repos/acme/x"},
+		{target: "/repos/./acme/.", want: "/repos/acme/"},
+		{target: "/repos/evil/../acme/x", want: "/repos/acme/x"},
+		{target: "/repos/acme/x/..", want: "/repos/acme/"},
+		{target: "/%72epos/%61cme/%7e%2D%5F%2E", want: "/repos/acme/~-_."},
+		{target: "/repos/%2e%2e/admin", want: "/admin"},
+		{target: "/repos/%2E/x", want: "/repos/x"},
+		{target: "/users/%40me", want: "/users/@me"},
+		{target: "/files/a%20b/%C3%A9", want: "/files/a b/é"},
+		{target: "/a/%3F/%23", want: "/a/?/#"},
+		// Hostile: what a server could read another way is refused.
+		{target: "/repos/acme%2Fx/pulls", why: "%2F encodes '/'"},
+		{target: "/repos/acme%2fx", why: "%2f encodes '/'"},
+		{target: "/repos%5cacme", why: `encodes '\\'`},
+		{target: "/repos/%252F", why: "%25 encodes '%'"},
+		{target: "/admin;x/", why: "path parameters"},
+		{target: "/admin%3Bx/", why: "encodes ';'"},
+		{target: `/repos\acme`, why: `a \`},
+		{target: "/a%00b", why: "control"},
+		{target: "/a%0d%0aHost:x", why: "control"},
+		{target: "/a%C0%AE%C0%AE/", why: "not UTF-8"},
+		{target: "/a%zz", why: "two hex"},
+		{target: "/a%2", why: "two hex"},
+		{target: "/..", why: "above the root"},
+		{target: "/a/../../b", why: "above the root"},
+		{target: "/%2e%2e/etc", why: "above the root"},
+		{target: "/a b", why: "not allowed in a path"},
+		{target: "/a#frag", why: "not allowed in a path"},
+		{target: "/\xc3\xa9", why: "not allowed in a path"},
+		{target: "*", why: "not a path"},
+		{target: "api.example:443", why: "not a path"},
+		{target: "", why: "not a path"},
+		{target: "/" + strings.Repeat("a", MaxRulePathBytes), why: "over"},
+		{target: strings.Repeat("/a", MaxRulePathSegments+1), why: "segments"},
+	} {
+		got, err := NormalPath(c.target)
+		if c.why == "" {
+			if err != nil || got != c.want {
+				t.Errorf("NormalPath(%q) = %q, %v; want %q", c.target, got, err, c.want)
+			}
+			// Judged form, sent re-encoded: a second pass changes nothing.
+			if again, err := NormalPath(EncodePath(got)); err != nil || again != got {
+				t.Errorf("NormalPath(EncodePath(%q)) = %q, %v", got, again, err)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, ErrAmbiguousPath) || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("NormalPath(%q) = %q, %v; want a refusal with %q", c.target, got, err, c.why)
+		}
+	}
+	if got := EncodePath("/files/a b/é/?#%"); got != "/files/a%20b/%C3%A9/%3F%23%25" {
+		t.Errorf("EncodePath: %q", got)
+	}
+}
+
+func TestHTTPRules(t *testing.T) {
+	var rs HTTPRules
+	for i, s := range []string{
+		"allow GET /repos/**",
+		"allow POST /repos/acme/*/pulls",
+		"deny post,PUT /repos/**",
+		"allow * /v*/status",
+		"allow GET /exact/",
+		"allow DELETE /a/**/z",
+	} {
+		r, err := ParseHTTPRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Name = string(rune('0' + i))
+		rs.Rules = append(rs.Rules, r)
+	}
+	rs.Default = HTTPRule{Name: "default"}
+	for _, c := range []struct{ method, path, rule string }{
+		{"GET", "/repos", "0"},
+		{"GET", "/repos/", "0"},
+		{"GET", "/repos/acme/x/issues", "0"},
+		{"get", "/repos/acme", "0"}, // methods match without case
+		{"HEAD", "/repos/acme", "default"},
+		{"GET", "/reposx", "default"},
+		{"POST", "/repos/acme/x/pulls", "1"},
+		{"POST", "/repos/acme//pulls", "2"}, // (not a NormalPath; a lone * needs a segment)
+		{"POST", "/repos/acme/x/pulls/1", "2"},
+		{"POST", "/repos/other/x/pulls", "2"},
+		{"put", "/repos/acme/x", "2"},
+		{"PATCH", "/repos/acme/x", "default"},
+		{"GET", "/v1/status", "3"},
+		{"OPTIONS", "/v/status", "3"},
+		{"GET", "/w1/status", "default"},
+		{"GET", "/exact/", "4"},
+		{"GET", "/exact", "default"},
+		{"DELETE", "/a/z", "5"},
+		{"DELETE", "/a/b/c/z", "5"},
+		{"DELETE", "/a/b/c/z/", "default"},
+		{"DELETE", "/a/z/z", "5"},
+		{"GET", "/", "default"},
+	} {
+		if got := rs.Decide(c.method, c.path); got.Name != c.rule {
+			t.Errorf("%s %s: decided by %q (%s), want %q", c.method, c.path, got.Name, got.Text, c.rule)
+		}
+	}
+	// Many ** against a deep path: bounded work, still correct.
+	deep, _ := ParseHTTPRule("deny * /**/a/**/b/**/c/**/d")
+	p := strings.Repeat("/x", MaxRulePathSegments-1) + "/e"
+	if (&HTTPRules{Rules: []HTTPRule{deep}, Default: HTTPRule{Name: "d"}}).Decide("GET", p).Name != "d" {
+		t.Error("deep path matched")
+	}
+}
+
+func TestParseHTTPRuleErrors(t *testing.T) {
+	for _, c := range []struct{ rule, why string }{
+		{"GET /repos/**", "want \"allow|deny METHOD PATTERN\""},
+		{"allow GET /a b", "want"},
+		{"permit GET /a", "must be allow or deny"},
+		{"allow G@T /a", `"G@T" is not a method`},
+		{"allow GET, /a", `"" is not a method`},
+		{"allow GET repos/**", "must start with /"},
+		{"allow GET /a%2Fb", "write the path decoded"},
+		{"allow GET /a//b", "empty segment"},
+		{"allow GET /a/../b", ". or .. segment"},
+		{"allow GET /a/**x", "** inside a segment"},
+		{"allow GET /a;b", "';'"},
+		{`allow GET /a\b`, `'\\'`},
+		{"allow GET /a?b", "'?'"},
+		{"allow GET /" + strings.Repeat("a/", maxPatternSegments), "segments"},
+	} {
+		_, err := ParseHTTPRule(c.rule)
+		if err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("ParseHTTPRule(%q) = %v; want an error with %q", c.rule, err, c.why)
+		}
+	}
+}
