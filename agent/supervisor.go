@@ -216,8 +216,10 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	}
 	// Before any command: one call's commands may not trace, or read or
 	// write the memory of, another call's (same uid); strace and gdb fail
-	// with EPERM in sandboxes.
-	if err := notrace.DenyTracing(); err != nil {
+	// with EPERM in sandboxes; and clone3 fails with ENOSYS, so that libc
+	// falls back to clone where the runtime's profile answers EPERM
+	// (gVisor).
+	if err := notrace.ConfineCommands(); err != nil {
 		return err
 	}
 	if guard != nil {

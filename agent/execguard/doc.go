@@ -34,7 +34,7 @@
 //   - An LSM: not present in pods nor under gVisor, and needs the host.
 //
 // The tracer must be a process of its own started before the agent's
-// DenyTracing filter (agent/notrace), which refuses ptrace to the agent and
+// ConfineCommands filter (agent/notrace), which refuses ptrace to the agent and
 // everything it starts: that filter keeps the commands from tracing each
 // other, and the guard is outside it.
 //
@@ -114,7 +114,7 @@
 // its tracing thread; under gVisor, whose setfsuid changes nothing, that
 // thread's real and effective ids), so it reaches nothing they could not.
 // It is started before the agent empties its capability bounding set: a
-// tracer's permitted capabilities must hold its tracee's. Commands cannot trace it (DenyTracing) nor, where they run
+// tracer's permitted capabilities must hold its tracee's. Commands cannot trace it (ConfineCommands) nor, where they run
 // as another uid, signal it. If it dies, every exec fails (ENOSYS from the
 // filter with no tracer): closed, not open. Under --no-setuid (pods) the
 // commands share its uid and may kill it, which breaks only their own

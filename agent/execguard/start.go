@@ -37,7 +37,7 @@ const startTimeout = 10 * time.Second
 // commands' uid and gid, which the guard reads their memory and files as. Refusals are
 // logged with logf. The caller then installs the filter (InstallFilter),
 // after agent/notrace's: Start must come first, since a process started
-// after DenyTracing cannot trace.
+// after ConfineCommands cannot trace.
 func Start(fsuid, fsgid int, logf func(string, ...any)) (*Guard, error) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("exec guard: not supported on %s/%s", runtime.GOOS, runtime.GOARCH)

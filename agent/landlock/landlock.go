@@ -3,7 +3,7 @@
 //
 // Every call's commands run as the same user, so without more, one call's
 // process may open /proc/<pid>/mem of another call's and write into it (the
-// agent's seccomp filter, agent/notrace.DenyTracing, stops ptrace and process_vm_*,
+// agent's seccomp filter, agent/notrace.ConfineCommands, stops ptrace and process_vm_*,
 // not an open): a background task could make a process of a call that holds
 // a network grant connect for it. Landlock fences that: a process in a
 // Landlock domain may ptrace-access (the check /proc/<pid>/mem, and

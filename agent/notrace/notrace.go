@@ -1,5 +1,7 @@
-// Package notrace installs the agent's seccomp filter that keeps the
-// commands of a sandbox from tracing one another (DenyTracing).
+// Package notrace installs the agent's seccomp filter for commands
+// (ConfineCommands): it keeps the commands of a sandbox from tracing one
+// another, and makes clone3 fail with ENOSYS so that libc starts threads
+// with clone.
 package notrace
 
 import (
@@ -20,7 +22,7 @@ import (
 // (the ones holding a network grant, say). Docker's and containerd's
 // default seccomp profiles allow all four on kernels from 4.8 (5.6 for
 // pidfd_getfd), and a host without Yama (or with ptrace_scope 0) has
-// nothing else in the way. DenyTracing closes them with a seccomp filter of
+// nothing else in the way. ConfineCommands closes them with a seccomp filter of
 // the agent's own, installed on every thread of the agent before it starts
 // a command: filters are inherited across fork and execve and cannot be
 // removed, so every command gets it. The price: strace, gdb and other
@@ -28,6 +30,24 @@ import (
 // cannot see is /proc/<pid>/mem, opened by path: the agent puts each call
 // in a Landlock domain of its own for that (Config.ExecShim, package
 // landlock; docs/security.md, Known limits).
+
+// clone3 fails with ENOSYS.
+//
+// glibc (2.34 on) starts every thread and process with clone3 and falls back
+// to clone only when clone3 fails with ENOSYS. The default profiles of
+// Docker and containerd answer clone3 with ENOSYS (seccomp cannot read
+// clone3's flags, which are in memory, to refuse new namespaces the way it
+// does for clone's). gVisor applies the OCI profile itself (runsc
+// --oci-seccomp) and answers every SCMP_ACT_ERRNO with EPERM whatever its
+// errnoRet (runsc/specutils/seccomp: "runc always returns EPERM"), so under
+// gVisor pthread_create failed (python3: "can't start new thread") and
+// every threaded program with it, on Docker, containerd and pods alike.
+// The filter answers clone3 with ENOSYS itself: of two filters that both
+// return SECCOMP_RET_ERRNO, the one installed last decides the errno, on
+// Linux (kernel/seccomp.c, seccomp_run_filters) and in gVisor's sentry
+// (pkg/sentry/kernel/seccomp.go) alike, and the agent's filter is installed
+// after the runtime's. Nothing is allowed that the profile refused: clone3
+// still fails.
 
 // seccomp(2) constants (linux/seccomp.h, linux/audit.h).
 const (
@@ -42,7 +62,10 @@ const (
 	x32SyscallBit          = 0x40000000
 )
 
-// tracingSyscalls are the system calls DenyTracing refuses, per audit
+// clone3 is clone3's number on every architecture of the tables below.
+const clone3 = 435
+
+// tracingSyscalls are the system calls ConfineCommands refuses, per audit
 // architecture this build may meet (a 64-bit process may still make
 // 32-bit system calls: int 0x80 on x86-64, aarch32 on arm64): ptrace,
 // process_vm_readv, process_vm_writev, pidfd_getfd. On x86-64 the x32 ABI's
@@ -58,13 +81,13 @@ var tracingSyscalls = map[string]map[uint32][]uint32{
 	},
 }
 
-// tracingFilter returns the BPF program of DenyTracing for goarch: the
-// listed system calls fail with EPERM, every other is allowed; a system
-// call of an architecture not listed fails with EPERM.
-func tracingFilter(goarch string) ([]unix.SockFilter, error) {
+// commandFilter returns the BPF program of ConfineCommands for goarch: the
+// tracing system calls fail with EPERM and clone3 with ENOSYS, every other
+// is allowed; a system call of an architecture not listed fails with EPERM.
+func commandFilter(goarch string) ([]unix.SockFilter, error) {
 	archs, ok := tracingSyscalls[goarch]
 	if !ok {
-		return nil, fmt.Errorf("no tracing filter for %s", goarch)
+		return nil, fmt.Errorf("no command filter for %s", goarch)
 	}
 	const (
 		offNr   = 0 // struct seccomp_data: nr, arch, ...
@@ -75,9 +98,11 @@ func tracingFilter(goarch string) ([]unix.SockFilter, error) {
 		return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: k, Jt: jt, Jf: jf}
 	}
 	deny := stmt(unix.BPF_RET|unix.BPF_K, seccompRetErrno|uint32(unix.EPERM))
+	enosys := stmt(unix.BPF_RET|unix.BPF_K, seccompRetErrno|uint32(unix.ENOSYS))
 	allow := stmt(unix.BPF_RET|unix.BPF_K, seccompRetAllow)
 	// A block per architecture: compare arch, skip the block if not it;
-	// inside, load nr (x32 bit cleared on x86-64), deny on a match.
+	// inside, load nr (x32 bit cleared on x86-64), answer clone3 with
+	// ENOSYS, deny on a match.
 	var prog []unix.SockFilter
 	for _, arch := range sortedArchs(archs) {
 		nrs := archs[arch]
@@ -86,6 +111,7 @@ func tracingFilter(goarch string) ([]unix.SockFilter, error) {
 		if arch == auditArchX86_64 {
 			block = append(block, stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, ^uint32(x32SyscallBit)))
 		}
+		block = append(block, jeq(clone3, 0, 1), enosys)
 		for i, nr := range nrs {
 			// On a match jump to the deny after the last comparison.
 			block = append(block, jeq(nr, uint8(len(nrs)-i), 0))
@@ -109,16 +135,17 @@ func sortedArchs(archs map[uint32][]uint32) []uint32 {
 	return out
 }
 
-// DenyTracing installs the tracing filter (see above) on every thread of
-// this process, and so on every process it starts from now on. It sets
-// no-new-privileges, which installing a filter without CAP_SYS_ADMIN
-// requires (sandboxes have it set already). It cannot be undone.
-func DenyTracing() error {
-	prog, err := tracingFilter(runtime.GOARCH)
+// ConfineCommands installs the command filter (see above: no tracing,
+// clone3 ENOSYS) on every thread of this process, and so on every process
+// it starts from now on. It sets no-new-privileges, which installing a
+// filter without CAP_SYS_ADMIN requires (sandboxes have it set already).
+// It cannot be undone.
+func ConfineCommands() error {
+	prog, err := commandFilter(runtime.GOARCH)
 	if err != nil {
 		return err
 	}
-	return Install("deny tracing", prog)
+	return Install("command filter", prog)
 }
 
 // Install installs the seccomp filter prog on every thread of this process

@@ -17,7 +17,7 @@ import (
 const notraceHelperEnv = "SHELLBOX_LOCAL_NOTRACE_HELPER"
 
 // notraceHelper tries the tracing system calls on itself (which the kernel
-// allows any process) before and after DenyTracing, and a forked child's
+// allows any process) before and after ConfineCommands, and a forked child's
 // ptrace after it, and prints what each returned.
 func notraceHelper() int {
 	try := func() string {
@@ -35,14 +35,25 @@ func notraceHelper() int {
 		if gerr == nil {
 			unix.Close(fd)
 		}
-		return fmt.Sprintf("process_vm_readv=%v pidfd_getfd=%v", errName(rerr), errName(gerr))
+		// clone3 with a size of 0: EINVAL where the kernel sees it.
+		_, _, cerr := unix.Syscall(clone3, 0, 0, 0)
+		return fmt.Sprintf("process_vm_readv=%v pidfd_getfd=%v clone3=%v", errName(rerr), errName(gerr), errName(cerr))
 	}
 	if os.Getenv(notraceHelperEnv) == "child" {
 		fmt.Println(try())
 		return 0
 	}
 	fmt.Println("before:", try())
-	if err := DenyTracing(); err != nil {
+	// The runtime's profile as gVisor applies it: clone3 EPERM, installed
+	// first.
+	if os.Getenv(notraceHelperEnv) == "eperm" {
+		if err := Install("runtime profile", clone3EPERM()); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Println("profile:", try())
+	}
+	if err := ConfineCommands(); err != nil {
 		fmt.Println(err)
 		return 1
 	}
@@ -55,6 +66,17 @@ func notraceHelper() int {
 	return 0
 }
 
+// clone3EPERM is a filter that answers clone3 with EPERM, as gVisor
+// answers the default profiles' SCMP_ACT_ERRNO, and allows the rest.
+func clone3EPERM() []unix.SockFilter {
+	return []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: clone3, Jt: 0, Jf: 1},
+		{Code: unix.BPF_RET | unix.BPF_K, K: seccompRetErrno | uint32(unix.EPERM)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: seccompRetAllow},
+	}
+}
+
 func errName(err error) string {
 	if err == nil {
 		return "ok"
@@ -65,30 +87,39 @@ func errName(err error) string {
 	return err.Error()
 }
 
-// TestDenyTracing: the tracing system calls work before DenyTracing and
-// fail with EPERM after it, in the process and in a process it starts.
-func TestDenyTracing(t *testing.T) {
+// TestConfineCommands: the tracing system calls work before
+// ConfineCommands and fail with EPERM after it, in the process and in a
+// process it starts; clone3 reaches the kernel before (EINVAL for its size
+// of 0) and fails with ENOSYS after, also where a filter installed before
+// answered it with EPERM (gVisor's way with the runtime's profile).
+func TestConfineCommands(t *testing.T) {
 	t.Parallel()
-	if _, err := tracingFilter(runtime.GOARCH); err != nil {
+	if _, err := commandFilter(runtime.GOARCH); err != nil {
 		t.Skipf("no filter for this architecture: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), notraceHelperEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
-	got := string(out)
-	for _, want := range []string{
-		"before: process_vm_readv=ok pidfd_getfd=ok\n",
-		"after: process_vm_readv=EPERM pidfd_getfd=EPERM\n",
-		"child: process_vm_readv=EPERM pidfd_getfd=EPERM\n",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("helper said:\n%s\nwant a line %q", got, want)
+	for _, mode := range []string{"1", "eperm"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), notraceHelperEnv+"="+mode)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper %s: %v\n%s", mode, err, out)
+		}
+		got := string(out)
+		want := []string{
+			"before: process_vm_readv=ok pidfd_getfd=ok clone3=EINVAL\n",
+			"after: process_vm_readv=EPERM pidfd_getfd=EPERM clone3=ENOSYS\n",
+			"child: process_vm_readv=EPERM pidfd_getfd=EPERM clone3=ENOSYS\n",
+		}
+		if mode == "eperm" {
+			want = append(want, "profile: process_vm_readv=ok pidfd_getfd=ok clone3=EPERM\n")
+		}
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("helper %s said:\n%s\nwant a line %q", mode, got, w)
+			}
 		}
 	}
-	if _, err := tracingFilter("mips"); err == nil {
+	if _, err := commandFilter("mips"); err == nil {
 		t.Error("a filter for an architecture without a table")
 	}
 }

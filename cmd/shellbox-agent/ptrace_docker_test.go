@@ -16,7 +16,7 @@ import (
 // TestDockerPtrace: a command of one call cannot trace, nor read or write
 // the memory of, nor take a descriptor of, a process of another call,
 // although both run as the sandbox user (the agent's seccomp filter,
-// agent/notrace.DenyTracing). Opening /proc/<pid>/mem is not a system
+// agent/notrace.ConfineCommands). Opening /proc/<pid>/mem is not a system
 // call the filter can tell apart: each call's Landlock domain refuses it on
 // runc (agent/landlock), and gVisor's sentry does.
 func TestDockerPtrace(t *testing.T) {
