@@ -42,6 +42,23 @@
 // handshake are tunnelled blind: a plain-text request is never given a
 // credential.
 //
+// An Intercept with Rules (a destination a policy gives HTTP rules) judges
+// every request on the connection on its own, TLS or plain text (a plain
+// one is then read as HTTP too, never given a credential): its path is
+// brought to confine.NormalPath's one form (decoded, no dot segments, no
+// runs of /; a path with no single reading, %2F say, is refused with 400),
+// the first rule matching its method and that path decides, else the
+// destination's default. A refused request is answered 403, the body and
+// Shellbox-Error naming the rule ("shellbox egress: POST host/path is
+// denied by rule <where it is written>: "<rule>""), and the connection
+// ends: requests pipelined behind it are never sent, and a kept-alive
+// connection earns nothing, as each request is read, judged and answered
+// before the next is read. An allowed one goes upstream with the path it
+// was judged by (confine.EncodePath), so the server reads what the rule
+// saw; an Upgrade other than websocket (h2c) is refused, since the
+// requests it would carry are not read. The rule that decided is in the
+// request's RequestRecord.
+//
 // The design in full (the wire protocol of the poll and its verdict lines,
 // the bounds on both ends, how a connection is attributed to a tree):
 // docs/architecture.md#egress-sandboxegress.

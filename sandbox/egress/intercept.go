@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi/egresswire"
+	"github.com/shellbox/shellbox/confine"
 )
 
 // Intercept makes the relay terminate a connection's TLS instead of
 // tunnelling it blind, so that each HTTP request on it can be rewritten
-// (credentials injected) and seen (method, path, status) before it goes
-// upstream over a TLS connection of the relay's own.
+// (credentials injected), judged (Rules) and seen (method, path, status)
+// before it goes upstream over a TLS connection of the relay's own.
 type Intercept struct {
 	// Host is the name the connection is for (its target's): the leaf the
 	// client is shown is for it, the upstream must prove it, and every
@@ -30,12 +31,21 @@ type Intercept struct {
 	Cert func() (*tls.Certificate, error)
 	// Roots verify the upstream's certificate; nil: the system's.
 	Roots *x509.CertPool
-	// Rewrite rewrites a request's header just before it goes upstream.
-	// It returns what to do to the response's header (scrub what the
-	// server echoes), and the names of the credentials it used (for
-	// Observe). An error refuses the request (502, with the error's text:
-	// it must name no secret's value).
+	// Rewrite, if set, rewrites a request's header just before it goes
+	// upstream over TLS (never a plain-text one). It returns what to do to
+	// the response's header (scrub what the server echoes), and the names
+	// of the credentials it used (for Observe). An error refuses the
+	// request (502, with the error's text: it must name no secret's
+	// value).
 	Rewrite func(h http.Header) (scrub func(http.Header), used []string, err error)
+	// Rules, if set, judge every request on the connection by its method
+	// and normal path (confine.HTTPRule), TLS or plain text: a refused one
+	// is answered 403 naming the rule and ends the connection; an allowed
+	// one goes upstream with its path as judged (confine.EncodePath).
+	// RulesName names the rules' destination (a policy's key), for a
+	// request refused before any rule could judge it (an ambiguous path).
+	Rules     *confine.HTTPRules
+	RulesName string
 	// Observe, if set, hears each request once answered (or refused).
 	Observe func(RequestRecord)
 }
@@ -51,6 +61,9 @@ type RequestRecord struct {
 	BytesIn     int64  // the response's body, sent to the client
 	Credentials []string
 	Duration    time.Duration
+	// Rule is where the HTTP rule that decided is written (Rules'), and
+	// RuleText the rule itself; "" when the destination has no rules.
+	Rule, RuleText string
 	// Refused, if set, is why the relay answered itself.
 	Refused string
 }
@@ -76,8 +89,9 @@ func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // intercept serves one intercepted connection: agent is the client's
 // side (the proxy's tunnel), out the dialled upstream. Bytes that are not
-// a TLS handshake go through blind: a plain-text request is never given a
-// credential.
+// a TLS handshake go through blind, or, when the destination has Rules,
+// are read as plain HTTP requests and judged: a plain-text request is
+// never given a credential.
 func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, ic *Intercept) {
 	agent.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	first, err := agent.br.Peek(1)
@@ -86,7 +100,13 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 		return
 	}
 	if first[0] != 0x16 { // not a TLS handshake record
-		egresswire.Splice(agent.Conn, agent.br, out, out)
+		if ic.Rules == nil {
+			egresswire.Splice(agent.Conn, agent.br, out, out)
+			return
+		}
+		plain := *ic
+		plain.Rewrite = nil
+		r.serve(agent.Conn, agent.br, out, &plain)
 		return
 	}
 	client := tls.Server(readerConn{agent.Conn, agent.br}, &tls.Config{
@@ -119,7 +139,15 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 		return
 	}
 	defer up.Close()
-	lr := &io.LimitedReader{R: client}
+	r.serve(client, client, up, ic)
+}
+
+// serve relays the requests of one connection, one at a time in the
+// order they came, each judged on its own (pipelined ones wait in cbr
+// until the one before is answered): client is the client's side, read
+// through cr; up the upstream's.
+func (r *Relay) serve(client net.Conn, cr io.Reader, up net.Conn, ic *Intercept) {
+	lr := &io.LimitedReader{R: cr}
 	cbr := bufio.NewReaderSize(lr, 4096)
 	ubr := bufio.NewReaderSize(up, 32<<10)
 	for {
@@ -131,7 +159,7 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 
 // exchange relays one request and its answer; false when the connection
 // is done (closed, broken, refused, or switched protocols and spliced).
-func (r *Relay) exchange(client *tls.Conn, lr *io.LimitedReader, cbr *bufio.Reader, up *tls.Conn, ubr *bufio.Reader, ic *Intercept) bool {
+func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reader, up net.Conn, ubr *bufio.Reader, ic *Intercept) bool {
 	// Waiting for the next request is unbounded (a kept-alive connection,
 	// as a blind tunnel's); its head, once begun, is not.
 	lr.N = 1<<63 - 1
@@ -167,6 +195,11 @@ func (r *Relay) exchange(client *tls.Conn, lr *io.LimitedReader, cbr *bufio.Read
 		// header, absolute URL) is refused, not re-routed.
 		return refuse(http.StatusMisdirectedRequest, fmt.Sprintf("shellbox egress: a request for %s on a connection to %s", egresswire.Clip(req.Host), ic.Host))
 	}
+	if ic.Rules != nil {
+		if status, why := judge(req, ic, &rec); why != "" {
+			return refuse(status, why)
+		}
+	}
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		// Answered here: the body is streamed upstream with the head.
 		req.Header.Del("Expect")
@@ -174,10 +207,14 @@ func (r *Relay) exchange(client *tls.Conn, lr *io.LimitedReader, cbr *bufio.Read
 			return false
 		}
 	}
-	scrub, used, err := ic.Rewrite(req.Header)
-	rec.Credentials = used
-	if err != nil {
-		return refuse(http.StatusBadGateway, "shellbox egress: "+err.Error())
+	var scrub func(http.Header)
+	if ic.Rewrite != nil {
+		var used []string
+		scrub, used, err = ic.Rewrite(req.Header)
+		rec.Credentials = used
+		if err != nil {
+			return refuse(http.StatusBadGateway, "shellbox egress: "+err.Error())
+		}
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
 		// Else Request.Write adds Go's.
@@ -218,6 +255,51 @@ func (r *Relay) exchange(client *tls.Conn, lr *io.LimitedReader, cbr *bufio.Read
 		return false
 	}
 	return !req.Close && !resp.Close
+}
+
+// judge decides req by ic.Rules, recording the rule in rec: a status and
+// why when it is refused, "" when it may go upstream, its path rewritten
+// to the one it was judged by.
+func judge(req *http.Request, ic *Intercept, rec *RequestRecord) (int, string) {
+	path, err := confine.NormalPath(req.RequestURI)
+	if err != nil {
+		rec.Rule, rec.Path = ic.RulesName, req.URL.EscapedPath()
+		return http.StatusBadRequest, fmt.Sprintf("shellbox egress: %s %s on %s is refused: %v; rules (%s) judge a path only when it has one reading",
+			egresswire.Clip(req.Method), egresswire.Clip(req.URL.EscapedPath()), ic.Host, err, ic.RulesName)
+	}
+	rec.Path = path
+	rule := ic.Rules.Decide(req.Method, path)
+	rec.Rule, rec.RuleText = rule.Name, rule.Text
+	if !rule.Allow {
+		how := "the default (no rule matched)"
+		if rule.Text != "" {
+			how = fmt.Sprintf("%q", rule.Text)
+		}
+		return http.StatusForbidden, fmt.Sprintf("shellbox egress: %s %s%s is denied by rule %s: %s",
+			egresswire.Clip(req.Method), ic.Host, egresswire.Clip(path), rule.Name, how)
+	}
+	if up := req.Header.Values("Upgrade"); len(up) > 0 && !onlyWebSocket(up) {
+		// An upgrade to another HTTP (h2c) would carry requests no rule
+		// reads; a WebSocket carries none.
+		rec.Rule, rec.RuleText = ic.RulesName, ""
+		return http.StatusForbidden, fmt.Sprintf("shellbox egress: Upgrade: %s to %s is refused: the requests it would carry are not judged by rules (%s)",
+			egresswire.Clip(strings.Join(up, ", ")), ic.Host, ic.RulesName)
+	}
+	// Upstream reads the path the rule saw, spelt one way; the query goes
+	// as it came.
+	req.URL.Opaque, req.URL.RawPath = confine.EncodePath(path), ""
+	return 0, ""
+}
+
+func onlyWebSocket(vals []string) bool {
+	for _, v := range vals {
+		for _, t := range strings.Split(v, ",") {
+			if !strings.EqualFold(strings.TrimSpace(t), "websocket") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (r *Relay) observeRequest(ic *Intercept, rec RequestRecord) {

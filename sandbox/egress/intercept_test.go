@@ -19,6 +19,7 @@ import (
 	"time"
 
 	agentegress "github.com/shellbox/shellbox/agent/egress"
+	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/secrets"
 )
 
@@ -44,13 +45,18 @@ type interceptRig struct {
 	tenantPool   *x509.CertPool
 	upstreamPool *x509.CertPool
 	origin       *httptest.Server // https://localhost:port, the credential's host
+	plain        *httptest.Server // http://127.0.0.1:port, reached as localhost
 	seen         chan http.Header
 
 	mu      sync.Mutex
 	records []RequestRecord
 }
 
-func newInterceptRig(t testing.TB) *interceptRig {
+func newInterceptRig(t testing.TB) *interceptRig { return newRuledRig(t, nil) }
+
+// newRuledRig is newInterceptRig whose localhost has rules (nil: none),
+// with a plain-text origin on localhost too (ir.plain).
+func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 	t.Helper()
 	dir := t.TempDir()
 	tenantCA, err := secrets.LoadOrCreateCA(filepath.Join(dir, "tenant.pem"), "acme")
@@ -67,7 +73,7 @@ func newInterceptRig(t testing.TB) *interceptRig {
 	upstreamRoots.AppendCertsFromPEM(upstreamCA.CertPEM())
 	ir.upstreamPool = upstreamRoots
 
-	ir.origin = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case ir.seen <- r.Header.Clone():
 		default: // a benchmark's
@@ -80,8 +86,11 @@ func newInterceptRig(t testing.TB) *interceptRig {
 			return
 		}
 		b, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
-	}))
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.EscapedPath(), len(b))
+	})
+	ir.origin = httptest.NewUnstartedServer(handler)
+	ir.plain = httptest.NewServer(handler)
+	t.Cleanup(ir.plain.Close)
 	leaf, err := upstreamCA.Leaf("localhost")
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +118,8 @@ func newInterceptRig(t testing.TB) *interceptRig {
 				d, err := inj.Rewrite(h)
 				return d.Scrub, d.Names, err
 			},
+			Rules:     rules,
+			RulesName: "http[0]",
 			Observe: func(rec RequestRecord) {
 				ir.mu.Lock()
 				ir.records = append(ir.records, rec)
