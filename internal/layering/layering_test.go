@@ -93,6 +93,8 @@ var layers = []layer{
 	{name: "images", doc: "sandbox images built without a registry", side: "host", pkgs: []string{"images"}},
 	{name: "secrets", doc: "credentials resolved in the server only: secret stores, placeholders, header injection, the egress CA", side: "host",
 		pkgs: []string{"secrets"}},
+	{name: "usage", doc: "what sessions used, from their cgroups: sampler, meter, daily limits, the usage store", side: "host",
+		pkgs: []string{"usage"}},
 	{name: "agent", doc: "PID 1 in every sandbox: flags and wiring", side: "agent", pkgs: []string{"cmd/shellbox-agent"}},
 	{name: "inside", doc: "everything that runs inside the sandbox: supervisor, PID 1's hooks into the runner (tags, OOM, reaping), protocol server, egress proxy, exec guard, landlock, seccomp, the workspace's snapshot stream", side: "agent",
 		pkgs: []string{"agent/..."}, beside: []string{"agent agent/...", "agent/execguard agent/notrace", "agent/apiserver agent/workspace"}},

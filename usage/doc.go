@@ -1,0 +1,60 @@
+// Package usage measures what each session's sandbox used, from the
+// kernel's own counters, and keeps it per tenant and session where any
+// process sharing the state directory reads it (issue 27, item 2).
+//
+// # What is measured, and how
+//
+// A Sampler reads, once per interval (default 10 s), the counters of every
+// running sandbox through a Source: the engine's figures of the sandbox's
+// cgroup (Docker: the one-shot stats API, which reads cpuacct.usage and
+// memory.usage_in_bytes / max_usage_in_bytes on cgroup v1 and their v2
+// equivalents; containerd: the task's metrics). From two readings of one
+// sandbox it derives
+//
+//   - sandbox-seconds: the time between the readings (a sandbox counts
+//     from the reading that first saw it);
+//   - CPU-seconds: the growth of the cgroup's cumulative CPU time, so
+//     nothing the sandbox ran between two readings is lost, however
+//     short-lived;
+//   - memory GiB-seconds: the memory in use at the reading times the time
+//     since the one before (a step approximation, good to one interval's
+//     changes); and the peak, the cgroup's own high-water mark.
+//
+// The server adds each tool call and its duration (Meter.Call). What a
+// sandbox used between its last reading and its removal (at most one
+// interval) is not counted; the session's figures end with the reading
+// that last saw it, and that is when its final record is written
+// (Record.Final).
+//
+// Cost: one engine request per running sandbox per interval, made one
+// sandbox at a time (so the engine sees at most one at once), plus one
+// appended file write per tenant-day per interval. Each engine states what
+// its read costs where it implements it.
+//
+// # Where it is kept, and why there
+//
+// Deltas are summed in memory per (tenant, session, UTC hour) and appended,
+// each interval, to a Store. Dir, the one implementation, writes one JSON
+// line per bucket to <dir>/<tenant>/<YYYY-MM-DD>.jsonl, opened O_APPEND, so
+// every process on the host (a restarted server, `shellbox usage` reading
+// the files) sees every other's lines, a crash loses at most the interval
+// not yet written, and a tenant's day is one small file. The snapshot
+// store's session records were the other candidate: they are one
+// replace-only document per session, owned by the session layer and
+// deleted with the session, while usage must outlive the session and be
+// summed over a tenant and a day; an S3 implementation of Store is the way
+// to a fleet's shared usage.
+//
+// Memory is bounded: the Sampler keeps the last reading of at most
+// MaxSandboxes sandboxes, and the Meter at most MaxPending buckets between
+// flushes (a call recorded past that is counted in the tenant's totals but
+// not kept per session: its bucket is dropped, and Dropped counts it), and
+// per tenant the totals since start and of the current UTC day.
+//
+// # Limits
+//
+// Meter.Check compares a tenant's use today (UTC) with its policy's
+// limits.cpuSecondsPerDay and limits.sandboxHoursPerDay; the session layer
+// asks it before a command runs. Nothing already running is stopped: a
+// limit refuses new commands only.
+package usage

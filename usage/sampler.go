@@ -1,0 +1,154 @@
+package usage
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Sandbox names one running sandbox a Source lists.
+type Sandbox struct {
+	Tenant, Session string
+	// ID is the engine's id: a session's new sandbox (after a resume or a
+	// replacement) starts its counters again.
+	ID string
+	// Created is when the engine created it.
+	Created time.Time
+}
+
+// Source is what a Sampler reads: the running sandboxes, and the counters
+// of one. Implementations are safe for concurrent use.
+type Source interface {
+	Sandboxes(ctx context.Context) ([]Sandbox, error)
+	// Read returns a sandbox's counters; an error for a sandbox that went
+	// away meanwhile is expected and skipped.
+	Read(ctx context.Context, id string) (Counters, error)
+}
+
+// MaxSandboxes bounds the sandboxes a Sampler keeps a last reading of.
+const MaxSandboxes = 10_000
+
+// DefaultInterval is how often a Sampler reads each sandbox by default.
+const DefaultInterval = 10 * time.Second
+
+// Sampler reads every running sandbox's counters once per interval and
+// adds what they grew by to a Meter, then flushes the Meter.
+type Sampler struct {
+	meter    *Meter
+	src      Source
+	interval time.Duration
+	log      *slog.Logger
+	started  time.Time
+
+	last map[string]reading // by sandbox id; only Sample's goroutine uses it
+}
+
+type reading struct {
+	tenant, session string
+	at              time.Time
+	c               Counters
+}
+
+// NewSampler returns a Sampler; interval <= 0 is DefaultInterval, log nil
+// discards.
+func NewSampler(m *Meter, src Source, interval time.Duration, log *slog.Logger) *Sampler {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sampler{meter: m, src: src, interval: interval, log: log, started: m.now(), last: map[string]reading{}}
+}
+
+// Run samples every interval until ctx ends, then flushes once more under
+// a short context of its own (so what was measured is written even though
+// the caller is gone).
+func (s *Sampler) Run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		s.Sample(ctx)
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.meter.Flush(fctx); err != nil {
+				s.log.Warn("writing usage", "err", err)
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample reads every running sandbox once, adds each one's growth since
+// its previous reading to the Meter, closes (Final) the sessions of the
+// sandboxes no longer listed, and flushes. Not safe for concurrent use:
+// one goroutine samples.
+func (s *Sampler) Sample(ctx context.Context) {
+	list, err := s.src.Sandboxes(ctx)
+	if err != nil {
+		s.log.Warn("listing sandboxes for usage", "err", err)
+		return
+	}
+	seen := make(map[string]bool, len(list))
+	for _, sb := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		c, err := s.src.Read(ctx, sb.ID)
+		if err != nil {
+			s.log.Debug("reading a sandbox's usage", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			continue
+		}
+		seen[sb.ID] = true
+		now := s.meter.now()
+		prev, ok := s.last[sb.ID]
+		if !ok && len(s.last) >= MaxSandboxes {
+			continue
+		}
+		s.last[sb.ID] = reading{tenant: sb.Tenant, session: sb.Session, at: now, c: c}
+		if !ok {
+			// The first reading of a sandbox. One created since the
+			// Sampler started counts from its creation (its counters
+			// start at zero); one that was there before (adopted after
+			// a restart) counts from this reading on, since the
+			// process before counted it up to its own last reading.
+			if !sb.Created.Before(s.started) {
+				s.meter.add(sb.Tenant, sb.Session, now, grown(reading{at: sb.Created}, c, now), false)
+			} else {
+				s.meter.add(sb.Tenant, sb.Session, now, Figures{MemoryPeakBytes: c.MemoryPeakBytes}, false)
+			}
+			continue
+		}
+		s.meter.add(sb.Tenant, sb.Session, now, grown(prev, c, now), false)
+	}
+	for id, r := range s.last {
+		if !seen[id] && ctx.Err() == nil {
+			delete(s.last, id)
+			s.meter.add(r.tenant, r.session, r.at, Figures{}, true)
+		}
+	}
+	if err := s.meter.Flush(ctx); err != nil {
+		s.log.Warn("writing usage", "err", err)
+	}
+}
+
+// grown is what a sandbox used between two readings.
+func grown(prev reading, c Counters, now time.Time) Figures {
+	dt := now.Sub(prev.at).Seconds()
+	if dt < 0 {
+		dt = 0
+	}
+	cpu := (c.CPU - prev.c.CPU).Seconds()
+	if cpu < 0 { // a counter that went back: the cgroup was recreated
+		cpu = c.CPU.Seconds()
+	}
+	return Figures{
+		SandboxSeconds:   dt,
+		CPUSeconds:       cpu,
+		MemoryGiBSeconds: float64(c.MemoryBytes) / (1 << 30) * dt,
+		MemoryPeakBytes:  c.MemoryPeakBytes,
+	}
+}

@@ -1,0 +1,108 @@
+package usage
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Counters are one reading of a sandbox's cgroup.
+type Counters struct {
+	// CPU is the cgroup's cumulative CPU time (cpuacct.usage).
+	CPU time.Duration
+	// MemoryBytes is the memory in use at the reading; MemoryPeakBytes the
+	// cgroup's high-water mark since the sandbox started (0 where the
+	// engine does not report it).
+	MemoryBytes     int64
+	MemoryPeakBytes int64
+}
+
+// Figures are what one session, or a tenant, used.
+type Figures struct {
+	SandboxSeconds   float64 `json:"sandboxSeconds"`
+	CPUSeconds       float64 `json:"cpuSeconds"`
+	MemoryGiBSeconds float64 `json:"memoryGiBSeconds"`
+	MemoryPeakBytes  int64   `json:"memoryPeakBytes"`
+	Calls            int64   `json:"calls"`
+	CallSeconds      float64 `json:"callSeconds"`
+}
+
+// add adds o to f: sums, and the larger peak.
+func (f *Figures) add(o Figures) {
+	f.SandboxSeconds += o.SandboxSeconds
+	f.CPUSeconds += o.CPUSeconds
+	f.MemoryGiBSeconds += o.MemoryGiBSeconds
+	f.MemoryPeakBytes = max(f.MemoryPeakBytes, o.MemoryPeakBytes)
+	f.Calls += o.Calls
+	f.CallSeconds += o.CallSeconds
+}
+
+// Bucket is what one session used in one UTC hour: the unit a Store keeps.
+type Bucket struct {
+	Tenant  string `json:"tenant"`
+	Session string `json:"session"`
+	// Hour is the UTC hour the figures fall in (truncated).
+	Hour time.Time `json:"hour"`
+	Figures
+	// Final marks the bucket written when the session's sandbox was seen
+	// gone: its figures end there.
+	Final bool `json:"final,omitempty"`
+}
+
+// Record is one session's use over a query's range: its buckets summed.
+type Record struct {
+	Tenant  string `json:"tenant"`
+	Session string `json:"session"`
+	// From and To are the first and the end of the last hour with use.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	Figures
+	// Final: the session's sandbox was seen gone within the range.
+	Final bool `json:"final"`
+}
+
+// Filter selects buckets: those of hours overlapping [From, To), of Tenant
+// ("" every tenant) and Session ("" every session).
+type Filter struct {
+	From, To        time.Time
+	Tenant, Session string
+}
+
+func (f Filter) match(b Bucket) bool {
+	return (f.Tenant == "" || b.Tenant == f.Tenant) && (f.Session == "" || b.Session == f.Session) &&
+		b.Hour.Before(f.To) && b.Hour.Add(time.Hour).After(f.From)
+}
+
+// Summarize sums buckets per (tenant, session), ordered by tenant, then
+// session.
+func Summarize(buckets []Bucket) []Record {
+	type key struct{ t, s string }
+	idx := map[key]int{}
+	var out []Record
+	for _, b := range buckets {
+		k := key{b.Tenant, b.Session}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, Record{Tenant: b.Tenant, Session: b.Session, From: b.Hour, To: b.Hour.Add(time.Hour)})
+		}
+		r := &out[i]
+		r.Figures.add(b.Figures)
+		r.Final = r.Final || b.Final
+		if b.Hour.Before(r.From) {
+			r.From = b.Hour
+		}
+		if end := b.Hour.Add(time.Hour); end.After(r.To) {
+			r.To = end
+		}
+	}
+	sortRecords(out)
+	return out
+}
+
+func sortRecords(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Session, b.Session))
+	})
+}

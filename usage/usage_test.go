@@ -1,0 +1,237 @@
+package usage_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/usage"
+)
+
+// clock is a settable time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// fakeSource is a Source whose sandboxes and counters the test sets.
+type fakeSource struct {
+	mu       sync.Mutex
+	list     []usage.Sandbox
+	counters map[string]usage.Counters
+	reads    int
+}
+
+func (f *fakeSource) Sandboxes(context.Context) ([]usage.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]usage.Sandbox(nil), f.list...), nil
+}
+
+func (f *fakeSource) Read(_ context.Context, id string) (usage.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	c, ok := f.counters[id]
+	if !ok {
+		return c, errors.New("gone")
+	}
+	return c, nil
+}
+
+func (f *fakeSource) set(id string, c usage.Counters) {
+	f.mu.Lock()
+	f.counters[id] = c
+	f.mu.Unlock()
+}
+
+const gib = 1 << 30
+
+var t0 = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9 {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestSamplerSumsGrowthPerSession(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0}
+	store := &usage.Memory{}
+	m := usage.NewMeter(store, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}}
+	s := usage.NewSampler(m, src, 10*time.Second, nil)
+
+	// A sandbox created 4 s after the sampler started, read 6 s later:
+	// it counts from its creation.
+	src.list = []usage.Sandbox{
+		{Tenant: "acme", Session: "s1", ID: "c1", Created: t0.Add(4 * time.Second)},
+		{Tenant: "acme", Session: "old", ID: "c0", Created: t0.Add(-time.Hour)}, // adopted
+	}
+	src.set("c1", usage.Counters{CPU: 3 * time.Second, MemoryBytes: gib, MemoryPeakBytes: gib})
+	src.set("c0", usage.Counters{CPU: 100 * time.Second, MemoryBytes: gib / 2, MemoryPeakBytes: gib})
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+	// 10 s later: c1 used 2 more CPU-seconds at 2 GiB; c0 1 more.
+	clk.advance(10 * time.Second)
+	src.set("c1", usage.Counters{CPU: 5 * time.Second, MemoryBytes: 2 * gib, MemoryPeakBytes: 3 * gib})
+	src.set("c0", usage.Counters{CPU: 101 * time.Second, MemoryBytes: gib / 2, MemoryPeakBytes: gib})
+	m.Call("acme", "s1", 1500*time.Millisecond)
+	m.Call("acme", "s1", 500*time.Millisecond)
+	s.Sample(ctx)
+	// c1 goes away: its session's record is final.
+	src.list = src.list[1:]
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("records = %+v, want 2", recs)
+	}
+	old, s1 := recs[0], recs[1]
+	if old.Session != "old" || s1.Session != "s1" {
+		t.Fatalf("records = %+v", recs)
+	}
+	near(t, "s1 CPU-seconds", s1.CPUSeconds, 5)
+	near(t, "s1 sandbox-seconds", s1.SandboxSeconds, 16)
+	near(t, "s1 GiB-seconds", s1.MemoryGiBSeconds, 6*1+10*2)
+	if s1.MemoryPeakBytes != 3*gib || s1.Calls != 2 || !s1.Final {
+		t.Errorf("s1 = %+v, want peak 3 GiB, 2 calls, final", s1)
+	}
+	near(t, "s1 call seconds", s1.CallSeconds, 2)
+	// The adopted sandbox counts from the first reading on only.
+	near(t, "old CPU-seconds", old.CPUSeconds, 1)
+	near(t, "old sandbox-seconds", old.SandboxSeconds, 20)
+	if old.Final {
+		t.Errorf("old is final: %+v", old)
+	}
+	if tot := m.Totals()["acme"]; math.Abs(tot.CPUSeconds-6) > 1e-9 || tot.Calls != 2 {
+		t.Errorf("totals = %+v, want 6 CPU-seconds, 2 calls", tot)
+	}
+	// One read per sandbox per sample: 2 + 2 + 1.
+	if src.reads != 5 {
+		t.Errorf("reads = %d, want 5", src.reads)
+	}
+}
+
+func TestCounterResetCountsFromZero(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}, list: []usage.Sandbox{{Tenant: "a", Session: "s", ID: "c", Created: t0}}}
+	s := usage.NewSampler(m, src, 0, nil)
+	src.set("c", usage.Counters{CPU: 10 * time.Second})
+	s.Sample(ctx)
+	src.set("c", usage.Counters{CPU: 1 * time.Second})
+	s.Sample(ctx)
+	if got := m.Today("a").CPUSeconds; got != 11 {
+		t.Errorf("CPU-seconds = %v, want 11", got)
+	}
+}
+
+func TestCheckLimits(t *testing.T) {
+	clk := &clock{t: t0}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}, list: []usage.Sandbox{{Tenant: "acme", Session: "s", ID: "c", Created: t0}}}
+	s := usage.NewSampler(m, src, 0, nil)
+	lim := usage.Limits{CPUSecondsPerDay: 2, SandboxHoursPerDay: 0.5}
+	src.set("c", usage.Counters{CPU: 1900 * time.Millisecond})
+	clk.advance(time.Second)
+	s.Sample(context.Background())
+	if err := m.Check("acme", lim); err != nil {
+		t.Fatalf("under the limits: %v", err)
+	}
+	src.set("c", usage.Counters{CPU: 2 * time.Second})
+	s.Sample(context.Background())
+	err := m.Check("acme", lim)
+	want := "tenant acme used its 2 CPU-seconds (limits.cpuSecondsPerDay) for today (resets at 2026-12-07 00:00 UTC)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Check = %v, want %q", err, want)
+	}
+	var le *usage.LimitError
+	if !errors.As(err, &le) {
+		t.Errorf("%T is not a *LimitError", err)
+	}
+	if err := m.Check("other", lim); err != nil {
+		t.Errorf("another tenant: %v", err)
+	}
+	// Sandbox hours: 30 minutes of a running sandbox.
+	clk.advance(30 * time.Minute)
+	s.Sample(context.Background())
+	err = m.Check("acme", usage.Limits{SandboxHoursPerDay: 0.5})
+	want = "tenant acme used its 0.5 sandbox-hours (limits.sandboxHoursPerDay) for today (resets at 2026-12-07 00:00 UTC)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Check = %v, want %q", err, want)
+	}
+	// A new UTC day starts from nothing.
+	clk.advance(14 * time.Hour)
+	if err := m.Check("acme", lim); err != nil {
+		t.Errorf("the next day: %v", err)
+	}
+}
+
+func TestDirStore(t *testing.T) {
+	ctx := context.Background()
+	d := &usage.Dir{Path: t.TempDir()}
+	b := func(tenant, session string, hour time.Time, cpu float64) usage.Bucket {
+		return usage.Bucket{Tenant: tenant, Session: session, Hour: hour, Figures: usage.Figures{CPUSeconds: cpu, Calls: 1}}
+	}
+	// Two processes appending at once, across two days.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := d.Add(ctx, []usage.Bucket{b("acme", "s1", t0, 1), b("acme", "s1", t0.Add(20*time.Hour), 1), b("beta", "s2", t0, float64(i))}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m := usage.NewMeter(d, func() time.Time { return t0 })
+	recs, err := m.Query(ctx, usage.Filter{From: t0.Add(-time.Hour), To: t0.Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Tenant != "acme" || recs[0].CPUSeconds != 200 || recs[0].Calls != 200 || recs[1].CPUSeconds != 2*1225 {
+		t.Fatalf("records = %+v", recs)
+	}
+	if !recs[0].From.Equal(t0) || !recs[0].To.Equal(t0.Add(21*time.Hour)) {
+		t.Errorf("acme from %v to %v", recs[0].From, recs[0].To)
+	}
+	// A range, a tenant, a session.
+	recs, _ = m.Query(ctx, usage.Filter{From: t0.Add(time.Hour), To: t0.Add(48 * time.Hour), Tenant: "acme", Session: "s1"})
+	if len(recs) != 1 || recs[0].CPUSeconds != 100 {
+		t.Errorf("acme/s1 on the second day = %+v", recs)
+	}
+	recs, _ = m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour), Tenant: "beta"})
+	if len(recs) != 1 || recs[0].Tenant != "beta" {
+		t.Errorf("beta = %+v", recs)
+	}
+	// A restarted process loads today's use for its limits.
+	m2 := usage.NewMeter(d, func() time.Time { return t0.Add(time.Minute) })
+	if err := m2.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m2.Today("acme").CPUSeconds; got != 100 {
+		t.Errorf("loaded today = %v, want 100", got)
+	}
+	if err := d.Add(ctx, []usage.Bucket{b("../x", "s", t0, 1)}); err == nil {
+		t.Error("a tenant named ../x was written")
+	}
+}
