@@ -59,6 +59,11 @@ type EgressRequest struct {
 	DurationMs float64 `json:"durationMs"`
 	// Credentials are the names of those injected into it.
 	Credentials []string `json:"credentials,omitempty"`
+	// Rule is where the HTTP rule that decided is written
+	// (sandbox.network.http[0].rules[2], or ….default), RuleText the rule
+	// itself; unset when the host has no rules.
+	Rule     string `json:"rule,omitempty"`
+	RuleText string `json:"ruleText,omitempty"`
 }
 
 // Bounds of one audit line. Each field is clipped to its bound as JSON
@@ -82,6 +87,7 @@ func (r Record) clipped() Record {
 	if r.Egress != nil {
 		e := *r.Egress
 		e.Host, e.Method, e.Path = clipJSON(e.Host, maxAuditField), clipJSON(e.Method, maxAuditField), clipJSON(e.Path, maxAuditText)
+		e.Rule, e.RuleText = clipJSON(e.Rule, maxAuditField), clipJSON(e.RuleText, maxAuditText)
 		if len(e.Credentials) > maxAuditPerms {
 			e.Credentials = e.Credentials[:maxAuditPerms]
 		}

@@ -548,11 +548,17 @@ func (e *Engine) audit(rec Record, v verdict) error {
 
 // AuditEgress writes the record of one HTTP request of tenant's session
 // relayed on a terminated connection: allowed, or denied with reason when
-// the relay answered it itself. Without an audit log it does nothing.
+// the relay answered it itself. The record's rule is the HTTP rule that
+// decided (r.Rule), else sandbox.network. Without an audit log it does
+// nothing.
 func (e *Engine) AuditEgress(tenant, session string, r EgressRequest, refused string) error {
-	v := verdict{Decision: Allow, Rule: "sandbox.network"}
+	rule := "sandbox.network"
+	if r.Rule != "" {
+		rule = r.Rule
+	}
+	v := verdict{Decision: Allow, Rule: rule}
 	if refused != "" {
-		v = verdict{Decision: Deny, Rule: "sandbox.network", Reason: clip.To(refused, maxAuditText)}
+		v = verdict{Decision: Deny, Rule: rule, Reason: clip.To(refused, maxAuditText)}
 	}
 	rec := Record{Tenant: tenant, Session: session, Tool: ToolEgress, Command: r.Method + " " + r.Host + r.Path, Egress: &r}
 	return e.audit(rec, v)

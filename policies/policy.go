@@ -77,7 +77,10 @@ type Network struct {
 	// Credentials are injected by the relay into requests to their hosts
 	// (credentials.go).
 	Credentials []Credential `json:"credentials,omitempty"`
-	list        *confine.Allowlist
+	// HTTP are rules the relay judges requests to their hosts by
+	// (httprules.go).
+	HTTP []HTTPRules `json:"http,omitempty"`
+	list *confine.Allowlist
 }
 
 // None reports whether the sandbox gets no network.
@@ -378,6 +381,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		p.Network.list = list
 	}
 	compileCredentials(l, p, s.Network.Credentials)
+	compileHTTPRules(l, p, s.Network.HTTP)
 	compileMounts(l, p, s.Mounts)
 	if s.User.UID != 0 || s.User.GID != 0 {
 		if s.User.UID <= 0 || s.User.GID <= 0 {

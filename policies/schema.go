@@ -60,6 +60,13 @@ type poolSchema struct {
 type networkSchema struct {
 	Allow       []string           `mapstructure:"allow"`
 	Credentials []credentialSchema `mapstructure:"credentials"`
+	HTTP        []httpRulesSchema  `mapstructure:"http"`
+}
+
+type httpRulesSchema struct {
+	Hosts   []string `mapstructure:"hosts"`
+	Rules   []string `mapstructure:"rules"`
+	Default string   `mapstructure:"default"`
 }
 
 type credentialSchema struct {

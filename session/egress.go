@@ -121,8 +121,10 @@ func (h *egressHook) installed(id string) chan struct{} {
 //   - Any other goes where the tenant's current policy allows (looked up per
 //     connection, so a reload applies at once): to an address the allowlist
 //     names, or to a name whose addresses are outside Blocked.
-//   - Either, to a host the current policy gives credentials, has its TLS
-//     terminated and the credentials injected (when the server has CAs).
+//   - Either, to a host the current policy gives credentials or HTTP rules,
+//     has its TLS terminated, the credentials injected and each request
+//     judged by the rules (when the server has CAs; without, a host with
+//     rules is refused: they could not be read).
 func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func(credential string) (context.Context, bool)) {
 	l := h.l
 	log := l.log.With("tenant", sb.Tenant, "session", sb.Session)
@@ -130,7 +132,7 @@ func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func
 		Agent:      sb.Agent,
 		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
 		Check: egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted,
-			func(target string) *egress.Intercept { return l.intercept(sb, target, log) }),
+			func(target string) (*egress.Intercept, error) { return l.intercept(sb, target, log) }),
 		Logger: log,
 	}
 	if o := l.cfg.Metrics; o != nil {
@@ -179,7 +181,7 @@ func (h *egressHook) Env(sb sandbox.Sandbox) map[string]string {
 		return nil
 	}
 	pol, err := l.cfg.Policies.Policy(sb.Tenant)
-	if err != nil || len(pol.Network.Credentials) == 0 {
+	if err != nil || len(pol.Network.Credentials) == 0 && len(pol.Network.HTTP) == 0 {
 		return nil
 	}
 	ec := l.cfg.Egress
@@ -221,29 +223,37 @@ func (l *Service) egressCA(tenant string, log *slog.Logger) *secrets.CA {
 }
 
 // intercept returns the Intercept of a connection of sb to target when
-// the tenant's current policy gives target's host credentials and the
-// server can inject them; nil otherwise (a blind tunnel: placeholders go
-// as is).
-func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger) *egress.Intercept {
+// the tenant's current policy gives target's host credentials the server
+// can inject, or HTTP rules; nil otherwise (a blind tunnel: placeholders
+// go as is). A host with rules the server cannot read requests to (no
+// CA) is an error: the connection is refused, not tunnelled unjudged.
+func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger) (*egress.Intercept, error) {
 	ec := l.cfg.Egress
-	if l.cfg.Policies == nil || ec.placeholders == nil {
-		return nil
+	if l.cfg.Policies == nil {
+		return nil, nil
 	}
 	host, _, err := net.SplitHostPort(target)
 	if err != nil || confine.IsAddress(target) {
-		return nil
+		return nil, nil
 	}
 	pol, err := l.cfg.Policies.Policy(sb.Tenant)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	creds := pol.Network.ForHost(host)
-	if len(creds) == 0 {
-		return nil
+	rules, rulesKey := pol.Network.HTTPFor(host)
+	var creds []policies.Credential
+	if ec.placeholders != nil {
+		creds = pol.Network.ForHost(host)
+	}
+	if len(creds) == 0 && rules == nil {
+		return nil, nil
 	}
 	ca := l.egressCA(sb.Tenant, log)
 	if ca == nil {
-		return nil
+		if rules != nil {
+			return nil, fmt.Errorf("shellbox: egress to %s is not allowed: policy %s judges its requests by HTTP rules (%s), and this server has no egress CA to read them with", target, sb.Tenant, rulesKey)
+		}
+		return nil, nil
 	}
 	bound := make([]secrets.Credential, len(creds))
 	for i, c := range creds {
@@ -252,25 +262,30 @@ func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger)
 			bound[i].Placeholder = ec.placeholders.For(sb.Tenant, sb.Session, c.Name)
 		}
 	}
-	inj := secrets.NewInjector(ec.Secrets, bound)
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	return &egress.Intercept{
-		Host:  host,
-		Cert:  func() (*tls.Certificate, error) { return ca.Leaf(host) },
-		Roots: ec.UpstreamRoots,
-		Rewrite: func(h http.Header) (func(http.Header), []string, error) {
-			d, err := inj.Rewrite(h)
-			return d.Scrub, d.Names, err
-		},
+	ic := &egress.Intercept{
+		Host:      host,
+		Cert:      func() (*tls.Certificate, error) { return ca.Leaf(host) },
+		Roots:     ec.UpstreamRoots,
+		Rules:     rules,
+		RulesName: rulesKey,
 		Observe: func(r egress.RequestRecord) {
 			err := l.cfg.Policies.AuditEgress(sb.Tenant, sb.Session, policies.EgressRequest{Host: r.Host, Method: r.Method, Path: r.Path,
 				Status: r.Status, BytesOut: r.BytesOut, BytesIn: r.BytesIn, DurationMs: float64(r.Duration.Microseconds()) / 1000,
-				Credentials: r.Credentials}, r.Refused)
+				Credentials: r.Credentials, Rule: r.Rule, RuleText: r.RuleText}, r.Refused)
 			if err != nil {
 				log.Warn("egress: auditing a request", "err", err)
 			}
 		},
 	}
+	if len(creds) > 0 {
+		inj := secrets.NewInjector(ec.Secrets, bound)
+		ic.Rewrite = func(h http.Header) (func(http.Header), []string, error) {
+			d, err := inj.Rewrite(h)
+			return d.Scrub, d.Names, err
+		}
+	}
+	return ic, nil
 }
 
 // checkEgress decides a connection of a tenant's sandbox by the tenant's
@@ -290,7 +305,7 @@ func (l *Service) checkEgress(tenant, target string) error {
 // egressDecision decides a sandbox's connections (see egressHook.Relay);
 // intercept (nil: none) says whether an allowed one is terminated.
 func egressDecision(ec EgressConfig, check func(target string) error, granted func(credential string) (context.Context, bool),
-	intercept func(target string) *egress.Intercept) func(egress.Conn) (egress.Decision, error) {
+	intercept func(target string) (*egress.Intercept, error)) func(egress.Conn) (egress.Decision, error) {
 	return func(c egress.Conn) (egress.Decision, error) {
 		var d egress.Decision
 		if until, ok := granted(c.Credential); ok {
@@ -303,7 +318,11 @@ func egressDecision(ec EgressConfig, check func(target string) error, granted fu
 		// (Allowed, an address can only be one the allowlist names: the
 		// operator meant it, and no address range is refused.)
 		if intercept != nil {
-			d.Intercept = intercept(c.Target)
+			ic, err := intercept(c.Target)
+			if err != nil {
+				return egress.Decision{}, err
+			}
+			d.Intercept = ic
 		}
 		return d, nil
 	}

@@ -3,11 +3,18 @@ package session
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/egress"
+	"github.com/shellbox/shellbox/secrets"
 )
 
 // TestEgressDecision: with the default egress config, a granted call may
@@ -72,12 +79,15 @@ func TestEgressDecisionIntercepts(t *testing.T) {
 			return nil
 		},
 		func(cred string) (context.Context, bool) { return context.Background(), cred == "tok" },
-		func(target string) *egress.Intercept {
+		func(target string) (*egress.Intercept, error) {
 			asked[target] = true
-			if target == "api.github.com:443" {
-				return ic
+			switch target {
+			case "api.github.com:443":
+				return ic, nil
+			case "ruled.example:443":
+				return nil, errors.New("its rules cannot be read")
 			}
-			return nil
+			return nil, nil
 		})
 	if d, err := decide(egress.Conn{Target: "api.github.com:443"}); err != nil || d.Intercept != ic || d.Addr == nil {
 		t.Errorf("credential host: %+v %v", d, err)
@@ -88,7 +98,64 @@ func TestEgressDecisionIntercepts(t *testing.T) {
 	if d, err := decide(egress.Conn{Target: "pypi.org:443"}); err != nil || d.Intercept != nil {
 		t.Errorf("other host: %+v %v", d, err)
 	}
+	// A host whose requests must be judged but cannot be is refused, not
+	// tunnelled blind, granted or not.
+	for _, cred := range []string{"", "tok"} {
+		if d, err := decide(egress.Conn{Target: "ruled.example:443", Credential: cred}); err == nil || err.Error() != "its rules cannot be read" {
+			t.Errorf("rules unreadable (credential %q): %+v %v", cred, d, err)
+		}
+	}
 	if _, err := decide(egress.Conn{Target: "evil.example:443"}); err == nil || asked["evil.example:443"] {
 		t.Errorf("refused: %v, hook asked %v", err, asked)
+	}
+}
+
+// TestInterceptHTTPRules: a host the policy gives HTTP rules is
+// terminated and judged (no credential: no rewrite); without a CA to read
+// its requests with, its connections are refused.
+func TestInterceptHTTPRules(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`default: allow
+sandbox:
+  network:
+    allow: [api.example:443, other.example:443]
+    http:
+      - hosts: [api.example]
+        rules: [allow GET /repos/**]
+        default: deny
+`), 0o644)
+	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	sb := sandbox.Sandbox{Tenant: "acme", Session: "s1"}
+	log := slog.New(slog.DiscardHandler)
+	for _, withCA := range []bool{false, true} {
+		cfg := Config{Local: LocalConfig{Root: t.TempDir(), SpillDir: filepath.Join(t.TempDir(), "spill"), Cgroup: "off"}, Policies: e}
+		if withCA {
+			cfg.Egress = EgressConfig{Secrets: secrets.NewStore("", func(string) (string, bool) { return "", false }), CAs: secrets.NewCAs(t.TempDir())}
+		}
+		l, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close(context.Background())
+		ic, err := l.intercept(sb, "api.example:443", log)
+		if !withCA {
+			if ic != nil || err == nil || !strings.Contains(err.Error(), "policy acme judges its requests by HTTP rules (sandbox.network.http[0]), and this server has no egress CA") {
+				t.Errorf("no CA: %+v %v", ic, err)
+			}
+			continue
+		}
+		if err != nil || ic == nil || ic.Rules == nil || ic.RulesName != "sandbox.network.http[0]" || ic.Rewrite != nil {
+			t.Fatalf("with CA: %+v %v", ic, err)
+		}
+		if r := ic.Rules.Decide("POST", "/repos/x"); r.Allow || r.Name != "sandbox.network.http[0].default" {
+			t.Errorf("POST: %+v", r)
+		}
+		if ic, err := l.intercept(sb, "other.example:443", log); ic != nil || err != nil {
+			t.Errorf("a host without rules: %+v %v", ic, err)
+		}
 	}
 }
