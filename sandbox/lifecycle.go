@@ -151,8 +151,9 @@ func (l *lifecycle) sandboxes() []Sandbox {
 	return out
 }
 
-// remove is Manager.Remove (end) and Manager.RemoveSandbox.
-func (l *lifecycle) remove(ctx context.Context, tenant, session string, end bool) error {
+// remove is Manager.Remove (end) and Manager.RemoveSandbox (only: the
+// sandbox to remove; zero: whichever the session has).
+func (l *lifecycle) remove(ctx context.Context, tenant, session string, only Sandbox, end bool) error {
 	if err := checkSession(tenant, session); err != nil {
 		return err
 	}
@@ -168,6 +169,12 @@ func (l *lifecycle) remove(ctx context.Context, tenant, session string, end bool
 	return detached(ctx, func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.RemoveTimeout)
 		defer cancel()
+		if only.ID != "" {
+			if err := l.isCurrent(rctx, k, &sb, only); err != nil {
+				l.unhold(k, r, e)
+				return err
+			}
+		}
 		r.err = l.destroy(rctx, k, sb)
 		if end {
 			r.err = l.endSession(rctx, k, r.err)
@@ -175,6 +182,42 @@ func (l *lifecycle) remove(ctx context.Context, tenant, session string, end bool
 		l.release(k, r, end && r.err == nil)
 		return r.err
 	})
+}
+
+// isCurrent checks, under k's removal entry, that only is k's sandbox:
+// *sb as the Manager knows it, or as the runtime has it when the Manager
+// knows none (then *sb is set to it). A removal racing a replacement
+// must not take the replacement.
+func (l *lifecycle) isCurrent(ctx context.Context, k key, sb *Sandbox, only Sandbox) error {
+	if sb.ID == "" {
+		got, err := l.get(ctx, k.tenant, k.session)
+		switch {
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return err
+		case err == nil && got.Owner != l.cfg.Owner:
+			return fmt.Errorf("%w: sandbox %s belongs to owner %q", ErrConflict, k, got.Owner)
+		}
+		*sb = got
+	}
+	if sb.ID != only.ID || !sb.Created.Equal(only.Created) {
+		return fmt.Errorf("%w: sandbox %s of %s (replaced already)", ErrNotFound, only.ID, k)
+	}
+	return nil
+}
+
+// unhold ends r, k's removal entry, that removed nothing: prev, the entry
+// it replaced (nil: none), is k's entry again.
+func (l *lifecycle) unhold(k key, r, prev *entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.entries[k] == r {
+		if prev != nil {
+			l.entries[k] = prev
+		} else {
+			delete(l.entries, k)
+		}
+	}
+	close(r.busy)
 }
 
 // hold waits for the operation in progress on k's sandbox, if any, then

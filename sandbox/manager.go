@@ -213,7 +213,7 @@ func (m *Manager) Sandboxes() []Sandbox {
 // ErrNotFound; a sandbox of another owner is ErrConflict and is left alone,
 // with the session's state.
 func (m *Manager) Remove(ctx context.Context, tenant, session string) error {
-	return m.life.remove(ctx, tenant, session, true)
+	return m.life.remove(ctx, tenant, session, Sandbox{}, true)
 }
 
 // Suspend suspends a session (Config.Suspend, which must be set): it waits
@@ -228,12 +228,19 @@ func (m *Manager) Suspend(ctx context.Context, tenant, session string) error {
 	return m.life.suspend(ctx, tenant, session)
 }
 
-// RemoveSandbox deletes the session's sandbox but not the session: what the
-// runtime keeps per session (SessionState: the workspace) stays for the
-// sandbox the next Ensure creates. It is how a dead sandbox is replaced.
-// ErrNotFound: there was no sandbox.
-func (m *Manager) RemoveSandbox(ctx context.Context, tenant, session string) error {
-	return m.life.remove(ctx, tenant, session, false)
+// RemoveSandbox deletes sb, the sandbox of its session, but not the
+// session: what the runtime keeps per session (SessionState: the
+// workspace) stays for the sandbox the next Ensure creates. It is how a
+// dead sandbox is replaced. It removes sb only (by ID and Created, since
+// a runtime may give a session's sandboxes one ID): if the session's
+// sandbox is another one by then — a concurrent call replaced sb already
+// — that one stays, and the error is ErrNotFound, as when the session
+// has no sandbox at all.
+func (m *Manager) RemoveSandbox(ctx context.Context, sb Sandbox) error {
+	if sb.ID == "" {
+		return fmt.Errorf("%w: RemoveSandbox of %s/%s names no sandbox", ErrInvalid, sb.Tenant, sb.Session)
+	}
+	return m.life.remove(ctx, sb.Tenant, sb.Session, sb, false)
 }
 
 // Inspect returns the session's sandbox as the runtime sees it now (its

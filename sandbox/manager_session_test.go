@@ -22,7 +22,7 @@ func TestManagerSessionOutlivesItsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Kill("acme", "s1")
-	if err := m.RemoveSandbox(ctx, "acme", "s1"); err != nil {
+	if err := m.RemoveSandbox(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if !f.HasWorkspace("acme", "s1") {
@@ -32,7 +32,7 @@ func TestManagerSessionOutlivesItsSandbox(t *testing.T) {
 	if err != nil || second.ID == first.ID || f.Reuses.Load() != 1 {
 		t.Fatalf("replacement %+v, %v; reuses %d, want a new sandbox on the old workspace", second, err, f.Reuses.Load())
 	}
-	if err := m.RemoveSandbox(ctx, "acme", "none"); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := m.RemoveSandbox(ctx, sandbox.Sandbox{Tenant: "acme", Session: "none", ID: "c9"}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("RemoveSandbox of no sandbox: %v", err)
 	}
 
@@ -80,12 +80,15 @@ func TestManagerReapEndsSessions(t *testing.T) {
 		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
 	ctx := context.Background()
+	sbs := map[string]sandbox.Sandbox{}
 	for _, s := range []string{"idle", "dead", "busy"} {
-		if _, err := m.Ensure(ctx, spec(t, s)); err != nil {
+		sb, err := m.Ensure(ctx, spec(t, s))
+		if err != nil {
 			t.Fatal(err)
 		}
+		sbs[s] = sb
 	}
-	if err := m.RemoveSandbox(ctx, "acme", "dead"); err != nil {
+	if err := m.RemoveSandbox(ctx, sbs["dead"]); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -114,10 +117,11 @@ func TestManagerAdoptSweepsWorkspacesOfEndedSessions(t *testing.T) {
 	f := newFake()
 	m, _ := newManager(t, f)
 	ctx := context.Background()
-	if _, err := m.Ensure(ctx, spec(t, "replacing")); err != nil {
+	replacing, err := m.Ensure(ctx, spec(t, "replacing"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.RemoveSandbox(ctx, "acme", "replacing"); err != nil {
+	if err := m.RemoveSandbox(ctx, replacing); err != nil {
 		t.Fatal(err)
 	}
 	f.Put(sandbox.Sandbox{Tenant: "acme", Session: "dead", Owner: "srv", State: sandbox.StateExited})
@@ -154,10 +158,11 @@ func TestManagerReapSparesASessionRecreatedElsewhere(t *testing.T) {
 		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
 	ctx := context.Background()
-	if _, err := m.Ensure(ctx, spec(t, "s1")); err != nil {
+	sb, err := m.Ensure(ctx, spec(t, "s1"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.RemoveSandbox(ctx, "acme", "s1"); err != nil {
+	if err := m.RemoveSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	f.Put(sandbox.Sandbox{Tenant: "acme", Session: "s1", Owner: "srv", State: sandbox.StateRunning})
@@ -169,5 +174,79 @@ func TestManagerReapSparesASessionRecreatedElsewhere(t *testing.T) {
 	}
 	if _, err := f.Get(ctx, "acme", "s1"); err != nil || !f.HasWorkspace("acme", "s1") {
 		t.Errorf("reaped a session recreated elsewhere: %v, workspace %v", err, f.HasWorkspace("acme", "s1"))
+	}
+}
+
+// RemoveSandbox removes the sandbox it names, never its successor: calls
+// that found the session's old sandbox dead race to replace it (each
+// RemoveSandbox of the old one, then Ensure), and a removal that comes
+// after another call's replacement leaves the new sandbox alone, so the
+// session gets one new sandbox, not one per call.
+func TestManagerRemoveSandboxRacingAReplacement(t *testing.T) {
+	f := newFake()
+	m, _ := newManager(t, f)
+	ctx := context.Background()
+	for round := 0; round < 20; round++ {
+		old, err := m.Ensure(ctx, spec(t, "s1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Kill("acme", "s1")
+		creates := f.Creates.Load()
+		const calls = 8
+		got := make(chan sandbox.Sandbox, calls)
+		var wg sync.WaitGroup
+		for i := 0; i < calls; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := m.RemoveSandbox(ctx, old); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+					t.Errorf("RemoveSandbox: %v", err)
+				}
+				sb, err := m.Ensure(ctx, spec(t, "s1"))
+				if err != nil {
+					t.Errorf("Ensure: %v", err)
+				}
+				got <- sb
+			}()
+		}
+		wg.Wait()
+		close(got)
+		if n := f.Creates.Load() - creates; n != 1 {
+			t.Fatalf("round %d: %d sandboxes created to replace one dead sandbox, want 1", round, n)
+		}
+		cur, err := f.Get(ctx, "acme", "s1")
+		if err != nil || cur.ID == old.ID {
+			t.Fatalf("round %d: the session's sandbox is %+v, %v; want the replacement", round, cur, err)
+		}
+		for sb := range got {
+			if sb.ID != cur.ID {
+				t.Errorf("round %d: a call got sandbox %s, the session has %s", round, sb.ID, cur.ID)
+			}
+		}
+	}
+
+	// Named by ID and creation (containerd gives a session's sandboxes
+	// one ID), and so also by a Manager that does not know the session.
+	cur, err := m.Ensure(ctx, spec(t, "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := cur
+	stale.Created = cur.Created.Add(-time.Second)
+	other, _ := newManager(t, f)
+	for _, mm := range []*sandbox.Manager{m, other} {
+		if err := mm.RemoveSandbox(ctx, stale); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("RemoveSandbox of a predecessor with the same ID: %v, want ErrNotFound", err)
+		}
+	}
+	if sb, err := m.Ensure(ctx, spec(t, "s1")); err != nil || sb.ID != cur.ID {
+		t.Fatalf("after stale removals the session has %+v, %v; want %s still", sb, err, cur.ID)
+	}
+	if err := other.RemoveSandbox(ctx, cur); err != nil {
+		t.Errorf("RemoveSandbox of the current sandbox by another Manager: %v", err)
+	}
+	if _, err := f.Get(ctx, "acme", "s1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("the named sandbox is still on the runtime: %v", err)
 	}
 }

@@ -399,10 +399,11 @@ func TestManagerReapRecordedUses(t *testing.T) {
 	}
 	// A sandbox another process has just made is not idle, whatever this
 	// process last saw of its session.
-	if _, err := leader.Ensure(ctx, spec(t, "again")); err != nil {
+	again, err := leader.Ensure(ctx, spec(t, "again"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := leader.RemoveSandbox(ctx, "acme", "again"); err != nil {
+	if err := leader.RemoveSandbox(ctx, again); err != nil {
 		t.Fatal(err)
 	}
 	advance(time.Hour)

@@ -173,7 +173,7 @@ func (c *Connections) agent(ctx context.Context, session string) (*conn, error) 
 		}
 		// The agent is gone: the sandbox is dead. Replace it; the session
 		// (its workspace) goes on into the new one.
-		if rerr := c.manager.RemoveSandbox(ctx, c.tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+		if rerr := c.manager.RemoveSandbox(ctx, sb); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
 			return nil, executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent unreachable (%v); removing it: %w", session, err, rerr)
 		}
 	}

@@ -49,7 +49,7 @@ func (c *Connections) Broken(ctx context.Context, session string, cn sandboxed.C
 		return executor.Errorf(executor.ErrUnavailable, "sandbox for session %s: agent: %w", session, err)
 	}
 	var removed string
-	if rerr := c.manager.RemoveSandbox(vctx, c.tenant, session); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+	if rerr := c.manager.RemoveSandbox(vctx, a.sb); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
 		removed = fmt.Sprintf("; removing it failed (%v), the session's next call tries again", rerr)
 	} else {
 		removed = "; it was removed, and the session's next call gets a new one with the same workspace"
