@@ -72,6 +72,9 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	runtimes []string // engine runtimes seen by the last Info, nil before
+	// cgroups are the cgroup directories of containers Usage read, by id
+	// (usage.go).
+	cgroups map[string]cgroup
 }
 
 var (
