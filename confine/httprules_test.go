@@ -149,3 +149,22 @@ func TestParseHTTPRuleErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJudge: what the relay adds to a request on a destination with
+// rules: the path's normal form and the first match among ten rules
+// (the last one matching).
+func BenchmarkJudge(b *testing.B) {
+	rs := &HTTPRules{Default: HTTPRule{Name: "default"}}
+	for i := range 9 {
+		r, _ := ParseHTTPRule("deny POST /orgs/*/repos/x" + string(rune('a'+i)) + "/**")
+		rs.Rules = append(rs.Rules, r)
+	}
+	last, _ := ParseHTTPRule("allow GET,HEAD /repos/**")
+	rs.Rules = append(rs.Rules, last)
+	for b.Loop() {
+		p, err := NormalPath("/repos/acme/shellbox/pulls/123/files?per_page=100")
+		if err != nil || !rs.Decide("GET", p).Allow {
+			b.Fatal(p, err)
+		}
+	}
+}

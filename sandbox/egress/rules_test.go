@@ -17,7 +17,7 @@ import (
 
 // testRules are localhost's in TestInterceptRules, named as a policy
 // would name them.
-func testRules(t *testing.T) *confine.HTTPRules {
+func testRules(t testing.TB) *confine.HTTPRules {
 	rs := &confine.HTTPRules{Default: confine.HTTPRule{Name: "http[0].default"}}
 	for i, s := range []string{
 		"allow GET /repos/**",
@@ -221,5 +221,34 @@ func (ir *interceptRig) waitRecords(t *testing.T, n int) []RequestRecord {
 			return recs
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkInterceptRules: one small HTTPS GET on a kept-alive terminated
+// connection, without rules and with them (an allowed request, judged),
+// side by side.
+func BenchmarkInterceptRules(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		rules *confine.HTTPRules
+	}{{"terminated", nil}, {"ruled", testRules(b)}} {
+		b.Run(c.name, func(b *testing.B) {
+			ir := newRuledRig(b, c.rules)
+			tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ir.proxyAddr}), TLSClientConfig: &tls.Config{RootCAs: ir.tenantPool}}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr}
+			get := func() {
+				resp, err := hc.Get(ir.url("/repos/acme/x/pulls/1"))
+				if err != nil || resp.StatusCode != 200 {
+					b.Fatal(resp, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			get()
+			for b.Loop() {
+				get()
+			}
+		})
 	}
 }
