@@ -104,7 +104,7 @@ func (l *Service) changed(tenant, session, state, message string) {
 
 // readRecord returns the session's record; ok false when it has none.
 func (l *Service) readRecord(ctx context.Context, tenant, session string) (record, bool, error) {
-	data, err := l.cfg.Snapshots.Record(ctx, tenant, session)
+	data, _, err := l.cfg.Snapshots.Record(ctx, tenant, session)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return record{}, false, nil
 	}

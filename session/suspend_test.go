@@ -62,7 +62,7 @@ func TestSweepSuspended(t *testing.T) {
 		t.Fatalf("sweep: %v, %v; want acme/ended and acme/old deleted", gone, err)
 	}
 	for _, s := range []string{"old", "ended"} {
-		if _, err := store.Record(ctx, "acme", s); !errors.Is(err, errdefs.ErrNotFound) {
+		if _, _, err := store.Record(ctx, "acme", s); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("%s's record: %v, want it gone", s, err)
 		}
 		if infos, _ := store.List(ctx, "acme", s); len(infos) != 0 {

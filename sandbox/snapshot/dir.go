@@ -1,7 +1,10 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -338,7 +341,7 @@ func dirErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrConflict):
 		return err
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errdefs.Errorf(errdefs.ErrNoSpace, "%w", err)
@@ -348,29 +351,153 @@ func dirErr(err error) error {
 	return errdefs.Errorf(errdefs.ErrUnavailable, "%w", err)
 }
 
-// recordFile is a session's record in its directory.
-const recordFile = "record"
+// recordFile is a session's record in its directory; recordLock the file
+// whose flock(2) serializes the writes of the record.
+const (
+	recordFile = "record"
+	recordLock = ".record-lock"
+)
 
-// SetRecord implements Store: a temporary, fsynced, renamed over the
-// record, the directory fsynced.
+// SetRecord implements Store: under the session's record lock, a
+// temporary, fsynced, renamed over the record, the directory fsynced.
 func (d *Dir) SetRecord(ctx context.Context, tenant, session string, data []byte) error {
 	if err := checkRecord(tenant, session, data); err != nil {
 		return err
 	}
-	fail := func(err error) error {
+	err := d.withRecordLock(ctx, tenant, session, func() error {
+		return d.writeRecord(tenant, session, data)
+	})
+	if err != nil {
 		return fmt.Errorf("snapshot %s/%s: set record: %w", tenant, session, dirErr(err))
 	}
+	return nil
+}
+
+// SwapRecord implements Store: under the session's record lock, the
+// record is read and compared with old, then written as SetRecord does.
+// Every write of a record takes the lock, so none can land between the
+// comparison and the rename. A record that is data already is taken as
+// this call's write (Store's rule for a write whose answer was lost; here
+// a caller's retry). A crash at any step leaves the record old or
+// new, whole (the rename is the commit), a temporary for Sweep, and no
+// lock held: the kernel drops a dead process's flock.
+func (d *Dir) SwapRecord(ctx context.Context, tenant, session, old string, data []byte) (string, error) {
+	if err := checkRecord(tenant, session, data); err != nil {
+		return "", err
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("snapshot %s/%s: swap record: %w", tenant, session, dirErr(err))
+	}
+	p := sessionDir(tenant, session) + "/" + recordFile
+	if old != "" {
+		// A record that is gone was removed since old: no need to make
+		// its directory again for the lock.
+		if _, err := d.root.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return fail(fmt.Errorf("%w: the record at version %.12s is gone", ErrConflict, old))
+		}
+	}
+	err := d.withRecordLock(ctx, tenant, session, func() error {
+		cur, err := d.readRecord(p)
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			if old != "" {
+				return fmt.Errorf("%w: the record at version %.12s is gone", ErrConflict, old)
+			}
+		case err != nil:
+			return err
+		case bytes.Equal(cur, data):
+			return nil // the record is data already: this call's, retried
+		case old == "":
+			return fmt.Errorf("%w: a record was made meanwhile", ErrConflict)
+		case recordVersion(cur) != old:
+			return fmt.Errorf("%w: version %.12s, not %.12s", ErrConflict, recordVersion(cur), old)
+		}
+		return d.writeRecord(tenant, session, data)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return recordVersion(data), nil
+}
+
+// recordVersion is a Dir record's version: its content's sha256.
+func recordVersion(data []byte) string {
+	s := sha256.Sum256(data)
+	return hex.EncodeToString(s[:])
+}
+
+// withRecordLock runs f holding the session's record lock: flock(2) on
+// <tenant>/<session>/.record-lock, opened through the root without
+// following a symlink there. DeleteSession may unlink the lock file under
+// a holder, and a waiter would then hold a lock on a file nobody else
+// opens: the lock taken, the file must still be the one at the path, or
+// it is taken again. ctx bounds the wait.
+func (d *Dir) withRecordLock(ctx context.Context, tenant, session string, f func() error) error {
 	if err := ctx.Err(); err != nil {
-		return fail(err)
+		return err
 	}
-	if err := d.mkdirs(tenant, session); err != nil {
-		return fail(err)
+	p := sessionDir(tenant, session) + "/" + recordLock
+	for {
+		if err := d.mkdirs(tenant, session); err != nil {
+			return err
+		}
+		lf, err := d.root.OpenFile(p, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // its directory went meanwhile (DeleteSession)
+		}
+		if err != nil {
+			return err
+		}
+		if err := flock(ctx, lf); err != nil {
+			lf.Close()
+			return err
+		}
+		held, err1 := lf.Stat()
+		now, err2 := d.root.Lstat(p)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			defer lf.Close() // closing drops the lock
+			return f()
+		}
+		lf.Close()
+		if err1 != nil {
+			return err1
+		}
+		if err2 != nil && !errors.Is(err2, fs.ErrNotExist) {
+			return err2
+		}
 	}
+}
+
+// flockPoll is how often a lock held by another is tried again: holders
+// keep it for one small write.
+const flockPoll = 2 * time.Millisecond
+
+// flock takes f's exclusive flock(2), trying again until ctx ends.
+func flock(ctx context.Context, f *os.File) error {
+	for wait := flockPoll; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return &fs.PathError{Op: "flock", Path: f.Name(), Err: err}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the record's lock: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// writeRecord writes the record as a temporary, fsynced, renamed over the
+// record, the directory fsynced. The caller holds the record lock.
+func (d *Dir) writeRecord(tenant, session string, data []byte) error {
 	dir := sessionDir(tenant, session)
 	tmp := dir + "/" + tmpPrefix + recordFile + "-" + newID(time.Now())
 	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -384,24 +511,21 @@ func (d *Dir) SetRecord(ctx context.Context, tenant, session string, data []byte
 	}
 	if err != nil {
 		d.root.Remove(tmp)
-		return fail(err)
+		return err
 	}
-	if err := d.syncDir(dir); err != nil {
-		return fail(err)
-	}
-	return nil
+	return d.syncDir(dir)
 }
 
 // Record implements Store.
-func (d *Dir) Record(ctx context.Context, tenant, session string) ([]byte, error) {
+func (d *Dir) Record(ctx context.Context, tenant, session string) ([]byte, string, error) {
 	if err := checkSession(tenant, session); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	data, err := d.readRecord(sessionDir(tenant, session) + "/" + recordFile)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
+		return nil, "", fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
 	}
-	return data, nil
+	return data, recordVersion(data), nil
 }
 
 // readRecord reads a record file, at most MaxRecord bytes of it.

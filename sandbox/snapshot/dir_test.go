@@ -43,6 +43,14 @@ func dirHarness() snapshottest.Harness {
 				t.Fatal(err)
 			}
 		},
+		Reopen: func(t *testing.T, s snapshot.Store) snapshot.Store {
+			d, err := snapshot.NewDir(snapshot.DirOptions{Path: root[s]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			return d
+		},
 		Truncate: func(t *testing.T, s snapshot.Store, info snapshot.Info, n int64) {
 			if err := os.Truncate(filepath.Join(root[s], snapshot.DirFile(s.(*snapshot.Dir), info)), n); err != nil {
 				t.Fatal(err)

@@ -410,37 +410,87 @@ func (s *S3) SetRecord(ctx context.Context, tenant, session string, data []byte)
 	return nil
 }
 
-// Record implements Store.
-func (s *S3) Record(ctx context.Context, tenant, session string) ([]byte, error) {
-	if err := checkSession(tenant, session); err != nil {
-		return nil, err
+// SwapRecord implements Store: a conditional PUT, If-Match the version
+// (the record's ETag) or, for a session with no record, If-None-Match *.
+// The server checks and writes in one step: AWS S3 (since 2024) and
+// SeaweedFS (the filer evaluates the condition under its per-path lock:
+// weed/server/filer_grpc_server_condition.go) answer 412 Precondition
+// Failed, or 404 for an If-Match on a key that is gone, to the loser.
+// A 412 may also answer a retry of this very PUT whose first answer was
+// lost (the client retries on a timeout or a 5xx), and any other error
+// may hide a write that landed: either way the record is read back, and
+// data equal to what is stored is this call's write.
+func (s *S3) SwapRecord(ctx context.Context, tenant, session, old string, data []byte) (string, error) {
+	if err := checkRecord(tenant, session, data); err != nil {
+		return "", err
 	}
-	data, err := s.readRecord(ctx, s.recordKey(tenant, session))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("snapshot %s/%s: swap record: %w", tenant, session, err)
 	}
-	return data, nil
+	opts := minio.PutObjectOptions{ContentType: "application/json"}
+	if old == "" {
+		opts.SetMatchETagExcept("*")
+	} else {
+		opts.SetMatchETag(old)
+	}
+	key := s.recordKey(tenant, session)
+	up, err := s.client.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	if err == nil {
+		return up.ETag, nil
+	}
+	cur, version, rerr := s.readRecord(ctx, key)
+	if rerr == nil && bytes.Equal(cur, data) {
+		return version, nil
+	}
+	switch minio.ToErrorResponse(err).Code {
+	case minio.PreconditionFailed:
+		return fail(fmt.Errorf("%w: not at version %s", ErrConflict, old))
+	case "NoSuchKey":
+		return fail(fmt.Errorf("%w: the record at version %s is gone", ErrConflict, old))
+	}
+	return fail(s3Err(err))
 }
 
-// readRecord reads a record object, at most MaxRecord bytes of it.
-func (s *S3) readRecord(ctx context.Context, key string) ([]byte, error) {
+// Record implements Store.
+func (s *S3) Record(ctx context.Context, tenant, session string) ([]byte, string, error) {
+	if err := checkSession(tenant, session); err != nil {
+		return nil, "", err
+	}
+	data, version, err := s.readRecord(ctx, s.recordKey(tenant, session))
+	if err != nil {
+		return nil, "", fmt.Errorf("snapshot %s/%s: record: %w", tenant, session, err)
+	}
+	return data, version, nil
+}
+
+// readRecord reads a record object, at most MaxRecord bytes of it, and its
+// ETag, the version SwapRecord compares.
+func (s *S3) readRecord(ctx context.Context, key string) ([]byte, string, error) {
 	obj, err := s.client.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s3Err(err)
+		return nil, "", s3Err(err)
 	}
 	defer obj.Close()
 	data, err := io.ReadAll(io.LimitReader(obj, MaxRecord+1))
 	if err != nil {
 		err = s3Err(err)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, errdefs.Errorf(errdefs.ErrNotFound, "no record")
+			return nil, "", errdefs.Errorf(errdefs.ErrNotFound, "no record")
 		}
-		return nil, err
+		return nil, "", err
 	}
 	if len(data) > MaxRecord {
-		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "record %s: more than %d bytes: not one SetRecord wrote", key, MaxRecord)
+		return nil, "", errdefs.Errorf(errdefs.ErrUnavailable, "record %s: more than %d bytes: not one SetRecord wrote", key, MaxRecord)
 	}
-	return data, nil
+	// The answer's headers, read with the body: the ETag of these bytes.
+	oi, err := obj.Stat()
+	if err != nil {
+		return nil, "", s3Err(err)
+	}
+	if oi.ETag == "" {
+		return nil, "", errdefs.Errorf(errdefs.ErrUnavailable, "record %s: the store gave it no ETag", key)
+	}
+	return data, oi.ETag, nil
 }
 
 // Records implements Store: one listing of the records' keys, then a read
@@ -470,7 +520,7 @@ func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
 	}
 	out := []Record{}
 	for _, r := range refs {
-		data, err := s.readRecord(ctx, s.recordKey(r.tenant, r.session))
+		data, _, err := s.readRecord(ctx, s.recordKey(r.tenant, r.session))
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}

@@ -58,10 +58,16 @@ func (srv *s3Server) rewrite(t *testing.T, key string, f func([]byte) []byte) {
 
 func s3Harness(srv *s3Server) snapshottest.Harness {
 	n := 0
+	prefix := map[snapshot.Store]string{}
 	return snapshottest.Harness{
 		New: func(t *testing.T) snapshot.Store {
 			n++
-			return srv.store(t, fmt.Sprintf("case%d/", n), 0) // the default part size, as in production
+			s := srv.store(t, fmt.Sprintf("case%d/", n), 0) // the default part size, as in production
+			prefix[s] = fmt.Sprintf("case%d/", n)
+			return s
+		},
+		Reopen: func(t *testing.T, s snapshot.Store) snapshot.Store {
+			return srv.store(t, prefix[s], 0)
 		},
 		Corrupt: func(t *testing.T, s snapshot.Store, info snapshot.Info) {
 			srv.rewrite(t, snapshot.S3DataKey(s.(*snapshot.S3), info), func(b []byte) []byte {

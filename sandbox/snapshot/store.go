@@ -98,9 +98,27 @@ type Store interface {
 	// it. A reader sees the old record or the new one, whole.
 	SetRecord(ctx context.Context, tenant, session string, data []byte) error
 
-	// Record returns the record of (tenant, session): ErrNotFound when it
-	// has none.
-	Record(ctx context.Context, tenant, session string) ([]byte, error)
+	// SwapRecord is SetRecord on a condition: it writes data only if the
+	// record is still at version old (as Record returned it; "" for a
+	// session that has no record), and returns the new record's version.
+	// Two processes swapping from the same version cannot both succeed:
+	// the check and the write are one step for every process sharing the
+	// store (Dir: a lock per session on the host; S3: a conditional PUT).
+	// When the record is not at old (written, made or removed since it
+	// was read), nothing is written and the error wraps ErrConflict.
+	//
+	// A write whose answer is lost (a timeout, a retried request) is
+	// recognized by reading the record back: data equal to what is there
+	// is taken as this call's write. A caller whose records could be
+	// equal to another writer's puts something of its own in data (a
+	// random token), so that "equal" means "mine".
+	SwapRecord(ctx context.Context, tenant, session, old string, data []byte) (version string, err error)
+
+	// Record returns the record of (tenant, session) and its version, an
+	// opaque token for SwapRecord that changes whenever the record's
+	// content does (equal contents may have equal versions): ErrNotFound
+	// when it has none.
+	Record(ctx context.Context, tenant, session string) (data []byte, version string, err error)
 
 	// Records returns the records of every session with one, of every
 	// tenant when tenant is "", in no set order. A record that vanishes
@@ -153,6 +171,11 @@ type Leftover struct {
 	// Modified is when it was last written (or its upload started).
 	Modified time.Time
 }
+
+// ErrConflict: a SwapRecord found the record changed since the version it
+// was given (another process wrote, made or removed it); nothing was
+// written. Read the record again and decide anew.
+var ErrConflict = errors.New("snapshot record changed meanwhile")
 
 // ErrCorrupt: a snapshot's bytes do not match the length or checksum Put
 // recorded (truncated, altered, or its data lost). The snapshot is not to be

@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"runtime/metrics"
@@ -42,6 +43,10 @@ type Harness struct {
 	// temporary of (tenant, session)), and says how many leftovers Sweep
 	// is to find for it.
 	Plant func(t *testing.T, s snapshot.Store, tenant, session string) int
+	// Reopen, if set, opens another store on s's backing (the same
+	// directory, the same bucket and prefix), as another process would:
+	// the SwapRecord race runs one per racer.
+	Reopen func(t *testing.T, s snapshot.Store) snapshot.Store
 	// PartSize is the store's unit of upload, if it has one (S3): the
 	// failure cases cut streams after more than one part.
 	PartSize int64
@@ -66,6 +71,7 @@ func Run(t *testing.T, h Harness) {
 		{"Sweep", testSweep},
 		{"BoundedMemory", testBoundedMemory},
 		{"Records", testRecords},
+		{"SwapRecord", testSwapRecord},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.f(t, h) })
@@ -640,7 +646,7 @@ func Bench(b *testing.B, s snapshot.Store, size int64) {
 func testRecords(t *testing.T, h Harness) {
 	s := h.New(t)
 	c := ctx(t)
-	if _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Record of a session with none: %v, want ErrNotFound", err)
 	}
 	if got, err := s.Records(c, ""); err != nil || len(got) != 0 {
@@ -651,7 +657,7 @@ func testRecords(t *testing.T, h Harness) {
 		if err := s.SetRecord(c, "t1", "s1", []byte(rec)); err != nil {
 			t.Fatalf("SetRecord: %v", err)
 		}
-		got, err := s.Record(c, "t1", "s1")
+		got, _, err := s.Record(c, "t1", "s1")
 		if err != nil || string(got) != rec {
 			t.Fatalf("Record after SetRecord(%s): %q, %v", rec, got, err)
 		}
@@ -692,14 +698,14 @@ func testRecords(t *testing.T, h Harness) {
 	if err := s.SetRecord(c, "t1", "s1", make([]byte, snapshot.MaxRecord+1)); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("SetRecord past MaxRecord: %v, want ErrInvalid", err)
 	}
-	if got, _ := s.Record(c, "t1", "s1"); string(got) != `{"state":"running","v":2}` {
+	if got, _, _ := s.Record(c, "t1", "s1"); string(got) != `{"state":"running","v":2}` {
 		t.Fatalf("a refused SetRecord changed the record: %q", got)
 	}
 	for _, bad := range [][2]string{{"../t", "s"}, {"t", "a/b"}, {"", "s"}} {
 		if err := s.SetRecord(c, bad[0], bad[1], []byte("x")); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Fatalf("SetRecord(%q, %q): %v, want ErrInvalid", bad[0], bad[1], err)
 		}
-		if _, err := s.Record(c, bad[0], bad[1]); !errors.Is(err, errdefs.ErrInvalid) {
+		if _, _, err := s.Record(c, bad[0], bad[1]); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Fatalf("Record(%q, %q): %v, want ErrInvalid", bad[0], bad[1], err)
 		}
 	}
@@ -710,16 +716,135 @@ func testRecords(t *testing.T, h Harness) {
 	if _, err := s.Sweep(c, time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
-	if _, err := s.Record(c, "t1", "s1"); err != nil {
+	if _, _, err := s.Record(c, "t1", "s1"); err != nil {
 		t.Fatalf("Record after Sweep: %v", err)
 	}
 	if err := s.DeleteSession(c, "t1", "s1"); err != nil {
 		t.Fatalf("DeleteSession: %v", err)
 	}
-	if _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Record after DeleteSession: %v, want ErrNotFound", err)
 	}
 	if all := recs(""); len(all) != 2 {
 		t.Fatalf("Records after DeleteSession: %v", all)
+	}
+}
+
+// testSwapRecord: SwapRecord writes only from the version it is given,
+// and of racers swapping from one version exactly one wins, whatever the
+// process (each racer here has a store of its own on the same backing,
+// as two replicas have: Harness.Reopen).
+func testSwapRecord(t *testing.T, h Harness) {
+	s := h.New(t)
+	c := ctx(t)
+	record := func() ([]byte, string) {
+		t.Helper()
+		data, version, err := s.Record(c, "t1", "s1")
+		if err != nil || version == "" {
+			t.Fatalf("Record: %q, version %q, %v", data, version, err)
+		}
+		return data, version
+	}
+	v1, err := s.SwapRecord(c, "t1", "s1", "", []byte(`{"state":"suspended"}`))
+	if err != nil || v1 == "" {
+		t.Fatalf("SwapRecord of a session with no record, from \"\": %q, %v", v1, err)
+	}
+	if data, v := record(); string(data) != `{"state":"suspended"}` || v != v1 {
+		t.Fatalf("Record after SwapRecord: %q at %q, want version %q", data, v, v1)
+	}
+	// "" means no record: a second creation loses.
+	if _, err := s.SwapRecord(c, "t1", "s1", "", []byte(`{"state":"other"}`)); !errors.Is(err, snapshot.ErrConflict) {
+		t.Fatalf("SwapRecord from \"\" over a record: %v, want ErrConflict", err)
+	}
+	v2, err := s.SwapRecord(c, "t1", "s1", v1, []byte(`{"state":"resuming","token":"a"}`))
+	if err != nil || v2 == "" || v2 == v1 {
+		t.Fatalf("SwapRecord from the current version: %q, %v (from %q)", v2, err, v1)
+	}
+	if _, err := s.SwapRecord(c, "t1", "s1", v1, []byte(`{"state":"resuming","token":"b"}`)); !errors.Is(err, snapshot.ErrConflict) {
+		t.Fatalf("SwapRecord from a stale version: %v, want ErrConflict", err)
+	}
+	if data, v := record(); string(data) != `{"state":"resuming","token":"a"}` || v != v2 {
+		t.Fatalf("a refused SwapRecord changed the record: %q at %q", data, v)
+	}
+	// A retry of a swap that landed (its answer lost) finds its own data
+	// there and succeeds.
+	if v, err := s.SwapRecord(c, "t1", "s1", v1, []byte(`{"state":"resuming","token":"a"}`)); err != nil || v != v2 {
+		t.Fatalf("SwapRecord retried after it landed: %q, %v; want %q", v, err, v2)
+	}
+	// An unconditional SetRecord changes the version under a holder of v2.
+	if err := s.SetRecord(c, "t1", "s1", []byte(`{"state":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SwapRecord(c, "t1", "s1", v2, []byte(`{"state":"late"}`)); !errors.Is(err, snapshot.ErrConflict) {
+		t.Fatalf("SwapRecord from the version before a SetRecord: %v, want ErrConflict", err)
+	}
+
+	// Racers, each with its own store, swap from one version: one wins.
+	_, from := record()
+	const racers = 8
+	type result struct {
+		data, version string
+		err           error
+	}
+	results := make(chan result, racers)
+	var start sync.WaitGroup
+	start.Add(1)
+	for i := range racers {
+		rs := s
+		if h.Reopen != nil {
+			rs = h.Reopen(t, s)
+		}
+		go func() {
+			start.Wait()
+			data := fmt.Sprintf(`{"state":"resuming","token":"racer-%d"}`, i)
+			v, err := rs.SwapRecord(c, "t1", "s1", from, []byte(data))
+			results <- result{data, v, err}
+		}()
+	}
+	start.Done()
+	var won []result
+	for range racers {
+		r := <-results
+		switch {
+		case r.err == nil:
+			won = append(won, r)
+		case !errors.Is(r.err, snapshot.ErrConflict):
+			t.Errorf("a racer's SwapRecord: %v, want success or ErrConflict", r.err)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d of %d racers swapped from one version: %+v; want exactly one", len(won), racers, won)
+	}
+	if data, v := record(); string(data) != won[0].data || v != won[0].version {
+		t.Fatalf("after the race the record is %q at %q; the winner wrote %q at %q", data, v, won[0].data, won[0].version)
+	}
+
+	// A removed record: a swap from its version loses, a creation wins.
+	_, last := record()
+	if err := s.DeleteSession(c, "t1", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SwapRecord(c, "t1", "s1", last, []byte(`{"state":"ghost"}`)); !errors.Is(err, snapshot.ErrConflict) {
+		t.Fatalf("SwapRecord from the version of a removed record: %v, want ErrConflict", err)
+	}
+	if _, _, err := s.Record(c, "t1", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a refused SwapRecord made a record: %v", err)
+	}
+	if _, err := s.SwapRecord(c, "t1", "s1", "", []byte(`{"state":"new"}`)); err != nil {
+		t.Fatalf("SwapRecord from \"\" after DeleteSession: %v", err)
+	}
+	// Bounded, named, as SetRecord.
+	if _, err := s.SwapRecord(c, "t1", "s1", "", make([]byte, snapshot.MaxRecord+1)); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("SwapRecord past MaxRecord: %v, want ErrInvalid", err)
+	}
+	if _, err := s.SwapRecord(c, "../t", "s1", "", []byte("x")); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("SwapRecord(../t): %v, want ErrInvalid", err)
+	}
+	// Records lists no lock or temporary as a session.
+	if recs, err := s.Records(c, ""); err != nil || len(recs) != 1 {
+		t.Fatalf("Records: %+v, %v; want t1/s1's alone", recs, err)
+	}
+	if swept, err := s.Sweep(c, time.Now().Add(time.Hour)); err != nil || len(swept) != 0 {
+		t.Fatalf("Sweep after swaps: %+v, %v; want nothing left behind", swept, err)
 	}
 }
