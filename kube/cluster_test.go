@@ -66,6 +66,7 @@ func TestClusterConformance(t *testing.T) {
 				Exec: func(t *testing.T, sb sandbox.Sandbox, command string) string {
 					return kubetest.Exec(t, sb, command)
 				},
+				RealAgent: true,
 			})
 		})
 	}

@@ -108,6 +108,47 @@ copy_tool() { # name required(0/1)
 
 for t in "${REQUIRED[@]}"; do copy_tool "$t" 1; done
 for t in "${OPTIONAL[@]}"; do copy_tool "$t" 0; done
+
+# threads-probe prints clone3's errno (for a size of 0: EINVAL where the
+# kernel sees it, ENOSYS where a filter answers) and starts a thread with
+# glibc's pthread_create, which tries clone3 first and falls back to clone
+# only on ENOSYS. The sandbox suites run it on every engine and runtime:
+# under gVisor threads failed (EPERM) until the agent's filter answered
+# clone3 itself (agent/notrace). Static, built by the host's C compiler
+# (the one cgo and -race use); without one the probe is left out and the
+# suites say so (in CI they fail).
+if cc=$(type -P cc || type -P gcc); then
+  cat >"$work/threads-probe.c" <<'PROBE'
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+static void *run(void *arg) { return arg; }
+int main(void) {
+	long r = syscall(SYS_clone3, NULL, 0);
+	printf("clone3: %s\n", r == -1 ? strerrorname_np(errno) : "ok");
+	pthread_t t;
+	int e = pthread_create(&t, NULL, run, NULL);
+	if (e != 0) {
+		printf("pthread_create: %s\n", strerrorname_np(e));
+		return 1;
+	}
+	pthread_join(t, NULL);
+	printf("thread: ok\n");
+	return 0;
+}
+PROBE
+  "$cc" -static -pthread -O2 -o "$root/usr/bin/threads-probe" "$work/threads-probe.c" ||
+    { echo "testimage: $cc could not build threads-probe (static glibc: libc6-dev)" >&2; exit 1; }
+else
+  log "no C compiler: threads-probe left out"
+fi
 ln -s dash "$root/usr/bin/sh"
 
 for lib in "${!libs[@]}"; do

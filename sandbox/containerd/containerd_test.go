@@ -122,8 +122,9 @@ func TestConformance(t *testing.T) {
 				Foreign: func(t *testing.T, tenant, session string) func() bool {
 					return containerdtest.Foreign(t, addr, tenant, session)
 				},
-				Exec:   func(t *testing.T, sb sandbox.Sandbox, cmd string) string { return exec(t, sb, cmd) },
-				Gvisor: runtime == sandbox.RuntimeRunsc,
+				Exec:      func(t *testing.T, sb sandbox.Sandbox, cmd string) string { return exec(t, sb, cmd) },
+				Gvisor:    runtime == sandbox.RuntimeRunsc,
+				RealAgent: true,
 			})
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,10 @@ type Harness struct {
 	// network: the loopback-only check is left out (the runtime's own
 	// tests check what the pod can reach).
 	PodNetwork bool
+	// RealAgent: the sandbox's agent is cmd/shellbox-agent, whose seccomp
+	// filter every command inherits (not a test's stand-in): the checks
+	// of what that filter does are made.
+	RealAgent bool
 }
 
 // Run runs the runtime conformance suite: create, get, list by owner,
@@ -334,6 +339,20 @@ func Run(t *testing.T, h Harness) {
 		for _, c := range checks {
 			if got := strings.TrimSpace(h.Exec(t, sb, c.cmd)); got != c.want {
 				t.Errorf("%s: %q gave %q, want %q", c.name, c.cmd, got, c.want)
+			}
+		}
+		// Threads start, gVisor's included: glibc's pthread_create tries
+		// clone3 and falls back to clone only on ENOSYS, which the
+		// agent's filter answers (agent/notrace; gVisor turns the
+		// profile's own answer into EPERM). The test image's probe
+		// (images/testimage/build.sh) is left out on a host without a C
+		// compiler. Only with the real agent: a stand-in has no filter.
+		if h.RealAgent {
+			switch got := strings.TrimSpace(h.Exec(t, sb, "if command -v threads-probe >/dev/null; then threads-probe 2>&1; else echo absent; fi")); {
+			case got == "absent" && os.Getenv("CI") == "":
+				t.Logf("threads: the image has no threads-probe (built before it, or without a C compiler): not checked")
+			case got != "clone3: ENOSYS\nthread: ok":
+				t.Errorf("threads: threads-probe said %q, want clone3 ENOSYS and a thread started", got)
 			}
 		}
 		// The workspace is a filesystem of the policy's size: exactly, a
