@@ -47,7 +47,11 @@ import (
 // Linux (kernel/seccomp.c, seccomp_run_filters) and in gVisor's sentry
 // (pkg/sentry/kernel/seccomp.go) alike, and the agent's filter is installed
 // after the runtime's. Nothing is allowed that the profile refused: clone3
-// still fails.
+// still fails. The agent's own clone3 (a command born into its cgroup,
+// executor/local on cgroup v2) meets the same ENOSYS, as it met the
+// profiles' answer before (the agent has no CAP_SYS_ADMIN, which they
+// ask for clone3): the executor falls back to the v1 hierarchy or process
+// groups as it did.
 
 // seccomp(2) constants (linux/seccomp.h, linux/audit.h).
 const (
