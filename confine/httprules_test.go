@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestNormalPath(t *testing.T) {
@@ -167,4 +168,91 @@ func BenchmarkJudge(b *testing.B) {
 			b.Fatal(p, err)
 		}
 	}
+}
+
+// FuzzNormalPath: whatever a client sends, a path NormalPath accepts has
+// one form: rooted, no empty or dot segments but a trailing /, valid
+// UTF-8, and sent (EncodePath) it reads back as itself.
+func FuzzNormalPath(f *testing.F) {
+	for _, s := range []string{"/", "/a//b/./c/../%7e", "/%2e%2e/x", "/a%2Fb", "http://h/a?b", "/a;b", "/%C3%A9/%20", "/a/..", "//"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		p, err := NormalPath(target)
+		if err != nil {
+			if !errors.Is(err, ErrAmbiguousPath) {
+				t.Fatalf("%q: %v", target, err)
+			}
+			return
+		}
+		segs := strings.Split(p[1:], "/")
+		for i, s := range segs {
+			if s == "." || s == ".." || s == "" && i < len(segs)-1 {
+				t.Fatalf("%q: %q has segment %q", target, p, s)
+			}
+		}
+		if !strings.HasPrefix(p, "/") || !utf8.ValidString(p) || strings.ContainsAny(p, "\\;\x00") {
+			t.Fatalf("%q: %q", target, p)
+		}
+		if again, err := NormalPath(EncodePath(p)); err != nil || again != p {
+			t.Fatalf("%q: %q sent as %q reads %q, %v", target, p, EncodePath(p), again, err)
+		}
+	})
+}
+
+// FuzzMatchSegments: the greedy matcher agrees with the plain recursive
+// definition of ** (any number of segments) and * (a run inside one).
+func FuzzMatchSegments(f *testing.F) {
+	f.Add("/a/**/b/*", "/a/x/b/y")
+	f.Add("/**/a*b/**", "/q/acb/b/")
+	f.Fuzz(func(t *testing.T, pattern, path string) {
+		if len(pattern) > 64 || len(path) > 64 {
+			return
+		}
+		pat, err := parsePattern(pattern)
+		if err != nil || !strings.HasPrefix(path, "/") {
+			return
+		}
+		segs := strings.Split(path[1:], "/")
+		if got, want := matchSegments(pat, segs), refMatch(pat, segs); got != want {
+			t.Fatalf("%q against %q: %v, want %v", pattern, path, got, want)
+		}
+	})
+}
+
+func refMatch(pat, path []string) bool {
+	if len(pat) == 0 {
+		return len(path) == 0
+	}
+	if pat[0] == "**" {
+		for i := 0; i <= len(path); i++ {
+			if refMatch(pat[1:], path[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return len(path) > 0 && refSegment(pat[0], path[0]) && refMatch(pat[1:], path[1:])
+}
+
+func refSegment(pat, s string) bool {
+	if pat == "*" {
+		return s != ""
+	}
+	return refGlob(pat, s)
+}
+
+func refGlob(pat, s string) bool {
+	if pat == "" {
+		return s == ""
+	}
+	if pat[0] == '*' {
+		for i := 0; i <= len(s); i++ {
+			if refGlob(pat[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return s != "" && s[0] == pat[0] && refGlob(pat[1:], s[1:])
 }
