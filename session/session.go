@@ -149,6 +149,10 @@ type Service struct {
 	// held counts the calls this server holds per tenant/session
 	// (HoldCall).
 	held map[string]int
+	// process names this process in resume claims; claimTTL is how long
+	// one holds unrenewed (resume.go).
+	process  string
+	claimTTL time.Duration
 	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
@@ -193,7 +197,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.SuspendedTTL = DefaultSuspendedTTL
 	}
 	l := &Service{cfg: cfg, log: cfg.Logger, tenants: map[string]*tenant{}, opts: map[string]server.SessionOptions{},
-		suspending: map[string]string{}, resumeFrom: map[string]string{}, held: map[string]int{}}
+		suspending: map[string]string{}, resumeFrom: map[string]string{}, held: map[string]int{},
+		process: processName(), claimTTL: DefaultClaimTTL}
 	if cfg.Runtime == nil {
 		return l, nil
 	}

@@ -13,8 +13,9 @@ package session
 // it.
 //
 // Resuming is the sandbox layer's Resume hook: every sandbox a session is
-// handed by a creation asks the record; a suspended session's newest
-// snapshot is streamed into the new sandbox (PUT /v1/workspace, which
+// handed by a creation asks the record; a suspended session is claimed by
+// one process (resume.go), and its newest snapshot is streamed into the
+// new sandbox (PUT /v1/workspace, which
 // swaps the workspace in only once whole and verified) before the call
 // that caused the creation runs, and the record says running. The model
 // sees nothing but its call's result. A snapshot that fails its checksum is
@@ -44,7 +45,6 @@ import (
 	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
-	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 )
 
@@ -52,6 +52,9 @@ import (
 const (
 	stateRunning   = "running"
 	stateSuspended = "suspended"
+	// stateResuming: a process claimed the session's resume (record.Claim)
+	// and is restoring its snapshot (resume.go).
+	stateResuming = "resuming"
 )
 
 // DefaultSuspendedTTL is how long a suspended session of a tenant without
@@ -86,6 +89,9 @@ type record struct {
 	// Size is the snapshot's size in bytes; Entries its entries.
 	Size    int64 `json:"size,omitempty"`
 	Entries int   `json:"entries,omitempty"`
+	// Claim is the resume in progress (stateResuming), or, once running,
+	// the one that resumed it: which process, into which sandbox.
+	Claim *claim `json:"claim,omitempty"`
 }
 
 // SessionNotifier hears sessions' state changes (the server's event
@@ -104,18 +110,35 @@ func (l *Service) changed(tenant, session, state, message string) {
 
 // readRecord returns the session's record; ok false when it has none.
 func (l *Service) readRecord(ctx context.Context, tenant, session string) (record, bool, error) {
-	data, _, err := l.cfg.Snapshots.Record(ctx, tenant, session)
+	r, _, ok, err := l.recordAt(ctx, tenant, session)
+	return r, ok, err
+}
+
+// recordAt returns the session's record and its version (for swapRecord);
+// ok false when it has none.
+func (l *Service) recordAt(ctx context.Context, tenant, session string) (_ record, version string, ok bool, _ error) {
+	data, version, err := l.cfg.Snapshots.Record(ctx, tenant, session)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return record{}, false, nil
+		return record{}, "", false, nil
 	}
 	if err != nil {
-		return record{}, false, err
+		return record{}, "", false, err
 	}
 	var r record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return record{}, false, fmt.Errorf("session %s/%s: its record in the snapshot store is unreadable: %w", tenant, session, err)
+		return record{}, "", false, fmt.Errorf("session %s/%s: its record in the snapshot store is unreadable: %w", tenant, session, err)
 	}
-	return r, true, nil
+	return r, version, true, nil
+}
+
+// swapRecord writes r if the session's record is still at version old
+// (snapshot.Store.SwapRecord): snapshot.ErrConflict when it is not.
+func (l *Service) swapRecord(ctx context.Context, tenant, session, old string, r record) (string, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	return l.cfg.Snapshots.SwapRecord(ctx, tenant, session, old, data)
 }
 
 func (l *Service) writeRecord(ctx context.Context, tenant, session string, r record) error {
@@ -316,95 +339,6 @@ func (l *Service) forgetConn(tenant, session string) {
 	if tb != nil && tb.forget != nil {
 		tb.forget(session)
 	}
-}
-
-// resumeSandbox is sandbox.Config.Resume: a suspended session's newest
-// snapshot (or the one ResumeSession chose) is restored into sb, its new
-// sandbox, and the session recorded running.
-func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
-	tenant, session := sb.Tenant, sb.Session
-	if sandbox.IsPooled(session) {
-		return nil
-	}
-	r, ok, err := l.readRecord(ctx, tenant, session)
-	if err != nil {
-		return fmt.Errorf("session %s: cannot tell whether it was suspended: %w", session, err)
-	}
-	if !ok || r.State != stateSuspended {
-		return nil
-	}
-	id := r.Snapshot
-	l.mu.Lock()
-	// An operator's choice serves one resume, whatever its outcome.
-	if chosen, ok := l.resumeFrom[tenant+"/"+session]; ok {
-		id = chosen
-		delete(l.resumeFrom, tenant+"/"+session)
-	}
-	l.mu.Unlock()
-	if r.Sandbox != "" && sb.ID == r.Sandbox && sb.Created.Equal(r.SandboxCreated) {
-		// The very sandbox that was snapshotted runs on (its removal
-		// failed, or a process died between the record and the
-		// removal): its workspace is the newest; it is not rolled back.
-		r.State, r.Resumed = stateRunning, time.Now().UTC()
-		if err := l.writeRecord(ctx, tenant, session, r); err != nil {
-			return fmt.Errorf("session %s: recording it running: %w", session, err)
-		}
-		l.changed(tenant, session, "resumed", fmt.Sprintf("its sandbox %s was never removed: kept as it is, snapshot %s not restored", sb.ID, id))
-		return nil
-	}
-	fail := func(err error) error {
-		err = fmt.Errorf("session %s: resuming from snapshot %s: %w", session, id, err)
-		l.changed(tenant, session, "resume-failed", err.Error())
-		return err
-	}
-	start := time.Now()
-	rc, info, err := l.cfg.Snapshots.Get(ctx, tenant, session, id)
-	if err != nil {
-		return fail(l.offerPrevious(ctx, tenant, session, id, err))
-	}
-	defer rc.Close()
-	c, err := agentapi.DialEndpoint(ctx, sb.Agent)
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close()
-	st, err := c.ImportWorkspace(ctx, rc, agentapi.WorkspaceLimits{})
-	if err != nil {
-		// The store's verifier ends a stream that fails its check with
-		// ErrCorrupt; the agent reports the cut stream as invalid.
-		if _, verr := rc.Read(make([]byte, 1)); errors.Is(verr, snapshot.ErrCorrupt) {
-			err = fmt.Errorf("%w (%w)", verr, err)
-		}
-		return fail(l.offerPrevious(ctx, tenant, session, id, err))
-	}
-	r.State, r.Resumed, r.Snapshot = stateRunning, time.Now().UTC(), id
-	if err := l.writeRecord(ctx, tenant, session, r); err != nil {
-		return fail(fmt.Errorf("recording it running: %w", err))
-	}
-	l.changed(tenant, session, "resumed", fmt.Sprintf("from snapshot %s of %s (%s ago): %d entries, %d bytes, in %s",
-		id, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), st.Entries, st.Bytes,
-		time.Since(start).Round(time.Millisecond)))
-	return nil
-}
-
-// offerPrevious adds to err, a resume from snapshot id that failed, the
-// snapshot before it, if there is one.
-func (l *Service) offerPrevious(ctx context.Context, tenant, session, id string, err error) error {
-	if !errors.Is(err, snapshot.ErrCorrupt) && !errors.Is(err, errdefs.ErrNotFound) {
-		return err
-	}
-	infos, lerr := l.cfg.Snapshots.List(ctx, tenant, session)
-	if lerr != nil {
-		return err
-	}
-	// List is newest first: the one before id is the entry after it.
-	for i, info := range infos {
-		if i > 0 && infos[i-1].ID == id {
-			return fmt.Errorf("%w; the session stays suspended: resume it from the snapshot before, %s of %s (shellbox sessions resume %s --snapshot %s), or delete it",
-				err, info.ID, info.Created.Format(time.RFC3339), session, info.ID)
-		}
-	}
-	return fmt.Errorf("%w; the session stays suspended, and has no earlier snapshot", err)
 }
 
 // SuspendSession implements server.Suspender: the session's workspace to
