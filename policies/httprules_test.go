@@ -115,3 +115,18 @@ func TestAuditEgressRule(t *testing.T) {
 		t.Errorf("%+v %+v", r, r.Egress)
 	}
 }
+
+// TestHTTPRulesExample: examples/mirror.yaml keeps its mirrors read-only.
+func TestHTTPRulesExample(t *testing.T) {
+	p := loadExample(t, "mirror")
+	rs, _ := p.Network.HTTPFor("pypi-mirror.internal")
+	if rs == nil {
+		t.Fatal("no rules for pypi-mirror.internal")
+	}
+	if r := rs.Decide("GET", "/simple/numpy/"); !r.Allow {
+		t.Errorf("GET: %+v", r)
+	}
+	if r := rs.Decide("POST", "/legacy/"); r.Allow || r.Name != "sandbox.network.http[0].default" {
+		t.Errorf("POST: %+v", r)
+	}
+}
