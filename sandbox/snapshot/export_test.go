@@ -21,3 +21,10 @@ func S3DataKey(s *S3, info Info) string { return s.dataKey(info.Tenant, info.Ses
 func S3NewDataKey(s *S3, tenant, session string) string {
 	return s.dataKey(tenant, session, newInfo(tenant, session).ID)
 }
+
+// S3IndexedRecords says how many records s's record index holds.
+func S3IndexedRecords(s *S3) int {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	return len(s.index.m)
+}

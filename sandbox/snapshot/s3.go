@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -75,6 +76,8 @@ type S3 struct {
 	bucket string
 	prefix string
 	part   uint64
+	// index spares Records a read of every record (recordIndex).
+	index recordIndex
 }
 
 var _ Store = (*S3)(nil)
@@ -493,8 +496,8 @@ func (s *S3) readRecord(ctx context.Context, key string) ([]byte, string, error)
 	return data, oi.ETag, nil
 }
 
-// Records implements Store: one listing of the records' keys, then a read
-// of each.
+// Records implements Store: one listing of the records' keys, with their
+// ETags, then a read of each record the index does not hold at that ETag.
 func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
 	fail := func(err error) ([]Record, error) {
 		return nil, fmt.Errorf("snapshot s3: records: %w", err)
@@ -506,7 +509,7 @@ func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
 		}
 		prefix += tenant + "/"
 	}
-	type ref struct{ tenant, session string }
+	type ref struct{ tenant, session, etag string }
 	var refs []ref
 	for oi := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if oi.Err != nil {
@@ -515,21 +518,94 @@ func (s *S3) Records(ctx context.Context, tenant string) ([]Record, error) {
 		rest, _ := strings.CutPrefix(oi.Key, s.prefix)
 		parts := strings.Split(rest, "/")
 		if len(parts) == 3 && parts[2] == "record" && checkSession(parts[0], parts[1]) == nil {
-			refs = append(refs, ref{parts[0], parts[1]})
+			refs = append(refs, ref{parts[0], parts[1], oi.ETag})
 		}
 	}
 	out := []Record{}
+	seen := make(map[string]bool, len(refs))
 	for _, r := range refs {
-		data, _, err := s.readRecord(ctx, s.recordKey(r.tenant, r.session))
-		if errors.Is(err, errdefs.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return fail(err)
+		key := s.recordKey(r.tenant, r.session)
+		seen[key] = true
+		data, ok := s.index.get(key, r.etag)
+		if !ok {
+			var version string
+			var err error
+			data, version, err = s.readRecord(ctx, key)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			s.index.put(key, version, data)
 		}
 		out = append(out, Record{Tenant: r.tenant, Session: r.session, Data: data})
 	}
+	s.index.keepOnly(prefix, seen)
 	return out, nil
+}
+
+// recordIndex holds the records Records read, by key, with the ETag each
+// had: an S3 listing carries every key's ETag, so a listing reads again
+// only the records that changed since (a metrics scrape or a console
+// refresh over thousands of suspended sessions is one listing, not a GET
+// per session). An ETag changes with the content, so a record is never
+// answered from the index after it changed, only after it did not. It is
+// bounded by maxIndexBytes; past that, records are read as before.
+type recordIndex struct {
+	mu    sync.Mutex
+	m     map[string]indexedRecord
+	bytes int
+}
+
+type indexedRecord struct {
+	etag string
+	data []byte
+}
+
+// maxIndexBytes bounds the index: 16 MiB, some 16,000 records of 1 KiB.
+const maxIndexBytes = 16 << 20
+
+// get returns a copy of key's record if the index holds it at etag.
+func (x *recordIndex) get(key, etag string) ([]byte, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r, ok := x.m[key]
+	if !ok || etag == "" || r.etag != etag {
+		return nil, false
+	}
+	return bytes.Clone(r.data), true
+}
+
+// put keeps a copy of key's record at etag, if the bound allows.
+func (x *recordIndex) put(key, etag string, data []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.m == nil {
+		x.m = map[string]indexedRecord{}
+	}
+	if old, ok := x.m[key]; ok {
+		x.bytes -= len(old.data)
+		delete(x.m, key)
+	}
+	if x.bytes+len(data) > maxIndexBytes {
+		return
+	}
+	x.m[key] = indexedRecord{etag: etag, data: bytes.Clone(data)}
+	x.bytes += len(data)
+}
+
+// keepOnly drops the records under prefix that a listing of it did not
+// see (their sessions deleted).
+func (x *recordIndex) keepOnly(prefix string, seen map[string]bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for key, r := range x.m {
+		if strings.HasPrefix(key, prefix) && !seen[key] {
+			x.bytes -= len(r.data)
+			delete(x.m, key)
+		}
+	}
 }
 
 // splitKey reads one of the store's keys: its session's key prefix, its

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
@@ -134,4 +136,83 @@ func TestS3Options(t *testing.T) {
 func BenchmarkS3(b *testing.B) {
 	srv := newS3Server(b)
 	snapshottest.Bench(b, srv.store(b, "bench/", 0), 64<<20)
+}
+
+// recordGets counts the GETs of records an S3 store sends.
+type recordGets struct {
+	n  atomic.Int32
+	rt http.RoundTripper
+}
+
+func (c *recordGets) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/record") {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// TestS3RecordsIndex: a listing of records reads again only those that
+// changed since the last (by the ETags the listing carries): a metrics
+// scrape over many suspended sessions is one listing, not a GET each,
+// and still sees every change another process made.
+func TestS3RecordsIndex(t *testing.T) {
+	srv := newS3Server(t)
+	ctx := t.Context()
+	gets := &recordGets{rt: http.DefaultTransport}
+	opts := srv.opts
+	opts.Prefix, opts.Transport = "idx/", gets
+	reader, err := snapshot.NewS3(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := srv.store(t, "idx/", 0) // another process
+	for _, k := range []string{"t1/s0", "t1/s1", "t1/s2", "t1/s3", "t1/s4", "t2/s0"} {
+		tenant, session, _ := strings.Cut(k, "/")
+		if err := writer.SetRecord(ctx, tenant, session, []byte(`{"state":"suspended","of":"`+k+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records := func(tenant string, want int) map[string]string {
+		t.Helper()
+		recs, err := reader.Records(ctx, tenant)
+		if err != nil || len(recs) != want {
+			t.Fatalf("Records(%q): %d records, %v; want %d", tenant, len(recs), err, want)
+		}
+		m := map[string]string{}
+		for _, r := range recs {
+			m[r.Tenant+"/"+r.Session] = string(r.Data)
+		}
+		return m
+	}
+	reads := func(what string, want int32) {
+		t.Helper()
+		if n := gets.n.Swap(0); n != want {
+			t.Fatalf("%s: %d records read, want %d", what, n, want)
+		}
+	}
+	records("", 6)
+	reads("the first listing", 6)
+	records("", 6)
+	reads("a listing with nothing changed", 0)
+	records("t1", 5)
+	reads("a tenant's listing with nothing changed", 0)
+
+	if err := writer.SetRecord(ctx, "t1", "s2", []byte(`{"state":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m := records("", 6); m["t1/s2"] != `{"state":"running"}` {
+		t.Fatalf("after another process changed t1/s2, Records has %q", m["t1/s2"])
+	}
+	reads("a listing after one record changed", 1)
+
+	if err := writer.DeleteSession(ctx, "t1", "s3"); err != nil {
+		t.Fatal(err)
+	}
+	if m := records("", 5); m["t1/s3"] != "" {
+		t.Fatalf("a deleted session's record is listed: %q", m["t1/s3"])
+	}
+	reads("a listing after a deletion", 0)
+	if n := snapshot.S3IndexedRecords(reader); n != 5 {
+		t.Fatalf("the index holds %d records, want the 5 that remain", n)
+	}
 }
