@@ -433,11 +433,11 @@ func recordVersion(data []byte) string {
 // opens: the lock taken, the file must still be the one at the path, or
 // it is taken again. ctx bounds the wait.
 func (d *Dir) withRecordLock(ctx context.Context, tenant, session string, f func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	p := sessionDir(tenant, session) + "/" + recordLock
 	for {
+		if err := ctx.Err(); err != nil {
+			return err // a directory removed under every try
+		}
 		if err := d.mkdirs(tenant, session); err != nil {
 			return err
 		}
