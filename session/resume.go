@@ -202,6 +202,10 @@ func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r rec
 	return nil
 }
 
+// recordWriteTimeout bounds the writes that end a claim, which run under
+// contexts of their own.
+const recordWriteTimeout = 30 * time.Second
+
 // errClaimTaken: the claim went stale under its holder and another process
 // took it over.
 var errClaimTaken = errors.New("this server's claim on the resume went stale and another server took it over")
@@ -267,9 +271,12 @@ func (h *heldClaim) renewEvery(ctx context.Context, cancel context.CancelCauseFu
 }
 
 // finish records the session running in the claim's sandbox, restored
-// from snapshot id.
+// from snapshot id, under a context of its own: the restore is done, and
+// a caller gone meanwhile must not leave the claim to go stale.
 func (h *heldClaim) finish(ctx context.Context, id string) error {
-	return h.swap(context.WithoutCancel(ctx), func(r *record) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWriteTimeout)
+	defer cancel()
+	return h.swap(ctx, func(r *record) {
 		r.State, r.Resumed, r.Snapshot = stateRunning, time.Now().UTC(), id
 	})
 }
@@ -278,7 +285,7 @@ func (h *heldClaim) finish(ctx context.Context, id string) error {
 // the next resume need not wait for the claim to go stale; if it cannot,
 // the claim goes stale at its Until.
 func (h *heldClaim) release(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWriteTimeout)
 	defer cancel()
 	err := h.swap(ctx, func(r *record) { r.State = stateSuspended })
 	if err != nil {
