@@ -108,14 +108,19 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		return nil
 	}
 	lost := false
+	r, version, ok := l.takeRecord(tenant, session)
 	for wait := claimPoll; ; wait = min(2*wait, claimPollMax) {
-		r, version, ok, err := l.recordAt(ctx, tenant, session)
-		if err != nil {
-			return fmt.Errorf("session %s: cannot tell whether it was suspended: %w", session, err)
-		}
 		if !ok {
-			return nil
+			var err error
+			r, version, ok, err = l.recordAt(ctx, tenant, session)
+			if err != nil {
+				return fmt.Errorf("session %s: cannot tell whether it was suspended: %w", session, err)
+			}
+			if !ok {
+				return nil
+			}
 		}
+		ok = false // each look after this one reads the record
 		switch {
 		case r.State == stateRunning && lost:
 			return resumedElsewhere(session, r, sb)
@@ -132,12 +137,62 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			return nil // running: nothing to restore
 		}
 		// Suspended, or a stale claim's: this process claims it.
-		err = l.claimAndRestore(ctx, sb, r, version)
+		err := l.claimAndRestore(ctx, sb, r, version)
 		if !errors.Is(err, errClaimLost) {
 			return err
 		}
 		lost = true
 	}
+}
+
+// recentRecord is a suspended session's record as settings read it, and
+// its version.
+type recentRecord struct {
+	r       record
+	version string
+	at      time.Time
+}
+
+// recentFor bounds how long a record settings read is offered to the
+// session's Resume.
+const recentFor = time.Minute
+
+// noteRecord keeps the record settings read for a session about to get a
+// sandbox, for its Resume (takeRecord) to start from instead of reading it
+// again. Only a suspended or resuming record is kept: whatever Resume does
+// from one is a claim (SwapRecord from its version, which a stale copy
+// loses) or a wait that reads again, so a copy that went stale costs a
+// read, never a restore skipped. A running record, or none, is not kept:
+// acting on a stale one would skip a restore the session needs.
+func (l *Service) noteRecord(tenant, session string, r record, version string) {
+	if r.State != stateSuspended && r.State != stateResuming {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.recent == nil {
+		l.recent = map[string]recentRecord{}
+	}
+	for k, e := range l.recent {
+		if now.Sub(e.at) > recentFor {
+			delete(l.recent, k) // its sandbox was never made
+		}
+	}
+	l.recent[tenant+"/"+session] = recentRecord{r: r, version: version, at: now}
+}
+
+// takeRecord returns, once, the record noteRecord kept for the session, if
+// it is recent.
+func (l *Service) takeRecord(tenant, session string) (record, string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.recent[tenant+"/"+session]
+	delete(l.recent, tenant+"/"+session)
+	if !ok || time.Since(e.at) > recentFor {
+		return record{}, "", false
+	}
+	return e.r, e.version, true
 }
 
 // resumedElsewhere is what a loser does with a session the winner resumed:

@@ -19,7 +19,9 @@ import (
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/sandboxtest"
 	"github.com/shellbox/shellbox/sandbox/snapshot"
+	"github.com/shellbox/shellbox/server"
 )
 
 // testAgent is a real agent (the protocol server over a local executor)
@@ -263,5 +265,56 @@ func TestResumeFailureReleasesClaim(t *testing.T) {
 	}
 	if r := storedRecord(t, store); r.State != stateSuspended || r.Snapshot != "20260101T000000.000000000Z-000000000000" {
 		t.Fatalf("after a failed restore the record is %+v; want suspended, from the same snapshot", r)
+	}
+}
+
+// countingStore counts the record reads of the store it wraps.
+type countingStore struct {
+	snapshot.Store
+	reads atomic.Int32
+}
+
+func (c *countingStore) Record(ctx context.Context, tenant, session string) ([]byte, string, error) {
+	c.reads.Add(1)
+	return c.Store.Record(ctx, tenant, session)
+}
+
+// TestResumeReadsTheRecordOnce: a suspended session's new sandbox reads
+// its record once: the read for its settings is the one its resume claims
+// from. A copy gone stale meanwhile loses the claim and is read again.
+func TestResumeReadsTheRecordOnce(t *testing.T) {
+	store := &countingStore{Store: newStore(t)}
+	suspendedSession(t, store, record{Settings: &server.SessionOptions{Image: "python:3"}})
+	l, err := New(Config{Runtime: sandboxtest.NewFake(), Owner: "o", Snapshots: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestAgent(t, 0)
+	if o, err := l.settings(t.Context(), "acme", "s1"); err != nil || o.Image != "python:3" {
+		t.Fatalf("settings of a suspended session: %+v, %v", o, err)
+	}
+	if err := l.resumeSandbox(t.Context(), a.sandbox("sandbox-a")); err != nil || !a.restored() {
+		t.Fatalf("resume: %v (restored %v)", err, a.restored())
+	}
+	if n := store.reads.Load(); n != 1 {
+		t.Fatalf("%d record reads for settings and resume, want 1", n)
+	}
+
+	// Stale: another server resumed and suspended it again in between.
+	suspendedSession(t, store, record{})
+	if _, err := l.settings(t.Context(), "acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	suspendedSession(t, store, record{Reason: "suspended again elsewhere"})
+	store.reads.Store(0)
+	b := newTestAgent(t, 0)
+	if err := l.resumeSandbox(t.Context(), b.sandbox("sandbox-b")); err != nil || !b.restored() {
+		t.Fatalf("resume from a stale copy: %v (restored %v)", err, b.restored())
+	}
+	if n := store.reads.Load(); n != 1 || b.imports.Load() != 1 {
+		t.Fatalf("resume from a stale copy: %d reads, %d restores; want the claim lost, one read, one restore", n, b.imports.Load())
+	}
+	if r := storedRecord(t, store); r.State != stateRunning || r.Reason != "suspended again elsewhere" {
+		t.Fatalf("record: %+v", r)
 	}
 }

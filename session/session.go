@@ -153,6 +153,9 @@ type Service struct {
 	// one holds unrenewed (resume.go).
 	process  string
 	claimTTL time.Duration
+	// recent holds the records of suspended sessions that settings read
+	// for their next sandbox, for its Resume to claim from (resume.go).
+	recent map[string]recentRecord
 	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).

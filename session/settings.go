@@ -172,10 +172,13 @@ func (l *Service) settings(ctx context.Context, tenant, session string) (server.
 	}
 	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
 		// A suspended session's sandbox is gone: its record keeps what
-		// it asked for.
-		r, ok, err := l.readRecord(ctx, tenant, session)
+		// it asked for. Its Resume claims from this read, not another.
+		r, version, ok, err := l.recordAt(ctx, tenant, session)
 		if err != nil {
 			return server.SessionOptions{}, server.Errorf(server.ErrUnavailable, "session %s: reading its settings from its record: %v", session, err)
+		}
+		if ok {
+			l.noteRecord(tenant, session, r, version)
 		}
 		if ok && r.Settings != nil {
 			return *r.Settings, nil

@@ -28,8 +28,11 @@ package session
 // first. Suspended sessions past their tenant's suspendedTTL are deleted
 // with their snapshots by the leader (sweepSuspended).
 //
-// Costs: a session that is not suspended pays one record lookup per new
-// sandbox (not per call); none at all without a store.
+// Costs: a new sandbox reads the session's record once (not per call);
+// none at all without a store. (A suspended session's settings are read
+// from its record before its sandbox is made, and its resume claims from
+// that read; a session whose settings this process does not know, and
+// that is not suspended, pays a second read.)
 
 import (
 	"context"
