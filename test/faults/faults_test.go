@@ -1,6 +1,7 @@
 // Package faults holds the fault tests of one host: a session's sandbox
-// dies, vanishes or stops under shellbox while the session goes on, on
-// Docker and containerd, runc and gVisor. Each test checks what the call
+// dies, vanishes or stops under shellbox while the session goes on, and
+// the server process itself is SIGKILLed (server_test.go), on Docker and
+// containerd, runc and gVisor. Each test checks what the call
 // during the fault saw (a result, or a clear error naming what failed,
 // within a bound that proves it did not hang), what the call after it saw
 // (its result, in a new sandbox, with the session's workspace), and what
@@ -29,7 +30,12 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-func TestMain(m *testing.M) { dockertest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeShellboxBinary()
+	dockertest.RemoveAgent()
+	os.Exit(code)
+}
 
 // hung is how long a call may take before the tests call it hung: far
 // beyond what any of them needs (a call's timeout, its grace, a liveness
