@@ -3,6 +3,8 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -90,7 +92,8 @@ const (
 )
 
 // NewS3 returns a store on opts.Bucket, after checking under ctx that the
-// bucket answers with these credentials.
+// bucket answers with these credentials and honours conditional writes
+// (probeConditional).
 func NewS3(ctx context.Context, opts S3Options) (*S3, error) {
 	switch {
 	case opts.Endpoint == "":
@@ -124,7 +127,48 @@ func NewS3(ctx context.Context, opts S3Options) (*S3, error) {
 	if !ok {
 		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "snapshot s3: bucket %s at %s does not exist; create it, or name another", opts.Bucket, opts.Endpoint)
 	}
-	return &S3{client: client, bucket: opts.Bucket, prefix: opts.Prefix, part: uint64(part)}, nil
+	s := &S3{client: client, bucket: opts.Bucket, prefix: opts.Prefix, part: uint64(part)}
+	if err := s.probeConditional(ctx); err != nil {
+		return nil, fmt.Errorf("snapshot s3: bucket %s at %s: %w", opts.Bucket, opts.Endpoint, err)
+	}
+	return s, nil
+}
+
+// probeConditional checks that the store honours a conditional PUT, which
+// SwapRecord's promise rests on: a store that ignored If-None-Match would
+// let two servers claim one session's resume and restore it twice, with
+// nothing said. It writes a probe object under the prefix (a name no
+// tenant's can be: it starts with a dot) with If-None-Match: *, writes it
+// again the same way, which must be refused with 412, and removes it.
+func (s *S3) probeConditional(ctx context.Context) error {
+	key := s.prefix + ".conditional-probe-" + newToken()
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	defer s.client.RemoveObject(cctx, s.bucket, key, minio.RemoveObjectOptions{})
+	put := func() error {
+		opts := minio.PutObjectOptions{ContentType: "text/plain"}
+		opts.SetMatchETagExcept("*")
+		_, err := s.client.PutObject(ctx, s.bucket, key, strings.NewReader("probe"), 5, opts)
+		return err
+	}
+	if err := put(); err != nil {
+		return fmt.Errorf("a conditional PUT (If-None-Match: *) of a new object failed: %w", s3Err(err))
+	}
+	err := put()
+	if err == nil {
+		return errdefs.Errorf(errdefs.ErrUnavailable, "the store ignores If-None-Match on PUT: it overwrote an object a conditional write had to leave alone, so two servers could both resume one suspended session; use a store that honours conditional writes (AWS S3 and SeaweedFS do)")
+	}
+	if minio.ToErrorResponse(err).Code != minio.PreconditionFailed {
+		return fmt.Errorf("a conditional PUT (If-None-Match: *) over an object: %w, want 412 Precondition Failed", s3Err(err))
+	}
+	return nil
+}
+
+// newToken returns 12 random bytes in hex.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 func (s *S3) sessionKey(tenant, session string) string {

@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
 )
@@ -214,5 +216,39 @@ func TestS3RecordsIndex(t *testing.T) {
 	reads("a listing after a deletion", 0)
 	if n := snapshot.S3IndexedRecords(reader); n != 5 {
 		t.Fatalf("the index holds %d records, want the 5 that remain", n)
+	}
+}
+
+// ignoreConditions makes a store seem to ignore conditional PUTs: a 412
+// comes back as 200.
+type ignoreConditions struct{ rt http.RoundTripper }
+
+func (c ignoreConditions) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPut && resp.StatusCode == http.StatusPreconditionFailed {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		resp.StatusCode, resp.Status = http.StatusOK, "200 OK"
+		resp.Body = io.NopCloser(strings.NewReader(""))
+		resp.ContentLength = 0
+		resp.Header.Del("Content-Type")
+	}
+	return resp, err
+}
+
+// TestS3RefusesStoreWithoutConditions: a store that ignores If-None-Match
+// is refused at NewS3, saying why, rather than letting two servers both
+// win a claim later.
+func TestS3RefusesStoreWithoutConditions(t *testing.T) {
+	srv := newS3Server(t)
+	opts := srv.opts
+	opts.Transport = ignoreConditions{rt: http.DefaultTransport}
+	_, err := snapshot.NewS3(t.Context(), opts)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "ignores If-None-Match") {
+		t.Fatalf("NewS3 on a store that ignores conditional PUTs: %v; want ErrUnavailable saying so", err)
+	}
+	// The probe leaves nothing behind.
+	for oi := range srv.client.ListObjects(t.Context(), opts.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+		t.Errorf("left in the bucket: %s (%v)", oi.Key, oi.Err)
 	}
 }
