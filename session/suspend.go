@@ -481,7 +481,9 @@ func suspendedInfo(tenant, session string, r record) server.SessionInfo {
 }
 
 // suspendedSessions are the tenant's suspended sessions the store records
-// (all tenants: tenant ""), by tenant and session.
+// (all tenants: tenant ""), by tenant and session, with those being
+// resumed: a resume whose server died leaves its session resuming, with
+// no sandbox, until its next call, and it must not vanish from listings.
 func (l *Service) suspendedSessions(ctx context.Context, tenant string) (map[string]record, error) {
 	recs, err := l.cfg.Snapshots.Records(ctx, tenant)
 	if err != nil {
@@ -490,7 +492,7 @@ func (l *Service) suspendedSessions(ctx context.Context, tenant string) (map[str
 	out := map[string]record{}
 	for _, rec := range recs {
 		var r record
-		if json.Unmarshal(rec.Data, &r) != nil || r.State != stateSuspended {
+		if json.Unmarshal(rec.Data, &r) != nil || (r.State != stateSuspended && r.State != stateResuming) {
 			continue
 		}
 		out[rec.Tenant+"/"+rec.Session] = r

@@ -137,3 +137,29 @@ func TestSuspendRefusals(t *testing.T) {
 		t.Errorf("a pooled name: %v", err)
 	}
 }
+
+// TestResumingIsListed: a session whose resume was claimed and whose
+// server died (no sandbox, the claim stale) is listed as resuming, not
+// lost from the listings.
+func TestResumingIsListed(t *testing.T) {
+	store, err := snapshot.NewDir(snapshot.DirOptions{Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l, err := New(Config{Runtime: sandboxtest.NewFake(), Owner: "o", Ready: func(context.Context, sandbox.Sandbox) error { return nil },
+		Snapshots: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data, _ := json.Marshal(record{State: stateResuming, Snapshot: "20260101T000000.000000000Z-000000000000",
+		Claim: &claim{Owner: "dead/1", Sandbox: "gone", Until: time.Now().Add(-time.Minute)}})
+	if err := store.SetRecord(ctx, "acme", "half", data); err != nil {
+		t.Fatal(err)
+	}
+	list, err := l.Suspended(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "half" || list[0].State != stateResuming {
+		t.Fatalf("Suspended: %+v, %v; want acme/half, resuming", list, err)
+	}
+}
