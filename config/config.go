@@ -58,6 +58,24 @@ type Config struct {
 	Secrets               Secrets           `mapstructure:"secrets"`
 	Egress                Egress            `mapstructure:"egress"`
 	Snapshots             Snapshots         `mapstructure:"snapshots"`
+	Usage                 Usage             `mapstructure:"usage"`
+}
+
+// Usage configures the measuring of what sessions use (package usage) on
+// the docker and containerd backends.
+type Usage struct {
+	// Dir holds the usage files, one per tenant and UTC day; "" is
+	// <sandbox.stateDir>/usage.
+	Dir string `mapstructure:"dir"`
+	// Interval is how often each running sandbox's cgroup is read.
+	Interval time.Duration `mapstructure:"interval"`
+}
+
+func (u *Usage) validate() error {
+	if u.Interval < time.Second {
+		return fmt.Errorf("interval %s: want at least 1s", u.Interval)
+	}
+	return nil
 }
 
 // Egress bounds where sandboxes' egress may lead from this host,
@@ -238,6 +256,9 @@ func defaults() map[string]any {
 		"snapshots::s3::accessKey":     "",
 		"snapshots::s3::secretKey":     "",
 		"snapshots::s3::secretKeyFile": "",
+
+		"usage::dir":      "",
+		"usage::interval": 10 * time.Second,
 	}
 	for _, more := range []map[string]any{sandboxDefaults(), runtimeDefaults(), serverDefaults()} {
 		maps.Copy(d, more)
@@ -362,6 +383,9 @@ func Load(flags *pflag.FlagSet, file string) (Config, error) {
 	}
 	if err := c.Snapshots.validate(); err != nil {
 		return Config{}, fmt.Errorf("config: snapshots: %w", err)
+	}
+	if err := c.Usage.validate(); err != nil {
+		return Config{}, fmt.Errorf("config: usage: %w", err)
 	}
 	if c.Backend == "kube" {
 		if v.InConfig("sandbox::owner") {

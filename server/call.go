@@ -52,7 +52,11 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 	}
 	start := time.Now()
 	res := ts.Call(ctx, tools.Invocation{Tenant: tenant, Session: session, Tool: tool, Args: args, Live: live})
-	s.metrics.observeResult(tenant, tool, res, time.Since(start))
+	d := time.Since(start)
+	s.metrics.observeResult(tenant, tool, res, d)
+	if s.cfg.Usage != nil {
+		s.cfg.Usage.Call(tenant, session, d)
+	}
 	s.book.called(tenant, session, tool, args, res)
 	return res, nil
 }

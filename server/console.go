@@ -31,8 +31,9 @@ var uiFiles embed.FS
 // ConsoleConfig configures the operator console served at /ui.
 type ConsoleConfig struct {
 	// OperatorTokens are sha256:<hex> hashes of operator tokens, which see
-	// and decide for every tenant in the console. They are console logins
-	// only: the REST API and /mcp do not take them.
+	// and decide for every tenant in the console. They are console logins,
+	// and read every tenant's GET /v1/usage; the rest of the REST API and
+	// /mcp do not take them.
 	OperatorTokens []string
 	// ReadAudit, if set, returns the last n records of the audit log (of
 	// tenant alone unless tenant is ""), oldest first.

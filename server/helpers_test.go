@@ -37,6 +37,7 @@ type localBackend struct {
 	ready       error
 	warnings    []Warning // Warnings' answer
 	unsandboxed bool      // Sandboxed's answer, negated
+	gate        tools.Gate
 }
 
 func newLocalBackend(t *testing.T) *localBackend {
@@ -72,7 +73,7 @@ func (b *localBackend) Toolset(_ context.Context, tenant string) (*tools.Toolset
 		return nil, err
 	}
 	b.execs = append(b.execs, e)
-	ts, err := tools.New(e, tools.Config{Home: root, OnNotice: func(session string, n tools.Notice) {
+	ts, err := tools.New(e, tools.Config{Home: root, Gate: b.gate, OnNotice: func(session string, n tools.Notice) {
 		if b.notify != nil {
 			b.notify(tenant, session, n)
 		}

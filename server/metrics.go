@@ -39,6 +39,7 @@ type metrics struct {
 	suspendedDesc *prometheus.Desc
 	tasksDesc     *prometheus.Desc
 	warningsDesc  *prometheus.Desc
+	usage         usageDescs
 
 	mu    sync.Mutex
 	tasks map[string]map[string]bool // tenant → "session\x00task" started by this process, not seen ending
@@ -91,6 +92,7 @@ func newMetrics(s *Server) *metrics {
 	m.sessionsDesc = prometheus.NewDesc("shellbox_active_sessions", "Sessions (sandboxes) by tenant.", []string{"tenant"}, nil)
 	m.suspendedDesc = prometheus.NewDesc("shellbox_suspended_sessions", "Suspended sessions (no sandbox; the workspace in the snapshot store) by tenant.", []string{"tenant"}, nil)
 	m.warningsDesc = prometheus.NewDesc("shellbox_backend_warnings", "Problems that do not stop this process serving, e.g. tenants' policy files that do not load as they are (listed by /readyz).", nil, nil)
+	m.usage = newUsageDescs()
 	m.tasksDesc = prometheus.NewDesc("shellbox_active_background_tasks", "Background tasks started through this process and not yet seen ending, by tenant.", []string{"tenant"}, nil)
 	m.reg.MustRegister(m.toolCalls, m.toolLatency, m.decisions, m.kills, m.spills, m.spillBytes, m.errors,
 		m.httpRequests, m.httpLatency, m.createLatency, m.egress, m.leader, m.idemReplays, m,
@@ -108,6 +110,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.suspendedDesc
 	ch <- m.tasksDesc
 	ch <- m.warningsDesc
+	m.usage.describe(ch)
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -128,6 +131,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.suspendedDesc, prometheus.GaugeValue, float64(suspended), tenant)
 		}
 	}
+	m.usage.collect(ch, m.s.cfg.Usage)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for tenant, set := range m.tasks {

@@ -15,6 +15,7 @@ import (
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // Config configures a Server.
@@ -52,6 +53,11 @@ type Config struct {
 	Version string
 	// Console configures the operator console at /ui.
 	Console ConsoleConfig
+	// Usage, if set, is where the sessions' use is measured: the server
+	// counts each tool call that ran in it, serves GET /v1/usage from it
+	// and exports its per-tenant totals as shellbox_usage_* counters.
+	// Nil (the local backend): /v1/usage answers 503.
+	Usage *usage.Meter
 }
 
 // TenantConfig is one tenant's tokens and limits.
@@ -281,6 +287,7 @@ func (s *Server) routes() []route {
 		{"GET /readyz", true, http.HandlerFunc(s.readyz)},
 		{"GET /metrics", true, s.metrics.handler()},
 		{"GET /openapi.json", true, http.HandlerFunc(serveOpenAPI)},
+		{"GET /v1/usage", true, s.usageRoute()}, // authenticates tenants and operators itself
 		{"GET /v1/tools", false, http.HandlerFunc(s.listTools)},
 		{"GET /v1/sessions", false, http.HandlerFunc(s.listSessions)},
 		{"POST /v1/sessions", false, http.HandlerFunc(s.createSession)},

@@ -20,6 +20,7 @@ import (
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session/sandboxconn"
 	"github.com/shellbox/shellbox/tools"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // Config configures a Service.
@@ -80,6 +81,13 @@ type Config struct {
 	// policies (a reload that changes a pool is seen then), besides after
 	// each claim (default 10s).
 	PoolInterval time.Duration
+
+	// Usage, if set, measures what sessions use (usage.Sampler, while
+	// this process leads, on runtimes that read it: Docker).
+	// UsageInterval is how often each sandbox is read (default
+	// usage.DefaultInterval).
+	Usage         *usage.Meter
+	UsageInterval time.Duration
 
 	// Leader, if set, decides when this process reaps idle sandboxes and
 	// keeps the warm pools: only while it leads (on Kubernetes, the
@@ -315,6 +323,7 @@ func (l *Service) lead(ctx context.Context) {
 	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
 		wg.Go(func() { l.sweepSuspendedEvery(ctx, time.Minute) })
 	}
+	wg.Go(func() { l.sampleUsage(ctx) })
 	wg.Wait()
 	<-ctx.Done() // KeepPools may return at once (no pools to keep)
 	l.log.Info("stopped reaping idle sandboxes and keeping warm pools")

@@ -160,7 +160,7 @@ func newToolset(ctx context.Context, cfg config.Config, runtime string, pol *pol
 	}
 	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	watch := newCreationWatch()
-	l, closeRuntime, err := buildLayer(cfg, pol, nil, nil, log, true, watch)
+	l, closeRuntime, err := buildLayer(cfg, pol, nil, nil, log, true, watch, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}

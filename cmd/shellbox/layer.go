@@ -16,6 +16,7 @@ import (
 	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // newLayer constructs the session layer of cfg: the runtime of cfg.Backend
@@ -23,17 +24,24 @@ import (
 // choices. pol (may be nil) decides calls; n and m (may be nil) hear
 // notices and count metrics. The caller closes the layer, then closeRuntime.
 func newLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, log *slog.Logger) (l *session.Service, closeRuntime func() error, err error) {
-	return buildLayer(cfg, pol, n, m, log, false, nil)
+	return buildLayer(cfg, pol, n, m, log, false, nil, nil)
+}
+
+// newMeasuredLayer is newLayer for a server that measures what sessions
+// use into meter (nil: nothing is measured).
+func newMeasuredLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, meter *usage.Meter, log *slog.Logger) (*session.Service, func() error, error) {
+	return buildLayer(cfg, pol, n, m, log, false, nil, meter)
 }
 
 // newLayerShared is newLayer for a one-shot call: the local backend runs in
 // local.root itself (not a directory per tenant).
 func newLayerShared(cfg config.Config, pol *policies.Engine, log *slog.Logger) (*session.Service, func() error, error) {
-	return buildLayer(cfg, pol, nil, nil, log, true, nil)
+	return buildLayer(cfg, pol, nil, nil, log, true, nil, nil)
 }
 
-// watch (may be nil) hears the runtime create sandboxes.
-func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, log *slog.Logger, shared bool, watch *creationWatch) (l *session.Service, closeRuntime func() error, err error) {
+// watch (may be nil) hears the runtime create sandboxes; meter (may be
+// nil) measures what sessions use.
+func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m server.Metrics, log *slog.Logger, shared bool, watch *creationWatch, meter *usage.Meter) (l *session.Service, closeRuntime func() error, err error) {
 	sc := session.Config{
 		Owner:                  cfg.Owner(),
 		Defaults:               cfg.Sandbox.Defaults(),
@@ -47,6 +55,8 @@ func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m se
 		IdleTTL:                cfg.Server.IdleTTL,
 		Notifier:               n,
 		Metrics:                m,
+		Usage:                  meter,
+		UsageInterval:          cfg.Usage.Interval,
 		Logger:                 log,
 	}
 	for name, t := range cfg.Server.Tenants {

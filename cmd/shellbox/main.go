@@ -59,7 +59,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("config", "", "config file (default: ./shellbox.yaml, then $XDG_CONFIG_HOME/shellbox/shellbox.yaml)")
 	root.AddCommand(newCallCmd(), newToolsCmd(), newSessionsCmd(), newImageCmd(), newVersionCmd(),
 		newServeCmd(), newMCPCmd(), newTokenCmd(), newApprovalsCmd(), newEventsCmd(),
-		newPolicyCmd(), newAuditCmd(), newCpCmd(), newQuickstartCmd())
+		newPolicyCmd(), newAuditCmd(), newCpCmd(), newQuickstartCmd(), newUsageCmd())
 	return root
 }
 

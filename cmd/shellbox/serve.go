@@ -102,12 +102,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		b            *session.Service
 		closeRuntime func() error
 	)
+	meter := usageMeter(cfg)
 	srv, err := server.New(server.Config{
 		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
-			b, closeRuntime, err = newLayer(cfg, pol, n, m, log)
+			b, closeRuntime, err = newMeasuredLayer(cfg, pol, n, m, meter, log)
 			return b, err
 		},
+		Usage:             meter,
 		Approvals:         approvals,
 		Relay:             relay,
 		Tenants:           tenants,

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -442,4 +443,32 @@ func clip(b []byte) string {
 		return string(b[:200]) + "…"
 	}
 	return string(b)
+}
+
+// Usage returns what sessions used (GET /v1/usage): q holds from, to,
+// session and tenant as the route takes them.
+func (c *Client) Usage(ctx context.Context, q url.Values) (server.UsageReport, error) {
+	var rep server.UsageReport
+	err := c.do(ctx, http.MethodGet, "/v1/usage?"+q.Encode(), nil, &rep)
+	return rep, err
+}
+
+// UsageCSV copies GET /v1/usage as CSV to w.
+func (c *Client) UsageCSV(ctx context.Context, q url.Values, w io.Writer) error {
+	q = maps.Clone(q)
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("format", "csv")
+	resp, err := c.send(ctx, http.MethodGet, "/v1/usage?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		return errorOf(resp.StatusCode, b)
+	}
+	_, err = io.Copy(w, io.LimitReader(resp.Body, maxResponse))
+	return err
 }
