@@ -1,6 +1,7 @@
 // Package faults holds the fault tests of one host: a session's sandbox
 // dies, vanishes or stops under shellbox while the session goes on, and
-// the server process itself is SIGKILLed (server_test.go), on Docker and
+// the server process itself is SIGKILLed (server_test.go) or finds its
+// state directory's disk full (diskfull_test.go), on Docker and
 // containerd, runc and gVisor. Each test checks what the call
 // during the fault saw (a result, or a clear error naming what failed,
 // within a bound that proves it did not hang), what the call after it saw
