@@ -3,6 +3,7 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/shellbox/shellbox/confine"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // Decision is what a policy says about a call.
@@ -153,6 +155,10 @@ type Policy struct {
 	// SuspendedTTL deletes a session suspended that long, with its
 	// snapshots (limits.suspendedTTL; 0: the server's default).
 	SuspendedTTL time.Duration
+	// UsageLimits are the tenant's daily limits (limits.cpuSecondsPerDay,
+	// limits.sandboxHoursPerDay; zero: none): past one, new commands are
+	// refused until the next UTC day; nothing running is stopped.
+	UsageLimits usage.Limits
 
 	// Files decides transfers of files in and out of sessions.
 	Files Files
@@ -447,6 +453,15 @@ func compileLimits(l *located, p *Policy, s *limitsSchema) {
 	}
 	setN("limits.backgroundTasks", s.BackgroundTasks, &p.MaxBackgroundTasks)
 	setN("limits.sessions", s.Sessions, &p.MaxSessions)
+	setF := func(key string, v float64, into *float64) {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			l.addf(key, "must be a positive number, got %v", v)
+			return
+		}
+		*into = v
+	}
+	setF("limits.cpuSecondsPerDay", s.CPUSecondsPerDay, &p.UsageLimits.CPUSecondsPerDay)
+	setF("limits.sandboxHoursPerDay", s.SandboxHoursPerDay, &p.UsageLimits.SandboxHoursPerDay)
 }
 
 // rule is one compiled rule. Within a rule every given matcher must hold;

@@ -100,6 +100,10 @@ type limitsSchema struct {
 	Sessions        int           `mapstructure:"sessions"`
 	IdleTTL         time.Duration `mapstructure:"idleTTL"`
 	SuspendedTTL    time.Duration `mapstructure:"suspendedTTL"`
+	// CPUSecondsPerDay and SandboxHoursPerDay are the tenant's daily
+	// usage limits (UTC days); 0 is none.
+	CPUSecondsPerDay   float64 `mapstructure:"cpuSecondsPerDay"`
+	SandboxHoursPerDay float64 `mapstructure:"sandboxHoursPerDay"`
 }
 
 type ruleSchema struct {

@@ -83,9 +83,10 @@ type Config struct {
 	PoolInterval time.Duration
 
 	// Usage, if set, measures what sessions use (usage.Sampler, while
-	// this process leads, on runtimes that read it: Docker).
-	// UsageInterval is how often each sandbox is read (default
-	// usage.DefaultInterval).
+	// this process leads, on runtimes that read it: Docker) and holds the
+	// tenants' daily limits (policies' limits.cpuSecondsPerDay and
+	// limits.sandboxHoursPerDay) to it. UsageInterval is how often each
+	// sandbox is read (default usage.DefaultInterval).
 	Usage         *usage.Meter
 	UsageInterval time.Duration
 
@@ -485,6 +486,9 @@ func (l *Service) tenant(name string) (*tenant, error) {
 	var gate tools.Gate
 	if l.cfg.Policies != nil {
 		gate = l.cfg.Policies
+		if l.cfg.Usage != nil {
+			gate = usageGate{next: gate, meter: l.cfg.Usage, policies: l.cfg.Policies}
+		}
 		if l.cfg.Metrics != nil {
 			gate = l.cfg.Metrics.ObserveGate(name, gate)
 		}

@@ -3,7 +3,10 @@ package session
 import (
 	"context"
 
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/tools"
 	"github.com/shellbox/shellbox/usage"
 )
 
@@ -45,4 +48,23 @@ func (l *Service) sampleUsage(ctx context.Context) {
 		l.log.Warn("reading today's usage", "err", err)
 	}
 	usage.NewSampler(l.cfg.Usage, usageSource{m: l.manager, r: r}, l.cfg.UsageInterval, l.log).Run(ctx)
+}
+
+// usageGate refuses a command of a tenant past its policy's daily usage
+// limits, before the policy decides (an ask would wait for a human only to
+// be refused). Only new commands pass a gate: what runs is not stopped,
+// and bash_output and bash_kill still answer.
+type usageGate struct {
+	next     tools.Gate
+	meter    *usage.Meter
+	policies *policies.Engine
+}
+
+func (g usageGate) Check(ctx context.Context, c tools.Call) (executor.Request, error) {
+	if p, err := g.policies.Policy(c.Tenant); err == nil {
+		if err := g.meter.Check(c.Tenant, p.UsageLimits); err != nil {
+			return c.Request, err
+		}
+	}
+	return g.next.Check(ctx, c)
 }
