@@ -6,7 +6,8 @@
 //
 // A Sampler reads, once per interval (default 10 s), the counters of every
 // running sandbox through a Source: the kernel's figures of the sandbox's
-// cgroup (Docker: cpuacct.usage, memory.usage_in_bytes less inactive file
+// cgroup (Cgroup, which Docker and containerd find by their sandbox's
+// first process: cpuacct.usage, memory.usage_in_bytes less inactive file
 // pages and memory.max_usage_in_bytes on cgroup v1, their equivalents on
 // v2). From two readings of one sandbox it derives
 //
@@ -25,15 +26,15 @@
 // that last saw it, and that is when its final record is written
 // (Record.Final).
 //
-// Cost: one engine request per running sandbox per interval, made one
-// sandbox at a time (so the engine sees at most one at once), plus one
-// appended file write per tenant-day per interval. On Docker a reading is
-// three small reads of the container's cgroup files (its path found once
-// by an inspect): measured on the 2-core reference machine (Docker 20.10,
-// cgroup v1) at 0.11–0.16 ms of wall time and 0.12–0.20 ms of the
-// server's CPU, so at the default 10 s interval 1,000 sandboxes cost about
-// 2% of one core. (Docker's one-shot stats API, the fallback where the
-// cgroup files cannot be read, took 1 s a sandbox on Engine 20.10.)
+// Cost: one reading per running sandbox per interval, made one sandbox
+// at a time, plus one appended file write per tenant-day per interval. A
+// reading is three small reads of the sandbox's cgroup files, their path
+// found once per sandbox (a Docker inspect; containerd's container and
+// task): measured on the 2-core reference machine (Docker 20.10, cgroup
+// v1) at 0.11-0.16 ms of wall time and 0.12-0.20 ms of the server's CPU,
+// so at the default 10 s interval 1,000 sandboxes cost about 2% of one
+// core. (Docker's one-shot stats API, its fallback where the cgroup files
+// cannot be read, took 1 s a sandbox on Engine 20.10.)
 //
 // # Where it is kept, and why there
 //

@@ -24,6 +24,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // API is the part of the Docker Engine client the backend uses; a
@@ -74,7 +75,7 @@ type Runtime struct {
 	runtimes []string // engine runtimes seen by the last Info, nil before
 	// cgroups are the cgroup directories of containers Usage read, by id
 	// (usage.go).
-	cgroups map[string]cgroup
+	cgroups map[string]usage.Cgroup
 }
 
 var (

@@ -6,10 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -19,9 +15,6 @@ import (
 )
 
 var _ sandbox.UsageReader = (*Runtime)(nil)
-
-// cgroupRoot is where the host's cgroup file systems are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
 
 // maxCgroupPaths bounds the cgroup paths the Runtime remembers.
 const maxCgroupPaths = 10_000
@@ -42,8 +35,8 @@ func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) 
 	if err != nil {
 		return usage.Counters{}, err
 	}
-	if cg.ok {
-		c, err := cg.read()
+	if cg.Found() {
+		c, err := cg.Read()
 		if err == nil {
 			return c, nil
 		}
@@ -57,15 +50,8 @@ func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) 
 	return r.statsUsage(ctx, id)
 }
 
-// cgroup is where a container's counters are: cgroup v1's cpuacct and
-// memory directories, or v2's one; ok false when they cannot be read here.
-type cgroup struct {
-	ok          bool
-	v2          bool
-	cpu, memory string
-}
-
-func (r *Runtime) cgroupOf(ctx context.Context, id string) (cgroup, error) {
+// cgroupOf finds a container's cgroup once, by its main process.
+func (r *Runtime) cgroupOf(ctx context.Context, id string) (usage.Cgroup, error) {
 	r.mu.Lock()
 	cg, ok := r.cgroups[id]
 	r.mu.Unlock()
@@ -74,138 +60,19 @@ func (r *Runtime) cgroupOf(ctx context.Context, id string) (cgroup, error) {
 	}
 	info, err := r.api.ContainerInspect(ctx, id)
 	if err != nil {
-		return cgroup{}, convert(err, "inspect %s", shortID(id))
+		return usage.Cgroup{}, convert(err, "inspect %s", shortID(id))
 	}
 	if info.State == nil || !info.State.Running || info.State.Pid <= 0 {
-		return cgroup{}, fmt.Errorf("%w: docker: %s is not running", sandbox.ErrNotFound, shortID(id))
+		return usage.Cgroup{}, fmt.Errorf("%w: docker: %s is not running", sandbox.ErrNotFound, shortID(id))
 	}
-	cg = findCgroup(info.State.Pid)
+	cg = usage.FindCgroup(info.State.Pid)
 	r.mu.Lock()
 	if r.cgroups == nil || len(r.cgroups) >= maxCgroupPaths {
-		r.cgroups = map[string]cgroup{}
+		r.cgroups = map[string]usage.Cgroup{}
 	}
 	r.cgroups[id] = cg
 	r.mu.Unlock()
 	return cg, nil
-}
-
-// findCgroup reads /proc/<pid>/cgroup; the zero cgroup if it cannot be
-// read or its directories are not here.
-func findCgroup(pid int) cgroup {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return cgroup{}
-	}
-	var cg cgroup
-	for line := range strings.Lines(string(b)) {
-		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		ctrls, path := strings.Split(parts[1], ","), parts[2]
-		if parts[0] == "0" && parts[1] == "" {
-			dir := filepath.Join(cgroupRoot, path)
-			if exists(filepath.Join(dir, "cpu.stat")) {
-				return cgroup{ok: true, v2: true, cpu: dir, memory: dir}
-			}
-			continue
-		}
-		for _, c := range ctrls {
-			switch c {
-			case "cpuacct":
-				for _, mount := range []string{parts[1], "cpuacct"} {
-					if dir := filepath.Join(cgroupRoot, mount, path); exists(filepath.Join(dir, "cpuacct.usage")) {
-						cg.cpu = dir
-						break
-					}
-				}
-			case "memory":
-				if dir := filepath.Join(cgroupRoot, "memory", path); exists(filepath.Join(dir, "memory.usage_in_bytes")) {
-					cg.memory = dir
-				}
-			}
-		}
-	}
-	cg.ok = cg.cpu != "" && cg.memory != ""
-	return cg
-}
-
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// read reads the counters from the cgroup's files.
-func (cg cgroup) read() (usage.Counters, error) {
-	var c usage.Counters
-	if cg.v2 {
-		stat, err := keyed(filepath.Join(cg.cpu, "cpu.stat"))
-		if err != nil {
-			return c, err
-		}
-		c.CPU = time.Duration(stat["usage_usec"]) * time.Microsecond
-		cur, err := number(filepath.Join(cg.memory, "memory.current"))
-		if err != nil {
-			return c, err
-		}
-		mstat, err := keyed(filepath.Join(cg.memory, "memory.stat"))
-		if err != nil {
-			return c, err
-		}
-		c.MemoryBytes = less(cur, mstat["inactive_file"])
-		if peak, err := number(filepath.Join(cg.memory, "memory.peak")); err == nil { // Linux 5.19+
-			c.MemoryPeakBytes = int64(peak)
-		}
-		return c, nil
-	}
-	ns, err := number(filepath.Join(cg.cpu, "cpuacct.usage"))
-	if err != nil {
-		return c, err
-	}
-	c.CPU = time.Duration(ns)
-	cur, err := number(filepath.Join(cg.memory, "memory.usage_in_bytes"))
-	if err != nil {
-		return c, err
-	}
-	mstat, err := keyed(filepath.Join(cg.memory, "memory.stat"))
-	if err != nil {
-		return c, err
-	}
-	c.MemoryBytes = less(cur, mstat["total_inactive_file"])
-	peak, err := number(filepath.Join(cg.memory, "memory.max_usage_in_bytes"))
-	if err != nil {
-		return c, err
-	}
-	c.MemoryPeakBytes = int64(peak)
-	return c, nil
-}
-
-func less(a, b uint64) int64 {
-	if b < a {
-		return int64(a - b)
-	}
-	return int64(a)
-}
-
-func number(p string) (uint64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// keyed reads a "key value" per line file (cpu.stat, memory.stat).
-func keyed(p string) (map[string]uint64, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for line := range strings.Lines(string(b)) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if n, err := strconv.ParseUint(v, 10, 64); ok && err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
 }
 
 // statsAPI is the one-shot stats call (API 1.41, Engine 20.10), found on
@@ -240,7 +107,7 @@ func (r *Runtime) statsUsage(ctx context.Context, id string) (usage.Counters, er
 	}
 	return usage.Counters{
 		CPU:             time.Duration(st.CPUStats.CPUUsage.TotalUsage),
-		MemoryBytes:     less(st.MemoryStats.Usage, inactive),
+		MemoryBytes:     int64(st.MemoryStats.Usage - min(inactive, st.MemoryStats.Usage)),
 		MemoryPeakBytes: int64(st.MemoryStats.MaxUsage),
 	}, nil
 }
