@@ -83,10 +83,11 @@ type Config struct {
 	PoolInterval time.Duration
 
 	// Usage, if set, measures what sessions use (usage.Sampler, while
-	// this process leads, on runtimes that read it: Docker) and holds the
-	// tenants' daily limits (policies' limits.cpuSecondsPerDay and
-	// limits.sandboxHoursPerDay) to it. UsageInterval is how often each
-	// sandbox is read (default usage.DefaultInterval).
+	// this process leads, on runtimes that read it: Docker, containerd)
+	// and holds the tenants' daily limits (policies'
+	// limits.cpuSecondsPerDay and limits.sandboxHoursPerDay) to it.
+	// UsageInterval is how often each sandbox is read (default
+	// usage.DefaultInterval).
 	Usage         *usage.Meter
 	UsageInterval time.Duration
 

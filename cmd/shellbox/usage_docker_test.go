@@ -22,14 +22,12 @@ import (
 // builtin read), reaches 2 s: a known amount however loaded the host.
 const burnCommand = `while read ns rest < /proc/$$/schedstat && [ "$ns" -lt 2000000000 ]; do :; done; echo "burned $ns ns"`
 
-// TestUsageKnownBurn runs `shellbox serve` on Docker, burns 2 CPU-seconds
-// in a session's sandbox and finds them in GET /v1/usage within 5% (the
-// issue's bound), in its CSV and in `shellbox usage`.
-//
-// Docker only: the containerd runtime does not read its sandboxes' usage
-// yet, so a containerd server measures nothing (see usage's doc).
-func TestUsageKnownBurn(t *testing.T) {
-	eng := enginetest.Docker
+// TestUsageKnownBurn runs `shellbox serve` on each engine, burns 2
+// CPU-seconds in a session's sandbox and finds them in GET /v1/usage
+// within 5% (the issue's bound), in its CSV and in `shellbox usage`.
+func TestUsageKnownBurn(t *testing.T) { enginetest.Each(t, usageKnownBurn) }
+
+func usageKnownBurn(t *testing.T, eng enginetest.Engine) {
 	requireEngine(t)
 	bin := buildBinaries(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")

@@ -28,6 +28,7 @@ import (
 
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // Defaults of Config.
@@ -88,6 +89,10 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	locks map[string]*keyLock // by container id
+
+	// cgroups are the cgroups of containers Usage read, by id (usage.go).
+	cgMu    sync.Mutex
+	cgroups map[string]usage.Cgroup
 }
 
 type keyLock struct {
