@@ -26,7 +26,7 @@ type UsageReport struct {
 const maxUsageRange = 366 * 24 * time.Hour
 
 // usageRoute serves GET /v1/usage to a tenant's token (its own sessions)
-// and to an operator's (console.operatorTokens: every tenant's, or one's
+// and to an operator's (ConsoleConfig.OperatorTokens: every tenant's, or one's
 // with ?tenant=). Tenants' requests take the path every /v1 route takes
 // (authenticate, rate limit); an operator token is known to no tenant, so
 // it is tried first.
