@@ -235,3 +235,29 @@ func TestDirStore(t *testing.T) {
 		t.Error("a tenant named ../x was written")
 	}
 }
+
+// TestRunWritesWhatItMeasuredWhenStopped: Run samples at once, and when
+// its context ends it writes what is pending under a context of its own.
+func TestRunWritesWhatItMeasuredWhenStopped(t *testing.T) {
+	store := &usage.Memory{}
+	m := usage.NewMeter(store, nil)
+	src := &fakeSource{counters: map[string]usage.Counters{}}
+	s := usage.NewSampler(m, src, time.Hour, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	m.Call("acme", "s1", time.Second) // pending until the final flush
+	cancel()
+	<-done
+	bs, err := store.Query(context.Background(), usage.Filter{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int64
+	for _, b := range bs {
+		calls += b.Calls
+	}
+	if calls != 1 {
+		t.Errorf("stored calls = %d (%+v), want the call made before Run stopped", calls, bs)
+	}
+}
