@@ -19,8 +19,8 @@ import (
 const burn = `while read ns rest < /proc/$$/schedstat && [ "$ns" -lt 2000000000 ]; do :; done; echo "$ns"`
 
 // TestUsageMeasuresAKnownBurn burns 2 CPU-seconds in a sandbox and finds
-// them in the cgroup's counters within 5%, the issue's bound. It logs what
-// one reading costs.
+// them in the cgroup's counters within 5%, the issue's bound, then 128 MiB
+// held in memory. It logs what one reading costs.
 //
 // runc only: under gVisor the sandbox's clocks are the Sentry's, not the
 // host scheduler's (a burn stopped by RLIMIT_CPU after 2 s of the
@@ -30,7 +30,7 @@ const burn = `while read ns rest < /proc/$$/schedstat && [ "$ns" -lt 2000000000 
 func TestUsageMeasuresAKnownBurn(t *testing.T) {
 	const rt = sandbox.RuntimeRunc
 	e := newEnv(t, rt)
-	sb := e.ensure(e.spec("usage"))
+	sb := e.ensure(e.spec("usage", sandbox.WithTmpSize(160*sandbox.MiB)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	before, err := e.rt.Usage(ctx, sb.ID)
@@ -53,6 +53,24 @@ func TestUsageMeasuresAKnownBurn(t *testing.T) {
 	}
 	if after.MemoryBytes <= 0 || after.MemoryPeakBytes < after.MemoryBytes && after.MemoryPeakBytes != 0 {
 		t.Errorf("memory %d, peak %d: want some in use, and a peak at least that", after.MemoryBytes, after.MemoryPeakBytes)
+	}
+
+	// 128 MiB written to /tmp, a tmpfs, stay charged to the sandbox's
+	// memory (shmem: not file cache the kernel may drop).
+	if _, stderr, code, err := e.exec(ctx, sb.ID, []string{"sh", "-c", "head -c 134217728 /dev/zero > /tmp/fill"}); err != nil || code != 0 {
+		t.Fatalf("filling /tmp: %v, exit %d, stderr %q", err, code, stderr)
+	}
+	filled, err := e.rt.Usage(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mib := float64(filled.MemoryBytes-after.MemoryBytes) / (1 << 20)
+	t.Logf("%s: 128 MiB in /tmp, the cgroup counted %.1f MiB more in use; peak %.1f MiB", rt, mib, float64(filled.MemoryPeakBytes)/(1<<20))
+	if math.Abs(mib-128) > 128*0.05 {
+		t.Errorf("the cgroup counted %.1f MiB more in use for 128 MiB in /tmp, want 128 within 5%%", mib)
+	}
+	if filled.MemoryPeakBytes < filled.MemoryBytes {
+		t.Errorf("peak %d below the memory in use %d", filled.MemoryPeakBytes, filled.MemoryBytes)
 	}
 
 	// What a reading costs this process (the engine's own work is
