@@ -27,7 +27,7 @@
 // (Record.Final).
 //
 // Cost: one reading per running sandbox per interval, made one sandbox
-// at a time, plus one appended file write per tenant-day per interval. A
+// at a time, plus one appended file write per tenant-day per minute. A
 // reading is three small reads of the sandbox's cgroup files, their path
 // found once per sandbox (a Docker inspect; containerd's container and
 // task): measured on the 2-core reference machine (Docker 20.10, cgroup
@@ -38,13 +38,15 @@
 //
 // # Where it is kept, and why there
 //
-// Deltas are summed in memory per (tenant, session, UTC hour) and appended,
-// each interval, to a Store. Dir, the one implementation, writes one JSON
-// line per bucket to <dir>/<tenant>/<YYYY-MM-DD>.jsonl, opened O_APPEND, so
-// every process on the host (a restarted server, `shellbox usage` reading
-// the files) sees every other's lines, a crash loses at most the interval
-// not yet written, and a tenant's day is one small file. The snapshot
-// store's session records were the other candidate: they are one
+// Deltas are summed in memory per (tenant, session, UTC hour) and
+// appended, once a minute (FlushInterval) and when the Sampler stops, to a
+// Store; queries and limits read the pending buckets too. Dir, the one
+// implementation, writes one JSON line per bucket to
+// <dir>/<tenant>/<YYYY-MM-DD>.jsonl, opened O_APPEND, so every process on
+// the host (a restarted server, `shellbox usage` reading the files) sees
+// every other's lines, a crash loses at most the minute not yet written,
+// and a tenant's day is one file of at most 1,440 lines per session. The
+// snapshot store's session records were the other candidate: they are one
 // replace-only document per session, owned by the session layer and
 // deleted with the session, while usage must outlive the session and be
 // summed over a tenant and a day; an S3 implementation of Store is the way

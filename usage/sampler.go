@@ -31,14 +31,23 @@ const MaxSandboxes = 10_000
 // DefaultInterval is how often a Sampler reads each sandbox by default.
 const DefaultInterval = 10 * time.Second
 
+// FlushInterval is how often, at most, a Sampler appends the Meter's
+// buckets to the Store: each append is a line per active session, so
+// appending each interval would write a tenant-day file of 8,640 lines
+// per session at the default interval, for figures the Meter already
+// answers from memory (queries and limits read its pending buckets).
+const FlushInterval = time.Minute
+
 // Sampler reads every running sandbox's counters once per interval and
-// adds what they grew by to a Meter, then flushes the Meter.
+// adds what they grew by to a Meter, flushing the Meter to its Store once
+// per FlushInterval and when it stops.
 type Sampler struct {
 	meter    *Meter
 	src      Source
 	interval time.Duration
 	log      *slog.Logger
 	started  time.Time
+	flushed  time.Time // when Sample last flushed
 
 	last map[string]reading // by sandbox id; only Sample's goroutine uses it
 }
@@ -84,8 +93,8 @@ func (s *Sampler) Run(ctx context.Context) {
 
 // Sample reads every running sandbox once, adds each one's growth since
 // its previous reading to the Meter, closes (Final) the sessions of the
-// sandboxes no longer listed, and flushes. Not safe for concurrent use:
-// one goroutine samples.
+// sandboxes no longer listed, and flushes when FlushInterval has passed
+// since it last did. Not safe for concurrent use: one goroutine samples.
 func (s *Sampler) Sample(ctx context.Context) {
 	list, err := s.src.Sandboxes(ctx)
 	if err != nil {
@@ -130,8 +139,11 @@ func (s *Sampler) Sample(ctx context.Context) {
 			s.meter.add(r.tenant, r.session, r.at, Figures{}, true)
 		}
 	}
-	if err := s.meter.Flush(ctx); err != nil {
-		s.log.Warn("writing usage", "err", err)
+	if now := s.meter.now(); now.Sub(s.flushed) >= FlushInterval {
+		s.flushed = now
+		if err := s.meter.Flush(ctx); err != nil {
+			s.log.Warn("writing usage", "err", err)
+		}
 	}
 }
 

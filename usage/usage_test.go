@@ -261,3 +261,39 @@ func TestRunWritesWhatItMeasuredWhenStopped(t *testing.T) {
 		t.Errorf("stored calls = %d (%+v), want the call made before Run stopped", calls, bs)
 	}
 }
+
+// countingStore counts appends.
+type countingStore struct {
+	usage.Memory
+	adds int
+}
+
+func (c *countingStore) Add(ctx context.Context, bs []usage.Bucket) error {
+	c.adds++
+	return c.Memory.Add(ctx, bs)
+}
+
+// TestFlushOncePerMinute: sampling every 10 s appends once a minute, and
+// queries see what is not appended yet.
+func TestFlushOncePerMinute(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0}
+	store := &countingStore{}
+	m := usage.NewMeter(store, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}, list: []usage.Sandbox{{Tenant: "a", Session: "s", ID: "c", Created: t0}}}
+	s := usage.NewSampler(m, src, 10*time.Second, nil)
+	for i := range 7 { // t0 .. t0+60s
+		src.set("c", usage.Counters{CPU: time.Duration(i) * time.Second})
+		s.Sample(ctx)
+		clk.advance(10 * time.Second)
+	}
+	if store.adds != 2 {
+		t.Errorf("appends = %d over a minute of 10 s samples, want 2 (at the first and after a minute)", store.adds)
+	}
+	src.set("c", usage.Counters{CPU: 10 * time.Second})
+	s.Sample(ctx) // not appended yet
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(recs) != 1 || recs[0].CPUSeconds != 10 {
+		t.Errorf("query = %+v, %v; want the 10 CPU-seconds, appended or not", recs, err)
+	}
+}

@@ -99,7 +99,9 @@ server:
 	if code != 0 || !strings.Contains(out, "CPU-S") || !strings.Contains(out, dockerTenant) {
 		t.Errorf("shellbox usage: %d\n%s\n%s", code, out, stderr)
 	}
-	// This host's usage files, read without the server.
+	// This host's usage files, read without the server, once it has
+	// stopped (a server appends once a minute, and when it stops).
+	srv.stop(t)
 	out, stderr, code = runBinary(t, bin, cfg, "usage", "--tenant", dockerTenant, "--csv")
 	if code != 0 || !strings.Contains(out, dockerTenant+",burn,") {
 		t.Errorf("shellbox usage from the files: %d\n%s\n%s", code, out, stderr)
