@@ -120,7 +120,8 @@ func findMkfs() (string, error) {
 }
 
 // formatImage makes an ext4 filesystem in the session's new image file
-// (ws.newImage, <session>.ext4.new: sized here to size bytes, sparse),
+// (ws.newImage, <session>.ext4.new: sized here to size bytes, sparse
+// until mountImage reserves it),
 // whose root is uid:gid 0755, and renames it <session>.ext4. It returns
 // the image, open for reading and writing.
 func (d *Dirs) formatImage(ws *openedWorkspace, session string, size int64, uid, gid int) (*os.File, error) {
@@ -191,12 +192,16 @@ func checkRegular(f *os.File) error {
 	return nil
 }
 
-// mountImage attaches img to a free loop device and mounts its ext4 on the
-// directory dir (by its descriptor), nosuid and nodev, discard (blocks the
-// sandbox frees are punched out of the sparse image again). The loop
-// device clears itself (LO_FLAGS_AUTOCLEAR) once the filesystem is
+// mountImage reserves img's blocks on the state directory's disk
+// (reserve), attaches it to a free loop device and mounts its ext4 on the
+// directory dir (by its descriptor), nosuid and nodev; not discard, which
+// would punch the blocks the sandbox frees out of the image again. The
+// loop device clears itself (LO_FLAGS_AUTOCLEAR) once the filesystem is
 // unmounted, or at once if the mount fails.
 func mountImage(img, dir *os.File) error {
+	if err := reserve(img); err != nil {
+		return err
+	}
 	loop, err := attachLoop(img)
 	if err != nil {
 		return err
@@ -205,10 +210,36 @@ func mountImage(img, dir *os.File) error {
 	// autoclear device with no mount detaches it.
 	defer loop.Close()
 	target := "/proc/self/fd/" + strconv.Itoa(int(dir.Fd()))
-	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "discard"); err != nil {
+	if err := unix.Mount(loop.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("mount %s (image %s) as ext4: %w", loop.Name(), img.Name(), err)
 	}
 	return nil
+}
+
+// reserve allocates every block of img on the disk under it (fallocate,
+// mode 0: unwritten extents, read as zeros, no data written; nothing to do
+// for blocks allocated already), before each mount. A sparse image
+// overcommits the disk: when the state directory's disk filled up, a write
+// in the workspace that needed a block of the image failed below ext4,
+// which aborted its journal and remounted the workspace read-only for good
+// (test/faults TestStateDiskFull, docs/testing.md). Reserved, a workspace
+// costs its whole size on the disk for as long as its image exists, and a
+// disk that cannot hold it refuses the mount, naming both, instead. A
+// filesystem under the state directory without fallocate(2) (EOPNOTSUPP)
+// keeps the image sparse.
+func reserve(img *os.File) error {
+	fi, err := img.Stat()
+	if err != nil {
+		return err
+	}
+	err = unix.Fallocate(int(img.Fd()), 0, 0, fi.Size())
+	switch {
+	case err == nil, errors.Is(err, unix.EOPNOTSUPP):
+		return nil
+	case errors.Is(err, unix.ENOSPC):
+		return fmt.Errorf("the state directory's disk cannot hold the workspace's %d bytes (image %s): %w", fi.Size(), img.Name(), err)
+	}
+	return fmt.Errorf("reserving %d bytes for image %s: %w", fi.Size(), img.Name(), err)
 }
 
 // attachLoop binds img to a free loop device, autoclear, direct I/O where

@@ -39,10 +39,10 @@
 // the image stays on disk:
 // after a host reboot (or anything else that unmounted it) the session's
 // next Workspace attaches and mounts the same image again, journal
-// replayed by the kernel, no fsck. Sparse: a workspace costs disk for what
-// it holds (discard punches freed blocks out again), so the sizes of all
-// workspaces together may exceed the disk; the operator sizes the state
-// directory's disk. mkfs.ext4 (e2fsprogs) is run for a new image, with the
+// replayed by the kernel, no fsck. Reserved: a workspace costs its whole
+// size on the disk (fallocate before each mount), so a full disk refuses a
+// new workspace instead of failing writes in running ones; the operator
+// sizes the state directory's disk for the sessions' sizes. mkfs.ext4 (e2fsprogs) is run for a new image, with the
 // image's open file as its device; lost+found is removed after it.
 // MediumMemory: a tmpfs of the size: host memory (the sandbox that writes
 // is charged while it lives, nobody between two sandboxes), gone at a host

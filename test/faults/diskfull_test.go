@@ -86,8 +86,11 @@ func fill(t *testing.T, path string) int64 {
 // hung; once the space is freed, calls succeed, in the old session and a
 // new one; the workspace's files from before, the background task's
 // output and the audit log are whole, one sandbox per session, and the
-// server did not die. Not recovered, and pinned as it is: the old
-// session's workspace, read-only from the fault on (docs/testing.md).
+// server did not die. The running session's workspace keeps working
+// through the fault: its image's blocks are reserved on the disk
+// (sandbox/hostdir reserve), so a write inside it cannot fail below ext4
+// (which, sparse, aborted the journal and left the workspace read-only
+// for good), and what a write during the fault said it wrote is there.
 func TestStateDiskFull(t *testing.T) {
 	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
 		for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
@@ -140,13 +143,8 @@ func stateDiskFull(t *testing.T, e enginetest.Engine, runtime string) {
 	}
 	freed := time.Now()
 
-	// After: calls succeed within hung: a new session, and the old one.
-	// The old session's workspace is read-only for good, though (see
-	// docs/testing.md): its image is sparse on the full disk, its
-	// journal's blocks not allocated in it, so the journal's first write
-	// on the full disk failed and the kernel aborted the journal and
-	// remounted the filesystem read-only. That is pinned here as it is,
-	// so that the day it is fixed this test says so.
+	// After: calls succeed within hung: a new session, and the old one,
+	// whose workspace is writable.
 	var after, recovery time.Duration
 	var afterText string
 	for deadline := time.Now().Add(hung); ; time.Sleep(200 * time.Millisecond) {
@@ -161,10 +159,8 @@ func stateDiskFull(t *testing.T, e enginetest.Engine, runtime string) {
 			t.Fatalf("calls after the space was freed: %v %q; %v %q", errA, a.Text, errB, b.Text)
 		}
 	}
-	if afterText == "after" {
-		t.Errorf("the old session's workspace is writable again: the known loss of docs/testing.md is gone, update the test and the table")
-	} else if !strings.Contains(afterText, "Read-only file system") {
-		t.Errorf("a write to the old session's workspace after the fault: %q, want it written (or, as known, refused: read-only)", afterText)
+	if afterText != "after" {
+		t.Errorf("a write to the old session's workspace after the fault: %q, want it written", afterText)
 	}
 	if got := p.bash(t, session, "sha256sum < /workspace/before"); got != sum {
 		t.Errorf("the workspace's file after the fault: %s, want %s", got, sum)
@@ -188,6 +184,9 @@ func stateDiskFull(t *testing.T, e enginetest.Engine, runtime string) {
 
 	// What the write during the fault was told it wrote.
 	kept := p.bash(t, session, "yes | head -c 4194304 | cmp -s - /workspace/during && echo yes || echo no")
+	if !strings.Contains(during["write in the workspace"], `"wrote"`) || kept != "yes" {
+		t.Errorf("the write during the fault: %s, read back whole: %s; want it written, and whole", during["write in the workspace"], kept)
+	}
 	if n := len(s.sandboxes(t)); n != 2 {
 		t.Errorf("%d sandboxes of the owner on the engine, want 2 (one per session)", n)
 	}

@@ -95,7 +95,9 @@ func newServed(t *testing.T, e enginetest.Engine, runtime, disk string) *served 
 	if runtime == sandbox.RuntimeRunsc {
 		pids = "  pids: 1024\n" // gVisor counts host threads against it
 	}
-	pol := fmt.Sprintf("default: allow\nsandbox:\n  images: [%s]\n  runtime: %s\n%s", dockertest.Image, runtime, pids)
+	// 24 MiB workspaces: reserved whole on the state disk, which is
+	// 96 MiB in TestStateDiskFull.
+	pol := fmt.Sprintf("default: allow\nsandbox:\n  images: [%s]\n  runtime: %s\n  disk: 24MiB\n%s", dockertest.Image, runtime, pids)
 	if err := os.WriteFile(filepath.Join(pols, s.tenant+".yaml"), []byte(pol), 0o644); err != nil {
 		t.Fatal(err)
 	}
