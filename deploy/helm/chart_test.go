@@ -490,3 +490,54 @@ func TestSessionsNamespaceApart(t *testing.T) {
 		t.Errorf("same namespace: %v", err)
 	}
 }
+
+// snapshots.store s3 reaches the server's config with the secret key as a
+// file of the named Secret, mounted read-only; none is the default; a
+// store that cannot work on Kubernetes (dir) or an s3 store without its
+// endpoint, bucket or Secret is refused by name when templating.
+func TestSnapshots(t *testing.T) {
+	if cfg := loadRendered(t, render(t, nil)); cfg.Snapshots.StoreKind(cfg.Backend) != config.StoreNone {
+		t.Errorf("default store %q", cfg.Snapshots.StoreKind(cfg.Backend))
+	}
+	s3 := map[string]any{"store": "s3", "suspendedTTL": "48h", "s3": map[string]any{
+		"endpoint": "minio.store:9000", "bucket": "sessions", "prefix": "prod/", "insecure": true,
+		"accessKey": "AKID", "secretKeySecret": "store-creds", "secretKeySecretKey": "sk"}}
+	objs := render(t, map[string]any{"snapshots": s3})
+	cfg := loadRendered(t, objs)
+	sn := cfg.Snapshots
+	if sn.StoreKind(cfg.Backend) != config.StoreS3 || sn.S3.Endpoint != "minio.store:9000" || sn.S3.Bucket != "sessions" ||
+		sn.S3.Prefix != "prod/" || !sn.S3.Insecure || sn.S3.AccessKey != "AKID" || sn.S3.SecretKey != "" ||
+		sn.S3.SecretKeyFile != "/etc/shellbox/snapshots-s3/sk" || sn.SuspendedTTL != 48*time.Hour {
+		t.Errorf("snapshots config: %+v", sn)
+	}
+	if cm := get[*corev1.ConfigMap](t, objs, "ConfigMap/shellbox/prod-config"); strings.Contains(cm.Data["shellbox.yaml"], "secretKey:") {
+		t.Errorf("a secret key in the ConfigMap:\n%s", cm.Data["shellbox.yaml"])
+	}
+	pod := get[*appsv1.Deployment](t, objs, "Deployment/shellbox/prod").Spec.Template.Spec
+	var mounted, volume bool
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.Name == "snapshots-s3" {
+			mounted = m.MountPath == "/etc/shellbox/snapshots-s3" && m.ReadOnly
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == "snapshots-s3" && v.Secret != nil {
+			volume = v.Secret.SecretName == "store-creds" && len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "sk" && v.Secret.Items[0].Path == "sk"
+		}
+	}
+	if !mounted || !volume {
+		t.Errorf("the secret key's Secret: mounted %v, volume %v: %+v", mounted, volume, pod.Volumes)
+	}
+	for _, tc := range []struct {
+		vals map[string]any
+		want string
+	}{
+		{map[string]any{"store": "dir"}, `snapshots.store "dir": want none or s3`},
+		{map[string]any{"store": "s3", "s3": map[string]any{"endpoint": "e:1", "bucket": "b"}}, "snapshots.store s3 needs"},
+		{map[string]any{"store": "s3", "s3": map[string]any{"bucket": "b", "secretKeySecret": "s"}}, "snapshots.store s3 needs"},
+	} {
+		if _, err := template(t, map[string]any{"snapshots": tc.vals}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("snapshots %v: %v, want an error with %q", tc.vals, err, tc.want)
+		}
+	}
+}

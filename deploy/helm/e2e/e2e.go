@@ -75,6 +75,9 @@ type Options struct {
 	// Values are merged over the test defaults (Helm's own merge: maps
 	// recursively, the rest replaced).
 	Values map[string]any
+	// Secrets are made in the release's namespace before the install
+	// (name: key: value), for values that name a Secret.
+	Secrets map[string]map[string]string
 }
 
 // Release is an installed chart and the way to it from outside the
@@ -130,6 +133,13 @@ func Install(t testing.TB, c *kubetest.Cluster, o Options) *Release {
 		}}}
 		if _, err := c.CS.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create namespace %s: %v", ns, err)
+		}
+	}
+
+	for name, data := range o.Secrets {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kubetest.LabelTest: "1"}}, StringData: data}
+		if _, err := c.CS.CoreV1().Secrets(r.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create Secret %s/%s: %v", r.Namespace, name, err)
 		}
 	}
 

@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
@@ -60,9 +62,13 @@ rules:
 // a loop through the Service) fails no call.
 func TestReplicas(t *testing.T) {
 	c := kubetest.Connect(t)
+	// Suspended sessions go to an S3 bucket both replicas reach.
+	storeVals, storeSecrets, store, storeClient := snapshotStore(t, c)
 	r := Install(t, c, Options{
 		Tenants: []Tenant{{Name: "rep", Policy: replicaPolicy}},
+		Secrets: storeSecrets,
 		Values: map[string]any{
+			"snapshots":    storeVals["snapshots"],
 			"replicaCount": 2,
 			// Spread the load over both replicas (no legacy MCP here).
 			"service": map[string]any{"sessionAffinity": "None"},
@@ -152,6 +158,61 @@ func TestReplicas(t *testing.T) {
 		}
 		if got := run(t, 1, false, "wc -l < /workspace/alt"); got != fmt.Sprint(2*rounds) {
 			t.Errorf("lines written: %s, want %d", got, 2*rounds)
+		}
+	})
+
+	t.Run("suspend", func(t *testing.T) {
+		// Suspended through one replica, resumed by a call through the
+		// other: the session's pod is gone between, its files come back
+		// from the bucket, and the record and snapshot are in the store
+		// both replicas read.
+		const s = "durable"
+		call(t, rest[0], s, "mkdir -p /workspace/d && echo kept > /workspace/d/f && ln -s d/f /workspace/link && chmod 0640 /workspace/d/f", false)
+		podUID := func() string {
+			t.Helper()
+			p, err := c.CS.CoreV1().Pods(r.SessionsNamespace).Get(ctx, kube.PodName("rep", s), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the session's pod: %v", err)
+			}
+			return string(p.UID)
+		}
+		before := podUID()
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		si, err := rest[0].SuspendSession(sctx, s)
+		if err != nil || si.State != "suspended" || si.Snapshot == "" {
+			t.Fatalf("suspend via %s: %+v %v", pods[0].Name, si, err)
+		}
+		for p, err := r.SessionPods(sctx); ; p, err = r.SessionPods(sctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(p, kube.PodName("rep", s)) {
+				break
+			}
+			if sctx.Err() != nil {
+				t.Fatalf("the suspended session's pod is still there: %v", p)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		var objects []string
+		for o := range storeClient.ListObjects(sctx, store.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if o.Err != nil {
+				t.Fatalf("listing the bucket: %v", o.Err)
+			}
+			objects = append(objects, o.Key)
+		}
+		if !slices.ContainsFunc(objects, func(k string) bool { return strings.Contains(k, "rep/"+s+"/") && strings.Contains(k, si.Snapshot) }) {
+			t.Errorf("the bucket holds %v, want rep/%s's snapshot %s", objects, s, si.Snapshot)
+		}
+		start := time.Now()
+		got := call(t, rest[1], s, "cat /workspace/link; stat -c %a /workspace/d/f", false).Text
+		t.Logf("resumed through %s, first result %s after the call began", pods[1].Name, time.Since(start).Round(time.Millisecond))
+		if got != "kept\n640" {
+			t.Fatalf("after resume through %s: %q, want the file through its link, mode 640", pods[1].Name, got)
+		}
+		if after := podUID(); after == before {
+			t.Errorf("the same pod (uid %s) after a suspend", before)
 		}
 	})
 

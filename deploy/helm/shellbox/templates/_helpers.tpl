@@ -68,5 +68,33 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.policies }}
 {{- $_ := set $cfg "policies" (dict "dir" "/etc/shellbox/policies") }}
 {{- end }}
+{{- $_ := set $cfg "snapshots" (include "shellbox.snapshots" . | fromYaml) }}
 {{- toYaml (mergeOverwrite (deepCopy .Values.config) $cfg) -}}
+{{- end -}}
+
+{{/*
+The snapshots section of the server's config. "s3" needs its endpoint,
+bucket and the Secret holding its secret key, mounted at
+/etc/shellbox/snapshots-s3 (see the Deployment); "dir" cannot work here,
+the replicas share no disk.
+*/}}
+{{- define "shellbox.snapshots" -}}
+{{- $sn := .Values.snapshots -}}
+{{- $out := dict "store" $sn.store "suspendedTTL" $sn.suspendedTTL -}}
+{{- if eq $sn.store "s3" -}}
+{{- if or (not $sn.s3.endpoint) (not $sn.s3.bucket) (not $sn.s3.secretKeySecret) -}}
+{{- fail "snapshots.store s3 needs snapshots.s3.endpoint, snapshots.s3.bucket and snapshots.s3.secretKeySecret (a Secret of the release's namespace holding the secret key)" -}}
+{{- end -}}
+{{- $_ := set $out "s3" (dict
+  "endpoint" $sn.s3.endpoint
+  "bucket" $sn.s3.bucket
+  "prefix" $sn.s3.prefix
+  "region" $sn.s3.region
+  "insecure" $sn.s3.insecure
+  "accessKey" $sn.s3.accessKey
+  "secretKeyFile" (printf "/etc/shellbox/snapshots-s3/%s" $sn.s3.secretKeySecretKey)) -}}
+{{- else if ne $sn.store "none" -}}
+{{- fail (printf "snapshots.store %q: want none or s3 (the replicas share no disk for dir)" $sn.store) -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
