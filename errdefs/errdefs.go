@@ -30,6 +30,10 @@ var (
 	// ErrUnavailable: nothing can be done right now (a lost sandbox, a spawn
 	// failure, a directory the policy lists is missing). HTTP 503.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrConflict: the request conflicts with what the thing is doing now
+	// (a session being suspended already, or with calls in flight); the
+	// same request may succeed later. HTTP 409.
+	ErrConflict = errors.New("conflict")
 	// ErrAborted: the caller cancelled a foreground call.
 	ErrAborted = errors.New("tool call aborted")
 	// ErrLimit: a configured limit stops the call; the message names the

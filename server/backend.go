@@ -126,11 +126,12 @@ type Mount struct {
 }
 
 // Error classes a Backend or Approvals implementation wraps; the server maps
-// them to HTTP statuses (404, 403, 400, 503). All but ErrNoSuchSession are
+// them to HTTP statuses (404, 403, 400, 409, 503). All but ErrNoSuchSession are
 // the classes of errdefs, under the names the server's callers know.
 var (
 	ErrNoSuchSession = errors.New("no such session")
 	ErrNotAllowed    = errdefs.ErrNotAllowed
 	ErrInvalid       = errdefs.ErrInvalid
 	ErrUnavailable   = errdefs.ErrUnavailable
+	ErrConflict      = errdefs.ErrConflict
 )

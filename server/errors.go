@@ -58,6 +58,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, errdefs.ErrNoSpace):
 		return http.StatusInsufficientStorage, "no_space"
+	case errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict, "conflict"
 	case errors.Is(err, errdefs.ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
 	default:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -28,8 +29,11 @@ func (b *holdingBackend) HoldCall(tenant, session string) func() {
 }
 
 func (b *holdingBackend) SuspendSession(_ context.Context, tenant, session string) (SessionInfo, error) {
-	if session == "missing" {
+	switch session {
+	case "missing":
 		return SessionInfo{}, NoSuchSession(session)
+	case "busy":
+		return SessionInfo{}, Errorf(ErrConflict, "1 call(s) in flight; suspend it when they have ended")
 	}
 	return SessionInfo{ID: session, Tenant: tenant, State: "suspended", Snapshot: "snap-1"}, nil
 }
@@ -76,6 +80,9 @@ func TestCallHoldAndSuspendRoutes(t *testing.T) {
 	if code != 200 || m["state"] != "suspended" || m["snapshot"] != "snap-1" || m["tenant"] != "acme" {
 		t.Errorf("suspend: %d %v", code, m)
 	}
+	if code, m = r.json("POST", "/v1/sessions/busy/suspend", tokenAcme, nil); code != 409 || !strings.Contains(strings.ToLower(fmtAny(m)), "conflict") {
+		t.Errorf("suspend of a session with a call in flight: %d %v, want 409 conflict", code, m)
+	}
 	if code, m = r.json("POST", "/v1/sessions/missing/suspend", tokenAcme, nil); code != 404 {
 		t.Errorf("suspend of a missing session: %d %v", code, m)
 	}
@@ -110,3 +117,5 @@ func TestSuspendWithoutSuspender(t *testing.T) {
 		t.Errorf("suspend: %d %v", code, m)
 	}
 }
+
+func fmtAny(v any) string { return fmt.Sprint(v) }

@@ -189,7 +189,7 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			n = max(n, a.Calls)
 		}
 		if n > 0 {
-			return fail(errdefs.Errorf(errdefs.ErrUnavailable, "%d call(s) in flight; suspend it when they have ended", n))
+			return fail(errdefs.Errorf(errdefs.ErrConflict, "%d call(s) in flight; suspend it when they have ended", n))
 		}
 		if killed, err = killTasks(ctx, c, session); err != nil {
 			return fail(err)
@@ -214,7 +214,7 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		if err != nil {
 			return fail(fmt.Errorf("asking its agent what ran meanwhile: %w", err))
 		}
-		return fail(errdefs.Errorf(errdefs.ErrUnavailable, "work began while its workspace was being stored (%s); the snapshot is dropped", act.Busy()))
+		return fail(errdefs.Errorf(errdefs.ErrConflict, "work began while its workspace was being stored (%s); the snapshot is dropped", act.Busy()))
 	}
 	st := exp.Stats()
 	r := record{State: stateSuspended, Snapshot: info.ID, Created: sb.Created, Suspended: info.Created,
@@ -355,7 +355,7 @@ func (l *Service) SuspendSession(ctx context.Context, tenant, session string) (s
 	l.mu.Lock()
 	if _, ok := l.suspending[k]; ok {
 		l.mu.Unlock()
-		return server.SessionInfo{}, server.Errorf(server.ErrUnavailable, "session %s is being suspended already", session)
+		return server.SessionInfo{}, server.Errorf(server.ErrConflict, "session %s is being suspended already", session)
 	}
 	l.suspending[k] = "requested"
 	l.mu.Unlock()
@@ -462,6 +462,8 @@ func (l *Service) durable(tenant, session string) error {
 // serverErr maps a sandbox layer's error to the server's classes.
 func serverErr(err error) error {
 	switch {
+	case errors.Is(err, errdefs.ErrConflict):
+		return server.Errorf(server.ErrConflict, "%v", err)
 	case errors.Is(err, errdefs.ErrNoSpace), errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return server.Errorf(server.ErrUnavailable, "%v", err)
 	case errors.Is(err, errdefs.ErrInvalid):
