@@ -222,7 +222,7 @@ func mountImage(img, dir *os.File) error {
 // overcommits the disk: when the state directory's disk filled up, a write
 // in the workspace that needed a block of the image failed below ext4,
 // which aborted its journal and remounted the workspace read-only for good
-// (test/faults TestStateDiskFull, docs/testing.md). Reserved, a workspace
+// (test/faults TestStateDiskFull, docs/reliability.md). Reserved, a workspace
 // costs its whole size on the disk for as long as its image exists, and a
 // disk that cannot hold it refuses the mount, naming both, instead. A
 // filesystem under the state directory without fallocate(2) (EOPNOTSUPP)

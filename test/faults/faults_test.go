@@ -8,7 +8,7 @@
 // (its result, in a new sandbox, with the session's workspace), and what
 // is left on the engine (one sandbox for the session, the dead one gone),
 // and logs its recovery time: from the fault to the end of the first call
-// that succeeded after it. Those times are in docs/testing.md's fault
+// that succeeded after it. Those times are in docs/reliability.md's fault
 // section; they are figures, not pass conditions.
 package faults_test
 
