@@ -89,71 +89,8 @@ func serveCredentials(t *testing.T, eng enginetest.Engine) {
 	otherSeen := make(chan string, 4)
 	other := egressHostFunc(t, "127.0.0.3:0", func(r *http.Request) { otherSeen <- r.Header.Get("Authorization") })
 
-	secretsDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(secretsDir, "github-token"), []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pols := t.TempDir()
-	// NO_PROXY without localhost: the origin is the host's localhost, which
-	// the sandbox reaches through the proxy only.
-	pol := fmt.Sprintf(`default: allow
-env:
-  NO_PROXY: "127.0.0.1"
-  no_proxy: "127.0.0.1"
-sandbox:
-  images: [%s]
-  runtime: runc
-  network:
-    allow: ["localhost:%s", "%s"]
-    credentials:
-      - name: github
-        hosts: [localhost]
-        value: "${secret:github-token}"
-        placeholder: GITHUB_TOKEN
-`, dockertest.Image, port, other)
-	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(pol), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	audit := filepath.Join(t.TempDir(), "audit.log")
-	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
-policies:
-  dir: %s
-audit:
-  file: %s
-secrets:
-  dir: %s
-egress:
-  blocked: []
-  upstreamCA: %s
-  caDir: %s
-sandbox:
-  stateDir: %s
-  owner: %s
-  image: %s
-  labels:
-    %s: "1"
-server:
-  tenants:
-    %s:
-      tokens: [%q]
-`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest,
-		dockerTenant, server.HashToken(testToken))), 0o644)
-	removeSandboxesAtEnd(t, cfg, dockerTenant, "cred")
-
-	p := startServeProcess(t, bin, cfg)
-	c := client.New(p.url, testToken, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	call := func(command string) string {
-		t.Helper()
-		args, _ := json.Marshal(map[string]string{"command": command, "description": "credentials test"})
-		r, err := c.Call(ctx, "cred", "bash", args)
-		if err != nil || r.IsError {
-			t.Fatalf("%s: %v %q", command, err, r.Text)
-		}
-		return r.Text
-	}
+	cs := serveWithCredential(t, eng, bin, secret, port, originCA, []string{other}, "", "cred")
+	p, audit, call := cs.p, cs.audit, cs.call
 	origin := "localhost:" + port
 	if got := call(`curl -sS -m 30 -H "Authorization: Bearer $GITHUB_TOKEN" https://` + origin + `/api 2>&1`); got != "credential ok /api" {
 		t.Fatalf("bearer placeholder: %q (origin saw %q)", got, seen())
@@ -243,4 +180,88 @@ func egressHostFunc(t *testing.T, addr string, hear func(*http.Request)) string 
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 	return l.Addr().String()
+}
+
+// credentialServe is a `shellbox serve` whose tenant's policy names the
+// credential github (secret in secrets.dir, placeholder GITHUB_TOKEN) for
+// localhost, allows localhost:port and allow, and has network (indented
+// as the policy's sandbox.network keys) besides; call runs a bash command
+// in session, failing t on an error.
+type credentialServe struct {
+	p     *serveProcess
+	audit string
+	call  func(command string) string
+}
+
+func serveWithCredential(t *testing.T, eng enginetest.Engine, bin string, secret, port, originCA string, allow []string, network, session string) credentialServe {
+	t.Helper()
+	secretsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secretsDir, "github-token"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pols := t.TempDir()
+	allowed := fmt.Sprintf("%q", "localhost:"+port)
+	for _, a := range allow {
+		allowed += fmt.Sprintf(", %q", a)
+	}
+	// NO_PROXY without localhost: the origin is the host's localhost, which
+	// the sandbox reaches through the proxy only.
+	pol := fmt.Sprintf(`default: allow
+env:
+  NO_PROXY: "127.0.0.1"
+  no_proxy: "127.0.0.1"
+sandbox:
+  images: [%s]
+  runtime: runc
+  network:
+    allow: [%s]
+    credentials:
+      - name: github
+        hosts: [localhost]
+        value: "${secret:github-token}"
+        placeholder: GITHUB_TOKEN
+%s`, dockertest.Image, allowed, network)
+	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
+policies:
+  dir: %s
+audit:
+  file: %s
+secrets:
+  dir: %s
+egress:
+  blocked: []
+  upstreamCA: %s
+  caDir: %s
+sandbox:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+server:
+  tenants:
+    %s:
+      tokens: [%q]
+`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest,
+		dockerTenant, server.HashToken(testToken))), 0o644)
+	removeSandboxesAtEnd(t, cfg, dockerTenant, session)
+
+	p := startServeProcess(t, bin, cfg)
+	c := client.New(p.url, testToken, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return credentialServe{p: p, audit: audit, call: func(command string) string {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"command": command, "description": "credentials test"})
+		r, err := c.Call(ctx, session, "bash", args)
+		if err != nil || r.IsError {
+			t.Fatalf("%s: %v %q", command, err, r.Text)
+		}
+		return r.Text
+	}}
 }

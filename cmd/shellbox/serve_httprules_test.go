@@ -1,19 +1,11 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
-	"github.com/shellbox/shellbox/server"
-	"github.com/shellbox/shellbox/server/client"
 )
 
 // TestServeHTTPRules: a tenant's policy gives a destination HTTP rules
@@ -31,76 +23,15 @@ func serveHTTPRules(t *testing.T, eng enginetest.Engine) {
 	bin := buildBinaries(t)
 	const secret = "ghp_httprules0test0secret"
 	port, originCA, seen := credentialOrigin(t, secret)
-	secretsDir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(secretsDir, "github-token"), []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pols := t.TempDir()
-	pol := fmt.Sprintf(`default: allow
-env:
-  NO_PROXY: "127.0.0.1"
-  no_proxy: "127.0.0.1"
-sandbox:
-  images: [%s]
-  runtime: runc
-  network:
-    allow: ["localhost:%s"]
-    credentials:
-      - name: github
-        hosts: [localhost]
-        value: "${secret:github-token}"
-        placeholder: GITHUB_TOKEN
-    http:
+	cs := serveWithCredential(t, eng, bin, secret, port, originCA, nil, `    http:
       - hosts: [localhost]
         rules:
           - deny * /repos/acme/secret/**
           - allow GET,HEAD /repos/**
           - allow POST /repos/acme/*/pulls
         default: deny
-`, dockertest.Image, port)
-	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(pol), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	audit := filepath.Join(t.TempDir(), "audit.log")
-	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
-	os.WriteFile(cfg, []byte(eng.Config(t)+fmt.Sprintf(`tenant: %s
-policies:
-  dir: %s
-audit:
-  file: %s
-secrets:
-  dir: %s
-egress:
-  blocked: []
-  upstreamCA: %s
-  caDir: %s
-sandbox:
-  stateDir: %s
-  owner: %s
-  image: %s
-  labels:
-    %s: "1"
-server:
-  tenants:
-    %s:
-      tokens: [%q]
-`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest,
-		dockerTenant, server.HashToken(testToken))), 0o644)
-	removeSandboxesAtEnd(t, cfg, dockerTenant, "rules")
-
-	p := startServeProcess(t, bin, cfg)
-	c := client.New(p.url, testToken, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	call := func(command string) string {
-		t.Helper()
-		args, _ := json.Marshal(map[string]string{"command": command, "description": "http rules test"})
-		r, err := c.Call(ctx, "rules", "bash", args)
-		if err != nil || r.IsError {
-			t.Fatalf("%s: %v %q", command, err, r.Text)
-		}
-		return r.Text
-	}
+`, "rules")
+	audit, call := cs.audit, cs.call
 	o := "https://localhost:" + port
 	auth := `-H "Authorization: Bearer $GITHUB_TOKEN"`
 	// Allowed: the origin answers, with the credential injected.
