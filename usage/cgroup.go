@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -153,4 +154,48 @@ func keyed(p string) (map[string]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxCgroups bounds the cgroups a Cgroups remembers.
+const maxCgroups = 10_000
+
+// Cgroups remembers the cgroup of each sandbox a runtime reads, by its id:
+// found once from a process of it (FindCgroup), forgotten when a read
+// fails; at most maxCgroups (all are dropped when it is full: each is one
+// lookup to find again). The zero value is ready; safe for concurrent use.
+type Cgroups struct {
+	mu sync.Mutex
+	m  map[string]Cgroup
+}
+
+// Of returns id's cgroup, calling pid for a process of it only when id is
+// not remembered; a cgroup not found (no host /proc or cgroup file
+// system here) is remembered too, so pid is not asked again.
+func (c *Cgroups) Of(id string, pid func() (int, error)) (Cgroup, error) {
+	c.mu.Lock()
+	cg, ok := c.m[id]
+	c.mu.Unlock()
+	if ok {
+		return cg, nil
+	}
+	p, err := pid()
+	if err != nil {
+		return Cgroup{}, err
+	}
+	cg = FindCgroup(p)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCgroups {
+		c.m = map[string]Cgroup{}
+	}
+	c.m[id] = cg
+	c.mu.Unlock()
+	return cg, nil
+}
+
+// Forget drops id's cgroup (a read of it failed: the sandbox is gone, or
+// was made again under the same id).
+func (c *Cgroups) Forget(id string) {
+	c.mu.Lock()
+	delete(c.m, id)
+	c.mu.Unlock()
 }

@@ -90,9 +90,8 @@ type Runtime struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock // by container id
 
-	// cgroups are the cgroups of containers Usage read, by id (usage.go).
-	cgMu    sync.Mutex
-	cgroups map[string]usage.Cgroup
+	// cgroups are the cgroups of containers Usage read (usage.go).
+	cgroups usage.Cgroups
 }
 
 type keyLock struct {

@@ -73,9 +73,8 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	runtimes []string // engine runtimes seen by the last Info, nil before
-	// cgroups are the cgroup directories of containers Usage read, by id
-	// (usage.go).
-	cgroups map[string]usage.Cgroup
+	// cgroups are the cgroups of containers Usage read (usage.go).
+	cgroups usage.Cgroups
 }
 
 var (

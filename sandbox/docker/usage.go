@@ -16,9 +16,6 @@ import (
 
 var _ sandbox.UsageReader = (*Runtime)(nil)
 
-// maxCgroupPaths bounds the cgroup paths the Runtime remembers.
-const maxCgroupPaths = 10_000
-
 // Usage implements sandbox.UsageReader from the container's cgroup files
 // (cgroup v1: cpuacct.usage, memory.usage_in_bytes less inactive file
 // pages, memory.max_usage_in_bytes; v2: cpu.stat's usage_usec,
@@ -31,7 +28,7 @@ const maxCgroupPaths = 10_000
 // its collector's last pass: up to a second behind, and a second to
 // answer on Engine 20.10.
 func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) {
-	cg, err := r.cgroupOf(ctx, id)
+	cg, err := r.cgroups.Of(id, func() (int, error) { return r.mainPid(ctx, id) })
 	if err != nil {
 		return usage.Counters{}, err
 	}
@@ -40,9 +37,7 @@ func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) 
 		if err == nil {
 			return c, nil
 		}
-		r.mu.Lock()
-		delete(r.cgroups, id)
-		r.mu.Unlock()
+		r.cgroups.Forget(id)
 		if errors.Is(err, fs.ErrNotExist) {
 			return usage.Counters{}, fmt.Errorf("%w: docker: cgroup of %s: %v", sandbox.ErrNotFound, shortID(id), err)
 		}
@@ -50,29 +45,16 @@ func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) 
 	return r.statsUsage(ctx, id)
 }
 
-// cgroupOf finds a container's cgroup once, by its main process.
-func (r *Runtime) cgroupOf(ctx context.Context, id string) (usage.Cgroup, error) {
-	r.mu.Lock()
-	cg, ok := r.cgroups[id]
-	r.mu.Unlock()
-	if ok {
-		return cg, nil
-	}
+// mainPid is the pid of a running container's main process.
+func (r *Runtime) mainPid(ctx context.Context, id string) (int, error) {
 	info, err := r.api.ContainerInspect(ctx, id)
 	if err != nil {
-		return usage.Cgroup{}, convert(err, "inspect %s", shortID(id))
+		return 0, convert(err, "inspect %s", shortID(id))
 	}
 	if info.State == nil || !info.State.Running || info.State.Pid <= 0 {
-		return usage.Cgroup{}, fmt.Errorf("%w: docker: %s is not running", sandbox.ErrNotFound, shortID(id))
+		return 0, fmt.Errorf("%w: docker: %s is not running", sandbox.ErrNotFound, shortID(id))
 	}
-	cg = usage.FindCgroup(info.State.Pid)
-	r.mu.Lock()
-	if r.cgroups == nil || len(r.cgroups) >= maxCgroupPaths {
-		r.cgroups = map[string]usage.Cgroup{}
-	}
-	r.cgroups[id] = cg
-	r.mu.Unlock()
-	return cg, nil
+	return info.State.Pid, nil
 }
 
 // statsAPI is the one-shot stats call (API 1.41, Engine 20.10), found on
