@@ -237,6 +237,14 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 	if err != nil {
 		return refuse(http.StatusBadGateway, fmt.Sprintf("shellbox egress: reading %s's answer: %v", ic.Host, err))
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols && !upgradeAsked(req.Header, resp.Header) {
+		// Past a 101 the relay splices bytes it no longer reads: only an
+		// upgrade the request asked for, to a protocol it offered, goes
+		// there. A 101 for anything else (a server made to answer one)
+		// would carry the next requests past every rule unjudged.
+		resp.Body.Close()
+		return refuse(http.StatusBadGateway, fmt.Sprintf("shellbox egress: %s switched protocols (%q) without the request asking for it: refused", ic.Host, egresswire.Clip(resp.Header.Get("Upgrade"))))
+	}
 	if scrub != nil {
 		scrub(resp.Header)
 	}
@@ -289,6 +297,37 @@ func judge(req *http.Request, ic *Intercept, rec *RequestRecord) (int, string) {
 	// as it came.
 	req.URL.Opaque, req.URL.RawPath = confine.EncodePath(path), ""
 	return 0, ""
+}
+
+// upgradeAsked says whether a 101 answer with header ans is one the
+// request with header req asked for: the request offered an Upgrade (and
+// said so in Connection), and the answer names one of the protocols it
+// offered.
+func upgradeAsked(req, ans http.Header) bool {
+	if !headerHasToken(req, "Connection", "upgrade") {
+		return false
+	}
+	offered := map[string]bool{}
+	for _, v := range req.Values("Upgrade") {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.ToLower(strings.TrimSpace(t)); t != "" {
+				offered[t] = true
+			}
+		}
+	}
+	got := strings.ToLower(strings.TrimSpace(ans.Get("Upgrade")))
+	return got != "" && offered[got]
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func onlyWebSocket(vals []string) bool {

@@ -81,6 +81,30 @@ func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 		if r.URL.Path == "/echo" {
 			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		}
+		if strings.HasSuffix(r.URL.Path, "/status/101") || strings.HasSuffix(r.URL.Path, "/ws") {
+			// A 101 whether asked or not (as an httpbin-style
+			// /status/{code} answers), naming the protocol the request
+			// offered or "raw"; then it echoes what it reads.
+			proto := r.Header.Get("Upgrade")
+			if proto == "" {
+				proto = "raw"
+			}
+			c, brw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n", proto)
+			brw.Flush()
+			for {
+				line, err := brw.ReadString('\n')
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(brw, "echo %s", line)
+				brw.Flush()
+			}
+		}
 		if r.URL.Path == "/big" {
 			io.Copy(w, io.LimitReader(zeros{}, 10<<20))
 			return

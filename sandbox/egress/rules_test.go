@@ -252,3 +252,50 @@ func BenchmarkInterceptRules(b *testing.B) {
 		})
 	}
 }
+
+// TestInterceptUpgradeAsked: past a 101 the relay splices bytes it does
+// not read, so a 101 the request did not ask for (a server made to answer
+// one) is refused, and the requests behind it never reach the origin
+// unjudged; a WebSocket upgrade the request asked for is spliced.
+func TestInterceptUpgradeAsked(t *testing.T) {
+	ir := newRuledRig(t, testRules(t))
+	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
+	tlsOver := func() (*tls.Conn, *bufio.Reader) {
+		c, br := ir.connect(t, "localhost:"+port, "")
+		tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: "localhost", RootCAs: ir.tenantPool})
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		return tc, bufio.NewReader(tc)
+	}
+	tc, br := tlsOver()
+	fmt.Fprintf(tc, "GET /repos/status/101 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusBadGateway || !strings.Contains(resp.Header.Get("Shellbox-Error"), "switched protocols") {
+		t.Fatalf("a 101 nobody asked for: %v %v", resp, err)
+	}
+	<-ir.seen
+	io.Copy(io.Discard, resp.Body)
+	// The connection is over: a denied request written after it reaches
+	// nothing.
+	fmt.Fprintf(tc, "DELETE /admin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if line, err := br.ReadString('\n'); err == nil {
+		t.Errorf("after the refused 101 the relay answered %q", line)
+	}
+	select {
+	case h := <-ir.seen:
+		t.Errorf("the origin saw a request after the refused 101: %v", h)
+	default:
+	}
+
+	// Asked for: spliced, both ways.
+	tc, br = tlsOver()
+	fmt.Fprintf(tc, "GET /repos/ws HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("a WebSocket upgrade: %v %v", resp, err)
+	}
+	<-ir.seen
+	fmt.Fprintf(tc, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo ping\n" {
+		t.Errorf("through the upgraded connection: %q %v", line, err)
+	}
+}
