@@ -165,8 +165,15 @@ func isToken(s string) bool {
 // method and path (a NormalPath), else Default.
 func (rs *HTTPRules) Decide(method, path string) HTTPRule {
 	segs := strings.Split(path[1:], "/")
+	// A path with a trailing slash is also the path without it: most
+	// servers route /admin/ as /admin, so a rule naming /admin must
+	// decide both (else deny * /admin lets GET /admin/ by).
+	var bare []string
+	if n := len(segs); n > 1 && segs[n-1] == "" {
+		bare = segs[:n-1]
+	}
 	for _, r := range rs.Rules {
-		if r.matchMethod(method) && matchSegments(r.segs, segs) {
+		if r.matchMethod(method) && (matchSegments(r.segs, segs) || bare != nil && matchSegments(r.segs, bare)) {
 			return r
 		}
 	}

@@ -111,7 +111,9 @@ func TestHTTPRules(t *testing.T) {
 		{"GET", "/exact", "default"},
 		{"DELETE", "/a/z", "5"},
 		{"DELETE", "/a/b/c/z", "5"},
-		{"DELETE", "/a/b/c/z/", "default"},
+		{"DELETE", "/a/b/c/z/", "5"}, // a trailing slash is also the path without it
+		{"POST", "/repos/acme/x/pulls/", "1"},
+		{"GET", "/v1/status/", "3"},
 		{"DELETE", "/a/z/z", "5"},
 		{"GET", "/", "default"},
 	} {
