@@ -106,12 +106,17 @@ func (s *Sampler) Sample(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Listed is seen, read or not: a sandbox is final only when it is
+		// no longer listed. A read that fails (a stats timeout, a cgroup
+		// read racing) keeps the reading before it, and the next one
+		// counts the growth since; forgetting it would count the
+		// sandbox's whole history again at its next reading.
+		seen[sb.ID] = true
 		c, err := s.src.Read(ctx, sb.ID)
 		if err != nil {
 			s.log.Debug("reading a sandbox's usage", "tenant", sb.Tenant, "session", sb.Session, "err", err)
 			continue
 		}
-		seen[sb.ID] = true
 		now := s.meter.now()
 		prev, ok := s.last[sb.ID]
 		if !ok && len(s.last) >= MaxSandboxes {

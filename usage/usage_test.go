@@ -297,3 +297,33 @@ func TestFlushOncePerMinute(t *testing.T) {
 		t.Errorf("query = %+v, %v; want the 10 CPU-seconds, appended or not", recs, err)
 	}
 }
+
+// TestSamplerReadErrorKeepsTheReading: a read that fails once neither ends
+// the sandbox's record nor counts its history again at the next reading.
+func TestSamplerReadErrorKeepsTheReading(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}, list: []usage.Sandbox{{Tenant: "a", Session: "s", ID: "c", Created: t0.Add(time.Second)}}}
+	s := usage.NewSampler(m, src, 0, nil)
+	clk.advance(10 * time.Second)
+	src.set("c", usage.Counters{CPU: 100 * time.Second})
+	s.Sample(ctx)
+	clk.advance(10 * time.Second)
+	src.mu.Lock()
+	delete(src.counters, "c") // this read fails
+	src.mu.Unlock()
+	s.Sample(ctx)
+	clk.advance(10 * time.Second)
+	src.set("c", usage.Counters{CPU: 101 * time.Second})
+	s.Sample(ctx)
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records = %+v, %v", recs, err)
+	}
+	near(t, "CPU-seconds", recs[0].CPUSeconds, 101)
+	near(t, "sandbox-seconds", recs[0].SandboxSeconds, 29)
+	if recs[0].Final {
+		t.Errorf("final after one failed read: %+v", recs[0])
+	}
+}
