@@ -46,17 +46,23 @@ func NewMeter(store Store, now func() time.Time) *Meter {
 // process that starts while earlier ones have written today's files.
 func (m *Meter) Load(ctx context.Context) error {
 	day := m.now().UTC().Truncate(24 * time.Hour)
-	bs, err := m.store.Query(ctx, Filter{From: day, To: day.Add(24 * time.Hour)})
+	sums := map[string]Figures{}
+	err := m.store.Query(ctx, Filter{From: day, To: day.Add(24 * time.Hour)}, func(b Bucket) error {
+		f := sums[b.Tenant]
+		f.add(b.Figures)
+		sums[b.Tenant] = f
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rollLocked(day)
-	for _, b := range bs {
-		f := m.today[b.Tenant]
-		f.add(b.Figures)
-		m.today[b.Tenant] = f
+	for t, f := range sums {
+		today := m.today[t]
+		today.add(f)
+		m.today[t] = today
 	}
 	return nil
 }
@@ -163,18 +169,24 @@ func (m *Meter) Dropped() int64 {
 // Query returns the records of the sessions f selects: what the Store
 // holds and what is pending, summed per session.
 func (m *Meter) Query(ctx context.Context, f Filter) ([]Record, error) {
-	bs, err := m.store.Query(ctx, f)
-	if err != nil {
+	var sum summary
+	if err := m.store.Query(ctx, f, sum.add); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
+	var pending []Bucket
 	for _, b := range m.pending {
 		if f.match(*b) {
-			bs = append(bs, *b)
+			pending = append(pending, *b)
 		}
 	}
 	m.mu.Unlock()
-	return Summarize(bs), nil
+	for _, b := range pending {
+		if err := sum.add(b); err != nil {
+			return nil, err
+		}
+	}
+	return sum.records(), nil
 }
 
 // Limits are a tenant's daily limits; zero is none.

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,8 +25,10 @@ type Store interface {
 	// Add appends buckets. ErrInvalid: a bucket's tenant or session does
 	// not pass confine.CheckID.
 	Add(ctx context.Context, buckets []Bucket) error
-	// Query returns the buckets f selects, unsummed, in no set order.
-	Query(ctx context.Context, f Filter) ([]Bucket, error)
+	// Query calls fn with each bucket f selects, unsummed, in no set
+	// order, as it reads them (a year of a tenant's buckets is never held
+	// at once); an error of fn ends it.
+	Query(ctx context.Context, f Filter, fn func(Bucket) error) error
 }
 
 // Dir is a Store in a host directory: <Path>/<tenant>/<YYYY-MM-DD>.jsonl,
@@ -81,18 +84,18 @@ const maxDays = 400
 
 // Query implements Store. It reads the files of the days f spans; a line
 // that does not parse (a write cut by a crash) is skipped.
-func (d *Dir) Query(ctx context.Context, f Filter) ([]Bucket, error) {
+func (d *Dir) Query(ctx context.Context, f Filter, fn func(Bucket) error) error {
 	if !f.To.After(f.From) {
-		return nil, nil
+		return nil
 	}
 	if f.To.Sub(f.From) > maxDays*24*time.Hour {
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "usage: a range of more than %d days", maxDays)
+		return errdefs.Errorf(errdefs.ErrInvalid, "usage: a range of more than %d days", maxDays)
 	}
 	tenants := []string{f.Tenant}
 	if f.Tenant == "" {
 		ents, err := os.ReadDir(d.Path)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("usage: %w", err)
+			return fmt.Errorf("usage: %w", err)
 		}
 		tenants = tenants[:0]
 		for _, e := range ents {
@@ -101,34 +104,30 @@ func (d *Dir) Query(ctx context.Context, f Filter) ([]Bucket, error) {
 			}
 		}
 	} else if err := checkNames(f.Tenant, "x"); err != nil {
-		return nil, err
+		return err
 	}
-	var out []Bucket
 	for _, t := range tenants {
 		for day := f.From.UTC().Truncate(24 * time.Hour); day.Before(f.To); day = day.Add(24 * time.Hour) {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return err
 			}
-			bs, err := readDay(filepath.Join(d.Path, t, day.Format(dayLayout)+".jsonl"), f)
-			if err != nil {
-				return nil, err
+			if err := readDay(filepath.Join(d.Path, t, day.Format(dayLayout)+".jsonl"), f, fn); err != nil {
+				return err
 			}
-			out = append(out, bs...)
 		}
 	}
-	return out, nil
+	return nil
 }
 
-func readDay(p string, f Filter) ([]Bucket, error) {
+func readDay(p string, f Filter, fn func(Bucket) error) error {
 	file, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("usage: %w", err)
+		return fmt.Errorf("usage: %w", err)
 	}
 	defer file.Close()
-	var out []Bucket
 	sc := bufio.NewScanner(file)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	for sc.Scan() {
@@ -136,12 +135,14 @@ func readDay(p string, f Filter) ([]Bucket, error) {
 		if json.Unmarshal(sc.Bytes(), &b) != nil || !f.match(b) {
 			continue
 		}
-		out = append(out, b)
+		if err := fn(b); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("usage: %s: %w", p, err)
+		return fmt.Errorf("usage: %s: %w", p, err)
 	}
-	return out, nil
+	return nil
 }
 
 func checkNames(tenant, session string) error {
@@ -174,14 +175,16 @@ func (m *Memory) Add(_ context.Context, bs []Bucket) error {
 }
 
 // Query implements Store.
-func (m *Memory) Query(_ context.Context, f Filter) ([]Bucket, error) {
+func (m *Memory) Query(_ context.Context, f Filter, fn func(Bucket) error) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []Bucket
-	for _, b := range m.buckets {
+	bs := slices.Clone(m.buckets)
+	m.mu.Unlock()
+	for _, b := range bs {
 		if f.match(b) {
-			out = append(out, b)
+			if err := fn(b); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/shellbox/shellbox/errdefs"
 )
 
 // Counters are one reading of a sandbox's cgroup.
@@ -73,32 +75,45 @@ func (f Filter) match(b Bucket) bool {
 		b.Hour.Before(f.To) && b.Hour.Add(time.Hour).After(f.From)
 }
 
-// Summarize sums buckets per (tenant, session), ordered by tenant, then
-// session.
-func Summarize(buckets []Bucket) []Record {
-	type key struct{ t, s string }
-	idx := map[key]int{}
-	var out []Record
-	for _, b := range buckets {
-		k := key{b.Tenant, b.Session}
-		i, ok := idx[k]
-		if !ok {
-			i = len(out)
-			idx[k] = i
-			out = append(out, Record{Tenant: b.Tenant, Session: b.Session, From: b.Hour, To: b.Hour.Add(time.Hour)})
+// MaxRecords bounds the sessions one query sums (a record each): past it
+// the query is refused, to be narrowed by time, tenant or session.
+const MaxRecords = 100_000
+
+// summary sums buckets into a record per tenant and session as they come.
+type summary struct {
+	idx map[[2]string]int
+	out []Record
+}
+
+func (s *summary) add(b Bucket) error {
+	k := [2]string{b.Tenant, b.Session}
+	i, ok := s.idx[k]
+	if !ok {
+		if len(s.out) >= MaxRecords {
+			return errdefs.Errorf(errdefs.ErrInvalid, "usage: more than %d sessions in one answer: narrow the range, or ask for one tenant or session", MaxRecords)
 		}
-		r := &out[i]
-		r.Figures.add(b.Figures)
-		r.Final = r.Final || b.Final
-		if b.Hour.Before(r.From) {
-			r.From = b.Hour
+		if s.idx == nil {
+			s.idx = map[[2]string]int{}
 		}
-		if end := b.Hour.Add(time.Hour); end.After(r.To) {
-			r.To = end
-		}
+		i = len(s.out)
+		s.idx[k] = i
+		s.out = append(s.out, Record{Tenant: b.Tenant, Session: b.Session, From: b.Hour, To: b.Hour.Add(time.Hour)})
 	}
-	sortRecords(out)
-	return out
+	r := &s.out[i]
+	r.Figures.add(b.Figures)
+	r.Final = r.Final || b.Final
+	if b.Hour.Before(r.From) {
+		r.From = b.Hour
+	}
+	if end := b.Hour.Add(time.Hour); end.After(r.To) {
+		r.To = end
+	}
+	return nil
+}
+
+func (s *summary) records() []Record {
+	sortRecords(s.out)
+	return s.out
 }
 
 func sortRecords(rs []Record) {

@@ -3,11 +3,14 @@ package usage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/usage"
 )
 
@@ -249,13 +252,15 @@ func TestRunWritesWhatItMeasuredWhenStopped(t *testing.T) {
 	m.Call("acme", "s1", time.Second) // pending until the final flush
 	cancel()
 	<-done
-	bs, err := store.Query(context.Background(), usage.Filter{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	var calls int64
+	var bs []usage.Bucket
+	err := store.Query(context.Background(), usage.Filter{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)}, func(b usage.Bucket) error {
+		calls += b.Calls
+		bs = append(bs, b)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var calls int64
-	for _, b := range bs {
-		calls += b.Calls
 	}
 	if calls != 1 {
 		t.Errorf("stored calls = %d (%+v), want the call made before Run stopped", calls, bs)
@@ -325,5 +330,32 @@ func TestSamplerReadErrorKeepsTheReading(t *testing.T) {
 	near(t, "sandbox-seconds", recs[0].SandboxSeconds, 29)
 	if recs[0].Final {
 		t.Errorf("final after one failed read: %+v", recs[0])
+	}
+}
+
+// TestQueryBoundsSessions: a query summing more sessions than MaxRecords
+// is refused (ErrInvalid, saying how to narrow it) instead of holding
+// them all; under the bound each session is one record, however many
+// buckets it has.
+func TestQueryBoundsSessions(t *testing.T) {
+	ctx := context.Background()
+	store := &usage.Memory{}
+	var bs []usage.Bucket
+	for i := range usage.MaxRecords + 1 {
+		bs = append(bs, usage.Bucket{Tenant: "acme", Session: fmt.Sprintf("s%d", i), Hour: t0, Figures: usage.Figures{Calls: 1}})
+	}
+	for range 50 { // many buckets of one session
+		bs = append(bs, usage.Bucket{Tenant: "acme", Session: "s0", Hour: t0, Figures: usage.Figures{Calls: 1}})
+	}
+	if err := store.Add(ctx, bs); err != nil {
+		t.Fatal(err)
+	}
+	m := usage.NewMeter(store, func() time.Time { return t0 })
+	if _, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "narrow") {
+		t.Errorf("a query of %d sessions: %v, want it refused", usage.MaxRecords+1, err)
+	}
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour), Session: "s0"})
+	if err != nil || len(recs) != 1 || recs[0].Calls != 51 {
+		t.Errorf("one session: %+v %v, want one record of 51 calls", recs, err)
 	}
 }
