@@ -227,19 +227,32 @@ func mountImage(img, dir *os.File) error {
 // disk that cannot hold it refuses the mount, naming both, instead. A
 // filesystem under the state directory without fallocate(2) (EOPNOTSUPP)
 // keeps the image sparse.
+//
+// What is missing is compared with the disk's free space first: a
+// fallocate that fails with ENOSPC keeps the blocks it did allocate, and
+// the image stays (a session's files are in it), so a failed reserve
+// would otherwise leave the disk full.
 func reserve(img *os.File) error {
-	fi, err := img.Stat()
-	if err != nil {
-		return err
+	var st unix.Stat_t
+	if err := unix.Fstat(int(img.Fd()), &st); err != nil {
+		return fmt.Errorf("stat %s: %w", img.Name(), err)
 	}
-	err = unix.Fallocate(int(img.Fd()), 0, 0, fi.Size())
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(img.Fd()), &fs); err == nil {
+		need := st.Size - st.Blocks*512
+		if avail := int64(fs.Bavail) * int64(fs.Bsize); need > avail {
+			return fmt.Errorf("the state directory's disk cannot hold the workspace's %d bytes (image %s: %d more wanted, %d free): %w",
+				st.Size, img.Name(), need, avail, unix.ENOSPC)
+		}
+	}
+	err := unix.Fallocate(int(img.Fd()), 0, 0, st.Size)
 	switch {
 	case err == nil, errors.Is(err, unix.EOPNOTSUPP):
 		return nil
-	case errors.Is(err, unix.ENOSPC):
-		return fmt.Errorf("the state directory's disk cannot hold the workspace's %d bytes (image %s): %w", fi.Size(), img.Name(), err)
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+		return fmt.Errorf("the state directory's disk cannot hold the workspace's %d bytes (image %s): %w", st.Size, img.Name(), err)
 	}
-	return fmt.Errorf("reserving %d bytes for image %s: %w", fi.Size(), img.Name(), err)
+	return fmt.Errorf("reserving %d bytes for image %s: %w", st.Size, img.Name(), err)
 }
 
 // attachLoop binds img to a free loop device, autoclear, direct I/O where

@@ -627,3 +627,41 @@ func BenchmarkWorkspaceCreate(b *testing.B) {
 		})
 	}
 }
+
+// TestReserveRefusesWhatTheDiskCannotHold: an image bigger than the free
+// space under it is refused before anything is allocated (a fallocate
+// failing with ENOSPC keeps what it allocated, and would leave the disk
+// full); one that fits is reserved whole.
+func TestReserveRefusesWhatTheDiskCannotHold(t *testing.T) {
+	require(t, os.Geteuid() == 0, "a tmpfs of the test's size needs root")
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	img := func(name string, size int64) *os.File {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	big := img("big.ext4", 16<<20)
+	if err := hostdir.Reserve(big); !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "cannot hold the workspace's 16777216 bytes") {
+		t.Errorf("16 MiB on an 8 MiB disk: %v, want ENOSPC naming the size", err)
+	}
+	if a := allocated(t, big.Name()); a != 0 {
+		t.Errorf("the refused image took %d bytes of the disk", a)
+	}
+	small := img("small.ext4", 4<<20)
+	if err := hostdir.Reserve(small); err != nil {
+		t.Fatalf("4 MiB on an 8 MiB disk: %v", err)
+	}
+	if a := allocated(t, small.Name()); a < 4<<20 {
+		t.Errorf("the reserved image takes %d bytes, want 4 MiB", a)
+	}
+}

@@ -16,3 +16,6 @@ func SetMkfsDirs(t testing.TB, dirs []string) {
 	mkfsDirs = dirs
 	t.Cleanup(func() { mkfsDirs = old })
 }
+
+// Reserve is reserve, for the tests.
+var Reserve = reserve
