@@ -220,8 +220,12 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 		// Else Request.Write adds Go's.
 		req.Header["User-Agent"] = []string{""}
 	}
+	// A request without a body keeps http.NoBody: wrapped, Write would
+	// send an empty POST chunked, which some servers answer 411.
 	body := &counter{r: req.Body}
-	req.Body = body
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = body
+	}
 	if err := req.Write(up); err != nil {
 		rec.Status, rec.Refused, rec.Duration = http.StatusBadGateway, "upstream write: "+err.Error(), time.Since(start)
 		r.observeRequest(ic, rec)

@@ -78,6 +78,8 @@ func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 		case ir.seen <- r.Header.Clone():
 		default: // a benchmark's
 		}
+		// How the body came: the relay must not reframe an empty one.
+		w.Header().Set("X-Framing", fmt.Sprintf("te=%s cl=%d", strings.Join(r.TransferEncoding, ","), r.ContentLength))
 		if r.URL.Path == "/echo" {
 			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		}

@@ -299,3 +299,23 @@ func TestInterceptUpgradeAsked(t *testing.T) {
 		t.Errorf("through the upgraded connection: %q %v", line, err)
 	}
 }
+
+// TestInterceptEmptyBodyStaysEmpty: a POST with Content-Length: 0 goes
+// upstream as it came, not reframed as chunked (which some servers answer
+// 411); one with a body keeps its length.
+func TestInterceptEmptyBodyStaysEmpty(t *testing.T) {
+	ir := newRuledRig(t, testRules(t))
+	hc := ir.client()
+	for _, c := range []struct{ body, want string }{{"", "te= cl=0"}, {"abc", "te= cl=3"}} {
+		resp, err := hc.Post(ir.url("/repos/acme/x/pulls"), "text/plain", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		<-ir.seen
+		if got := resp.Header.Get("X-Framing"); resp.StatusCode != 200 || got != c.want {
+			t.Errorf("POST of %q: %s, the origin read %q, want %q", c.body, resp.Status, got, c.want)
+		}
+	}
+}
