@@ -269,7 +269,13 @@ func (d *Dir) DeleteSession(ctx context.Context, tenant, session string) error {
 	if err := checkSession(tenant, session); err != nil {
 		return err
 	}
-	err := d.root.RemoveAll(sessionDir(tenant, session))
+	// Under the record lock: a swap holding it (its version read) cannot
+	// rename a record into the directory after RemoveAll listed it, which
+	// would leave a record naming snapshots that are gone; one waiting
+	// for it finds the lock file unlinked and starts over.
+	err := d.withRecordLock(ctx, tenant, session, func() error {
+		return d.root.RemoveAll(sessionDir(tenant, session))
+	})
 	if err == nil {
 		// The tenant's directory goes with its last session; a Put making
 		// another session's directory at the same time keeps it.

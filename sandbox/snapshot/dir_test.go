@@ -1,11 +1,13 @@
 package snapshot_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,5 +168,44 @@ func TestDirLonger(t *testing.T) {
 	}
 	if string(got) != "the snapshot" {
 		t.Fatalf("Get handed over %q, more than the snapshot", got)
+	}
+}
+
+// TestDirDeleteTakesTheRecordLock: a session is deleted under its record
+// lock, so a swap holding the lock cannot put a record back into the
+// directory the delete has listed: while the lock is held elsewhere the
+// delete waits (here until its context ends), and then it goes.
+func TestDirDeleteTakesTheRecordLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	d, err := snapshot.NewDir(snapshot.DirOptions{Path: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := t.Context()
+	if err := d.SetRecord(ctx, "acme", "s1", []byte(`{"state":"suspended"}`)); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "acme", "s1", ".record-lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("the record's lock file: %v", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := d.DeleteSession(short, "acme", "s1"); err == nil {
+		t.Fatal("DeleteSession went on while another held the record's lock")
+	}
+	if _, _, err := d.Record(ctx, "acme", "s1"); err != nil {
+		t.Errorf("the record after the waiting delete: %v", err)
+	}
+	lock.Close() // drops the lock
+	if err := d.DeleteSession(ctx, "acme", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "acme", "s1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the session's directory after the delete: %v", err)
 	}
 }
