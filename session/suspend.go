@@ -578,6 +578,11 @@ func (l *Service) sweepSuspended(ctx context.Context) ([]string, error) {
 		switch {
 		case ttl <= 0 || now.Sub(since) < ttl:
 			continue
+		case r.State == stateResuming && r.Claim != nil && now.Before(r.Claim.Until):
+			// Being resumed, by any server: a resume at the TTL's edge
+			// must not lose its snapshot mid-restore. A stale claim is
+			// taken over by the next call, or goes at a later sweep.
+			continue
 		case r.State == stateSuspended:
 		case live[k]:
 			continue // running

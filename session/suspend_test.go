@@ -48,6 +48,10 @@ func TestSweepSuspended(t *testing.T) {
 		{"young", record{State: stateSuspended, Suspended: now.Add(-10 * time.Minute)}},
 		{"live", record{State: stateRunning, Suspended: now.Add(-49 * time.Hour), Resumed: now.Add(-48 * time.Hour)}},
 		{"ended", record{State: stateRunning, Suspended: now.Add(-49 * time.Hour), Resumed: now.Add(-48 * time.Hour)}},
+		// Past its TTL but being resumed (by another server: no sandbox
+		// here): kept; its claim gone stale, deleted.
+		{"resuming", record{State: stateResuming, Suspended: now.Add(-2 * time.Hour), Claim: &claim{Owner: "other", Token: "t1", Since: now, Until: now.Add(time.Minute)}}},
+		{"stale", record{State: stateResuming, Suspended: now.Add(-2 * time.Hour), Claim: &claim{Owner: "dead", Token: "t2", Since: now.Add(-time.Hour), Until: now.Add(-59 * time.Minute)}}},
 	} {
 		if _, err := store.Put(ctx, "acme", c.session, strings.NewReader("files of "+c.session)); err != nil {
 			t.Fatal(err)
@@ -58,10 +62,10 @@ func TestSweepSuspended(t *testing.T) {
 		}
 	}
 	gone, err := l.sweepSuspended(ctx)
-	if err != nil || strings.Join(gone, " ") != "acme/ended acme/old" {
-		t.Fatalf("sweep: %v, %v; want acme/ended and acme/old deleted", gone, err)
+	if err != nil || strings.Join(gone, " ") != "acme/ended acme/old acme/stale" {
+		t.Fatalf("sweep: %v, %v; want acme/ended, acme/old and acme/stale deleted", gone, err)
 	}
-	for _, s := range []string{"old", "ended"} {
+	for _, s := range []string{"old", "ended", "stale"} {
 		if _, _, err := store.Record(ctx, "acme", s); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("%s's record: %v, want it gone", s, err)
 		}
@@ -69,17 +73,19 @@ func TestSweepSuspended(t *testing.T) {
 			t.Errorf("%s's snapshots: %v, want none", s, infos)
 		}
 	}
-	for _, s := range []string{"young", "live"} {
+	for _, s := range []string{"young", "live", "resuming"} {
 		if infos, _ := store.List(ctx, "acme", s); len(infos) != 1 {
 			t.Errorf("%s's snapshots: %v, want it kept", s, infos)
 		}
 	}
 	sus, err := l.suspendedSessions(ctx, "acme")
-	if err != nil || len(sus) != 1 {
-		t.Fatalf("suspended sessions after the sweep: %v, %v; want young", sus, err)
+	if err != nil || len(sus) != 2 {
+		t.Fatalf("suspended sessions after the sweep: %v, %v; want young and resuming", sus, err)
 	}
-	if _, ok := sus["acme/young"]; !ok {
-		t.Errorf("suspended sessions: %v, want young", sus)
+	for _, k := range []string{"acme/young", "acme/resuming"} {
+		if _, ok := sus[k]; !ok {
+			t.Errorf("suspended sessions: %v, want %s", sus, k)
+		}
 	}
 }
 
