@@ -229,9 +229,11 @@ func (p *Proxy) client(c net.Conn) {
 	req.Header.Del("Proxy-Connection")
 	req.Header.Del("Proxy-Authorization")
 	req.Close = true
-	if err := req.Write(r.tunnel); err != nil {
-		return
-	}
+	// A write that fails part way (a destination, or the relay refusing
+	// the request, that answered and closed before reading the whole
+	// body) still lets the answer through: it is what the client needs
+	// to read, not an empty reply.
+	_ = req.Write(r.tunnel)
 	go func() {
 		io.Copy(io.Discard, br)
 		// The client is done: so is the tunnel.

@@ -177,6 +177,7 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 		rec.Status, rec.Refused, rec.Duration = status, why, time.Since(start)
 		r.observeRequest(ic, rec)
 		answer(client, status, why)
+		lingerClose(client, cbr)
 		return false
 	}
 	if err != nil {
@@ -301,6 +302,29 @@ func judge(req *http.Request, ic *Intercept, rec *RequestRecord) (int, string) {
 	// as it came.
 	req.URL.Opaque, req.URL.RawPath = confine.EncodePath(path), ""
 	return 0, ""
+}
+
+// Lingering after a refusal: the client may still be writing the refused
+// request's body; closing with it unread makes the kernel send a reset,
+// which can reach the client before it has read the answer ("empty
+// reply" instead of the 403 naming the rule). So the relay half-closes and
+// reads what comes for a short, bounded while first, as net/http's server
+// does.
+const (
+	lingerFor   = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
+
+// lingerClose ends the writing side of c (its answer sent) and discards
+// what c still sends, up to lingerBytes or lingerFor; the caller closes c.
+func lingerClose(c net.Conn, r io.Reader) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		if cw.CloseWrite() != nil {
+			return
+		}
+	}
+	c.SetReadDeadline(time.Now().Add(lingerFor))
+	io.Copy(io.Discard, io.LimitReader(r, lingerBytes))
 }
 
 // upgradeAsked says whether a 101 answer with header ans is one the
