@@ -42,7 +42,7 @@ func TestUsageLimitRefusesNewCommandsOnly(t *testing.T) {
 		raw, _ := json.Marshal(args)
 		return ts.Call(ctx, tools.Invocation{Tenant: "acme", Session: "s1", Tool: tool, Args: raw})
 	}
-	bg := call("bash", map[string]any{"command": "read line", "description": "wait for input", "run_in_background": true})
+	bg := call("bash", map[string]any{"command": "sleep 120", "description": "wait", "run_in_background": true})
 	task, ok := bg.Value.(*tools.Background)
 	if !ok {
 		t.Fatalf("background start: %q", bg.Text)
