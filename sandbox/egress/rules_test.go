@@ -112,13 +112,7 @@ func TestInterceptRules(t *testing.T) {
 	// Pipelined: an allowed GET and a denied POST in one write are each
 	// judged; a denied one first ends the connection, and the allowed one
 	// behind it is never sent.
-	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
-	tlsOver := func() (*tls.Conn, *bufio.Reader) {
-		c, br := ir.connect(t, "localhost:"+port, "")
-		tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: "localhost", RootCAs: ir.tenantPool})
-		tc.SetDeadline(time.Now().Add(20 * time.Second))
-		return tc, bufio.NewReader(tc)
-	}
+	tlsOver := func() (*tls.Conn, *bufio.Reader) { return ir.tlsToOrigin(t) }
 	tc, br := tlsOver()
 	fmt.Fprintf(tc, "GET /repos/a HTTP/1.1\r\nHost: localhost\r\n\r\npost /repos/acme/b/merges HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\nabc")
 	resp, err := http.ReadResponse(br, nil)
@@ -266,13 +260,7 @@ func BenchmarkInterceptRules(b *testing.B) {
 // unjudged; a WebSocket upgrade the request asked for is spliced.
 func TestInterceptUpgradeAsked(t *testing.T) {
 	ir := newRuledRig(t, testRules(t))
-	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
-	tlsOver := func() (*tls.Conn, *bufio.Reader) {
-		c, br := ir.connect(t, "localhost:"+port, "")
-		tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: "localhost", RootCAs: ir.tenantPool})
-		tc.SetDeadline(time.Now().Add(20 * time.Second))
-		return tc, bufio.NewReader(tc)
-	}
+	tlsOver := func() (*tls.Conn, *bufio.Reader) { return ir.tlsToOrigin(t) }
 	tc, br := tlsOver()
 	fmt.Fprintf(tc, "GET /repos/status/101 HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
@@ -325,4 +313,15 @@ func TestInterceptEmptyBodyStaysEmpty(t *testing.T) {
 			t.Errorf("POST of %q: %s, the origin read %q, want %q", c.body, resp.Status, got, c.want)
 		}
 	}
+}
+
+// tlsToOrigin opens a connection through the proxy and relay to the TLS
+// origin as localhost, trusting the tenant's CA, with a 20 s deadline.
+func (ir *interceptRig) tlsToOrigin(t *testing.T) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
+	port := ir.origin.URL[strings.LastIndex(ir.origin.URL, ":")+1:]
+	c, br := ir.connect(t, "localhost:"+port, "")
+	tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: "localhost", RootCAs: ir.tenantPool})
+	tc.SetDeadline(time.Now().Add(20 * time.Second))
+	return tc, bufio.NewReader(tc)
 }
