@@ -32,7 +32,10 @@
 //
 // Files: supervisor.go (Options, Serve, the thread and fd bounds, reaping,
 // the commands' base environment); capabilities.go (the bounding set, and
-// the lookup capabilities kept permitted for the egress proxy).
+// the lookup capabilities kept permitted for the egress proxy);
+// checkpoint.go (the host socket closed before a gVisor checkpoint and
+// opened again after the restore, and the hook that asks for it:
+// `shellbox-agent checkpoint-hook`).
 //
 // What stays in executor/local, because it is the runner's own state: the
 // register of leaders a reaper must spare (leaders.go), the tracking of a

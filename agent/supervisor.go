@@ -46,7 +46,13 @@ type Options struct {
 	Cgroup                       string
 	MaxFinished                  int
 	EgressListen                 string
-	Version                      string // reported by the handshake and the log
+	// ServeThroughGrace: SIGTERM does not stop the agent; it fences it
+	// (apiserver.Server.Fence: no new call or task starts) and it serves
+	// on, so the server can save the workspace through it during a pod's
+	// termination grace, until the server says it is done (POST /v1/exit)
+	// or the kubelet's SIGKILL at the grace's end.
+	ServeThroughGrace bool
+	Version           string // reported by the handshake and the log
 	// NoExecGuard leaves out the exec guard (agent/execguard): commands'
 	// execs are then not checked against the call's rules in the sandbox.
 	NoExecGuard bool
@@ -180,6 +186,13 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 	stopSignals := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	var term chan os.Signal // SIGTERM fences instead (ServeThroughGrace)
+	if o.ServeThroughGrace && !o.NoSetuid {
+		stopSignals = []os.Signal{syscall.SIGINT}
+		term = make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		defer signal.Stop(term)
+	}
 	if o.NoSetuid {
 		// Commands of the agent's uid may signal it. As PID 1 of its pid
 		// namespace the kernel already drops SIGKILL and SIGSTOP from
@@ -201,6 +214,9 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		ctx, stop = context.WithCancel(context.Background())
 	}
 	defer stop()
+	// POST /v1/exit ends the agent as a stop signal does.
+	ctx, exit := context.WithCancel(ctx)
+	defer exit()
 	// Each call in a Landlock domain of its own, so that one call cannot
 	// open another's /proc/<pid>/mem (agent/landlock). Where it
 	// cannot be (gVisor has no Landlock, and its sentry refuses that open
@@ -308,7 +324,11 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	if o.UID != os.Geteuid() || o.GID != os.Getegid() {
 		tree.UID, tree.GID = o.UID, o.GID
 	}
-	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Workspace: tree, Token: o.Token, Log: recent}
+	scfg := apiserver.ServerConfig{Runner: e, Agent: o.Version, Root: o.Root, Home: o.Home, SpillDir: o.SpillDir, Files: tree, Workspace: tree, Token: o.Token, Log: recent,
+		Exit: func() {
+			logger.Print("the server is done with this sandbox (POST /v1/exit)")
+			exit()
+		}}
 	if guardErr != nil {
 		// The server learns it at the handshake and warns.
 		scfg.NoExecGuard = clip.To(guardErr.Error(), 512)
@@ -352,17 +372,38 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	if err != nil {
 		return err
 	}
-	var l net.Listener
-	where := o.Socket
+	newHTTP := func() *http.Server {
+		return &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
+	}
+	errc := make(chan error, 1)
+	var (
+		host  *hostServer
+		hs    *http.Server
+		where = o.Socket
+	)
 	if o.Listen != "" {
 		// No unix socket beside it: under --no-setuid a command could
 		// connect to one (same uid); the token is the only key.
-		if l, err = net.Listen("tcp", o.Listen); err != nil {
+		l, err := net.Listen("tcp", o.Listen)
+		if err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 		where = "tcp " + l.Addr().String() + " (token required)"
-	} else if l, err = apiserver.Listen(o.Socket); err != nil {
-		return err
+		hs = newHTTP()
+		go func() { errc <- hs.Serve(l) }()
+	} else {
+		host = &hostServer{socket: o.Socket, newHTTP: newHTTP, errc: errc, logf: logger.Printf}
+		if err := host.listen(); err != nil {
+			return err
+		}
+	}
+	// The checkpoint hook's signals (agent/checkpoint.go): only for the
+	// host socket, and not with --no-setuid, where every signal that
+	// would end the agent is ignored (these two among them).
+	hookc := make(chan os.Signal, 1)
+	if host != nil && !o.NoSetuid {
+		signal.Notify(hookc, sigCloseHost, sigListenHost)
+		defer signal.Stop(hookc)
 	}
 	tracking := e.Isolation()
 	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
@@ -377,20 +418,28 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	logger.Printf("%s (protocol %d) serving %s: commands as %d:%d in %s, trees: %s, memory cgroup: %q",
 		o.Version, agentapi.Protocol, where, o.UID, o.GID, o.Root, tracking, e.MemoryCgroup())
 
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+serving:
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("serve: %w", err)
+		case sig := <-hookc:
+			host.handle(sig)
+		case <-ctx.Done():
+			break serving
+		}
+	}
+	if host != nil {
+		hs = host.hs
 	}
 	logger.Print("stopping")
 	// The sandbox is going away: stop taking calls, end what runs, go.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	hs.Shutdown(sctx)
-	hs.Close()
+	if hs != nil {
+		hs.Shutdown(sctx)
+		hs.Close()
+	}
 	cctx, cancel2 := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel2()
 	return e.Close(cctx)

@@ -9,7 +9,9 @@
 // in --root as --uid/--gid.
 //
 // SIGTERM or SIGINT stops serving, kills every command and exits (not with
-// --no-setuid: there the pod's deletion ends it).
+// --no-setuid: there the pod's deletion ends it; with --serve-through-grace
+// SIGTERM only fences the agent, which serves on until POST /v1/exit or the
+// kubelet's SIGKILL, so the server can save the workspace of a deleted pod).
 //
 // What it runs as, what it promises its commands, its cost, and each flag's
 // reason: docs/architecture.md#the-agent-pid-1-cmdshellbox-agent-and-agent.
@@ -24,6 +26,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"syscall"
 
 	"github.com/shellbox/shellbox/agent"
 	"github.com/shellbox/shellbox/agent/execguard"
@@ -53,6 +56,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == execguard.Arg {
 		// The exec guard the agent starts as a process of its own.
 		os.Exit(execguard.Main(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == agent.HookArg {
+		// The checkpoint hook, run as root inside the sandbox around a
+		// gVisor checkpoint (agent/checkpoint.go).
+		os.Exit(hook(os.Args[2:], os.Getenv(agent.EnvHookMode), func(s syscall.Signal) error { return syscall.Kill(1, s) }, os.Stderr))
 	}
 	agent.SetUpProcess()
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -88,6 +96,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.tokenOut, "token-out", "", "with --install: write $"+EnvToken+" to this file (mode 0400) for the agent's --token-file")
 	fs.StringVar(&o.own, "own", "", "with --install: also give this directory to --uid:--gid, mode 0755 (needs CAP_CHOWN)")
 	fs.Int64Var(&o.Nproc, "nproc", 0, "RLIMIT_NPROC of commands (0: leave it): the workload's process limit under gVisor, which counts it per uid inside the sandbox (on runc the kernel counts the uid's processes host-wide: do not use it there); a root agent is exempt")
+	fs.BoolVar(&o.ServeThroughGrace, "serve-through-grace", false, "SIGTERM does not stop the agent: it starts no new calls or tasks and serves on (the server saves the workspace through it during a pod's termination grace) until POST /v1/exit or SIGKILL (not with --no-setuid, where SIGTERM is ignored anyway)")
 	fs.StringVar(&o.EgressListen, "egress-listen", "", "address of the egress proxy, e.g. "+egresswire.DefaultListen+" (empty: none; the server relays its connections to the policy's allowlist)")
 	showVersion := fs.Bool("version", false, "print the version and protocol, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -149,6 +158,28 @@ func run(args []string, stderr io.Writer) int {
 	o.Version = versionString()
 	if err := agent.Serve(o.Options, logger, recentLog(recent)); err != nil {
 		logger.Print(err)
+		return 1
+	}
+	return 0
+}
+
+// hook is the checkpoint hook: `shellbox-agent checkpoint-hook [--socket
+// path]` with $GVISOR_SAVE_RESTORE_AUTO_EXEC_MODE save, restore or resume
+// has the agent serving --socket close it or listen again (agent.Hook).
+func hook(args []string, mode string, signal func(syscall.Signal) error, stderr io.Writer) int {
+	fs := flag.NewFlagSet("shellbox-agent "+agent.HookArg, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", "/run/shellbox/agent.sock", "the agent's --socket")
+	timeout := fs.Duration("timeout", agent.HookTimeout, "how long to wait for the agent")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "shellbox-agent %s: unexpected arguments %q\n", agent.HookArg, fs.Args())
+		return 2
+	}
+	if err := agent.Hook(mode, *socket, signal, *timeout); err != nil {
+		fmt.Fprintf(stderr, "shellbox-agent: %v\n", err)
 		return 1
 	}
 	return 0
