@@ -59,6 +59,14 @@
 // requests it would carry are not read. The rule that decided is in the
 // request's RequestRecord.
 //
+// A blind tunnel's first flight is read all the same (blind.go): the
+// server name of a TLS ClientHello, the Host of each plain-text HTTP
+// request. A name other than the tunnel's is judged as a connection to
+// that name, by Check, with the same grant: refused there, or terminated
+// there (rules, credentials), the tunnel is closed (a request: 421), so a
+// front end that routes by name (a CDN) cannot be asked, through a tunnel
+// allowed for one of its names, for a name the policy refuses or judges.
+//
 // The design in full (the wire protocol of the poll and its verdict lines,
 // the bounds on both ends, how a connection is attributed to a tree):
 // docs/architecture.md#egress-sandboxegress.

@@ -48,6 +48,10 @@ type Intercept struct {
 	RulesName string
 	// Observe, if set, hears each request once answered (or refused).
 	Observe func(RequestRecord)
+	// Elsewhere, if set, judges a request that names another host than
+	// Host (blind.go: a blind tunnel's plain-text requests): nil allows
+	// it. Unset, every request must name Host.
+	Elsewhere func(host string) error
 }
 
 // RequestRecord is one request on an intercepted connection, for the
@@ -193,8 +197,20 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 	case !sameHost(hostOnly(req.Host), ic.Host):
 		// Pipelined or kept-alive requests all go where this connection
 		// was allowed and proven to go: one naming another host (Host
-		// header, absolute URL) is refused, not re-routed.
-		return refuse(http.StatusMisdirectedRequest, fmt.Sprintf("shellbox egress: a request for %s on a connection to %s", egresswire.Clip(req.Host), ic.Host))
+		// header, absolute URL) is refused, not re-routed; on a blind
+		// tunnel, unless that host is one it could have gone to as well.
+		why := fmt.Sprintf("shellbox egress: a request for %s on a connection to %s", egresswire.Clip(req.Host), ic.Host)
+		if ic.Elsewhere != nil {
+			if req.Host == "" {
+				break // (HTTP/1.0) it names no other host
+			}
+			err := ic.Elsewhere(req.Host)
+			if err == nil {
+				break
+			}
+			why += ": " + egresswire.OneLine(err.Error())
+		}
+		return refuse(http.StatusMisdirectedRequest, why)
 	}
 	if ic.Rules != nil {
 		if status, why := judge(req, ic, &rec); why != "" {

@@ -418,7 +418,7 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 		r.intercept(ctx, agent, out, d.Intercept)
 		return
 	}
-	egresswire.Splice(agent.Conn, agent.br, out, out)
+	r.blind(agent, out, c)
 }
 
 func (r *Relay) observe(target string, o Outcome) {
