@@ -78,6 +78,11 @@ type Config struct {
 	// /run/containerd/runc): a daemon beside another containerd keeps its
 	// own (.ci/setup-containerd.sh: /run/shellbox-containerd/runc).
 	RuncRoot string
+	// Checkpoint runs runsc sandboxes under containerd's runc v2 shim
+	// with a runsc wrapper made from RuntimeConfigs[runsc] (required), so
+	// that they can be checkpointed and restored (sandbox.Checkpointer,
+	// checkpoint.go); off, they run under gVisor's shim, which cannot.
+	Checkpoint bool
 }
 
 // Runtime is the containerd backend of sandbox.Runtime: one container per
@@ -92,6 +97,9 @@ type Runtime struct {
 
 	// cgroups are the cgroups of containers Usage read (usage.go).
 	cgroups usage.Cgroups
+
+	// cr is runsc under the runc shim (Config.Checkpoint; nil: off).
+	cr *runscSetup
 }
 
 type keyLock struct {
@@ -134,11 +142,17 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cr *runscSetup
+	if cfg.Checkpoint {
+		if cr, err = setUpCheckpoint(cfg); err != nil {
+			return nil, err
+		}
+	}
 	c, err := client.New(cfg.Address, client.WithDefaultNamespace(cfg.Namespace), client.WithTimeout(5*time.Second))
 	if err != nil {
 		return nil, convert(err, cfg.Address, "connect")
 	}
-	return &Runtime{cfg: cfg, client: c, dirs: dirs, locks: map[string]*keyLock{}}, nil
+	return &Runtime{cfg: cfg, client: c, dirs: dirs, locks: map[string]*keyLock{}, cr: cr}, nil
 }
 
 // Close releases the client.
@@ -180,6 +194,13 @@ func (r *Runtime) lock(id string) func() {
 // namespace (it is unpacked for the snapshotter if it is not yet). On any
 // failure after the host directory, everything is removed again.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	return r.create(ctx, spec, "")
+}
+
+// create is Create, or with image (an unpacked checkpoint image,
+// checkpoint.go) a Restore: the host directory's files from the image,
+// and the task restored rather than started afresh.
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (sandbox.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
@@ -210,6 +231,12 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	dir, err := r.dirs.Prepare(spec.Tenant, spec.Session, spec.SpillBytes)
 	if err != nil {
 		return sandbox.Sandbox{}, err
+	}
+	if image != "" {
+		if err := restoreHostFiles(image, dir); err != nil {
+			_ = r.dirs.Remove(spec.Tenant, spec.Session)
+			return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: restore: the host directory's files: %v", sandbox.ErrUnavailable, err)
+		}
 	}
 	var (
 		ctr  client.Container
@@ -266,7 +293,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	// No stdio: the agent's output goes nowhere (as Docker's "none" log
 	// driver); it reports through its socket.
-	task, err = ctr.NewTask(ctx, cio.NullIO)
+	task, err = ctr.NewTask(ctx, cio.NullIO, restoreOpts(image)...)
 	if err != nil {
 		if shimMissing(err) {
 			return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: runtime %q (shim %s) is not available on containerd at %s: is its shim on containerd's PATH? (.ci/setup-containerd.sh): %v",
@@ -275,7 +302,20 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return sandbox.Sandbox{}, r.convert(err, "create task %s (runtime %s)", id, shim)
 	}
 	if err := task.Start(ctx); err != nil {
+		if image != "" {
+			return sandbox.Sandbox{}, r.convert(err, "restore task %s", id)
+		}
 		return sandbox.Sandbox{}, r.convert(err, "start task %s", id)
+	}
+	if image != "" {
+		// The agent listens again (checkpoint.go).
+		s, err := ctr.Spec(ctx)
+		if err != nil {
+			return sandbox.Sandbox{}, r.convert(err, "spec of %s", id)
+		}
+		if err := r.hook(ctx, task, s.Process, hookRestore); err != nil {
+			return sandbox.Sandbox{}, err
+		}
 	}
 	st, err := task.Status(ctx)
 	if err != nil {
@@ -318,6 +358,9 @@ func (r *Runtime) undo(ctx context.Context, id string, ctr client.Container, tas
 
 // shim returns the containerd runtime and its options for a Spec runtime.
 func (r *Runtime) shim(runtime string) (string, any) {
+	if runtime == sandbox.RuntimeRunsc && r.cr != nil {
+		return RuncShim, &runcoptions.Options{BinaryName: r.cr.wrapper, Root: r.cr.root}
+	}
 	name := r.cfg.RuntimeNames[runtime]
 	if path := r.cfg.RuntimeConfigs[runtime]; path != "" {
 		return name, &runtimeoptions.Options{TypeUrl: name + ".options", ConfigPath: path}
@@ -335,8 +378,9 @@ func (r *Runtime) shim(runtime string) (string, any) {
 // it until the creation's timeout. The file is read at each creation, so
 // that fixing it needs no restart.
 func (r *Runtime) checkShimOptions(runtime string) error {
-	if runtime != sandbox.RuntimeRunsc || !strings.Contains(r.cfg.RuntimeNames[runtime], "runsc") {
-		// Not gVisor's shim: another (absent, or of its own kind) is
+	if runtime != sandbox.RuntimeRunsc || !strings.Contains(r.cfg.RuntimeNames[runtime], "runsc") || r.cr != nil {
+		// (With checkpoints on, New read the options file and checked
+		// host-uds.) Not gVisor's shim: another (absent, or of its own kind) is
 		// containerd's to refuse, naming it.
 		return nil
 	}

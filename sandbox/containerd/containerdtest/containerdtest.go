@@ -97,6 +97,15 @@ func Config(t testing.TB, addr string) containerd.Config {
 	return cfg
 }
 
+// RequireRunscConfig skips t (fails it under CI=true) without a
+// runsc.toml in cfg: checkpoints (Config.Checkpoint) make their runsc
+// wrapper from it.
+func RequireRunscConfig(t testing.TB, cfg containerd.Config) {
+	t.Helper()
+	dockertest.Require(t, cfg.RuntimeConfigs[sandbox.RuntimeRunsc] != "",
+		"no runsc.toml to make the checkpoint wrapper from (set "+EnvRunscConfig+"; .ci/setup-containerd.sh writes "+defaultRunscTo+")")
+}
+
 // New returns a Runtime on cfg, closed when t ends. For runsc it requires
 // the runtime to be available and its shim options (runsc.toml) set: the
 // host reaches the agent's socket only with host-uds.

@@ -1,0 +1,133 @@
+package containerd
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shellbox/shellbox/agent"
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// TestHookNamesMatchTheAgent: the hook this runtime runs is the agent's.
+func TestHookNamesMatchTheAgent(t *testing.T) {
+	if hookArg != agent.HookArg || envHookMode != agent.EnvHookMode || hookSave != agent.HookSave ||
+		hookRestore != agent.HookRestore || hookResume != agent.HookResume {
+		t.Error("the checkpoint hook's names differ from agent/checkpoint.go's")
+	}
+}
+
+// TestWrapper writes the wrapper from a runsc.toml whose binary echoes its
+// arguments, and runs it as the runc shim runs runc for a checkpoint: the
+// toml's flags come first, the CRIU-only flags are gone, the rest is kept
+// in order, arguments with spaces whole.
+func TestWrapper(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "fake-runsc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nfor a do echo \"[$a]\"; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	toml := filepath.Join(dir, "runsc.toml")
+	if err := os.WriteFile(toml, []byte(`binary_name = "`+fake+`"
+root = "/run/x/runsc"
+[runsc_config]
+  platform = "systrap"
+  network = "none"
+  host-uds = "create"
+  oci-seccomp = "true"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{StateDir: dir, RuntimeConfigs: map[string]string{sandbox.RuntimeRunsc: toml}}
+	s, err := setUpCheckpoint(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.root != "/run/x/runsc" || s.wrapper != filepath.Join(dir, "checkpoint", "runsc") {
+		t.Errorf("setup: root %q wrapper %q", s.root, s.wrapper)
+	}
+	out, err := exec.Command(s.wrapper, "--root", "/r", "--log", "/l", "checkpoint", "--image-path", "/i",
+		"--work-path", "/w", "--leave-running", "--file-locks", "--tcp-established", "--ext-unix-sk", "--shell-job", "a b", "id").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[--host-uds=create] [--network=none] [--oci-seccomp=true] [--platform=systrap] [--root] [/r] [--log] [/l] [checkpoint] [--image-path] [/i] [--work-path] [/w] [--leave-running] [a b] [id]"
+	if got := strings.Join(strings.Fields(strings.ReplaceAll(string(out), "\n", " ")), " "); got != want {
+		t.Errorf("wrapper ran runsc with\n%s\nwant\n%s", got, want)
+	}
+	out, err = exec.Command(s.wrapper, "--root", "/r", "delete", "id").Output()
+	if got := strings.Join(strings.Fields(string(out)), " "); err != nil || !strings.HasSuffix(got, "[--root] [/r] [delete] [--force] [id]") {
+		t.Errorf("delete: %q, %v; want it forced", got, err)
+	}
+}
+
+func TestRunscConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"no host-uds": "binary_name = \"/bin/true\"\nroot = \"/r\"\n[runsc_config]\n  network = \"none\"\n",
+		"no root":     "binary_name = \"/bin/true\"\n[runsc_config]\n  host-uds = \"create\"\n",
+		"quote":       "binary_name = \"/bin/true\"\nroot = \"/r\"\n[runsc_config]\n  host-uds = \"create\"\n  x = \"a'b\"\n",
+		"not toml":    "[[[",
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".toml")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readRunscConfig(p); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := setUpCheckpoint(Config{StateDir: dir}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("no runsc.toml: %v", err)
+	}
+}
+
+// TestImageTar: an image directory goes out as a tar and comes back
+// whole; a tar with a link, or over the bound, is refused.
+func TestImageTar(t *testing.T) {
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "runsc"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "runsc", "pages.img"), bytes.Repeat([]byte("x"), 100000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "shellbox.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := writeTar(&b, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := readTar(bytes.NewReader(b.Bytes()), dst, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dst, "runsc", "pages.img"))
+	if err != nil || len(got) != 100000 {
+		t.Errorf("pages.img back: %d bytes, %v", len(got), err)
+	}
+	if err := readTar(bytes.NewReader(b.Bytes()), t.TempDir(), 1000); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "more than 1000 bytes") {
+		t.Errorf("over the bound: %v", err)
+	}
+}
+
+// TestCheckpointable: runc sandboxes, and runsc under gVisor's shim, say
+// why they are not checkpointed.
+func TestCheckpointable(t *testing.T) {
+	r := &Runtime{}
+	if why := r.checkpointable(sandbox.Sandbox{Runtime: sandbox.RuntimeRunc}); !strings.Contains(why, "runtime runc") {
+		t.Errorf("runc: %q", why)
+	}
+	if why := r.checkpointable(sandbox.Sandbox{Runtime: sandbox.RuntimeRunsc}); !strings.Contains(why, "gVisor's shim") {
+		t.Errorf("runsc without checkpoints: %q", why)
+	}
+	r.cr = &runscSetup{}
+	if why := r.checkpointable(sandbox.Sandbox{Runtime: sandbox.RuntimeRunsc}); why != "" {
+		t.Errorf("runsc with checkpoints: %q", why)
+	}
+}
