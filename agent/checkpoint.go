@@ -73,6 +73,10 @@ func StateFile(socket string) string { return socket + ".state" }
 // HookTimeout bounds the hook's wait for the agent.
 const HookTimeout = 10 * time.Second
 
+// resendEvery is how often the hook signals an agent that has not
+// answered.
+const resendEvery = 500 * time.Millisecond
+
 // writeState records st in the state file: a new file renamed over the
 // old, so the hook never reads half of it.
 func writeState(socket, st string, seq uint64) error {
@@ -134,11 +138,18 @@ func Hook(mode, socket string, signal func(syscall.Signal) error, timeout time.D
 	if err != nil {
 		return err
 	}
-	if err := signal(sig); err != nil {
-		return fmt.Errorf("checkpoint hook: signal the agent: %w", err)
-	}
 	deadline := time.Now().Add(timeout)
+	var sent time.Time
 	for {
+		// Sent again while unanswered: an agent that has only just
+		// started may not listen for it yet (handling it twice is
+		// harmless).
+		if time.Since(sent) >= resendEvery {
+			if err := signal(sig); err != nil {
+				return fmt.Errorf("checkpoint hook: signal the agent: %w", err)
+			}
+			sent = time.Now()
+		}
 		st, seq, err := readState(socket)
 		if err != nil {
 			return err

@@ -138,3 +138,23 @@ func TestHookErrors(t *testing.T) {
 		t.Errorf("bad state file: %v", err)
 	}
 }
+
+// TestHookSignalsAgain: an agent that missed the first signal (it was
+// still starting) gets it again, and the hook succeeds.
+func TestHookSignalsAgain(t *testing.T) {
+	socket, signal := startHost(t)
+	calls := 0
+	late := func(s syscall.Signal) error {
+		calls++
+		if calls == 1 {
+			return nil // lost
+		}
+		return signal(s)
+	}
+	if err := Hook(HookSave, socket, late, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if calls < 2 {
+		t.Errorf("signalled %d times", calls)
+	}
+}

@@ -372,6 +372,15 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	if err != nil {
 		return err
 	}
+	// The checkpoint hook's signals (agent/checkpoint.go): only for the
+	// host socket, and not with --no-setuid, where every signal that
+	// would end the agent is ignored (these two among them). Before the
+	// socket is made: a sandbox is checkpointable once it answers there.
+	hookc := make(chan os.Signal, 1)
+	if o.Listen == "" && !o.NoSetuid {
+		signal.Notify(hookc, sigCloseHost, sigListenHost)
+		defer signal.Stop(hookc)
+	}
 	newHTTP := func() *http.Server {
 		return &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Minute}
 	}
@@ -396,14 +405,6 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 		if err := host.listen(); err != nil {
 			return err
 		}
-	}
-	// The checkpoint hook's signals (agent/checkpoint.go): only for the
-	// host socket, and not with --no-setuid, where every signal that
-	// would end the agent is ignored (these two among them).
-	hookc := make(chan os.Signal, 1)
-	if host != nil && !o.NoSetuid {
-		signal.Notify(hookc, sigCloseHost, sigListenHost)
-		defer signal.Stop(hookc)
 	}
 	tracking := e.Isolation()
 	if cfg.TagGroups.Count > 0 && !strings.HasPrefix(tracking, "cgroup") {
