@@ -146,6 +146,12 @@ type Policy struct {
 	// PoolSize is how many ready sandboxes the tenant's warm pool keeps
 	// (sandbox.pool.size; 0: none).
 	PoolSize int
+	// Suspend is what a suspend of the tenant's sessions keeps
+	// (sandbox.suspend): SuspendFiles (the default) the workspace,
+	// SuspendMemory the whole sandbox where its runtime can checkpoint it
+	// (gVisor on containerd), its processes and background tasks going on
+	// after the resume, and the workspace where it cannot.
+	Suspend string
 
 	// Limits are the executor's defaults and caps for this tenant's calls.
 	Limits             executor.Limits
@@ -404,8 +410,22 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 // MaxPoolSize bounds sandbox.pool.size: each pooled sandbox holds its
 // memory and processes on the host while it waits.
 const MaxPoolSize = 256
+	switch s.Suspend {
+	case "", SuspendFiles:
+		p.Suspend = SuspendFiles
+	case SuspendMemory:
+		p.Suspend = SuspendMemory
+	default:
+		l.addf("sandbox.suspend", "%q: must be %s or %s", s.Suspend, SuspendMemory, SuspendFiles)
+	}
 
 func compileLimits(l *located, p *Policy, s *limitsSchema) {
+// What a suspend keeps (sandbox.suspend).
+const (
+	SuspendFiles  = "files"
+	SuspendMemory = "memory"
+)
+
 	lim := &p.Limits
 	setD := func(key string, v time.Duration, into *time.Duration) {
 		if v != 0 {

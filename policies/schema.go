@@ -51,6 +51,7 @@ type sandboxSchema struct {
 	Mounts       []mountSchema `mapstructure:"mounts"`
 	User         userSchema    `mapstructure:"user"`
 	Pool         poolSchema    `mapstructure:"pool"`
+	Suspend      string        `mapstructure:"suspend"`
 }
 
 type poolSchema struct {
