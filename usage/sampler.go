@@ -129,7 +129,10 @@ func (s *Sampler) Sample(ctx context.Context) {
 			// start at zero); one that was there before (adopted after
 			// a restart) counts from this reading on, since the
 			// process before counted it up to its own last reading.
-			if !sb.Created.Before(s.started) {
+			// Engines' lists give Created to the second (Docker's), so
+			// the start is compared to the second too: a sandbox made
+			// in the second the Sampler started is new.
+			if !sb.Created.Before(s.started.Truncate(time.Second)) {
 				s.meter.add(sb.Tenant, sb.Session, now, grown(reading{at: sb.Created}, c, now), false)
 			} else {
 				s.meter.add(sb.Tenant, sb.Session, now, Figures{MemoryPeakBytes: c.MemoryPeakBytes}, false)

@@ -359,3 +359,30 @@ func TestQueryBoundsSessions(t *testing.T) {
 		t.Errorf("one session: %+v %v, want one record of 51 calls", recs, err)
 	}
 }
+
+// TestSandboxOfTheStartSecondIsNew: Docker lists Created to the second,
+// so a sandbox made 0.3 s after the Sampler started is listed as made
+// 0.7 s before it. It is new, and counts from its creation: the CPU it
+// used before the first reading is not lost (a console test lost 0.12 of
+// 2 CPU-seconds to it).
+func TestSandboxOfTheStartSecondIsNew(t *testing.T) {
+	start := t0.Add(700 * time.Millisecond)
+	clk := &clock{t: start}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{}}
+	s := usage.NewSampler(m, src, time.Second, nil)
+	src.list = []usage.Sandbox{
+		{Tenant: "acme", Session: "new", ID: "c1", Created: t0},
+		{Tenant: "acme", Session: "old", ID: "c0", Created: t0.Add(-time.Second)},
+	}
+	src.set("c1", usage.Counters{CPU: 2 * time.Second})
+	src.set("c0", usage.Counters{CPU: 50 * time.Second})
+	clk.advance(time.Second)
+	s.Sample(context.Background())
+	recs, err := m.Query(context.Background(), usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records = %+v, %v", recs, err)
+	}
+	near(t, "the new sandbox's CPU-seconds", recs[0].CPUSeconds, 2)
+	near(t, "the adopted sandbox's CPU-seconds", recs[1].CPUSeconds, 0)
+}
