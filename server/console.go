@@ -156,6 +156,7 @@ func (c *console) register(mux *http.ServeMux) {
 	mux.Handle("GET /ui/api/overview", c.headers(c.auth(c.overview)))
 	mux.Handle("GET /ui/api/tasks/{tenant}/{session}/{id}", c.headers(c.auth(c.peek)))
 	mux.Handle("GET /ui/api/audit", c.headers(c.auth(c.audit)))
+	mux.Handle("GET /ui/api/usage", c.headers(c.auth(c.usage)))
 	mux.Handle("POST /ui/api/approvals/{tenant}/{id}/approve", c.headers(c.auth(c.decide(true))))
 	mux.Handle("POST /ui/api/approvals/{tenant}/{id}/deny", c.headers(c.auth(c.decide(false))))
 }
@@ -355,10 +356,15 @@ type whoAmI struct {
 	// CSRF goes in X-CSRF-Token on every POST. Only same-origin script
 	// can read it (no CORS headers are ever sent).
 	CSRF string `json:"csrf"`
+	// Usage and Audit say whether the server measures usage and keeps an
+	// audit log: the pages that read them are shown only then.
+	Usage bool `json:"usage"`
+	Audit bool `json:"audit"`
 }
 
 func (c *console) whoami(l *login) whoAmI {
-	return whoAmI{Operator: l.operator, Tenant: l.tenant, Tenants: c.tenantsOf(l), CSRF: l.csrf}
+	return whoAmI{Operator: l.operator, Tenant: l.tenant, Tenants: c.tenantsOf(l), CSRF: l.csrf,
+		Usage: c.s.cfg.Usage != nil, Audit: c.cfg.ReadAudit != nil}
 }
 
 func (c *console) me(w http.ResponseWriter, r *http.Request) {

@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +22,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/shellbox/shellbox/policies"
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/session"
+	"github.com/shellbox/shellbox/usage"
 )
 
 // consolePolicy allows everything but "echo deploy …", which asks.
@@ -153,17 +160,133 @@ func callTool(ctx context.Context, t *testing.T, c *client.Client, session, tool
 	return res.Text
 }
 
-// artifacts is where screenshots go: $SHELLBOX_UI_ARTIFACTS, else a
-// temporary directory.
+// artifacts is where a test's screenshots go: under
+// $SHELLBOX_TEST_ARTIFACTS (or $SHELLBOX_UI_ARTIFACTS, its older name) in
+// a directory named after the test, else the test's artifact directory
+// (go test -artifacts -outputdir DIR keeps it under DIR; without
+// -artifacts it is a temporary directory).
 func artifacts(t *testing.T) string {
-	dir := os.Getenv("SHELLBOX_UI_ARTIFACTS")
+	dir := cmp.Or(os.Getenv("SHELLBOX_TEST_ARTIFACTS"), os.Getenv("SHELLBOX_UI_ARTIFACTS"))
 	if dir == "" {
-		return t.TempDir()
+		return t.ArtifactDir()
 	}
+	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// browser is a headless Chromium on a console at url; script errors and
+// browser log entries (a CSP violation is one) not expected fail the
+// test when it ends.
+type browser struct {
+	t     *testing.T
+	url   string
+	ctx   context.Context
+	shots string
+
+	mu         sync.Mutex
+	pageErrors []string
+}
+
+// newBrowser starts Chromium for t, stopped when t ends. expected says
+// which error log entries a test provokes on purpose.
+func newBrowser(t *testing.T, ctx context.Context, url string, expected func(e *cdplog.Entry) bool) *browser {
+	chrome := chromiumPath(t)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1400, 1100),
+	)...)
+	bctx, cancelBrowser := chromedp.NewContext(alloc)
+	b := &browser{t: t, url: url, ctx: bctx, shots: artifacts(t)}
+	chromedp.ListenTarget(bctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			b.pageErrors = append(b.pageErrors, "exception: "+ev.ExceptionDetails.Error())
+		case *cdplog.EventEntryAdded:
+			e := ev.Entry
+			// Not logged in yet is expected of every test.
+			if e.Level == cdplog.LevelError && !(e.Source == cdplog.SourceNetwork && strings.HasSuffix(e.URL, "/ui/api/me") && strings.Contains(e.Text, "401")) &&
+				(expected == nil || !expected(e)) {
+				b.pageErrors = append(b.pageErrors, string(e.Source)+": "+e.Text+" "+e.URL)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		cancelBrowser()
+		cancelAlloc()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.pageErrors) > 0 {
+			t.Errorf("page errors:\n%s", strings.Join(b.pageErrors, "\n"))
+		}
+	})
+	return b
+}
+
+func (b *browser) run(what string, actions ...chromedp.Action) {
+	b.t.Helper()
+	if err := chromedp.Run(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// shot keeps a full-page screenshot as <artifacts>/<name>.png.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	var png []byte
+	b.run("screenshot "+name, chromedp.FullScreenshot(&png, 100))
+	p := filepath.Join(b.shots, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s", p)
+}
+
+// evaluate returns the value of a script expression.
+func (b *browser) evaluate(what, expr string, out any) {
+	b.t.Helper()
+	b.run(what, chromedp.Evaluate(expr, out))
+}
+
+// waitText polls sel's text until ok says yes.
+func (b *browser) waitText(what, sel string, ok func(string) bool) string {
+	b.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var s string
+		err := chromedp.Run(b.ctx, chromedp.Evaluate(fmt.Sprintf(`(function(){const e=document.querySelector(%q);return e?e.textContent:""})()`, sel), &s))
+		if err == nil && ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%s: %s is %q (%v)", what, sel, s, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *browser) login(token string) {
+	b.t.Helper()
+	b.run("log in",
+		cdplog.Enable(),
+		chromedp.Navigate(b.url+"/ui/"),
+		chromedp.WaitVisible("#token", chromedp.ByQuery),
+		chromedp.SendKeys("#token", token, chromedp.ByQuery),
+		chromedp.Click("#login-form button", chromedp.ByQuery),
+		chromedp.WaitVisible("#app", chromedp.ByQuery),
+	)
+}
+
+func (b *browser) logout() {
+	b.t.Helper()
+	b.run("log out", chromedp.Click("#logout", chromedp.ByQuery), chromedp.WaitVisible("#token", chromedp.ByQuery))
 }
 
 // TestConsoleInBrowser drives the console in headless Chromium: log in
@@ -172,94 +295,18 @@ func artifacts(t *testing.T) string {
 // the held call complete, deny one and see the model's error; another
 // tenant's token sees none of it; an operator's sees both tenants.
 func TestConsoleInBrowser(t *testing.T) {
-	chrome := chromiumPath(t)
+	chromiumPath(t)
 	rig := startConsoleRig(t)
-	shots := artifacts(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome),
-		chromedp.NoSandbox, // CI runs as root
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1400, 1100),
-	)...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
-	// Script errors and browser log entries (a CSP violation is one) fail
-	// the test.
-	var (
-		mu         sync.Mutex
-		pageErrors []string
-	)
-	chromedp.ListenTarget(browser, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			pageErrors = append(pageErrors, "exception: "+ev.ExceptionDetails.Error())
-		case *cdplog.EventEntryAdded:
-			e := ev.Entry
-			// Expected refusals: not logged in yet, the wrong token, and
-			// beta reaching for acme's task.
-			expected := e.Source == cdplog.SourceNetwork &&
-				(strings.HasSuffix(e.URL, "/ui/api/me") && strings.Contains(e.Text, "401") ||
-					strings.HasSuffix(e.URL, "/ui/api/login") && strings.Contains(e.Text, "401") ||
-					strings.Contains(e.URL, "/ui/api/tasks/acme/") && strings.Contains(e.Text, "404"))
-			if e.Level == cdplog.LevelError && !expected {
-				pageErrors = append(pageErrors, string(e.Source)+": "+e.Text+" "+e.URL)
-			}
-		}
+	// Expected refusals: the wrong token, and beta reaching for acme's
+	// task.
+	br := newBrowser(t, ctx, rig.url, func(e *cdplog.Entry) bool {
+		return e.Source == cdplog.SourceNetwork &&
+			(strings.HasSuffix(e.URL, "/ui/api/login") && strings.Contains(e.Text, "401") ||
+				strings.Contains(e.URL, "/ui/api/tasks/acme/") && strings.Contains(e.Text, "404"))
 	})
-	run := func(what string, actions ...chromedp.Action) {
-		t.Helper()
-		if err := chromedp.Run(browser, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	shot := func(name string) {
-		t.Helper()
-		var png []byte
-		run("screenshot "+name, chromedp.FullScreenshot(&png, 100))
-		p := filepath.Join(shots, name+".png")
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot %s", p)
-	}
-	// waitText polls sel's text until ok says yes.
-	waitText := func(what, sel string, ok func(string) bool) string {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			var s string
-			err := chromedp.Run(browser, chromedp.Evaluate(fmt.Sprintf(`(function(){const e=document.querySelector(%q);return e?e.textContent:""})()`, sel), &s))
-			if err == nil && ok(s) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s is %q (%v)", what, sel, s, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	login := func(token string) {
-		t.Helper()
-		run("log in",
-			cdplog.Enable(),
-			chromedp.Navigate(rig.url+"/ui/"),
-			chromedp.WaitVisible("#token", chromedp.ByQuery),
-			chromedp.SendKeys("#token", token, chromedp.ByQuery),
-			chromedp.Click("#login-form button", chromedp.ByQuery),
-			chromedp.WaitVisible("#app", chromedp.ByQuery),
-		)
-	}
-	logout := func() {
-		t.Helper()
-		run("log out", chromedp.Click("#logout", chromedp.ByQuery), chromedp.WaitVisible("#token", chromedp.ByQuery))
-	}
+	run, shot, waitText, login, logout := br.run, br.shot, br.waitText, br.login, br.logout
 
 	// The model works in acme/s1; beta has a session of its own.
 	if got := bash(ctx, t, rig.acme, "s1", map[string]any{"command": "echo hello", "description": "greet"}); got != "hello" {
@@ -385,10 +432,186 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitText("operator whoami", "#whoami", func(s string) bool { return strings.HasPrefix(s, "operator") })
 	waitText("operator sessions", "#sessions tbody", func(s string) bool { return strings.Contains(s, "beta-private") && strings.Contains(s, "s1") })
 	shot("07-operator")
+}
 
-	mu.Lock()
-	defer mu.Unlock()
-	if len(pageErrors) > 0 {
-		t.Errorf("page errors:\n%s", strings.Join(pageErrors, "\n"))
+// TestMain removes the agent the usage test builds.
+func TestMain(m *testing.M) { dockertest.Main(m) }
+
+// burnCommand spins the shell until its own CPU time, as the scheduler
+// counts it (/proc/<pid>/schedstat, read by the shell's builtin read),
+// reaches 2 s: a known amount however loaded the host.
+const burnCommand = `while read ns rest < /proc/$$/schedstat && [ "$ns" -lt 2000000000 ]; do :; done; echo "burned $ns ns"`
+
+// TestConsoleUsageInBrowser burns 2 CPU-seconds in a Docker sandbox of a
+// server that measures usage, ends the session (its figures final), and
+// reads the console's usage page in Chromium: the tenant's and the
+// session's figures are /v1/usage's, as the page formats them, the burn
+// within 5%; the tenant sees no other tenant's; the operator sees both,
+// and the chart's bars sum to each tenant's figure. Screenshots are kept
+// (see artifacts).
+func TestConsoleUsageInBrowser(t *testing.T) {
+	chromiumPath(t)
+	cli := dockertest.Engine(t)
+	image := dockertest.EnsureImage(t, cli)
+	rt := enginetest.Docker.Runtime(t, dockertest.StateDir(t), dockertest.Agent(t), "")
+	acme, beta := dockertest.Tenant("acme"), dockertest.Tenant("beta")
+	meter := usage.NewMeter(&usage.Memory{}, nil)
+	defaults := session.DefaultsFor(image)
+	defaults.Labels = dockertest.Labels()
+	var layer *session.Service
+	srv, err := server.New(server.Config{
+		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
+			var err error
+			layer, err = session.New(session.Config{Runtime: rt, Owner: dockertest.Owner(t), Defaults: defaults,
+				Usage: meter, UsageInterval: time.Second, Notifier: n, Metrics: m})
+			return layer, err
+		},
+		Usage: meter,
+		Tenants: map[string]server.TenantConfig{
+			acme: {Tokens: []string{server.HashToken(acmeToken)}},
+			beta: {Tokens: []string{server.HashToken(betaToken)}},
+		},
+		Console: server.ConsoleConfig{OperatorTokens: []string{server.HashToken(operatorToken)}},
+		Version: "console-usage-test",
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	life, stop := context.WithCancel(context.Background())
+	layer.Start(life)
+	hs := httptest.NewServer(srv.Handler())
+	ca, cb := client.New(hs.URL, acmeToken, nil), client.New(hs.URL, betaToken, nil)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ca.DeleteSession(ctx, "burn") // gone already unless the test failed early
+		cb.DeleteSession(ctx, "idle")
+		srv.Drain(ctx)
+		hs.CloseClientConnections()
+		hs.Close()
+		stop()
+		layer.Close(ctx)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	from := time.Now().UTC().Truncate(time.Hour)
+
+	// acme burns 2 CPU-seconds, counted from a baseline after the
+	// sandbox started (its agent's and shell's start use CPU too); beta's
+	// session idles. Both end, so their figures stop changing (final)
+	// and the page and /v1/usage agree to the digit.
+	if got := bash(ctx, t, ca, "burn", map[string]any{"command": "true", "description": "start"}); got != "(no output)" {
+		t.Fatalf("start: %q", got)
+	}
+	// settled returns the session's CPU-seconds once two readings, a
+	// sampling interval and more apart, agree (what a sandbox used after
+	// its last reading is not counted: usage's doc).
+	settled := func() float64 {
+		t.Helper()
+		last := -1.0
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(1500 * time.Millisecond) {
+			rep, err := ca.Usage(ctx, url.Values{"session": {"burn"}, "from": {from.Format(time.RFC3339)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Sessions) == 1 && math.Abs(rep.Sessions[0].CPUSeconds-last) < 0.005 {
+				return rep.Sessions[0].CPUSeconds
+			}
+			if len(rep.Sessions) == 1 {
+				last = rep.Sessions[0].CPUSeconds
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the session's usage did not settle in 30 s: %+v", rep.Sessions)
+			}
+		}
+	}
+	before := settled()
+	if got := bash(ctx, t, ca, "burn", map[string]any{"command": burnCommand, "description": "burn 2 CPU-seconds"}); !strings.HasPrefix(got, "burned ") {
+		t.Fatalf("burn: %q", got)
+	}
+	bash(ctx, t, cb, "idle", map[string]any{"command": "true", "description": "noop"})
+	burned := settled() - before
+	t.Logf("the burn: %.3f CPU-seconds (%.3f before it)", burned, before)
+	if math.Abs(burned-2) > 0.1 {
+		t.Errorf("%s's burn: %.3f CPU-seconds, want 2 within 5%%", acme, burned)
+	}
+	for _, end := range []func() error{func() error { return ca.DeleteSession(ctx, "burn") }, func() error { return cb.DeleteSession(ctx, "idle") }} {
+		if err := end(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := client.New(hs.URL, operatorToken, nil)
+	q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {from.Add(3 * time.Hour).Format(time.RFC3339)}}
+	var rep server.UsageReport
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if rep, err = op.Usage(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Sessions) == 2 && rep.Sessions[0].Final && rep.Sessions[1].Final {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sessions' usage is not final after 30 s: %+v", rep.Sessions)
+		}
+	}
+	burn := rep.Tenants[acme]
+	t.Logf("/v1/usage: %s used %.3f CPU-seconds in %.1f sandbox-seconds (peak %d bytes)", acme, burn.CPUSeconds, burn.SandboxSeconds, burn.MemoryPeakBytes)
+
+	br := newBrowser(t, ctx, hs.URL, nil)
+	// cells reads a usage row's figures as the page shows them.
+	cells := func(sel string) map[string]string {
+		t.Helper()
+		br.waitText("usage row", sel, func(s string) bool { return s != "" })
+		var out map[string]string
+		br.evaluate("read "+sel, fmt.Sprintf(`(function(){const o={};for(const td of document.querySelectorAll(%q)){for(const c of td.classList){if(c.startsWith("u-"))o[c]=td.textContent}}return o})()`, sel+" td"), &out)
+		return out
+	}
+	// shown is how the page formats f (app.js, usageCells).
+	shown := func(f usage.Figures) map[string]string {
+		peak := "—"
+		if f.MemoryPeakBytes > 0 {
+			peak = fmt.Sprintf("%.1f MiB", float64(f.MemoryPeakBytes)/(1<<20))
+		}
+		return map[string]string{"u-cpu": fmt.Sprintf("%.3f", f.CPUSeconds), "u-hours": fmt.Sprintf("%.4f", f.SandboxSeconds/3600),
+			"u-mem": fmt.Sprintf("%.3f", f.MemoryGiBSeconds), "u-peak": peak, "u-calls": strconv.FormatInt(f.Calls, 10),
+			"u-callsec": fmt.Sprintf("%.1fs", f.CallSeconds)}
+	}
+	same := func(what string, got map[string]string, f usage.Figures) {
+		t.Helper()
+		want := shown(f)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: the page shows %s %q, /v1/usage %q", what, k, got[k], v)
+			}
+		}
+	}
+
+	br.login(acmeToken)
+	row := fmt.Sprintf(`#usage-tenants tr[data-tenant=%q]`, acme)
+	same("acme's tenant row", cells(row), burn)
+	same("acme's session row", cells(fmt.Sprintf(`#usage-sessions tr[data-session="burn"]`)), rep.Sessions[0].Figures)
+	if got := br.waitText("sessions", row+" td.u-sessions", func(s string) bool { return s != "" }); got != "1" {
+		t.Errorf("acme's sessions: %q", got)
+	}
+	if s := br.waitText("usage section", "#usage-section", func(string) bool { return true }); strings.Contains(s, beta) || strings.Contains(s, "idle") {
+		t.Errorf("acme's usage page shows beta's: %q", s)
+	}
+	br.shot("01-usage-tenant")
+
+	br.logout()
+	br.login(operatorToken)
+	same("operator: acme's row", cells(row), burn)
+	same("operator: beta's row", cells(fmt.Sprintf(`#usage-tenants tr[data-tenant=%q]`, beta)), rep.Tenants[beta])
+	// The chart's bars of each tenant add up to its figure.
+	for _, tenant := range []string{acme, beta} {
+		var sum float64
+		br.evaluate("chart", fmt.Sprintf(`Array.from(document.querySelectorAll('#usage-chart rect.bar[data-tenant=%q]')).reduce((a, r) => a + Number(r.dataset.v), 0)`, tenant), &sum)
+		if want := rep.Tenants[tenant].CPUSeconds; math.Abs(sum-want) > 1e-9 || tenant == acme && sum == 0 {
+			t.Errorf("the chart's CPU-seconds of %s: %v, /v1/usage %v", tenant, sum, want)
+		}
+	}
+	br.shot("02-usage-operator")
+	br.run("chart memory", chromedp.SetValue("#usage-metric", "mem", chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#usage-metric").dispatchEvent(new Event("change"))`, nil))
+	br.shot("03-usage-operator-memory")
 }

@@ -413,3 +413,72 @@ func TestConsoleLoginLimitPerClient(t *testing.T) {
 		t.Errorf("%d clients in the table, over %d", n, maxLoginClients)
 	}
 }
+
+// TestConsoleUsage: the console's usage API is scoped as /v1/usage is (a
+// tenant's login reads its own tenant, naming another is refused; an
+// operator's reads every tenant), answers per-hour series for the chart,
+// downloads /v1/usage's CSV, and says when usage is not measured.
+func TestConsoleUsage(t *testing.T) {
+	r, _, hour := usageRig(t)
+	acme := newConsoleClient(r)
+	acme.login(tokenAcme)
+	resp, _ := acme.send("GET", "/ui/api/usage", nil, nil)
+	var got ConsoleUsage
+	get := func(c *consoleClient, path string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", r.ts.URL+path, nil)
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		got = ConsoleUsage{}
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil && resp.StatusCode == 200 {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	if code := get(acme, "/ui/api/usage"); code != 200 || resp.StatusCode != 200 {
+		t.Fatalf("acme's usage: %d", code)
+	}
+	if len(got.Sessions) != 2 || got.SessionsTotal != 2 || len(got.Tenants) != 1 || got.Tenants["acme"].CPUSeconds != 3 || got.TenantSessions["acme"] != 2 {
+		t.Errorf("acme's usage: %+v", got)
+	}
+	if len(got.Series) != 1 || got.Series[0].Tenant != "acme" || !got.Series[0].Hour.Equal(hour) || got.Series[0].CPUSeconds != 3 || got.Series[0].SandboxSeconds != 70 {
+		t.Errorf("acme's series: %+v", got.Series)
+	}
+	if b, _ := json.Marshal(got); bytes.Contains(b, []byte("beta")) {
+		t.Errorf("acme's usage mentions beta: %s", b)
+	}
+	if code := get(acme, "/ui/api/usage?tenant=beta"); code != 400 {
+		t.Errorf("acme asking for beta's usage: %d, want 400", code)
+	}
+	op := newConsoleClient(r)
+	op.login(tokenOperator)
+	if code := get(op, "/ui/api/usage"); code != 200 || len(got.Tenants) != 2 || len(got.Series) != 2 || got.Tenants["beta"].CPUSeconds != 7 {
+		t.Errorf("operator's usage: %d %+v", code, got)
+	}
+	if code := get(op, "/ui/api/usage?tenant=beta"); code != 200 || len(got.Sessions) != 1 || len(got.Series) != 1 || got.Series[0].Tenant != "beta" {
+		t.Errorf("operator, tenant=beta: %d %+v", code, got)
+	}
+	req, _ := http.NewRequest("GET", r.ts.URL+"/ui/api/usage?format=csv", nil)
+	resp, err := acme.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csvBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(csvBody), "tenant,session,") || strings.Count(string(csvBody), "\nacme,") != 2 || strings.Contains(string(csvBody), "beta") {
+		t.Errorf("acme's CSV: %d %q", resp.StatusCode, csvBody)
+	}
+	// Without a login, 401; on a server that measures nothing, 501.
+	if code := get(newConsoleClient(r), "/ui/api/usage"); code != 401 {
+		t.Errorf("no login: %d, want 401", code)
+	}
+	r2, _ := newConsoleRig(t)
+	c2 := newConsoleClient(r2)
+	c2.login(tokenAcme)
+	if resp, m := c2.send("GET", "/ui/api/usage", nil, nil); resp.StatusCode != 501 || !strings.Contains(errMsg(m), "not measured") {
+		t.Errorf("no meter: %d %v", resp.StatusCode, m)
+	}
+}

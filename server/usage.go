@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -70,6 +71,12 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, tenant string)
 		writeUsageCSV(w, recs)
 		return
 	}
+	writeJSON(w, http.StatusOK, usageReport(f, recs))
+}
+
+// usageReport is the report of recs, f's records: the sessions and each
+// tenant's sum.
+func usageReport(f usage.Filter, recs []usage.Record) UsageReport {
 	rep := UsageReport{From: f.From, To: f.To, Sessions: recs, Tenants: map[string]usage.Figures{}}
 	if rep.Sessions == nil {
 		rep.Sessions = []usage.Record{}
@@ -84,7 +91,71 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, tenant string)
 		t.CallSeconds += rec.CallSeconds
 		rep.Tenants[rec.Tenant] = t
 	}
-	writeJSON(w, http.StatusOK, rep)
+	return rep
+}
+
+// ConsoleUsage is the body of GET /ui/api/usage: GET /v1/usage's report
+// (its sessions the maxUsageShown that used the most CPU), and each
+// tenant's use per UTC hour for the chart.
+type ConsoleUsage struct {
+	UsageReport
+	// SessionsTotal counts the sessions of the range; Sessions holds at
+	// most maxUsageShown of them (the tenants' sums count them all).
+	SessionsTotal int `json:"sessionsTotal"`
+	// TenantSessions counts each tenant's sessions of the range.
+	TenantSessions map[string]int `json:"tenantSessions"`
+	Series         []usage.Point  `json:"series"`
+}
+
+// maxUsageShown bounds the sessions the console's usage page lists.
+const maxUsageShown = 500
+
+// usage serves GET /ui/api/usage with /v1/usage's parameters, scoped as
+// /v1/usage is: a tenant's login reads its own tenant, an operator's every
+// tenant's (or one's with ?tenant=). format=csv answers /v1/usage's CSV,
+// every session, for the page's download link.
+func (c *console) usage(w http.ResponseWriter, r *http.Request) {
+	l := loginOf(r)
+	if c.s.cfg.Usage == nil {
+		writeError(w, http.StatusNotImplemented, "unsupported", "usage is not measured by this server: it needs a sandboxed backend (docker or containerd)")
+		return
+	}
+	tenant := l.tenant
+	if l.operator {
+		tenant = ""
+	}
+	f, csvOut, msg := c.s.usageQuery(r, tenant)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid", msg)
+		return
+	}
+	recs, err := c.s.cfg.Usage.Query(r.Context(), f)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if csvOut {
+		writeUsageCSV(w, recs)
+		return
+	}
+	pts, err := c.s.cfg.Usage.Series(r.Context(), f)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := ConsoleUsage{UsageReport: usageReport(f, recs), SessionsTotal: len(recs), TenantSessions: map[string]int{}, Series: pts}
+	for _, rec := range recs {
+		out.TenantSessions[rec.Tenant]++
+	}
+	if out.Series == nil {
+		out.Series = []usage.Point{}
+	}
+	if len(recs) > maxUsageShown {
+		top := slices.Clone(recs)
+		slices.SortStableFunc(top, func(a, b usage.Record) int { return cmp.Compare(b.CPUSeconds, a.CPUSeconds) })
+		out.Sessions = top[:maxUsageShown]
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // usageQuery reads a usage query's parameters: from and to (RFC 3339, or

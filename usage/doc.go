@@ -40,7 +40,9 @@
 //
 // Deltas are summed in memory per (tenant, session, UTC hour) and
 // appended, once a minute (FlushInterval) and when the Sampler stops, to a
-// Store; queries and limits read the pending buckets too. Dir, the one
+// Store; queries and limits read the pending buckets too. Meter.Query sums
+// the buckets per session (GET /v1/usage), Meter.Series per tenant and
+// hour (the console's chart). Dir, the one
 // implementation, writes one JSON line per bucket to
 // <dir>/<tenant>/<YYYY-MM-DD>.jsonl, opened O_APPEND, so every process on
 // the host (a restarted server, `shellbox usage` reading the files) sees

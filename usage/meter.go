@@ -170,8 +170,28 @@ func (m *Meter) Dropped() int64 {
 // holds and what is pending, summed per session.
 func (m *Meter) Query(ctx context.Context, f Filter) ([]Record, error) {
 	var sum summary
-	if err := m.store.Query(ctx, f, sum.add); err != nil {
+	if err := m.each(ctx, f, sum.add); err != nil {
 		return nil, err
+	}
+	return sum.records(), nil
+}
+
+// Series returns what the tenants f selects used, per tenant and UTC
+// hour, oldest first: what the Store holds and what is pending. At most
+// MaxPoints points (ErrInvalid past them).
+func (m *Meter) Series(ctx context.Context, f Filter) ([]Point, error) {
+	var s series
+	if err := m.each(ctx, f, s.add); err != nil {
+		return nil, err
+	}
+	return s.points(), nil
+}
+
+// each calls fn with every bucket f selects, the Store's, then the
+// pending ones.
+func (m *Meter) each(ctx context.Context, f Filter, fn func(Bucket) error) error {
+	if err := m.store.Query(ctx, f, fn); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	var pending []Bucket
@@ -182,11 +202,11 @@ func (m *Meter) Query(ctx context.Context, f Filter) ([]Record, error) {
 	}
 	m.mu.Unlock()
 	for _, b := range pending {
-		if err := sum.add(b); err != nil {
-			return nil, err
+		if err := fn(b); err != nil {
+			return err
 		}
 	}
-	return sum.records(), nil
+	return nil
 }
 
 // Limits are a tenant's daily limits; zero is none.

@@ -121,3 +121,46 @@ func sortRecords(rs []Record) {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Session, b.Session))
 	})
 }
+
+// Point is what one tenant used in one UTC hour: a step of a tenant's
+// series over time (the console's chart).
+type Point struct {
+	Tenant string    `json:"tenant"`
+	Hour   time.Time `json:"hour"`
+	Figures
+}
+
+// MaxPoints bounds the points one series query sums: past it the query is
+// refused, to be narrowed by time or tenant.
+const MaxPoints = 100_000
+
+// series sums buckets into a point per tenant and hour as they come.
+type series struct {
+	idx map[bkey]int
+	out []Point
+}
+
+func (s *series) add(b Bucket) error {
+	k := bkey{tenant: b.Tenant, hour: b.Hour.UTC()}
+	i, ok := s.idx[k]
+	if !ok {
+		if len(s.out) >= MaxPoints {
+			return errdefs.Errorf(errdefs.ErrInvalid, "usage: more than %d tenant-hours in one answer: narrow the range, or ask for one tenant", MaxPoints)
+		}
+		if s.idx == nil {
+			s.idx = map[bkey]int{}
+		}
+		i = len(s.out)
+		s.idx[k] = i
+		s.out = append(s.out, Point{Tenant: b.Tenant, Hour: k.hour})
+	}
+	s.out[i].Figures.add(b.Figures)
+	return nil
+}
+
+func (s *series) points() []Point {
+	slices.SortFunc(s.out, func(a, b Point) int {
+		return cmp.Or(a.Hour.Compare(b.Hour), cmp.Compare(a.Tenant, b.Tenant))
+	})
+	return s.out
+}

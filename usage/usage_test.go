@@ -360,6 +360,66 @@ func TestQueryBoundsSessions(t *testing.T) {
 	}
 }
 
+// TestSeriesPerTenantHour: a series sums a tenant's sessions per hour, the
+// stored buckets and the pending ones, oldest first, and is refused past
+// MaxPoints.
+func TestSeriesPerTenantHour(t *testing.T) {
+	ctx := context.Background()
+	store := &usage.Memory{}
+	err := store.Add(ctx, []usage.Bucket{
+		{Tenant: "acme", Session: "s1", Hour: t0, Figures: usage.Figures{CPUSeconds: 1, SandboxSeconds: 60, MemoryPeakBytes: 100}},
+		{Tenant: "acme", Session: "s2", Hour: t0, Figures: usage.Figures{CPUSeconds: 2, SandboxSeconds: 30, MemoryPeakBytes: 300}},
+		{Tenant: "acme", Session: "s1", Hour: t0.Add(time.Hour), Figures: usage.Figures{CPUSeconds: 4}},
+		{Tenant: "beta", Session: "s1", Hour: t0, Figures: usage.Figures{CPUSeconds: 8}},
+		{Tenant: "beta", Session: "s1", Hour: t0.Add(-2 * time.Hour), Figures: usage.Figures{CPUSeconds: 16}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: t0.Add(90 * time.Minute)}
+	m := usage.NewMeter(store, clk.now)
+	m.Call("acme", "s3", 2*time.Second) // pending, in the second hour
+	pts, err := m.Series(ctx, usage.Filter{From: t0.Add(-time.Hour), To: t0.Add(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type p struct {
+		tenant string
+		hour   time.Time
+		cpu    float64
+		calls  int64
+	}
+	want := []p{{"acme", t0, 3, 0}, {"beta", t0, 8, 0}, {"acme", t0.Add(time.Hour), 4, 1}}
+	if len(pts) != len(want) {
+		t.Fatalf("series = %+v", pts)
+	}
+	for i, w := range want {
+		g := pts[i]
+		if g.Tenant != w.tenant || !g.Hour.Equal(w.hour) || g.CPUSeconds != w.cpu || g.Calls != w.calls {
+			t.Errorf("point %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if pts[0].SandboxSeconds != 90 || pts[0].MemoryPeakBytes != 300 {
+		t.Errorf("acme's first hour = %+v, want 90 sandbox-seconds, the larger peak", pts[0])
+	}
+	pts, _ = m.Series(ctx, usage.Filter{From: t0.Add(-3 * time.Hour), To: t0.Add(2 * time.Hour), Tenant: "beta"})
+	if len(pts) != 2 || pts[0].CPUSeconds != 16 || pts[1].CPUSeconds != 8 {
+		t.Errorf("beta's series = %+v", pts)
+	}
+
+	var many []usage.Bucket
+	for i := range usage.MaxPoints + 1 {
+		many = append(many, usage.Bucket{Tenant: fmt.Sprintf("t%d", i), Session: "s", Hour: t0, Figures: usage.Figures{Calls: 1}})
+	}
+	big := &usage.Memory{}
+	if err := big.Add(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := usage.NewMeter(big, clk.now).Series(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("a series of %d points: %v, want it refused", usage.MaxPoints+1, err)
+	}
+}
+
 // TestSandboxOfTheStartSecondIsNew: Docker lists Created to the second,
 // so a sandbox made 0.3 s after the Sampler started is listed as made
 // 0.7 s before it. It is new, and counts from its creation: the CPU it

@@ -12,6 +12,8 @@
   let timer = null;
   let tailTimer = null;
   let auditTimer = null;
+  let usageTimer = null;
+  let usageData = null;
   let tail = null; // {tenant, session, id}
   let overview = null;
 
@@ -101,8 +103,8 @@
   }
 
   function stopTimers() {
-    clearInterval(timer); clearInterval(tailTimer); clearInterval(auditTimer);
-    timer = tailTimer = auditTimer = null;
+    clearInterval(timer); clearInterval(tailTimer); clearInterval(auditTimer); clearInterval(usageTimer);
+    timer = tailTimer = auditTimer = usageTimer = null;
   }
 
   function showApp(who) {
@@ -113,9 +115,18 @@
     $("#logout").hidden = false;
     setText($("#whoami"), who.operator ? "operator · all tenants (" + who.tenants.join(", ") + ")" : "tenant " + who.tenant);
     refresh();
-    loadAudit();
     timer = setInterval(refresh, 1000);
-    auditTimer = setInterval(loadAudit, 5000);
+    $("#audit-section").hidden = !who.audit;
+    if (who.audit) {
+      loadAudit();
+      auditTimer = setInterval(loadAudit, 5000);
+    }
+    // Usage changes once per sampling interval (10 s by default).
+    $("#usage-section").hidden = !who.usage;
+    if (who.usage) {
+      loadUsage();
+      usageTimer = setInterval(loadUsage, 10000);
+    }
   }
 
   async function refresh() {
@@ -368,6 +379,138 @@
     }
   }
 
+  // Usage: GET /ui/api/usage over the chosen range (whole UTC hours, the
+  // store's unit), the tenants' sums, the sessions, and a chart of one
+  // figure per tenant over time drawn as SVG here (no library: the
+  // console works offline and loads nothing from elsewhere).
+  const FIGURES = {
+    cpu: { label: "CPU-seconds", of: (f) => f.cpuSeconds, fmt: (v) => v.toFixed(3) },
+    hours: { label: "sandbox-hours", of: (f) => f.sandboxSeconds / 3600, fmt: (v) => v.toFixed(4) },
+    mem: { label: "memory GiB-seconds", of: (f) => f.memoryGiBSeconds, fmt: (v) => v.toFixed(3) },
+    calls: { label: "tool calls", of: (f) => f.calls || 0, fmt: (v) => String(v) },
+  };
+  const mib = (b) => (b > 0 ? (b / 1048576).toFixed(1) + " MiB" : "—");
+  const PALETTE = ["#0969da", "#1a7f37", "#bf3989", "#9a6700", "#8250df", "#cf222e", "#1b7c83", "#57606a"];
+
+  // usageCells are a figures' cells: [text, class] pairs, each figure's
+  // class naming it (the browser test reads them).
+  function usageCells(f) {
+    return [[FIGURES.cpu.fmt(FIGURES.cpu.of(f)), "num u-cpu"], [FIGURES.hours.fmt(FIGURES.hours.of(f)), "num u-hours"],
+      [FIGURES.mem.fmt(FIGURES.mem.of(f)), "num u-mem"], [mib(f.memoryPeakBytes), "num u-peak"],
+      [String(f.calls || 0), "num u-calls"], [(f.callSeconds || 0).toFixed(1) + "s", "num u-callsec"]];
+  }
+
+  function usageRange() {
+    const hours = Number($("#usage-range").value) || 24;
+    const to = new Date(Math.ceil(Date.now() / 3600000) * 3600000);
+    const from = new Date(to.getTime() - hours * 3600000);
+    return { from: from.toISOString().replace(/\.\d+Z$/, "Z"), to: to.toISOString().replace(/\.\d+Z$/, "Z") };
+  }
+
+  async function loadUsage() {
+    const rg = usageRange();
+    const q = "from=" + encodeURIComponent(rg.from) + "&to=" + encodeURIComponent(rg.to);
+    $("#usage-csv").href = "/ui/api/usage?format=csv&" + q;
+    try {
+      usageData = await api("GET", "/ui/api/usage?" + q);
+      $("#usage-body").hidden = false;
+      renderUsage(usageData);
+    } catch (e) {
+      if (e.status === 501) {
+        clearInterval(usageTimer); usageTimer = null;
+        $("#usage-body").hidden = true;
+        $("#usage-csv").hidden = true;
+      }
+      setText($("#usage-note"), e.message);
+    }
+  }
+
+  function renderUsage(u) {
+    const tenants = Object.keys(u.tenants).sort();
+    const tb = $("#usage-tenants tbody");
+    tb.replaceChildren();
+    for (const t of tenants) {
+      const tr = row([t, [String(u.tenantSessions[t] || 0), "num u-sessions"]].concat(usageCells(u.tenants[t])));
+      tr.dataset.tenant = t;
+      tb.appendChild(tr);
+    }
+    const sb = $("#usage-sessions tbody");
+    sb.replaceChildren();
+    for (const s of u.sessions) {
+      const tr = row([s.tenant, s.session, new Date(s.from).toISOString().replace("T", " ").slice(0, 16)].concat(usageCells(s), [s.final ? "yes" : "running"]));
+      tr.dataset.tenant = s.tenant;
+      tr.dataset.session = s.session;
+      sb.appendChild(tr);
+    }
+    const notes = [];
+    if (!tenants.length) notes.push("No use measured in this range.");
+    if (u.sessionsTotal > u.sessions.length) notes.push("The " + u.sessions.length + " sessions that used the most CPU of " + u.sessionsTotal + " are listed; the tenants' sums and the CSV count all.");
+    notes.push("Figures from the sandboxes' cgroups, read every sampling interval; hours are UTC.");
+    setText($("#usage-note"), notes.join(" "));
+    drawChart(u, tenants);
+  }
+
+  // drawChart draws the chosen figure per tenant, stacked, one bar per
+  // hour (per day past 7 days) of the range.
+  function drawChart(u, tenants) {
+    const svg = $("#usage-chart");
+    const NS = svg.namespaceURI;
+    const mk = (tag, attrs, text) => {
+      const e = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+      if (text !== undefined) e.textContent = text;
+      return e;
+    };
+    const fig = FIGURES[$("#usage-metric").value] || FIGURES.cpu;
+    const from = t0(u.from), to = t0(u.to);
+    const step = to - from > 7 * 86400000 ? 86400000 : 3600000;
+    const n = Math.max(1, Math.ceil((to - from) / step));
+    const stacks = []; // per slot: tenant → value
+    for (let i = 0; i < n; i++) stacks.push({});
+    for (const p of u.series) {
+      const i = Math.floor((t0(p.hour) - from) / step);
+      if (i < 0 || i >= n) continue;
+      stacks[i][p.tenant] = (stacks[i][p.tenant] || 0) + fig.of(p);
+    }
+    let top = 0;
+    for (const st of stacks) top = Math.max(top, Object.values(st).reduce((a, b) => a + b, 0));
+    const W = 960, H = 240, L = 64, R = 8, T = 12, B = 44;
+    const pw = W - L - R, ph = H - T - B, bw = pw / n;
+    const y = (v) => T + ph - (top > 0 ? (v / top) * ph : 0);
+    const kids = [];
+    kids.push(mk("line", { x1: L, y1: T + ph, x2: W - R, y2: T + ph, class: "axis" }));
+    kids.push(mk("line", { x1: L, y1: T, x2: L, y2: T + ph, class: "axis" }));
+    kids.push(mk("text", { x: L - 6, y: T + 10, "text-anchor": "end", class: "tick" }, fig.fmt(top)));
+    kids.push(mk("text", { x: L - 6, y: T + ph, "text-anchor": "end", class: "tick" }, "0"));
+    kids.push(mk("text", { x: 4, y: T + ph / 2, class: "tick" }, fig.label));
+    const label = (ms) => new Date(ms).toISOString().replace("T", " ").slice(step === 3600000 ? 5 : 0, step === 3600000 ? 16 : 10);
+    kids.push(mk("text", { x: L, y: H - B + 16, class: "tick" }, label(from)));
+    kids.push(mk("text", { x: W - R, y: H - B + 16, "text-anchor": "end", class: "tick" }, label(to) + " UTC"));
+    stacks.forEach((st, i) => {
+      let base = 0;
+      tenants.forEach((t, k) => {
+        const v = st[t] || 0;
+        if (v <= 0) return;
+        const r = mk("rect", { x: (L + i * bw + 0.5).toFixed(2), y: y(base + v).toFixed(2), width: Math.max(1, bw - 1).toFixed(2),
+          height: Math.max(0.5, y(base) - y(base + v)).toFixed(2), fill: PALETTE[k % PALETTE.length], class: "bar" });
+        r.dataset.tenant = t;
+        r.dataset.at = new Date(from + i * step).toISOString();
+        r.dataset.v = String(v);
+        r.appendChild(mk("title", {}, t + " · " + label(from + i * step) + " UTC · " + fig.fmt(v) + " " + fig.label));
+        kids.push(r);
+        base += v;
+      });
+    });
+    let lx = L;
+    tenants.forEach((t, k) => {
+      kids.push(mk("rect", { x: lx, y: H - 16, width: 10, height: 10, fill: PALETTE[k % PALETTE.length] }));
+      kids.push(mk("text", { x: lx + 14, y: H - 7, class: "tick" }, t));
+      lx += 24 + 7 * t.length;
+    });
+    if (!tenants.length) kids.push(mk("text", { x: L + pw / 2, y: T + ph / 2, "text-anchor": "middle", class: "tick" }, "no use in this range"));
+    svg.replaceChildren(...kids);
+  }
+
   document.addEventListener("DOMContentLoaded", async () => {
     $("#login-form").addEventListener("submit", async (ev) => {
       ev.preventDefault();
@@ -387,6 +530,9 @@
       tail = null; clearInterval(tailTimer); tailTimer = null; $("#tail-panel").hidden = true;
     });
     $("#audit-refresh").addEventListener("click", loadAudit);
+    $("#usage-refresh").addEventListener("click", loadUsage);
+    $("#usage-range").addEventListener("change", loadUsage);
+    $("#usage-metric").addEventListener("change", () => { if (usageData) renderUsage(usageData); });
     try {
       showApp(await api("GET", "/ui/api/me"));
     } catch (e) {
