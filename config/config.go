@@ -667,6 +667,11 @@ type Containerd struct {
 	Runtimes       map[string]string `mapstructure:"runtimes"`
 	RuntimeConfigs map[string]string `mapstructure:"runtimeConfigs"`
 }
+	// Checkpoint runs runsc sessions under containerd's runc v2 shim with
+	// a runsc wrapper made from RuntimeConfigs' runsc.toml, so that a
+	// policy's sandbox.suspend: memory can checkpoint them
+	// (docs/checkpoint.md).
+	Checkpoint bool `mapstructure:"checkpoint"`
 
 // Kube is what only the kube backend needs (kube/): one pod per
 // session in Namespace. The cluster is reached with Kubeconfig, or from
@@ -778,6 +783,7 @@ func runtimeDefaults() map[string]any {
 // containerd backend: a file that still sets them is refused with where
 // they went, rather than with viper's "invalid keys".
 var movedKeys = []string{"stateDir", "owner", "image", "runtime", "agent", "cpus", "memoryBytes",
+		"containerd::checkpoint":     false,
 	"pidsLimit", "workspaceBytes", "tmpBytes", "spillBytes", "labels"}
 
 func checkMovedKeys(v *viper.Viper) error {

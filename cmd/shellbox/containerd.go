@@ -12,7 +12,7 @@ func openContainerd(cfg config.Config, agent string) (sandboxRuntime, error) {
 	c := cfg.Containerd
 	rt, err := containerd.New(containerd.Config{
 		Address: c.Address, Namespace: c.Namespace, Snapshotter: c.Snapshotter, RuncRoot: c.RuncRoot,
-		RuntimeNames: c.Runtimes, RuntimeConfigs: c.RuntimeConfigs,
+		RuntimeNames: c.Runtimes, RuntimeConfigs: c.RuntimeConfigs, Checkpoint: c.Checkpoint,
 		StateDir: cfg.Sandbox.StateDir, WorkspaceMedium: cfg.Sandbox.WorkspaceMedium, AgentBinary: agent,
 	})
 	if err != nil {

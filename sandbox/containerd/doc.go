@@ -33,6 +33,11 @@
 // gVisor ignores the seccomp profile). Under gVisor the pids limit is
 // RLIMIT_NPROC and the cgroup a host backstop, as on Docker.
 //
+// With Config.Checkpoint, runsc sandboxes run under io.containerd.runc.v2
+// instead, through a runsc wrapper written from the same runsc.toml, so
+// that they can be checkpointed and restored (sandbox.Checkpointer,
+// checkpoint.go; docs/checkpoint.md).
+//
 // # What it cannot tell
 //
 // OOMKilled is read from the memory cgroup of an exited task (oom_kill in
