@@ -294,6 +294,18 @@ func (c *Client) Activity(ctx context.Context) (Activity, error) {
 	return a, err
 }
 
+// ExitEndpoint asks the agent at ep to end now (POST /v1/exit), without a
+// handshake: the server is done with its sandbox, which is being deleted,
+// and its agent need not serve through the rest of the termination grace
+// (a pod's agent with --serve-through-grace does until told). An agent
+// without the endpoint (404) or gone already is left to the grace's end;
+// the error says which.
+func ExitEndpoint(ctx context.Context, ep Endpoint) error {
+	c := newClient(ep)
+	defer c.Close()
+	return c.doBounded(ctx, http.MethodPost, "/v1/exit", nil, nil, nil)
+}
+
 // Log returns the agent's recent log lines (GET /v1/log).
 func (c *Client) Log(ctx context.Context) (string, error) {
 	var l LogAnswer

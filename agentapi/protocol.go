@@ -189,7 +189,18 @@ const (
 	ClassInternal    = "internal"    // 500: an error without a class
 	ClassTooLarge    = "too_large"   // 413: over a transfer's cap
 	ClassNoSpace     = "no_space"    // 507: the target's filesystem is full
+	// ClassTerminating (503): the sandbox is being deleted and its agent
+	// starts nothing more (ErrTerminating); the client reports it as
+	// ErrNotSent, since nothing started, so the call is made again in
+	// the session's next sandbox.
+	ClassTerminating = "terminating"
 )
+
+// ErrTerminating is the agent's refusal of a call or task once its
+// sandbox is being deleted (a pod's termination grace, during which the
+// server saves the workspace through it): it is executor.ErrUnavailable,
+// and crosses the wire as ClassTerminating.
+var ErrTerminating = executor.Errorf(executor.ErrUnavailable, "the sandbox is being deleted: its workspace is being saved, and the session's next sandbox runs this call")
 
 // StatusClientClosed is the status of an aborted call. Nobody normally reads
 // it: the client is gone.
@@ -200,6 +211,7 @@ var classes = []struct {
 	err    error
 	status int
 }{
+	{ClassTerminating, ErrTerminating, http.StatusServiceUnavailable}, // before ClassUnavailable: it is one
 	{ClassInvalid, executor.ErrInvalid, http.StatusBadRequest},
 	{ClassNotFound, executor.ErrNotFound, http.StatusNotFound},
 	{ClassAborted, executor.ErrAborted, StatusClientClosed},
@@ -223,6 +235,9 @@ func EncodeError(err error) (Error, int) {
 // is exactly the agent's, so what the model reads does not depend on which
 // side of the socket an error was made.
 func decodeError(e Error) error {
+	if e.Class == ClassTerminating {
+		return notSent{executor.Errorf(executor.ErrUnavailable, "%s", e.Message)}
+	}
 	for _, c := range classes {
 		if e.Class == c.name {
 			return executor.Errorf(c.err, "%s", e.Message)

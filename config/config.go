@@ -693,7 +693,10 @@ type Kube struct {
 	// WorkspaceMedium is a session pod's /workspace: memory or disk
 	// (kube.Config.WorkspaceMedium says what each costs).
 	WorkspaceMedium string `mapstructure:"workspaceMedium"`
-	// GracePeriodSeconds is the session pods' termination grace period.
+	// GracePeriodSeconds is the session pods' termination grace period
+	// when someone else deletes one (0: 2 s, or
+	// kube.DefaultSaveGraceSeconds with a snapshot store, which saves a
+	// deleted pod's workspace in it).
 	GracePeriodSeconds int64         `mapstructure:"gracePeriodSeconds"`
 	ReadyTimeout       time.Duration `mapstructure:"readyTimeout"`
 	// ServerSelector are the server pods' labels, which the session pods'
@@ -762,7 +765,7 @@ func runtimeDefaults() map[string]any {
 		"kube::cpuRequestRatio":      0.1,
 		"kube::agentDirBytes":        int64(128 * sandbox.MiB),
 		"kube::workspaceMedium":      string(sandbox.WorkspaceMemory),
-		"kube::gracePeriodSeconds":   int64(2),
+		"kube::gracePeriodSeconds":   int64(0), // kube's: 2 s, or kube.DefaultSaveGraceSeconds with a snapshot store
 		"kube::readyTimeout":         kube.DefaultReadyTimeout,
 		"kube::serverSelector":       map[string]string{},
 		"kube::serverNamespace":      "",

@@ -48,6 +48,10 @@ const (
 	DefaultGVisorClass  = "gvisor"
 	DefaultReadyTimeout = 2 * time.Minute
 	DefaultPoll         = 100 * time.Millisecond
+	// DefaultSaveGraceSeconds is the pods' termination grace with
+	// SaveOnDelete: time to stream a workspace of a few hundred MiB into
+	// the store (docs/kubernetes.md, Pods deleted behind shellbox's back).
+	DefaultSaveGraceSeconds = 60
 )
 
 // Config configures a Runtime.
@@ -96,8 +100,18 @@ type Config struct {
 	// pod (its files with it) instead of refusing the write.
 	WorkspaceMedium sandbox.WorkspaceMedium
 	// GracePeriodSeconds is the pods' terminationGracePeriodSeconds: how
-	// long the kubelet waits after SIGTERM before SIGKILL. Default 2.
+	// long the kubelet waits after SIGTERM before SIGKILL when someone
+	// else deletes a pod (shellbox's own deletions take at most
+	// RemoveGraceSeconds). With SaveOnDelete it bounds the time to save
+	// the workspace of a pod deleted behind shellbox's back. Default 2,
+	// DefaultSaveGraceSeconds with SaveOnDelete.
 	GracePeriodSeconds int64
+	// SaveOnDelete: the server saves the workspace of a session pod that
+	// someone else deletes (kubectl delete, an eviction, a drain) during
+	// its termination grace (WatchDeletions; set with a snapshot store).
+	// The agent then serves through the grace (--serve-through-grace):
+	// SIGTERM fences it instead of ending it.
+	SaveOnDelete bool
 	// ReadyTimeout bounds Create's wait for the pod to be running and its
 	// agent port ready. Default DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -189,6 +203,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GracePeriodSeconds == 0 {
 		c.GracePeriodSeconds = 2
+		if c.SaveOnDelete {
+			c.GracePeriodSeconds = DefaultSaveGraceSeconds
+		}
 	}
 	switch c.WorkspaceMedium {
 	case "":
@@ -421,9 +438,16 @@ func (r *Runtime) undo(ctx context.Context, p *corev1.Pod) {
 // to no pod; uid "": to none): never the Secret of a newer pod of the same
 // session. One owned by a pod that is gone is the garbage collector's.
 func (r *Runtime) deleteSecret(ctx context.Context, name string, uid types.UID) {
-	secrets := r.cs.CoreV1().Secrets(r.cfg.Namespace)
-	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
-	if err != nil || s.Labels[sandbox.LabelManaged] != "true" {
+	s, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	r.deleteSecretOf(ctx, s, uid)
+}
+
+// deleteSecretOf is deleteSecret of the Secret s, as read.
+func (r *Runtime) deleteSecretOf(ctx context.Context, s *corev1.Secret, uid types.UID) {
+	if s.Labels[sandbox.LabelManaged] != "true" {
 		return
 	}
 	for _, o := range s.OwnerReferences {
@@ -431,7 +455,7 @@ func (r *Runtime) deleteSecret(ctx context.Context, name string, uid types.UID) 
 			return
 		}
 	}
-	_ = secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
+	_ = r.cs.CoreV1().Secrets(r.cfg.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
 }
 
 // Image-related waiting reasons that do not go away by waiting: the image
@@ -761,11 +785,20 @@ func (r *Runtime) List(ctx context.Context, owner string) ([]sandbox.Sandbox, er
 	return out, nil
 }
 
-// Remove implements sandbox.Runtime: deletes the pod (its containers get
-// SIGTERM, then SIGKILL after GracePeriodSeconds) and its Secret, and
-// waits, bounded by ctx, until the pod is gone, so a Get after Remove finds
-// nothing and a new pod of the session can take the name. A pod shellbox
-// did not create is ErrConflict and left alone.
+// Remove implements sandbox.Runtime: marks the pod as shellbox's own
+// deletion (AnnotationRemoving, which the deletion watch leaves alone),
+// deletes it with a grace of RemoveGraceSeconds, tells its agent to end
+// now (POST /v1/exit: an agent serving through its grace would otherwise
+// wait for the kubelet's SIGKILL), deletes its Secret, and waits, bounded
+// by ctx, until the pod is gone, so a Get after Remove finds nothing and a
+// new pod of the session can take the name. A pod shellbox did not create
+// is ErrConflict and left alone.
+//
+// A pod someone else is deleting already (a deletionTimestamp without the
+// mark: kubectl delete, an eviction, a drain) is only waited for: its
+// grace is not shortened nor its agent ended nor its Secret deleted, since
+// the server may be saving its workspace through it (WatchDeletions);
+// the agent ends once that is done, or the grace does.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
 	p, err := pods.Get(ctx, id, metav1.GetOptions{})
@@ -779,13 +812,11 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if p.Labels[sandbox.LabelManaged] != "true" {
 		return fmt.Errorf("%w: kube: pod %s/%s was not created by shellbox: not removing it", sandbox.ErrConflict, r.cfg.Namespace, id)
 	}
-	err = pods.Delete(ctx, id, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return r.convert(err, "pods", "delete pod %s", id)
+	if p.DeletionTimestamp == nil || p.Annotations[AnnotationRemoving] != "" {
+		if err := r.removeOwn(ctx, p); err != nil {
+			return err
+		}
 	}
-	// The garbage collector would delete it too, once the pod is gone; now
-	// is sooner.
-	r.deleteSecret(ctx, id, p.UID)
 	for {
 		cur, err := pods.Get(ctx, id, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID) {
@@ -801,6 +832,54 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 		}
 	}
 }
+
+// removeOwn is Remove's deletion of p: marked, deleted with a short grace,
+// its agent told to end, its Secret deleted.
+func (r *Runtime) removeOwn(ctx context.Context, p *corev1.Pod) error {
+	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
+	if p.Annotations[AnnotationRemoving] == "" {
+		// Conditioned on the uid: never the mark of a newer pod of the
+		// session. A pod gone or replaced meanwhile needs none.
+		mark, err := json.Marshal([]map[string]string{
+			{"op": "test", "path": "/metadata/uid", "value": string(p.UID)},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(AnnotationRemoving), "value": time.Now().UTC().Format(time.RFC3339Nano)},
+		})
+		if err != nil {
+			return fmt.Errorf("kube: mark pod %s removed: %w", p.Name, err)
+		}
+		if _, err := pods.Patch(ctx, p.Name, types.JSONPatchType, mark, metav1.PatchOptions{}); err != nil &&
+			!apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+			return r.convert(err, "pods", "mark pod %s removed", p.Name)
+		}
+	}
+	grace := min(r.cfg.GracePeriodSeconds, RemoveGraceSeconds)
+	err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return r.convert(err, "pods", "delete pod %s", p.Name)
+	}
+	s, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil // the garbage collector deletes it with the pod
+	}
+	if sb := describe(p, secretToken(s, p), r.cfg.AgentPort); sb.State == sandbox.StateRunning {
+		// Best effort: an agent that does not answer is ended by the
+		// kubelet at the grace's end.
+		ectx, cancel := context.WithTimeout(ctx, exitBound)
+		_ = agentapi.ExitEndpoint(ectx, sb.Agent)
+		cancel()
+	}
+	// The garbage collector would delete it too, once the pod is gone; now
+	// is sooner.
+	r.deleteSecretOf(ctx, s, p.UID)
+	return nil
+}
+
+// exitBound bounds Remove's request to the agent to end.
+const exitBound = 2 * time.Second
+
+// jsonPointer escapes a key for a JSON patch path.
+func jsonPointer(k string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(k) }
 
 // Ping implements sandbox.Pinger: one list of at most one pod in the
 // namespace, which needs the API server and the RBAC the runtime lives on.

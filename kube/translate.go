@@ -209,6 +209,11 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 	}
 	if restricted {
 		args = append(args, "--no-setuid")
+	} else if cfg.SaveOnDelete {
+		// SIGTERM fences the agent, which serves on through the grace
+		// for the server to save the workspace (WatchDeletions). (Under
+		// --no-setuid the agent ignores SIGTERM and serves on anyway.)
+		args = append(args, "--serve-through-grace")
 	}
 
 	env := make([]corev1.EnvVar, 0, len(spec.Env)+2)

@@ -42,6 +42,7 @@ limits:
   sessions: 3
   idleTTL: 10m
   suspendedTTL: 72h
+  snapshotEvery: 15m
 rules:
   - name: no-rm
     decision: deny
@@ -101,6 +102,7 @@ func TestLoadFileGood(t *testing.T) {
 		{"sessions", p.MaxSessions, 3},
 		{"idleTTL", p.IdleTTL, 10 * time.Minute},
 		{"suspendedTTL", p.SuspendedTTL, 72 * time.Hour},
+		{"snapshotEvery", p.SnapshotEvery, 15 * time.Minute},
 		{"rules", strings.Join(p.Rules(), ","), "no-rm"},
 	}
 	for _, c := range checks {

@@ -161,6 +161,11 @@ type Policy struct {
 	// SuspendedTTL deletes a session suspended that long, with its
 	// snapshots (limits.suspendedTTL; 0: the server's default).
 	SuspendedTTL time.Duration
+	// SnapshotEvery is how often a running session that was used since
+	// its last snapshot is snapshotted, without stopping it
+	// (limits.snapshotEvery; 0: never): what a sandbox lost with no
+	// snapshot at its end (a node gone) can take.
+	SnapshotEvery time.Duration
 	// UsageLimits are the tenant's daily limits (limits.cpuSecondsPerDay,
 	// limits.sandboxHoursPerDay; zero: none): past one, new commands are
 	// refused until the next UTC day; nothing running is stopped.
@@ -440,6 +445,10 @@ const (
 	setD("limits.grace", s.Grace, &lim.Grace)
 	setD("limits.idleTTL", s.IdleTTL, &p.IdleTTL)
 	setD("limits.suspendedTTL", s.SuspendedTTL, &p.SuspendedTTL)
+	setD("limits.snapshotEvery", s.SnapshotEvery, &p.SnapshotEvery)
+	if p.SnapshotEvery > 0 && p.SnapshotEvery < MinSnapshotEvery {
+		l.addf("limits.snapshotEvery", "must be at least %s (each snapshot streams the whole workspace), got %s", MinSnapshotEvery, p.SnapshotEvery)
+	}
 	if lim.MaxTimeout < lim.DefaultTimeout {
 		key := "limits.maxTimeout"
 		if s.MaxTimeout == 0 {
@@ -739,3 +748,7 @@ func (p *Policy) CheckBackgroundTasks(n int) error {
 	}
 	return nil
 }
+
+// MinSnapshotEvery is the shortest limits.snapshotEvery: each periodic
+// snapshot streams the session's whole workspace.
+const MinSnapshotEvery = time.Minute

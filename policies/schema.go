@@ -101,6 +101,7 @@ type limitsSchema struct {
 	Sessions        int           `mapstructure:"sessions"`
 	IdleTTL         time.Duration `mapstructure:"idleTTL"`
 	SuspendedTTL    time.Duration `mapstructure:"suspendedTTL"`
+	SnapshotEvery   time.Duration `mapstructure:"snapshotEvery"`
 	// CPUSecondsPerDay and SandboxHoursPerDay are the tenant's daily
 	// usage limits (UTC days); 0 is none.
 	CPUSecondsPerDay   float64 `mapstructure:"cpuSecondsPerDay"`

@@ -133,8 +133,16 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			case <-time.After(wait):
 			}
 			continue
+		case r.State == stateRunning:
+			why, gone := l.lostSandbox(r, sb)
+			if !gone {
+				return nil // running: nothing to restore
+			}
+			// Its sandbox died with its workspace and no snapshot at
+			// its end: it resumes from its last one.
+			r.lost = why
 		case r.State != stateSuspended && r.State != stateResuming:
-			return nil // running: nothing to restore
+			return nil
 		}
 		// Suspended, or a stale claim's: this process claims it.
 		err := l.claimAndRestore(ctx, sb, r, version)
@@ -213,7 +221,7 @@ func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r rec
 	tenant, session := sb.Tenant, sb.Session
 	now := time.Now().UTC()
 	stale := r.Claim // a stale claim this one takes over, if any
-	if r.State == stateSuspended {
+	if r.State != stateResuming {
 		stale = nil
 	}
 	r.State = stateResuming
@@ -393,9 +401,22 @@ func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, sta
 		}
 		return id, "", l.offerPrevious(ctx, tenant, session, id, err)
 	}
-	return id, fmt.Sprintf("from snapshot %s of %s (%s ago): %d entries, %d bytes, in %s%s",
-		id, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), st.Entries, st.Bytes,
+	var lost string
+	if r.lost != "" {
+		lost = r.lost + "; resumed from its last snapshot, "
+	}
+	return id, fmt.Sprintf("%sfrom snapshot %s of %s (%s ago%s): %d entries, %d bytes, in %s%s",
+		lost, id, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), snapshotReason(r), st.Entries, st.Bytes,
 		time.Since(start).Round(time.Millisecond), after), nil
+}
+
+// snapshotReason says why the record's snapshot was taken, for the
+// resumed event: ", snapshotted at pod deletion", or "".
+func snapshotReason(r record) string {
+	if r.Reason == "" {
+		return ""
+	}
+	return ", " + r.Reason
 }
 
 // offerPrevious adds to err, a resume from snapshot id that failed, the

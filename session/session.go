@@ -166,6 +166,11 @@ type Service struct {
 	// recent holds the records of suspended sessions that settings read
 	// for their next sandbox, for its Resume to claim from (resume.go).
 	recent map[string]recentRecord
+	// keep serialises the snapshots of running sessions, and loses says
+	// the runtime's workspaces die with their sandboxes (a
+	// DeletionWatcher): rescue.go.
+	keep  keeper
+	loses bool
 	// readyConns passes a new sandbox's agent connection from the Manager's
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
@@ -226,6 +231,9 @@ func New(cfg Config) (*Service, error) {
 	var suspend, resume func(context.Context, sandbox.Sandbox) error
 	if cfg.Snapshots != nil {
 		suspend, resume = l.saveSandbox, l.resumeSandbox
+	}
+	if _, ok := deletionWatcher(cfg.Runtime); ok && cfg.Snapshots != nil {
+		l.loses = true
 	}
 	if ready == nil {
 		ready = l.readyConns.Ready
@@ -324,6 +332,13 @@ func (l *Service) lead(ctx context.Context) {
 	wg.Go(func() { l.KeepPools(ctx) })
 	if l.cfg.Snapshots != nil && l.cfg.Ready == nil {
 		wg.Go(func() { l.sweepSuspendedEvery(ctx, time.Minute) })
+		if w, ok := deletionWatcher(l.cfg.Runtime); ok {
+			// Workspaces die with their sandboxes: save those deleted
+			// behind shellbox's back, and snapshot running sessions as
+			// their policies ask (rescue.go).
+			wg.Go(func() { l.watchDeletions(ctx, w) })
+			wg.Go(func() { l.snapshotPeriodically(ctx) })
+		}
 	}
 	wg.Go(func() { l.sampleUsage(ctx) })
 	wg.Wait()

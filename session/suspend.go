@@ -95,6 +95,14 @@ type record struct {
 	// Claim is the resume in progress (stateResuming), or, once running,
 	// the one that resumed it: which process, into which sandbox.
 	Claim *claim `json:"claim,omitempty"`
+	// Snapshotted is when Snapshot was taken of the running session
+	// (rescue.go: periodic snapshots); Sandbox is then the one it runs
+	// in.
+	Snapshotted time.Time `json:"snapshotted,omitzero"`
+
+	// lost says, for a resume from a running session's last snapshot,
+	// what was lost (rescue.go: lostSandbox); never stored.
+	lost string
 }
 
 // SessionNotifier hears sessions' state changes (the server's event
@@ -195,6 +203,20 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			return fail(err)
 		}
 	}
+	// The record as it is before the snapshot: the suspend's is written
+	// over it by a swap from its version (putRecord), never over one
+	// another process wrote meanwhile without a look at it. A record of
+	// a newer sandbox of the session (resumed elsewhere, by a runtime
+	// sharing the store) makes this sandbox a stale one, not suspended.
+	cur, version, had, err := l.recordAt(ctx, tenant, session)
+	if err != nil {
+		return fail(fmt.Errorf("reading its record: %w", err))
+	}
+	if had {
+		if why := movedOn(cur, sb); why != "" {
+			return fail(errdefs.Errorf(errdefs.ErrConflict, "this sandbox (%s) is not the session's any more: %s", sb.ID, why))
+		}
+	}
 	start := time.Now()
 	exp, err := c.ExportWorkspace(ctx, agentapi.WorkspaceLimits{})
 	if err != nil {
@@ -227,9 +249,13 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	} else if o, ok := l.ownSettings(tenant, session); ok {
 		r.Settings = &o
 	}
-	if err := l.writeRecord(ctx, tenant, session, r); err != nil {
+	stale := func(cur record) string { return movedOn(cur, sb) }
+	if err := l.putRecord(ctx, tenant, session, version, r, stale); err != nil {
 		// The snapshot is nobody's without its record.
 		_ = l.cfg.Snapshots.Delete(context.WithoutCancel(ctx), tenant, session, info.ID)
+		if errors.Is(err, errMovedOn) {
+			return fail(errdefs.Errorf(errdefs.ErrConflict, "this sandbox (%s) is not the session's any more: %v", sb.ID, err))
+		}
 		return fail(fmt.Errorf("recording it suspended: %w", err))
 	}
 	l.prune(ctx, tenant, session, info.ID)
@@ -571,7 +597,7 @@ func (l *Service) sweepSuspended(ctx context.Context) ([]string, error) {
 		}
 		k := rec.Tenant + "/" + rec.Session
 		ttl := l.suspendedTTL(rec.Tenant)
-		since := r.Suspended
+		since := r.snapshotTime()
 		if r.Resumed.After(since) {
 			since = r.Resumed
 		}

@@ -68,6 +68,12 @@ type ServerConfig struct {
 	// ended which command, and why), for an operator. Unset, the endpoint
 	// answers 404 like any unknown one.
 	Log func() string
+	// Exit, if set, serves POST /v1/exit: the server is done with the
+	// sandbox (it is being deleted: by shellbox, or by someone else and
+	// its workspace is saved), and the agent ends now rather than at the
+	// end of the pod's termination grace. Exit is called after the
+	// answer is written. Unset, the endpoint answers 404.
+	Exit func()
 }
 
 // Server serves the protocol over a Runner. It is an http.Handler; serve it
@@ -87,7 +93,18 @@ type Server struct {
 
 	// workspace is held by the workspace export or import in progress.
 	workspace sync.Mutex
+
+	// fenced: the sandbox is being deleted (Fence); runs and starts are
+	// refused with agentapi.ErrTerminating.
+	fenced atomic.Bool
 }
+
+// Fence makes the server refuse every new foreground run and background
+// task with agentapi.ErrTerminating, and serve the rest (the workspace's
+// export above all, tasks' output, activity) as before: the agent of a
+// pod in its termination grace, whose workspace the server is saving. What
+// runs already runs on. It cannot be undone.
+func (s *Server) Fence() { s.fenced.Store(true) }
 
 var _ http.Handler = (*Server)(nil)
 
@@ -137,6 +154,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Egress != nil {
 		s.mux.Handle("POST /v1/egress", cfg.Egress)
 	}
+	if cfg.Exit != nil {
+		s.mux.HandleFunc("POST /v1/exit", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			cfg.Exit()
+		})
+	}
 	if cfg.Log != nil {
 		s.mux.HandleFunc("GET /v1/log", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, agentapi.LogAnswer{Log: cfg.Log()})
@@ -185,6 +211,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var spec executor.Spec
 	if err := decode(w, r, agentapi.MaxSpecBytes, &spec); err != nil {
 		writeError(w, err)
+		return
+	}
+	if s.fenced.Load() {
+		writeError(w, agentapi.ErrTerminating)
 		return
 	}
 	s.runs.Add(1)
@@ -319,6 +349,10 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	var spec executor.Spec
 	if err := decode(w, r, agentapi.MaxSpecBytes, &spec); err != nil {
 		writeError(w, err)
+		return
+	}
+	if s.fenced.Load() {
+		writeError(w, agentapi.ErrTerminating)
 		return
 	}
 	t, err := s.cfg.Runner.Start(r.Context(), spec)

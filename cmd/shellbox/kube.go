@@ -133,7 +133,11 @@ func openKube(cfg config.Config) (kubeRuntime, error) {
 	if err != nil {
 		return kubeRuntime{}, fmt.Errorf("kube backend: %w", err)
 	}
-	rt, err := kube.New(cs, cfg.Kube.Runtime())
+	kc := cfg.Kube.Runtime()
+	// With a store, the workspace of a pod deleted behind shellbox's back
+	// is saved in its grace (session: DeletionWatcher).
+	kc.SaveOnDelete = cfg.Snapshots.StoreKind(cfg.Backend) != config.StoreNone
+	rt, err := kube.New(cs, kc)
 	if err != nil {
 		return kubeRuntime{}, fmt.Errorf("kube backend: %w", err)
 	}
