@@ -91,6 +91,11 @@ type Egress struct {
 	// CADir holds the tenants' egress CAs (<tenant>.pem, key included) and
 	// the placeholder key; "" is <sandbox.stateDir>/egress-ca.
 	CADir string `mapstructure:"caDir"`
+	// KeyFile, if set, is a file of at least 32 bytes from which the
+	// tenants' CAs and the placeholder key are derived instead (CADir is
+	// then unused): replicas given the same file relay every session's
+	// egress alike (secrets.NewDerivedCAs).
+	KeyFile string `mapstructure:"keyFile"`
 	// UpstreamCA is a PEM file of CA certificates trusted, besides the
 	// system's, for upstreams the relay terminates TLS to.
 	UpstreamCA string `mapstructure:"upstreamCA"`
@@ -240,6 +245,7 @@ func defaults() map[string]any {
 		"audit::maxBytes":        64 << 20,
 		"audit::maxFiles":        5,
 		"egress::caDir":          "",
+		"egress::keyFile":        "",
 		"egress::upstreamCA":     "",
 		"secrets::dir":           "",
 		"egress::blocked":        egress.HostRanges,

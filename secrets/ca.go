@@ -98,10 +98,12 @@ func LoadOrCreateCA(path, tenant string) (*CA, error) {
 	if !ca.key.PublicKey.Equal(ca.cert.PublicKey) {
 		return nil, fmt.Errorf("egress CA %s: the key is not the certificate's", path)
 	}
-	ca.now = time.Now
-	ca.leaves = map[string]*list.Element{}
-	ca.lru = list.New()
-	return &ca, nil
+	return newCA(ca.cert, ca.certPEM, ca.key), nil
+}
+
+// newCA is the CA of cert (PEM: certPEM) and its key.
+func newCA(cert *x509.Certificate, certPEM []byte, key *ecdsa.PrivateKey) *CA {
+	return &CA{cert: cert, certPEM: certPEM, key: key, now: time.Now, leaves: map[string]*list.Element{}, lru: list.New()}
 }
 
 func createCA(path, tenant string) error {
@@ -253,9 +255,11 @@ func (ca *CA) mint(host string, now time.Time) (*tls.Certificate, error) {
 }
 
 // CAs are the tenants' CAs under a directory (dir/<tenant>.pem), loaded or
-// created on first use, and the placeholder key (dir/placeholder.key).
+// created on first use, and the placeholder key (dir/placeholder.key); or,
+// made by NewDerivedCAs, all derived from one key (derived.go).
 type CAs struct {
-	dir string
+	dir  string
+	root []byte // NewDerivedCAs' key; nil: files of dir
 
 	mu  sync.Mutex
 	cas map[string]*CA
@@ -274,7 +278,13 @@ func (c *CAs) For(tenant string) (*CA, error) {
 	if ca, ok := c.cas[tenant]; ok {
 		return ca, nil
 	}
-	ca, err := LoadOrCreateCA(filepath.Join(c.dir, tenant+".pem"), tenant)
+	var ca *CA
+	var err error
+	if c.root != nil {
+		ca, err = derivedCA(c.root, tenant)
+	} else {
+		ca, err = LoadOrCreateCA(filepath.Join(c.dir, tenant+".pem"), tenant)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -283,8 +293,11 @@ func (c *CAs) For(tenant string) (*CA, error) {
 }
 
 // PlaceholderKey reads dir/placeholder.key, creating 32 random bytes there
-// first if there is none.
+// first if there is none (derived CAs: derived from their key).
 func (c *CAs) PlaceholderKey() ([]byte, error) {
+	if c.root != nil {
+		return derive(c.root, "shellbox placeholder key", 32)
+	}
 	p := filepath.Join(c.dir, "placeholder.key")
 	b, err := readBounded(p)
 	if errors.Is(err, os.ErrNotExist) {

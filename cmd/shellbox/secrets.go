@@ -13,7 +13,8 @@ import (
 
 // withSecrets gives the layer's egress what injecting policies'
 // credentials takes: the secrets (secrets.dir, then SHELLBOX_SECRET_*
-// variables), the tenants' CAs and the placeholder key (egress.caDir), and
+// variables), the tenants' CAs and the placeholder key (egress.caDir, or
+// derived from egress.keyFile), and
 // the roots upstreams are verified against (the system's, plus
 // egress.upstreamCA).
 func withSecrets(ec *session.EgressConfig, cfg config.Config) error {
@@ -23,11 +24,19 @@ func withSecrets(ec *session.EgressConfig, cfg config.Config) error {
 		}
 	}
 	ec.Secrets = secrets.NewStore(cfg.Secrets.Dir, nil)
-	dir := cfg.Egress.CADir
-	if dir == "" {
-		dir = filepath.Join(cfg.Sandbox.StateDir, "egress-ca")
+	if f := cfg.Egress.KeyFile; f != "" {
+		cas, err := secrets.LoadDerivedCAs(f)
+		if err != nil {
+			return fmt.Errorf("egress.keyFile: %w", err)
+		}
+		ec.CAs = cas
+	} else {
+		dir := cfg.Egress.CADir
+		if dir == "" {
+			dir = filepath.Join(cfg.Sandbox.StateDir, "egress-ca")
+		}
+		ec.CAs = secrets.NewCAs(dir)
 	}
-	ec.CAs = secrets.NewCAs(dir)
 	if f := cfg.Egress.UpstreamCA; f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {

@@ -138,7 +138,7 @@ func TestObjects(t *testing.T) {
 	want := []string{
 		"ConfigMap/shellbox/prod-config", "ConfigMap/shellbox/prod-policies", "Deployment/shellbox/prod",
 		"Namespace//prod-sessions", "PodDisruptionBudget/shellbox/prod", "Role/prod-sessions/prod",
-		"RoleBinding/prod-sessions/prod", "Secret/shellbox/prod-tokens", "Service/shellbox/prod",
+		"RoleBinding/prod-sessions/prod", "Secret/shellbox/prod-egress-key", "Secret/shellbox/prod-tokens", "Service/shellbox/prod",
 		"ServiceAccount/shellbox/prod",
 	}
 	if !slices.Equal(got, want) {

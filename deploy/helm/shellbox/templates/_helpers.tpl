@@ -69,6 +69,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := set $cfg "policies" (dict "dir" "/etc/shellbox/policies") }}
 {{- end }}
 {{- $_ := set $cfg "snapshots" (include "shellbox.snapshots" . | fromYaml) }}
+{{- $_ := set $cfg "egress" (dict "keyFile" "/etc/shellbox/egress-key/key") }}
 {{- toYaml (mergeOverwrite (deepCopy .Values.config) $cfg) -}}
 {{- end -}}
 
@@ -97,4 +98,12 @@ the replicas share no disk.
 {{- fail (printf "snapshots.store %q: want none or s3 (the replicas share no disk for dir)" $sn.store) -}}
 {{- end -}}
 {{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+The Secret holding the release's egress key (key "key"): the chart's own,
+or egressKey.existingSecret.
+*/}}
+{{- define "shellbox.egressKeySecret" -}}
+{{- .Values.egressKey.existingSecret | default (printf "%s-egress-key" (include "shellbox.fullname" .)) -}}
 {{- end -}}
