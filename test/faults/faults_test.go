@@ -1,8 +1,9 @@
 // Package faults holds the fault tests of one host: a session's sandbox
 // dies, vanishes or stops under shellbox while the session goes on, and
 // the server process itself is SIGKILLed (server_test.go) or finds its
-// state directory's disk full (diskfull_test.go), on Docker and
-// containerd, runc and gVisor. Each test checks what the call
+// state directory's disk full (diskfull_test.go), the engine beneath it
+// restarts with its socket gone meanwhile (engine_test.go, on private
+// daemons), on Docker and containerd, runc and gVisor. Each test checks what the call
 // during the fault saw (a result, or a clear error naming what failed,
 // within a bound that proves it did not hang), what the call after it saw
 // (its result, in a new sandbox, with the session's workspace), and what

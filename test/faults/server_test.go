@@ -74,6 +74,7 @@ type served struct {
 	owner    string
 	audit    string
 	rt       sandbox.Runtime // the engine as the test sees it
+	env      []string        // more environment of its processes (DOCKER_HOST)
 }
 
 // newServed writes the config of a server on e whose tenant's sandboxes
@@ -148,7 +149,7 @@ type serveProc struct {
 func (s *served) start(t *testing.T) *serveProc {
 	t.Helper()
 	cmd := exec.Command(shellboxBinary(t), "serve", "--config", s.cfg, "--listen", "127.0.0.1:0")
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, s.env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
