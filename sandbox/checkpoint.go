@@ -15,12 +15,11 @@ import (
 // snapshot where it can and falls back to a files snapshot of the
 // workspace where it cannot (ErrNoCheckpoint, or any other error).
 //
-// An image holds what the sandbox alone had: its memory and what the
-// runtime keeps for it (spill files). What the runtime keeps for the
-// session (SessionState: the workspace) is not in it: the workspace a
-// restore finds must be the one the sandbox had, which the single-host
-// runtimes keep where it was (files open in it are opened again, by path,
-// at the restore).
+// An image holds the sandbox whole as of one instant: its memory, what the
+// runtime keeps for it (spill files) and the session's workspace as the
+// frozen sandbox left it (files open in it are opened again, by path, at
+// the restore, and must be as the processes left them), so that a
+// restore needs nothing else: on any host sharing the store.
 type Checkpointer interface {
 	// Checkpoint saves sb, a running sandbox of this runtime, and calls
 	// commit with its image as one stream (read to EOF by commit, which

@@ -39,9 +39,12 @@ package containerd
 //  3. Task.Checkpoint with an image path (runsc checkpoint --leave-running,
 //     never an exit checkpoint, which kills the sandbox when it fails; a
 //     leave-running checkpoint of a paused sandbox leaves it paused);
-//  4. the image (runsc's files, the sandbox's host directory's files, and
-//     shellbox.json: the runsc flags and version) is streamed as a tar to
-//     the caller's commit, read from disk, never held in memory;
+//  4. the image (runsc's files, the session's host workspace as the frozen
+//     sandbox left it, in the agent's workspace stream (agent/workspace,
+//     a library the host uses as the agent does), the sandbox's host
+//     directory's files, and shellbox.json: the runsc flags and version)
+//     is streamed as a tar to the caller's commit, read from disk, never
+//     held in memory;
 //  5. success: the sandbox is killed as it is, paused (SIGKILL to the
 //     task's process on the host: runsc signals no paused container), for
 //     the caller to remove. Any failure before: the task is resumed and
@@ -52,10 +55,12 @@ package containerd
 // confined, only files and directories, bounded by MaxImageBytes), its
 // flags compared with this runtime's (other flags: refused, ErrNoCheckpoint:
 // a restore under other flags succeeds and then fails inside), then the
-// sandbox is made as Create makes it (same spec, same mounts: the host
-// workspace the session kept) with NewTask(WithRestoreImagePath), its host
-// directory's files put back first (open spill files are opened again by
-// path), and the hook run with mode restore. The caller probes the agent.
+// sandbox is made as Create makes it (same spec, same mounts) with
+// NewTask(WithRestoreImagePath), the session's workspace replaced by the
+// image's and its host directory's files put back first (open files are
+// opened again by path), and the hook run with mode restore. The image
+// holds the workspace, so a restore needs nothing else: on another host
+// sharing the store as on this one. The caller probes the agent.
 
 import (
 	"archive/tar"
@@ -79,6 +84,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/shellbox/shellbox/agent/workspace"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -108,6 +114,10 @@ const (
 	imageMeta  = "shellbox.json"
 	imageRunsc = "runsc"   // runsc's checkpoint files
 	imageHost  = "hostdir" // the sandbox's host directory's files
+	// imageWorkspace is the session's host workspace at the image's
+	// instant, in the agent's workspace stream (agent/workspace: a zstd
+	// tar with owners, modes, links, holes and xattrs).
+	imageWorkspace = "workspace.tar.zst"
 )
 
 // imageVersion is the layout above; a Restore refuses another.
@@ -315,7 +325,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb sandbox.Sandbox, commit fun
 		}
 		return r.convert(err, "checkpoint task %s", sb.ID)
 	}
-	// 4. The host directory's files, the flags, and the stream.
+	// 4. The workspace as the image has it (frozen: a checkpoint syncs
+	// the sandbox's files), the host directory's files, the flags, and
+	// the stream.
+	if r.dirs.Workspaces() {
+		if err := exportWorkspace(ctx, r.dirs.WorkspacePath(sb.Tenant, sb.Session), filepath.Join(tmp, imageWorkspace)); err != nil {
+			return fmt.Errorf("%w: containerd: checkpoint: the workspace: %v", sandbox.ErrUnavailable, err)
+		}
+	}
 	if dir := info.Labels[LabelHostDir]; dir != "" {
 		if err := copyFiles(dir, filepath.Join(tmp, imageHost)); err != nil {
 			return fmt.Errorf("%w: containerd: checkpoint: the host directory's files: %v", sandbox.ErrUnavailable, err)
@@ -646,6 +663,34 @@ func readTar(r io.Reader, dir string, max int64) error {
 			return fmt.Errorf("%w: entry %q is of type %q: an image holds files and directories only", sandbox.ErrInvalid, h.Name, h.Typeflag)
 		}
 	}
+}
+
+// exportWorkspace writes the host workspace at root into the file to.
+func exportWorkspace(ctx context.Context, root, to string) error {
+	f, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := workspace.Export(ctx, root, f, workspace.Limits{}); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// importWorkspace replaces the host workspace at root with the image's,
+// if it has one.
+func importWorkspace(ctx context.Context, image, root string, maxBytes int64) error {
+	f, err := os.Open(filepath.Join(image, imageWorkspace))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = workspace.Import(ctx, root, f, workspace.Limits{MaxBytes: maxBytes})
+	return err
 }
 
 // restoreHostFiles puts the image's host directory files into dir, the

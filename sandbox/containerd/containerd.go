@@ -254,6 +254,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (
 		if ws, made, err = r.dirs.Workspace(spec.Tenant, spec.Session, spec.WorkspaceBytes, spec.UID, spec.GID); err != nil {
 			return sandbox.Sandbox{}, err
 		}
+		if image != "" {
+			if err := importWorkspace(ctx, image, ws, spec.WorkspaceBytes); err != nil {
+				return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: restore: the image's workspace: %v", sandbox.ErrUnavailable, err)
+			}
+		}
 	}
 	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
 	if err != nil {
