@@ -248,6 +248,8 @@ func (c Config) withDefaults() (Config, error) {
 type Runtime struct {
 	cfg Config
 	cs  kubernetes.Interface
+	// exit asks an agent to end (agentapi.ExitEndpoint; tests replace it).
+	exit func(ctx context.Context, ep agentapi.Endpoint) error
 }
 
 var (
@@ -264,7 +266,7 @@ func New(cs kubernetes.Interface, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{cfg: cfg, cs: cs}, nil
+	return &Runtime{cfg: cfg, cs: cs, exit: agentapi.ExitEndpoint}, nil
 }
 
 // Config returns the configuration, defaults filled in.
@@ -866,7 +868,7 @@ func (r *Runtime) removeOwn(ctx context.Context, p *corev1.Pod) error {
 		// Best effort: an agent that does not answer is ended by the
 		// kubelet at the grace's end.
 		ectx, cancel := context.WithTimeout(ctx, exitBound)
-		_ = agentapi.ExitEndpoint(ectx, sb.Agent)
+		_ = r.exit(ectx, sb.Agent)
 		cancel()
 	}
 	// The garbage collector would delete it too, once the pod is gone; now

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -33,6 +34,8 @@ type cluster struct {
 	// (as the kubelet would) and add events. Default: running and ready.
 	mu      sync.Mutex
 	kubelet func(p *corev1.Pod) []corev1.Event
+	// exits counts Remove's requests to agents to end.
+	exits atomic.Int64
 }
 
 func newCluster(t *testing.T, objs ...runtime.Object) *cluster {
@@ -96,6 +99,9 @@ func (c *cluster) runtime(t *testing.T, mod func(*Config)) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fake pods' addresses lead nowhere: Remove's request to the
+	// agent to end is counted instead.
+	r.exit = func(context.Context, agentapi.Endpoint) error { c.exits.Add(1); return nil }
 	return r
 }
 

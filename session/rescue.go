@@ -166,11 +166,10 @@ func (l *Service) saveDoomed(ctx context.Context, sb sandbox.Sandbox, until time
 		fail(err)
 		return
 	}
-	if ok && (cur.State == stateSuspended || cur.State == stateResuming) {
+	if ok && (cur.State == stateSuspended || cur.State == stateResuming || movedOn(cur, sb) != "") {
 		// Suspended meanwhile (its own removal would carry shellbox's
-		// mark), or being resumed into another sandbox: nothing here is
-		// newer.
-		l.log.Info("sandbox deleted behind shellbox's back: its session is "+cur.State+" already", "tenant", tenant, "session", session, "id", sb.ID)
+		// mark), or resumed into another sandbox: nothing here is newer.
+		l.log.Info("sandbox deleted behind shellbox's back: its session is "+cur.State+" already, elsewhere", "tenant", tenant, "session", session, "id", sb.ID)
 		return
 	}
 	taken, err := l.takeSnapshot(ctx, sb)
@@ -502,7 +501,7 @@ func (l *Service) snapshotRunning(ctx context.Context, sb sandbox.Sandbox, now t
 		}
 		return false, fmt.Errorf("recording its snapshot: %w", err)
 	}
-	l.keep.note(key, t.info.Created)
+	l.keep.note(key, now) // the looks' clock
 	l.prune(ctx, tenant, session, t.info.ID)
 	l.changed(tenant, session, eventSnapshotted, "periodic (limits.snapshotEvery), the session running on; "+t.summary(start))
 	return true, nil

@@ -1,0 +1,194 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/shellbox/shellbox/sandbox"
+)
+
+// TestRemoveMarksItsOwn: Remove marks the pod as shellbox's own deletion
+// before it deletes it, with a grace of at most RemoveGraceSeconds, and
+// asks its agent to end; a pod someone else is deleting is only waited
+// for: no mark, no shorter grace, no end of its agent, its Secret kept.
+func TestRemoveMarksItsOwn(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t)
+	r := c.runtime(t, func(cfg *Config) { cfg.SaveOnDelete = true })
+	if r.cfg.GracePeriodSeconds != DefaultSaveGraceSeconds {
+		t.Fatalf("grace with SaveOnDelete: %d, want %d", r.cfg.GracePeriodSeconds, DefaultSaveGraceSeconds)
+	}
+	sb, err := r.Create(ctx, testSpec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.pod(t, sb.ID)
+	if got := p.Spec.Containers[0].Args; !contains(got, "--serve-through-grace") || *p.Spec.TerminationGracePeriodSeconds != DefaultSaveGraceSeconds {
+		t.Errorf("pod args %q, grace %d: want --serve-through-grace and %d s", got, *p.Spec.TerminationGracePeriodSeconds, DefaultSaveGraceSeconds)
+	}
+	var marked bool
+	var grace *int64
+	c.cs.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), AnnotationRemoving) {
+			marked = true
+		}
+		return false, nil, nil
+	})
+	c.cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		grace = a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds
+		if !marked {
+			t.Error("deleted before it was marked")
+		}
+		return false, nil, nil
+	})
+	if err := r.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if grace == nil || *grace != RemoveGraceSeconds || c.exits.Load() != 1 {
+		t.Errorf("own deletion: grace %v, agent asked to end %d times; want %d s and once", grace, c.exits.Load(), RemoveGraceSeconds)
+	}
+
+	// A pod someone else deletes: Remove waits for it, and changes nothing.
+	sb, err = r.Create(ctx, testSpec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ = c.pod(t, sb.ID)
+	now := metav1.Now()
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, ptr(int64(60))
+	if _, err := c.cs.CoreV1().Pods("sessions").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	marked, grace = false, nil
+	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := r.Remove(rctx, sb.ID); err == nil {
+		t.Error("Remove of a pod being deleted by someone else returned before it was gone")
+	}
+	if marked || grace != nil || c.exits.Load() != 1 {
+		t.Errorf("someone else's deletion: marked %v, deleted with grace %v, agent asked to end %d times; want none of it", marked, grace, c.exits.Load()-1)
+	}
+	if _, err := c.secret(t, sb.ID); err != nil {
+		t.Errorf("its Secret (the token the server saves the workspace with): %v", err)
+	}
+}
+
+// TestWatchDeletions: the watch tells of a session pod someone else
+// deletes (with its token, until the end of its grace), once, pods being
+// deleted at its start included; not of shellbox's own deletions, of
+// other owners' pods, nor of unclaimed pooled pods; a claimed pooled pod
+// is its session's.
+func TestWatchDeletions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newCluster(t)
+	r := c.runtime(t, func(cfg *Config) { cfg.SaveOnDelete = true })
+	mk := func(session, owner string) *corev1.Pod {
+		t.Helper()
+		spec, err := sandbox.NewSpec("acme", session, sandbox.WithImage("img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Owner = owner
+		sb, err := r.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := c.pod(t, sb.ID)
+		return p
+	}
+	doom := func(p *corev1.Pod, annotations map[string]string) time.Time {
+		t.Helper()
+		p, _ = c.pod(t, p.Name)
+		until := metav1.NewTime(time.Now().Add(time.Minute).Truncate(time.Second))
+		p.DeletionTimestamp = &until
+		for k, v := range annotations {
+			p.Annotations[k] = v
+		}
+		if _, err := c.cs.CoreV1().Pods("sessions").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return until.Time
+	}
+	early := mk("early", "o")
+	earlyUntil := doom(early, nil)
+	type told struct {
+		sb    sandbox.Sandbox
+		until time.Time
+	}
+	got := make(chan told, 10)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- r.WatchDeletions(ctx, "o", func(sb sandbox.Sandbox, until time.Time) { got <- told{sb, until} })
+	}()
+	next := func(what string) told {
+		t.Helper()
+		select {
+		case tl := <-got:
+			return tl
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not told", what)
+		}
+		return told{}
+	}
+	if tl := next("a pod being deleted at the start"); tl.sb.Session != "early" || !tl.until.Equal(earlyUntil) || tl.sb.Agent.Token == "" {
+		t.Errorf("told %+v", tl)
+	}
+	own := mk("own", "o")
+	other := mk("theirs", "someone-else")
+	pooled := mk(sandbox.PoolPrefix+"x", "o")
+	claimed := mk(sandbox.PoolPrefix+"y", "o")
+	gone := mk("gone", "o")
+	doom(own, map[string]string{AnnotationRemoving: "now"})
+	doom(other, nil)
+	doom(pooled, nil)
+	until := doom(claimed, map[string]string{AnnotationClaimedBy: "claimer"})
+	if tl := next("a claimed pooled pod"); tl.sb.Session != "claimer" || tl.sb.PoolName != sandbox.PoolPrefix+"y" || !tl.until.Equal(until) {
+		t.Errorf("told %+v", tl)
+	}
+	doom(gone, nil)
+	if tl := next("a session pod"); tl.sb.Session != "gone" || tl.sb.ID != gone.Name || tl.sb.State != sandbox.StateRunning {
+		t.Errorf("told %+v", tl)
+	}
+	doom(gone, map[string]string{"touched": "again"}) // an update of the same pod: told once
+	select {
+	case tl := <-got:
+		t.Errorf("told of %s/%s too", tl.sb.Session, tl.sb.ID)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("WatchDeletions: %v", err)
+	}
+}
+
+// TestWatchDeletionsForbidden: without RBAC to list pods the watch fails
+// at once, saying so.
+func TestWatchDeletionsForbidden(t *testing.T) {
+	c := newCluster(t)
+	c.cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", nil)
+	})
+	err := c.runtime(t, nil).WatchDeletions(context.Background(), "", func(sandbox.Sandbox, time.Time) {})
+	if err == nil || !strings.Contains(err.Error(), "watching session pods' deletions") {
+		t.Errorf("WatchDeletions: %v", err)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
