@@ -401,6 +401,9 @@ func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, sta
 		}
 		return id, "", l.offerPrevious(ctx, tenant, session, id, err)
 	}
+	if id == r.Snapshot && r.Memory != "" {
+		after += l.resumeMemory(ctx, sb, r)
+	}
 	var lost string
 	if r.lost != "" {
 		lost = r.lost + "; resumed from its last snapshot, "

@@ -76,6 +76,9 @@ type record struct {
 	// resumes from Snapshot; stateRunning once resumed.
 	State    string `json:"state"`
 	Snapshot string `json:"snapshot,omitempty"`
+	// Memory is the snapshot holding the sandbox's memory image
+	// (sandbox.suspend: memory, memory.go), restored after Snapshot.
+	Memory string `json:"memory,omitempty"`
 	// Settings are the options the session was created with (nil: the
 	// tenant's defaults), so its next sandbox is made as it asked.
 	Settings  *server.SessionOptions `json:"settings,omitempty"`
@@ -179,6 +182,7 @@ func suspendReason(ctx context.Context) (reason string, requested bool) {
 func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	tenant, session := sb.Tenant, sb.Session
 	reason, requested := suspendReason(ctx)
+	memory, memWhy := l.memoryMode(ctx, sb)
 	fail := func(err error) error {
 		err = fmt.Errorf("suspending session %s: %w; its sandbox is kept and the session runs on", session, err)
 		l.changed(tenant, session, "suspend-failed", err.Error())
@@ -199,8 +203,10 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		if n > 0 {
 			return fail(errdefs.Errorf(errdefs.ErrConflict, "%d call(s) in flight; suspend it when they have ended", n))
 		}
-		if killed, err = killTasks(ctx, c, session); err != nil {
-			return fail(err)
+		if !memory { // (a memory image keeps them)
+			if killed, err = killTasks(ctx, c, session); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	// The record as it is before the snapshot: the suspend's is written
@@ -231,15 +237,23 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// (another process's: this one's wait for the suspend) may have
 	// written past the snapshot: the suspend is abandoned, the sandbox
 	// kept.
-	if act, err := c.Activity(ctx); err != nil || act.Calls > 0 || act.Commands > 0 {
+	if act, err := c.Activity(ctx); err != nil || act.Calls > 0 || (act.Commands > 0 && !memory) {
 		_ = l.cfg.Snapshots.Delete(context.WithoutCancel(ctx), tenant, session, info.ID)
 		if err != nil {
 			return fail(fmt.Errorf("asking its agent what ran meanwhile: %w", err))
 		}
 		return fail(errdefs.Errorf(errdefs.ErrConflict, "work began while its workspace was being stored (%s); the snapshot is dropped", act.Busy()))
 	}
+	var memID string
+	if memory {
+		if memID, memWhy = l.suspendMemory(ctx, sb); memID == "" {
+			// A files suspend then, as any: tasks killed, taken again.
+			_ = l.cfg.Snapshots.Delete(context.WithoutCancel(ctx), tenant, session, info.ID)
+			return l.saveSandbox(filesOnly(ctx, memWhy), sb)
+		}
+	}
 	st := exp.Stats()
-	r := record{State: stateSuspended, Snapshot: info.ID, Created: sb.Created, Suspended: info.Created,
+	r := record{Memory: memID, State: stateSuspended, Snapshot: info.ID, Created: sb.Created, Suspended: info.Created,
 		Reason: reason, Size: info.Size, Entries: st.Entries, Sandbox: sb.ID, SandboxCreated: sb.Created}
 	if sb.Settings != "" {
 		var o server.SessionOptions
@@ -268,6 +282,7 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if len(killed) > 0 {
 		msg += fmt.Sprintf("; background task(s) killed by the suspend: %s", strings.Join(killed, ", "))
 	}
+	msg += memoryNote(memID, memWhy)
 	l.changed(tenant, session, stateSuspended, msg)
 	return nil
 }

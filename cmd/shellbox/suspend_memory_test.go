@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/server"
+	"github.com/shellbox/shellbox/server/client"
+)
+
+// crprobe builds the checkpoint tests' static HTTP server
+// (sandbox/containerd/testdata/crprobe) into a directory the sandbox's
+// user can read: the test image has no python for `python3 -m
+// http.server`.
+func crprobe(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, "crprobe"), "../../sandbox/containerd/testdata/crprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build crprobe: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// memoryConfig is a server on containerd with checkpoints on, a dir store
+// and a policy for tenant: runsc, sandbox.suspend as given, crprobe at
+// /opt/crprobe.
+func memoryConfig(t *testing.T, tenant, runtime, suspend string) string {
+	t.Helper()
+	eng := enginetest.Containerd.Config(t)
+	eng = strings.Replace(eng, "containerd:\n", "containerd:\n  checkpoint: true\n", 1)
+	pols := t.TempDir()
+	if err := os.WriteFile(filepath.Join(pols, tenant+".yaml"), []byte(fmt.Sprintf(`default: allow
+sandbox:
+  images: [%s]
+  runtime: %s
+  suspend: %s
+  mounts: [{source: %s, target: /opt/crprobe, readOnly: true}]
+`, dockertest.Image, runtime, suspend, crprobe(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	body := eng + fmt.Sprintf(`policies:
+  dir: %s
+sandbox:
+  stateDir: %s
+  owner: %s
+  image: %s
+  labels:
+    %s: "1"
+server:
+  shutdownTimeout: 30s
+  tenants:
+    %s:
+      tokens: [%q]
+snapshots:
+  store: dir
+  dir: %s
+`, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, tenant, server.HashToken(testToken),
+		filepath.Join(t.TempDir(), "snapshots"))
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestSuspendMemory is issue 28's done-when through `shellbox serve` on
+// containerd with gVisor: a session runs an HTTP server and a counter as
+// background tasks, is suspended with sandbox.suspend: memory (its
+// sandbox gone), and resumed by its next call, which finds the server
+// answering 200, the counter counted on from where it was (bash_output
+// reads its output across the gap, and its file has no restart) and the
+// workspace's other files as they were. The same policy on runc falls back
+// to a files snapshot and its event says why.
+func TestSuspendMemory(t *testing.T) {
+	requireEngine(t)
+	bin := buildBinaries(t)
+	t.Run("runsc", func(t *testing.T) {
+		tenant := dockertest.Tenant("mem")
+		cfg := memoryConfig(t, tenant, "runsc", "memory")
+		const s = "kept"
+		removeSandboxesAtEnd(t, cfg, tenant, s)
+		srv := startServeProcess(t, bin, cfg)
+		defer srv.stop(t)
+		c := client.New(srv.url, testToken, nil)
+		ctx := context.Background()
+		call := func(tool, args string) string {
+			t.Helper()
+			r, err := c.Call(ctx, s, tool, json.RawMessage(args))
+			if err != nil || r.IsError {
+				t.Fatalf("%s %s: %v %q", tool, args, err, r.Text)
+			}
+			return r.Text
+		}
+		bash := func(cmd string) string {
+			t.Helper()
+			a, _ := json.Marshal(map[string]any{"command": cmd, "description": "memory suspend test"})
+			return call("bash", string(a))
+		}
+		background := func(cmd string) string {
+			t.Helper()
+			a, _ := json.Marshal(map[string]any{"command": cmd, "description": "memory suspend test", "run_in_background": true})
+			m := regexp.MustCompile(`started background task (\S+)`).FindStringSubmatch(call("bash", string(a)))
+			if m == nil {
+				t.Fatalf("no task id starting %q", cmd)
+			}
+			return m[1]
+		}
+		counter := background(`i=0; while :; do i=$((i+1)); echo n$i; echo $i >> /workspace/counter.log; sleep 0.2; done`)
+		background(`/opt/crprobe/crprobe serve 127.0.0.1:8080`)
+		bash("echo kept > /workspace/kept.txt && mkdir -p d && echo x > d/y")
+		const manifest = `cd /workspace && find . -path ./counter.log -prune -o -print | LC_ALL=C sort && sha256sum kept.txt d/y`
+		before := bash(manifest)
+		const curl = `for i in $(seq 50); do c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 http://127.0.0.1:8080/) && [ "$c" = 200 ] && break; sleep 0.2; done; echo $c`
+		if got := strings.TrimSpace(bash(curl)); got != "200" {
+			t.Fatalf("the server before the suspend: %q", got)
+		}
+		nums := regexp.MustCompile(`n(\d+)`)
+		last := func(out string) int {
+			m := nums.FindAllStringSubmatch(out, -1)
+			if m == nil {
+				return 0
+			}
+			n, _ := strconv.Atoi(m[len(m)-1][1])
+			return n
+		}
+		first := func(out string) int {
+			m := nums.FindStringSubmatch(out)
+			if m == nil {
+				return 0
+			}
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+		time.Sleep(time.Second)
+		out := call("bash_output", fmt.Sprintf(`{"task_id":%q}`, counter))
+		seen := last(out)
+		if seen == 0 {
+			t.Fatalf("bash_output before the suspend: %q", out)
+		}
+
+		events := subscribe(t, c, s)
+		si, err := c.SuspendSession(ctx, s)
+		if err != nil {
+			t.Fatalf("suspend: %v", err)
+		}
+		e := events("suspended")
+		t.Logf("suspended: %s", e.Message)
+		if !strings.Contains(e.Message, "kept in memory image") {
+			t.Fatalf("the suspended event: %q, want a memory image", e.Message)
+		}
+		if list, err := c.Sessions(ctx); err != nil || len(list) != 1 || list[0].State != "suspended" {
+			t.Fatalf("sessions after suspend: %v %+v (%+v)", err, list, si)
+		}
+		time.Sleep(2 * time.Second) // the gap
+
+		if got := strings.TrimSpace(bash(curl)); got != "200" {
+			t.Errorf("the server after the resume: %q, want 200", got)
+		}
+		e = events("resumed")
+		t.Logf("resumed: %s", e.Message)
+		if !strings.Contains(e.Message, "restored from memory image") {
+			t.Errorf("the resumed event: %q, want the memory image restored", e.Message)
+		}
+		out = call("bash_output", fmt.Sprintf(`{"task_id":%q}`, counter))
+		if f := first(out); f != seen+1 {
+			t.Errorf("bash_output after the resume begins at n%d, want n%d (it read n%d before the suspend):\n%s", f, seen+1, seen, out)
+		}
+		file := strings.Fields(bash("cat /workspace/counter.log"))
+		for i, v := range file {
+			if v != strconv.Itoa(i+1) {
+				t.Fatalf("counter.log line %d is %q, want %d: the counter restarted or skipped", i+1, v, i+1)
+			}
+		}
+		if after := bash(manifest); after != before {
+			t.Errorf("the workspace after the resume:\n%s\nbefore:\n%s", after, before)
+		}
+	})
+	t.Run("runc", func(t *testing.T) {
+		tenant := dockertest.Tenant("memrunc")
+		cfg := memoryConfig(t, tenant, "runc", "memory")
+		const s = "fallback"
+		removeSandboxesAtEnd(t, cfg, tenant, s)
+		srv := startServeProcess(t, bin, cfg)
+		defer srv.stop(t)
+		c := client.New(srv.url, testToken, nil)
+		ctx := context.Background()
+		if r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"echo kept > /workspace/kept.txt","description":"t"}`)); err != nil || r.IsError {
+			t.Fatalf("call: %v %q", err, r.Text)
+		}
+		events := subscribe(t, c, s)
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			t.Fatalf("suspend: %v", err)
+		}
+		e := events("suspended")
+		if !strings.Contains(e.Message, "no memory image") || !strings.Contains(e.Message, "runtime runc") {
+			t.Errorf("the suspended event on runc: %q, want the files fallback and why", e.Message)
+		}
+		r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"cat /workspace/kept.txt","description":"t"}`))
+		if err != nil || r.IsError || strings.TrimSpace(r.Text) != "kept" {
+			t.Errorf("after the resume: %v %q", err, r.Text)
+		}
+	})
+}
