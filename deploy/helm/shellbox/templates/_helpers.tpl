@@ -62,6 +62,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
     "readyTimeout" .Values.kube.readyTimeout
     "cpuRequestRatio" .Values.kube.cpuRequestRatio
     "workspaceMedium" .Values.kube.workspaceMedium
+    "gracePeriodSeconds" (int .Values.kube.gracePeriodSeconds)
     "approvals" .Values.kube.approvals
     "serverSelector" (include "shellbox.selectorLabels" . | fromYaml)
     "serverNamespace" .Release.Namespace) -}}
