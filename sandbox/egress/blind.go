@@ -39,10 +39,17 @@ import (
 //
 // Who speaks first decides: the relay waits for the first byte of either
 // side. A server's (a banner: SMTP, SSH, FTP) makes the tunnel blind at
-// once; a client's is read as a ClientHello (0x16) or an HTTP method (a
-// run of capital letters and a space), else the tunnel is blind. A
-// ClientHello or method that begins and does not end within headTimeout
-// is refused, never let through unread: dribbling it cannot outwait the
+// once. A client's is read on as far as it takes to know what it is:
+//   - TLS: a record header (a content type, 0x03 and a version byte); its
+//     first record must be a handshake record whose message is a
+//     ClientHello (an alert or anything else first is refused: a front end
+//     may skip it and route by the hello after);
+//   - HTTP/1: a request line (a method token, a target of visible bytes,
+//     "HTTP/1.x" and a line end), after any blank lines;
+//   - anything else, as soon as a byte shows it is neither (RTSP's or
+//     SIP's version, a Redis command's line end, a binary length prefix).
+// What begins as TLS or a request line and stalls is refused after
+// headTimeout, never let through unread: dribbling it cannot outwait the
 // check.
 
 // Bounds of a blind tunnel's first flight.
@@ -51,9 +58,6 @@ const (
 	// (post-quantum key shares make them a few KiB; the protocol allows
 	// up to 16 MiB).
 	maxClientHello = 64 << 10
-	// maxMethod bounds an HTTP method's length when guessing whether a
-	// first flight is HTTP.
-	maxMethod = 16
 )
 
 // aLongTimeAgo is a deadline that has passed: it ends a blocked read.
@@ -66,20 +70,31 @@ func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) {
 	obr := bufio.NewReaderSize(out, 32<<10)
 	clientFirst, err := firstSpeaker(agent, obr, out)
 	if err != nil || !clientFirst {
+		r.observe(c.Target, Allowed)
 		egresswire.Splice(agent.Conn, agent.br, out, obr)
 		return
 	}
-	_, port, _ := net.SplitHostPort(c.Target)
-	elsewhere := func(host string) error { return r.elsewhere(c, host, port) }
+	elsewhere := func(host string) error { return r.elsewhere(c, host) }
 	refuse := func(why string) {
+		r.observe(c.Target, Denied)
 		r.logs.info("egress denied", "target", egresswire.Clip(c.Target), "reason", egresswire.Clip(why))
 		out.Close()
 		agent.Close()
 	}
-	head, _ := agent.br.Peek(1)
-	switch {
-	case head[0] == 0x16: // a TLS handshake record
-		hello, name, err := readClientHello(agent)
+	kind, first, err := classify(agent)
+	if err != nil {
+		refuse(fmt.Sprintf("shellbox egress: the first bytes to %s: %v", c.Target, err))
+		return
+	}
+	cr := io.MultiReader(bytes.NewReader(first), agent.br)
+	if kind != flightTLS {
+		// (Plain-text requests naming a refused host are answered 421 one
+		// by one: the connection was allowed.)
+		r.observe(c.Target, Allowed)
+	}
+	switch kind {
+	case flightTLS:
+		hello, name, err := readClientHello(agent, cr)
 		if err != nil {
 			refuse(fmt.Sprintf("shellbox egress: the TLS handshake to %s: %v", c.Target, err))
 			return
@@ -90,31 +105,24 @@ func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) {
 				return
 			}
 		}
-		egresswire.Splice(agent.Conn, io.MultiReader(bytes.NewReader(hello), agent.br), out, obr)
+		r.observe(c.Target, Allowed)
+		egresswire.Splice(agent.Conn, io.MultiReader(bytes.NewReader(hello), cr), out, obr)
+	case flightHTTP:
+		r.serve(agent.Conn, cr, readerConn{out, obr}, &Intercept{Host: hostOnly(c.Target), Elsewhere: elsewhere})
 	default:
-		isHTTP, err := httpMethodFirst(agent)
-		if err != nil {
-			refuse(fmt.Sprintf("shellbox egress: the first request to %s: %v", c.Target, err))
-			return
-		}
-		if !isHTTP {
-			egresswire.Splice(agent.Conn, agent.br, out, obr)
-			return
-		}
-		r.serve(agent.Conn, agent.br, readerConn{out, obr}, &Intercept{Host: hostOnly(c.Target), Elsewhere: elsewhere})
+		egresswire.Splice(agent.Conn, cr, out, obr)
 	}
 }
 
 // elsewhere judges a name a blind tunnel's client gave (SNI, Host) that is
-// not the tunnel's: as a connection of its own to host:port (port: the
-// tunnel's, unless the name carries one), by the same Check and grant.
-// Refused there, or terminated there, it is an error.
-func (r *Relay) elsewhere(c Conn, host, port string) error {
-	if h, p, err := net.SplitHostPort(host); err == nil {
-		host, port = h, p
-	}
+// not the tunnel's: as a connection of its own to that host at the
+// tunnel's port (where the bytes go, whatever port the name carries), by
+// the same Check and grant. Refused there, or terminated there, it is an
+// error.
+func (r *Relay) elsewhere(c Conn, name string) error {
+	_, port, _ := net.SplitHostPort(c.Target)
 	// As DNS reads a name: without case or a final dot.
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	host := strings.ToLower(strings.TrimSuffix(hostOnly(name), "."))
 	d, err := r.cfg.Check(Conn{Target: net.JoinHostPort(host, port), Credential: c.Credential})
 	if err != nil {
 		return err
@@ -158,17 +166,18 @@ func firstSpeaker(agent *agentConn, obr *bufio.Reader, out net.Conn) (bool, erro
 	return f.client, f.err
 }
 
-// readClientHello reads one TLS ClientHello from agent.br (its first byte
-// is a handshake record's) under headTimeout and maxClientHello, and
-// returns its bytes, as read, and the server name it gives ("": none). An
-// error: not a ClientHello, or one that did not come whole in time.
-func readClientHello(agent *agentConn) ([]byte, string, error) {
+// readClientHello reads one TLS ClientHello from cr (the client's bytes:
+// classify found its first record's header) under headTimeout and
+// maxClientHello, and returns its bytes, as read, and the server name it
+// gives ("": none). An error: not a ClientHello, or one that did not come
+// whole in time.
+func readClientHello(agent *agentConn, cr io.Reader) ([]byte, string, error) {
 	agent.SetReadDeadline(time.Now().Add(headTimeout))
 	defer agent.SetReadDeadline(time.Time{})
 	var raw, msg []byte
 	for {
 		var hdr [5]byte
-		if _, err := io.ReadFull(agent.br, hdr[:]); err != nil {
+		if _, err := io.ReadFull(cr, hdr[:]); err != nil {
 			return nil, "", fmt.Errorf("reading its record: %w", err)
 		}
 		n := int(binary.BigEndian.Uint16(hdr[3:]))
@@ -177,7 +186,7 @@ func readClientHello(agent *agentConn) ([]byte, string, error) {
 		}
 		rec := make([]byte, 5+n)
 		copy(rec, hdr[:])
-		if _, err := io.ReadFull(agent.br, rec[5:]); err != nil {
+		if _, err := io.ReadFull(cr, rec[5:]); err != nil {
 			return nil, "", fmt.Errorf("reading its record: %w", err)
 		}
 		raw = append(raw, rec...)
@@ -238,32 +247,125 @@ func (c helloConn) SetWriteDeadline(time.Time) error { return nil }
 func (c helloConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func (c helloConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 
-// httpMethodFirst reports whether the client's first bytes (in agent.br)
-// are an HTTP request line's method: capital letters (or '-') and a space,
-// within maxMethod. It waits for as many bytes as it takes to know, each
-// within headTimeout of the first: a method that begins and stalls is an
-// error, not a protocol let through unread.
-func httpMethodFirst(agent *agentConn) (bool, error) {
+// What a client's first flight is (classify).
+type flight int
+
+const (
+	flightOther flight = iota
+	flightTLS
+	flightHTTP
+)
+
+// classify reads the client's first bytes (agent.br) as far as it takes to
+// tell a TLS ClientHello's record or an HTTP/1 request line from anything
+// else (see the top of the file), and returns what it read. Each byte is
+// waited for within headTimeout of the first: a TLS header or request line
+// that begins and stalls is an error, as is one over maxRequestHead or a
+// TLS record other than a ClientHello's first.
+func classify(agent *agentConn) (flight, []byte, error) {
 	agent.SetReadDeadline(time.Now().Add(headTimeout))
 	defer agent.SetReadDeadline(time.Time{})
-	for n := 1; n <= maxMethod+1; n++ {
-		b, err := agent.br.Peek(n)
-		if err != nil {
-			if len(b) > 0 && errors.Is(err, io.EOF) {
-				return false, nil // a short message, then the client's end
-			}
-			return false, fmt.Errorf("after %d bytes that may begin a request line: %w", len(b), err)
+	var b []byte
+	next := func() (byte, error) {
+		if len(b) >= maxRequestHead {
+			return 0, fmt.Errorf("a request line over %d bytes", maxRequestHead)
 		}
-		switch c := b[n-1]; {
-		case c == ' ' && n > 1:
-			// HTTP/2's connection preface (h2c with prior knowledge,
-			// plain-text gRPC) is not read: its frames name their
-			// authority each.
-			return string(b) != "PRI ", nil
-		case c >= 'A' && c <= 'Z', c == '-' && n > 1:
-		default:
-			return false, nil
+		c, err := agent.br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, errEnd
+			}
+			return 0, fmt.Errorf("after %d bytes that may begin TLS or HTTP: %w", len(b), err)
+		}
+		b = append(b, c)
+		return c, nil
+	}
+	kind, err := classifyBytes(next)
+	if errors.Is(err, errEnd) {
+		return flightOther, b, nil // a short message, then the client's end
+	}
+	return kind, b, err
+}
+
+// errEnd: the client ended before its first flight could be told.
+var errEnd = errors.New("the client ended")
+
+// classifyBytes is classify's decision, on the bytes next gives.
+func classifyBytes(next func() (byte, error)) (flight, error) {
+	c, err := next()
+	if err != nil {
+		return 0, err
+	}
+	if c >= 0x14 && c <= 0x18 { // a TLS record's content type
+		typ := c
+		if c, err = next(); err != nil || c != 0x03 {
+			return flightOther, err
+		}
+		if c, err = next(); err != nil || c < 0x01 || c > 0x04 {
+			return flightOther, err
+		}
+		for range 2 { // the record's length
+			if _, err := next(); err != nil {
+				return 0, err
+			}
+		}
+		c, err = next()
+		if err != nil {
+			return 0, err
+		}
+		if typ != 0x16 || c != 0x01 {
+			return 0, fmt.Errorf("a TLS record (type %d, message %d) before the ClientHello", typ, c)
+		}
+		return flightTLS, nil
+	}
+	for c == '\r' || c == '\n' { // blank lines before a request
+		if c, err = next(); err != nil {
+			return 0, err
 		}
 	}
-	return false, nil
+	// method SP target SP HTTP/1.x CRLF
+	n := 0
+	for ; isTokenByte(c); n++ {
+		if c, err = next(); err != nil {
+			return 0, err
+		}
+	}
+	if n == 0 || c != ' ' {
+		return flightOther, nil
+	}
+	for n = 0; ; n++ {
+		if c, err = next(); err != nil {
+			return 0, err
+		}
+		if c == ' ' && n > 0 {
+			break
+		}
+		if c <= ' ' || c == 0x7f {
+			return flightOther, nil
+		}
+	}
+	for _, want := range []byte("HTTP/1.") {
+		if c, err = next(); err != nil {
+			return 0, err
+		}
+		if c != want {
+			return flightOther, nil // RTSP/1.0, SIP/2.0, HTTP/2.0 (h2c's preface), ...
+		}
+	}
+	if c, err = next(); err != nil || c < '0' || c > '9' {
+		return flightOther, err
+	}
+	if c, err = next(); err != nil || (c != '\r' && c != '\n') {
+		return flightOther, err
+	}
+	return flightHTTP, nil
+}
+
+// isTokenByte reports whether c may be in an HTTP token (RFC 9110 tchar).
+func isTokenByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

@@ -80,6 +80,11 @@ const (
 	maxRequestHead = 64 << 10
 	// headTimeout bounds reading a request's head once its first byte came.
 	headTimeout = 30 * time.Second
+	// maxResponseHead bounds an answer's head (net/http's client: 1 MiB).
+	maxResponseHead = 1 << 20
+	// earlyAnswerWait bounds waiting for an answer once sending the
+	// request upstream failed.
+	earlyAnswerWait = 5 * time.Second
 )
 
 // readerConn is a net.Conn whose reads come from r (a bufio.Reader over
@@ -153,22 +158,47 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 func (r *Relay) serve(client net.Conn, cr io.Reader, up net.Conn, ic *Intercept) {
 	lr := &io.LimitedReader{R: cr}
 	cbr := bufio.NewReaderSize(lr, 4096)
-	ubr := bufio.NewReaderSize(up, 32<<10)
+	ulr := &io.LimitedReader{R: up, N: 1<<63 - 1}
+	ubr := bufio.NewReaderSize(ulr, 32<<10)
 	for {
-		if !r.exchange(client, lr, cbr, up, ubr, ic) {
+		if !r.exchange(client, lr, cbr, up, ulr, ubr, ic) {
 			return
 		}
 	}
 }
 
+// readResponse reads an answer's head from ubr, the bytes of it not yet
+// buffered bounded by maxResponseHead (ulr, under ubr): an upstream cannot
+// grow the relay's memory with an endless header line. The body is not
+// bounded.
+func readResponse(ulr *io.LimitedReader, ubr *bufio.Reader, req *http.Request) (*http.Response, error) {
+	ulr.N = maxResponseHead
+	resp, err := http.ReadResponse(ubr, req)
+	over := ulr.N <= 0
+	ulr.N = 1<<63 - 1
+	if err != nil && over {
+		return nil, fmt.Errorf("its head is over %d bytes", maxResponseHead)
+	}
+	return resp, err
+}
+
 // exchange relays one request and its answer; false when the connection
 // is done (closed, broken, refused, or switched protocols and spliced).
-func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reader, up net.Conn, ubr *bufio.Reader, ic *Intercept) bool {
+func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reader, up net.Conn, ulr *io.LimitedReader, ubr *bufio.Reader, ic *Intercept) bool {
 	// Waiting for the next request is unbounded (a kept-alive connection,
 	// as a blind tunnel's); its head, once begun, is not.
 	lr.N = 1<<63 - 1
-	if _, err := cbr.Peek(1); err != nil {
-		return false
+	// Blank lines before a request line are skipped, as servers do (RFC
+	// 9112 §2.2), a bounded number of them.
+	for blank := 0; ; blank++ {
+		b, err := cbr.Peek(1)
+		if err != nil || blank > maxRequestHead {
+			return false
+		}
+		if b[0] != '\r' && b[0] != '\n' {
+			break
+		}
+		cbr.Discard(1)
 	}
 	lr.N = maxRequestHead + int64(cbr.Buffered())
 	client.SetReadDeadline(time.Now().Add(headTimeout))
@@ -217,6 +247,12 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 			return refuse(status, why)
 		}
 	}
+	if up := req.Header.Values("Upgrade"); ic.Elsewhere != nil && len(up) > 0 && !onlyWebSocket(up) {
+		// On a blind tunnel as under rules: an upgrade to another HTTP
+		// (h2c) would carry requests naming any host unread.
+		return refuse(http.StatusForbidden, fmt.Sprintf("shellbox egress: Upgrade: %s to %s is refused: the requests it would carry are not read",
+			egresswire.Clip(strings.Join(up, ", ")), ic.Host))
+	}
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		// Answered here: the body is streamed upstream with the head.
 		req.Header.Del("Expect")
@@ -243,17 +279,27 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 	if req.Body != nil && req.Body != http.NoBody {
 		req.Body = body
 	}
-	if err := req.Write(up); err != nil {
-		rec.Status, rec.Refused, rec.Duration = http.StatusBadGateway, "upstream write: "+err.Error(), time.Since(start)
-		r.observeRequest(ic, rec)
-		return false
-	}
+	werr := req.Write(up)
 	rec.BytesOut = body.n
-	resp, err := http.ReadResponse(ubr, req)
+	if werr != nil {
+		// A server may answer before it has read the whole request (413,
+		// 401) and close: that answer is the client's, if it came.
+		up.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+	}
+	resp, err := readResponse(ulr, ubr, req)
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 		// 100 Continue was answered already; other interim answers (103)
 		// are dropped.
-		resp, err = http.ReadResponse(ubr, req)
+		resp, err = readResponse(ulr, ubr, req)
+	}
+	if werr != nil {
+		up.SetReadDeadline(time.Time{})
+		if err != nil {
+			rec.Status, rec.Refused, rec.Duration = http.StatusBadGateway, "upstream write: "+werr.Error(), time.Since(start)
+			r.observeRequest(ic, rec)
+			return false
+		}
+		resp.Close = true
 	}
 	if err != nil {
 		return refuse(http.StatusBadGateway, fmt.Sprintf("shellbox egress: reading %s's answer: %v", ic.Host, err))
@@ -271,7 +317,7 @@ func (r *Relay) exchange(client net.Conn, lr *io.LimitedReader, cbr *bufio.Reade
 	}
 	rb := &counter{r: resp.Body}
 	resp.Body = rb
-	werr := resp.Write(client)
+	werr = resp.Write(client)
 	resp.Body.Close()
 	rec.Status, rec.BytesIn, rec.Duration = resp.StatusCode, rb.n, time.Since(start)
 	r.observeRequest(ic, rec)
@@ -412,10 +458,14 @@ func (c *counter) Read(p []byte) (int, error) {
 
 func (c *counter) Close() error { return c.r.Close() }
 
-// hostOnly is the host of a Host header value (host or host:port).
+// hostOnly is the host of a Host header value (host, host:port, [v6] or
+// [v6]:port).
 func hostOnly(hostport string) string {
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		return h
+	}
+	if len(hostport) > 1 && hostport[0] == '[' && hostport[len(hostport)-1] == ']' {
+		return hostport[1 : len(hostport)-1]
 	}
 	return hostport
 }

@@ -410,14 +410,16 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 		})
 		defer stop()
 	}
-	r.observe(target, Allowed)
 	if !verdict("OK") {
+		r.observe(target, Allowed)
 		return
 	}
 	if d.Intercept != nil {
+		r.observe(target, Allowed)
 		r.intercept(ctx, agent, out, d.Intercept)
 		return
 	}
+	// Counted allowed or denied once its first flight is judged.
 	r.blind(agent, out, c)
 }
 
