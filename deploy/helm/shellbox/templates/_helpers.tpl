@@ -71,6 +71,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- $_ := set $cfg "snapshots" (include "shellbox.snapshots" . | fromYaml) }}
 {{- $_ := set $cfg "egress" (dict "keyFile" "/etc/shellbox/egress-key/key") }}
+{{- if .Values.secrets.existingSecret }}
+{{- $_ := set $cfg "secrets" (dict "dir" "/etc/shellbox/secrets") }}
+{{- end }}
 {{- toYaml (mergeOverwrite (deepCopy .Values.config) $cfg) -}}
 {{- end -}}
 
