@@ -41,7 +41,7 @@ func crprobe(t *testing.T) string {
 // memoryConfig is a server on containerd with checkpoints on, a dir store
 // and a policy for tenant: runsc, sandbox.suspend as given, crprobe at
 // /opt/crprobe.
-func memoryConfig(t *testing.T, tenant, runtime, suspend string) string {
+func memoryConfig(t *testing.T, tenant, runtime, suspend string) (cfg, storeDir string) {
 	t.Helper()
 	eng := enginetest.Containerd.Config(t)
 	eng = strings.Replace(eng, "containerd:\n", "containerd:\n  checkpoint: true\n", 1)
@@ -55,7 +55,8 @@ sandbox:
 `, dockertest.Image, runtime, suspend, crprobe(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
+	storeDir = filepath.Join(t.TempDir(), "snapshots")
+	cfg = filepath.Join(t.TempDir(), "shellbox.yaml")
 	body := eng + fmt.Sprintf(`policies:
   dir: %s
 sandbox:
@@ -73,11 +74,11 @@ snapshots:
   store: dir
   dir: %s
 `, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, tenant, server.HashToken(testToken),
-		filepath.Join(t.TempDir(), "snapshots"))
+		storeDir)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return cfg
+	return cfg, storeDir
 }
 
 // TestSuspendMemory is issue 28's done-when through `shellbox serve` on
@@ -93,7 +94,7 @@ func TestSuspendMemory(t *testing.T) {
 	bin := buildBinaries(t)
 	t.Run("runsc", func(t *testing.T) {
 		tenant := dockertest.Tenant("mem")
-		cfg := memoryConfig(t, tenant, "runsc", "memory")
+		cfg, storeDir := memoryConfig(t, tenant, "runsc", "memory")
 		const s = "kept"
 		removeSandboxesAtEnd(t, cfg, tenant, s)
 		srv := startServeProcess(t, bin, cfg)
@@ -191,10 +192,45 @@ func TestSuspendMemory(t *testing.T) {
 		if after := bash(manifest); after != before {
 			t.Errorf("the workspace after the resume:\n%s\nbefore:\n%s", after, before)
 		}
+
+		// A corrupt image: the resume goes on from the files snapshot,
+		// saying so, and the tasks are gone.
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			t.Fatalf("second suspend: %v", err)
+		}
+		e = events("suspended")
+		m := regexp.MustCompile(`memory image (\S+)`).FindStringSubmatch(e.Message)
+		if m == nil {
+			t.Fatalf("the second suspended event: %q", e.Message)
+		}
+		files, _ := filepath.Glob(filepath.Join(storeDir, tenant, s, m[1]+".*.snap"))
+		if len(files) != 1 {
+			t.Fatalf("the image's file: %v", files)
+		}
+		f, err := os.OpenFile(files[0], os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		f.ReadAt(b, 4096)
+		b[0] ^= 0xff
+		f.WriteAt(b, 4096)
+		f.Close()
+		if got := bash("cat /workspace/kept.txt"); strings.TrimSpace(got) != "kept" {
+			t.Errorf("the workspace after a resume from a corrupt image: %q", got)
+		}
+		e = events("resumed")
+		t.Logf("resumed from a corrupt image: %s", e.Message)
+		if !strings.Contains(e.Message, "could not be read") || !strings.Contains(e.Message, "corrupt") || !strings.Contains(e.Message, "resumed from its files snapshot") {
+			t.Errorf("the resumed event after a corrupt image: %q, want the image refused and the files named", e.Message)
+		}
+		if r, err := c.Call(ctx, s, "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, counter))); err == nil && !r.IsError {
+			t.Errorf("the counter task after a files resume: %q, want it gone", r.Text)
+		}
 	})
 	t.Run("runc", func(t *testing.T) {
 		tenant := dockertest.Tenant("memrunc")
-		cfg := memoryConfig(t, tenant, "runc", "memory")
+		cfg, _ := memoryConfig(t, tenant, "runc", "memory")
 		const s = "fallback"
 		removeSandboxesAtEnd(t, cfg, tenant, s)
 		srv := startServeProcess(t, bin, cfg)

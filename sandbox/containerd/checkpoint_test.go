@@ -35,6 +35,13 @@ var (
 
 const probeTarget = "/opt/crprobe"
 
+// removeProbe removes what probe built; TestMain calls it after the tests.
+func removeProbe() {
+	if probeDir != "" {
+		os.RemoveAll(probeDir)
+	}
+}
+
 func probe(t testing.TB) string {
 	t.Helper()
 	probeOnce.Do(func() {

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	dockertest.RemoveAgent()
+	removeProbe()
 	os.Exit(code)
 }
 
