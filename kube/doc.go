@@ -42,7 +42,12 @@
 // Secret and waits until the pod is gone. The runtime has no
 // sandbox.SessionState: a session's /workspace is the pod's emptyDir.
 //
-// RBAC the runtime needs in Config.Namespace: pods (create, get, list,
+// Pods deleted behind shellbox's back (deletions.go): Remove marks its
+// own deletions (AnnotationRemoving) and ends their agent at once;
+// WatchDeletions tells the server of the others while their agent serves
+// through the grace (Config.SaveOnDelete), so it saves their workspace.
+//
+// RBAC the runtime needs in Config.Namespace: pods (create, get, list, watch,
 // delete, patch), secrets (create, get, list, delete, patch), events
 // (list), networkpolicies (get, create, update; with a ServerSelector),
 // leases (get, create, update); and, cluster-wide and optional,
