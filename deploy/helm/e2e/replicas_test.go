@@ -65,7 +65,7 @@ func TestReplicas(t *testing.T) {
 	// Suspended sessions go to an S3 bucket both replicas reach.
 	storeVals, storeSecrets, store, storeClient := snapshotStore(t, c)
 	r := Install(t, c, Options{
-		Tenants: []Tenant{{Name: "rep", Policy: replicaPolicy}},
+		Tenants: []Tenant{{Name: "rep", Policy: replicaPolicy}, {Name: "big", Policy: bigPolicy}},
 		Secrets: storeSecrets,
 		Values: map[string]any{
 			"snapshots":    storeVals["snapshots"],
@@ -214,6 +214,11 @@ func TestReplicas(t *testing.T) {
 		if after := podUID(); after == before {
 			t.Errorf("the same pod (uid %s) after a suspend", before)
 		}
+	})
+
+	t.Run("pod-deleted", func(t *testing.T) {
+		// Deleted and evicted behind shellbox's back: nothing lost.
+		podDeleted(t, c, r, rest, client.New(urls[0], r.Tokens["big"], hc))
 	})
 
 	t.Run("live", func(t *testing.T) {
