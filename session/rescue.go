@@ -365,6 +365,19 @@ func (l *Service) snapshotEvery(tenant string) time.Duration {
 	return 0
 }
 
+// anySnapshotEvery says whether a tenant's policy sets limits.snapshotEvery.
+func (l *Service) anySnapshotEvery() bool {
+	if l.cfg.Policies == nil {
+		return false
+	}
+	for _, tenant := range l.cfg.Policies.Tenants() {
+		if l.snapshotEvery(tenant) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshotPeriodically takes the periodic snapshots due every
 // snapshotTick until ctx ends (the leadership).
 func (l *Service) snapshotPeriodically(ctx context.Context) {
@@ -389,6 +402,9 @@ func (l *Service) snapshotPeriodically(ctx context.Context) {
 // a foreground call in flight waits for a later look, unless its snapshot
 // is due for a whole period more.
 func (l *Service) snapshotDue(ctx context.Context, now time.Time) ([]string, error) {
+	if !l.anySnapshotEvery() {
+		return nil, nil // no list of the sandboxes for nothing
+	}
 	list, err := l.manager.List(ctx)
 	if err != nil {
 		return nil, err
