@@ -35,14 +35,23 @@ type Credential struct {
 	// session's placeholder, which the relay replaces by Value in requests
 	// to Hosts.
 	Placeholder string `json:"placeholder,omitempty"`
+	// GrantedOnly credentials are injected only on connections of a call
+	// granted the network permission (sandbox_permissions, approved):
+	// any other connection to Hosts gets none (its placeholder goes as
+	// is).
+	GrantedOnly bool `json:"grantedOnly,omitempty"`
 }
 
 // ForHost returns the credentials for host (a name, any case), in policy
-// order.
-func (n Network) ForHost(host string) []Credential {
+// order: for a connection of a granted call, all of them; else those not
+// GrantedOnly.
+func (n Network) ForHost(host string, granted bool) []Credential {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	var out []Credential
 	for _, c := range n.Credentials {
+		if c.GrantedOnly && !granted {
+			continue
+		}
 		for _, h := range c.Hosts {
 			if h == host {
 				out = append(out, c)
@@ -125,6 +134,7 @@ func compileCredentials(l *located, p *Policy, creds []credentialSchema) {
 			}
 			c.Header = canon
 		}
+		c.GrantedOnly = cs.GrantedOnly
 		if cs.Value == "" {
 			bad("value", `required: the header value, e.g. "Bearer ${secret:NAME}"`)
 		} else if t, err := secrets.ParseTemplate(cs.Value); err != nil {

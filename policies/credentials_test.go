@@ -23,19 +23,28 @@ sandbox:
         hosts: [registry.npmjs.org]
         value: "${secret:npm}"
         placeholder: NPM_TOKEN
+      - name: deploy
+        hosts: [github.com]
+        header: X-Deploy-Key
+        value: "${secret:deploy}"
+        grantedOnly: true
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := p.Network.Credentials
-	if len(got) != 2 || got[0].Header != "Authorization" || strings.Join(got[0].Hosts, ",") != "api.github.com,github.com" ||
+	if len(got) != 3 || got[0].GrantedOnly || !got[2].GrantedOnly || got[0].Header != "Authorization" || strings.Join(got[0].Hosts, ",") != "api.github.com,github.com" ||
 		got[0].Placeholder != "GITHUB_TOKEN" || strings.Join(got[0].Value.Secrets(), ",") != "github-token" || got[1].Header != "" {
 		t.Fatalf("credentials: %+v", got)
 	}
-	if c := p.Network.ForHost("GitHub.com."); len(c) != 1 || c[0].Name != "github" {
-		t.Errorf("ForHost(github.com): %+v", c)
+	if c := p.Network.ForHost("GitHub.com.", false); len(c) != 1 || c[0].Name != "github" {
+		t.Errorf("ForHost(github.com), not granted: %+v", c)
 	}
-	if c := p.Network.ForHost("evil.github.com"); len(c) != 0 {
+	// A granted call's connection also gets the grantedOnly credential.
+	if c := p.Network.ForHost("github.com", true); len(c) != 2 || c[0].Name != "github" || c[1].Name != "deploy" {
+		t.Errorf("ForHost(github.com), granted: %+v", c)
+	}
+	if c := p.Network.ForHost("evil.github.com", true); len(c) != 0 {
 		t.Errorf("ForHost(evil.github.com): %+v", c)
 	}
 	// Shown, a credential names its secrets.

@@ -76,6 +76,7 @@ type credentialSchema struct {
 	Header      string   `mapstructure:"header"`
 	Value       string   `mapstructure:"value"`
 	Placeholder string   `mapstructure:"placeholder"`
+	GrantedOnly bool     `mapstructure:"grantedOnly"`
 }
 
 type mountSchema struct {

@@ -132,7 +132,7 @@ func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func
 		Agent:      sb.Agent,
 		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
 		Check: egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted,
-			func(target string) (*egress.Intercept, error) { return l.intercept(sb, target, log) }),
+			func(target string, granted bool) (*egress.Intercept, error) { return l.intercept(sb, target, granted, log) }),
 		Logger: log,
 	}
 	if o := l.cfg.Metrics; o != nil {
@@ -224,10 +224,11 @@ func (l *Service) egressCA(tenant string, log *slog.Logger) *secrets.CA {
 
 // intercept returns the Intercept of a connection of sb to target when
 // the tenant's current policy gives target's host credentials the server
-// can inject, or HTTP rules; nil otherwise (a blind tunnel: placeholders
-// go as is). A host with rules the server cannot read requests to (no
-// CA) is an error: the connection is refused, not tunnelled unjudged.
-func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger) (*egress.Intercept, error) {
+// can inject (grantedOnly ones only to a granted call's connection), or
+// HTTP rules; nil otherwise (a blind tunnel: placeholders go as is). A
+// host with rules the server cannot read requests to (no CA) is an error:
+// the connection is refused, not tunnelled unjudged.
+func (l *Service) intercept(sb sandbox.Sandbox, target string, granted bool, log *slog.Logger) (*egress.Intercept, error) {
 	ec := l.cfg.Egress
 	if l.cfg.Policies == nil {
 		return nil, nil
@@ -243,7 +244,7 @@ func (l *Service) intercept(sb sandbox.Sandbox, target string, log *slog.Logger)
 	rules, rulesKey := pol.Network.HTTPFor(host)
 	var creds []policies.Credential
 	if ec.placeholders != nil {
-		creds = pol.Network.ForHost(host)
+		creds = pol.Network.ForHost(host, granted)
 	}
 	if len(creds) == 0 && rules == nil {
 		return nil, nil
@@ -305,10 +306,11 @@ func (l *Service) checkEgress(tenant, target string) error {
 // egressDecision decides a sandbox's connections (see egressHook.Relay);
 // intercept (nil: none) says whether an allowed one is terminated.
 func egressDecision(ec EgressConfig, check func(target string) error, granted func(credential string) (context.Context, bool),
-	intercept func(target string) (*egress.Intercept, error)) func(egress.Conn) (egress.Decision, error) {
+	intercept func(target string, granted bool) (*egress.Intercept, error)) func(egress.Conn) (egress.Decision, error) {
 	return func(c egress.Conn) (egress.Decision, error) {
 		var d egress.Decision
-		if until, ok := granted(c.Credential); ok {
+		until, isGranted := granted(c.Credential)
+		if isGranted {
 			d = egress.Decision{Addr: ec.grantBlocked.Refuse, Until: until}
 		} else if err := check(c.Target); err != nil {
 			return egress.Decision{}, err
@@ -318,7 +320,7 @@ func egressDecision(ec EgressConfig, check func(target string) error, granted fu
 		// (Allowed, an address can only be one the allowlist names: the
 		// operator meant it, and no address range is refused.)
 		if intercept != nil {
-			ic, err := intercept(c.Target)
+			ic, err := intercept(c.Target, isGranted)
 			if err != nil {
 				return egress.Decision{}, err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -69,7 +70,7 @@ func TestEgressDecisionIntercepts(t *testing.T) {
 	if err := ec.compile(); err != nil {
 		t.Fatal(err)
 	}
-	asked := map[string]bool{}
+	asked, grantedAsked := map[string]bool{}, map[string]bool{}
 	ic := &egress.Intercept{Host: "api.github.com"}
 	decide := egressDecision(ec,
 		func(target string) error {
@@ -79,8 +80,9 @@ func TestEgressDecisionIntercepts(t *testing.T) {
 			return nil
 		},
 		func(cred string) (context.Context, bool) { return context.Background(), cred == "tok" },
-		func(target string) (*egress.Intercept, error) {
+		func(target string, isGranted bool) (*egress.Intercept, error) {
 			asked[target] = true
+			grantedAsked[target] = isGranted
 			switch target {
 			case "api.github.com:443":
 				return ic, nil
@@ -92,8 +94,11 @@ func TestEgressDecisionIntercepts(t *testing.T) {
 	if d, err := decide(egress.Conn{Target: "api.github.com:443"}); err != nil || d.Intercept != ic || d.Addr == nil {
 		t.Errorf("credential host: %+v %v", d, err)
 	}
-	if d, err := decide(egress.Conn{Target: "api.github.com:443", Credential: "tok"}); err != nil || d.Intercept != ic || d.Until == nil {
-		t.Errorf("credential host, granted: %+v %v", d, err)
+	if grantedAsked["api.github.com:443"] {
+		t.Error("the hook was told an ungranted connection is granted")
+	}
+	if d, err := decide(egress.Conn{Target: "api.github.com:443", Credential: "tok"}); err != nil || d.Intercept != ic || d.Until == nil || !grantedAsked["api.github.com:443"] {
+		t.Errorf("credential host, granted: %+v %v (hook told granted: %v)", d, err, grantedAsked["api.github.com:443"])
 	}
 	if d, err := decide(egress.Conn{Target: "pypi.org:443"}); err != nil || d.Intercept != nil {
 		t.Errorf("other host: %+v %v", d, err)
@@ -141,7 +146,7 @@ sandbox:
 			t.Fatal(err)
 		}
 		defer l.Close(context.Background())
-		ic, err := l.intercept(sb, "api.example:443", log)
+		ic, err := l.intercept(sb, "api.example:443", false, log)
 		if !withCA {
 			if ic != nil || err == nil || !strings.Contains(err.Error(), "policy acme judges its requests by HTTP rules (sandbox.network.http[0]), and this server has no egress CA") {
 				t.Errorf("no CA: %+v %v", ic, err)
@@ -154,8 +159,51 @@ sandbox:
 		if r := ic.Rules.Decide("POST", "/repos/x"); r.Allow || r.Name != "sandbox.network.http[0].default" {
 			t.Errorf("POST: %+v", r)
 		}
-		if ic, err := l.intercept(sb, "other.example:443", log); ic != nil || err != nil {
+		if ic, err := l.intercept(sb, "other.example:443", false, log); ic != nil || err != nil {
 			t.Errorf("a host without rules: %+v %v", ic, err)
 		}
+	}
+}
+
+// TestInterceptGrantedOnly: a grantedOnly credential is injected on the
+// connections of a call granted the network permission only; another
+// connection to its host is a blind tunnel (its placeholder goes as is).
+func TestInterceptGrantedOnly(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "acme.yaml"), []byte(`default: allow
+sandbox:
+  network:
+    allow: [deploy.example:443]
+    credentials:
+      - name: deploy
+        hosts: [deploy.example]
+        value: "${secret:deploy-key}"
+        placeholder: DEPLOY_KEY
+        grantedOnly: true
+`), 0o644)
+	e, err := policies.Open(dir, policies.Options{NoWatch: true, NoApprover: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cfg := Config{Local: LocalConfig{Root: t.TempDir(), SpillDir: filepath.Join(t.TempDir(), "spill"), Cgroup: "off"}, Policies: e,
+		Egress: EgressConfig{Secrets: secrets.NewStore("", func(string) (string, bool) { return "s3cr3t", true }), CAs: secrets.NewCAs(t.TempDir())}}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	sb := sandbox.Sandbox{Tenant: "acme", Session: "s1"}
+	log := slog.New(slog.DiscardHandler)
+	if ic, err := l.intercept(sb, "deploy.example:443", false, log); ic != nil || err != nil {
+		t.Errorf("not granted: %+v %v, want a blind tunnel", ic, err)
+	}
+	ic, err := l.intercept(sb, "deploy.example:443", true, log)
+	if err != nil || ic == nil || ic.Rewrite == nil {
+		t.Fatalf("granted: %+v %v, want the credential injected", ic, err)
+	}
+	h := http.Header{"Authorization": {"Bearer " + l.cfg.Egress.placeholders.For("acme", "s1", "deploy")}}
+	if _, used, err := ic.Rewrite(h); err != nil || len(used) != 1 || h.Get("Authorization") != "Bearer s3cr3t" {
+		t.Errorf("granted rewrite: %v %v %q", used, err, h.Get("Authorization"))
 	}
 }
