@@ -132,7 +132,9 @@ func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func
 		Agent:      sb.Agent,
 		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
 		Check: egressDecision(l.cfg.Egress, func(target string) error { return l.checkEgress(sb.Tenant, target) }, granted,
-			func(target string, granted bool) (*egress.Intercept, error) { return l.intercept(sb, target, granted, log) }),
+			func(target string, granted bool) (*egress.Intercept, error) {
+				return l.intercept(sb, target, granted, log)
+			}),
 		Logger: log,
 	}
 	if o := l.cfg.Metrics; o != nil {
