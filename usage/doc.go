@@ -51,8 +51,15 @@
 // snapshot store's session records were the other candidate: they are one
 // replace-only document per session, owned by the session layer and
 // deleted with the session, while usage must outlive the session and be
-// summed over a tenant and a day; an S3 implementation of Store is the way
-// to a fleet's shared usage.
+// summed over a tenant and a day. S3, for a fleet's replicas, which share
+// no disk, keeps an object per tenant, UTC day and writing process in the
+// snapshot store's bucket, rewritten whole by each of that process's
+// flushes (S3 cannot append); readers sum every writer's objects.
+//
+// On Kubernetes one replica samples (the leader); every process runs
+// Meter.Sync, which flushes the calls it counted and refreshes its
+// tenants' day from the Store, so every replica's limits hold a tenant to
+// what the fleet used (up to a minute late).
 //
 // Memory is bounded: the Sampler keeps the last reading of at most
 // MaxSandboxes sandboxes, and the Meter at most MaxPending buckets between

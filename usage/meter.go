@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"sync"
@@ -65,6 +66,64 @@ func (m *Meter) Load(ctx context.Context) error {
 		m.today[t] = today
 	}
 	return nil
+}
+
+// Refresh sets the day's totals to what the Store and the pending buckets
+// hold of today: for a process that does not sample (on Kubernetes, the
+// replicas but the leader), the fleet's use, which its limits hold
+// tenants to.
+func (m *Meter) Refresh(ctx context.Context) error {
+	day := m.now().UTC().Truncate(24 * time.Hour)
+	sums := map[string]Figures{}
+	err := m.each(ctx, Filter{From: day, To: day.Add(24 * time.Hour)}, func(b Bucket) error {
+		f := sums[b.Tenant]
+		f.add(b.Figures)
+		sums[b.Tenant] = f
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rollLocked(day)
+	if m.day.Equal(day) {
+		m.today = sums
+	}
+	return nil
+}
+
+// Sync flushes the Meter to its Store and refreshes the day's totals
+// (Refresh) every interval until ctx ends, then flushes once more under a
+// short context of its own. Every server process runs it: one that does
+// not sample (on Kubernetes, the replicas but the leader) writes the
+// calls it counted, and holds the tenants' limits to what the fleet used
+// (up to an interval late); for the one that samples, its Sampler's
+// flushes make most of Sync's empty.
+func (m *Meter) Sync(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := m.Flush(fctx); err != nil {
+				log.Warn("writing usage", "err", err)
+			}
+			return
+		case <-t.C:
+		}
+		if err := m.Flush(ctx); err != nil {
+			log.Warn("writing usage", "err", err)
+		}
+		if err := m.Refresh(ctx); err != nil {
+			log.Warn("reading today's usage", "err", err)
+		}
+	}
 }
 
 // Call counts one tool call of a session and its duration.

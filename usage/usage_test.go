@@ -446,3 +446,36 @@ func TestSandboxOfTheStartSecondIsNew(t *testing.T) {
 	near(t, "the new sandbox's CPU-seconds", recs[0].CPUSeconds, 2)
 	near(t, "the adopted sandbox's CPU-seconds", recs[1].CPUSeconds, 0)
 }
+
+// TestRefreshReadsTheFleetsDay: a replica that does not sample refreshes
+// today's totals from the store the leader writes, replacing (not adding
+// to) what it held, its own pending calls included once.
+func TestRefreshReadsTheFleetsDay(t *testing.T) {
+	ctx := context.Background()
+	store := &usage.Memory{}
+	clk := &clock{t: t0}
+	leader, replica := usage.NewMeter(store, clk.now), usage.NewMeter(store, clk.now)
+	src := &fakeSource{counters: map[string]usage.Counters{"c": {CPU: 3 * time.Second}}}
+	src.list = []usage.Sandbox{{Tenant: "acme", Session: "s", ID: "c", Created: t0}}
+	usage.NewSampler(leader, src, time.Second, nil).Sample(ctx) // flushes: the first sample
+	replica.Call("acme", "s", time.Second)
+	for range 2 {
+		if err := replica.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := replica.Today("acme"); got.CPUSeconds != 3 || got.Calls != 1 {
+		t.Errorf("the replica's today = %+v, want the leader's 3 CPU-seconds and its own call, once", got)
+	}
+	if err := replica.Check("acme", usage.Limits{CPUSecondsPerDay: 2}); err == nil {
+		t.Error("the replica does not hold acme to its limit")
+	}
+	// Its call reaches the store with a flush; a refresh after it counts
+	// it once still.
+	if err := replica.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Refresh(ctx); err != nil || replica.Today("acme").Calls != 1 {
+		t.Errorf("after the flush: %+v, %v", replica.Today("acme"), err)
+	}
+}
