@@ -250,6 +250,8 @@ type Runtime struct {
 	cs  kubernetes.Interface
 	// exit asks an agent to end (agentapi.ExitEndpoint; tests replace it).
 	exit func(ctx context.Context, ep agentapi.Endpoint) error
+	// stats caches the nodes' kubelet summaries Usage read (usage.go).
+	stats summaries
 }
 
 var (

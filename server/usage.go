@@ -52,7 +52,7 @@ func (s *Server) usageRoute() http.Handler {
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, tenant string) {
 	if s.cfg.Usage == nil {
 		s.countError("unavailable")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "usage is not measured by this server: it needs a sandboxed backend (docker or containerd)")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "usage is not measured by this server: it needs a sandboxed backend (docker, containerd or kube)")
 		return
 	}
 	f, csvOut, msg := s.usageQuery(r, tenant)
@@ -117,7 +117,7 @@ const maxUsageShown = 500
 func (c *console) usage(w http.ResponseWriter, r *http.Request) {
 	l := loginOf(r)
 	if c.s.cfg.Usage == nil {
-		writeError(w, http.StatusNotImplemented, "unsupported", "usage is not measured by this server: it needs a sandboxed backend (docker or containerd)")
+		writeError(w, http.StatusNotImplemented, "unsupported", "usage is not measured by this server: it needs a sandboxed backend (docker, containerd or kube)")
 		return
 	}
 	tenant := l.tenant

@@ -15,6 +15,7 @@ import (
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/session"
+	"github.com/shellbox/shellbox/usage"
 )
 
 func newServeCmd() *cobra.Command {
@@ -102,7 +103,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		b            *session.Service
 		closeRuntime func() error
 	)
-	meter := usageMeter(cfg)
+	meter, err := usageMeter(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
@@ -129,6 +133,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Sandboxes (and background tasks) of a previous process of this owner
 	// are taken over; idle ones are reaped from now on.
 	b.Start(life)
+	if meter != nil {
+		// A replica that does not sample (kube: all but the leader)
+		// writes the calls it counted and reads the fleet's day.
+		go meter.Sync(life, usage.FlushInterval, log)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {

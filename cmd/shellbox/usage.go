@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,13 +27,38 @@ func usageDir(cfg config.Config) string {
 
 // usageMeter is the Meter of a server on cfg's backend: on docker and
 // containerd, whose runtimes read their sandboxes' cgroups, over the dir
-// store; nil elsewhere (local runs no sandbox; kube's replicas share no
-// disk, and its pods' counters are not read yet).
-func usageMeter(cfg config.Config) *usage.Meter {
-	if cfg.Backend != "docker" && cfg.Backend != "containerd" {
-		return nil
+// store; on kube, whose runtime reads the kubelets' summaries, over the
+// snapshot store's S3 bucket when snapshots.store is s3 (the replicas
+// share no disk), else over the server pod's own directory; nil on local,
+// which runs no sandbox.
+func usageMeter(ctx context.Context, cfg config.Config) (*usage.Meter, error) {
+	switch cfg.Backend {
+	case "docker", "containerd":
+	case "kube":
+		if cfg.Snapshots.StoreKind(cfg.Backend) != config.StoreS3 {
+			break
+		}
+		sn := cfg.Snapshots.S3
+		secret := sn.SecretKey
+		if sn.SecretKeyFile != "" {
+			b, err := os.ReadFile(sn.SecretKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("usage: snapshots.s3.secretKeyFile: %w", err)
+			}
+			secret = strings.TrimSpace(string(b))
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := usage.NewS3(ctx, usage.S3Options{Endpoint: sn.Endpoint, Insecure: sn.Insecure, AccessKey: sn.AccessKey,
+			SecretKey: secret, Region: sn.Region, Bucket: sn.Bucket, Prefix: sn.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("usage: snapshots.s3: %w", err)
+		}
+		return usage.NewMeter(s, nil), nil
+	default:
+		return nil, nil
 	}
-	return usage.NewMeter(&usage.Dir{Path: usageDir(cfg)}, nil)
+	return usage.NewMeter(&usage.Dir{Path: usageDir(cfg)}, nil), nil
 }
 
 func newUsageCmd() *cobra.Command {
