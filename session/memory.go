@@ -29,9 +29,10 @@ package session
 // snapshot put in place. Either way the session resumes, and the event
 // says from what.
 //
-// Limits, said in docs/checkpoint.md: the idle reaper still waits for a
-// session's background tasks to end before it suspends it (only the
-// operator's suspend takes them along); the Manager keeps the new
+// Limits, said in docs/checkpoint.md: the idle reaper does not suspend a
+// session while its background tasks run (the server's watch of its tasks
+// keeps it used), so only the operator's suspend takes tasks along; the
+// Manager keeps the new
 // sandbox's creation time, not the restored one's; a resume makes a
 // sandbox twice (the new one, then the restored one).
 
@@ -61,6 +62,8 @@ func (l *Service) memoryWanted(tenant string) bool {
 func (l *Service) checkpointer(sb sandbox.Sandbox) (sandbox.Checkpointer, string) {
 	cp, ok := l.cfg.Runtime.(sandbox.Checkpointer)
 	switch {
+	case sb.Runtime != sandbox.RuntimeRunsc:
+		return nil, fmt.Sprintf("runtime %s: only gVisor (runsc) sandboxes are checkpointed", sb.Runtime)
 	case !ok:
 		return nil, "this backend cannot checkpoint a sandbox (only containerd with gVisor can)"
 	case sb.PoolName != "":
