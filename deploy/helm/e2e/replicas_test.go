@@ -57,6 +57,8 @@ rules:
 // alternate between the replicas over REST and MCP (2026-07-28) and see
 // one sandbox; streamed MCP calls through either replica deliver their
 // output live and then their whole result; an ask held on one replica is approved on the other; a
+// session pod deleted or evicted behind shellbox's back loses no file
+// (pod-deleted: the leader saves it in the pod's grace); a
 // replica deleted mid-background-task loses none of the task's output or
 // its exit status; and a rolling update under load (50 sessions calling in
 // a loop through the Service) fails no call.
