@@ -24,6 +24,7 @@ import (
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/session"
@@ -446,7 +447,9 @@ const burnCommand = `while read ns rest < /proc/$$/schedstat && [ "$ns" -lt 2000
 // server that measures usage, ends the session (its figures final), and
 // reads the console's usage page in Chromium: the tenant's and the
 // session's figures are /v1/usage's, as the page formats them, the burn
-// within 5%; the tenant sees no other tenant's; the operator sees both,
+// within 5%; another tenant's session, suspended, counts suspended time
+// and no sandbox-seconds; the tenant sees no other tenant's; the operator
+// sees both,
 // and the chart's bars sum to each tenant's figure. Screenshots are kept
 // (see artifacts).
 func TestConsoleUsageInBrowser(t *testing.T) {
@@ -458,12 +461,17 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 	meter := usage.NewMeter(&usage.Memory{}, nil)
 	defaults := session.DefaultsFor(image)
 	defaults.Labels = dockertest.Labels()
+	snapshots, err := snapshot.NewDir(snapshot.DirOptions{Path: filepath.Join(t.TempDir(), "snapshots")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { snapshots.Close() })
 	var layer *session.Service
 	srv, err := server.New(server.Config{
 		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
 			layer, err = session.New(session.Config{Runtime: rt, Owner: dockertest.Owner(t), Defaults: defaults,
-				Usage: meter, UsageInterval: time.Second, Notifier: n, Metrics: m})
+				Snapshots: snapshots, Usage: meter, UsageInterval: time.Second, Notifier: n, Metrics: m})
 			return layer, err
 		},
 		Usage: meter,
@@ -535,25 +543,54 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 	if math.Abs(burned-2) > 0.1 {
 		t.Errorf("%s's burn: %.3f CPU-seconds, want 2 within 5%%", acme, burned)
 	}
+	// beta's session is suspended: it counts suspended time, no
+	// sandbox-seconds, until it is deleted.
+	if _, err := cb.SuspendSession(ctx, "idle"); err != nil {
+		t.Fatal(err)
+	}
+	op := client.New(hs.URL, operatorToken, nil)
+	q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {from.Add(3 * time.Hour).Format(time.RFC3339)}}
+	var rep server.UsageReport
+	var sandboxAtSuspend float64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if rep, err = op.Usage(ctx, url.Values{"tenant": {beta}, "from": q["from"]}); err != nil {
+			t.Fatal(err)
+		}
+		if f := rep.Tenants[beta]; sandboxAtSuspend == 0 && f.SuspendedSeconds > 0 {
+			sandboxAtSuspend = f.SandboxSeconds
+		} else if f.SuspendedSeconds >= 2 {
+			// A pass may have seen the sandbox and the record both, as
+			// the suspension went: at most one interval more.
+			if f.SandboxSeconds-sandboxAtSuspend > 1.5 {
+				t.Errorf("beta's suspended session counted sandbox-seconds: %.3f, then %.3f", sandboxAtSuspend, f.SandboxSeconds)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta's suspended session counted no suspended time in 30 s: %+v", rep.Sessions)
+		}
+	}
 	for _, end := range []func() error{func() error { return ca.DeleteSession(ctx, "burn") }, func() error { return cb.DeleteSession(ctx, "idle") }} {
 		if err := end(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	op := client.New(hs.URL, operatorToken, nil)
-	q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {from.Add(3 * time.Hour).Format(time.RFC3339)}}
-	var rep server.UsageReport
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	// Final, and two reports a sampling interval and more apart agree.
+	var prev []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(1500 * time.Millisecond) {
 		if rep, err = op.Usage(ctx, q); err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Sessions) == 2 && rep.Sessions[0].Final && rep.Sessions[1].Final {
+		cur, _ := json.Marshal(rep.Tenants)
+		if len(rep.Sessions) == 2 && rep.Sessions[0].Final && rep.Sessions[1].Final && string(cur) == string(prev) {
 			break
 		}
+		prev = cur
 		if time.Now().After(deadline) {
-			t.Fatalf("the sessions' usage is not final after 30 s: %+v", rep.Sessions)
+			t.Fatalf("the sessions' usage is not final and settled after 30 s: %+v", rep.Sessions)
 		}
 	}
+	t.Logf("/v1/usage: %s's session was suspended %.1f s", beta, rep.Tenants[beta].SuspendedSeconds)
 	burn := rep.Tenants[acme]
 	t.Logf("/v1/usage: %s used %.3f CPU-seconds in %.1f sandbox-seconds (peak %d bytes)", acme, burn.CPUSeconds, burn.SandboxSeconds, burn.MemoryPeakBytes)
 
@@ -574,7 +611,7 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 		}
 		return map[string]string{"u-cpu": fmt.Sprintf("%.3f", f.CPUSeconds), "u-hours": fmt.Sprintf("%.4f", f.SandboxSeconds/3600),
 			"u-mem": fmt.Sprintf("%.3f", f.MemoryGiBSeconds), "u-peak": peak, "u-calls": strconv.FormatInt(f.Calls, 10),
-			"u-callsec": fmt.Sprintf("%.1fs", f.CallSeconds)}
+			"u-callsec": fmt.Sprintf("%.1fs", f.CallSeconds), "u-suspended": fmt.Sprintf("%.4f", f.SuspendedSeconds/3600)}
 	}
 	same := func(what string, got map[string]string, f usage.Figures) {
 		t.Helper()

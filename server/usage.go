@@ -89,6 +89,7 @@ func usageReport(f usage.Filter, recs []usage.Record) UsageReport {
 		t.MemoryPeakBytes = max(t.MemoryPeakBytes, rec.MemoryPeakBytes)
 		t.Calls += rec.Calls
 		t.CallSeconds += rec.CallSeconds
+		t.SuspendedSeconds += rec.SuspendedSeconds
 		rep.Tenants[rec.Tenant] = t
 	}
 	return rep
@@ -231,7 +232,7 @@ func writeUsageCSV(w http.ResponseWriter, recs []usage.Record) {
 // usageDescs are the usage counters, by tenant only: a session label would
 // make a series per session ever seen.
 type usageDescs struct {
-	sandbox, cpu, memory, calls, callSeconds *prometheus.Desc
+	sandbox, cpu, memory, calls, callSeconds, suspended *prometheus.Desc
 }
 
 func newUsageDescs() usageDescs {
@@ -244,11 +245,12 @@ func newUsageDescs() usageDescs {
 		memory:      d("shellbox_usage_memory_gib_seconds_total", "Memory GiB-seconds of the tenant's sandboxes (memory in use at each sample times the interval), since this process started."),
 		calls:       d("shellbox_usage_calls_total", "Tool calls of the tenant's sessions that ran, since this process started."),
 		callSeconds: d("shellbox_usage_call_seconds_total", "Total duration of the tenant's tool calls, since this process started."),
+		suspended:   d("shellbox_usage_suspended_seconds_total", "Seconds the tenant's sessions were suspended (no sandbox running), as sampled, since this process started."),
 	}
 }
 
 func (d usageDescs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.sandbox, d.cpu, d.memory, d.calls, d.callSeconds} {
+	for _, x := range []*prometheus.Desc{d.sandbox, d.cpu, d.memory, d.calls, d.callSeconds, d.suspended} {
 		ch <- x
 	}
 }
@@ -263,5 +265,6 @@ func (d usageDescs) collect(ch chan<- prometheus.Metric, m *usage.Meter) {
 		ch <- prometheus.MustNewConstMetric(d.memory, prometheus.CounterValue, f.MemoryGiBSeconds, t)
 		ch <- prometheus.MustNewConstMetric(d.calls, prometheus.CounterValue, float64(f.Calls), t)
 		ch <- prometheus.MustNewConstMetric(d.callSeconds, prometheus.CounterValue, f.CallSeconds, t)
+		ch <- prometheus.MustNewConstMetric(d.suspended, prometheus.CounterValue, f.SuspendedSeconds, t)
 	}
 }

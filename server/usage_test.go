@@ -111,8 +111,8 @@ func TestUsageCSV(t *testing.T) {
 			t.Fatalf("%s (Accept %q): %d %s %v", how.path, how.accept, resp.StatusCode, resp.Header.Get("Content-Type"), err)
 		}
 		want := [][]string{usage.CSVHeader,
-			{"acme", "s1", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "60.000", "2.500", "15.000", "268435456", "0", "0.000", "false"},
-			{"acme", "s2", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "10.000", "0.500", "0.000", "0", "0", "0.000", "true"},
+			{"acme", "s1", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "60.000", "2.500", "15.000", "268435456", "0", "0.000", "false", "0.000"},
+			{"acme", "s2", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "10.000", "0.500", "0.000", "0", "0", "0.000", "true", "0.000"},
 		}
 		if len(rows) != len(want) {
 			t.Fatalf("%s: rows %q", how.path, rows)

@@ -16,6 +16,24 @@ import (
 type usageSource struct {
 	m *sandbox.Manager
 	r sandbox.UsageReader
+	l *Service
+}
+
+var _ usage.SuspendedLister = usageSource{}
+
+// Suspended implements usage.SuspendedLister: the sessions the snapshot
+// store records suspended (one listing of the records per pass; none
+// without a store).
+func (u usageSource) Suspended(ctx context.Context) ([]usage.Sandbox, error) {
+	list, err := u.l.Suspended(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]usage.Sandbox, 0, len(list))
+	for _, si := range list {
+		out = append(out, usage.Sandbox{Tenant: si.Tenant, Session: si.ID, Created: si.Suspended})
+	}
+	return out, nil
 }
 
 func (u usageSource) Sandboxes(ctx context.Context) ([]usage.Sandbox, error) {
@@ -47,7 +65,7 @@ func (l *Service) sampleUsage(ctx context.Context) {
 	if err := l.cfg.Usage.Load(ctx); err != nil {
 		l.log.Warn("reading today's usage", "err", err)
 	}
-	usage.NewSampler(l.cfg.Usage, usageSource{m: l.manager, r: r}, l.cfg.UsageInterval, l.log).Run(ctx)
+	usage.NewSampler(l.cfg.Usage, usageSource{m: l.manager, r: r, l: l}, l.cfg.UsageInterval, l.log).Run(ctx)
 }
 
 // usageGate refuses a command of a tenant past its policy's daily usage

@@ -11,7 +11,7 @@ import (
 // CSVHeader is the header row of WriteCSV: GET /v1/usage?format=csv and
 // `shellbox usage --csv`.
 var CSVHeader = []string{"tenant", "session", "from", "to", "sandbox_seconds", "cpu_seconds",
-	"memory_gib_seconds", "memory_peak_bytes", "calls", "call_seconds", "final"}
+	"memory_gib_seconds", "memory_peak_bytes", "calls", "call_seconds", "final", "suspended_seconds"}
 
 // WriteCSV writes records as CSV, CSVHeader first; seconds with three
 // decimals, times in RFC 3339.
@@ -22,7 +22,7 @@ func WriteCSV(w io.Writer, recs []Record) error {
 	for _, r := range recs {
 		_ = cw.Write([]string{r.Tenant, r.Session, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339),
 			fl(r.SandboxSeconds), fl(r.CPUSeconds), fl(r.MemoryGiBSeconds), strconv.FormatInt(r.MemoryPeakBytes, 10),
-			strconv.FormatInt(r.Calls, 10), fl(r.CallSeconds), strconv.FormatBool(r.Final)})
+			strconv.FormatInt(r.Calls, 10), fl(r.CallSeconds), strconv.FormatBool(r.Final), fl(r.SuspendedSeconds)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -25,7 +25,15 @@ type Source interface {
 	Read(ctx context.Context, id string) (Counters, error)
 }
 
-// MaxSandboxes bounds the sandboxes a Sampler keeps a last reading of.
+// SuspendedLister is an optional ability of a Source: the sessions
+// suspended now (their workspaces in the snapshot store, no sandbox), each
+// as a Sandbox whose Created is when it was suspended (ID unused).
+type SuspendedLister interface {
+	Suspended(ctx context.Context) ([]Sandbox, error)
+}
+
+// MaxSandboxes bounds the sandboxes a Sampler keeps a last reading of,
+// and the suspended sessions it keeps a last count of.
 const MaxSandboxes = 10_000
 
 // DefaultInterval is how often a Sampler reads each sandbox by default.
@@ -50,6 +58,9 @@ type Sampler struct {
 	flushed  time.Time // when Sample last flushed
 
 	last map[string]reading // by sandbox id; only Sample's goroutine uses it
+	// suspended holds when each suspended session was last counted, by
+	// tenant and session; only Sample's goroutine uses it.
+	suspended map[[2]string]time.Time
 }
 
 type reading struct {
@@ -67,7 +78,8 @@ func NewSampler(m *Meter, src Source, interval time.Duration, log *slog.Logger) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sampler{meter: m, src: src, interval: interval, log: log, started: m.now(), last: map[string]reading{}}
+	return &Sampler{meter: m, src: src, interval: interval, log: log, started: m.now(), last: map[string]reading{},
+		suspended: map[[2]string]time.Time{}}
 }
 
 // Run samples every interval until ctx ends, then flushes once more under
@@ -147,10 +159,48 @@ func (s *Sampler) Sample(ctx context.Context) {
 			s.meter.add(r.tenant, r.session, r.at, Figures{}, true)
 		}
 	}
+	if sl, ok := s.src.(SuspendedLister); ok && ctx.Err() == nil {
+		s.sampleSuspended(ctx, sl)
+	}
 	if now := s.meter.now(); now.Sub(s.flushed) >= FlushInterval {
 		s.flushed = now
 		if err := s.meter.Flush(ctx); err != nil {
 			s.log.Warn("writing usage", "err", err)
+		}
+	}
+}
+
+// sampleSuspended counts each suspended session's time since it was last
+// counted: one suspended since the Sampler started from its suspension,
+// one suspended before from this pass on (the process before counted it
+// up to its own last pass).
+func (s *Sampler) sampleSuspended(ctx context.Context, sl SuspendedLister) {
+	list, err := sl.Suspended(ctx)
+	if err != nil {
+		s.log.Warn("listing suspended sessions for usage", "err", err)
+		return
+	}
+	now := s.meter.now()
+	seen := make(map[[2]string]bool, len(list))
+	for _, su := range list {
+		k := [2]string{su.Tenant, su.Session}
+		seen[k] = true
+		last, ok := s.suspended[k]
+		if !ok {
+			if len(s.suspended) >= MaxSandboxes {
+				continue
+			}
+			last = now
+			if !su.Created.IsZero() && !su.Created.Before(s.started.Truncate(time.Second)) && su.Created.Before(now) {
+				last = su.Created
+			}
+		}
+		s.suspended[k] = now
+		s.meter.add(su.Tenant, su.Session, now, Figures{SuspendedSeconds: max(0, now.Sub(last).Seconds())}, false)
+	}
+	for k := range s.suspended {
+		if !seen[k] {
+			delete(s.suspended, k)
 		}
 	}
 }

@@ -27,6 +27,10 @@ type Figures struct {
 	MemoryPeakBytes  int64   `json:"memoryPeakBytes"`
 	Calls            int64   `json:"calls"`
 	CallSeconds      float64 `json:"callSeconds"`
+	// SuspendedSeconds is how long the session was suspended (its
+	// workspace in the snapshot store, no sandbox running): not in
+	// SandboxSeconds.
+	SuspendedSeconds float64 `json:"suspendedSeconds"`
 }
 
 // add adds o to f: sums, and the larger peak.
@@ -37,6 +41,7 @@ func (f *Figures) add(o Figures) {
 	f.MemoryPeakBytes = max(f.MemoryPeakBytes, o.MemoryPeakBytes)
 	f.Calls += o.Calls
 	f.CallSeconds += o.CallSeconds
+	f.SuspendedSeconds += o.SuspendedSeconds
 }
 
 // Bucket is what one session used in one UTC hour: the unit a Store keeps.

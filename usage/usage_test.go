@@ -479,3 +479,49 @@ func TestRefreshReadsTheFleetsDay(t *testing.T) {
 		t.Errorf("after the flush: %+v, %v", replica.Today("acme"), err)
 	}
 }
+
+// suspendingSource is a fakeSource that lists suspended sessions too.
+type suspendingSource struct {
+	*fakeSource
+	suspended []usage.Sandbox
+}
+
+func (s *suspendingSource) Suspended(context.Context) ([]usage.Sandbox, error) {
+	return s.suspended, nil
+}
+
+// TestSuspendedTime: a suspended session counts suspended seconds, no
+// sandbox-seconds, from its suspension when that was after the Sampler
+// started, from the first pass otherwise; a resumed one (listed no more)
+// stops counting.
+func TestSuspendedTime(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &suspendingSource{fakeSource: &fakeSource{counters: map[string]usage.Counters{}}}
+	s := usage.NewSampler(m, src, 10*time.Second, nil)
+	src.suspended = []usage.Sandbox{
+		{Tenant: "acme", Session: "new", Created: t0.Add(4 * time.Second)},
+		{Tenant: "acme", Session: "old", Created: t0.Add(-time.Hour)},
+	}
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+	src.suspended = src.suspended[1:] // "new" resumed
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records = %+v, %v", recs, err)
+	}
+	near(t, "new's suspended seconds", recs[0].SuspendedSeconds, 16)
+	near(t, "old's suspended seconds", recs[1].SuspendedSeconds, 20)
+	if recs[0].SandboxSeconds != 0 || recs[1].SandboxSeconds != 0 || recs[0].Final {
+		t.Errorf("records = %+v, want no sandbox-seconds, not final", recs)
+	}
+	var csv strings.Builder
+	if err := usage.WriteCSV(&csv, recs); err != nil || !strings.HasSuffix(strings.SplitN(csv.String(), "\n", 3)[1], ",false,16.000") {
+		t.Errorf("CSV: %q %v", csv.String(), err)
+	}
+}

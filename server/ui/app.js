@@ -388,6 +388,7 @@
     hours: { label: "sandbox-hours", of: (f) => f.sandboxSeconds / 3600, fmt: (v) => v.toFixed(4) },
     mem: { label: "memory GiB-seconds", of: (f) => f.memoryGiBSeconds, fmt: (v) => v.toFixed(3) },
     calls: { label: "tool calls", of: (f) => f.calls || 0, fmt: (v) => String(v) },
+    suspended: { label: "suspended hours", of: (f) => (f.suspendedSeconds || 0) / 3600, fmt: (v) => v.toFixed(4) },
   };
   const mib = (b) => (b > 0 ? (b / 1048576).toFixed(1) + " MiB" : "—");
   const PALETTE = ["#0969da", "#1a7f37", "#bf3989", "#9a6700", "#8250df", "#cf222e", "#1b7c83", "#57606a"];
@@ -397,7 +398,8 @@
   function usageCells(f) {
     return [[FIGURES.cpu.fmt(FIGURES.cpu.of(f)), "num u-cpu"], [FIGURES.hours.fmt(FIGURES.hours.of(f)), "num u-hours"],
       [FIGURES.mem.fmt(FIGURES.mem.of(f)), "num u-mem"], [mib(f.memoryPeakBytes), "num u-peak"],
-      [String(f.calls || 0), "num u-calls"], [(f.callSeconds || 0).toFixed(1) + "s", "num u-callsec"]];
+      [String(f.calls || 0), "num u-calls"], [(f.callSeconds || 0).toFixed(1) + "s", "num u-callsec"],
+      [((f.suspendedSeconds || 0) / 3600).toFixed(4), "num u-suspended"]];
   }
 
   function usageRange() {
