@@ -13,14 +13,14 @@ package agent
 // (processes started by runtime exec are killed by a restore, so tasks
 // never are).
 //
-// The trigger is the hook, `shellbox-agent checkpoint-hook` (HookArg),
-// run as root inside the sandbox with GVISOR_SAVE_RESTORE_AUTO_EXEC_MODE
-// set to save, restore or resume, as runsc's --save-restore-exec-argv
-// runs its hook (and as the host runs it by runtime exec: see
-// sandbox/containerd/checkpoint.go for why). It signals PID 1 (SIGUSR1:
-// close, SIGUSR2: listen) and waits until the agent's state file
-// (<socket>.state, StateFile) says it is done, so that its exit 0 means
-// the socket is closed (or open) now. Only root signals PID 1: commands
+// The trigger is SIGUSR1 (close) or SIGUSR2 (listen) to PID 1: sent by
+// the host through the runtime (runsc kill; sandbox/containerd, which then
+// reads the agent's state file <socket>.state in the host directory), or
+// by the hook, `shellbox-agent checkpoint-hook` (HookArg), run as root
+// inside the sandbox with GVISOR_SAVE_RESTORE_AUTO_EXEC_MODE set to save,
+// restore or resume, as runsc's --save-restore-exec-argv runs one. The
+// hook waits until the state file (StateFile) says the agent is done, so
+// that its exit 0 means the socket is closed (or open) now. Only root signals PID 1: commands
 // run as another uid without CAP_KILL. With --no-setuid (a Kubernetes pod,
 // where there is no checkpoint) the agent ignores both signals, as it
 // ignores every signal that would end it, and with --listen (TCP) there
@@ -54,16 +54,18 @@ const (
 	HookResume  = "resume"
 )
 
-// The signals the hook sends PID 1.
+// The signals the hook sends PID 1 (and the host, through the runtime:
+// sandbox/containerd).
 var (
-	sigCloseHost  = syscall.SIGUSR1
-	sigListenHost = syscall.SIGUSR2
+	SigCloseHost  = syscall.SIGUSR1
+	SigListenHost = syscall.SIGUSR2
 )
 
-// The states StateFile holds, with a sequence number: "closed 3".
+// The states StateFile holds, with a sequence number: "closed 3". The
+// host reads them too (sandbox/containerd).
 const (
-	stateClosed    = "closed"
-	stateListening = "listening"
+	StateClosed    = "closed"
+	StateListening = "listening"
 )
 
 // StateFile is where the agent serving socket says whether its host socket
@@ -103,7 +105,7 @@ func readState(socket string) (string, uint64, error) {
 	}
 	st, n, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
 	seq, perr := strconv.ParseUint(n, 10, 64)
-	if !ok || perr != nil || (st != stateClosed && st != stateListening) {
+	if !ok || perr != nil || (st != StateClosed && st != StateListening) {
 		return "", 0, fmt.Errorf("checkpoint state %s: unreadable %q", StateFile(socket), clipState(b))
 	}
 	return st, seq, nil
@@ -128,9 +130,9 @@ func Hook(mode, socket string, signal func(syscall.Signal) error, timeout time.D
 	)
 	switch mode {
 	case HookSave:
-		sig, want = sigCloseHost, stateClosed
+		sig, want = SigCloseHost, StateClosed
 	case HookRestore, HookResume:
-		sig, want = sigListenHost, stateListening
+		sig, want = SigListenHost, StateListening
 	default:
 		return fmt.Errorf("checkpoint hook: mode %q ($%s): want %s, %s or %s", mode, EnvHookMode, HookSave, HookRestore, HookResume)
 	}
@@ -209,18 +211,18 @@ func (h *hostServer) close() {
 // handle closes or opens the socket on sig and records the result in the
 // state file, with a sequence number above any the file held.
 func (h *hostServer) handle(sig os.Signal) {
-	st := stateListening
+	st := StateListening
 	switch sig {
-	case sigCloseHost:
+	case SigCloseHost:
 		h.close()
-		st = stateClosed
+		st = StateClosed
 		h.logf("host socket closed for a checkpoint")
-	case sigListenHost:
+	case SigListenHost:
 		if h.hs == nil {
 			if err := h.listen(); err != nil {
 				// The state stays closed: the hook fails, saying so.
 				h.logf("host socket after a checkpoint: %v", err)
-				st = stateClosed
+				st = StateClosed
 			} else {
 				h.logf("host socket open again after a checkpoint")
 			}

@@ -112,7 +112,7 @@ func TestHookClosesAndReopensTheHostSocket(t *testing.T) {
 		}
 	}
 	st, seq, err := readState(socket)
-	if err != nil || st != stateListening || seq != 4 {
+	if err != nil || st != StateListening || seq != 4 {
 		t.Errorf("state file: %q %d %v, want listening 4", st, seq, err)
 	}
 }

@@ -378,7 +378,7 @@ func Serve(o Options, logger *log.Logger, recent func() string) error {
 	// socket is made: a sandbox is checkpointable once it answers there.
 	hookc := make(chan os.Signal, 1)
 	if o.Listen == "" && !o.NoSetuid {
-		signal.Notify(hookc, sigCloseHost, sigListenHost)
+		signal.Notify(hookc, SigCloseHost, SigListenHost)
 		defer signal.Stop(hookc)
 	}
 	newHTTP := func() *http.Server {

@@ -74,6 +74,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,21 +82,18 @@ import (
 
 	"github.com/BurntSushi/toml"
 	client "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
-	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shellbox/shellbox/agent/workspace"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
 var _ sandbox.Checkpointer = (*Runtime)(nil)
 
-// The agent's checkpoint hook (agent/checkpoint.go: HookArg, EnvHookMode,
-// the modes), spelled here so that the server does not link the agent's
-// package; checkpoint_test.go holds them equal.
+// The agent's checkpoint hook's modes (agent/checkpoint.go), spelled
+// here so that the server does not link the agent's package;
+// wrapper_test.go holds them, the signals and the state file equal.
 const (
-	hookArg     = "checkpoint-hook"
-	envHookMode = "GVISOR_SAVE_RESTORE_AUTO_EXEC_MODE"
 	hookSave    = "save"
 	hookRestore = "restore"
 	hookResume  = "resume"
@@ -286,26 +284,22 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb sandbox.Sandbox, commit fun
 	if err != nil {
 		return r.convert(err, "load task %s", sb.ID)
 	}
-	proc := specOf(info)
-	if proc == nil || proc.Process == nil {
-		return fmt.Errorf("%w: containerd: container %s has no readable spec", sandbox.ErrUnavailable, sb.ID)
-	}
-
 	// 1. The agent's host socket.
-	if err := r.hook(ctx, task, proc.Process, hookSave); err != nil {
+	dir := info.Labels[LabelHostDir]
+	if err := r.hook(ctx, task, dir, hookSave); err != nil {
 		// A hook that failed may have closed it anyway.
-		r.thaw(ctx, task, proc.Process, false)
+		r.thaw(ctx, task, dir, false)
 		return err
 	}
 	// 2. Frozen from here.
 	if err := task.Pause(ctx); err != nil {
-		r.thaw(ctx, task, proc.Process, false)
+		r.thaw(ctx, task, dir, false)
 		return r.convert(err, "pause task %s", sb.ID)
 	}
 	done := false
 	defer func() {
 		if !done {
-			r.thaw(ctx, task, proc.Process, true)
+			r.thaw(ctx, task, dir, true)
 		}
 	}()
 	tmp, err := os.MkdirTemp(filepath.Join(r.cfg.StateDir, "checkpoint"), "image-")
@@ -333,7 +327,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb sandbox.Sandbox, commit fun
 			return fmt.Errorf("%w: containerd: checkpoint: the workspace: %v", sandbox.ErrUnavailable, err)
 		}
 	}
-	if dir := info.Labels[LabelHostDir]; dir != "" {
+	if dir != "" {
 		if err := copyFiles(dir, filepath.Join(tmp, imageHost)); err != nil {
 			return fmt.Errorf("%w: containerd: checkpoint: the host directory's files: %v", sandbox.ErrUnavailable, err)
 		}
@@ -394,7 +388,7 @@ func (r *Runtime) killPaused(ctx context.Context, task client.Task) error {
 // then have the agent listen again. Under a context of its own: the
 // caller's may be why it failed. Errors are the log's: the sandbox may
 // still answer.
-func (r *Runtime) thaw(ctx context.Context, task client.Task, p *specs.Process, paused bool) {
+func (r *Runtime) thaw(ctx context.Context, task client.Task, dir string, paused bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if paused {
@@ -402,53 +396,79 @@ func (r *Runtime) thaw(ctx context.Context, task client.Task, p *specs.Process, 
 			return
 		}
 	}
-	_ = r.hook(ctx, task, p, hookResume)
+	_ = r.hook(ctx, task, dir, hookResume)
 }
 
-// hookTimeout bounds one run of the agent's hook by runtime exec.
-const hookTimeout = 30 * time.Second
+// agentTimeout bounds the wait for the agent to close or open its
+// socket; signalAgain is how often an unanswered agent is signalled again
+// (one that has only just started may not listen for it yet).
+const (
+	agentTimeout = 15 * time.Second
+	signalAgain  = 500 * time.Millisecond
+)
 
-// hook runs `shellbox-agent checkpoint-hook` in the sandbox as root with
-// mode, by runtime exec, and waits for it: an error says its exit status
-// and output.
-func (r *Runtime) hook(ctx context.Context, task client.Task, base *specs.Process, mode string) error {
-	ctx, cancel := context.WithTimeout(ctx, hookTimeout)
+// The agent's signals and states (agent/checkpoint.go: sigCloseHost,
+// sigListenHost, StateFile's content).
+const (
+	stateClosed    = "closed"
+	stateListening = "listening"
+)
+
+// hook has the agent of task close its host socket (mode hookSave) or
+// listen again (hookRestore, hookResume), as its checkpoint hook would
+// (agent/checkpoint.go), from the host: the signal through the runtime
+// (runsc kill: no process is exec'd), the answer read from the agent's
+// state file in the host directory dir.
+func (r *Runtime) hook(ctx context.Context, task client.Task, dir, mode string) error {
+	sig, want := syscall.SIGUSR2, stateListening
+	if mode == hookSave {
+		sig, want = syscall.SIGUSR1, stateClosed
+	}
+	if dir == "" {
+		return fmt.Errorf("%w: containerd: task %s has no host directory: its agent cannot be told to %s", sandbox.ErrUnavailable, task.ID(), mode)
+	}
+	path := agentStateFile(dir)
+	_, before := readAgentState(path)
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
-	p := *base
-	p.Args = []string{sandbox.AgentPath, hookArg}
-	p.Env = []string{"PATH=/usr/bin:/bin", envHookMode + "=" + mode}
-	p.Terminal = false
-	p.User = specs.User{UID: 0, GID: 0}
-	p.Cwd = "/"
-	out := &capped{max: 4 << 10}
-	id := fmt.Sprintf("hook-%s-%d", mode, time.Now().UnixNano())
-	proc, err := task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, out, out)))
-	if err != nil {
-		return r.convert(err, "exec the checkpoint hook (%s) in %s", mode, task.ID())
-	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer dcancel()
-		_, _ = proc.Delete(dctx, client.WithProcessKill)
-	}()
-	wait, err := proc.Wait(ctx)
-	if err != nil {
-		return r.convert(err, "wait for the checkpoint hook (%s) in %s", mode, task.ID())
-	}
-	if err := proc.Start(ctx); err != nil {
-		return r.convert(err, "start the checkpoint hook (%s) in %s", mode, task.ID())
-	}
-	select {
-	case st := <-wait:
-		proc.IO().Wait()
-		if code, _, err := st.Result(); err != nil || code != 0 {
-			return fmt.Errorf("%w: containerd: the agent's checkpoint hook (%s) in %s: exit status %d, %v: %s",
-				sandbox.ErrUnavailable, mode, task.ID(), code, err, strings.TrimSpace(out.String()))
+	var sent time.Time
+	for {
+		if time.Since(sent) >= signalAgain {
+			if err := task.Kill(ctx, sig); err != nil {
+				return r.convert(err, "signal the agent of %s (%s)", task.ID(), mode)
+			}
+			sent = time.Now()
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: containerd: the agent's checkpoint hook (%s) in %s: %w", sandbox.ErrUnavailable, mode, task.ID(), ctx.Err())
+		if st, seq := readAgentState(path); seq > before {
+			if st != want {
+				return fmt.Errorf("%w: containerd: the agent of %s did not %s: its socket is %s (see its log)", sandbox.ErrUnavailable, task.ID(), mode, st)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: containerd: the agent of %s did not answer (%s) within %s: %w", sandbox.ErrUnavailable, task.ID(), mode, agentTimeout, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
+}
+
+// agentStateFile is the agent's state file in the host directory dir.
+func agentStateFile(dir string) string { return hostdir.SocketPath(dir) + ".state" }
+
+// readAgentState reads the agent's state file ("closed 3"); "", 0 when
+// it is missing or unreadable.
+func readAgentState(path string) (string, uint64) {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) > 64 {
+		return "", 0
+	}
+	st, n, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if err != nil {
+		return "", 0
+	}
+	return st, seq
 }
 
 // clipOut is a command's output for an error, at most 1 KiB.
@@ -457,28 +477,6 @@ func clipOut(b []byte) string {
 		b = b[:1<<10]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// capped keeps the first max bytes written to it.
-type capped struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.max - len(c.b); n > 0 {
-		c.b = append(c.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (c *capped) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return string(c.b)
 }
 
 // Restore implements sandbox.Checkpointer (see the file's comment).

@@ -314,11 +314,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (
 	}
 	if image != "" {
 		// The agent listens again (checkpoint.go).
-		s, err := ctr.Spec(ctx)
-		if err != nil {
-			return sandbox.Sandbox{}, r.convert(err, "spec of %s", id)
-		}
-		if err := r.hook(ctx, task, s.Process, hookRestore); err != nil {
+		if err := r.hook(ctx, task, dir, hookRestore); err != nil {
 			return sandbox.Sandbox{}, err
 		}
 	}

@@ -7,17 +7,31 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shellbox/shellbox/agent"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
-// TestHookNamesMatchTheAgent: the hook this runtime runs is the agent's.
+// TestHookNamesMatchTheAgent: the modes, signals and state file this
+// runtime uses are the agent's.
 func TestHookNamesMatchTheAgent(t *testing.T) {
-	if hookArg != agent.HookArg || envHookMode != agent.EnvHookMode || hookSave != agent.HookSave ||
-		hookRestore != agent.HookRestore || hookResume != agent.HookResume {
+	if hookSave != agent.HookSave || hookRestore != agent.HookRestore || hookResume != agent.HookResume ||
+		stateClosed != agent.StateClosed || stateListening != agent.StateListening ||
+		syscall.SIGUSR1 != agent.SigCloseHost || syscall.SIGUSR2 != agent.SigListenHost {
 		t.Error("the checkpoint hook's names differ from agent/checkpoint.go's")
+	}
+	if got, want := agentStateFile("/d"), agent.StateFile(hostdir.SocketPath("/d")); got != want {
+		t.Errorf("state file %q, the agent's %q", got, want)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(agentStateFile(dir), []byte("closed 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, seq := readAgentState(agentStateFile(dir)); st != stateClosed || seq != 7 {
+		t.Errorf("readAgentState: %q %d", st, seq)
 	}
 }
 
