@@ -614,13 +614,22 @@ func writeTar(w io.Writer, dir string) error {
 }
 
 // readTar unpacks r into dir: regular files and directories only, every
-// name confined to dir, at most max bytes of content.
+// name confined to dir, at most max bytes of content. It reads r to its
+// EOF: a store's reader says only there whether the bytes were whole
+// (snapshot.ErrCorrupt), and that error is returned.
 func readTar(r io.Reader, dir string, max int64) error {
 	tr := tar.NewReader(r)
 	var total int64
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
+			// The archive's end; what follows (padding) up to r's end.
+			if _, err := io.Copy(io.Discard, io.LimitReader(r, 1<<20)); err != nil {
+				return fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
+			}
+			if n, _ := io.Copy(io.Discard, io.LimitReader(r, 1)); n > 0 {
+				return fmt.Errorf("%w: more than 1 MiB after the archive's end", sandbox.ErrInvalid)
+			}
 			return nil
 		}
 		if err != nil {

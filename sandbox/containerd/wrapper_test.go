@@ -3,6 +3,7 @@ package containerd
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,7 +129,18 @@ func TestImageTar(t *testing.T) {
 	if err := readTar(bytes.NewReader(b.Bytes()), t.TempDir(), 1000); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "more than 1000 bytes") {
 		t.Errorf("over the bound: %v", err)
 	}
+	// A stream that fails at its end (a store's check) fails the unpack.
+	bad := io.MultiReader(bytes.NewReader(b.Bytes()), errReader{errCorrupt})
+	if err := readTar(bad, t.TempDir(), 1<<20); !errors.Is(err, errCorrupt) {
+		t.Errorf("a stream failing at its end: %v, want its error", err)
+	}
 }
+
+var errCorrupt = errors.New("checksum")
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // TestCheckpointable: runc sandboxes, and runsc under gVisor's shim, say
 // why they are not checkpointed.
