@@ -3,7 +3,9 @@
 // the server process itself is SIGKILLed (server_test.go) or finds its
 // state directory's disk full (diskfull_test.go), the engine beneath it
 // restarts with its socket gone meanwhile (engine_test.go, on private
-// daemons), on Docker and containerd, runc and gVisor. Each test checks what the call
+// daemons) or pauses a sandbox (paused_test.go), on Docker and
+// containerd, runc and gVisor; and the soak (soak_test.go): many sessions
+// of one server for minutes, checked for leaks. Each test checks what the call
 // during the fault saw (a result, or a clear error naming what failed,
 // within a bound that proves it did not hang), what the call after it saw
 // (its result, in a new sandbox, with the session's workspace), and what

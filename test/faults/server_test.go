@@ -75,6 +75,7 @@ type served struct {
 	audit    string
 	rt       sandbox.Runtime // the engine as the test sees it
 	env      []string        // more environment of its processes (DOCKER_HOST)
+	policy   string          // the tenant's policy file
 }
 
 // newServed writes the config of a server on e whose tenant's sandboxes
@@ -99,7 +100,8 @@ func newServed(t *testing.T, e enginetest.Engine, runtime, disk string) *served 
 	// 24 MiB workspaces: reserved whole on the state disk, which is
 	// 96 MiB in TestStateDiskFull.
 	pol := fmt.Sprintf("default: allow\nsandbox:\n  images: [%s]\n  runtime: %s\n  disk: 24MiB\n%s", dockertest.Image, runtime, pids)
-	if err := os.WriteFile(filepath.Join(pols, s.tenant+".yaml"), []byte(pol), 0o644); err != nil {
+	s.policy = filepath.Join(pols, s.tenant+".yaml")
+	if err := os.WriteFile(s.policy, []byte(pol), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.cfg = filepath.Join(t.TempDir(), "shellbox.yaml")
