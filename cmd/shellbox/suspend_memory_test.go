@@ -16,6 +16,7 @@ import (
 
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 )
@@ -38,10 +39,11 @@ func crprobe(t *testing.T) string {
 	return dir
 }
 
-// memoryConfig is a server on containerd with checkpoints on, a dir store
-// and a policy for tenant: runsc, sandbox.suspend as given, crprobe at
-// /opt/crprobe.
-func memoryConfig(t *testing.T, tenant, runtime, suspend string) (cfg, storeDir string) {
+// memoryConfig is a server on containerd with checkpoints on, a state
+// directory and owner of its own (a host of its own), a store (snap: its
+// YAML; "": a dir store of its own) and a policy for tenant: runtime,
+// sandbox.suspend as given, crprobe at /opt/crprobe.
+func memoryConfig(t *testing.T, tenant, runtime, suspend, snap string) (cfg, storeDir string) {
 	t.Helper()
 	eng := enginetest.Containerd.Config(t)
 	eng = strings.Replace(eng, "containerd:\n", "containerd:\n  checkpoint: true\n", 1)
@@ -55,7 +57,10 @@ sandbox:
 `, dockertest.Image, runtime, suspend, crprobe(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	storeDir = filepath.Join(t.TempDir(), "snapshots")
+	if snap == "" {
+		storeDir = filepath.Join(t.TempDir(), "snapshots")
+		snap = fmt.Sprintf("snapshots:\n  store: dir\n  dir: %s\n", storeDir)
+	}
 	cfg = filepath.Join(t.TempDir(), "shellbox.yaml")
 	body := eng + fmt.Sprintf(`policies:
   dir: %s
@@ -70,11 +75,8 @@ server:
   tenants:
     %s:
       tokens: [%q]
-snapshots:
-  store: dir
-  dir: %s
-`, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, tenant, server.HashToken(testToken),
-		storeDir)
+%s`, pols, dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest, tenant, server.HashToken(testToken),
+		snap)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestSuspendMemory(t *testing.T) {
 	bin := buildBinaries(t)
 	t.Run("runsc", func(t *testing.T) {
 		tenant := dockertest.Tenant("mem")
-		cfg, storeDir := memoryConfig(t, tenant, "runsc", "memory")
+		cfg, storeDir := memoryConfig(t, tenant, "runsc", "memory", "")
 		const s = "kept"
 		removeSandboxesAtEnd(t, cfg, tenant, s)
 		srv := startServeProcess(t, bin, cfg)
@@ -228,9 +230,78 @@ func TestSuspendMemory(t *testing.T) {
 			t.Errorf("the counter task after a files resume: %q, want it gone", r.Text)
 		}
 	})
+	t.Run("another-host-s3", func(t *testing.T) {
+		// Suspended by one server (a host: its state directory, owner
+		// and host workspace), resumed by another sharing only the S3
+		// store and the engine: the image alone brings the processes and
+		// the workspace.
+		o, _ := snapshottest.S3Bucket(t)
+		snap := fmt.Sprintf("snapshots:\n  store: s3\n  s3:\n    endpoint: %s\n    bucket: %s\n    insecure: true\n    accessKey: %s\n    secretKey: %s\n",
+			o.Endpoint, o.Bucket, o.AccessKey, o.SecretKey)
+		tenant := dockertest.Tenant("memhost")
+		cfgA, _ := memoryConfig(t, tenant, "runsc", "memory", snap)
+		cfgB, _ := memoryConfig(t, tenant, "runsc", "memory", snap)
+		const s = "moved"
+		removeSandboxesAtEnd(t, cfgB, tenant, s)
+		ctx := context.Background()
+		a := startServeProcess(t, bin, cfgA)
+		c := client.New(a.url, testToken, nil)
+		r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"i=0; while :; do i=$((i+1)); echo n$i; echo $i >> /workspace/count; sleep 0.2; done","description":"t","run_in_background":true}`))
+		if err != nil || r.IsError {
+			t.Fatalf("background: %v %q", err, r.Text)
+		}
+		id := regexp.MustCompile(`started background task (\S+)`).FindStringSubmatch(r.Text)
+		if id == nil {
+			t.Fatalf("no task id: %q", r.Text)
+		}
+		time.Sleep(time.Second)
+		r, err = c.Call(ctx, s, "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, id[1])))
+		if err != nil || r.IsError {
+			t.Fatalf("bash_output on A: %v %q", err, r.Text)
+		}
+		m := regexp.MustCompile(`n(\d+)`).FindAllStringSubmatch(r.Text, -1)
+		if m == nil {
+			t.Fatalf("bash_output on A: %q", r.Text)
+		}
+		seen, _ := strconv.Atoi(m[len(m)-1][1])
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			t.Fatalf("suspend on A: %v", err)
+		}
+		a.stop(t)
+
+		b := startServeProcess(t, bin, cfgB)
+		defer b.stop(t)
+		c = client.New(b.url, testToken, nil)
+		events := subscribe(t, c, s)
+		r, err = c.Call(ctx, s, "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, id[1])))
+		if err == nil && !r.IsError {
+			t.Logf("bash_output before any call on B: %q", r.Text)
+		}
+		r, err = c.Call(ctx, s, "bash", json.RawMessage(`{"command":"sleep 1; cat /workspace/count","description":"t"}`))
+		if err != nil || r.IsError {
+			t.Fatalf("first call on B: %v %q", err, r.Text)
+		}
+		for i, v := range strings.Fields(r.Text) {
+			if v != strconv.Itoa(i+1) {
+				t.Fatalf("count on B, line %d is %q: the counter restarted or skipped", i+1, v)
+			}
+		}
+		e := events("resumed")
+		t.Logf("resumed on B: %s", e.Message)
+		if !strings.Contains(e.Message, "restored from memory image") {
+			t.Errorf("the resumed event on B: %q, want the memory image restored", e.Message)
+		}
+		r, err = c.Call(ctx, s, "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, id[1])))
+		if err != nil || r.IsError {
+			t.Fatalf("bash_output on B: %v %q", err, r.Text)
+		}
+		if f := regexp.MustCompile(`n(\d+)`).FindStringSubmatch(r.Text); f == nil || f[1] != strconv.Itoa(seen+1) {
+			t.Errorf("bash_output on B: %q, want it to begin at n%d", r.Text, seen+1)
+		}
+	})
 	t.Run("runc", func(t *testing.T) {
 		tenant := dockertest.Tenant("memrunc")
-		cfg, _ := memoryConfig(t, tenant, "runc", "memory")
+		cfg, _ := memoryConfig(t, tenant, "runc", "memory", "")
 		const s = "fallback"
 		removeSandboxesAtEnd(t, cfg, tenant, s)
 		srv := startServeProcess(t, bin, cfg)
