@@ -106,20 +106,34 @@ func exec(t testing.TB, sb sandbox.Sandbox, command string) string {
 
 var runtimes = []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc}
 
+// variants are the runtimes as configured: runsc also under the runc shim
+// with the checkpoint wrapper (Config.Checkpoint), which must harden a
+// sandbox as gVisor's shim does.
+var variants = []struct {
+	name, runtime string
+	checkpoint    bool
+}{
+	{sandbox.RuntimeRunc, sandbox.RuntimeRunc, false},
+	{sandbox.RuntimeRunsc, sandbox.RuntimeRunsc, false},
+	{"runsc-checkpoint", sandbox.RuntimeRunsc, true},
+}
+
 // TestConformance runs the runtime conformance suite on containerd, with
 // runc and with gVisor.
 func TestConformance(t *testing.T) {
 	addr := containerdtest.Address(t)
-	for _, runtime := range runtimes {
-		t.Run(runtime, func(t *testing.T) {
+	for _, v := range variants {
+		runtime := v.runtime
+		t.Run(v.name, func(t *testing.T) {
 			cfg := containerdtest.Config(t, addr)
+			cfg.Checkpoint = v.checkpoint
 			containerdtest.New(t, cfg, runtime) // gate: runsc available
 			sandboxtest.Run(t, sandboxtest.Harness{
 				New: func(t *testing.T) sandbox.Runtime { return containerdtest.New(t, cfg, runtime) },
 				Spec: func(t *testing.T, tenant, session, owner string) sandbox.Spec {
 					return spec(t, runtime, tenant, session, owner)
 				},
-				Tenant: dockertest.Tenant("ctrd-conf-" + runtime),
+				Tenant: dockertest.Tenant("ctrd-conf-" + v.name),
 				Foreign: func(t *testing.T, tenant, session string) func() bool {
 					return containerdtest.Foreign(t, addr, tenant, session)
 				},
@@ -136,12 +150,14 @@ func TestConformance(t *testing.T) {
 // the limits.
 func TestHardening(t *testing.T) {
 	addr := containerdtest.Address(t)
-	for _, runtime := range runtimes {
-		t.Run(runtime, func(t *testing.T) {
+	for _, v := range variants {
+		runtime := v.runtime
+		t.Run(v.name, func(t *testing.T) {
 			cfg := containerdtest.Config(t, addr)
+			cfg.Checkpoint = v.checkpoint
 			rt := containerdtest.New(t, cfg, runtime)
 			owner := dockertest.Owner(t)
-			s := spec(t, runtime, dockertest.Tenant("ctrd-hard"), "h-"+runtime, owner)
+			s := spec(t, runtime, dockertest.Tenant("ctrd-hard"), "h-"+v.name, owner)
 			ctx := context.Background()
 			sb, err := rt.Create(ctx, s)
 			if err != nil {
