@@ -21,6 +21,10 @@ const MaxPending = 100_000
 type Meter struct {
 	store Store
 	now   func() time.Time
+	// flushing serialises Flush: a Flush returns once what was pending
+	// when it began is written, even if another Flush took it (the
+	// Sampler's last flush at a server's stop waits for Sync's).
+	flushing sync.Mutex
 
 	mu      sync.Mutex
 	pending map[bkey]*Bucket
@@ -172,6 +176,8 @@ func (m *Meter) rollLocked(day time.Time) {
 // Flush appends the pending buckets to the Store. On failure they stay
 // pending (bounded by MaxPending) for the next Flush.
 func (m *Meter) Flush(ctx context.Context) error {
+	m.flushing.Lock()
+	defer m.flushing.Unlock()
 	m.mu.Lock()
 	if len(m.pending) == 0 {
 		m.mu.Unlock()

@@ -525,3 +525,49 @@ func TestSuspendedTime(t *testing.T) {
 		t.Errorf("CSV: %q %v", csv.String(), err)
 	}
 }
+
+// slowStore is a Memory store whose Add waits for release.
+type slowStore struct {
+	usage.Memory
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s *slowStore) Add(ctx context.Context, bs []usage.Bucket) error {
+	close(s.started)
+	<-s.release
+	return s.Memory.Add(ctx, bs)
+}
+
+// TestFlushWaitsForAnotherFlush: a Flush that finds nothing pending
+// because another Flush took it returns only once that one has written
+// it (a server's last flush at stop, racing Sync's, lost the day's
+// figures before).
+func TestFlushWaitsForAnotherFlush(t *testing.T) {
+	ctx := context.Background()
+	store := &slowStore{started: make(chan struct{}), release: make(chan struct{})}
+	m := usage.NewMeter(store, func() time.Time { return t0 })
+	m.Call("acme", "s", time.Second)
+	first := make(chan error, 1)
+	go func() { first <- m.Flush(ctx) }()
+	<-store.started
+	second := make(chan error, 1)
+	go func() { second <- m.Flush(ctx) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Flush returned (%v) before the first wrote", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(store.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	store.Memory.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)}, func(usage.Bucket) error { n++; return nil })
+	if n != 1 {
+		t.Errorf("buckets written: %d, want 1", n)
+	}
+}
