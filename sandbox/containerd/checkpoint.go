@@ -517,8 +517,10 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, image io.Reade
 	return r.create(ctx, spec, tmp)
 }
 
-// copyFiles copies the regular files and directories under src into dst
-// (sockets, the agent's among them, and links are left out).
+// copyFiles copies the regular files and directories under src into dst,
+// with their modes and owners (the spill directory is root's and 0755: the
+// commands read their spill files), dst itself left as it is (sockets,
+// the agent's among them, and links are left out).
 func copyFiles(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -531,7 +533,20 @@ func copyFiles(src, dst string) error {
 		to := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(to, 0o700)
+			if err := os.MkdirAll(to, 0o700); err != nil || rel == "." {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(to, fi.Mode().Perm()); err != nil {
+				return err
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				return os.Lchown(to, int(st.Uid), int(st.Gid))
+			}
+			return nil
 		case d.Type().IsRegular():
 			return copyFile(path, to)
 		}
@@ -642,7 +657,14 @@ func readTar(r io.Reader, dir string, max int64) error {
 		to := filepath.Join(dir, name)
 		switch h.Typeflag {
 		case tar.TypeDir:
+			// Its mode and owner, which copyFiles carries on.
 			if err := os.MkdirAll(to, 0o700); err != nil {
+				return err
+			}
+			if err := os.Chmod(to, os.FileMode(h.Mode).Perm()); err != nil {
+				return err
+			}
+			if err := os.Lchown(to, h.Uid, h.Gid); err != nil {
 				return err
 			}
 		case tar.TypeReg:

@@ -169,6 +169,9 @@ func TestCheckpointRestore(t *testing.T) {
 	c := dial(t, sb, 60*time.Second)
 	counter := start(t, c, s.Session, counterTask)
 	server := start(t, c, s.Session, probeTarget+"/crprobe serve 127.0.0.1:8080")
+	// Output past the agent's memory goes to a spill file in the host
+	// directory, which the image carries.
+	spilled := start(t, c, s.Session, `head -c 3000000 /dev/zero | tr '\0' x; echo; sleep 600`)
 	exec(t, sb, "echo kept > /workspace/before.txt")
 	waitFor(t, 30*time.Second, "the server answers", func() (bool, string) {
 		st := httpStatus(t, sb)
@@ -248,6 +251,17 @@ func TestCheckpointRestore(t *testing.T) {
 		}
 		return last >= first+3, strconv.Itoa(last)
 	})
+	out, err := c2.Task(ctx, s.Session, spilled.ID())
+	if err != nil {
+		t.Fatalf("the spilling task after the restore: %v", err)
+	}
+	so, err := out.Read(ctx)
+	if err != nil || so.SpillPath == "" {
+		t.Fatalf("the spilling task's read after the restore: %+v (stdout %d bytes), %v; want its spill file", so.Status, len(so.Stdout), err)
+	}
+	if n := strings.TrimSpace(exec(t, sb2, "wc -c < "+so.SpillPath)); n != "3000001" {
+		t.Errorf("the spill file %s after the restore holds %q bytes, want 3000001", so.SpillPath, n)
+	}
 	file := numbers(t, exec(t, sb2, "cat /workspace/counter.log"))
 	consecutive(t, "counter.log", file, 1)
 	if got := exec(t, sb2, "cat /workspace/before.txt"); got != "kept\n" {
