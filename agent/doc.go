@@ -26,9 +26,9 @@
 //   - agent/pid1: what the command runner (executor/local) does differently
 //     as PID 1: tag groups, the inherited OOM score and OOM reporting, as
 //     local.PID1 hooks, and the reaping of adopted orphans.
-//   - agent/workspace: the workspace as one stream out of the sandbox and
-//     back in (a suspended session's snapshot), and the manifest that
-//     compares a workspace before and after.
+//   - the workspace stream it serves (GET and PUT /v1/workspace) is
+//     package agentapi/workspace: a format of the wall, which the host also
+//     writes for a frozen sandbox's checkpoint (sandbox/containerd).
 //
 // Files: supervisor.go (Options, Serve, the thread and fd bounds, reaping,
 // the commands' base environment); capabilities.go (the bounding set, and

@@ -3,8 +3,10 @@
 // sides and importing neither (nothing under agent/, sandbox/, session/,
 // server/ or cmd/). It holds the versioned wire types, the error classes,
 // the agent's Endpoint and thread budget, and the Client; the server half
-// is agent/apiserver, and agentapi/egresswire holds what the egress proxy
-// and the host's relay share.
+// is agent/apiserver, agentapi/egresswire holds what the egress proxy
+// and the host's relay share, and agentapi/workspace is the workspace
+// stream (/v1/workspace's body): the agent packs and unpacks it inside,
+// the host for a frozen gVisor sandbox's checkpoint.
 //
 // The protocol is the executor.BashExecutor seam, minus Resolve, carried
 // over a unix socket (single-host runtimes) or TCP with a per-session

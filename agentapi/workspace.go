@@ -13,8 +13,8 @@ import (
 )
 
 // WorkspaceLimits cap one workspace export or import (GET and PUT
-// /v1/workspace; the stream is package agent/workspace's). Zero fields
-// take the agent's defaults (agent/workspace.DefaultMaxBytes,
+// /v1/workspace; the stream is package agentapi/workspace's). Zero fields
+// take the agent's defaults (agentapi/workspace.DefaultMaxBytes,
 // DefaultMaxEntries).
 type WorkspaceLimits struct {
 	// MaxBytes caps the bytes of the workspace's regular files by their
@@ -67,7 +67,7 @@ type WorkspaceStats struct {
 // The workspace endpoints' content type and trailer.
 const (
 	// ContentWorkspace is a workspace stream: a PAX tar in one zstd
-	// frame (package agent/workspace).
+	// frame (package agentapi/workspace).
 	ContentWorkspace = "application/zstd"
 	// HeaderWorkspaceStats is the trailer of an export: its
 	// WorkspaceStats as JSON, sent once the stream is whole.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/agent/apiserver"
-	"github.com/shellbox/shellbox/agent/workspace"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"

@@ -57,7 +57,7 @@ type ServerConfig struct {
 	// Workspace, if set, serves GET and PUT /v1/workspace: the session
 	// root as one stream out (an export, for a suspend) and a stream
 	// swapped in for its content (an import, for a resume), package
-	// agent/workspace, done as Workspace.UID/GID as the files endpoints
+	// agentapi/workspace, done as Workspace.UID/GID as the files endpoints
 	// are, one at a time. Unset, they answer 404 like any unknown
 	// endpoint.
 	Workspace *files.Tree

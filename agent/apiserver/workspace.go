@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/shellbox/shellbox/agent/workspace"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
@@ -30,7 +30,7 @@ func (s *Server) holdWorkspace(w http.ResponseWriter, r *http.Request) (agentapi
 
 // exportWorkspace serves GET /v1/workspace[?max=N][&entries=M]: the
 // workspace as one stream (agentapi.ContentWorkspace, package
-// agent/workspace), its WorkspaceStats as a trailer once the stream is
+// agentapi/workspace), its WorkspaceStats as a trailer once the stream is
 // whole.
 func (s *Server) exportWorkspace(w http.ResponseWriter, r *http.Request) {
 	lim, ok := s.holdWorkspace(w, r)

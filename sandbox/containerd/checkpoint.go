@@ -40,7 +40,7 @@ package containerd
 //     never an exit checkpoint, which kills the sandbox when it fails; a
 //     leave-running checkpoint of a paused sandbox leaves it paused);
 //  4. the image (runsc's files, the session's host workspace as the frozen
-//     sandbox left it, in the agent's workspace stream (agent/workspace,
+//     sandbox left it, in the agent's workspace stream (agentapi/workspace,
 //     a library the host uses as the agent does), the sandbox's host
 //     directory's files, and shellbox.json: the runsc flags and version)
 //     is streamed as a tar to the caller's commit, read from disk, never
@@ -83,7 +83,7 @@ import (
 	"github.com/BurntSushi/toml"
 	client "github.com/containerd/containerd/v2/client"
 
-	"github.com/shellbox/shellbox/agent/workspace"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
@@ -113,7 +113,7 @@ const (
 	imageRunsc = "runsc"   // runsc's checkpoint files
 	imageHost  = "hostdir" // the sandbox's host directory's files
 	// imageWorkspace is the session's host workspace at the image's
-	// instant, in the agent's workspace stream (agent/workspace: a zstd
+	// instant, in the agent's workspace stream (agentapi/workspace: a zstd
 	// tar with owners, modes, links, holes and xattrs).
 	imageWorkspace = "workspace.tar.zst"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/agent/workspace"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 )
 
 // benchMiB is the size of the benchmark's tree: SHELLBOX_BENCH_MIB, or
