@@ -7,9 +7,11 @@
 #      gVisor shim uses), unless cached;
 #   3. merges a "runsc" runtime into /etc/docker/daemon.json, keeping every
 #      other setting, and reloads dockerd with SIGHUP;
-#   4. builds the test image (images/testimage/build.sh) and proves a container
-#      really runs under runsc (its kernel is gVisor's, not the host's; ls -l
-#      and stat work), and still runs under runc.
+#   4. builds the test image (images/testimage/build.sh) and the clients image
+#      (build.sh --clients: git, python3 with requests, node, for the egress
+#      credential tests; their Debian packages installed if missing) and
+#      proves a container really runs under runsc (its kernel is gVisor's, not
+#      the host's; ls -l and stat work), and still runs under runc.
 #
 # Idempotent: a second run builds nothing, changes nothing and reloads nothing.
 #
@@ -81,6 +83,9 @@ step test-image
 # It copies the host's tools; the egress tests need its curl.
 command -v curl >/dev/null || apt_install curl
 "$ROOT/images/testimage/build.sh"
+# The clients the credential tests drive (cmd/shellbox TestServeCredentialClients).
+apt_install git python3-requests nodejs
+"$ROOT/images/testimage/build.sh" --clients
 
 run_check() { # runtime -> prints the container's output
   docker run --rm --runtime="$1" --network none --label org.shellbox.test=1 \

@@ -15,19 +15,31 @@
 # Docker. shellbox's Go code (images.BuildTestImage) archives that directory
 # as an OCI image for containerd.
 #
-# Usage: build.sh [--force] [--rootfs DIR]
+# With --clients it builds shellbox-test-clients:latest instead: the same
+# rootfs plus the real clients the egress tests drive (issue 25), all from
+# the host: git (/usr/lib/git-core, its templates), python3 (the stdlib
+# without test suites, IDLE, tkinter, lib2to3, the static library and
+# __pycache__; requests, urllib3, certifi, idna, charset_normalizer,
+# chardet and six from /usr/lib/python3/dist-packages), node, tar and
+# gzip, with their libraries. No CA bundle: the sandbox's bundle
+# (/run/shellbox/egress-ca.pem) is the relay's. On Debian 12: apt-get
+# install git python3-requests nodejs.
+#
+# Usage: build.sh [--force] [--clients] [--rootfs DIR]
 # Environment:
-#   SHELLBOX_TEST_IMAGE  tag to produce (default shellbox-test:latest)
+#   SHELLBOX_TEST_IMAGE  tag to produce (default shellbox-test:latest, with
+#                        --clients shellbox-test-clients:latest)
 #   DOCKER               docker CLI (default docker)
 set -euo pipefail
 
-TAG="${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}"
 DOCKER="${DOCKER:-docker}"
 FORCE=0
+CLIENTS=0
 ROOTFS_ONLY=
 while (($#)); do
   case "$1" in
     --force) FORCE=1 ;;
+    --clients) CLIENTS=1 ;;
     --rootfs)
       [[ $# -ge 2 && -n "$2" ]] || { echo "build.sh: --rootfs needs a directory" >&2; exit 2; }
       ROOTFS_ONLY=$2; shift ;;
@@ -36,6 +48,9 @@ while (($#)); do
   esac
   shift
 done
+KIND=test
+((CLIENTS)) && KIND=test-clients
+TAG="${SHELLBOX_TEST_IMAGE:-shellbox-$KIND:latest}"
 if [[ -n "$ROOTFS_ONLY" ]]; then
   mkdir -p "$ROOTFS_ONLY"
   if [[ -n "$(ls -A "$ROOTFS_ONLY")" ]]; then
@@ -108,6 +123,59 @@ copy_tool() { # name required(0/1)
 
 for t in "${REQUIRED[@]}"; do copy_tool "$t" 1; done
 for t in "${OPTIONAL[@]}"; do copy_tool "$t" 0; done
+
+# add_tree_libs DIR: the libraries of every ELF file under DIR.
+add_tree_libs() {
+  local f
+  while IFS= read -r -d '' f; do
+    [[ "$(head -c 4 "$f")" == $'\x7fELF' ]] && add_libs "$f"
+  done < <(find "$1" -type f -perm /111 -print0 -o -type f -name '*.so*' -print0)
+}
+
+# --clients: git, python3 with requests, node (see the header).
+copy_clients() {
+  local missing=() py ver pkg
+  type -P git >/dev/null || missing+=(git)
+  py=$(readlink -f /usr/bin/python3 2>/dev/null || true)
+  [[ -x "$py" ]] || missing+=(python3)
+  [[ -d /usr/lib/python3/dist-packages/requests ]] || missing+=(python3-requests)
+  type -P node >/dev/null || missing+=(nodejs)
+  if ((${#missing[@]})); then
+    echo "testimage: --clients: the host lacks ${missing[*]} (Debian: apt-get install git python3-requests nodejs)" >&2
+    exit 1
+  fi
+  copy_tool git 1
+  copy_tool node 1
+  # The test archives what the sandbox holds, to search it for the secret.
+  copy_tool tar 1
+  copy_tool gzip 1
+  mkdir -p "$root/usr/lib" "$root/usr/share/git-core"
+  # git's commands: links to git, scripts and helpers (git-remote-https).
+  cp -a /usr/lib/git-core "$root/usr/lib/"
+  cp -a /usr/share/git-core/templates "$root/usr/share/git-core/"
+  add_tree_libs /usr/lib/git-core
+
+  ver=${py##*/}
+  cp -L "$py" "$root/usr/bin/$ver"
+  ln -s "$ver" "$root/usr/bin/python3"
+  add_libs "$py"
+  # The stdlib without what no client needs; sitecustomize is a link to
+  # /etc (Debian's apport hook), left out.
+  tar -C /usr/lib -cf - --exclude=__pycache__ --exclude="$ver/test" \
+    --exclude="$ver/idlelib" --exclude="$ver/tkinter" --exclude="$ver/turtledemo" \
+    --exclude="$ver/lib2to3" --exclude="$ver/ensurepip" --exclude="$ver/config-*" \
+    --exclude="$ver/sitecustomize.py" --exclude='*/tests' "$ver" | tar -C "$root/usr/lib" -xf -
+  add_tree_libs "$root/usr/lib/$ver/lib-dynload"
+  mkdir -p "$root/usr/lib/python3/dist-packages"
+  # Debian's urllib3 1.26 imports six.
+  for pkg in requests urllib3 certifi idna charset_normalizer chardet six.py; do
+    [[ -e /usr/lib/python3/dist-packages/$pkg ]] || continue
+    tar -C /usr/lib/python3/dist-packages -cf - --exclude=__pycache__ "$pkg" |
+      tar -C "$root/usr/lib/python3/dist-packages" -xf -
+    add_tree_libs "/usr/lib/python3/dist-packages/$pkg"
+  done
+}
+((CLIENTS)) && copy_clients
 
 # threads-probe prints clone3's errno (for a size of 0: EINVAL where the
 # kernel sees it, ENOSYS where a filter answers) and starts a thread with
@@ -194,13 +262,13 @@ if [[ "$FORCE" == 0 && "${old#* }" == "$sum" ]]; then
 else
   log "importing $TAG (${#libs[@]} libraries, ${size} KiB rootfs)"
   "$DOCKER" import \
-    --change 'LABEL org.shellbox.image=test' \
+    --change "LABEL org.shellbox.image=$KIND" \
     --change "LABEL org.shellbox.rootfs.sha256=$sum" \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'WORKDIR /workspace' \
     --change 'USER 1000:1000' \
     --change 'CMD ["/bin/bash"]' \
-    --message "shellbox test image (host binaries)" \
+    --message "shellbox $KIND image (host binaries)" \
     "$tarball" "$TAG" >/dev/null
   # Drop the image this one replaced, unless something still uses it.
   if [[ -n "$old" && "${old%% *}" != "$("$DOCKER" image inspect -f '{{.Id}}' "$TAG")" ]]; then
