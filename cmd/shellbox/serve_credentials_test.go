@@ -28,6 +28,16 @@ import (
 // bearer token or as the password of Basic credentials.
 func credentialOrigin(t *testing.T, want string) (port, caFile string, seen func() []string) {
 	t.Helper()
+	return credentialServer(t, want, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
+	}))
+}
+
+// credentialServer is credentialOrigin with ok answering the requests that
+// carry want; the others get a 401 asking for Basic credentials, as git
+// needs to send its own.
+func credentialServer(t *testing.T, want string, ok http.Handler) (port, caFile string, seen func() []string) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := secrets.LoadOrCreateCA(filepath.Join(dir, "origin-ca.pem"), "origin")
 	if err != nil {
@@ -54,10 +64,11 @@ func credentialOrigin(t *testing.T, want string) (port, caFile string, seen func
 		mu.Unlock()
 		_, pass, _ := r.BasicAuth()
 		if a != "Bearer "+want && pass != want {
+			w.Header().Set("WWW-Authenticate", `Basic realm="origin"`)
 			http.Error(w, "no credential", http.StatusUnauthorized)
 			return
 		}
-		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
+		ok.ServeHTTP(w, r)
 	})}
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
@@ -195,6 +206,13 @@ type credentialServe struct {
 
 func serveWithCredential(t *testing.T, eng enginetest.Engine, bin string, secret, port, originCA string, allow []string, network, session string) credentialServe {
 	t.Helper()
+	return serveCredentialImage(t, eng, bin, dockertest.Image, "runc", secret, port, originCA, allow, network, session)
+}
+
+// serveCredentialImage is serveWithCredential with the sandboxes' image
+// and runtime.
+func serveCredentialImage(t *testing.T, eng enginetest.Engine, bin, image, runtime, secret, port, originCA string, allow []string, network, session string) credentialServe {
+	t.Helper()
 	secretsDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(secretsDir, "github-token"), []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -206,13 +224,15 @@ func serveWithCredential(t *testing.T, eng enginetest.Engine, bin string, secret
 	}
 	// NO_PROXY without localhost: the origin is the host's localhost, which
 	// the sandbox reaches through the proxy only.
+	// opaque: allow: interpreters' code (python3 -c, node -e) runs unasked.
 	pol := fmt.Sprintf(`default: allow
+opaque: allow
 env:
   NO_PROXY: "127.0.0.1"
   no_proxy: "127.0.0.1"
 sandbox:
   images: [%s]
-  runtime: runc
+  runtime: %s
   network:
     allow: [%s]
     credentials:
@@ -220,7 +240,7 @@ sandbox:
         hosts: [localhost]
         value: "${secret:github-token}"
         placeholder: GITHUB_TOKEN
-%s`, dockertest.Image, allowed, network)
+%s`, image, runtime, allowed, network)
 	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(pol), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -247,16 +267,16 @@ server:
   tenants:
     %s:
       tokens: [%q]
-`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), dockertest.Image, dockertest.LabelTest,
+`, dockerTenant, pols, audit, secretsDir, originCA, t.TempDir(), dockertest.StateDir(t), dockertest.Owner(t), image, dockertest.LabelTest,
 		dockerTenant, server.HashToken(testToken))), 0o644)
 	removeSandboxesAtEnd(t, cfg, dockerTenant, session)
 
 	p := startServeProcess(t, bin, cfg)
 	c := client.New(p.url, testToken, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
 	return credentialServe{p: p, audit: audit, call: func(command string) string {
 		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
 		args, _ := json.Marshal(map[string]string{"command": command, "description": "credentials test"})
 		r, err := c.Call(ctx, session, "bash", args)
 		if err != nil || r.IsError {

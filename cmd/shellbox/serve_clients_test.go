@@ -1,0 +1,338 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
+	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/secrets"
+)
+
+// clientsImage is the test image with git, python3 (requests) and node
+// (images/testimage/build.sh --clients).
+const clientsImage = "shellbox-test-clients:latest"
+
+// TestServeCredentialClients: the real clients an agent uses, in a
+// sandbox of `shellbox serve` on Docker (runc, and gVisor), get the
+// credential of the tenant's policy injected by the relay while they only
+// ever hold its placeholder: git clones and pushes over HTTPS (the
+// placeholder as the password of the URL) to git http-backend behind a TLS
+// server of the host, and Python's urllib, requests and node's fetch send
+// it as a bearer token. Each trusts the relay's CA through the variable
+// the relay sets for it (GIT_SSL_CAINFO, SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+// NODE_EXTRA_CA_CERTS). The server sees the secret on every request, the
+// pushed commit lands in its bare repository, and nothing in the sandbox
+// (every process's environment, every file it can read or wrote, the git
+// objects it fetched) holds the secret.
+func TestServeCredentialClients(t *testing.T) {
+	for _, runtime := range []string{"runc", "runsc"} {
+		t.Run(runtime, func(t *testing.T) { serveCredentialClients(t, runtime) })
+	}
+}
+
+func serveCredentialClients(t *testing.T, runtime string) {
+	requireEngine(t)
+	requireClientsImage(t)
+	if runtime != "runc" {
+		_, ok, err := dockertest.RuntimeArgs(context.Background(), dockertest.Engine(t), runtime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dockertest.Require(t, ok, fmt.Sprintf("the Docker engine has no %q runtime; .ci/setup-docker.sh registers runsc", runtime))
+	}
+	bin := buildBinaries(t)
+	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()+runtime))), "-", "x")
+	o := gitOrigin(t, secret)
+	session := "clients-" + runtime
+	cs := serveCredentialImage(t, enginetest.Docker, bin, clientsImage, runtime, secret, o.port, o.caFile, nil, "", session)
+	call := cs.call
+	t.Cleanup(func() {
+		if t.Failed() {
+			for len(cs.p.logs) > 0 {
+				t.Log(<-cs.p.logs)
+			}
+			b, _ := os.ReadFile(cs.audit)
+			t.Logf("audit:\n%s", b)
+		}
+	})
+	origin := "localhost:" + o.port
+	var outs []string
+	run := func(command string) string {
+		t.Helper()
+		start := time.Now()
+		out := call(command)
+		t.Logf("%.1fs: %.60q", time.Since(start).Seconds(), command)
+		outs = append(outs, out)
+		return out
+	}
+
+	// git: clone, commit, push, with the placeholder as the URL's password.
+	got := run(`set -e; cd /workspace
+git clone -q "https://x-access-token:$GITHUB_TOKEN@` + origin + `/repo.git" r 2>&1
+cd r; echo "pushed from the sandbox" >pushed.txt; git add pushed.txt
+git -c user.name=agent -c user.email=agent@example.com commit -qm "from the sandbox" 2>&1
+git push -q origin HEAD:main 2>&1; git rev-parse HEAD`)
+	sha := got[strings.LastIndex(got, "\n")+1:]
+	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(sha) {
+		t.Fatalf("git clone, commit, push:\n%s\n(origin saw %q)", got, o.requests())
+	}
+	if head := gitOutput(t, o.bare, "rev-parse", "main"); head != sha {
+		t.Errorf("the bare repository's main is %s, want the pushed %s", head, sha)
+	}
+	if b := gitOutput(t, o.bare, "show", "main:pushed.txt"); b != "pushed from the sandbox" {
+		t.Errorf("pushed.txt in the bare repository: %q", b)
+	}
+
+	// Python: urllib.request (SSL_CERT_FILE, through OpenSSL's default
+	// paths) and requests (REQUESTS_CA_BUNDLE).
+	bearer := `{"Authorization": "Bearer " + os.environ["GITHUB_TOKEN"]}`
+	if got := run(`python3 -c 'import os, urllib.request as u
+print(u.urlopen(u.Request("https://` + origin + `/api/urllib", headers=` + bearer + `), timeout=30).read().decode())' 2>&1`); got != "credential ok /api/urllib" {
+		t.Errorf("python urllib: %q", got)
+	}
+	if got := run(`python3 -c 'import os, requests
+print(requests.get("https://` + origin + `/api/requests", headers=` + bearer + `, timeout=30).text)' 2>&1`); got != "credential ok /api/requests" {
+		t.Errorf("python requests: %q", got)
+	}
+
+	// node: fetch ignores HTTPS_PROXY (Node 18 and 20 have no switch for
+	// it; NODE_USE_ENV_PROXY came with later Node), so on its own it reaches no
+	// network at all: fails closed. Given a dispatcher that tunnels
+	// through HTTPS_PROXY, as undici's ProxyAgent does, it works, trusting
+	// the relay's CA through NODE_EXTRA_CA_CERTS.
+	const nodeFetch = `const url = "https://%s/api/%s", headers = {Authorization: "Bearer " + process.env.GITHUB_TOKEN};
+const http = require("http"), tls = require("tls"), proxy = new URL(process.env.HTTPS_PROXY);
+async function withProxy() {
+  await fetch("data:,"); // loads undici, whose global dispatcher is an Agent
+  const Agent = globalThis[Symbol.for("undici.globalDispatcher.1")].constructor;
+  return new Agent({connect(o, cb) {
+    http.request({host: proxy.hostname, port: proxy.port, method: "CONNECT", path: o.hostname + ":" + (o.port || 443)})
+      .on("connect", (res, sock) => {
+        if (res.statusCode !== 200) return cb(new Error("proxy answered " + res.statusCode));
+        const s = tls.connect({socket: sock, servername: o.servername || o.hostname, ALPNProtocols: ["http/1.1"]}, () => cb(null, s));
+        s.on("error", cb);
+      }).on("error", cb).end();
+  }});
+}
+(async () => {
+  const init = {headers};
+  if (%t) init.dispatcher = await withProxy();
+  const r = await fetch(url, init);
+  console.log(await r.text());
+})().catch(e => console.log("fetch failed: " + ((e.cause && e.cause.code) || e)));`
+	js := func(path string, proxied bool) string {
+		return `node --no-warnings -e '` + fmt.Sprintf(nodeFetch, origin, path, proxied) + `' 2>&1`
+	}
+	if got := run(js("node", true)); got != "credential ok /api/node" {
+		t.Errorf("node fetch through HTTPS_PROXY: %q", got)
+	}
+	if got := run(js("node-plain", false)); got != "credential ok /api/node-plain" && !strings.HasPrefix(got, "fetch failed: ") {
+		t.Errorf("node fetch on its own: %q", got)
+	} else {
+		t.Logf("node fetch on its own (no proxy): %s", got)
+	}
+
+	// The upstream saw the secret on each: only requests that carry it
+	// reach these handlers.
+	reqs := strings.Join(o.requests(), "\n")
+	for _, want := range []string{
+		"GET /repo.git/info/refs?service=git-upload-pack git/",
+		"POST /repo.git/git-upload-pack git/",
+		"GET /repo.git/info/refs?service=git-receive-pack git/",
+		"POST /repo.git/git-receive-pack git/",
+		"GET /api/urllib Python-urllib/",
+		"GET /api/requests python-requests/",
+		"GET /api/node ",
+	} {
+		if !strings.Contains(reqs, want) {
+			t.Errorf("the origin served no %q with the secret; it served:\n%s", want, reqs)
+		}
+	}
+
+	// What the sandbox holds: every process's environment, the git objects
+	// it fetched, and every readable file where anything is written, as a
+	// tar the test reads back in pieces and searches.
+	size := run(`set -e; { env; echo; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | sort -u; } >/tmp/look-env.txt
+git -C /workspace/r cat-file --batch-all-objects --batch >/tmp/look-objects.txt
+tar -czf /tmp/look.tgz --exclude=/tmp/look.tgz --ignore-failed-read /workspace /tmp /home /run/shellbox 2>/dev/null || true
+stat -c %s /tmp/look.tgz`)
+	n, err := strconv.Atoi(size)
+	if err != nil {
+		t.Fatalf("look: %q", size)
+	}
+	var tgz []byte
+	for off := 0; off < n; off += 15000 {
+		b64 := call(fmt.Sprintf(`tail -c +%d /tmp/look.tgz | head -c 15000 | base64 -w0`, off+1))
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			t.Fatalf("look at %d: %v", off, err)
+		}
+		tgz = append(tgz, b...)
+	}
+	files := untarGz(t, tgz)
+	for _, out := range outs {
+		files["(output)"] += out
+	}
+	for name, content := range files {
+		if strings.Contains(content, secret) {
+			t.Errorf("the sandbox holds the secret in %s", name)
+		}
+	}
+	for name, want := range map[string]string{
+		"tmp/look-env.txt":        "GITHUB_TOKEN=" + secrets.PlaceholderPrefix,
+		"tmp/look-objects.txt":    "pushed from the sandbox",
+		"workspace/r/.git/config": "x-access-token:" + secrets.PlaceholderPrefix,
+	} {
+		if !strings.Contains(files[name], want) {
+			t.Errorf("the sandbox's %s lacks %q:\n%s", name, want, files[name])
+		}
+	}
+	for _, v := range []string{"SSL_CERT_FILE", "GIT_SSL_CAINFO", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
+		if !strings.Contains(files["tmp/look-env.txt"], v+"=/run/shellbox/egress-ca.pem\n") {
+			t.Errorf("the sandbox's environment lacks %s=/run/shellbox/egress-ca.pem", v)
+		}
+	}
+
+	cs.p.stop(t)
+	logs := ""
+	for len(cs.p.logs) > 0 {
+		logs += <-cs.p.logs + "\n"
+	}
+	if strings.Contains(logs, secret) {
+		t.Errorf("serve's log holds the secret")
+	}
+	b, err := os.ReadFile(cs.audit)
+	if err != nil || strings.Contains(string(b), secret) {
+		t.Fatalf("audit: %v, or it holds the secret", err)
+	}
+	if !strings.Contains(string(b), `"egress":{"host":"localhost","method":"POST","path":"/repo.git/git-receive-pack","status":200,`) {
+		t.Errorf("the audit lacks git's push:\n%s", b)
+	}
+}
+
+// requireClientsImage builds clientsImage unless Docker has it (CI's
+// .ci/setup-docker.sh builds it; after the host's git, python or node
+// change, rerun images/testimage/build.sh --clients). A host without those
+// clients skips (fails under CI=true).
+func requireClientsImage(t *testing.T) {
+	t.Helper()
+	clientsImageOnce.Do(func() {
+		if exec.Command("docker", "image", "inspect", clientsImage).Run() == nil {
+			return
+		}
+		out, err := exec.Command("bash", filepath.Join("..", "..", "images", "testimage", "build.sh"), "--clients").CombinedOutput()
+		if err != nil {
+			clientsImageErr = fmt.Sprintf("%s: %v\n%s", clientsImage, err, out)
+		}
+	})
+	dockertest.Require(t, clientsImageErr == "", clientsImageErr)
+}
+
+var (
+	clientsImageOnce sync.Once
+	clientsImageErr  string
+)
+
+// gitServer is an HTTPS server of the host (credentialServer) that serves,
+// to requests carrying the secret, the bare repository repo.git through
+// git http-backend (pushes enabled) and /api/ with "credential ok <path>".
+type gitServer struct {
+	port, caFile, bare string
+	requests           func() []string // "METHOD path?query User-Agent" of each request served
+}
+
+func gitOrigin(t *testing.T, secret string) gitServer {
+	t.Helper()
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	gitOutput(t, "", "init", "-q", "-b", "main", work)
+	if err := os.WriteFile(filepath.Join(work, "README"), []byte("origin\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitOutput(t, work, "add", "README")
+	gitOutput(t, work, "-c", "user.name=origin", "-c", "user.email=origin@example.com", "commit", "-qm", "first")
+	bare := filepath.Join(dir, "repo.git")
+	gitOutput(t, "", "clone", "-q", "--bare", work, bare)
+	gitOutput(t, bare, "config", "http.receivepack", "true")
+	backend := &cgi.Handler{
+		Path: filepath.Join(gitOutput(t, "", "--exec-path"), "git-http-backend"),
+		Root: "/",
+		Env:  []string{"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"},
+	}
+	var mu sync.Mutex
+	var served []string
+	mux := http.NewServeMux()
+	mux.Handle("/repo.git/", backend)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
+	})
+	port, caFile, _ := credentialServer(t, secret, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served = append(served, r.Method+" "+r.URL.RequestURI()+" "+r.UserAgent())
+		mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	return gitServer{port: port, caFile: caFile, bare: bare, requests: func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), served...)
+	}}
+}
+
+// gitOutput runs the host's git in dir (no system or global config) and
+// returns its output, trimmed.
+func gitOutput(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// untarGz returns the regular files of a gzipped tar by name.
+func untarGz(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			c, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = string(c)
+		}
+	}
+}
