@@ -44,6 +44,9 @@ func Env(addr string) map[string]string {
 	return map[string]string{
 		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
 		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+		// Node's fetch and http honour the variables above only when told
+		// to (Node 24, 22.21): without it they get no network at all.
+		"NODE_USE_ENV_PROXY": "1",
 	}
 }
 
