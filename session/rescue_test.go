@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/agent/apiserver"
-	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/executor/files"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/sandbox"

@@ -5,8 +5,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
 )

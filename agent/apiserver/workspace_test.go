@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/agentapi/workspace"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/files"
 )
