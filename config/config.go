@@ -667,17 +667,17 @@ type Containerd struct {
 	// RuncRoot is runc's state directory, for a containerd that runs beside
 	// another one ("" = the shim's default).
 	RuncRoot string `mapstructure:"runcRoot"`
+	// Checkpoint runs runsc sessions under containerd's runc v2 shim with
+	// a runsc wrapper made from RuntimeConfigs' runsc.toml, so that a
+	// policy's sandbox.suspend: memory can checkpoint them
+	// (docs/checkpoint.md).
+	Checkpoint bool `mapstructure:"checkpoint"`
 	// Runtimes maps a policy's runtime (runc, runsc) to containerd's
 	// runtime (shim) name; RuntimeConfigs to the options file its shim
 	// reads (runsc.toml).
 	Runtimes       map[string]string `mapstructure:"runtimes"`
 	RuntimeConfigs map[string]string `mapstructure:"runtimeConfigs"`
 }
-	// Checkpoint runs runsc sessions under containerd's runc v2 shim with
-	// a runsc wrapper made from RuntimeConfigs' runsc.toml, so that a
-	// policy's sandbox.suspend: memory can checkpoint them
-	// (docs/checkpoint.md).
-	Checkpoint bool `mapstructure:"checkpoint"`
 
 // Kube is what only the kube backend needs (kube/): one pod per
 // session in Namespace. The cluster is reached with Kubeconfig, or from
@@ -783,6 +783,7 @@ func runtimeDefaults() map[string]any {
 		"containerd::namespace":      "shellbox",
 		"containerd::snapshotter":    "",
 		"containerd::runcRoot":       "",
+		"containerd::checkpoint":     false,
 		"containerd::runtimes":       map[string]string{},
 		"containerd::runtimeConfigs": map[string]string{},
 	}
@@ -792,7 +793,6 @@ func runtimeDefaults() map[string]any {
 // containerd backend: a file that still sets them is refused with where
 // they went, rather than with viper's "invalid keys".
 var movedKeys = []string{"stateDir", "owner", "image", "runtime", "agent", "cpus", "memoryBytes",
-		"containerd::checkpoint":     false,
 	"pidsLimit", "workspaceBytes", "tmpBytes", "spillBytes", "labels"}
 
 func checkMovedKeys(v *viper.Viper) error {

@@ -410,11 +410,6 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		l.addf("sandbox.pool.size", "must be between 0 and %d, got %d", MaxPoolSize, s.Pool.Size)
 	}
 	p.PoolSize = s.Pool.Size
-}
-
-// MaxPoolSize bounds sandbox.pool.size: each pooled sandbox holds its
-// memory and processes on the host while it waits.
-const MaxPoolSize = 256
 	switch s.Suspend {
 	case "", SuspendFiles:
 		p.Suspend = SuspendFiles
@@ -423,14 +418,19 @@ const MaxPoolSize = 256
 	default:
 		l.addf("sandbox.suspend", "%q: must be %s or %s", s.Suspend, SuspendMemory, SuspendFiles)
 	}
+}
 
-func compileLimits(l *located, p *Policy, s *limitsSchema) {
 // What a suspend keeps (sandbox.suspend).
 const (
 	SuspendFiles  = "files"
 	SuspendMemory = "memory"
 )
 
+// MaxPoolSize bounds sandbox.pool.size: each pooled sandbox holds its
+// memory and processes on the host while it waits.
+const MaxPoolSize = 256
+
+func compileLimits(l *located, p *Policy, s *limitsSchema) {
 	lim := &p.Limits
 	setD := func(key string, v time.Duration, into *time.Duration) {
 		if v != 0 {
