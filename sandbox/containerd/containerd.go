@@ -503,8 +503,8 @@ func (r *Runtime) withState(ctx context.Context, c containers.Container) (sandbo
 	return sb, nil
 }
 
-// Remove implements sandbox.Runtime: SIGKILL to every process of the task,
-// wait, delete the task, the container and its snapshot, then the host
+// Remove implements sandbox.Runtime: SIGKILL to every process of the task
+// (a paused one resumed first), wait, delete the task, the container and its snapshot, then the host
 // directory. Already gone is success; a container shellbox did not create is
 // ErrConflict and left alone.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
@@ -530,6 +530,11 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	task, err := ctr.Task(ctx, nil)
 	switch {
 	case err == nil:
+		// gVisor signals no process of a paused sandbox ("cannot signal
+		// container … in state paused"): thawed first, it dies at once.
+		if st, err := task.Status(ctx); err == nil && (st.Status == client.Paused || st.Status == client.Pausing) {
+			_ = task.Resume(ctx)
+		}
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return r.convert(err, "delete task %s", id)
 		}

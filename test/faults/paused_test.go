@@ -68,19 +68,12 @@ func (r *rig) pause(t *testing.T, sb sandbox.Sandbox) func() {
 // answered neither the call nor a liveness check — and the paused
 // sandbox is removed (or, where its removal outlasted the verdict's
 // bound, the error says so and the next call removes it); the next call
-// runs in a new sandbox with the session's workspace.
-//
-// Not on containerd under gVisor: there a paused sandbox cannot be
-// removed (containerd's task delete answers `kill timeout: cannot signal
-// container … in state paused`; sandbox/containerd's removal does not
-// resume a paused task first), so the session's every later call fails
-// with that error: docs/reliability.md.
+// runs in a new sandbox with the session's workspace. (On containerd
+// under gVisor a paused task cannot be signalled: sandbox/containerd's
+// removal resumes it first.)
 func TestSandboxPaused(t *testing.T) {
 	enginetest.Each(t, func(t *testing.T, e enginetest.Engine) {
 		for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
-			if e.Name == "containerd" && runtime == sandbox.RuntimeRunsc {
-				continue
-			}
 			t.Run(runtime, func(t *testing.T) { sandboxPaused(t, newRig(t, e, runtime)) })
 		}
 	})
