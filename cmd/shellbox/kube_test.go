@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
@@ -145,7 +146,9 @@ func TestKubeSessions(t *testing.T) {
 	isolate(t)
 	pod := func(name, tenant, session, owner string) *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "sessions",
+			// A uid, as every pod the API server returns has: Remove's
+			// mark is conditioned on it.
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "sessions", UID: types.UID("uid-" + name),
 				Labels: map[string]string{sandbox.LabelManaged: "true"},
 				Annotations: map[string]string{kube.AnnotationTenant: tenant, kube.AnnotationSession: session,
 					kube.AnnotationOwner: owner, kube.AnnotationRuntime: "runsc"}},
