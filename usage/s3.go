@@ -1,7 +1,6 @@
 package usage
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -191,21 +190,7 @@ func (s *S3) readObject(ctx context.Context, key string, f Filter, fn func(Bucke
 	if _, err := obj.Stat(); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(&limitedReader{r: obj, n: maxObjectBytes})
-	sc.Buffer(make([]byte, 4096), 64<<10)
-	for sc.Scan() {
-		var b Bucket
-		if json.Unmarshal(sc.Bytes(), &b) != nil || !f.match(b) {
-			continue
-		}
-		if err := fn(b); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("usage s3: %s: %w", key, err)
-	}
-	return nil
+	return scanBuckets(&limitedReader{r: obj, n: maxObjectBytes}, "s3 "+key, f, fn)
 }
 
 type limitedReader struct {

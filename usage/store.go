@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -128,7 +129,14 @@ func readDay(p string, f Filter, fn func(Bucket) error) error {
 		return fmt.Errorf("usage: %w", err)
 	}
 	defer file.Close()
-	sc := bufio.NewScanner(file)
+	return scanBuckets(file, p, f, fn)
+}
+
+// scanBuckets calls fn with each Bucket of r (one JSON object a line, at
+// most 64 KiB each; a line that does not parse is skipped) that f
+// matches; name names r in errors. It is how both stores read their files.
+func scanBuckets(r io.Reader, name string, f Filter, fn func(Bucket) error) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	for sc.Scan() {
 		var b Bucket
@@ -140,7 +148,7 @@ func readDay(p string, f Filter, fn func(Bucket) error) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("usage: %s: %w", p, err)
+		return fmt.Errorf("usage: %s: %w", name, err)
 	}
 	return nil
 }
