@@ -2,8 +2,10 @@ package agentapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 )
@@ -23,7 +25,19 @@ type Endpoint struct {
 	Token string
 }
 
-// Dial connects to the agent. ctx bounds the connection attempt only.
+// connectBound bounds a connection attempt to an agent (Dial): one that
+// answers connects in a millisecond (a unix socket, a pod on the cluster
+// network), and in a second or two on a congested node. Past it the address
+// is taken for gone: the pod IP of a pod deleted meanwhile is a blackhole on
+// a cluster network (nothing answers its SYNs, nor says it is unreachable),
+// and the kernel gives up on a connect only after its SYN retries, over a
+// minute, while the call that dialled waits. A variable for the tests.
+var connectBound = 5 * time.Second
+
+// Dial connects to the agent. ctx bounds the connection attempt, and so
+// does connectBound: an address that takes no connection within it (the
+// pod of a sandbox gone, its address a blackhole) fails with an error
+// that says so, which a request reports as ErrNotSent.
 func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
 	switch e.Network {
 	case "unix", "tcp":
@@ -36,8 +50,14 @@ func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
 		// the connection.
 		return nil, fmt.Errorf("invalid sandbox spec: agent endpoint network %q (want unix or tcp)", e.Network)
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, e.Network, e.Address)
+	d := net.Dialer{Timeout: connectBound}
+	c, err := d.DialContext(ctx, e.Network, e.Address)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// Not wrapped: this bound's expiry is no caller's deadline
+		// (context.DeadlineExceeded), and "i/o timeout" says nothing more.
+		return nil, fmt.Errorf("no connection to the agent at %s within %s (its sandbox may be gone, and its address with it)", e, connectBound)
+	}
+	return c, err
 }
 
 // String names the endpoint for logs and errors, without its token.
