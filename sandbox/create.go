@@ -147,7 +147,8 @@ func (l *lifecycle) takeOver(ctx context.Context, spec Spec) (_ Sandbox, ok bool
 }
 
 // createCold creates the session's sandbox, once admitted (a creation
-// slot), and, with ColdStarts, with the session's cold start reserved.
+// slot), and, with ColdStarts, with the session's cold start reserved:
+// from a saved image if Config.Restore makes one, else by Create.
 func (l *lifecycle) createCold(ctx context.Context, spec Spec) (Sandbox, error) {
 	release, err := l.adm.acquire(ctx)
 	if err != nil {
@@ -174,9 +175,18 @@ func (l *lifecycle) createCold(ctx context.Context, spec Spec) (Sandbox, error) 
 			}
 		}()
 	}
-	sb, err := l.cfg.Runtime.Create(ctx, spec)
-	if err != nil {
-		return Sandbox{}, err
+	made := "sandbox created"
+	sb, restored := Sandbox{}, false
+	if l.cfg.Restore != nil {
+		sb, restored = l.cfg.Restore(ctx, spec)
+	}
+	if restored {
+		made = "sandbox restored"
+	} else {
+		var err error
+		if sb, err = l.cfg.Runtime.Create(ctx, spec); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	if err := l.ready(ctx, sb); err != nil {
 		return Sandbox{}, l.discard(ctx, sb, err)
@@ -188,7 +198,7 @@ func (l *lifecycle) createCold(ctx context.Context, spec Spec) (Sandbox, error) 
 			return Sandbox{}, err
 		}
 	}
-	l.cfg.Logger.Info("sandbox created", "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "runtime", sb.Runtime)
+	l.cfg.Logger.Info(made, "tenant", spec.Tenant, "session", spec.Session, "id", sb.ID, "runtime", sb.Runtime)
 	return sb, nil
 }
 

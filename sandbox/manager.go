@@ -60,6 +60,15 @@ type Config struct {
 	// fails the creation: a new sandbox is removed, a taken-over one kept
 	// (it may hold the session's only copy of its files).
 	Resume func(ctx context.Context, sb Sandbox) error
+	// Restore, if set, is asked first to make a session's sandbox when
+	// one is started cold (not taken over, not claimed from a pool),
+	// under the same admission: it returns one it made from a saved
+	// image (ok: a memory resume, which is then the session's one
+	// sandbox, ready as Create's is checked, then handed to Resume), or
+	// ok false, having made nothing, and the sandbox is made by
+	// Runtime.Create. It never fails a creation: what it could not do it
+	// leaves to Create and Resume (the session layer says why).
+	Restore func(ctx context.Context, spec Spec) (sb Sandbox, ok bool)
 
 	// Prepare, if set, is called on a pooled sandbox once it is ready,
 	// before it joins its pool, e.g. to run one command so that the first

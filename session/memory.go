@@ -19,22 +19,24 @@ package session
 // socket", any failure of the checkpoint) the suspend goes on as a files
 // suspend, and its event says why.
 //
-// Resume (resumeMemory, from restore): the new sandbox gets the files
-// snapshot as any resume does; then the image is read whole from the
-// store (checked: a corrupt image is found before anything is removed),
-// the new sandbox is removed and the session's sandbox restored from the
-// image (which holds the workspace as of its instant: the runtime puts it
-// back), under the same container id and agent socket. A restore that
-// fails after that makes a fresh sandbox again, on the workspace the files
-// snapshot put in place. Either way the session resumes, and the event
-// says from what.
+// Resume (restoreSandbox, the Manager's Restore): the session's one new
+// sandbox is made from the image, streamed from the store into the
+// runtime's restore (which reads it whole, checked, before anything
+// starts: a corrupt image is found before any sandbox exists), under this
+// process's claim on the resume; the image holds the workspace as of its
+// instant, which the runtime puts back, so the files snapshot is not
+// read. Where the image cannot be restored, nothing is made: the Manager
+// creates a fresh sandbox, and Resume (restore) streams the files
+// snapshot into it, its event saying why the image was not restored. A
+// sandbox made before its restore (one a server start adopted, a pooled
+// one) takes the older way (resumeMemory): the files snapshot, then the
+// sandbox replaced by one restored from the image.
 //
 // Limits, said in docs/checkpoint.md: the idle reaper does not suspend a
 // session while its background tasks run (the server's watch of its tasks
-// keeps it used), so only the operator's suspend takes tasks along; the
-// Manager keeps the new
-// sandbox's creation time, not the restored one's; a resume makes a
-// sandbox twice (the new one, then the restored one).
+// keeps it used), so only the operator's suspend takes tasks along; a
+// session given a warm pool's sandbox at its resume is not restored from
+// its image ("the sandbox came from a warm pool").
 
 import (
 	"context"
@@ -45,8 +47,10 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
+	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/policies"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
 )
 
 // memoryWanted says whether the tenant's policy asks for memory suspends.
@@ -121,6 +125,107 @@ func (l *Service) memoryImageFile(ctx context.Context, tenant, session, id strin
 		return nil, err
 	}
 	return f, nil
+}
+
+// restoreSandbox is sandbox.Config.Restore: a suspended session with a
+// memory image has its sandbox made from the image, straight from the
+// store (the one sandbox of its resume), under this process's claim,
+// and is recorded running in it. Where it cannot be (no image, another
+// runtime, another server's claim, a corrupt image, a failed restore,
+// an agent that does not answer) it makes nothing and returns false: the
+// Manager makes a fresh sandbox and Resume restores the files snapshot
+// into it; the record it hands Resume says why the image was not restored
+// (record.memoryFailed), for the resumed event.
+func (l *Service) restoreSandbox(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, bool) {
+	tenant, session := spec.Tenant, spec.Session
+	cp, ok := l.cfg.Runtime.(sandbox.Checkpointer)
+	if !ok || spec.Runtime != sandbox.RuntimeRunsc || sandbox.IsPooled(session) {
+		return sandbox.Sandbox{}, false
+	}
+	r, version, ok := l.takeRecord(tenant, session)
+	if !ok {
+		var err error
+		if r, version, ok, err = l.recordAt(ctx, tenant, session); err != nil || !ok {
+			return sandbox.Sandbox{}, false
+		}
+	}
+	l.mu.Lock()
+	_, chosen := l.resumeFrom[tenant+"/"+session]
+	l.mu.Unlock()
+	stale := r.State == stateResuming && r.Claim != nil && !time.Now().Before(r.Claim.Until)
+	if r.Memory == "" || chosen || (r.State != stateSuspended && !stale) {
+		l.noteRecord(tenant, session, r, version) // Resume's to act on
+		return sandbox.Sandbox{}, false
+	}
+	h, _, err := l.claim(ctx, tenant, session, sandbox.Sandbox{}, r, version)
+	if err != nil {
+		return sandbox.Sandbox{}, false // Resume reads the record again
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	renewed := h.renewEvery(rctx, cancel)
+	start := time.Now()
+	sb, info, err := l.restoreImage(rctx, cp, spec, r.Memory)
+	cancel(nil)
+	<-renewed
+	if cause := context.Cause(rctx); errors.Is(cause, errClaimTaken) {
+		err = cause
+	}
+	if err == nil {
+		if err = h.finish(ctx, r.Snapshot, sb); err != nil {
+			err = fmt.Errorf("recording the session running: %w", err)
+		}
+	}
+	if err != nil {
+		if sb.ID != "" {
+			_ = l.cfg.Runtime.Remove(context.WithoutCancel(ctx), sb.ID)
+		}
+		if errors.Is(err, errClaimTaken) {
+			return sandbox.Sandbox{}, false // another server restores it
+		}
+		h.release(ctx)
+		h.mu.Lock()
+		r, version = h.r, h.version
+		h.mu.Unlock()
+		read := "failed to restore"
+		if errors.Is(err, snapshot.ErrCorrupt) || errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, errdefs.ErrNotFound) {
+			read = "could not be read"
+		}
+		r.memoryFailed = fmt.Sprintf("; its memory image %s %s (%v): resumed from its files snapshot %s, its processes and background tasks lost",
+			r.Memory, read, err, r.Snapshot)
+		l.log.Warn("memory image not restored: a fresh sandbox and the files snapshot", "tenant", tenant, "session", session, "image", r.Memory, "err", err)
+		l.noteRecord(tenant, session, r, version)
+		return sandbox.Sandbox{}, false
+	}
+	l.changed(tenant, session, "resumed", fmt.Sprintf("its processes and background tasks restored from memory image %s of %s (%s ago%s), its workspace with them: %d bytes, in %s; files snapshot %s kept for a fallback",
+		r.Memory, info.Created.Format(time.RFC3339), time.Since(info.Created).Round(time.Second), snapshotReason(r), info.Size,
+		time.Since(start).Round(time.Millisecond), r.Snapshot))
+	return sb, true
+}
+
+// restoreImage makes spec's sandbox from the memory image id, streamed
+// from the store into the runtime (which reads it to its end, checked,
+// before anything starts), and probes its agent; on a failure after the
+// restore, the sandbox is removed.
+func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spec sandbox.Spec, id string) (sandbox.Sandbox, snapshot.Info, error) {
+	start := time.Now()
+	rc, info, err := l.cfg.Snapshots.Get(ctx, spec.Tenant, spec.Session, id)
+	if err != nil {
+		return sandbox.Sandbox{}, info, err
+	}
+	defer rc.Close()
+	sb, err := cp.Restore(ctx, spec, rc)
+	if err != nil {
+		return sandbox.Sandbox{}, info, err
+	}
+	restored := time.Now()
+	if err := l.probe(ctx, sb); err != nil {
+		_ = l.cfg.Runtime.Remove(context.WithoutCancel(ctx), sb.ID)
+		return sandbox.Sandbox{}, info, err
+	}
+	l.log.Info("sandbox restored from its memory image", "tenant", spec.Tenant, "session", spec.Session, "image", id, "bytes", info.Size,
+		"restore", restored.Sub(start).Round(time.Millisecond), "probe", time.Since(restored).Round(time.Millisecond))
+	return sb, info, nil
 }
 
 // resumeMemory restores the session of sb (a new sandbox, its workspace

@@ -219,26 +219,10 @@ func resumedElsewhere(session string, r record, sb sandbox.Sandbox) error {
 // process claimed first.
 func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r record, version string) error {
 	tenant, session := sb.Tenant, sb.Session
-	now := time.Now().UTC()
-	stale := r.Claim // a stale claim this one takes over, if any
-	if r.State != stateResuming {
-		stale = nil
-	}
-	r.State = stateResuming
-	r.Claim = &claim{Owner: l.process, Token: newToken(), Sandbox: sb.ID, SandboxCreated: sb.Created,
-		Since: now, Until: now.Add(l.claimTTL)}
-	v, err := l.swapRecord(ctx, tenant, session, version, r)
-	if errors.Is(err, snapshot.ErrConflict) {
-		return errClaimLost
-	}
+	h, stale, err := l.claim(ctx, tenant, session, sb, r, version)
 	if err != nil {
-		return fmt.Errorf("session %s: claiming its resume: %w", session, err)
+		return err
 	}
-	if stale != nil {
-		l.log.Warn("a stale resume claim taken over", "tenant", tenant, "session", session,
-			"claim", stale.String(), "until", stale.Until)
-	}
-	h := &heldClaim{l: l, tenant: tenant, session: session, r: r, version: v}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := h.renewEvery(rctx, cancel)
@@ -256,13 +240,40 @@ func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r rec
 		l.changed(tenant, session, "resume-failed", err.Error())
 		return err
 	}
-	if err := h.finish(ctx, id); err != nil {
+	if err := h.finish(ctx, id, sb); err != nil {
 		err = fmt.Errorf("session %s: recording it running: %w", session, err)
 		l.changed(tenant, session, "resume-failed", err.Error())
 		return err
 	}
 	l.changed(tenant, session, "resumed", msg)
 	return nil
+}
+
+// claim claims the session's resume from the record r at version, into
+// sb (zero: a sandbox not made yet, named when the claim finishes), and
+// returns the claim held and the stale claim it took over, if any.
+// errClaimLost when another process claimed first.
+func (l *Service) claim(ctx context.Context, tenant, session string, sb sandbox.Sandbox, r record, version string) (*heldClaim, *claim, error) {
+	now := time.Now().UTC()
+	stale := r.Claim // a stale claim this one takes over, if any
+	if r.State != stateResuming {
+		stale = nil
+	}
+	r.State = stateResuming
+	r.Claim = &claim{Owner: l.process, Token: newToken(), Sandbox: sb.ID, SandboxCreated: sb.Created,
+		Since: now, Until: now.Add(l.claimTTL)}
+	v, err := l.swapRecord(ctx, tenant, session, version, r)
+	if errors.Is(err, snapshot.ErrConflict) {
+		return nil, nil, errClaimLost
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("session %s: claiming its resume: %w", session, err)
+	}
+	if stale != nil {
+		l.log.Warn("a stale resume claim taken over", "tenant", tenant, "session", session,
+			"claim", stale.String(), "until", stale.Until)
+	}
+	return &heldClaim{l: l, tenant: tenant, session: session, r: r, version: v}, stale, nil
 }
 
 // recordWriteTimeout bounds the writes that end a claim, which run under
@@ -333,14 +344,15 @@ func (h *heldClaim) renewEvery(ctx context.Context, cancel context.CancelCauseFu
 	return done
 }
 
-// finish records the session running in the claim's sandbox, restored
-// from snapshot id, under a context of its own: the restore is done, and
-// a caller gone meanwhile must not leave the claim to go stale.
-func (h *heldClaim) finish(ctx context.Context, id string) error {
+// finish records the session running in sb, restored from snapshot id,
+// under a context of its own: the restore is done, and a caller gone
+// meanwhile must not leave the claim to go stale.
+func (h *heldClaim) finish(ctx context.Context, id string, sb sandbox.Sandbox) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWriteTimeout)
 	defer cancel()
 	return h.swap(ctx, func(r *record) {
 		r.State, r.Resumed, r.Snapshot = stateRunning, time.Now().UTC(), id
+		r.Claim.Sandbox, r.Claim.SandboxCreated = sb.ID, sb.Created
 	})
 }
 
@@ -401,7 +413,11 @@ func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, sta
 		}
 		return id, "", l.offerPrevious(ctx, tenant, session, id, err)
 	}
-	if id == r.Snapshot && r.Memory != "" {
+	switch {
+	case id != r.Snapshot || r.Memory == "":
+	case r.memoryFailed != "":
+		after += r.memoryFailed // restoreSandbox tried the image
+	default:
 		after += l.resumeMemory(ctx, sb, r)
 	}
 	var lost string

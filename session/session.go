@@ -229,8 +229,12 @@ func New(cfg Config) (*Service, error) {
 	l.readyConns = sandboxconn.NewReadyConns()
 	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, l.busy(sandboxconn.Busy)
 	var suspend, resume func(context.Context, sandbox.Sandbox) error
+	var restore func(context.Context, sandbox.Spec) (sandbox.Sandbox, bool)
 	if cfg.Snapshots != nil {
 		suspend, resume = l.saveSandbox, l.resumeSandbox
+		if _, ok := cfg.Runtime.(sandbox.Checkpointer); ok {
+			restore = l.restoreSandbox
+		}
 	}
 	if _, ok := deletionWatcher(cfg.Runtime); ok && cfg.Snapshots != nil {
 		l.loses = true
@@ -239,7 +243,7 @@ func New(cfg Config) (*Service, error) {
 		ready = l.readyConns.Ready
 	} else {
 		prepare, busy = nil, nil // sandboxes without an agent
-		suspend, resume = nil, nil
+		suspend, resume, restore = nil, nil, nil
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
@@ -251,6 +255,7 @@ func New(cfg Config) (*Service, error) {
 		Busy:    busy,
 		Suspend: suspend,
 		Resume:  resume,
+		Restore: restore,
 
 		MaxCreating:     cfg.Admission.MaxCreating,
 		CreateQueue:     cfg.Admission.CreateQueue,

@@ -106,6 +106,10 @@ type record struct {
 	// lost says, for a resume from a running session's last snapshot,
 	// what was lost (rescue.go: lostSandbox); never stored.
 	lost string
+	// memoryFailed says, for a resume whose memory image the Manager's
+	// Restore could not restore (restoreSandbox), why, for the resumed
+	// event; never stored.
+	memoryFailed string
 }
 
 // SessionNotifier hears sessions' state changes (the server's event
