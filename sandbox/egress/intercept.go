@@ -10,8 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/confine"
@@ -118,37 +121,84 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 		r.serve(agent.Conn, agent.br, out, &plain)
 		return
 	}
+	// The upstream's handshake runs inside the client's, once its
+	// ClientHello is read: the client is offered the protocol the
+	// upstream agreed to of those the client offered (h2 or HTTP/1.1), so
+	// each side speaks one protocol end to end and a request is relayed
+	// as it came, never translated between them.
+	var (
+		up    *tls.Conn
+		upErr error
+	)
+	leaf := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return ic.Cert() }
 	client := tls.Server(readerConn{agent.Conn, agent.br}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"},
-		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			// A client naming another host than the one the connection was
 			// allowed for is refused: the leaf is the target's only.
 			if h.ServerName != "" && !sameHost(h.ServerName, ic.Host) {
 				return nil, fmt.Errorf("shellbox egress: TLS names %s on a connection to %s", egresswire.Clip(h.ServerName), ic.Host)
 			}
-			return ic.Cert()
+			if up == nil && upErr == nil {
+				up, upErr = dialUpstreamTLS(ctx, out, ic, slices.Contains(h.SupportedProtos, http2.NextProtoTLS))
+			}
+			protos := []string{"http/1.1"}
+			if upErr == nil && up.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+				protos = []string{http2.NextProtoTLS, "http/1.1"}
+			}
+			return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos, GetCertificate: leaf}, nil
 		},
 	})
-	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	// Both handshakes, one after the other.
+	hctx, cancel := context.WithTimeout(ctx, 2*handshakeTimeout)
 	err = client.HandshakeContext(hctx)
 	cancel()
+	if up != nil {
+		defer up.Close()
+	}
 	if err != nil {
 		r.logs.info("egress TLS from the sandbox failed", "host", ic.Host, "err", err.Error())
 		return
 	}
 	defer client.Close()
-	up := tls.Client(out, &tls.Config{MinVersion: tls.VersionTLS12, ServerName: ic.Host, RootCAs: ic.Roots, NextProtos: []string{"http/1.1"}})
-	hctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
-	err = up.HandshakeContext(hctx)
-	cancel()
-	if err != nil {
-		r.logs.info("egress TLS to upstream failed", "host", ic.Host, "err", err.Error())
-		answer(client, http.StatusBadGateway, fmt.Sprintf("shellbox egress: TLS to %s failed: %v", ic.Host, err))
+	if upErr != nil {
+		r.logs.info("egress TLS to upstream failed", "host", ic.Host, "err", upErr.Error())
+		// The answer follows the client's first request (offered
+		// HTTP/1.1 only, it speaks that): one before it would be
+		// unsolicited, and dropped.
+		client.SetReadDeadline(time.Now().Add(headTimeout))
+		cbr := bufio.NewReaderSize(io.LimitReader(client, maxRequestHead), 4096)
+		http.ReadRequest(cbr)
+		answer(client, http.StatusBadGateway, fmt.Sprintf("shellbox egress: TLS to %s failed: %v", ic.Host, upErr))
+		lingerClose(client, cbr)
 		return
 	}
-	defer up.Close()
+	if client.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+		r.serveH2(client, up, ic)
+		return
+	}
+	if up.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+		// Not offered to such a client (above): never relayed.
+		answer(client, http.StatusBadGateway, fmt.Sprintf("shellbox egress: %s speaks HTTP/2 on a connection whose client speaks HTTP/1.1", ic.Host))
+		return
+	}
 	r.serve(client, client, up, ic)
+}
+
+// dialUpstreamTLS is the relay's TLS over out, to ic.Host, verified by
+// ic.Roots; it offers h2 as well as HTTP/1.1 when h2 is set.
+func dialUpstreamTLS(ctx context.Context, out net.Conn, ic *Intercept, h2 bool) (*tls.Conn, error) {
+	protos := []string{"http/1.1"}
+	if h2 {
+		protos = []string{http2.NextProtoTLS, "http/1.1"}
+	}
+	up := tls.Client(out, &tls.Config{MinVersion: tls.VersionTLS12, ServerName: ic.Host, RootCAs: ic.Roots, NextProtos: protos})
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	if err := up.HandshakeContext(hctx); err != nil {
+		return nil, err
+	}
+	return up, nil
 }
 
 // serve relays the requests of one connection, one at a time in the

@@ -43,6 +43,7 @@ func (s staticSource) Secret(name string) (string, error) {
 type interceptRig struct {
 	*rig
 	tenantPool   *x509.CertPool
+	tenantPEM    []byte
 	upstreamPool *x509.CertPool
 	origin       *httptest.Server // https://localhost:port, the credential's host
 	plain        *httptest.Server // http://127.0.0.1:port, reached as localhost
@@ -58,6 +59,13 @@ func newInterceptRig(t testing.TB) *interceptRig { return newRuledRig(t, nil) }
 // with a plain-text origin on localhost too (ir.plain).
 func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 	t.Helper()
+	return newOriginRig(t, rules, false)
+}
+
+// newOriginRig is newRuledRig whose TLS origin offers HTTP/2 (and
+// HTTP/1.1) when h2 is set, HTTP/1.1 alone otherwise.
+func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig {
+	t.Helper()
 	dir := t.TempDir()
 	tenantCA, err := secrets.LoadOrCreateCA(filepath.Join(dir, "tenant.pem"), "acme")
 	if err != nil {
@@ -67,7 +75,7 @@ func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ir := &interceptRig{tenantPool: x509.NewCertPool(), seen: make(chan http.Header, 100)}
+	ir := &interceptRig{tenantPool: x509.NewCertPool(), tenantPEM: tenantCA.CertPEM(), seen: make(chan http.Header, 100)}
 	ir.tenantPool.AppendCertsFromPEM(tenantCA.CertPEM())
 	upstreamRoots := x509.NewCertPool()
 	upstreamRoots.AppendCertsFromPEM(upstreamCA.CertPEM())
@@ -80,6 +88,16 @@ func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 		}
 		// How the body came: the relay must not reframe an empty one.
 		w.Header().Set("X-Framing", fmt.Sprintf("te=%s cl=%d", strings.Join(r.TransferEncoding, ","), r.ContentLength))
+		w.Header().Set("X-Proto", r.Proto)
+		if r.URL.Path == "/trailers" {
+			// As a gRPC server ends a stream: the status in a trailer
+			// (one echoing the credential's header, to be scrubbed).
+			w.Header().Set("Trailer", "Grpc-Status, X-Echo-Trailer")
+			io.WriteString(w, "body")
+			w.Header().Set("Grpc-Status", "0")
+			w.Header().Set("X-Echo-Trailer", r.Header.Get("Authorization"))
+			return
+		}
 		if r.URL.Path == "/echo" {
 			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		}
@@ -122,6 +140,7 @@ func newRuledRig(t testing.TB, rules *confine.HTTPRules) *interceptRig {
 		t.Fatal(err)
 	}
 	ir.origin.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	ir.origin.EnableHTTP2 = h2
 	ir.origin.StartTLS()
 	t.Cleanup(ir.origin.Close)
 
