@@ -137,3 +137,33 @@ func TestMemoryResumeMakesOneSandbox(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneKeepsAnOlderFilesSnapshot: after a memory suspend, pruning
+// keeps the image, its files snapshot and the files snapshot before
+// (offered when the newest is corrupt), and drops the image the record
+// named before, which restores nothing now; a files suspend keeps the two
+// newest, as ever.
+func TestPruneKeepsAnOlderFilesSnapshot(t *testing.T) {
+	infos := func(ids ...string) []snapshot.Info {
+		var out []snapshot.Info
+		for _, id := range ids {
+			out = append(out, snapshot.Info{ID: id})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name                    string
+		list                    []string
+		newest, image, oldImage string
+		want                    string
+	}{
+		{"first memory suspend", []string{"M1", "F1", "F0"}, "F1", "M1", "", ""},
+		{"memory again", []string{"M2", "F2", "M1", "F1", "F0"}, "F2", "M2", "M1", "M1 F0"},
+		{"files after memory", []string{"F2", "M1", "F1", "F0"}, "F2", "", "M1", "M1 F0"},
+		{"files only", []string{"F2", "F1", "F0"}, "F2", "", "", "F0"},
+	} {
+		if got := strings.Join(pruned(infos(tc.list...), tc.newest, tc.image, tc.oldImage), " "); got != tc.want {
+			t.Errorf("%s: %v pruned to drop %q, want %q", tc.name, tc.list, got, tc.want)
+		}
+	}
+}

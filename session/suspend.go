@@ -48,6 +48,7 @@ import (
 	"github.com/shellbox/shellbox/errdefs"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/server"
 )
 
@@ -65,9 +66,10 @@ const (
 // tenant's (limits.suspendedTTL).
 const DefaultSuspendedTTL = 7 * 24 * time.Hour
 
-// keepSnapshots is how many snapshots of a session are kept: the newest,
-// which a resume restores, and the one before, offered when the newest is
-// found corrupt.
+// keepSnapshots is how many files snapshots of a session are kept: the
+// newest, which a resume restores, and the one before, offered when the
+// newest is found corrupt. A memory suspend's image is kept beside them
+// (pruneKeeping).
 const keepSnapshots = 2
 
 // record is a session's record in the snapshot store.
@@ -276,7 +278,11 @@ func (l *Service) saveSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		}
 		return fail(fmt.Errorf("recording it suspended: %w", err))
 	}
-	l.prune(ctx, tenant, session, info.ID)
+	var oldImage string
+	if had && cur.Memory != memID {
+		oldImage = cur.Memory // its session's next resume is from memID or files
+	}
+	l.pruneKeeping(ctx, tenant, session, info.ID, memID, oldImage)
 	l.forgetConn(tenant, session)
 	msg := fmt.Sprintf("%s; snapshot %s: %d entries, %d bytes of files, %d bytes stored, in %s",
 		reason, info.ID, st.Entries, st.Bytes, info.Size, time.Since(start).Round(time.Millisecond))
@@ -363,19 +369,44 @@ func killTasks(ctx context.Context, c *agentapi.Client, session string) ([]strin
 // prune deletes the session's snapshots older than the keepSnapshots
 // newest; failures are logged (the next suspend prunes again).
 func (l *Service) prune(ctx context.Context, tenant, session, newest string) {
+	l.pruneKeeping(ctx, tenant, session, newest, "", "")
+}
+
+// pruneKeeping is prune after a suspend that took the memory image image
+// ("": none) beside its files snapshot newest, replacing the record's
+// image oldImage ("": none): image is kept and not counted, so that the
+// files snapshot before newest stays too (offered when newest is found
+// corrupt), and oldImage goes (it restores no session now).
+func (l *Service) pruneKeeping(ctx context.Context, tenant, session, newest, image, oldImage string) {
 	infos, err := l.cfg.Snapshots.List(ctx, tenant, session)
 	if err != nil {
 		l.log.Warn("listing a session's snapshots to prune them", "tenant", tenant, "session", session, "err", err)
 		return
 	}
-	for i, info := range infos {
-		if i < keepSnapshots || info.ID == newest {
-			continue
-		}
-		if err := l.cfg.Snapshots.Delete(ctx, tenant, session, info.ID); err != nil {
-			l.log.Warn("pruning a session's snapshot", "tenant", tenant, "session", session, "snapshot", info.ID, "err", err)
+	for _, id := range pruned(infos, newest, image, oldImage) {
+		if err := l.cfg.Snapshots.Delete(ctx, tenant, session, id); err != nil {
+			l.log.Warn("pruning a session's snapshot", "tenant", tenant, "session", session, "snapshot", id, "err", err)
 		}
 	}
+}
+
+// pruned are the snapshots of infos (newest first) that pruneKeeping
+// deletes.
+func pruned(infos []snapshot.Info, newest, image, oldImage string) []string {
+	var drop []string
+	kept := 0
+	for _, info := range infos {
+		switch {
+		case info.ID == image && image != "":
+		case info.ID == oldImage && oldImage != "":
+			drop = append(drop, info.ID)
+		case kept < keepSnapshots || info.ID == newest:
+			kept++
+		default:
+			drop = append(drop, info.ID)
+		}
+	}
+	return drop
 }
 
 // forgetConn drops the tenant executor's cached connection to the
