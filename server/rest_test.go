@@ -159,6 +159,16 @@ func TestConcurrencyAndRateLimits(t *testing.T) {
 	if code != 429 || errCode(m) != "rate_limited" || !strings.Contains(errMsg(m), "ratePerSecond") {
 		t.Fatalf("rate: %d %v", code, m)
 	}
+	// Over its rate, beta may still delete a session: a refused DELETE
+	// leaves its sandbox running. Other calls on the session are refused.
+	if code, m := r.json("DELETE", "/v1/sessions/gone", tokenBeta, nil); code != 404 || errCode(m) != "no_such_session" {
+		t.Fatalf("a DELETE over the rate: %d %v, want the session's own answer (404)", code, m)
+	}
+	for _, req := range [][2]string{{"GET", "/v1/sessions/gone"}, {"DELETE", "/v1/sessions/gone/files"}} {
+		if code, m := r.json(req[0], req[1], tokenBeta, nil); code != 429 || errCode(m) != "rate_limited" {
+			t.Fatalf("%s %s over the rate: %d %v, want 429", req[0], req[1], code, m)
+		}
+	}
 }
 
 // TestCrossTenant: beta cannot see, read, kill, delete or list acme's
