@@ -13,3 +13,11 @@ import (
 type UsageReader interface {
 	Usage(ctx context.Context, id string) (usage.Counters, error)
 }
+
+// WorkspaceReader is an optional Runtime ability: measuring the bytes a
+// session's workspace holds, at a small bounded cost (a statfs of its own
+// file system, never a walk of its files), for the usage Sampler.
+// ErrNotFound: the session has no workspace this runtime can measure.
+type WorkspaceReader interface {
+	WorkspaceUsage(ctx context.Context, tenant, session string) (int64, error)
+}

@@ -56,6 +56,9 @@ func (s *Server) call(ctx context.Context, tenant, session, tool string, args js
 	s.metrics.observeResult(tenant, tool, res, d)
 	if s.cfg.Usage != nil {
 		s.cfg.Usage.Call(tenant, session, d)
+		if fg, ok := res.Value.(*tools.Foreground); ok && fg.Truncated {
+			s.cfg.Usage.Spill(tenant, session, fg.SpillBytes)
+		}
 	}
 	s.book.called(tenant, session, tool, args, res)
 	return res, nil

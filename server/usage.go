@@ -83,13 +83,7 @@ func usageReport(f usage.Filter, recs []usage.Record) UsageReport {
 	}
 	for _, rec := range recs {
 		t := rep.Tenants[rec.Tenant]
-		t.SandboxSeconds += rec.SandboxSeconds
-		t.CPUSeconds += rec.CPUSeconds
-		t.MemoryGiBSeconds += rec.MemoryGiBSeconds
-		t.MemoryPeakBytes = max(t.MemoryPeakBytes, rec.MemoryPeakBytes)
-		t.Calls += rec.Calls
-		t.CallSeconds += rec.CallSeconds
-		t.SuspendedSeconds += rec.SuspendedSeconds
+		t.Sum(rec.Figures)
 		rep.Tenants[rec.Tenant] = t
 	}
 	return rep
@@ -233,6 +227,7 @@ func writeUsageCSV(w http.ResponseWriter, recs []usage.Record) {
 // make a series per session ever seen.
 type usageDescs struct {
 	sandbox, cpu, memory, calls, callSeconds, suspended *prometheus.Desc
+	spill, egressRequests, egressSent, egressReceived   *prometheus.Desc
 }
 
 func newUsageDescs() usageDescs {
@@ -240,17 +235,22 @@ func newUsageDescs() usageDescs {
 		return prometheus.NewDesc(name, help, []string{"tenant"}, nil)
 	}
 	return usageDescs{
-		sandbox:     d("shellbox_usage_sandbox_seconds_total", "Seconds sandboxes of the tenant ran, as sampled from their cgroups, since this process started."),
-		cpu:         d("shellbox_usage_cpu_seconds_total", "CPU-seconds the tenant's sandboxes used (their cgroups' CPU time), since this process started."),
-		memory:      d("shellbox_usage_memory_gib_seconds_total", "Memory GiB-seconds of the tenant's sandboxes (memory in use at each sample times the interval), since this process started."),
-		calls:       d("shellbox_usage_calls_total", "Tool calls of the tenant's sessions that ran, since this process started."),
-		callSeconds: d("shellbox_usage_call_seconds_total", "Total duration of the tenant's tool calls, since this process started."),
-		suspended:   d("shellbox_usage_suspended_seconds_total", "Seconds the tenant's sessions were suspended (no sandbox running), as sampled, since this process started."),
+		sandbox:        d("shellbox_usage_sandbox_seconds_total", "Seconds sandboxes of the tenant ran, as sampled from their cgroups, since this process started."),
+		cpu:            d("shellbox_usage_cpu_seconds_total", "CPU-seconds the tenant's sandboxes used (their cgroups' CPU time), since this process started."),
+		memory:         d("shellbox_usage_memory_gib_seconds_total", "Memory GiB-seconds of the tenant's sandboxes (memory in use at each sample times the interval), since this process started."),
+		calls:          d("shellbox_usage_calls_total", "Tool calls of the tenant's sessions that ran, since this process started."),
+		callSeconds:    d("shellbox_usage_call_seconds_total", "Total duration of the tenant's tool calls, since this process started."),
+		suspended:      d("shellbox_usage_suspended_seconds_total", "Seconds the tenant's sessions were suspended (no sandbox running), as sampled, since this process started."),
+		spill:          d("shellbox_usage_spill_bytes_total", "Bytes the tenant's foreground calls wrote to spill files, since this process started."),
+		egressRequests: d("shellbox_usage_egress_requests_total", "Connections the egress relay of this process opened to destinations for the tenant's sandboxes, since it started."),
+		egressSent:     d("shellbox_usage_egress_sent_bytes_total", "Bytes the egress relay of this process sent to destinations for the tenant's sandboxes, since it started."),
+		egressReceived: d("shellbox_usage_egress_received_bytes_total", "Bytes the egress relay of this process received from destinations for the tenant's sandboxes, since it started."),
 	}
 }
 
 func (d usageDescs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.sandbox, d.cpu, d.memory, d.calls, d.callSeconds, d.suspended} {
+	for _, x := range []*prometheus.Desc{d.sandbox, d.cpu, d.memory, d.calls, d.callSeconds, d.suspended,
+		d.spill, d.egressRequests, d.egressSent, d.egressReceived} {
 		ch <- x
 	}
 }
@@ -266,5 +266,9 @@ func (d usageDescs) collect(ch chan<- prometheus.Metric, m *usage.Meter) {
 		ch <- prometheus.MustNewConstMetric(d.calls, prometheus.CounterValue, float64(f.Calls), t)
 		ch <- prometheus.MustNewConstMetric(d.callSeconds, prometheus.CounterValue, f.CallSeconds, t)
 		ch <- prometheus.MustNewConstMetric(d.suspended, prometheus.CounterValue, f.SuspendedSeconds, t)
+		ch <- prometheus.MustNewConstMetric(d.spill, prometheus.CounterValue, float64(f.SpillBytes), t)
+		ch <- prometheus.MustNewConstMetric(d.egressRequests, prometheus.CounterValue, float64(f.EgressRequests), t)
+		ch <- prometheus.MustNewConstMetric(d.egressSent, prometheus.CounterValue, float64(f.EgressSentBytes), t)
+		ch <- prometheus.MustNewConstMetric(d.egressReceived, prometheus.CounterValue, float64(f.EgressReceivedBytes), t)
 	}
 }

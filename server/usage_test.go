@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -111,8 +112,8 @@ func TestUsageCSV(t *testing.T) {
 			t.Fatalf("%s (Accept %q): %d %s %v", how.path, how.accept, resp.StatusCode, resp.Header.Get("Content-Type"), err)
 		}
 		want := [][]string{usage.CSVHeader,
-			{"acme", "s1", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "60.000", "2.500", "15.000", "268435456", "0", "0.000", "false", "0.000"},
-			{"acme", "s2", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "10.000", "0.500", "0.000", "0", "0", "0.000", "true", "0.000"},
+			{"acme", "s1", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "60.000", "2.500", "15.000", "268435456", "0", "0.000", "false", "0.000", "0", "0", "0", "0", "0", "0"},
+			{"acme", "s2", hour.Format(time.RFC3339), hour.Add(time.Hour).Format(time.RFC3339), "10.000", "0.500", "0.000", "0", "0", "0.000", "true", "0.000", "0", "0", "0", "0", "0", "0"},
 		}
 		if len(rows) != len(want) {
 			t.Fatalf("%s: rows %q", how.path, rows)
@@ -189,3 +190,25 @@ func (o *oneSandbox) Sandboxes(context.Context) ([]usage.Sandbox, error) {
 }
 
 func (o *oneSandbox) Read(context.Context, string) (usage.Counters, error) { return o.c, nil }
+
+// TestUsageCountsSpill: a call whose output passes the in-memory bound
+// (TailBytes, 30,000 bytes) spills it, and /v1/usage counts the spilled
+// bytes, exactly, for its session; a call that does not spill adds none.
+func TestUsageCountsSpill(t *testing.T) {
+	m := usage.NewMeter(&usage.Memory{}, nil)
+	r := newRig(t, func(c *Config) { c.Usage = m })
+	const n = 100_000
+	for _, cmd := range []string{fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", n), "echo short"} {
+		if code, res := r.json("POST", "/v1/sessions/sp/tools/bash", tokenAcme, map[string]any{"command": cmd, "description": "output"}); code != 200 || res["isError"] == true {
+			t.Fatalf("%s: %d %v", cmd, code, res)
+		}
+	}
+	code, b := r.do("GET", "/v1/usage?session=sp", tokenAcme, "", nil)
+	var rep UsageReport
+	if code != 200 || json.Unmarshal(b, &rep) != nil || len(rep.Sessions) != 1 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if got := rep.Sessions[0]; got.SpillBytes != n || got.Calls != 2 || rep.Tenants["acme"].SpillBytes != n {
+		t.Errorf("spill bytes %d (tenant %d) over %d calls, want %d over 2", got.SpillBytes, rep.Tenants["acme"].SpillBytes, got.Calls, n)
+	}
+}

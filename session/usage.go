@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/policies"
@@ -19,7 +20,20 @@ type usageSource struct {
 	l *Service
 }
 
-var _ usage.SuspendedLister = usageSource{}
+var (
+	_ usage.SuspendedLister = usageSource{}
+	_ usage.WorkspaceSource = usageSource{}
+)
+
+// Workspace implements usage.WorkspaceSource through the runtime's
+// sandbox.WorkspaceReader; ErrUnsupported where it has none (Kubernetes).
+func (u usageSource) Workspace(ctx context.Context, tenant, session string) (int64, error) {
+	w, ok := u.r.(sandbox.WorkspaceReader)
+	if !ok {
+		return 0, errors.ErrUnsupported
+	}
+	return w.WorkspaceUsage(ctx, tenant, session)
+}
 
 // Suspended implements usage.SuspendedLister: the sessions the snapshot
 // store records suspended (one listing of the records per pass; none

@@ -20,14 +20,30 @@
 //     since the one before (a step approximation, good to one interval's
 //     changes); and the peak, the cgroup's own high-water mark.
 //
-// The server adds each tool call and its duration (Meter.Call). What a
-// sandbox used between its last reading and its removal (at most one
-// interval) is not counted; the session's figures end with the reading
+// With the counters the Sampler measures each running session's workspace
+// through a WorkspaceSource (Docker and containerd: one statfs of the
+// workspace's own file system, an ext4 image or a tmpfs, so the cost is
+// the same whatever it holds; nothing walks its files): a gauge, kept as
+// the last value with its time (WorkspaceMeasured: of two buckets the
+// later measurement wins) and a peak. A tenant's workspace in a report is
+// the sum of its sessions' last values (Figures.Sum).
+//
+// The server adds each tool call and its duration (Meter.Call), the bytes
+// a foreground call spilled (Meter.Spill, from its result), and what the
+// egress relay (sandbox/egress RelayConfig.Traffic) reports as it goes:
+// each connection dialled to a destination, and the bytes sent to and
+// received from it (Meter.Egress). These are counters: each process
+// counts what it served and relayed, and the Store sums every process's
+// buckets.
+//
+// What a sandbox used between its last reading and its removal (at most
+// one interval) is not counted; the session's figures end with the reading
 // that last saw it, and that is when its final record is written
 // (Record.Final).
 //
-// Cost: one reading per running sandbox per interval, made one sandbox
-// at a time, plus one appended file write per tenant-day per minute. A
+// Cost: one reading (and one workspace statfs) per running sandbox per
+// interval, made one sandbox at a time; a Meter.Egress call (a mutex and
+// a map update) per read or write of a relayed connection; plus one appended file write per tenant-day per minute. A
 // reading is three small reads of the sandbox's cgroup files, their path
 // found once per sandbox (a Docker inspect; containerd's container and
 // task): measured on the 2-core reference machine (Docker 20.10, cgroup

@@ -135,6 +135,24 @@ func (m *Meter) Call(tenant, session string, d time.Duration) {
 	m.add(tenant, session, m.now(), Figures{Calls: 1, CallSeconds: d.Seconds()}, false)
 }
 
+// Spill counts bytes a foreground call of a session wrote to its spill
+// file.
+func (m *Meter) Spill(tenant, session string, bytes int64) {
+	if bytes > 0 {
+		m.add(tenant, session, m.now(), Figures{SpillBytes: bytes}, false)
+	}
+}
+
+// Egress counts a session's egress through the relay: requests
+// connections opened, sent and received bytes. The relay calls it as the
+// bytes go (sandbox/egress RelayConfig.Traffic), so a long tunnel's bytes
+// fall in the hours they went in.
+func (m *Meter) Egress(tenant, session string, requests, sent, received int64) {
+	if requests > 0 || sent > 0 || received > 0 {
+		m.add(tenant, session, m.now(), Figures{EgressRequests: requests, EgressSentBytes: sent, EgressReceivedBytes: received}, false)
+	}
+}
+
 // add counts f for a session at time at.
 func (m *Meter) add(tenant, session string, at time.Time, f Figures, final bool) {
 	at = at.UTC()

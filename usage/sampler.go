@@ -32,6 +32,15 @@ type SuspendedLister interface {
 	Suspended(ctx context.Context) ([]Sandbox, error)
 }
 
+// WorkspaceSource is an optional ability of a Source: the bytes a
+// session's workspace holds now. It is asked once per reading of each
+// running sandbox, so an implementation must answer at a small, bounded
+// cost (a statfs of the workspace's own file system, not a walk of its
+// files); an error (no workspace of its own here) skips the measurement.
+type WorkspaceSource interface {
+	Workspace(ctx context.Context, tenant, session string) (int64, error)
+}
+
 // MaxSandboxes bounds the sandboxes a Sampler keeps a last reading of,
 // and the suspended sessions it keeps a last count of.
 const MaxSandboxes = 10_000
@@ -128,6 +137,16 @@ func (s *Sampler) Sample(ctx context.Context) {
 		if err != nil {
 			s.log.Debug("reading a sandbox's usage", "tenant", sb.Tenant, "session", sb.Session, "err", err)
 			continue
+		}
+		if ws, ok := s.src.(WorkspaceSource); ok {
+			// Measured with the counters, whatever the reading below
+			// counts: a gauge, its last value and peak.
+			if n, err := ws.Workspace(ctx, sb.Tenant, sb.Session); err == nil {
+				at := s.meter.now()
+				s.meter.add(sb.Tenant, sb.Session, at, Figures{WorkspaceBytes: n, WorkspacePeakBytes: n, WorkspaceMeasured: at.UTC()}, false)
+			} else {
+				s.log.Debug("measuring a workspace", "tenant", sb.Tenant, "session", sb.Session, "err", err)
+			}
 		}
 		now := s.meter.now()
 		prev, ok := s.last[sb.ID]

@@ -31,9 +31,29 @@ type Figures struct {
 	// workspace in the snapshot store, no sandbox running): not in
 	// SandboxSeconds.
 	SuspendedSeconds float64 `json:"suspendedSeconds"`
+	// WorkspaceBytes is the session's workspace as last measured (the
+	// bytes its file system holds), at WorkspaceMeasured;
+	// WorkspacePeakBytes the most a measurement found. Zero where the
+	// runtime cannot measure it (Kubernetes, the local backend).
+	WorkspaceBytes     int64     `json:"workspaceBytes"`
+	WorkspacePeakBytes int64     `json:"workspacePeakBytes"`
+	WorkspaceMeasured  time.Time `json:"workspaceMeasured,omitzero"`
+	// SpillBytes are the bytes foreground calls wrote to the session's
+	// spill files (their output past the in-memory bound).
+	SpillBytes int64 `json:"spillBytes"`
+	// EgressRequests counts the connections the egress relay opened to a
+	// destination for the session (a blind tunnel or a terminated
+	// connection, each once however many HTTP requests it carries);
+	// EgressSentBytes and EgressReceivedBytes are the bytes the relay
+	// sent them and received from them (TLS records as they went, where
+	// it terminated TLS).
+	EgressRequests      int64 `json:"egressRequests"`
+	EgressSentBytes     int64 `json:"egressSentBytes"`
+	EgressReceivedBytes int64 `json:"egressReceivedBytes"`
 }
 
-// add adds o to f: sums, and the larger peak.
+// add adds o to f: sums, the larger peaks, and the later workspace
+// measurement.
 func (f *Figures) add(o Figures) {
 	f.SandboxSeconds += o.SandboxSeconds
 	f.CPUSeconds += o.CPUSeconds
@@ -42,6 +62,27 @@ func (f *Figures) add(o Figures) {
 	f.Calls += o.Calls
 	f.CallSeconds += o.CallSeconds
 	f.SuspendedSeconds += o.SuspendedSeconds
+	if o.WorkspaceMeasured.After(f.WorkspaceMeasured) {
+		f.WorkspaceBytes, f.WorkspaceMeasured = o.WorkspaceBytes, o.WorkspaceMeasured
+	}
+	f.WorkspacePeakBytes = max(f.WorkspacePeakBytes, o.WorkspacePeakBytes)
+	f.SpillBytes += o.SpillBytes
+	f.EgressRequests += o.EgressRequests
+	f.EgressSentBytes += o.EgressSentBytes
+	f.EgressReceivedBytes += o.EgressReceivedBytes
+}
+
+// Sum adds a session's figures o to a tenant's f, as GET /v1/usage sums
+// its tenants: the sessions' figures added up, but the peaks (the largest
+// of the sessions') and the workspace, whose bytes are the sum of each
+// session's last measurement, measured when the latest was.
+func (f *Figures) Sum(o Figures) {
+	ws, at := f.WorkspaceBytes+o.WorkspaceBytes, f.WorkspaceMeasured
+	if o.WorkspaceMeasured.After(at) {
+		at = o.WorkspaceMeasured
+	}
+	f.add(o)
+	f.WorkspaceBytes, f.WorkspaceMeasured = ws, at
 }
 
 // Bucket is what one session used in one UTC hour: the unit a Store keeps.

@@ -50,3 +50,12 @@ func (r *Runtime) taskPid(ctx context.Context, id string) (int, error) {
 	}
 	return int(task.Pid()), nil
 }
+
+var _ sandbox.WorkspaceReader = (*Runtime)(nil)
+
+// WorkspaceUsage implements sandbox.WorkspaceReader: the used bytes of the
+// session's host workspace file system (hostdir.Dirs.WorkspaceUsed: one
+// statfs).
+func (r *Runtime) WorkspaceUsage(_ context.Context, tenant, session string) (int64, error) {
+	return r.dirs.WorkspaceUsed(tenant, session)
+}
