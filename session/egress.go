@@ -140,6 +140,9 @@ func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func
 	if o := l.cfg.Metrics; o != nil {
 		cfg.Observe = func(_ string, out egress.Outcome) { o.ObserveEgress(sb.Tenant, string(out)) }
 	}
+	if m := l.cfg.Usage; m != nil {
+		cfg.Traffic = func(t egress.Traffic) { m.Egress(sb.Tenant, sb.Session, t.Requests, t.Sent, t.Received) }
+	}
 	ready := h.installed(sb.ID)
 	defer func() {
 		h.mu.Lock()

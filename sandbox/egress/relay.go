@@ -84,6 +84,10 @@ type RelayConfig struct {
 	MaxTunnels int
 	// Observe, if set, hears each connection's outcome (for metrics).
 	Observe func(target string, o Outcome)
+	// Traffic, if set, hears each connection dialled to a destination and
+	// the bytes that go over it, as they go (traffic.go; for usage). It is
+	// called from the tunnels' goroutines and must not block.
+	Traffic func(Traffic)
 	// Logger hears refusals and failures, at most about one line a second
 	// (default: discard).
 	Logger *slog.Logger
@@ -403,6 +407,7 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 		return
 	}
 	defer r.drop(out)
+	out = counted(out, r.cfg.Traffic)
 	if d.Until != nil {
 		stop := context.AfterFunc(d.Until, func() {
 			out.Close()
