@@ -533,6 +533,12 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 			}
 		}
 	}
+	// A known workspace write and a known spill (past the 30,000 bytes
+	// kept in memory), for the page's workspace and spill columns.
+	if got := bash(ctx, t, ca, "burn", map[string]any{"command": "head -c 10485760 /dev/urandom > /workspace/ws && head -c 100000 /dev/zero | tr '\\0' a",
+		"description": "write 10 MiB, spill 100,000 bytes"}); !strings.Contains(got, "truncated") {
+		t.Fatalf("the spill: %.300q", got)
+	}
 	before := settled()
 	if got := bash(ctx, t, ca, "burn", map[string]any{"command": burnCommand, "description": "burn 2 CPU-seconds"}); !strings.HasPrefix(got, "burned ") {
 		t.Fatalf("burn: %q", got)
@@ -591,6 +597,10 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("/v1/usage: %s's session was suspended %.1f s", beta, rep.Tenants[beta].SuspendedSeconds)
+	if f := rep.Tenants[acme]; f.SpillBytes != 100_000 || math.Abs(float64(f.WorkspaceBytes)/(10<<20)-1) > 0.05 {
+		t.Errorf("/v1/usage: %s spilled %d bytes (want 100000) and its workspace holds %d bytes (want 10 MiB within 5%%)", acme, f.SpillBytes, f.WorkspaceBytes)
+	}
+	t.Logf("/v1/usage: %s's workspace %d bytes (peak %d), spilled %d", acme, rep.Tenants[acme].WorkspaceBytes, rep.Tenants[acme].WorkspacePeakBytes, rep.Tenants[acme].SpillBytes)
 	burn := rep.Tenants[acme]
 	t.Logf("/v1/usage: %s used %.3f CPU-seconds in %.1f sandbox-seconds (peak %d bytes)", acme, burn.CPUSeconds, burn.SandboxSeconds, burn.MemoryPeakBytes)
 
@@ -603,6 +613,16 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 		br.evaluate("read "+sel, fmt.Sprintf(`(function(){const o={};for(const td of document.querySelectorAll(%q)){for(const c of td.classList){if(c.startsWith("u-"))o[c]=td.textContent}}return o})()`, sel+" td"), &out)
 		return out
 	}
+	// size is how the page formats a byte count (app.js, size).
+	size := func(b int64) string {
+		switch {
+		case b <= 0:
+			return "—"
+		case b < 1<<20:
+			return fmt.Sprintf("%.1f KiB", float64(b)/1024)
+		}
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
 	// shown is how the page formats f (app.js, usageCells).
 	shown := func(f usage.Figures) map[string]string {
 		peak := "—"
@@ -611,7 +631,9 @@ func TestConsoleUsageInBrowser(t *testing.T) {
 		}
 		return map[string]string{"u-cpu": fmt.Sprintf("%.3f", f.CPUSeconds), "u-hours": fmt.Sprintf("%.4f", f.SandboxSeconds/3600),
 			"u-mem": fmt.Sprintf("%.3f", f.MemoryGiBSeconds), "u-peak": peak, "u-calls": strconv.FormatInt(f.Calls, 10),
-			"u-callsec": fmt.Sprintf("%.1fs", f.CallSeconds), "u-suspended": fmt.Sprintf("%.4f", f.SuspendedSeconds/3600)}
+			"u-callsec": fmt.Sprintf("%.1fs", f.CallSeconds), "u-suspended": fmt.Sprintf("%.4f", f.SuspendedSeconds/3600),
+			"u-ws": size(f.WorkspaceBytes), "u-wspeak": size(f.WorkspacePeakBytes), "u-spill": size(f.SpillBytes),
+			"u-egreq": strconv.FormatInt(f.EgressRequests, 10), "u-egsent": size(f.EgressSentBytes), "u-egrecv": size(f.EgressReceivedBytes)}
 	}
 	same := func(what string, got map[string]string, f usage.Figures) {
 		t.Helper()

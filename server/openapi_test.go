@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shellbox/shellbox/usage"
 )
 
 // TestOpenAPI: the checked-in document is served and names every route the
@@ -36,5 +39,36 @@ func TestOpenAPI(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("OpenAPI paths:\n%v\nroutes:\n%v", got, want)
+	}
+}
+
+// TestOpenAPIUsageFields: the usage schemas name every field GET /v1/usage
+// answers (usage.Figures's, and a record's own).
+func TestOpenAPIUsageFields(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(usage.Record{Figures: usage.Figures{WorkspaceMeasured: time.Unix(1, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, schema := range []string{"UsageFigures", "UsageRecord"} {
+		props := doc.Components.Schemas[schema].Properties
+		for k := range rec {
+			if _, ok := props[k]; !ok && (schema == "UsageRecord" || !slices.Contains([]string{"tenant", "session", "from", "to", "final"}, k)) {
+				t.Errorf("%s: no property %q, which /v1/usage answers", schema, k)
+			}
+		}
 	}
 }

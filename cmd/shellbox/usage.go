@@ -64,7 +64,7 @@ func usageMeter(ctx context.Context, cfg config.Config) (*usage.Meter, error) {
 func newUsageCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Show what sessions used: sandbox-seconds, CPU-seconds, memory GiB-seconds and peak, calls (this host's usage files, or a server's with --server)",
+		Short: "Show what sessions used: sandbox-seconds, CPU-seconds, memory GiB-seconds and peak, calls, workspace, spill and egress bytes (this host's usage files, or a server's with --server)",
 		Long: `Show what sessions used, per session, over a range of time (default: today, UTC).
 
 Without --server it reads this host's usage files (usage.dir), every tenant's
@@ -143,10 +143,12 @@ func usageFilter(q url.Values) (usage.Filter, error) {
 
 func printUsage(w io.Writer, recs []usage.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSESSION\tSANDBOX-S\tCPU-S\tMEM-GIB-S\tMEM-PEAK-MIB\tCALLS\tCALL-S\tENDED")
+	fmt.Fprintln(tw, "TENANT\tSESSION\tSANDBOX-S\tCPU-S\tMEM-GIB-S\tMEM-PEAK-MIB\tCALLS\tCALL-S\tWS-MIB\tWS-PEAK-MIB\tSPILL-B\tEGRESS-REQ\tEGRESS-OUT-B\tEGRESS-IN-B\tENDED")
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.3f\t%.2f\t%.1f\t%d\t%.1f\t%v\n", r.Tenant, r.Session, r.SandboxSeconds, r.CPUSeconds,
-			r.MemoryGiBSeconds, float64(r.MemoryPeakBytes)/(1<<20), r.Calls, r.CallSeconds, r.Final)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.3f\t%.2f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%v\n", r.Tenant, r.Session, r.SandboxSeconds, r.CPUSeconds,
+			r.MemoryGiBSeconds, mib(r.MemoryPeakBytes), r.Calls, r.CallSeconds, mib(r.WorkspaceBytes), mib(r.WorkspacePeakBytes),
+			r.SpillBytes, r.EgressRequests, r.EgressSentBytes, r.EgressReceivedBytes, r.Final)
 	}
 	return tw.Flush()
 }

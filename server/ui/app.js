@@ -389,8 +389,12 @@
     mem: { label: "memory GiB-seconds", of: (f) => f.memoryGiBSeconds, fmt: (v) => v.toFixed(3) },
     calls: { label: "tool calls", of: (f) => f.calls || 0, fmt: (v) => String(v) },
     suspended: { label: "suspended hours", of: (f) => (f.suspendedSeconds || 0) / 3600, fmt: (v) => v.toFixed(4) },
+    egress: { label: "egress MiB", of: (f) => ((f.egressSentBytes || 0) + (f.egressReceivedBytes || 0)) / 1048576, fmt: (v) => v.toFixed(3) },
   };
   const mib = (b) => (b > 0 ? (b / 1048576).toFixed(1) + " MiB" : "—");
+  // size is a byte count as KiB under a MiB (egress, small spills), else
+  // as mib does.
+  const size = (b) => (b > 0 && b < 1048576 ? (b / 1024).toFixed(1) + " KiB" : mib(b));
   const PALETTE = ["#0969da", "#1a7f37", "#bf3989", "#9a6700", "#8250df", "#cf222e", "#1b7c83", "#57606a"];
 
   // usageCells are a figures' cells: [text, class] pairs, each figure's
@@ -399,7 +403,10 @@
     return [[FIGURES.cpu.fmt(FIGURES.cpu.of(f)), "num u-cpu"], [FIGURES.hours.fmt(FIGURES.hours.of(f)), "num u-hours"],
       [FIGURES.mem.fmt(FIGURES.mem.of(f)), "num u-mem"], [mib(f.memoryPeakBytes), "num u-peak"],
       [String(f.calls || 0), "num u-calls"], [(f.callSeconds || 0).toFixed(1) + "s", "num u-callsec"],
-      [((f.suspendedSeconds || 0) / 3600).toFixed(4), "num u-suspended"]];
+      [((f.suspendedSeconds || 0) / 3600).toFixed(4), "num u-suspended"],
+      [size(f.workspaceBytes || 0), "num u-ws"], [size(f.workspacePeakBytes || 0), "num u-wspeak"],
+      [size(f.spillBytes || 0), "num u-spill"], [String(f.egressRequests || 0), "num u-egreq"],
+      [size(f.egressSentBytes || 0), "num u-egsent"], [size(f.egressReceivedBytes || 0), "num u-egrecv"]];
   }
 
   function usageRange() {
@@ -447,7 +454,7 @@
     const notes = [];
     if (!tenants.length) notes.push("No use measured in this range.");
     if (u.sessionsTotal > u.sessions.length) notes.push("The " + u.sessions.length + " sessions that used the most CPU of " + u.sessionsTotal + " are listed; the tenants' sums and the CSV count all.");
-    notes.push("Figures from the sandboxes' cgroups, read every sampling interval; hours are UTC.");
+    notes.push("Figures from the sandboxes' cgroups and workspace file systems, read every sampling interval; spills and egress as they happen; hours are UTC.");
     setText($("#usage-note"), notes.join(" "));
     drawChart(u, tenants);
   }
