@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,6 +111,7 @@ func podDeleted(t *testing.T, c *kubetest.Cluster, r *Release, rest []*client.Cl
 			before := call(t, tc.cl[0], session, deletedManifest)
 			name, was := kube.PodName(tc.tenant, session), uid(t, tc.tenant, session)
 			start := time.Now()
+			deleted := metav1.NewTime(start)
 			if err := tc.delete(name); err != nil {
 				t.Fatalf("%s %s: %v", tc.name, name, err)
 			}
@@ -117,6 +120,7 @@ func podDeleted(t *testing.T, c *kubetest.Cluster, r *Release, rest []*client.Cl
 			start = time.Now()
 			after := call(t, tc.cl[1], session, deletedManifest)
 			t.Logf("first result after the %s: %s (a new pod, the workspace restored)", tc.name, time.Since(start).Round(10*time.Millisecond))
+			logged(t, r, deleted, session)
 			if after != before {
 				t.Fatalf("workspace after the %s:\n%s\nwant:\n%s", tc.name, after, before)
 			}
@@ -124,5 +128,33 @@ func podDeleted(t *testing.T, c *kubetest.Cluster, r *Release, rest []*client.Cl
 				t.Errorf("the same pod (uid %s) after the %s", was, tc.name)
 			}
 		})
+	}
+}
+
+// logged logs what each server replica logged of session since since:
+// who saved it, who resumed it, and when (the log's own times), to tell
+// where a slow next call spent its time.
+func logged(t *testing.T, r *Release, since metav1.Time, session string) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := r.ServerPods(ctx)
+	if err != nil {
+		t.Logf("the server pods: %v", err)
+		return
+	}
+	limit := int64(1 << 20)
+	for _, p := range pods {
+		b, err := r.c.CS.CoreV1().Pods(r.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since, Timestamps: true, LimitBytes: &limit}).DoRaw(ctx)
+		if err != nil {
+			t.Logf("the log of %s: %v", p.Name, err)
+			continue
+		}
+		var lines []string
+		for l := range strings.Lines(string(b)) {
+			if strings.Contains(l, session) {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		t.Logf("%s logged of %s since its deletion (%d lines):\n%s", p.Name, session, len(lines), strings.Join(lines, "\n"))
 	}
 }
