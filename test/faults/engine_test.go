@@ -472,9 +472,10 @@ func restartUnder(t *testing.T, c engineCase) {
 	}
 	// A new session needs the engine itself: its calls are made again
 	// until one succeeds. Docker's client dials afresh for each request;
-	// containerd's gRPC connection waits out its reconnection backoff
-	// (grpc's, capped at the client's 5 s timeout), failing calls with
-	// the daemon's absence meanwhile.
+	// containerd's gRPC connection dials again at most 500 ms apart
+	// (containerd.reconnect; with grpc's default backoff, capped at the
+	// client's 5 s timeout, calls failed for 1.9-3.4 s after the daemon
+	// answered), failing calls with the daemon's absence meanwhile.
 	var freshTries int
 	var freshAfter time.Duration
 	for deadline := up.Add(hung); ; time.Sleep(250 * time.Millisecond) {
