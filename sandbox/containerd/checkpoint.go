@@ -137,6 +137,9 @@ type runscSetup struct {
 	binary, root string
 	flags        []string
 	wrapper      string
+	// background adds --background to runsc restore
+	// (Config.RestoreBackground).
+	background bool
 
 	once    sync.Once
 	version string
@@ -195,7 +198,12 @@ func (s *runscSetup) wrapperScript(from string) string {
 	b.WriteString("# without the CRIU-only flags runc's checkpoint and restore pass.\n")
 	b.WriteString("# delete is forced: a sandbox killed while paused (a checkpoint's end) is\n")
 	b.WriteString("# \"paused\" to runsc for ever, and only a forced delete removes it.\n")
-	b.WriteString("for a do\n\tshift\n\tcase $a in\n\t" + strings.Join(criuOnly, "|") + ") ;;\n\tdelete) set -- \"$@\" delete --force ;;\n\t*) set -- \"$@\" \"$a\" ;;\n\tesac\ndone\n")
+	restore := ""
+	if s.background {
+		b.WriteString("# restore loads the image's pages in the background (restoreBackground).\n")
+		restore = "\trestore) set -- \"$@\" restore --background ;;\n"
+	}
+	b.WriteString("for a do\n\tshift\n\tcase $a in\n\t" + strings.Join(criuOnly, "|") + ") ;;\n\tdelete) set -- \"$@\" delete --force ;;\n" + restore + "\t*) set -- \"$@\" \"$a\" ;;\n\tesac\ndone\n")
 	b.WriteString("exec '" + s.binary + "'")
 	for _, f := range s.flags {
 		b.WriteString(" '" + f + "'")
@@ -214,6 +222,7 @@ func setUpCheckpoint(cfg Config) (*runscSetup, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.background = cfg.RestoreBackground
 	dir := filepath.Join(cfg.StateDir, "checkpoint")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: containerd: checkpoint: %v", sandbox.ErrUnavailable, err)
@@ -499,9 +508,12 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, image io.Reade
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: restore: %v", sandbox.ErrUnavailable, err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := readTar(image, tmp, MaxImageBytes); err != nil {
+	start := time.Now()
+	var times RestoreTimes
+	if times.Bytes, err = readTar(image, tmp, MaxImageBytes); err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("containerd: restore %s/%s: the image: %w", spec.Tenant, spec.Session, err)
 	}
+	times.Unpack = time.Since(start)
 	b, err := os.ReadFile(filepath.Join(tmp, imageMeta))
 	if err != nil {
 		return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: restore: the image has no %s: %v", sandbox.ErrInvalid, imageMeta, err)
@@ -514,7 +526,31 @@ func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, image io.Reade
 		return sandbox.Sandbox{}, fmt.Errorf("%w: the image was taken with runsc %q %q, this runtime runs %q %q: a restore under other flags or another runsc fails inside the sandbox",
 			sandbox.ErrNoCheckpoint, m.Runsc, m.Flags, version, r.cr.flags)
 	}
-	return r.create(ctx, spec, tmp)
+	sb, err := r.create(ctx, spec, tmp, &times)
+	if err == nil && r.cfg.OnRestore != nil {
+		times.Total = time.Since(start)
+		r.cfg.OnRestore(spec.Tenant, spec.Session, times)
+	}
+	return sb, err
+}
+
+// RestoreTimes say where a Restore's time went, in its order
+// (Config.OnRestore).
+type RestoreTimes struct {
+	// Unpack: the image read to its end (from the caller's reader: the
+	// store's read and check) and unpacked into a directory on the host.
+	Unpack time.Duration
+	// Files: the host directory's files and the workspace put back.
+	Files time.Duration
+	// Runsc: the container and its task made, and runsc restore (the
+	// task's start).
+	Runsc time.Duration
+	// Agent: the agent listening again on its host socket.
+	Agent time.Duration
+	// Total: from the Restore's start to its end.
+	Total time.Duration
+	// Bytes: the image's files' content.
+	Bytes int64
 }
 
 // copyFiles copies the regular files and directories under src into dst,
@@ -629,10 +665,10 @@ func writeTar(w io.Writer, dir string) error {
 }
 
 // readTar unpacks r into dir: regular files and directories only, every
-// name confined to dir, at most max bytes of content. It reads r to its
-// EOF: a store's reader says only there whether the bytes were whole
-// (snapshot.ErrCorrupt), and that error is returned.
-func readTar(r io.Reader, dir string, max int64) error {
+// name confined to dir, at most max bytes of content, which it returns.
+// It reads r to its EOF: a store's reader says only there whether the
+// bytes were whole (snapshot.ErrCorrupt), and that error is returned.
+func readTar(r io.Reader, dir string, max int64) (int64, error) {
 	tr := tar.NewReader(r)
 	var total int64
 	for {
@@ -640,56 +676,56 @@ func readTar(r io.Reader, dir string, max int64) error {
 		if err == io.EOF {
 			// The archive's end; what follows (padding) up to r's end.
 			if _, err := io.Copy(io.Discard, io.LimitReader(r, 1<<20)); err != nil {
-				return fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
+				return total, fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
 			}
 			if n, _ := io.Copy(io.Discard, io.LimitReader(r, 1)); n > 0 {
-				return fmt.Errorf("%w: more than 1 MiB after the archive's end", sandbox.ErrInvalid)
+				return total, fmt.Errorf("%w: more than 1 MiB after the archive's end", sandbox.ErrInvalid)
 			}
-			return nil
+			return total, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+			return total, fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
 		}
 		name := filepath.Clean(filepath.FromSlash(h.Name))
 		if !filepath.IsLocal(name) {
-			return fmt.Errorf("%w: entry %q is not a relative path inside the image", sandbox.ErrInvalid, h.Name)
+			return total, fmt.Errorf("%w: entry %q is not a relative path inside the image", sandbox.ErrInvalid, h.Name)
 		}
 		to := filepath.Join(dir, name)
 		switch h.Typeflag {
 		case tar.TypeDir:
 			// Its mode and owner, which copyFiles carries on.
 			if err := os.MkdirAll(to, 0o700); err != nil {
-				return err
+				return total, err
 			}
 			if err := os.Chmod(to, os.FileMode(h.Mode).Perm()); err != nil {
-				return err
+				return total, err
 			}
 			if err := os.Lchown(to, h.Uid, h.Gid); err != nil {
-				return err
+				return total, err
 			}
 		case tar.TypeReg:
 			if total += h.Size; h.Size < 0 || total > max {
-				return fmt.Errorf("%w: more than %d bytes", sandbox.ErrInvalid, max)
+				return total, fmt.Errorf("%w: more than %d bytes", sandbox.ErrInvalid, max)
 			}
 			if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
-				return err
+				return total, err
 			}
 			f, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(h.Mode).Perm())
 			if err != nil {
-				return fmt.Errorf("%w: entry %q: %v", sandbox.ErrInvalid, h.Name, err)
+				return total, fmt.Errorf("%w: entry %q: %v", sandbox.ErrInvalid, h.Name, err)
 			}
 			_, err = io.Copy(f, io.LimitReader(tr, h.Size))
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return err
+				return total, err
 			}
 			if err := os.Lchown(to, h.Uid, h.Gid); err != nil {
-				return err
+				return total, err
 			}
 		default:
-			return fmt.Errorf("%w: entry %q is of type %q: an image holds files and directories only", sandbox.ErrInvalid, h.Name, h.Typeflag)
+			return total, fmt.Errorf("%w: entry %q is of type %q: an image holds files and directories only", sandbox.ErrInvalid, h.Name, h.Typeflag)
 		}
 	}
 }

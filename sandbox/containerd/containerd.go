@@ -85,6 +85,15 @@ type Config struct {
 	// that they can be checkpointed and restored (sandbox.Checkpointer,
 	// checkpoint.go); off, they run under gVisor's shim, which cannot.
 	Checkpoint bool
+	// RestoreBackground restores with runsc restore --background: the
+	// image's memory pages go on loading after the restore returns, and
+	// the sandbox's first touch of a page not loaded yet waits for it
+	// (it needs an uncompressed image: runsc checkpoint's default, as
+	// here). With Checkpoint only.
+	RestoreBackground bool
+	// OnRestore, if set, is told where each successful Restore's time
+	// went (a benchmark's phases, a server's log).
+	OnRestore func(tenant, session string, t RestoreTimes)
 }
 
 // Runtime is the containerd backend of sandbox.Runtime: one container per
@@ -208,13 +217,13 @@ func (r *Runtime) lock(id string) func() {
 // namespace (it is unpacked for the snapshotter if it is not yet). On any
 // failure after the host directory, everything is removed again.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	return r.create(ctx, spec, "")
+	return r.create(ctx, spec, "", nil)
 }
 
 // create is Create, or with image (an unpacked checkpoint image,
 // checkpoint.go) a Restore: the host directory's files from the image,
 // and the task restored rather than started afresh.
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (sandbox.Sandbox, error) {
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string, times *RestoreTimes) (sandbox.Sandbox, error) {
 	if err := spec.Validate(); err != nil {
 		return sandbox.Sandbox{}, err
 	}
@@ -246,6 +255,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
+	mark := time.Now()
 	if image != "" {
 		if err := restoreHostFiles(image, dir); err != nil {
 			_ = r.dirs.Remove(spec.Tenant, spec.Session)
@@ -273,6 +283,9 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (
 				return sandbox.Sandbox{}, fmt.Errorf("%w: containerd: restore: the image's workspace: %v", sandbox.ErrUnavailable, err)
 			}
 		}
+	}
+	if times != nil {
+		times.Files, mark = time.Since(mark), time.Now()
 	}
 	pins, err := r.dirs.Pin(spec.Tenant, spec.Session, spec.Mounts)
 	if err != nil {
@@ -327,9 +340,15 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string) (
 		return sandbox.Sandbox{}, r.convert(err, "start task %s", id)
 	}
 	if image != "" {
+		if times != nil {
+			times.Runsc, mark = time.Since(mark), time.Now()
+		}
 		// The agent listens again (checkpoint.go).
 		if err := r.hook(ctx, task, dir, hookRestore); err != nil {
 			return sandbox.Sandbox{}, err
+		}
+		if times != nil {
+			times.Agent = time.Since(mark)
 		}
 	}
 	st, err := task.Status(ctx)

@@ -78,6 +78,17 @@ root = "/run/x/runsc"
 	if got := strings.Join(strings.Fields(string(out)), " "); err != nil || !strings.HasSuffix(got, "[--root] [/r] [delete] [--force] [id]") {
 		t.Errorf("delete: %q, %v; want it forced", got, err)
 	}
+	if out, err = exec.Command(s.wrapper, "restore", "--image-path", "/i", "id").Output(); err != nil || strings.Contains(string(out), "--background") {
+		t.Errorf("restore: %q, %v; want no --background unless asked", out, err)
+	}
+	cfg.RestoreBackground = true
+	if s, err = setUpCheckpoint(cfg); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(s.wrapper, "--root", "/r", "restore", "--image-path", "/i", "id").Output()
+	if got := strings.Join(strings.Fields(string(out)), " "); err != nil || !strings.HasSuffix(got, "[--root] [/r] [restore] [--background] [--image-path] [/i] [id]") {
+		t.Errorf("restore with RestoreBackground: %q, %v; want --background after restore", got, err)
+	}
 }
 
 func TestRunscConfigErrors(t *testing.T) {
@@ -119,19 +130,19 @@ func TestImageTar(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	if err := readTar(bytes.NewReader(b.Bytes()), dst, 1<<20); err != nil {
+	if _, err := readTar(bytes.NewReader(b.Bytes()), dst, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(filepath.Join(dst, "runsc", "pages.img"))
 	if err != nil || len(got) != 100000 {
 		t.Errorf("pages.img back: %d bytes, %v", len(got), err)
 	}
-	if err := readTar(bytes.NewReader(b.Bytes()), t.TempDir(), 1000); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "more than 1000 bytes") {
+	if _, err := readTar(bytes.NewReader(b.Bytes()), t.TempDir(), 1000); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "more than 1000 bytes") {
 		t.Errorf("over the bound: %v", err)
 	}
 	// A stream that fails at its end (a store's check) fails the unpack.
 	bad := io.MultiReader(bytes.NewReader(b.Bytes()), errReader{errCorrupt})
-	if err := readTar(bad, t.TempDir(), 1<<20); !errors.Is(err, errCorrupt) {
+	if _, err := readTar(bad, t.TempDir(), 1<<20); !errors.Is(err, errCorrupt) {
 		t.Errorf("a stream failing at its end: %v, want its error", err)
 	}
 }
