@@ -16,19 +16,51 @@ import (
 	"testing"
 	"time"
 
+	taskapi "github.com/containerd/containerd/api/services/tasks/v1"
+
 	"github.com/shellbox/shellbox/internal/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/containerd"
+	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
+	"github.com/shellbox/shellbox/sandbox/hostdir"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
 )
 
 // The soak's knobs: SHELLBOX_SOAK_DURATION (a Go duration; default 3m,
-// which CI runs) and SHELLBOX_SOAK_SESSIONS (default 20).
+// which CI runs), SHELLBOX_SOAK_TARGETS (the engines and runtimes it runs
+// on at once, comma-separated; default docker/runc and containerd/runc,
+// soakTargets) and
+// SHELLBOX_SOAK_SESSIONS (per target; default 20 shared among the
+// targets).
 const (
 	envSoakDuration = "SHELLBOX_SOAK_DURATION"
 	envSoakSessions = "SHELLBOX_SOAK_SESSIONS"
+	envSoakTargets  = "SHELLBOX_SOAK_TARGETS"
 )
+
+// soakTarget is an engine and runtime the soak runs a server on.
+type soakTarget struct {
+	name    string // docker/runc, containerd/runc, containerd/runsc
+	e       enginetest.Engine
+	runtime string
+}
+
+// soakTargets are the targets the soak can run on, each a server of its
+// own, all at once, their sessions shared among them. By default (CI's 3
+// minutes) the first two, 10 sessions each; containerd/runsc only when
+// SHELLBOX_SOAK_TARGETS names it: its 10-minute run at load 60-77 had
+// gVisor's shim stop answering task status and load requests
+// (docs/reliability.md).
+var soakTargets = []soakTarget{
+	{"docker/runc", enginetest.Docker, sandbox.RuntimeRunc},
+	{"containerd/runc", enginetest.Containerd, sandbox.RuntimeRunc},
+	{"containerd/runsc", enginetest.Containerd, sandbox.RuntimeRunsc},
+}
+
+// soakDefault is how many of soakTargets run without SHELLBOX_SOAK_TARGETS.
+const soakDefault = 2
 
 // soakEvery is how often the soak samples the server and the host.
 const soakEvery = 10 * time.Second
@@ -48,19 +80,28 @@ const rssSlack = 16 << 20
 // soakSample is one look at the server and the host during the soak.
 type soakSample struct {
 	at         time.Duration
+	engine     string
 	rss        int64 // the server's resident memory, bytes
 	heap       int64 // its Go heap in use, bytes
 	goroutines int
 	fds        int
-	sandboxes  int // the owner's sandboxes on the engine
-	mounts     int // mounts under the state directory
-	loops      int // loop devices bound to an image under the state directory
+	sandboxes  int   // the owner's sandboxes on the engine
+	tasks      int   // containerd: tasks of the soak's containers in the namespace
+	shims      int   // containerd: shim processes of the soak's containers
+	mounts     int   // mounts under the state directory
+	loops      int   // loop devices bound to an image under the state directory
+	files      int   // files and directories of sessions under the state directory
+	spill      int64 // bytes of spilled outputs under the state directory
 	calls      int
 }
 
 func (s soakSample) String() string {
-	return fmt.Sprintf("t=%s rss=%dMiB heap=%dMiB goroutines=%d fds=%d sandboxes=%d mounts=%d loops=%d calls=%d",
-		s.at.Round(time.Second), s.rss>>20, s.heap>>20, s.goroutines, s.fds, s.sandboxes, s.mounts, s.loops, s.calls)
+	engine := ""
+	if s.engine == enginetest.Containerd.Name {
+		engine = fmt.Sprintf(" tasks=%d shims=%d", s.tasks, s.shims)
+	}
+	return fmt.Sprintf("t=%s rss=%dMiB heap=%dMiB goroutines=%d fds=%d sandboxes=%d%s mounts=%d loops=%d files=%d spill=%dKiB calls=%d",
+		s.at.Round(time.Second), s.rss>>20, s.heap>>20, s.goroutines, s.fds, s.sandboxes, engine, s.mounts, s.loops, s.files, s.spill>>10, s.calls)
 }
 
 // soakStats are the workers' outcomes, shared.
@@ -110,26 +151,30 @@ func (st *soakStats) done(kind string, took time.Duration, failure string) {
 	}
 }
 
-// TestSoak: SHELLBOX_SOAK_SESSIONS sessions (20) of one `shellbox serve`
-// on Docker (runc) call for SHELLBOX_SOAK_DURATION (3m) without pause,
-// each a mix: foreground commands checked for their output, background
-// tasks read with bash_output to their end and exit code, tasks killed,
-// calls ended by their timeout, outputs beyond the tail bound (spilled),
-// workspace files; every 36th call ends the session (DELETE) and the
-// worker goes on in a new one. Every 10 s it samples the server (RSS, Go
-// heap, goroutines, open fds) and the host (the owner's sandboxes,
-// mounts and loop devices under the state directory).
+// TestSoak: on each target (soakTargets: Docker runc and containerd
+// runc; containerd gVisor when asked), all at once, SHELLBOX_SOAK_SESSIONS sessions of one
+// `shellbox serve` of its own call for SHELLBOX_SOAK_DURATION (3m)
+// without pause, each a mix: foreground commands checked for their
+// output, background tasks read with bash_output to their end and exit
+// code, tasks killed, calls ended by their timeout, outputs beyond the
+// tail bound (spilled), workspace files; every 36th call ends the session
+// (DELETE) and the worker goes on in a new one. Every 10 s it samples the
+// server (RSS, Go heap, goroutines, open fds) and the host (the owner's
+// sandboxes; on containerd the tasks and shims of the soak's containers
+// in the namespace; mounts, loop devices, files and spill bytes of
+// sessions under the state directory).
 //
 // Pass: every call answered as its kind must be (a provoked timeout or
 // kill is its kind's answer; the server's backpressure, 429 over the
 // tenant's limit or a sandbox creation refused by the host's admission,
 // is a clear answer, counted and logged, and its worker waits a second;
-// anything else, a transport error above all, fails); after the last session is deleted, no sandbox of the owner, no
-// mount, loop device or file of a session under the state directory,
-// the server's open fds back at their start (+5), its goroutines back at
-// their start (+10%, +10) and its RSS within 10% (+16 MiB) of its largest
-// in the first half of the run. Times are logged (p50/p99 per kind),
-// never asserted.
+// anything else, a transport error above all, fails); after the last
+// session is deleted, no sandbox of the owner, no task or shim, no mount,
+// loop device, file or spilled byte of a session under the state
+// directory, the server's open fds back at their start (+5), its
+// goroutines back at their start (+10%, +10) and its RSS within 10% (+16
+// MiB) of its largest in the first half of the run. Times are logged
+// (p50/p99 per kind), never asserted.
 func TestSoak(t *testing.T) {
 	duration := 3 * time.Minute
 	if v := os.Getenv(envSoakDuration); v != "" {
@@ -139,15 +184,48 @@ func TestSoak(t *testing.T) {
 		}
 		duration = d
 	}
-	sessions := 20
+	targets := soakTargets[:soakDefault]
+	if v := os.Getenv(envSoakTargets); v != "" {
+		targets = nil
+		for _, name := range strings.Split(v, ",") {
+			i := slices.IndexFunc(soakTargets, func(tg soakTarget) bool { return tg.name == strings.TrimSpace(name) })
+			if i < 0 {
+				t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc)", envSoakTargets, v, name)
+			}
+			targets = append(targets, soakTargets[i])
+		}
+	}
+	// 20 sessions shared among the targets, unless set per target.
+	per := make([]int, len(targets))
+	for i := range per {
+		per[i] = 20 / len(targets)
+		if i < 20%len(targets) {
+			per[i]++
+		}
+	}
 	if v := os.Getenv(envSoakSessions); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			t.Fatalf("%s=%q: want a count", envSoakSessions, v)
 		}
-		sessions = n
+		for i := range per {
+			per[i] = n
+		}
 	}
-	s := newServed(t, enginetest.Docker, sandbox.RuntimeRunc, "")
+	for i, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			soak(t, tg, duration, per[i])
+		})
+	}
+}
+
+// soak is TestSoak on one target.
+func soak(t *testing.T, tg soakTarget, duration time.Duration, sessions int) {
+	s := newServed(t, tg.e, tg.runtime, "")
+	// The target's sessions are named apart (soak-c-runsc-<worker>-<n>):
+	// containerd's ids, a namespace the targets share, are made of them.
+	tag := "soak-" + tg.name[:1] + "-" + tg.runtime + "-"
 	// Each session has at most one call in flight; the tenant's default
 	// limit (16) would refuse the rest with 429.
 	limit := os.Getenv("SHELLBOX_SOAK_LIMIT")
@@ -161,36 +239,29 @@ func TestSoak(t *testing.T) {
 	s.tenantSetting(t, "burst: 1000")
 	// A deleted session's sandbox may still be going while its worker's
 	// next one starts: room beyond one session per worker (default 16).
-	pol, err := os.OpenFile(s.policy, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = fmt.Fprintf(pol, "limits:\n  sessions: %d\n", 2*sessions)
-	if cerr := pol.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.policyLine(t, fmt.Sprintf("limits:\n  sessions: %d\n", 2*sessions))
 	p := s.start(t)
 	pid := p.cmd.Process.Pid
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: sessions + 4}}
 	c := client.New(p.url, token, hc)
+	host := soakHost(t, s, tag)
 
 	sample := func(at time.Duration, calls int) soakSample {
-		smp := soakSample{at: at, calls: calls, rss: procRSS(pid), fds: procFDs(pid)}
+		smp := soakSample{at: at, calls: calls, rss: procRSS(pid), fds: procFDs(pid), engine: tg.e.Name}
 		m := serverMetrics(t, p.url)
 		smp.goroutines, smp.heap = int(m["go_goroutines"]), int64(m["go_memstats_heap_inuse_bytes"])
 		smp.sandboxes = len(s.sandboxes(t))
+		smp.tasks, smp.shims = host()
 		mounts, err := mountinfo.Under(s.stateDir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		smp.mounts, smp.loops = len(mounts), loopsUnder(s.stateDir)
+		smp.files, smp.spill = sessionUsage(s.stateDir)
 		return smp
 	}
 	startSample := sample(0, 0)
-	t.Logf("soak: %d sessions for %s; start: %s", sessions, duration, startSample)
+	t.Logf("soak %s: %d sessions for %s; start: %s", tg.name, sessions, duration, startSample)
 
 	st := &soakStats{latencies: map[string][]time.Duration{}}
 	begin := time.Now()
@@ -203,7 +274,7 @@ func TestSoak(t *testing.T) {
 			defer wg.Done()
 			// Started a moment apart: not every first sandbox at once.
 			time.Sleep(time.Duration(w) * 500 * time.Millisecond)
-			last[w] = soakWorker(c, w, end, st)
+			last[w] = soakWorker(c, fmt.Sprintf("%s%d-", tag, w), end, st)
 		}()
 	}
 
@@ -225,7 +296,7 @@ loop:
 			if smp.at <= duration/2 && smp.rss >= warm.rss {
 				warm = smp
 			}
-			t.Logf("soak: %s", smp)
+			t.Logf("soak %s: %s", tg.name, smp)
 		case <-workersDone:
 			break loop
 		}
@@ -245,17 +316,19 @@ loop:
 	hc.CloseIdleConnections()
 
 	// The end: resources back at their start. Goroutines and fds settle
-	// (closed connections' goroutines end a moment later): the last of
-	// up to 30 s of looks.
+	// (closed connections' goroutines end a moment later), and so do
+	// containerd's shims (a task's shim exits a moment after its
+	// deletion): the last of up to 30 s of looks.
 	var final soakSample
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
 		final = sample(time.Since(begin), st.calls)
-		settled := final.fds <= startSample.fds+5 && final.goroutines <= startSample.goroutines*11/10+10 && final.sandboxes == 0
+		settled := final.fds <= startSample.fds+5 && final.goroutines <= startSample.goroutines*11/10+10 &&
+			final.sandboxes == 0 && final.tasks == 0 && final.shims == 0
 		if settled || time.Now().After(deadline) {
 			break
 		}
 	}
-	t.Logf("soak: end (all sessions deleted): %s", final)
+	t.Logf("soak %s: end (all sessions deleted): %s", tg.name, final)
 
 	if st.calls == 0 {
 		t.Fatal("the soak made no call")
@@ -266,8 +339,9 @@ loop:
 	if st.refusals > 0 {
 		t.Logf("%d of %d calls refused by the server's backpressure (not failures); the first:\n%s", st.refusals, st.calls, strings.Join(st.refused, "\n"))
 	}
-	if final.sandboxes != 0 || final.mounts != 0 || final.loops != 0 {
-		t.Errorf("after the last session: %d sandboxes, %d mounts, %d loop devices left (want none)", final.sandboxes, final.mounts, final.loops)
+	if final.sandboxes != 0 || final.tasks != 0 || final.shims != 0 || final.mounts != 0 || final.loops != 0 || final.spill != 0 {
+		t.Errorf("after the last session: %d sandboxes, %d tasks, %d shims, %d mounts, %d loop devices, %d spilled bytes left (want none)",
+			final.sandboxes, final.tasks, final.shims, final.mounts, final.loops, final.spill)
 		// What the server said of the sessions left, for the diagnosis.
 		for i, sb := range s.sandboxes(t) {
 			if i == 3 {
@@ -317,16 +391,16 @@ loop:
 		lat = append(lat, fmt.Sprintf("%s n=%d p50=%s p99=%s max=%s", k, len(l),
 			l[len(l)/2].Round(time.Millisecond), l[len(l)*99/100].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond)))
 	}
-	t.Logf("soak figures: %d sessions at a time, %s, %d calls, %d failed, %d refused (backpressure), %d sessions deleted; start %s; warm %s; end %s; latencies: %s",
-		sessions, duration, st.calls, st.failures, st.refusals, len(st.latencies["delete session"])+len(last), startSample, warm, final, strings.Join(lat, "; "))
+	t.Logf("soak figures %s: %d sessions at a time, %s, %d calls, %d failed, %d refused (backpressure), %d sessions deleted; start %s; warm %s; end %s; latencies: %s",
+		tg.name, sessions, duration, st.calls, st.failures, st.refusals, len(st.latencies["delete session"])+len(last), startSample, warm, final, strings.Join(lat, "; "))
 }
 
-// soakWorker calls in its own sessions until end, a mix of kinds in
-// turn; every soakChurn-th call deletes its session and it goes on in a new
-// one. It returns the session it used last, not deleted.
-func soakWorker(c *client.Client, w int, end time.Time, st *soakStats) string {
+// soakWorker calls in its own sessions (prefix and a count) until end, a
+// mix of kinds in turn; every soakChurn-th call deletes its session and
+// it goes on in a new one. It returns the session it used last, not deleted.
+func soakWorker(c *client.Client, prefix string, end time.Time, st *soakStats) string {
 	gen := 0
-	session := fmt.Sprintf("soak-%d-%d", w, gen)
+	session := fmt.Sprintf("%s%d", prefix, gen)
 	call := func(tool, args string) (tools.Result, time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), hung)
 		defer cancel()
@@ -420,7 +494,7 @@ func soakWorker(c *client.Client, w int, end time.Time, st *soakStats) string {
 			cancel()
 			check("delete session", time.Since(start), err, tools.Result{}, err == nil)
 			gen++
-			session = fmt.Sprintf("soak-%d-%d", w, gen)
+			session = fmt.Sprintf("%s%d", prefix, gen)
 		}
 	}
 	return session
@@ -487,6 +561,87 @@ func loopsUnder(dir string) int {
 		}
 	}
 	return n
+}
+
+// sessionUsage counts the files and directories of sessions under dir
+// (named after a soak session: host directories, workspace images, spill
+// directories) and the bytes of the files in spill directories.
+func sessionUsage(dir string) (files int, spill int64) {
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		if strings.Contains(d.Name(), "soak-") {
+			files++
+		}
+		if d.Type().IsRegular() && strings.Contains(path, "/"+hostdir.SpillName+"/") {
+			if info, err := d.Info(); err == nil {
+				spill += info.Size()
+			}
+		}
+		return nil
+	})
+	return files, spill
+}
+
+// soakHost returns the count of the host's tasks and shims of the soak's
+// containers on s's engine (containerd: their ids begin with
+// ContainerID's tenant and prefix; Docker: none counted, its sandboxes
+// are its containers).
+func soakHost(t *testing.T, s *served, prefix string) func() (tasks, shims int) {
+	t.Helper()
+	if s.e.Name != enginetest.Containerd.Name {
+		return func() (int, int) { return 0, 0 }
+	}
+	id := containerd.ContainerID(s.tenant, prefix)
+	id = id[:strings.LastIndex(id, "-")+1] // the hash of this pair goes
+	c, ctx := containerdtest.Client(t, containerdtest.Address(t))
+	return func() (tasks, shims int) {
+		lctx, cancel := context.WithTimeout(ctx, hung)
+		defer cancel()
+		resp, err := c.TaskService().List(lctx, &taskapi.ListTasksRequest{})
+		if err != nil {
+			t.Fatalf("listing containerd's tasks: %v", err)
+		}
+		for _, task := range resp.Tasks {
+			if strings.HasPrefix(task.ID, id) {
+				tasks++
+			}
+		}
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range procs {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			args := strings.Split(string(b), "\x00")
+			if !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+				continue
+			}
+			for i, a := range args[:len(args)-1] {
+				if a == "-id" && strings.HasPrefix(args[i+1], id) {
+					shims++
+				}
+			}
+		}
+		return tasks, shims
+	}
+}
+
+// policyLine adds text to s's tenant's policy file.
+func (s *served) policyLine(t *testing.T, text string) {
+	t.Helper()
+	f, err := os.OpenFile(s.policy, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sessionFiles lists what under the state directory is named after a
