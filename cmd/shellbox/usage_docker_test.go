@@ -87,6 +87,29 @@ server:
 		t.Errorf("/v1/usage counted %.3f CPU-seconds for a 2 s burn, want 2 within 5%%", burned)
 	}
 
+	// A known workspace write and a known spill (past the 30,000 bytes
+	// kept in memory): the workspace within 5%, the spill exactly.
+	call("head -c 10485760 /dev/urandom > /workspace/ws; head -c 100000 /dev/zero | tr '\\0' a")
+	written := time.Now()
+	var ws, spill int64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		rep, err := c.Usage(ctx, map[string][]string{"session": {"burn"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Sessions) == 1 && rep.Sessions[0].WorkspaceMeasured.After(written) {
+			ws, spill = rep.Sessions[0].WorkspaceBytes, rep.Sessions[0].SpillBytes
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no workspace measurement after the write in a minute: %+v", rep.Sessions)
+		}
+	}
+	t.Logf("/v1/usage: workspace %d bytes after writing 10 MiB (%.3f MiB), spill %d bytes", ws, float64(ws)/(1<<20), spill)
+	if math.Abs(float64(ws)/(10<<20)-1) > 0.05 || spill != 100_000 {
+		t.Errorf("/v1/usage: workspace %d bytes, spill %d: want 10 MiB within 5%%, and 100000", ws, spill)
+	}
+
 	// The same figures as CSV, and through the CLI.
 	var csvOut strings.Builder
 	if err := c.UsageCSV(ctx, map[string][]string{"session": {"burn"}}, &csvOut); err != nil {
@@ -96,7 +119,7 @@ server:
 		t.Errorf("CSV:\n%s", csvOut.String())
 	}
 	out, stderr, code := runBinary(t, bin, cfg, "usage", "--server", srv.url, "--token", testToken, "--session", "burn")
-	if code != 0 || !strings.Contains(out, "CPU-S") || !strings.Contains(out, dockerTenant) {
+	if code != 0 || !strings.Contains(out, "CPU-S") || !strings.Contains(out, "WS-MIB") || !strings.Contains(out, dockerTenant) {
 		t.Errorf("shellbox usage: %d\n%s\n%s", code, out, stderr)
 	}
 	// This host's usage files, read without the server, once it has
