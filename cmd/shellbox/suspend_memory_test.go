@@ -11,9 +11,17 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	apievents "github.com/containerd/containerd/api/events"
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/typeurl/v2"
+
+	"github.com/shellbox/shellbox/sandbox/containerd"
+	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
@@ -173,8 +181,12 @@ func TestSuspendMemory(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second) // the gap
 
+		creates := containerCreates(t, tenant, s)
 		if got := strings.TrimSpace(bash(curl)); got != "200" {
 			t.Errorf("the server after the resume: %q, want 200", got)
+		}
+		if n := creates(); n != 1 {
+			t.Errorf("%d containers made for the session by its memory resume, want 1", n)
 		}
 		e = events("resumed")
 		t.Logf("resumed: %s", e.Message)
@@ -218,8 +230,12 @@ func TestSuspendMemory(t *testing.T) {
 		b[0] ^= 0xff
 		f.WriteAt(b, 4096)
 		f.Close()
+		creates = containerCreates(t, tenant, s)
 		if got := bash("cat /workspace/kept.txt"); strings.TrimSpace(got) != "kept" {
 			t.Errorf("the workspace after a resume from a corrupt image: %q", got)
+		}
+		if n := creates(); n != 1 {
+			t.Errorf("%d containers made for the session by its resume from a corrupt image, want 1 (fresh)", n)
 		}
 		e = events("resumed")
 		t.Logf("resumed from a corrupt image: %s", e.Message)
@@ -324,4 +340,41 @@ func TestSuspendMemory(t *testing.T) {
 			t.Errorf("after the resume: %v %q", err, r.Text)
 		}
 	})
+}
+
+// containerCreates counts the containers containerd makes for tenant's
+// session from now on (its /containers/create events): the returned func
+// says how many so far, after a moment for the events to arrive.
+func containerCreates(t *testing.T, tenant, session string) func() int {
+	t.Helper()
+	cfg := containerdtest.Config(t, containerdtest.Address(t))
+	c, err := ctrd.New(cfg.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
+	t.Cleanup(func() { cancel(); c.Close() })
+	ch, errs := c.Subscribe(ctx, `topic=="/containers/create"`)
+	id := containerd.ContainerID(tenant, session)
+	var n atomic.Int32
+	go func() {
+		for {
+			select {
+			case e := <-ch:
+				var ev apievents.ContainerCreate
+				if e.Namespace == cfg.Namespace && typeurl.UnmarshalTo(e.Event, &ev) == nil && ev.ID == id {
+					n.Add(1)
+				}
+			case <-errs:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the stream set up before what it counts
+	return func() int {
+		time.Sleep(time.Second)
+		return int(n.Load())
+	}
 }

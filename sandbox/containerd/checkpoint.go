@@ -684,7 +684,7 @@ func readTar(r io.Reader, dir string, max int64) (int64, error) {
 			return total, nil
 		}
 		if err != nil {
-			return total, fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
+			return total, fmt.Errorf("%w: %w", sandbox.ErrInvalid, whyUnreadable(r, max, err))
 		}
 		name := filepath.Clean(filepath.FromSlash(h.Name))
 		if !filepath.IsLocal(name) {
@@ -728,6 +728,17 @@ func readTar(r io.Reader, dir string, max int64) (int64, error) {
 			return total, fmt.Errorf("%w: entry %q is of type %q: an image holds files and directories only", sandbox.ErrInvalid, h.Name, h.Typeflag)
 		}
 	}
+}
+
+// whyUnreadable is err, an archive that does not parse, or, if the
+// stream's reader fails further on (read to its end, at most max bytes:
+// a store's reader says at its end whether the bytes were whole), that
+// failure (snapshot.ErrCorrupt) with err.
+func whyUnreadable(r io.Reader, max int64, err error) error {
+	if _, rerr := io.Copy(io.Discard, io.LimitReader(r, max)); rerr != nil {
+		return fmt.Errorf("%w (%v)", rerr, err)
+	}
+	return err
 }
 
 // exportWorkspace writes the host workspace at root into the file to.
