@@ -477,13 +477,23 @@ func (r *Runtime) waitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, er
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
 	last := p
 	checked := time.Now()
+	var lastErr error // a poll's error that was not the API server's answer
 	for {
 		cur, err := pods.Get(wctx, p.Name, metav1.GetOptions{})
+		var status apierrors.APIStatus
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("%w: kube: pod %s/%s was deleted while starting", sandbox.ErrUnavailable, r.cfg.Namespace, p.Name)
-		case err != nil && wctx.Err() == nil:
+		case err != nil && wctx.Err() == nil && errors.As(err, &status):
 			return nil, r.convert(err, "pods", "get pod %s", p.Name)
+		case err != nil:
+			// No answer from the API server (its connection, or the
+			// client's rate limiter refusing a wait it predicts would pass
+			// the deadline, before the deadline has passed): not the pod's
+			// state, so the wait goes on and its timeout says why.
+			if wctx.Err() == nil {
+				lastErr = err
+			}
 		case err == nil:
 			if cur.UID != p.UID {
 				return nil, fmt.Errorf("%w: kube: pod %s/%s was replaced while starting", sandbox.ErrUnavailable, r.cfg.Namespace, p.Name)
@@ -510,6 +520,9 @@ func (r *Runtime) waitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, er
 			why := "not ready within " + r.cfg.ReadyTimeout.String()
 			if ctx.Err() != nil {
 				why = "gave up waiting: " + ctx.Err().Error()
+			}
+			if lastErr != nil {
+				why += " (the last poll: " + lastErr.Error() + ")"
 			}
 			err := r.notReady(ctx, last, why)
 			if ctx.Err() != nil {

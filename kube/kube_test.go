@@ -426,6 +426,40 @@ func TestNeverReady(t *testing.T) {
 	}
 }
 
+// TestNeverReadyPollErrors: a poll that gets no answer from the API server
+// (here the client's rate limiter, which refuses a wait it predicts would
+// pass the deadline before the deadline has passed, as a loaded CI cluster
+// showed) is not the pod's state: the wait goes on, and its timeout names
+// the pod's reason and the last poll's error.
+func TestNeverReadyPollErrors(t *testing.T) {
+	c := newCluster(t)
+	c.setKubelet(func(p *corev1.Pod) []corev1.Event {
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+			Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient memory."}}}
+		return nil
+	})
+	var gets atomic.Int64
+	c.cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1)%2 == 0 {
+			return true, nil, fmt.Errorf("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+		}
+		return false, nil, nil
+	})
+	r := c.runtime(t, func(cfg *Config) { cfg.ReadyTimeout = 300 * time.Millisecond })
+	_, err := r.Create(context.Background(), testSpec(t))
+	if !errors.Is(err, sandbox.ErrUnavailable) {
+		t.Fatalf("Create: %v, want ErrUnavailable", err)
+	}
+	for _, w := range []string{"not ready within 300ms", "PodScheduled: Unschedulable", "the last poll: client rate limiter"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\nlacks %q", err, w)
+		}
+	}
+	if gets.Load() < 3 {
+		t.Errorf("%d polls: the wait ended at the first error", gets.Load())
+	}
+}
+
 // TestCreateCancelled: the caller giving up is ErrUnavailable carrying the
 // context's error, and nothing is left.
 func TestCreateCancelled(t *testing.T) {
