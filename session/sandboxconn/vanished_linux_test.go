@@ -170,6 +170,13 @@ func TestVanishedSandbox(t *testing.T) {
 	if err := rt.Fake.Remove(ctx, first.ID); err != nil { // behind the Manager's back
 		t.Fatal(err)
 	}
+	// The agent's end closed the kept-alive connection; the client's
+	// transport drops it from its pool when its reader sees the close, an
+	// instant later. A call that raced it would be sent on the closed
+	// connection and reported as possibly started (not retried: right, and
+	// not this case, which is the dial of a gone address). The clean-clone
+	// CI, loaded, raced it once; let the reader run first.
+	time.Sleep(250 * time.Millisecond)
 
 	// The caller's patience: far less than the call's own bound (its
 	// timeout, 120 s, grace and slack) and the kernel's SYN retries.
