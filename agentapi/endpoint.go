@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
@@ -52,7 +53,9 @@ func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
 	}
 	d := net.Dialer{Timeout: connectBound}
 	c, err := d.DialContext(ctx, e.Network, e.Address)
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+	// Either error stands for the bound's expiry: the dialer's context, or
+	// the socket's write deadline set from it, whichever fires first.
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 		// Not wrapped: this bound's expiry is no caller's deadline
 		// (context.DeadlineExceeded), and "i/o timeout" says nothing more.
 		return nil, fmt.Errorf("no connection to the agent at %s within %s (its sandbox may be gone, and its address with it)", e, connectBound)
