@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
@@ -520,9 +521,20 @@ func TestSuspendedTime(t *testing.T) {
 	if recs[0].SandboxSeconds != 0 || recs[1].SandboxSeconds != 0 || recs[0].Final {
 		t.Errorf("records = %+v, want no sandbox-seconds, not final", recs)
 	}
-	var csv strings.Builder
-	if err := usage.WriteCSV(&csv, recs); err != nil || !strings.HasSuffix(strings.SplitN(csv.String(), "\n", 3)[1], ",false,16.000") {
-		t.Errorf("CSV: %q %v", csv.String(), err)
+	var out strings.Builder
+	if err := usage.WriteCSV(&out, recs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out.String())).ReadAll()
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("CSV %q: %v", out.String(), err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	if got := rows[1][col["final"]] + " " + rows[1][col["suspended_seconds"]]; got != "false 16.000" {
+		t.Errorf("CSV row of new: final and suspended_seconds %q, want %q", got, "false 16.000")
 	}
 }
 
