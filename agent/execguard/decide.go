@@ -75,26 +75,30 @@ func (rs *rules) decide(names []string, argv []string, file string, ids *identit
 	if len(rs.rules) == 0 {
 		return nil
 	}
-	if r := rs.decideOne(names, argv, file, ids); r != nil {
+	// One stat of the file for both of its content checks below.
+	id, regular := statID(file)
+	if r := rs.decideOne(names, argv, id, regular, file, ids); r != nil {
 		return r
 	}
 	// The dynamic loader run as a program (ld-linux-x86-64.so.2 /bin/rm,
 	// by its name or a copy's content) maps and runs another program with
 	// no exec of it, after any check of its argv: refused whole.
-	if isLoader(names) || (file != "" && ids.isLoader(file)) {
+	if isLoader(names) || (regular && ids.isLoader(file, id)) {
 		return &refusal{Rule: "exec-check", Decision: cmdmatch.Deny, Name: "ld.so",
 			Reason: "the dynamic loader run as a program runs another without an exec the check can see; run that program itself"}
 	}
 	// A multi-call binary (busybox rm): what it runs is judged too.
 	if inner, ok := applet(names, argv); ok {
-		return rs.decideOne(namesOf(inner, ""), inner, "", ids)
+		return rs.decideOne(namesOf(inner, ""), inner, fileID{}, false, "", ids)
 	}
 	return nil
 }
 
-func (rs *rules) decideOne(names []string, argv []string, file string, ids *identities) *refusal {
-	if file != "" && len(rs.named) > 0 {
-		if n := ids.nameOf(file, rs.named); n != "" {
+// decideOne matches names and argv; file, whose identity is id, is
+// looked up by content when regular.
+func (rs *rules) decideOne(names []string, argv []string, id fileID, regular bool, file string, ids *identities) *refusal {
+	if regular && len(rs.named) > 0 {
+		if n := ids.nameOf(file, id, rs.named); n != "" {
 			names = append(names, n)
 		}
 	}
@@ -205,14 +209,22 @@ func newIdentities() *identities {
 	return &identities{byName: map[string][]program{}, hashes: map[fileID][32]byte{}}
 }
 
-// nameOf returns the name among names whose program has file's content,
-// "" if none.
-func (ids *identities) nameOf(file string, names []string) string {
+// statID is the identity of file, and whether it is a regular file
+// (false: not one, or it cannot be stat'ed, or file is "").
+func statID(file string) (fileID, bool) {
+	if file == "" {
+		return fileID{}, false
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return ""
+		return fileID{}, false
 	}
-	id := idOf(&st)
+	return idOf(&st), true
+}
+
+// nameOf returns the name among names whose program has file's content
+// (file's identity, as stat'ed, is id), "" if none.
+func (ids *identities) nameOf(file string, id fileID, names []string) string {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	var h [32]byte
@@ -246,14 +258,10 @@ func (ids *identities) nameOf(file string, names []string) string {
 var loaderPaths = []string{"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
 	"/usr/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "/lib/ld-musl-x86_64.so.1"}
 
-// isLoader reports whether file has the content of the image's dynamic
-// loader (or its size, and cannot be read).
-func (ids *identities) isLoader(file string) bool {
-	var st syscall.Stat_t
-	if err := syscall.Stat(file, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return false
-	}
-	id := idOf(&st)
+// isLoader reports whether file (a regular file whose identity is id) has
+// the content of the image's dynamic loader (or its size, and cannot be
+// read).
+func (ids *identities) isLoader(file string, id fileID) bool {
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	for _, p := range ids.programsAt("\x00loader", loaderPaths) { // no program name has a NUL
@@ -271,6 +279,9 @@ func (ids *identities) isLoader(file string) bool {
 
 // programs are name's files in binDirs (each distinct file once).
 func (ids *identities) programs(name string) []program {
+	if ps, ok := ids.byName[name]; ok {
+		return ps // looked up before (programsAt): no paths to build
+	}
 	paths := make([]string, len(binDirs))
 	for i, d := range binDirs {
 		paths[i] = d + "/" + name

@@ -52,6 +52,16 @@
 // does, the guard checks again what did run, from /proc/<pid>/cmdline and
 // /proc/<pid>/exe, and kills the process (SIGKILL) if a rule refuses it.
 //
+// That second check is made for every exec the first let through, not
+// only for a process that shares its memory (a thread, a vfork child):
+// a process with no other thread can still have its argv changed between
+// the two, by another process of the call, of the same user and Landlock
+// domain, writing its /proc/<pid>/mem (the agent's filter refuses
+// ptrace and process_vm_writev, not an open by path), or through a
+// MAP_SHARED mapping its argv's strings are in. Nothing the guard can
+// read at the seccomp stop rules those out, so its PTRACE_EVENT_EXEC stop
+// is kept.
+//
 // Exempt: the first exec of each process the agent starts (the agent's own
 // choice of program, the Landlock shim or bash), and, once, right after
 // it, an exec by that process whose argv is exactly the one the agent
@@ -120,6 +130,31 @@
 // commands share its uid and may kill it, which breaks only their own
 // sandbox's execs.
 //
-// The cost per exec (stops at fork, exec and exit, and the reads) is
-// measured by BenchmarkExecLoop: docs/benchmarks.md.
+// # The cost per exec
+//
+// A fork and exec of a traced tree stops five times in the guard, and
+// each stop is two context switches and a run of the guard's thread: the
+// parent's fork event and the child's first stop (both needed: the
+// child is attributed to its call by the event, and nothing of it runs
+// before), the exec's seccomp stop (the check), PTRACE_EVENT_EXEC (the
+// re-check above), and the parent's SIGCHLD (a signal-delivery stop,
+// which ptrace makes of every signal); the child's exit is reported
+// too, with no stop. None can go without a window or a lost
+// attribution, so the guard's work per stop is what is cut:
+//   - SIGCHLD, which the kernel sends the tracer at every stop, is
+//     ignored (wait4 is woken all the same), not taken in a handler;
+//   - a stop that is there already is taken with a raw non-blocking
+//     wait4, and only a wait that must block is made as a system call the
+//     Go runtime sees (with one processor, the runtime's monitor takes the
+//     processor of a blocked call and wakes threads to hold it and hand it
+//     back: its wake-ups were about 40% of the guard's CPU time);
+//   - memory is read with process_vm_readv, one system call a read (the
+//     /proc/<pid>/mem file where that is refused: it checks the guard's
+//     real ids, not the file-system ids it acts as), and the command
+//     line after the exec with raw open, read and close;
+//   - a file is stat'ed once for both of its content checks, and a
+//     named program's files are looked up once.
+//
+// BenchmarkExecLoop measures it, against the same loop without the
+// guard, in time and in CPU: docs/benchmarks.md.
 package execguard

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -143,6 +145,12 @@ func Main(args []string, stderr io.Writer) int {
 	// made now, while it can (agentapi.GuardTasks).
 	runtime.GOMAXPROCS(1)
 	threads.Reserve(agentapi.GuardTasks)
+	// Every stop of a tracee sends its tracer a SIGCHLD, which the Go
+	// runtime would take in a handler (interrupting and restarting the
+	// wait4 it is in, per stop). Ignored: wait4 is woken all the same
+	// (the kernel's __wake_up_parent does not depend on it), and the
+	// guard has no children of its own, whom SIG_IGN would reap.
+	signal.Ignore(unix.SIGCHLD)
 	fs := flag.NewFlagSet(Arg, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fsuid := fs.Int("fsuid", -1, "file-system uid to read the commands' memory and files as")
@@ -326,6 +334,25 @@ func (g *guard) leaderGone(pid int) {
 	g.remember(pid)
 }
 
+// wait4 waits for any tracee's stop or exit. A stop that is there
+// already is taken with a raw, non-blocking wait4: no system call the Go
+// runtime must account for (with one processor, one it sees blocking is
+// taken from it by the runtime's monitor, which wakes another thread to
+// hold it and is woken itself when the call returns: three threads'
+// wake-ups per stop). Only when nothing is there does it block, as a
+// system call the runtime knows of, so the guard's other goroutines run
+// meanwhile.
+func wait4(ws *unix.WaitStatus, flags int) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(ws)), uintptr(flags|unix.WNOHANG), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	if r != 0 || flags&unix.WNOHANG != 0 {
+		return int(r), nil
+	}
+	return unix.Wait4(-1, ws, flags, nil)
+}
+
 func (g *guard) loop() {
 	for {
 		flags := unix.WALL
@@ -335,7 +362,7 @@ func (g *guard) loop() {
 			flags |= unix.WNOHANG
 		}
 		var ws unix.WaitStatus
-		tid, err := unix.Wait4(-1, &ws, flags, nil)
+		tid, err := wait4(&ws, flags)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -858,16 +885,32 @@ func procPath(tid, dirfd int, p string, flags int) string {
 	}
 }
 
-// readCmdline reads a /proc/<pid>/cmdline, bounded.
+// readCmdline reads a /proc/<pid>/cmdline, bounded. (Raw system calls:
+// an os.File's set-up and finalizer cost more than the read of a short
+// command line.)
 func readCmdline(file string) ([]string, error) {
-	f, err := os.Open(file)
+	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: file, Err: err}
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxArgvBytes+1))
-	if err != nil {
-		return nil, err
+	defer unix.Close(fd)
+	var first [4096]byte
+	b := first[:0]
+	for len(b) <= maxArgvBytes {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(cap(b), maxArgvBytes+1-len(b)))
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: file, Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
 	}
 	if len(b) > maxArgvBytes {
 		return nil, fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
@@ -884,19 +927,23 @@ func readCmdline(file string) ([]string, error) {
 	return out, nil
 }
 
-// mem reads a stopped tracee's memory: /proc/<tid>/mem, or word by word
-// with PTRACE_PEEKDATA where that cannot be opened.
+// mem reads a stopped tracee's memory: with process_vm_readv (one
+// system call a read), or, where that is refused (it checks the guard's
+// real ids, not the file-system ids it acts as: a guard that runs as
+// another user than the commands, without CAP_SYS_PTRACE), from
+// /proc/<tid>/mem, or word by word with PTRACE_PEEKDATA where that cannot
+// be opened either.
 type mem struct {
-	tid int
-	f   *os.File
+	tid    int
+	f      *os.File
+	opened bool
 }
 
+// noVMReadv is set once process_vm_readv was refused: it will be again.
+var noVMReadv bool
+
 func openMem(tid int) *mem {
-	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/mem")
-	if err != nil {
-		f = nil
-	}
-	return &mem{tid: tid, f: f}
+	return &mem{tid: tid}
 }
 
 func (m *mem) close() {
@@ -906,6 +953,26 @@ func (m *mem) close() {
 }
 
 func (m *mem) read(addr uint64, b []byte) (int, error) {
+	if !noVMReadv {
+		local := []unix.Iovec{{Base: &b[0], Len: uint64(len(b))}}
+		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+		n, err := unix.ProcessVMReadv(m.tid, local, remote, 0)
+		switch {
+		case err == nil && n > 0:
+			return n, nil
+		case err == unix.EPERM || err == unix.ENOSYS:
+			noVMReadv = true
+		case err == unix.ESRCH:
+			return 0, err
+		}
+		// EFAULT (nothing mapped at addr) and the rest: as the file says.
+	}
+	if !m.opened {
+		m.opened = true
+		if f, err := os.Open("/proc/" + strconv.Itoa(m.tid) + "/mem"); err == nil {
+			m.f = f
+		}
+	}
 	if m.f != nil {
 		n, err := m.f.ReadAt(b, int64(addr))
 		if n > 0 || err == nil {

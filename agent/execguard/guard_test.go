@@ -48,6 +48,8 @@ func TestMain(m *testing.M) {
 type gcase struct {
 	Command string        `json:"command"`
 	Rules   *cmdmatch.Set `json:"rules,omitempty"`
+	// Timeout is the call's, in seconds (0: 60).
+	Timeout float64 `json:"timeout,omitempty"`
 }
 
 type gresult struct {
@@ -56,6 +58,37 @@ type gresult struct {
 	Signal         string
 	Err            string
 	Seconds        float64
+	// GuardCPU is the guard process's CPU time (user and system, all its
+	// threads) while the case ran, in seconds; CPU the same of the
+	// agent stand-in and what it started and waited for.
+	GuardCPU, CPU float64
+}
+
+// procCPU is the user and system time of process pid so far, in seconds
+// (0 if unknown).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := bytes.Cut(b, []byte(") "))
+	f := bytes.Fields(rest) // from field 3, state
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st float64
+	fmt.Sscan(string(f[11]), &ut)
+	fmt.Sscan(string(f[12]), &st)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// selfCPU is this process's and its waited-for children's CPU time.
+func selfCPU() float64 {
+	var s, c unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &s)
+	unix.Getrusage(unix.RUSAGE_CHILDREN, &c)
+	tv := func(t unix.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(s.Utime) + tv(s.Stime) + tv(c.Utime) + tv(c.Stime)
 }
 
 // childMain is the agent stand-in: mode "guard" or "none", then
@@ -98,14 +131,27 @@ func childMain(mode string) int {
 		return 3
 	}
 	run := func(c gcase) gresult {
+		timeout := 60 * time.Second
+		if c.Timeout > 0 {
+			timeout = time.Duration(c.Timeout * float64(time.Second))
+		}
 		spec, err := e.Resolve(context.Background(), executor.Request{Session: "s", Shell: executor.Bash, Command: c.Command,
-			Timeout: 60 * time.Second, ExecRules: c.Rules})
+			Timeout: timeout, ExecRules: c.Rules})
 		var r gresult
 		if err == nil {
+			gpid := 0
+			if g != nil {
+				gpid = g.cmd.Process.Pid
+			}
+			c0, g0 := selfCPU(), procCPU(gpid)
 			t0 := time.Now()
 			var res executor.Result
 			res, err = e.Run(context.Background(), spec)
 			r = gresult{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, Signal: res.Signal, Seconds: time.Since(t0).Seconds()}
+			r.CPU = selfCPU() - c0
+			if gpid != 0 {
+				r.GuardCPU = procCPU(gpid) - g0
+			}
 		}
 		if err != nil {
 			r.Err = err.Error()
@@ -304,10 +350,13 @@ func TestAllowedRunsAsBefore(t *testing.T) {
 // it, alternately, each run in a fresh agent stand-in (so load on the
 // machine hits both alike), under a rule set that names rm (every exec is
 // read and matched). Reports the median time per fork and exec of each,
-// and the median of the pairwise differences.
+// and the median of the pairwise differences; and the CPU time of each
+// (the loop's and, with it, the guard process's), and the machine's load
+// average at the end.
 func BenchmarkExecLoop(b *testing.B) {
-	loop := []gcase{{Command: "for i in $(seq 1000); do /bin/true; done", Rules: benchRules()}}
-	var none, guard, added []float64
+	// A loaded machine (a CI run beside it) can take a minute for it.
+	loop := []gcase{{Command: "for i in $(seq 1000); do /bin/true; done", Rules: benchRules(), Timeout: 600}}
+	var none, guard, added, guardCPU, cpuNone, cpuGuard []float64
 	for range b.N {
 		n := runChild(b, "none", b.TempDir(), loop)[0]
 		g := runChild(b, "guard", b.TempDir(), loop)[0]
@@ -318,11 +367,22 @@ func BenchmarkExecLoop(b *testing.B) {
 		}
 		none, guard = append(none, n.Seconds*1e3), append(guard, g.Seconds*1e3)
 		added = append(added, (g.Seconds-n.Seconds)*1e3)
+		guardCPU = append(guardCPU, g.GuardCPU*1e3)
+		cpuNone, cpuGuard = append(cpuNone, n.CPU*1e3), append(cpuGuard, (g.CPU+g.GuardCPU)*1e3)
 	}
 	med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
 	b.ReportMetric(med(none), "none-p50-µs/exec")
 	b.ReportMetric(med(guard), "guard-p50-µs/exec")
 	b.ReportMetric(med(added), "added-p50-µs/exec")
+	// CPU: what a machine's budget pays (the loop's, and the guard's).
+	b.ReportMetric(med(cpuNone), "cpu-none-p50-µs/exec")
+	b.ReportMetric(med(cpuGuard), "cpu-guard-p50-µs/exec")
+	b.ReportMetric(med(guardCPU), "guard-process-cpu-p50-µs/exec")
+	var l [3]float64
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Sscan(string(b), &l[0], &l[1], &l[2])
+	}
+	b.ReportMetric(l[0], "loadavg-1m")
 }
 
 // benchRules are BenchmarkExecLoop's rules: denyRm's, or none with
