@@ -25,6 +25,15 @@
 //   - lease.go: the Elector, client-go's leader election over the Lease
 //     LeaseName(release); the holder reaps idle sessions and keeps the warm
 //     pools (session.Config.Leader).
+//   - usage.go: Usage and SandboxWorkspaceUsage, for the usage Sampler,
+//     from the kubelets' summaries (GET
+//     /api/v1/nodes/<node>/proxy/stats/summary, one request per node per
+//     sampling pass, its body read to 16 MiB at most): the pod's CPU time
+//     and working set, and its workspace volume's used bytes, rather than
+//     a statfs by the pod's agent (cheaper per pass, and out of the
+//     commands' reach, for figures up to two minutes old: the reasons and
+//     the costs are at the top of usage.go). A reading that fails is
+//     ErrUnavailable, and the Sampler keeps the last value.
 //   - claims.go: Claims, warm-pool claims kept on the pooled pod (an
 //     annotation written by a patch conditioned on its resourceVersion),
 //     serialised per session by a claim lock Secret, which cold starts take
@@ -51,7 +60,8 @@
 // delete, patch), secrets (create, get, list, delete, patch), events
 // (list), networkpolicies (get, create, update; with a ServerSelector),
 // leases (get, create, update); and, cluster-wide and optional,
-// runtimeclasses (get).
+// runtimeclasses (get) and nodes/proxy (get: usage; the chart's
+// usage.kubeletStats, without which no usage is measured on Kubernetes).
 //
 // The design in full (the pod field by field, the token's path, what
 // each Pod Security level costs, the lifecycle, the network, leader

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -47,6 +49,25 @@ import (
 // less inactive file pages, as on Docker). The summary has no high-water
 // mark: MemoryPeakBytes is the working set of the reading, so a session's
 // peak is the largest of its readings.
+//
+// The workspace (SandboxWorkspaceUsage) is read from the same summary:
+// the usedBytes of the pod's volume "workspace" (pods[].volume[]). The
+// other candidate was the agent: a statfs of /workspace inside the pod,
+// over the agent API, which would be current at every pass where the
+// kubelet's figure is not. The kubelet is taken for the reasons above
+// and for what it costs, which is nothing more: the summary is the one
+// Usage fetches in the same pass (no request of its own, no grant beyond
+// nodes/proxy), where the agent would take a request per pod per pass and
+// a new operation on its wire. What it gives up is freshness: the kubelet
+// measures a pod's volumes (a walk of the emptyDir, du-like, on a memory
+// emptyDir as on disk: its own cost, paid for eviction whether shellbox
+// reads it or not) when it first sees the pod, within a volume period
+// (the kubelet's volumeStatsAggPeriod, 1 min by default), then every one
+// to two periods (jittered), so a figure may be two minutes old; the
+// time returned is the kubelet's, kept as the session's
+// WorkspaceMeasured. Until the kubelet has measured a pod, and whenever
+// the summary cannot be read, the answer is ErrUnavailable and the
+// Sampler keeps the session's last value (never a 0 it did not measure).
 
 // summaryTTL is how long one node's summary answers for its pods: a
 // sampling pass reads every pod within it, so a node's summary is asked
@@ -64,8 +85,14 @@ var _ sandbox.UsageReader = (*Runtime)(nil)
 
 // podStats is what a reading keeps of one pod of a node's summary.
 type podStats struct {
-	c  usage.Counters
-	at time.Time // when the kubelet took the figures
+	c      usage.Counters
+	at     time.Time // when the kubelet took the CPU and memory figures
+	hasCPU bool
+	// ws is the workspace volume's used bytes, measured by the kubelet
+	// at wsAt; hasWS: the summary has that figure.
+	ws    int64
+	wsAt  time.Time
+	hasWS bool
 }
 
 // nodeSummary is one node's summary as Usage keeps it: the stats of the
@@ -92,44 +119,81 @@ func (r *Runtime) Usage(ctx context.Context, id string) (usage.Counters, error) 
 
 // UsageAt is Usage, and when the kubelet took the figures.
 func (r *Runtime) UsageAt(ctx context.Context, id string) (usage.Counters, time.Time, error) {
+	ps, node, err := r.podStats(ctx, id)
+	if err != nil {
+		return usage.Counters{}, time.Time{}, err
+	}
+	if !ps.hasCPU {
+		return usage.Counters{}, time.Time{}, fmt.Errorf("%w: kube: the kubelet of node %s does not report the CPU of pod %s yet", sandbox.ErrUnavailable, node, id)
+	}
+	return ps.c, ps.at, nil
+}
+
+// SandboxWorkspaceUsage measures the workspace of the session pod id (its
+// name; a claimed warm-pool pod is not named after its session): the
+// used bytes of its workspace volume in the kubelet's summary of its node,
+// the summary Usage reads (so no request of its own within a sampling
+// pass), and when the kubelet measured them, which may be up to two of
+// its volume periods ago (see above). ErrNotFound: the pod is gone;
+// ErrUnavailable: no summary, or no measurement of the volume yet.
+func (r *Runtime) SandboxWorkspaceUsage(ctx context.Context, id string) (int64, time.Time, error) {
+	ps, node, err := r.podStats(ctx, id)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if !ps.hasWS {
+		return 0, time.Time{}, fmt.Errorf("%w: kube: the kubelet of node %s has not measured the workspace of pod %s yet", sandbox.ErrUnavailable, node, id)
+	}
+	return ps.ws, ps.wsAt, nil
+}
+
+// podStats returns pod id's stats, and its node, from a node's summary
+// fetched within summaryTTL, else from its node's summary fetched now.
+func (r *Runtime) podStats(ctx context.Context, id string) (podStats, string, error) {
 	now := time.Now()
 	r.stats.mu.Lock()
-	for _, s := range r.stats.nodes {
+	for node, s := range r.stats.nodes {
 		if ps, ok := s.pods[id]; ok && now.Sub(s.fetched) < summaryTTL {
 			r.stats.mu.Unlock()
-			return ps.c, ps.at, nil
+			return ps, node, nil
 		}
 	}
 	r.stats.mu.Unlock()
 	p, err := r.cs.CoreV1().Pods(r.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return usage.Counters{}, time.Time{}, fmt.Errorf("%w: kube: pod %s: gone", sandbox.ErrNotFound, id)
+			return podStats{}, "", fmt.Errorf("%w: kube: pod %s: gone", sandbox.ErrNotFound, id)
 		}
-		return usage.Counters{}, time.Time{}, r.convert(err, "pods", "get pod %s", id)
+		return podStats{}, "", r.convert(err, "pods", "get pod %s", id)
 	}
-	if p.Spec.NodeName == "" {
-		return usage.Counters{}, time.Time{}, fmt.Errorf("%w: kube: pod %s is on no node yet", sandbox.ErrNotFound, id)
+	node := p.Spec.NodeName
+	if node == "" {
+		return podStats{}, "", fmt.Errorf("%w: kube: pod %s is on no node yet", sandbox.ErrNotFound, id)
 	}
-	s, err := r.summary(ctx, p.Spec.NodeName)
+	s, err := r.summary(ctx, node)
 	if err != nil {
-		return usage.Counters{}, time.Time{}, err
+		return podStats{}, node, err
 	}
 	ps, ok := s.pods[id]
 	if !ok {
-		return usage.Counters{}, time.Time{}, fmt.Errorf("%w: kube: the kubelet of node %s does not report pod %s yet", sandbox.ErrUnavailable, p.Spec.NodeName, id)
+		return podStats{}, node, fmt.Errorf("%w: kube: the kubelet of node %s does not report pod %s yet", sandbox.ErrUnavailable, node, id)
 	}
-	return ps.c, ps.at, nil
+	return ps, node, nil
 }
 
 // summary fetches a node's summary and keeps it.
 func (r *Runtime) summary(ctx context.Context, node string) (*nodeSummary, error) {
-	raw, err := r.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").DoRaw(ctx)
+	body, err := r.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").Stream(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kube: the kubelet summary of node %s (the server needs get on nodes/proxy): %v", sandbox.ErrUnavailable, node, cut(err.Error(), 300))
 	}
+	defer body.Close()
+	raw, err := io.ReadAll(io.LimitReader(body, maxSummaryBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: reading the kubelet summary of node %s: %v", sandbox.ErrUnavailable, node, err)
+	}
 	if len(raw) > maxSummaryBytes {
-		return nil, fmt.Errorf("%w: kube: the kubelet summary of node %s is %d bytes, over %d", sandbox.ErrUnavailable, node, len(raw), maxSummaryBytes)
+		return nil, fmt.Errorf("%w: kube: the kubelet summary of node %s is over %d bytes", sandbox.ErrUnavailable, node, maxSummaryBytes)
 	}
 	s, err := parseSummary(raw, r.cfg.Namespace)
 	if err != nil {
@@ -169,11 +233,17 @@ type summaryJSON struct {
 			Time            time.Time `json:"time"`
 			WorkingSetBytes *uint64   `json:"workingSetBytes"`
 		} `json:"memory"`
+		Volumes []struct {
+			Name      string    `json:"name"`
+			Time      time.Time `json:"time"`
+			UsedBytes *uint64   `json:"usedBytes"`
+		} `json:"volume"`
 	} `json:"pods"`
 }
 
-// parseSummary keeps the figures of the pods of namespace ns: a pod
-// without its pod-level CPU figure (a kubelet older than 1.20) is left
+// parseSummary keeps the figures of the pods of namespace ns: the
+// pod-level CPU and memory (left out by a kubelet older than 1.20) and
+// the used bytes of the volume volWorkspace; a pod with neither is left
 // out.
 func parseSummary(raw []byte, ns string) (*nodeSummary, error) {
 	var sj summaryJSON
@@ -182,15 +252,26 @@ func parseSummary(raw []byte, ns string) (*nodeSummary, error) {
 	}
 	s := &nodeSummary{pods: map[string]podStats{}}
 	for _, p := range sj.Pods {
-		if p.PodRef.Namespace != ns || p.CPU == nil || p.CPU.UsageCoreNanoSeconds == nil {
+		if p.PodRef.Namespace != ns {
 			continue
 		}
-		ps := podStats{c: usage.Counters{CPU: time.Duration(*p.CPU.UsageCoreNanoSeconds)}, at: p.CPU.Time}
-		if p.Memory != nil && p.Memory.WorkingSetBytes != nil {
-			ps.c.MemoryBytes = int64(*p.Memory.WorkingSetBytes)
-			ps.c.MemoryPeakBytes = ps.c.MemoryBytes
+		var ps podStats
+		if p.CPU != nil && p.CPU.UsageCoreNanoSeconds != nil {
+			ps.hasCPU, ps.at = true, p.CPU.Time
+			ps.c.CPU = time.Duration(*p.CPU.UsageCoreNanoSeconds)
+			if p.Memory != nil && p.Memory.WorkingSetBytes != nil {
+				ps.c.MemoryBytes = int64(*p.Memory.WorkingSetBytes)
+				ps.c.MemoryPeakBytes = ps.c.MemoryBytes
+			}
 		}
-		s.pods[p.PodRef.Name] = ps
+		for _, v := range p.Volumes {
+			if v.Name == volWorkspace && v.UsedBytes != nil && *v.UsedBytes <= math.MaxInt64 {
+				ps.hasWS, ps.ws, ps.wsAt = true, int64(*v.UsedBytes), v.Time
+			}
+		}
+		if ps.hasCPU || ps.hasWS {
+			s.pods[p.PodRef.Name] = ps
+		}
 	}
 	return s, nil
 }

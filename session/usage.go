@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/policies"
@@ -25,14 +26,27 @@ var (
 	_ usage.WorkspaceSource = usageSource{}
 )
 
-// Workspace implements usage.WorkspaceSource through the runtime's
-// sandbox.WorkspaceReader; ErrUnsupported where it has none (Kubernetes).
-func (u usageSource) Workspace(ctx context.Context, tenant, session string) (int64, error) {
+// sandboxWorkspaceReader is a runtime that measures a workspace by its
+// sandbox (the pod on Kubernetes: a claimed warm-pool pod is not named
+// after its session), with when it was measured: kube.Runtime.
+type sandboxWorkspaceReader interface {
+	SandboxWorkspaceUsage(ctx context.Context, id string) (int64, time.Time, error)
+}
+
+// Workspace implements usage.WorkspaceSource through the runtime: by the
+// sandbox where it measures that way (Kubernetes), else by its session
+// (sandbox.WorkspaceReader: Docker, containerd); ErrUnsupported where it
+// has neither.
+func (u usageSource) Workspace(ctx context.Context, sb usage.Sandbox) (int64, time.Time, error) {
+	if w, ok := u.r.(sandboxWorkspaceReader); ok {
+		return w.SandboxWorkspaceUsage(ctx, sb.ID)
+	}
 	w, ok := u.r.(sandbox.WorkspaceReader)
 	if !ok {
-		return 0, errors.ErrUnsupported
+		return 0, time.Time{}, errors.ErrUnsupported
 	}
-	return w.WorkspaceUsage(ctx, tenant, session)
+	n, err := w.WorkspaceUsage(ctx, sb.Tenant, sb.Session)
+	return n, time.Time{}, err
 }
 
 // Suspended implements usage.SuspendedLister: the sessions the snapshot
@@ -69,8 +83,9 @@ func (u usageSource) Read(ctx context.Context, id string) (usage.Counters, error
 }
 
 // sampleUsage measures the sandboxes' use into Config.Usage until ctx
-// ends, where the runtime can read it (Docker, containerd); it runs while
-// this process leads, so that replicas sharing sandboxes count each once.
+// ends, where the runtime can read it (Docker, containerd, Kubernetes);
+// it runs while this process leads, so that replicas sharing sandboxes
+// count each once.
 func (l *Service) sampleUsage(ctx context.Context) {
 	r, ok := l.cfg.Runtime.(sandbox.UsageReader)
 	if l.cfg.Usage == nil || !ok {

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,3 +76,51 @@ func TestUsageLimitRefusesNewCommandsOnly(t *testing.T) {
 		t.Errorf("beta: %q", r.Text)
 	}
 }
+
+// byIDRuntime measures workspaces by sandbox (as kube.Runtime does) and
+// by session (as Docker does), to see which one Workspace asks.
+type byIDRuntime struct{ sessionRuntime }
+
+func (byIDRuntime) SandboxWorkspaceUsage(_ context.Context, id string) (int64, time.Time, error) {
+	if id != "pool-7" {
+		return 0, time.Time{}, errors.New("no such pod")
+	}
+	return 5 << 20, time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC), nil
+}
+
+// sessionRuntime measures by session only.
+type sessionRuntime struct{}
+
+func (sessionRuntime) Usage(context.Context, string) (usage.Counters, error) {
+	return usage.Counters{}, nil
+}
+
+func (sessionRuntime) WorkspaceUsage(_ context.Context, tenant, session string) (int64, error) {
+	return 3 << 20, nil
+}
+
+// TestUsageWorkspaceBySandbox: a runtime that measures a workspace by its
+// sandbox is asked by the sandbox's id (a claimed warm-pool pod is not
+// named after its session) and its time is kept; one that measures by
+// session is asked by session and measured now (the zero time); one with
+// neither is unsupported.
+func TestUsageWorkspaceBySandbox(t *testing.T) {
+	ctx := context.Background()
+	sb := usage.Sandbox{Tenant: "acme", Session: "s1", ID: "pool-7"}
+	n, at, err := usageSource{r: byIDRuntime{}}.Workspace(ctx, sb)
+	if err != nil || n != 5<<20 || !at.Equal(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("by sandbox: %d at %v, %v", n, at, err)
+	}
+	n, at, err = usageSource{r: sessionRuntime{}}.Workspace(ctx, sb)
+	if err != nil || n != 3<<20 || !at.IsZero() {
+		t.Errorf("by session: %d at %v, %v", n, at, err)
+	}
+	if _, _, err := (usageSource{r: cpuOnly{}}).Workspace(ctx, sb); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("neither: %v, want unsupported", err)
+	}
+}
+
+// cpuOnly reads counters and measures no workspace.
+type cpuOnly struct{}
+
+func (cpuOnly) Usage(context.Context, string) (usage.Counters, error) { return usage.Counters{}, nil }

@@ -14,17 +14,18 @@ import (
 // workspaceSource is a fakeSource that also measures workspaces.
 type workspaceSource struct {
 	*fakeSource
-	bytes map[string]int64 // by session
+	bytes    map[string]int64     // by session
+	measured map[string]time.Time // by session; none: now
 }
 
-func (w *workspaceSource) Workspace(_ context.Context, _, session string) (int64, error) {
+func (w *workspaceSource) Workspace(_ context.Context, sb usage.Sandbox) (int64, time.Time, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n, ok := w.bytes[session]
+	n, ok := w.bytes[sb.Session]
 	if !ok {
-		return 0, errors.New("no workspace")
+		return 0, time.Time{}, errors.New("no workspace")
 	}
-	return n, nil
+	return n, w.measured[sb.Session], nil
 }
 
 // TestWorkspaceLastAndPeak: a workspace measured at each reading keeps its
@@ -68,6 +69,33 @@ func TestWorkspaceLastAndPeak(t *testing.T) {
 	}
 	if sum.WorkspaceBytes != 28<<20 || sum.WorkspacePeakBytes != 40<<20 || !sum.WorkspaceMeasured.Equal(clk.now()) {
 		t.Errorf("tenant sum: workspace %d, peak %d, measured %v", sum.WorkspaceBytes, sum.WorkspacePeakBytes, sum.WorkspaceMeasured)
+	}
+}
+
+// TestWorkspaceMeasuredEarlier: a source's own measurement time (the
+// kubelet's, on Kubernetes) is kept as WorkspaceMeasured, and a
+// measurement that fails afterwards (no figure yet, the summary not read)
+// keeps the last value and its time: it never counts as 0.
+func TestWorkspaceMeasuredEarlier(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: t0.Add(10 * time.Minute)}
+	m := usage.NewMeter(&usage.Memory{}, clk.now)
+	src := &workspaceSource{fakeSource: &fakeSource{counters: map[string]usage.Counters{}},
+		bytes: map[string]int64{"s1": 64 << 20}, measured: map[string]time.Time{"s1": clk.now().Add(-90 * time.Second)}}
+	src.list = []usage.Sandbox{{Tenant: "acme", Session: "s1", ID: "a"}}
+	src.set("a", usage.Counters{})
+	s := usage.NewSampler(m, src, 10*time.Second, nil)
+	s.Sample(ctx)
+	delete(src.bytes, "s1")
+	clk.advance(10 * time.Second)
+	s.Sample(ctx)
+
+	recs, err := m.Query(ctx, usage.Filter{From: t0, To: t0.Add(time.Hour)})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("%v %+v", err, recs)
+	}
+	if r := recs[0]; r.WorkspaceBytes != 64<<20 || r.WorkspacePeakBytes != 64<<20 || !r.WorkspaceMeasured.Equal(t0.Add(10*time.Minute-90*time.Second)) {
+		t.Errorf("workspace %d, peak %d, measured %v; want %d at %v", r.WorkspaceBytes, r.WorkspacePeakBytes, r.WorkspaceMeasured, 64<<20, t0.Add(10*time.Minute-90*time.Second))
 	}
 }
 

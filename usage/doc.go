@@ -23,10 +23,14 @@
 // With the counters the Sampler measures each running session's workspace
 // through a WorkspaceSource (Docker and containerd: one statfs of the
 // workspace's own file system, an ext4 image or a tmpfs, so the cost is
-// the same whatever it holds; nothing walks its files): a gauge, kept as
-// the last value with its time (WorkspaceMeasured: of two buckets the
-// later measurement wins) and a peak. A tenant's workspace in a report is
-// the sum of its sessions' last values (Figures.Sum).
+// the same whatever it holds; nothing walks its files; Kubernetes: the
+// workspace volume's used bytes in the kubelet's summary read for the
+// counters, as the kubelet last measured them, up to two minutes before):
+// a gauge, kept as the last value with the time it was measured
+// (WorkspaceMeasured: of two buckets the later measurement wins) and a
+// peak. A measurement that fails adds nothing, so the session keeps its
+// last value. A tenant's workspace in a report is the sum of its
+// sessions' last values (Figures.Sum).
 //
 // The server adds each tool call and its duration (Meter.Call), the bytes
 // a foreground call spilled (Meter.Spill, from its result), and what the

@@ -32,13 +32,17 @@ type SuspendedLister interface {
 	Suspended(ctx context.Context) ([]Sandbox, error)
 }
 
-// WorkspaceSource is an optional ability of a Source: the bytes a
-// session's workspace holds now. It is asked once per reading of each
-// running sandbox, so an implementation must answer at a small, bounded
-// cost (a statfs of the workspace's own file system, not a walk of its
-// files); an error (no workspace of its own here) skips the measurement.
+// WorkspaceSource is an optional ability of a Source: the bytes the
+// workspace of a running sandbox's session holds, and when they were
+// measured (the zero time: now; Kubernetes: when the kubelet last
+// measured it). It is asked once per reading of each running sandbox, so
+// an implementation must answer at a small, bounded cost (a statfs of the
+// workspace's own file system, or a figure read with the counters, never
+// a walk of its files); an error (no workspace of its own here, no
+// measurement yet) skips the measurement, and the session keeps its last
+// value.
 type WorkspaceSource interface {
-	Workspace(ctx context.Context, tenant, session string) (int64, error)
+	Workspace(ctx context.Context, sb Sandbox) (int64, time.Time, error)
 }
 
 // MaxSandboxes bounds the sandboxes a Sampler keeps a last reading of,
@@ -141,9 +145,14 @@ func (s *Sampler) Sample(ctx context.Context) {
 		if ws, ok := s.src.(WorkspaceSource); ok {
 			// Measured with the counters, whatever the reading below
 			// counts: a gauge, its last value and peak.
-			if n, err := ws.Workspace(ctx, sb.Tenant, sb.Session); err == nil {
+			// A failed measurement adds nothing: the session keeps its
+			// last value (never a 0 it did not measure).
+			if n, measured, err := ws.Workspace(ctx, sb); err == nil {
 				at := s.meter.now()
-				s.meter.add(sb.Tenant, sb.Session, at, Figures{WorkspaceBytes: n, WorkspacePeakBytes: n, WorkspaceMeasured: at.UTC()}, false)
+				if measured.IsZero() || measured.After(at) {
+					measured = at
+				}
+				s.meter.add(sb.Tenant, sb.Session, at, Figures{WorkspaceBytes: n, WorkspacePeakBytes: n, WorkspaceMeasured: measured.UTC()}, false)
 			} else {
 				s.log.Debug("measuring a workspace", "tenant", sb.Tenant, "session", sb.Session, "err", err)
 			}

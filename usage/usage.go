@@ -34,7 +34,7 @@ type Figures struct {
 	// WorkspaceBytes is the session's workspace as last measured (the
 	// bytes its file system holds), at WorkspaceMeasured;
 	// WorkspacePeakBytes the most a measurement found. Zero where the
-	// runtime cannot measure it (Kubernetes, the local backend).
+	// runtime cannot measure it (the local backend).
 	WorkspaceBytes     int64     `json:"workspaceBytes"`
 	WorkspacePeakBytes int64     `json:"workspacePeakBytes"`
 	WorkspaceMeasured  time.Time `json:"workspaceMeasured,omitzero"`
