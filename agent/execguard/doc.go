@@ -147,7 +147,10 @@
 //     wait4, and only a wait that must block is made as a system call the
 //     Go runtime sees (with one processor, the runtime's monitor takes the
 //     processor of a blocked call and wakes threads to hold it and hand it
-//     back: its wake-ups were about 40% of the guard's CPU time);
+//     back: its wake-ups were about 40% of the guard's CPU time). A wait
+//     that blocks still pays them: blocking where the runtime cannot see
+//     it would hold a garbage collection's stop-the-world, and the
+//     guard's socket to the agent with it, until the next stop;
 //   - memory is read with process_vm_readv, one system call a read (the
 //     /proc/<pid>/mem file where that is refused: it checks the guard's
 //     real ids, not the file-system ids it acts as), and the command
