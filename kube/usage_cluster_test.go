@@ -77,3 +77,53 @@ func TestClusterUsageKnownBurn(t *testing.T) {
 		t.Errorf("usage of a removed pod: %v, want not found", err)
 	}
 }
+
+// TestClusterWorkspaceBytes writes 48 MiB into a session pod's
+// /workspace (a memory emptyDir, the default) on the real cluster and
+// finds them, within 1 MiB, in what SandboxWorkspaceUsage reads from the
+// kubelet's summary: the first measurement the kubelet took after the
+// write ended. The kubelet measures a pod's volumes when it first sees
+// the pod and then every one to two of its volume periods (1 min by
+// default, jittered), so the test may wait about two minutes.
+func TestClusterWorkspaceBytes(t *testing.T) {
+	c := kubetest.Connect(t)
+	ns := c.Namespace(t)
+	rt := c.New(t, kubetest.Config(ns), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, err := rt.Create(ctx, kubetest.Spec(t, "usage", "workspace", "usage-test", sandbox.RuntimeRunc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Remove(context.Background(), sb.ID) })
+	const want = 48 << 20
+	if out := kubetest.Exec(t, sb, "head -c 50331648 /dev/zero > /workspace/blob && stat -c %s /workspace/blob"); strings.TrimSpace(out) != "50331648" {
+		t.Fatalf("write: %q", out)
+	}
+	written := time.Now()
+	for {
+		n, at, err := rt.SandboxWorkspaceUsage(ctx, sb.ID)
+		if err == nil && at.After(written) {
+			t.Logf("the kubelet measured %d bytes (%.3f MiB) for %d written, %v after the write", n, float64(n)/(1<<20), want, at.Sub(written).Round(time.Millisecond))
+			if d := n - want; d < -(1<<20) || d > 1<<20 {
+				t.Errorf("workspace %d bytes, want %d within 1 MiB", n, want)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no measurement of the kubelet after the write: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if err := rt.Remove(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = rt.SandboxWorkspaceUsage(ctx, sb.ID)
+	for err == nil && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		_, _, err = rt.SandboxWorkspaceUsage(ctx, sb.ID)
+	}
+	if !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("workspace of a removed pod: %v, want not found", err)
+	}
+}
