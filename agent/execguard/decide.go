@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/shellbox/shellbox/internal/clip"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
@@ -358,9 +359,23 @@ func (ids *identities) hash(file string, id fileID) ([32]byte, bool) {
 	}
 	var h [32]byte
 	copy(h[:], hw.Sum(nil))
+	if time.Since(time.Unix(id.ctime.Unix())) < racyCtime {
+		// Not kept (git's "racily clean"): a change in the same tick
+		// of a coarse clock (Linux before 6.13's multigrain timestamps,
+		// a file system of second granularity) gets the same ctime and
+		// mtime, and a rewrite in place to the same size the same
+		// identity, whose kept hash would pass a named program's bytes
+		// written over this file. Hashed again at each exec meanwhile.
+		return h, true
+	}
 	if len(ids.hashes) >= maxHashes {
 		clear(ids.hashes)
 	}
 	ids.hashes[id] = h
 	return h, true
 }
+
+// racyCtime is how old a file's ctime must be for its hash to be kept:
+// more than a file system's coarsest timestamp granularity (1 s) and a
+// clock tick.
+const racyCtime = 2 * time.Second

@@ -505,3 +505,44 @@ func TestStopContEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestHashNotKeptForRecentChange: a file the check hashed, rewritten in
+// place with a named program's bytes (same inode, same size), is known
+// for that program, even where the rewrite's ctime and mtime are those
+// the hash was kept for: a kernel without fine-grained timestamps (Linux
+// before 6.13, or a file system of coarse granularity) gives a change in
+// the same tick the same ones, so the identity stat'ed at the next exec
+// is the old one. The old identity is passed here as that stat would
+// give it.
+func TestHashNotKeptForRecentChange(t *testing.T) {
+	rm, err := exec.LookPath("rm")
+	if err != nil {
+		t.Skip("no rm")
+	}
+	body, err := os.ReadFile(rm)
+	if err != nil {
+		t.Skip(err)
+	}
+	ids := newIdentities()
+	if len(ids.programs("rm")) == 0 {
+		t.Skip("rm is not among the programs' directories' files")
+	}
+	f := filepath.Join(t.TempDir(), "x")
+	if err := os.WriteFile(f, make([]byte, len(body)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, ok := statID(f)
+	if !ok {
+		t.Fatal("no stat of", f)
+	}
+	if n := ids.nameOf(f, before, []string{"rm"}); n != "" {
+		t.Fatalf("zeros taken for %q", n)
+	}
+	// In place: the same inode and size (os.WriteFile truncates the file).
+	if err := os.WriteFile(f, body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n := ids.nameOf(f, before, []string{"rm"}); n != "rm" {
+		t.Fatalf("a copy of rm written over a file hashed just before passed as %q", n)
+	}
+}
