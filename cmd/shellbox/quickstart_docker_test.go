@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,7 +67,17 @@ func quickstartRun(t *testing.T, extra string) (stdout, stderr string) {
 	t.Helper()
 	requireEngine(t)
 	dockertest.Require(t, os.Geteuid() == 0, "quickstart needs root")
-	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // where it builds the agent
+	// Where it puts the agent it builds: a directory of the test's. The
+	// go command's build cache stays the machine's (GOCACHE named, since
+	// its default is under XDG_CACHE_HOME): with an empty one, the two
+	// quickstart tests compiled the agent and its dependencies from
+	// nothing, 62 s and 39 s of a CI run.
+	gocache, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil || strings.TrimSpace(string(gocache)) == "" {
+		t.Fatalf("go env GOCACHE: %q %v", gocache, err)
+	}
+	t.Setenv("GOCACHE", strings.TrimSpace(string(gocache)))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	owner := dockertest.Owner(t)
 	cfg := filepath.Join(t.TempDir(), "shellbox.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`tenant: %s
