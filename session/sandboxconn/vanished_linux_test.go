@@ -30,7 +30,7 @@ import (
 type tcpAgent struct {
 	ep  agentapi.Endpoint
 	srv *http.Server
-	fd  int
+	f   *os.File // the listening socket; kept, so never collected and closed
 }
 
 func newTCPAgent(t *testing.T, root string) *tcpAgent {
@@ -49,7 +49,12 @@ func newTCPAgent(t *testing.T, root string) *tcpAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Close(fd) })
+	// fd's owner is f from here: an *os.File closes its descriptor when
+	// it is collected, so a bare fd left to a collected f was closed under
+	// the test (the clean-clone CI: vanish's filler refused), and a later
+	// syscall.Close could close whatever reused the number.
+	f := os.NewFile(uintptr(fd), "agent")
+	t.Cleanup(func() { f.Close() })
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +67,11 @@ func newTCPAgent(t *testing.T, root string) *tcpAgent {
 	}
 	// The agent accepts on a duplicate of fd: closing it (vanish) leaves
 	// fd listening, accepted from by nobody.
-	f := os.NewFile(uintptr(fd), "agent")
 	ln, err := net.FileListener(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &tcpAgent{fd: fd, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+	a := &tcpAgent{f: f, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
 		ep: agentapi.Endpoint{Network: "tcp", Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))}}
 	go a.srv.Serve(ln)
 	t.Cleanup(func() { a.srv.Close() })
