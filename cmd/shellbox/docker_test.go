@@ -22,10 +22,30 @@ import (
 )
 
 // buildBinaries builds shellbox and, next to it, the static agent, as an
-// operator would install them.
+// operator would install them: once per test process (each build was two
+// links, about 10 s of CPU on the 2-core CI machine, and twelve tests
+// asked), in a directory that removeBinaries deletes after the tests. No
+// test writes there.
 func buildBinaries(t testing.TB) (shellbox string) {
 	t.Helper()
-	dir := t.TempDir()
+	binsOnce.Do(func() { binsDir, binsErr = buildBinariesOnce() })
+	if binsErr != nil {
+		t.Fatal(binsErr)
+	}
+	return filepath.Join(binsDir, "shellbox")
+}
+
+var (
+	binsOnce sync.Once
+	binsDir  string
+	binsErr  error
+)
+
+func buildBinariesOnce() (string, error) {
+	dir, err := os.MkdirTemp("", "shellbox-test-bin-")
+	if err != nil {
+		return "", err
+	}
 	for _, b := range []struct{ out, pkg, cgo string }{
 		{"shellbox", "github.com/shellbox/shellbox/cmd/shellbox", "1"},
 		{"shellbox-agent", "github.com/shellbox/shellbox/cmd/shellbox-agent", "0"},
@@ -33,10 +53,19 @@ func buildBinaries(t testing.TB) (shellbox string) {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b.out, err, out)
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("build %s: %v\n%s", b.out, err, out)
 		}
 	}
-	return filepath.Join(dir, "shellbox")
+	return dir, nil
+}
+
+// removeBinaries removes what buildBinaries built; TestMain calls it
+// after the tests.
+func removeBinaries() {
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
 }
 
 // TestDockerRestartSurvival: a background task keeps running in its sandbox

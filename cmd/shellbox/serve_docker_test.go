@@ -25,7 +25,12 @@ import (
 	"github.com/shellbox/shellbox/tools"
 )
 
-func TestMain(m *testing.M) { dockertest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBinaries()
+	dockertest.RemoveAgent()
+	os.Exit(code)
+}
 
 // dockerConformance runs the conformance suite on engine with every
 // session in its own runc sandbox, every call carried by transport
