@@ -81,7 +81,10 @@ const maxSummaryBytes = 16 << 20
 // maxNodes bounds the summaries kept.
 const maxNodes = 5000
 
-var _ sandbox.UsageReader = (*Runtime)(nil)
+var (
+	_ sandbox.UsageReader            = (*Runtime)(nil)
+	_ sandbox.SandboxWorkspaceReader = (*Runtime)(nil)
+)
 
 // podStats is what a reading keeps of one pod of a node's summary.
 type podStats struct {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/shellbox/shellbox/usage"
 )
@@ -20,4 +21,12 @@ type UsageReader interface {
 // ErrNotFound: the session has no workspace this runtime can measure.
 type WorkspaceReader interface {
 	WorkspaceUsage(ctx context.Context, tenant, session string) (int64, error)
+}
+
+// SandboxWorkspaceReader is WorkspaceReader for a runtime that measures a
+// workspace by its sandbox (Kubernetes: a claimed warm-pool pod is not
+// named after its session), with when it was measured (the kubelet's
+// time). The usage source asks it first, then WorkspaceReader.
+type SandboxWorkspaceReader interface {
+	SandboxWorkspaceUsage(ctx context.Context, id string) (int64, time.Time, error)
 }

@@ -26,19 +26,12 @@ var (
 	_ usage.WorkspaceSource = usageSource{}
 )
 
-// sandboxWorkspaceReader is a runtime that measures a workspace by its
-// sandbox (the pod on Kubernetes: a claimed warm-pool pod is not named
-// after its session), with when it was measured: kube.Runtime.
-type sandboxWorkspaceReader interface {
-	SandboxWorkspaceUsage(ctx context.Context, id string) (int64, time.Time, error)
-}
-
 // Workspace implements usage.WorkspaceSource through the runtime: by the
-// sandbox where it measures that way (Kubernetes), else by its session
-// (sandbox.WorkspaceReader: Docker, containerd); ErrUnsupported where it
-// has neither.
+// sandbox where it measures that way (sandbox.SandboxWorkspaceReader:
+// Kubernetes), else by its session (sandbox.WorkspaceReader: Docker,
+// containerd); ErrUnsupported where it has neither.
 func (u usageSource) Workspace(ctx context.Context, sb usage.Sandbox) (int64, time.Time, error) {
-	if w, ok := u.r.(sandboxWorkspaceReader); ok {
+	if w, ok := u.r.(sandbox.SandboxWorkspaceReader); ok {
 		return w.SandboxWorkspaceUsage(ctx, sb.ID)
 	}
 	w, ok := u.r.(sandbox.WorkspaceReader)
