@@ -175,6 +175,8 @@ type Service struct {
 	// readiness check to the executors' first dial (with Config.Ready
 	// replacing the check it holds nothing, and their dials just dial).
 	readyConns *sandboxconn.ReadyConns
+	// health answers Ready (nil: a runtime that cannot be pinged).
+	health *engineHealth
 }
 
 type tenant struct {
@@ -221,6 +223,9 @@ func New(cfg Config) (*Service, error) {
 		return l, nil
 	}
 	rt := cfg.Runtime
+	if p, ok := rt.(sandbox.Pinger); ok {
+		l.health = newEngineHealth(p.Ping)
+	}
 	if cfg.Metrics != nil {
 		rt = timedRuntime{Runtime: rt, observe: cfg.Metrics.ObserveSandboxCreate}
 	}
@@ -635,11 +640,16 @@ func (l *Service) WatchTasks(tenant, session string) {
 // does not load is a warning (Warnings), not unreadiness: its tenant keeps
 // its last good policy, and every replica reads the same files, so failing
 // readiness would take the whole service down for one tenant's typo.
+//
+// The engine is checked in the background and a blip is not unreadiness
+// (ready.go): on Kubernetes every replica's probe asks the same API
+// server.
 func (l *Service) Ready(ctx context.Context) error {
-	if p, ok := l.cfg.Runtime.(sandbox.Pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			return fmt.Errorf("sandbox engine: %w", err)
-		}
+	if l.health == nil {
+		return nil
+	}
+	if err := l.health.ready(ctx); err != nil {
+		return fmt.Errorf("sandbox engine: %w", err)
 	}
 	return nil
 }
