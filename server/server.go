@@ -27,6 +27,15 @@ type Config struct {
 	// streams) and its Metrics, so the backend gets its observers at
 	// construction.
 	NewBackend func(Notifier, Metrics) (Backend, error)
+	// Starting, if set, stays open while the backend takes over what a
+	// previous process left (session.Service.Start: adopting sandboxes
+	// takes API calls per sandbox, long on a loaded cluster) and is closed
+	// when that is done. The server can listen meanwhile: /healthz answers
+	// (a liveness probe must not kill a process for adopting), /readyz
+	// answers 503 "starting" (no traffic is routed to it yet), /metrics
+	// is served, and every other request waits for Starting to close or
+	// for its own end.
+	Starting <-chan struct{}
 	// Approvals, if set, serves the approvals endpoints and events; without
 	// it the endpoints list nothing and every id is unknown.
 	Approvals Approvals
@@ -327,7 +336,36 @@ func (s *Server) Handler() http.Handler {
 	// The operator console authenticates by its own cookie (console.go).
 	s.console.register(mux)
 	mux.Handle("/", s.authenticate(s.rateLimit(s.limitBody(s.idempotent(api)))))
-	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(mux)))
+	return s.closeWhenRetiring(s.logRequests(s.recoverPanics(s.waitStarted(mux))))
+}
+
+// starting reports whether Config.Starting is still open.
+func (s *Server) starting() bool {
+	if s.cfg.Starting == nil {
+		return false
+	}
+	select {
+	case <-s.cfg.Starting:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitStarted holds every request but the probes and /metrics until
+// Config.Starting closes (or the request ends: then 503).
+func (s *Server) waitStarted(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.starting() && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && r.URL.Path != "/metrics" {
+			select {
+			case <-s.cfg.Starting:
+			case <-r.Context().Done():
+				writeError(w, http.StatusServiceUnavailable, "starting", "the server is starting: taking over its sandboxes")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // readiness is /readyz's answer when ready. /readyz is public: it counts
@@ -376,6 +414,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if s.isRetiring() {
 		writeError(w, http.StatusServiceUnavailable, "draining", "the server is shutting down")
+		return
+	}
+	if s.starting() {
+		writeError(w, http.StatusServiceUnavailable, "starting", "the server is starting: taking over its sandboxes")
 		return
 	}
 	if err := s.cfg.Backend.Ready(ctx); err != nil {

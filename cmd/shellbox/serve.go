@@ -107,7 +107,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Open while the layer takes over a previous process's sandboxes (Start
+	// below): the server listens and answers its probes meanwhile.
+	starting := make(chan struct{})
 	srv, err := server.New(server.Config{
+		Starting: starting,
 		NewBackend: func(n server.Notifier, m server.Metrics) (server.Backend, error) {
 			var err error
 			b, closeRuntime, err = newMeasuredLayer(cfg, pol, n, m, meter, log)
@@ -130,14 +134,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer closeRuntime()
 	life, stopLife := context.WithCancel(context.Background())
 	defer stopLife()
-	// Sandboxes (and background tasks) of a previous process of this owner
-	// are taken over; idle ones are reaped from now on.
-	b.Start(life)
-	if meter != nil {
-		// A replica that does not sample (kube: all but the leader)
-		// writes the calls it counted and reads the fleet's day.
-		go meter.Sync(life, usage.FlushInterval, log)
-	}
 
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
@@ -155,7 +151,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	// Sandboxes (and background tasks) of a previous process of this owner
+	// are taken over; idle ones are reaped from now on. Until then /readyz
+	// answers "starting" and calls wait (server.Config.Starting): a
+	// liveness probe sees the process alive however long adopting takes.
+	b.Start(life)
+	close(starting)
+	// Logged once calls are served: tests and scripts wait for this line.
 	log.Info("listening", "addr", ln.Addr().String(), "backend", cfg.Backend, "tenants", len(tenants), "version", versionString())
+	if meter != nil {
+		// A replica that does not sample (kube: all but the leader)
+		// writes the calls it counted and reads the fleet's day.
+		go meter.Sync(life, usage.FlushInterval, log)
+	}
 
 	select {
 	case err := <-served:
