@@ -32,10 +32,11 @@ func TestMain(m *testing.M) {
 // chart run would (the MCP run on runc pods took 5-9 minutes of the CI's
 // longest package on the 2-core node, and its load on the node made its
 // own timing cases flaky): MCP through a real server with the official
-// SDK's client (cmd/shellbox's containerd conformance, server's), runc
-// session pods without the server (executor/sandboxed/kubeconformance),
-// MCP through both replicas of the chart, plain and streamed
-// (TestReplicas/alternate and TestReplicas/live).
+// SDK's client (cmd/shellbox's containerd conformance, server's), MCP
+// through both replicas of the chart, plain and streamed
+// (TestReplicas/alternate and TestReplicas/live). It is also the one run of
+// the suite on session pods: the run on runc pods without the server
+// (executor/sandboxed/kubeconformance) was dropped, a second pod per case.
 func TestChartConformance(t *testing.T) {
 	c := kubetest.Connect(t)
 	r := Install(t, c, Options{Tenants: SuiteTenants("confg", "runsc")})

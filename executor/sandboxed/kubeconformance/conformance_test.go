@@ -1,19 +1,24 @@
-// Package kubeconformance runs the executor conformance suite through
-// session pods of a real cluster. It is a package of its own so that its
-// test binary (several minutes: every case makes pods) runs beside
-// executor/sandboxed's, under its own timeout.
+// Package kubeconformance holds executors' checks that need session pods
+// of a real cluster: the exec guard in pods of each Pod Security level and
+// runtime (TestExecGuardKube). The executor conformance suite itself runs
+// on session pods through the chart (deploy/helm/e2e
+// TestChartConformance, gVisor pods, through the server over REST); its
+// run here, on runc pods without the server, was dropped on 2026-12-07:
+// a second whole-suite run with a pod per case (110 pods, 8 at a time,
+// most of this package's 411 s in CI) beside the chart's, while the
+// suite holds runc itself on Docker and containerd
+// (executor/sandboxed/conformance/runc) and kube's TestCluster* hold the
+// runtime on runc and gVisor pods.
 package kubeconformance_test
 
 import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/executor"
-	"github.com/shellbox/shellbox/executor/executortest"
 	"github.com/shellbox/shellbox/internal/cmdmatch"
 	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/kube/kubetest"
@@ -24,47 +29,12 @@ import (
 
 var tenant = dockertest.Tenant("t1")
 
-// TestMain runs the suite's cases 8 at a time unless -test.parallel says
-// otherwise (kubetest.Parallel).
+// TestMain runs TestExecGuardKube's four pods at once unless
+// -test.parallel says otherwise (kubetest.Parallel): each waits seconds
+// for its pod.
 func TestMain(m *testing.M) {
-	kubetest.Parallel(8)
+	kubetest.Parallel(4)
 	os.Exit(m.Run())
-}
-
-// TestConformanceKube runs the executor conformance suite, unchanged,
-// with every session in its own pod of the real cluster of
-// SHELLBOX_KUBECONFIG (.ci/setup-kube.sh), its commands going through the
-// pod's agent over TCP with the session's token, under runc. (Under gVisor
-// the whole suite, a pod per case, outran the package's 15-minute timeout
-// on the 2-core CI node beside the other cluster tests; gVisor pods are
-// held to kube's TestCluster* and deploy/helm/e2e's TestChart.)
-// Without a cluster it skips with the reason (fails under CI=true).
-func TestConformanceKube(t *testing.T) {
-	c := kubetest.Connect(t)
-	for _, runtime := range []string{sandbox.RuntimeRunc} {
-		t.Run(runtime, func(t *testing.T) {
-			ns := c.Namespace(t)
-			cfg := kubetest.Config(ns)
-			var managers sync.Map // executor.BashExecutor → *sandbox.Manager
-			executortest.Run(t, executortest.Harness{
-				New: func(t *testing.T, lim executor.Limits) executor.BashExecutor {
-					e, m := newExecutor(t, c, cfg, runtime, lim)
-					managers.Store(e, m)
-					return e
-				},
-				Root: executortest.FixedRoot("/workspace"),
-				Home: "/home/sandbox",
-				EndSession: func(e executor.BashExecutor, session string) {
-					if m, ok := managers.Load(e); ok {
-						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-						defer cancel()
-						e.(*sandboxconn.Executor).Forget(session)
-						m.(*sandbox.Manager).Remove(ctx, tenant, session)
-					}
-				},
-			})
-		})
-	}
 }
 
 // newExecutor is a sandboxed executor of the test tenant whose sessions are
