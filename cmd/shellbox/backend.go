@@ -83,7 +83,7 @@ func chooseBackend(ctx context.Context, cfg *config.Config) (backendChoice, erro
 func probe(ctx context.Context, cfg config.Config, name string) error {
 	cfg.Backend = name
 	// The probe only pings: no agent, no sandbox, nothing written.
-	rt, err := openRuntime(cfg, "")
+	rt, err := openRuntime(cfg, "", nil)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func TestKubeOpenAndPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := openRuntime(cfg, "")
+	rt, err := openRuntime(cfg, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,11 @@ func TestKubeClusterConfig(t *testing.T) {
 	os.Unsetenv("KUBERNETES_SERVICE_HOST")
 	cfg := config.Config{Backend: "kube"}
 	cfg.Kube.Namespace, cfg.Kube.AgentImage = "s", "i"
-	if _, err := openRuntime(cfg, ""); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig is empty and this is not a pod") {
+	if _, err := openRuntime(cfg, "", nil); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig is empty and this is not a pod") {
 		t.Errorf("in-cluster: %v", err)
 	}
 	cfg.Kube.Kubeconfig = filepath.Join(t.TempDir(), "none")
-	if _, err := openRuntime(cfg, ""); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig "+cfg.Kube.Kubeconfig) {
+	if _, err := openRuntime(cfg, "", nil); err == nil || !strings.Contains(err.Error(), "kube.kubeconfig "+cfg.Kube.Kubeconfig) {
 		t.Errorf("kubeconfig: %v", err)
 	}
 }
@@ -284,7 +284,7 @@ func TestKubeClaimsOnPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Sandbox.StateDir = t.TempDir()
-	rt, err := openRuntime(cfg, "")
+	rt, err := openRuntime(cfg, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func buildLayer(cfg config.Config, pol *policies.Engine, n server.Notifier, m se
 		if cfg.Backend != "kube" { // kube's pods copy it from kube.agentImage
 			agent, agentErr = agentBinary(cfg.Sandbox.Agent)
 		}
-		rt, err := openRuntime(cfg, agent)
+		rt, err := openRuntime(cfg, agent, log)
 		if err != nil {
 			return nil, nil, err
 		}

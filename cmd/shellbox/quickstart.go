@@ -82,7 +82,7 @@ func quickstart(ctx context.Context, cfg config.Config, testImage, keep bool, st
 	}
 
 	// 1. The engine.
-	rt, err := openRuntime(cfg, "")
+	rt, err := openRuntime(cfg, "", nil)
 	if err != nil {
 		return fmt.Errorf("quickstart: %w", err)
 	}

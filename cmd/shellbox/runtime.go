@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/sandbox"
@@ -28,8 +29,9 @@ const backends = "local, docker, containerd, kube"
 
 // openRuntime opens the runtime of a sandboxed backend, with the agent
 // binary at agent ("" : not found; creating a sandbox then fails, and the
-// spec builder says why; kube takes it from kube.agentImage instead).
-func openRuntime(cfg config.Config, agent string) (sandboxRuntime, error) {
+// spec builder says why; kube takes it from kube.agentImage instead). A
+// server's log (nil: none) hears where each memory restore's time went.
+func openRuntime(cfg config.Config, agent string, log *slog.Logger) (sandboxRuntime, error) {
 	if agent == "" {
 		agent = "/nonexistent/shellbox-agent"
 	}
@@ -42,7 +44,7 @@ func openRuntime(cfg config.Config, agent string) (sandboxRuntime, error) {
 		}
 		return rt, nil
 	case "containerd":
-		return openContainerd(cfg, agent)
+		return openContainerd(cfg, agent, log)
 	case "kube":
 		// The session pods copy the agent from kube.agentImage.
 		return openKube(cfg)

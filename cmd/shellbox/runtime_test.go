@@ -42,7 +42,7 @@ containerd:
 		cfg.Containerd.Runtimes["runsc"] != "io.containerd.runsc.v1" || cfg.Containerd.RuntimeConfigs["runsc"] != "/etc/runsc.toml" {
 		t.Errorf("config: %+v %+v %+v", cfg.Sandbox, cfg.Docker, cfg.Containerd)
 	}
-	if _, err := openRuntime(config.Config{Backend: "podman"}, ""); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd, kube)`) {
+	if _, err := openRuntime(config.Config{Backend: "podman"}, "", nil); err == nil || !strings.Contains(err.Error(), `unknown backend "podman" (available: local, docker, containerd, kube)`) {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
@@ -52,7 +52,7 @@ func TestContainerdNotRunning(t *testing.T) {
 	cfg := config.Config{Backend: "containerd"}
 	cfg.Sandbox.StateDir = t.TempDir()
 	cfg.Containerd.Address = filepath.Join(t.TempDir(), "none.sock")
-	rt, err := openRuntime(cfg, "/bin/true")
+	rt, err := openRuntime(cfg, "/bin/true", nil)
 	if err == nil {
 		// The client may connect lazily: the first call must say it.
 		defer rt.Close()

@@ -182,6 +182,9 @@ func TestSuspendMemory(t *testing.T) {
 		time.Sleep(2 * time.Second) // the gap
 
 		creates := containerCreates(t, tenant, s)
+		for len(srv.logs) > 0 { // room for the restore's line
+			<-srv.logs
+		}
 		if got := strings.TrimSpace(bash(curl)); got != "200" {
 			t.Errorf("the server after the resume: %q, want 200", got)
 		}
@@ -192,6 +195,12 @@ func TestSuspendMemory(t *testing.T) {
 		t.Logf("resumed: %s", e.Message)
 		if !strings.Contains(e.Message, "restored from memory image") {
 			t.Errorf("the resumed event: %q, want the memory image restored", e.Message)
+		}
+		// The server's log says where the restore's time went.
+		if l := serverLogLine(srv, "sandbox restored from its memory image"); !strings.Contains(l, `"runsc":"`) || !strings.Contains(l, `"session":"`+s+`"`) {
+			t.Errorf("the server's restore line: %q, want its phases", l)
+		} else {
+			t.Logf("%s", l)
 		}
 		out = call("bash_output", fmt.Sprintf(`{"task_id":%q}`, counter))
 		if f := first(out); f != seen+1 {
@@ -376,5 +385,21 @@ func containerCreates(t *testing.T, tenant, session string) func() int {
 	return func() int {
 		time.Sleep(time.Second)
 		return int(n.Load())
+	}
+}
+
+// serverLogLine returns the first line of p's log containing msg that
+// arrives within 30 s (lines are read from its stderr as they come).
+func serverLogLine(p *serveProcess, msg string) string {
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-p.logs:
+			if strings.Contains(l, msg) {
+				return l
+			}
+		case <-deadline:
+			return ""
+		}
 	}
 }
