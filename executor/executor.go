@@ -177,6 +177,8 @@ type Result struct {
 	// SpillError says why the full output is not (wholly) available.
 	SpillError string `json:"spillError,omitempty"`
 	// SpillBytes is the size of the spill file (0 when none was written).
+	// A background task's Wait reports it whenever its output spilled,
+	// truncated tails or not: usage meters it (docs/usage.md).
 	SpillBytes int64 `json:"spillBytes,omitempty"`
 	// OOMKilled reports that the out-of-memory killer ended the command.
 	OOMKilled bool `json:"oomKilled,omitempty"`
@@ -224,6 +226,12 @@ type Output struct {
 	// task's output outgrew memory).
 	SpillPath  string `json:"spillPath,omitempty"`
 	SpillError string `json:"spillError,omitempty"`
+	// SpillBytes is the size of the task's spill file once Status is final
+	// (the file grows no more); 0 while the task runs, or when nothing
+	// spilled. It is a fact for usage metering, never rendered. It lives
+	// here, beside SpillPath, not in Status: the spill belongs to the
+	// output, and Status is the task's state, which callers compare whole.
+	SpillBytes int64  `json:"spillBytes,omitempty"`
 	Status     Status `json:"status"`
 }
 
@@ -233,6 +241,9 @@ type KillResult struct {
 	// Status then says how.
 	AlreadyDone bool
 	Status      Status
+	// SpillBytes is Output.SpillBytes of the ended task: Kill reports the
+	// end, so it carries the figure a Read would have.
+	SpillBytes int64 `json:",omitempty"`
 }
 
 // BashExecutor is the seam. Implementations must be safe for concurrent use.

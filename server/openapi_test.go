@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/executor"
+	"github.com/shellbox/shellbox/tools"
 	"github.com/shellbox/shellbox/usage"
 )
 
@@ -68,6 +70,42 @@ func TestOpenAPIUsageFields(t *testing.T) {
 		for k := range rec {
 			if _, ok := props[k]; !ok && (schema == "UsageRecord" || !slices.Contains([]string{"tenant", "session", "from", "to", "final"}, k)) {
 				t.Errorf("%s: no property %q, which /v1/usage answers", schema, k)
+			}
+		}
+	}
+}
+
+// TestOpenAPINoticeFields: the Notice and Status schemas name every field
+// a completion notice carries (in a tool result's notices, and in events).
+func TestOpenAPINoticeFields(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(tools.Notice{TaskID: "t", Text: "x", SpillBytes: 1,
+		Status: executor.Status{State: executor.Killed, ExitCode: -1, Signal: "SIGKILL"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n map[string]any
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range n {
+		if _, ok := doc.Components.Schemas["Notice"].Properties[k]; !ok {
+			t.Errorf("Notice: no property %q", k)
+		}
+		if st, ok := v.(map[string]any); ok && k == "status" {
+			for k := range st {
+				if _, ok := doc.Components.Schemas["Status"].Properties[k]; !ok {
+					t.Errorf("Status: no property %q", k)
+				}
 			}
 		}
 	}

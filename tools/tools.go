@@ -64,6 +64,9 @@ type Notice struct {
 	TaskID string          `json:"taskId"`
 	Status executor.Status `json:"status"`
 	Text   string          `json:"text"`
+	// SpillBytes is the size of the task's spill file (its Wait's
+	// executor.Result.SpillBytes), for usage metering; never rendered.
+	SpillBytes int64 `json:"spillBytes,omitempty"`
 }
 
 // Result is a tool call's outcome: the text the model reads and the same
@@ -104,6 +107,8 @@ type TaskKill struct {
 	TaskID      string          `json:"taskId"`
 	AlreadyDone bool            `json:"alreadyDone"`
 	Status      executor.Status `json:"status"`
+	// SpillBytes is executor.KillResult.SpillBytes; never rendered.
+	SpillBytes int64 `json:"spillBytes,omitempty"`
 }
 
 // ErrorValue is the typed result of a failed call.
@@ -331,7 +336,7 @@ func (t *Toolset) kill(ctx context.Context, inv Invocation) Result {
 		return errorOf(err)
 	}
 	t.saw(inv.Session, id)
-	return Result{Text: RenderKill(id, k), Value: &TaskKill{Kind: "kill", TaskID: id, AlreadyDone: k.AlreadyDone, Status: k.Status}}
+	return Result{Text: RenderKill(id, k), Value: &TaskKill{Kind: "kill", TaskID: id, AlreadyDone: k.AlreadyDone, Status: k.Status, SpillBytes: k.SpillBytes}}
 }
 
 // managedEnv returns extra with the DSH_* contract laid over it.
@@ -390,7 +395,7 @@ func (t *Toolset) watch(session string, task executor.Task) {
 			return
 		}
 		st := statusOf(res)
-		n := Notice{TaskID: task.ID(), Status: st, Text: RenderNotice(task.ID(), st)}
+		n := Notice{TaskID: task.ID(), Status: st, Text: RenderNotice(task.ID(), st), SpillBytes: res.SpillBytes}
 		t.queue(session, n)
 		t.mu.Unlock()
 		if t.cfg.OnNotice != nil {

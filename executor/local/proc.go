@@ -520,8 +520,11 @@ func (p *proc) result() executor.Result {
 		r.Truncated = true
 		r.SpillPath = p.out.spill.Path()
 		r.SpillError = p.out.spill.Err()
-		r.SpillBytes = p.out.spill.Stored()
 	}
+	// A foreground call spills only when truncated; a background task
+	// also when its reader fell behind memory, and its Wait reports that
+	// file too (usage meters it).
+	r.SpillBytes = p.out.spill.Stored()
 	return r
 }
 

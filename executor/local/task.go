@@ -40,6 +40,10 @@ func (t *task) Read(context.Context) (executor.Output, error) {
 	}
 	o.SpillPath = t.out.spill.Path()
 	o.SpillError = t.out.spill.Err()
+	if st.State != executor.Running {
+		// Final: the output is drained and the spill file closed.
+		o.SpillBytes = t.out.spill.Stored()
+	}
 	return o, nil
 }
 
@@ -59,11 +63,11 @@ func (t *task) Wait(ctx context.Context) (executor.Result, error) {
 // executor.Aborted() and the kill completes anyway.
 func (t *task) Kill(ctx context.Context) (executor.KillResult, error) {
 	if t.p.kill() {
-		return executor.KillResult{AlreadyDone: true, Status: t.p.taskStatus()}, nil
+		return executor.KillResult{AlreadyDone: true, Status: t.p.taskStatus(), SpillBytes: t.out.spill.Stored()}, nil
 	}
 	select {
 	case <-t.p.done:
-		return executor.KillResult{Status: t.p.taskStatus()}, nil
+		return executor.KillResult{Status: t.p.taskStatus(), SpillBytes: t.out.spill.Stored()}, nil
 	case <-ctx.Done():
 		return executor.KillResult{}, executor.Aborted()
 	}
