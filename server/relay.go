@@ -33,11 +33,19 @@ func noticeKey(tenant, session, task string) string {
 // notice delivers a completion notice to this process's streams once, and,
 // when it is this process's own (not relayed), to the other replicas.
 func (s *Server) notice(tenant, session string, n tools.Notice, relayed bool) {
-	if n.TaskID == "" || !s.recent.Add(noticeKey(tenant, session, n.TaskID)) {
+	if n.TaskID == "" {
+		return
+	}
+	if !s.recent.Add(noticeKey(tenant, session, n.TaskID)) {
+		if !relayed {
+			// Another replica's copy came first: this one still meters
+			// the task's spill, if it started the task (taskBook).
+			s.book.ended(tenant, session, n, false)
+		}
 		return
 	}
 	s.metrics.taskDone(tenant, n.TaskID)
-	s.book.ended(tenant, session, n)
+	s.book.ended(tenant, session, n, relayed)
 	e := eventstream.Event{Type: eventstream.EventNotice, Tenant: tenant, Session: session, Notice: &n, Time: time.Now().UTC()}
 	s.events.publish(e)
 	if relayed {

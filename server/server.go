@@ -194,7 +194,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.events = newHub(cfg.EventBuffer)
-	s.book = newTaskBook()
+	var spill func(tenant, session string, bytes int64)
+	if cfg.Usage != nil {
+		spill = cfg.Usage.Spill
+	}
+	s.book = newTaskBook(spill)
 	s.recent = tools.NewRecentKeys(maxRecentNotices)
 	s.idem = newIdemStore()
 	c, err := newConsole(s, cfg.Console, seen)

@@ -23,6 +23,8 @@ type TaskInfo struct {
 	Started time.Time       `json:"started"`
 	Status  executor.Status `json:"status"`
 	Ended   time.Time       `json:"ended,omitzero"`
+	// metered: the task's spill was counted (taskBook.update).
+	metered bool
 }
 
 // TaskPeek is a background task's recent output and status.
@@ -59,14 +61,36 @@ const (
 
 // taskBook remembers the background tasks started through this server and
 // when each session last had a tool call, bounded.
+//
+// It also meters the spill of background tasks (usage.Meter.Spill), once
+// per task, when it first learns of the task's end from a report this
+// server's backend made: a bash_output with a final status, a bash_kill,
+// or its own completion notice (Server.notice, not relayed). Each carries
+// the size of the task's spill file (executor.Output.SpillBytes,
+// KillResult.SpillBytes, Result.SpillBytes through tools.Notice). A
+// relayed notice, and a notice handed back in a call's result (it may be
+// another replica's), mark the end without counting: the replica whose
+// watcher saw the end counts it. Tasks are metered only where they are in
+// this book, that is on the replica that started them, so a task's end
+// reported on two replicas is counted once. What is missed: a task this
+// book no longer holds (past maxTasksPerTenant while it ran, or started
+// by a previous server process: a re-adopted sandbox); a task whose
+// starting replica went away before it ended (a handover: the replica
+// that takes over watches it but has no entry); and a task whose end the
+// model read on another replica before this one's watcher saw it (that
+// replica's report makes the watcher drop its notice: tools.Forget), a
+// race of the relay's latency against the watcher's. Nothing is counted
+// twice.
 type taskBook struct {
 	mu        sync.Mutex
 	tasks     map[string][]*TaskInfo // tenant → oldest first
 	lastCalls map[string]time.Time   // tenant "\x00" session → last call
+	// spill counts a session's spilled bytes; nil: no metering.
+	spill func(tenant, session string, bytes int64)
 }
 
-func newTaskBook() *taskBook {
-	return &taskBook{tasks: map[string][]*TaskInfo{}, lastCalls: map[string]time.Time{}}
+func newTaskBook(spill func(tenant, session string, bytes int64)) *taskBook {
+	return &taskBook{tasks: map[string][]*TaskInfo{}, lastCalls: map[string]time.Time{}, spill: spill}
 }
 
 // called records a finished tool call and what its result says of tasks.
@@ -87,20 +111,21 @@ func (b *taskBook) called(tenant, session, tool string, args json.RawMessage, r 
 		b.add(&TaskInfo{Tenant: tenant, Session: session, ID: v.TaskID, Tool: tool,
 			Command: clip(a.Command, maxTaskCommand), Started: now, Status: executor.Status{State: executor.Running}})
 	case *tools.TaskOutput:
-		b.update(tenant, session, v.TaskID, v.Output.Status)
+		b.update(tenant, session, v.TaskID, v.Output.Status, v.Output.SpillBytes, true)
 	case *tools.TaskKill:
-		b.update(tenant, session, v.TaskID, v.Status)
+		b.update(tenant, session, v.TaskID, v.Status, v.SpillBytes, true)
 	}
 	for _, n := range r.Notices {
-		b.update(tenant, session, n.TaskID, n.Status)
+		// Own notices are metered as Server.notice sees them.
+		b.update(tenant, session, n.TaskID, n.Status, 0, false)
 	}
 }
 
-// ended records a completion notice.
-func (b *taskBook) ended(tenant, session string, n tools.Notice) {
+// ended records a completion notice; relayed: another replica's.
+func (b *taskBook) ended(tenant, session string, n tools.Notice, relayed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.update(tenant, session, n.TaskID, n.Status)
+	b.update(tenant, session, n.TaskID, n.Status, n.SpillBytes, !relayed)
 }
 
 func (b *taskBook) add(t *TaskInfo) {
@@ -119,7 +144,10 @@ func (b *taskBook) add(t *TaskInfo) {
 	b.tasks[t.Tenant] = append(list, t)
 }
 
-func (b *taskBook) update(tenant, session, id string, st executor.Status) {
+// update records a report of a task's status. meter: the report is this
+// server's own (see taskBook), and spill, the size of the task's spill
+// file, is counted if the task has ended and was not counted yet.
+func (b *taskBook) update(tenant, session, id string, st executor.Status, spill int64, meter bool) {
 	for _, t := range b.tasks[tenant] {
 		if t.Session == session && t.ID == id {
 			if t.Status.State == executor.Running && st.State != executor.Running {
@@ -127,6 +155,12 @@ func (b *taskBook) update(tenant, session, id string, st executor.Status) {
 			}
 			if st.State != "" {
 				t.Status = st
+			}
+			if meter && !t.metered && st.State != "" && st.State != executor.Running {
+				t.metered = true
+				if b.spill != nil && spill > 0 {
+					b.spill(tenant, session, spill)
+				}
 			}
 			return
 		}

@@ -241,7 +241,7 @@ func newUsageDescs() usageDescs {
 		calls:          d("shellbox_usage_calls_total", "Tool calls of the tenant's sessions that ran, since this process started."),
 		callSeconds:    d("shellbox_usage_call_seconds_total", "Total duration of the tenant's tool calls, since this process started."),
 		suspended:      d("shellbox_usage_suspended_seconds_total", "Seconds the tenant's sessions were suspended (no sandbox running), as sampled, since this process started."),
-		spill:          d("shellbox_usage_spill_bytes_total", "Bytes the tenant's foreground calls wrote to spill files, since this process started."),
+		spill:          d("shellbox_usage_spill_bytes_total", "Bytes the tenant's foreground calls and background tasks wrote to spill files, since this process started."),
 		egressRequests: d("shellbox_usage_egress_requests_total", "Connections the egress relay of this process opened to destinations for the tenant's sandboxes, since it started."),
 		egressSent:     d("shellbox_usage_egress_sent_bytes_total", "Bytes the egress relay of this process sent to destinations for the tenant's sandboxes, since it started."),
 		egressReceived: d("shellbox_usage_egress_received_bytes_total", "Bytes the egress relay of this process received from destinations for the tenant's sandboxes, since it started."),

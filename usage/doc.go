@@ -33,7 +33,8 @@
 // sessions' last values (Figures.Sum).
 //
 // The server adds each tool call and its duration (Meter.Call), the bytes
-// a foreground call spilled (Meter.Spill, from its result), and what the
+// a foreground call spilled (Meter.Spill, from its result) and a
+// background task's spill file once its end is known, and what the
 // egress relay (sandbox/egress RelayConfig.Traffic) reports as it goes:
 // each connection dialled to a destination, and the bytes sent to and
 // received from it (Meter.Egress). These are counters: each process

@@ -135,8 +135,8 @@ func (m *Meter) Call(tenant, session string, d time.Duration) {
 	m.add(tenant, session, m.now(), Figures{Calls: 1, CallSeconds: d.Seconds()}, false)
 }
 
-// Spill counts bytes a foreground call of a session wrote to its spill
-// file.
+// Spill counts bytes a foreground call or a background task of a session
+// wrote to its spill file.
 func (m *Meter) Spill(tenant, session string, bytes int64) {
 	if bytes > 0 {
 		m.add(tenant, session, m.now(), Figures{SpillBytes: bytes}, false)

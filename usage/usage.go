@@ -38,8 +38,9 @@ type Figures struct {
 	WorkspaceBytes     int64     `json:"workspaceBytes"`
 	WorkspacePeakBytes int64     `json:"workspacePeakBytes"`
 	WorkspaceMeasured  time.Time `json:"workspaceMeasured,omitzero"`
-	// SpillBytes are the bytes foreground calls wrote to the session's
-	// spill files (their output past the in-memory bound).
+	// SpillBytes are the bytes the session's foreground calls and
+	// background tasks wrote to spill files (their output past the
+	// in-memory bound); a background task's when its end is known.
 	SpillBytes int64 `json:"spillBytes"`
 	// EgressRequests counts the connections the egress relay opened to a
 	// destination for the session (a blind tunnel or a terminated

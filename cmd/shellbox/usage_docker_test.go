@@ -7,14 +7,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
+	"github.com/shellbox/shellbox/tools"
 )
 
 // burnCommand spins the shell until its own CPU time, as the scheduler
@@ -108,6 +111,56 @@ server:
 	t.Logf("/v1/usage: workspace %d bytes after writing 10 MiB (%.3f MiB), spill %d bytes", ws, float64(ws)/(1<<20), spill)
 	if math.Abs(float64(ws)/(10<<20)-1) > 0.05 || spill != 100_000 {
 		t.Errorf("/v1/usage: workspace %d bytes, spill %d: want 10 MiB within 5%%, and 100000", ws, spill)
+	}
+
+	// A background task's spill (300,000 bytes, past the tails and the
+	// in-memory buffer), counted once its end is known: exactly its spill
+	// file's size, once, whether a notice or bash_output told the server.
+	r, err := c.Call(ctx, "burn", "bash", json.RawMessage(fmt.Sprintf(`{"command":%q,"description":"usage test","run_in_background":true}`,
+		"head -c 300000 /dev/zero | tr '\\0' b")))
+	bg, isBg := r.Value.(*tools.Background)
+	if err != nil || !isBg {
+		t.Fatalf("background start: %v %q", err, r.Text)
+	}
+	var ended *tools.TaskOutput
+	for deadline := time.Now().Add(time.Minute); ended == nil; time.Sleep(200 * time.Millisecond) {
+		r, err := c.Call(ctx, "burn", "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, bg.TaskID)))
+		o, ok := r.Value.(*tools.TaskOutput)
+		if err != nil || !ok {
+			t.Fatalf("bash_output: %v %q", err, r.Text)
+		}
+		if o.Status.State != executor.Running {
+			ended = o
+		} else if time.Now().After(deadline) {
+			t.Fatal("the background task did not end in a minute")
+		}
+	}
+	size, err := strconv.ParseInt(strings.TrimSpace(call("wc -c < "+ended.SpillPath)), 10, 64)
+	if err != nil || size != 300_000 || ended.SpillBytes != size {
+		t.Fatalf("spill file %s: %d bytes (%v), reported %d: want 300000 both", ended.SpillPath, size, err, ended.SpillBytes)
+	}
+	bgSpill := func() int64 {
+		t.Helper()
+		rep, err := c.Usage(ctx, map[string][]string{"session": {"burn"}})
+		if err != nil || len(rep.Sessions) != 1 {
+			t.Fatalf("usage: %v %+v", err, rep)
+		}
+		return rep.Sessions[0].SpillBytes - spill
+	}
+	got := bgSpill()
+	for deadline := time.Now().Add(30 * time.Second); got < size && time.Now().Before(deadline); time.Sleep(time.Second) {
+		got = bgSpill()
+	}
+	// A notice after the read, or a second read, must add nothing.
+	time.Sleep(2 * time.Second)
+	call("true")
+	if _, err := c.Call(ctx, "burn", "bash_output", json.RawMessage(fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))); err != nil {
+		t.Fatal(err)
+	}
+	again := bgSpill()
+	t.Logf("/v1/usage: spill grew by %d bytes for a background task's %d-byte spill file (%d after more reports)", got, size, again)
+	if got != size || again != size {
+		t.Errorf("/v1/usage: spill grew by %d, then %d, for a %d-byte background spill: want exactly %d", got, again, size, size)
 	}
 
 	// The same figures as CSV, and through the CLI.
