@@ -23,7 +23,12 @@ type testCase struct {
 	setup string
 	// args are the raw JSON arguments; {{s}} stands for the session id and
 	// {{root}} for the session root.
-	args   string
+	args string
+	// timed, instead of args, is the command of a bash call whose timeout
+	// must fire only once the command has reached the state the case is
+	// about; the command creates {{ready}} then (session.raceTimeout). The
+	// result's timeout is normalised as <timeoutMs>.
+	timed  string
 	want   func(s *session) string
 	wantRE *regexp.Regexp
 	// fg, if set, says the call ends as a foreground result with these
@@ -50,7 +55,7 @@ func (s *suite) runCase(t *testing.T, group string, c testCase) {
 	} else {
 		ss = s.newSession(t, c.profile, group+"-"+c.name)
 	}
-	expand := strings.NewReplacer("{{s}}", ss.id, "{{root}}", ss.root)
+	expand := strings.NewReplacer("{{s}}", ss.id, "{{root}}", ss.root, "{{ready}}", ss.f("ready"))
 	if c.setup != "" {
 		ss.sh(expand.Replace(c.setup))
 	}
@@ -58,7 +63,21 @@ func (s *suite) runCase(t *testing.T, group string, c testCase) {
 	if tool == "" {
 		tool = tools.ToolBash
 	}
-	r := ss.call(tool, expand.Replace(c.args))
+	fgw := c.fg
+	var r tools.Result
+	if c.timed != "" {
+		var ms int64
+		r, ms = ss.raceTimeout(func(ms int64) tools.Result {
+			return ss.call(tool, bashArgs(expand.Replace(c.timed), "timeoutMs", ms))
+		})
+		if fgw != nil {
+			w := *fgw
+			w.timeoutMs = ms
+			fgw = &w
+		}
+	} else {
+		r = ss.call(tool, expand.Replace(c.args))
+	}
 	got := ss.normalise(r.Text)
 	switch {
 	case c.want != nil:
@@ -77,8 +96,8 @@ func (s *suite) runCase(t *testing.T, group string, c testCase) {
 			t.Errorf("want an error result, got %T (IsError %v)", r.Value, r.IsError)
 		}
 	}
-	if c.fg != nil {
-		checkForeground(t, r, *c.fg)
+	if fgw != nil {
+		checkForeground(t, r, *fgw)
 	}
 	if c.check != nil {
 		// Checks read the typed value a declared foreground result has.
@@ -169,7 +188,8 @@ func foregroundCases() []testCase {
 		{name: "sigkill", args: bashArgs("kill -9 $$"), fg: &fgWant{signal: "SIGKILL"}},
 		{name: "sigterm", args: bashArgs("kill -TERM $$"), fg: &fgWant{signal: "SIGTERM"}},
 		{name: "signal_with_output", args: bashArgs("echo before; kill -9 $$"), fg: &fgWant{signal: "SIGKILL"}},
-		{name: "stdin_is_empty", args: bashArgs("cat; echo done", "timeoutMs", 10000), fg: &fgWant{timeoutMs: 10000}},
+		// The timeout is only a bound on a cat that waits for input.
+		{name: "stdin_is_empty", args: bashArgs("cat; echo done", "timeoutMs", waitBound.Milliseconds()), fg: &fgWant{timeoutMs: waitBound.Milliseconds()}},
 		{name: "not_a_login_shell", args: bashArgs("shopt -q login_shell && echo login || echo not-login"), fg: &fgWant{}},
 		{name: "interleaved", args: bashArgs("for i in 1 2 3; do echo out$i; echo err$i >&2; done"), fg: &fgWant{}},
 		// Each stream keeps its own order, however the writes interleave.
@@ -181,23 +201,25 @@ func foregroundCases() []testCase {
 }
 
 func timeoutCases() []testCase {
-	// Long enough that the shell has started, printed and set its traps
-	// before the timer fires, even on a CI node at load 70 (the signal and
-	// exit code under test depend on it).
-	const ms = 3000
+	// A command that must have printed or set its traps before the timer
+	// fires (the text, signal and exit code under test depend on it) is
+	// timed: its start races the timer, and an attempt it lost is made
+	// again with a longer timeout (session.raceTimeout). The sleeps outlast
+	// every attempt's timeout and grace.
 	timedOut := func(signal string, exit int) *fgWant {
-		return &fgWant{timedOut: true, signal: signal, exit: exit, timeoutMs: ms}
+		return &fgWant{timedOut: true, signal: signal, exit: exit}
 	}
 	return []testCase{
-		{name: "sleep", args: bashArgs("sleep 30", "timeoutMs", ms), fg: timedOut("SIGTERM", 0)},
-		{name: "with_output", args: bashArgs("echo started; sleep 30", "timeoutMs", ms), fg: timedOut("SIGTERM", 0)},
+		{name: "sleep", args: bashArgs("sleep 30", "timeoutMs", 3000), fg: &fgWant{timedOut: true, signal: "SIGTERM", timeoutMs: 3000}},
+		{name: "with_output", timed: "echo started; : > {{ready}}; sleep 300", fg: timedOut("SIGTERM", 0)},
 		// SIGTERM ignored by the shell and (inherited) by sleep: SIGKILL after
 		// the grace period.
-		{name: "term_ignored", args: bashArgs("trap '' TERM; sleep 30", "timeoutMs", ms), fg: timedOut("SIGKILL", 0)},
+		{name: "term_ignored", timed: "trap '' TERM; : > {{ready}}; sleep 300", fg: timedOut("SIGKILL", 0)},
 		// The timer fired, however the command then ended.
-		{name: "term_trapped_exit_0", args: bashArgs("trap 'echo caught; exit 0' TERM; sleep 30 & wait", "timeoutMs", ms), fg: timedOut("", 0)},
-		{name: "term_trapped_exit_5", args: bashArgs("trap 'exit 5' TERM; sleep 30 & wait", "timeoutMs", ms), fg: timedOut("", 5)},
-		{name: "not_reached", args: bashArgs("echo fast", "timeoutMs", 10000), fg: &fgWant{timeoutMs: 10000}},
+		{name: "term_trapped_exit_0", timed: "trap 'echo caught; exit 0' TERM; : > {{ready}}; sleep 300 & wait", fg: timedOut("", 0)},
+		{name: "term_trapped_exit_5", timed: "trap 'exit 5' TERM; : > {{ready}}; sleep 300 & wait", fg: timedOut("", 5)},
+		// The timeout is only a bound on a hang here.
+		{name: "not_reached", args: bashArgs("echo fast", "timeoutMs", waitBound.Milliseconds()), fg: &fgWant{timeoutMs: waitBound.Milliseconds()}},
 		// The marker names the effective timeout: the default, the cap, a
 		// fraction rounded up to whole milliseconds.
 		{name: "default", profile: profShort, args: bashArgs("sleep 30"),
@@ -229,13 +251,13 @@ func tailCases() []testCase {
 			fg: &fgWant{truncated: true}, check: spillHas("seq -f 'line%03g' 1 8; printf x", 65)},
 		{name: "one_line_over", profile: profTail, args: bashArgs("seq -f 'line%03g' 1 9"),
 			fg: &fgWant{truncated: true}, check: spillHas("seq -f 'line%03g' 1 9", 72)},
-		// The output must be written before the timeout ends the command:
-		// 3 s, not less (at 500 ms a CI node at load 70 once ran out of
-		// time before seq printed).
-		{name: "all_markers_signal", profile: profTail, args: bashArgs(gen100+"; sleep 30", "timeoutMs", 3000),
-			fg: &fgWant{truncated: true, timedOut: true, signal: "SIGTERM", timeoutMs: 3000}, check: spillHas(gen100, 800)},
-		{name: "all_markers_exit_code", profile: profTail, args: bashArgs("trap 'exit 5' TERM; "+gen100+"; sleep 30 & wait", "timeoutMs", 3000),
-			fg: &fgWant{truncated: true, timedOut: true, exit: 5, timeoutMs: 3000}, check: spillHas(gen100, 800)},
+		// The output must be written before the timeout ends the command
+		// (at 500 ms a CI node at load 70 once ran out of time before seq
+		// printed): timed.
+		{name: "all_markers_signal", profile: profTail, timed: gen100 + "; : > {{ready}}; sleep 300",
+			fg: &fgWant{truncated: true, timedOut: true, signal: "SIGTERM"}, check: spillHas(gen100, 800)},
+		{name: "all_markers_exit_code", profile: profTail, timed: "trap 'exit 5' TERM; " + gen100 + "; : > {{ready}}; sleep 300 & wait",
+			fg: &fgWant{truncated: true, timedOut: true, exit: 5}, check: spillHas(gen100, 800)},
 		// 10000 bytes against a 4096-byte spill cap.
 		{name: "spill_capped", profile: profTail, args: bashArgs("seq -f 'l%06g' 1 1250"),
 			fg: &fgWant{truncated: true}, wantRE: regexp.MustCompile(capped),

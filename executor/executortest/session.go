@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,9 @@ type session struct {
 	alias string
 	// golden names the transcript's golden file (default <group>_<name>).
 	golden string
+	// timeoutMs, set by raceTimeout, is the timeout of its call, normalised
+	// as <timeoutMs> where a text names it.
+	timeoutMs int64
 
 	feed chan tools.Notice // from Config.OnNotice
 
@@ -250,6 +254,14 @@ func (s *session) normalise(text string) string {
 }
 
 func (s *session) normaliseLocked(text string) string {
+	if s.timeoutMs != 0 {
+		n := strconv.FormatInt(s.timeoutMs, 10)
+		text = strings.NewReplacer(
+			"[timed out after "+n+"ms]", "[timed out after <timeoutMs>ms]",
+			`"timeoutMs":`+n+",", `"timeoutMs":<timeoutMs>,`,
+			`"timeoutMs":`+n+"}", `"timeoutMs":<timeoutMs>}`,
+		).Replace(text)
+	}
 	text = taskIDRE.ReplaceAllStringFunc(text, func(m string) string {
 		sub := taskIDRE.FindStringSubmatch(m)
 		for i, id := range s.ids {
@@ -352,15 +364,65 @@ func (s *session) sh(command string, kv ...any) string {
 }
 
 // waitFiles waits until every named file in the root is non-empty: a
-// command writes its pids there, and the case must not act before.
+// command writes its pids there, and the case must not act before. The
+// wait is bounded by its call's timeout (waitBound) alone: a count of polls
+// ran out sooner where each poll's sleep is a slow exec.
 func (s *session) waitFiles(names ...string) {
 	s.t.Helper()
 	var conds []string
 	for _, n := range names {
 		conds = append(conds, fmt.Sprintf("[ -s %s ]", n))
 	}
-	s.sh(fmt.Sprintf(`for i in $(seq 1 2500); do %s && exit 0; sleep 0.01; done; echo "no %s" >&2; exit 1`,
-		strings.Join(conds, " && "), strings.Join(names, ", ")), "timeoutMs", waitBound.Milliseconds())
+	s.sh(fmt.Sprintf(`until %s; do sleep 0.01; done`, strings.Join(conds, " && ")), "timeoutMs", waitBound.Milliseconds())
+}
+
+// The timeouts of raceTimeout's attempts: the first, doubled after each
+// attempt that tested nothing, up to the last. The commands it runs sleep
+// longer than the last and the grace together.
+const (
+	raceFirstMs = 3000
+	raceLastMs  = 24000
+)
+
+// raceTimeout makes a call whose timer must fire only once its command has
+// reached the state its case is about (traps set, output written, pids
+// recorded), and returns the result and the timeout it had. attempt makes
+// the call with the timeout it is given (recorded or not); its command
+// creates the file s.f("ready") once in that state, and only then, so
+// that file tells whether it got there before the timer fired: a command
+// that had not yet set its traps dies of the SIGTERM, one that had carries
+// on to create it.
+//
+// The timer starts with the command, and the command's start races it:
+// no fixed timeout wins every time (on a CI node at load 70 a shell had
+// not printed 500 ms after its start). An attempt whose command was not
+// ready tests nothing; it is made again with the timeout doubled, its
+// transcript entry dropped. Only the ready attempt's result is returned and checked,
+// as strictly as ever; none ready even at raceLastMs fails the case.
+func (s *session) raceTimeout(attempt func(ms int64) tools.Result) (tools.Result, int64) {
+	s.t.Helper()
+	ready := s.f("ready")
+	for ms := int64(raceFirstMs); ; ms *= 2 {
+		s.sh("rm -f " + ready)
+		s.mu.Lock()
+		s.timeoutMs = ms
+		mark := s.script.Len()
+		s.mu.Unlock()
+		r := attempt(ms)
+		if s.sh(fmt.Sprintf("[ -e %s ] && echo ready || echo not", ready)) == "ready\n" {
+			return r, ms
+		}
+		if ms >= raceLastMs {
+			s.t.Fatalf("the command had not reached the state under test when its timer fired, even with a %d ms timeout; the last result:\n%s", ms, indent(r.Text))
+		}
+		s.t.Logf("with a %d ms timeout the command had not reached the state under test when the timer fired (a slow start); again with %d ms. That result:\n%s",
+			ms, 2*ms, indent(r.Text))
+		s.mu.Lock()
+		kept := s.script.String()[:mark]
+		s.script.Reset()
+		s.script.WriteString(kept)
+		s.mu.Unlock()
+	}
 }
 
 // start starts a recorded background task and returns its id.
@@ -463,14 +525,16 @@ func (s *session) callCount() int {
 // checkGone records a check that the processes whose pids are in the named
 // pid files (<session>-<name>.pid) no longer exist, and fails the case for
 // any that does. A zombie counts as gone, and so does a process that is
-// gone within 2 s: one SIGKILLed a moment ago may still be on its way out
-// (its /proc entry there, its stat or cmdline gone the next instant); a
-// survivor is still there after 2 s.
+// gone within 100 polls 0.1 s apart (10 s and more): one SIGKILLed a moment
+// ago may still be on its way out (its /proc entry there, its stat or
+// cmdline gone the next instant), and a call whose caller went away may
+// return before its tree has had its grace; a survivor is still there
+// after all the polls.
 func (s *session) checkGone(names ...string) {
 	s.t.Helper()
 	var b strings.Builder
 	b.WriteString(`state() { p=$(cat "$1" 2>/dev/null) || { echo "missing pid file"; return; }; ` +
-		`for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do ` +
+		`i=0; while [ $i -lt 100 ]; do i=$((i+1)); ` +
 		`st=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) || { echo gone; return; }; ` +
 		`case "$st" in Z|X|"") echo gone; return;; esac; sleep 0.1; done; ` +
 		`echo "alive: $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"; }`)

@@ -34,17 +34,21 @@ func (s *session) setsidChild(name string) string {
 }
 
 // timeoutSetsidGrandchild: a timeout ends a grandchild that called setsid.
+// The grandchild must be there before the timer fires: the call is timed
+// (session.raceTimeout).
 func timeoutSetsidGrandchild(s *session) {
-	s.do(tools.ToolBash, bashArgs(fmt.Sprintf("echo $$ > %s; %s; sleep 30", s.f("leader.pid"), s.setsidChild("grandchild")),
-		"timeoutMs", 1000))
+	cmd := fmt.Sprintf("echo $$ > %s; %s; : > %s; sleep 300", s.f("leader.pid"), s.setsidChild("grandchild"), s.f("ready"))
+	s.raceTimeout(func(ms int64) tools.Result { return s.do(tools.ToolBash, bashArgs(cmd, "timeoutMs", ms)) })
 	s.checkGone("leader", "grandchild")
 }
 
 // timeoutTermIgnoringTree: a tree that ignores SIGTERM is SIGKILLed after
-// the grace period, children included.
+// the grace period, children included. The trap and the child must be
+// there before the timer fires: the call is timed (session.raceTimeout).
 func timeoutTermIgnoringTree(s *session) {
-	s.do(tools.ToolBash, bashArgs(fmt.Sprintf("trap '' TERM; echo $$ > %s; sleep 300 & echo $! > %s; sleep 30",
-		s.f("leader.pid"), s.f("child.pid")), "timeoutMs", 1000))
+	cmd := fmt.Sprintf("trap '' TERM; echo $$ > %s; sleep 300 & echo $! > %s; : > %s; sleep 300",
+		s.f("leader.pid"), s.f("child.pid"), s.f("ready"))
+	s.raceTimeout(func(ms int64) tools.Result { return s.do(tools.ToolBash, bashArgs(cmd, "timeoutMs", ms)) })
 	s.checkGone("leader", "child")
 }
 
