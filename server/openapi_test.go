@@ -44,9 +44,9 @@ func TestOpenAPI(t *testing.T) {
 	}
 }
 
-// TestOpenAPIUsageFields: the usage schemas name every field GET /v1/usage
-// answers (usage.Figures's, and a record's own).
-func TestOpenAPIUsageFields(t *testing.T) {
+// openAPISchemas returns the properties of openapi.json's schemas, by name.
+func openAPISchemas(t *testing.T) map[string]map[string]any {
+	t.Helper()
 	var doc struct {
 		Components struct {
 			Schemas map[string]struct {
@@ -57,6 +57,17 @@ func TestOpenAPIUsageFields(t *testing.T) {
 	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]map[string]any{}
+	for name, sc := range doc.Components.Schemas {
+		out[name] = sc.Properties
+	}
+	return out
+}
+
+// TestOpenAPIUsageFields: the usage schemas name every field GET /v1/usage
+// answers (usage.Figures's, and a record's own).
+func TestOpenAPIUsageFields(t *testing.T) {
+	schemas := openAPISchemas(t)
 	b, err := json.Marshal(usage.Record{Figures: usage.Figures{WorkspaceMeasured: time.Unix(1, 0)}})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +77,7 @@ func TestOpenAPIUsageFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, schema := range []string{"UsageFigures", "UsageRecord"} {
-		props := doc.Components.Schemas[schema].Properties
+		props := schemas[schema]
 		for k := range rec {
 			if _, ok := props[k]; !ok && (schema == "UsageRecord" || !slices.Contains([]string{"tenant", "session", "from", "to", "final"}, k)) {
 				t.Errorf("%s: no property %q, which /v1/usage answers", schema, k)
@@ -78,16 +89,7 @@ func TestOpenAPIUsageFields(t *testing.T) {
 // TestOpenAPINoticeFields: the Notice and Status schemas name every field
 // a completion notice carries (in a tool result's notices, and in events).
 func TestOpenAPINoticeFields(t *testing.T) {
-	var doc struct {
-		Components struct {
-			Schemas map[string]struct {
-				Properties map[string]any `json:"properties"`
-			} `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	schemas := openAPISchemas(t)
 	b, err := json.Marshal(tools.Notice{TaskID: "t", Text: "x", SpillBytes: 1,
 		Status: executor.Status{State: executor.Killed, ExitCode: -1, Signal: "SIGKILL"}})
 	if err != nil {
@@ -98,12 +100,12 @@ func TestOpenAPINoticeFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range n {
-		if _, ok := doc.Components.Schemas["Notice"].Properties[k]; !ok {
+		if _, ok := schemas["Notice"][k]; !ok {
 			t.Errorf("Notice: no property %q", k)
 		}
 		if st, ok := v.(map[string]any); ok && k == "status" {
 			for k := range st {
-				if _, ok := doc.Components.Schemas["Status"].Properties[k]; !ok {
+				if _, ok := schemas["Status"][k]; !ok {
 					t.Errorf("Status: no property %q", k)
 				}
 			}
