@@ -463,9 +463,9 @@ func TestIdleSuspend(t *testing.T) {
 }
 
 // repoTar streams a tar of copies of this repository's own tracked files
-// (real source: text, compressible as a checkout is) under copy0/, copy1/,
-// ... until size bytes of files.
-func repoTar(b testing.TB, size int64) io.Reader {
+// (real source: text, compressible as a checkout is) under
+// <prefix>copy0/, <prefix>copy1/, ... until size bytes of files.
+func repoTar(b testing.TB, size int64, prefix string) io.Reader {
 	out, err := exec.Command("git", "-C", "../..", "ls-files", "-z").Output()
 	if err != nil {
 		b.Fatalf("git ls-files: %v", err)
@@ -490,7 +490,7 @@ func repoTar(b testing.TB, size int64) io.Reader {
 					pw.CloseWithError(err)
 					return
 				}
-				name := fmt.Sprintf("copy%d/%s", c, p)
+				name := fmt.Sprintf("%scopy%d/%s", prefix, c, p)
 				if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(1e9, 0)}); err != nil {
 					pw.CloseWithError(err)
 					return
@@ -534,16 +534,23 @@ func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Room for the files, whatever the default workspace size.
-	ws := fmt.Sprintf("sandbox:\n  workspaceBytes: %d\n", (2*mib+256)<<20)
+	// Room for the files, whatever the default workspace size, and memory
+	// beyond it: the workspace and /tmp tmpfs are charged to the sandbox.
+	ws := fmt.Sprintf("sandbox:\n  workspaceBytes: %d\n  memoryBytes: %d\n", (2*mib+256)<<20, (2*mib+256+128+512)<<20)
 	os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", ws, 1)), 0o644)
 	const s = "bench"
 	removeSandboxesAtEnd(b, cfg, dockerTenant, s)
 	p := startServeProcess(b, bin, cfg)
 	ctx := context.Background()
 	c := client.New(p.url, testToken, nil)
-	if _, err := c.PutFile(ctx, s, "/workspace", repoTar(b, mib<<20), client.PutOptions{Tar: true}); err != nil {
-		b.Fatalf("filling the workspace: %v", err)
+	// In uploads of at most 256 MiB: a tar of this repository's files past
+	// that holds more than the 100,000 entries an upload may (files.maxEntries).
+	for part, left := 0, mib<<20; left > 0; part++ {
+		n := min(left, 256<<20)
+		if _, err := c.PutFile(ctx, s, "/workspace", repoTar(b, n, fmt.Sprintf("part%d/", part)), client.PutOptions{Tar: true}); err != nil {
+			b.Fatalf("filling the workspace: %v", err)
+		}
+		left -= n
 	}
 	var suspend, resume time.Duration
 	b.ResetTimer()
