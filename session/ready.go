@@ -44,9 +44,8 @@ type engineHealth struct {
 	// when the running check ends (nil: none runs).
 	began   time.Time
 	running chan struct{}
-	// checked: a check has ended; okAt is when the last successful one
-	// ended, lastErr the error of the last that ended.
-	checked bool
+	// okAt is when the last successful check ended, lastErr the error of
+	// the last that ended: one of them is set once a check has ended.
 	okAt    time.Time
 	lastErr error
 }
@@ -61,7 +60,7 @@ func (h *engineHealth) ready(ctx context.Context) error {
 	if h.running == nil && (h.began.IsZero() || h.now().Sub(h.began) >= h.every) {
 		h.startLocked()
 	}
-	running, checked := h.running, h.checked
+	running, checked := h.running, !h.okAt.IsZero() || h.lastErr != nil
 	h.mu.Unlock()
 	if !checked {
 		select {
@@ -96,7 +95,7 @@ func (h *engineHealth) startLocked() {
 		err := h.ping(ctx)
 		cancel()
 		h.mu.Lock()
-		h.checked, h.lastErr, h.running = true, err, nil
+		h.lastErr, h.running = err, nil
 		if err == nil {
 			h.okAt = h.now()
 		}
