@@ -37,8 +37,12 @@
 // that host (SNI, Host, absolute URL; CONNECT inside is refused), its
 // header is rewritten (credentials injected, package secrets) and it goes
 // upstream over the relay's own TLS, verified against the server's roots,
-// HTTP/1.1 both ways (the client is offered nothing else by ALPN), a 101
-// answer (WebSocket) spliced from there on. Bytes that are not a TLS
+// HTTP/1.1 both ways or h2 both ways (the client is offered h2 by ALPN
+// only when the upstream agreed to it), a 101 answer (WebSocket) spliced
+// from there on. On h2 (intercept_h2.go) each stream is such a request,
+// judged alone; a refused gRPC request is answered as gRPC ends a call
+// (grpc-status, grpc-message naming the rule), since gRPC clients read no
+// body. Bytes that are not a TLS
 // handshake are tunnelled blind: a plain-text request is never given a
 // credential.
 //

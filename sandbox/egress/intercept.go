@@ -63,7 +63,7 @@ type RequestRecord struct {
 	Host        string
 	Method      string
 	Path        string // the path alone: the query may carry tokens
-	Status      int    // what the client was answered
+	Status      int    // what the client was answered (a gRPC refusal: the HTTP status it stands for)
 	BytesOut    int64  // the request's body, sent upstream
 	BytesIn     int64  // the response's body, sent to the client
 	Credentials []string

@@ -8,6 +8,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,8 +137,20 @@ func (r *Relay) exchangeH2(w http.ResponseWriter, req *http.Request, cc *http2.C
 		rec.Status, rec.Refused, rec.Duration = status, why, time.Since(start)
 		r.observeRequest(ic, rec)
 		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
 		h.Set("Shellbox-Error", why)
+		if ct, ok := grpcContentType(req.Header); ok {
+			// A gRPC client reads no body of an answer that is not
+			// gRPC's: the refusal is a status of its own, as a server
+			// ends a call (Trailers-Only: 200, grpc-status and
+			// grpc-message in the one HEADERS frame), the code the one
+			// gRPC gives the HTTP status, the message the reason.
+			h.Set("Content-Type", ct)
+			h.Set("Grpc-Status", strconv.Itoa(grpcCode(status)))
+			h.Set("Grpc-Message", grpcMessage(why))
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		h.Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(status)
 		io.WriteString(w, why+"\n")
 	}
@@ -232,6 +246,50 @@ func (r *Relay) exchangeH2(w http.ResponseWriter, req *http.Request, cc *http2.C
 		// reset, not ended.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// grpcContentType is a gRPC request's content type (application/grpc,
+// application/grpc+proto, …): its answers must be too.
+func grpcContentType(h http.Header) (string, bool) {
+	ct := h.Get("Content-Type")
+	rest, ok := strings.CutPrefix(strings.ToLower(ct), "application/grpc")
+	if !ok || (rest != "" && rest[0] != '+' && rest[0] != ';') || len(ct) > 128 {
+		return "", false
+	}
+	return ct, true
+}
+
+// grpcCode is the gRPC status code a client gives an answer of HTTP
+// status (gRPC's doc/http-grpc-status-mapping.md): the code the client
+// would have read from the plain refusal, so it retries, or not, alike.
+func grpcCode(status int) int {
+	switch status {
+	case http.StatusBadRequest:
+		return 13 // INTERNAL
+	case http.StatusUnauthorized:
+		return 16 // UNAUTHENTICATED
+	case http.StatusForbidden:
+		return 7 // PERMISSION_DENIED
+	case http.StatusNotFound:
+		return 12 // UNIMPLEMENTED
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return 14 // UNAVAILABLE
+	}
+	return 2 // UNKNOWN
+}
+
+// grpcMessage percent-encodes s as grpc-message is (every byte outside
+// printable ASCII, and '%').
+func grpcMessage(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // flushWriter sends each write on at once (a gRPC stream's messages, a

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,12 +47,34 @@ type interceptRig struct {
 	tenantPool   *x509.CertPool
 	tenantPEM    []byte
 	upstreamPool *x509.CertPool
+	upstreamCA   *secrets.CA      // the CA the relay trusts upstream
 	origin       *httptest.Server // https://localhost:port, the credential's host
 	plain        *httptest.Server // http://127.0.0.1:port, reached as localhost
 	seen         chan http.Header
 
 	mu      sync.Mutex
 	records []RequestRecord
+	saw     []originSaw // every request the origin read whole (or till its body broke)
+
+	// noCredential makes localhost a destination without a credential
+	// (its connections are terminated for its rules alone: Rewrite is
+	// nil); gate, if set, is called in Rewrite before it rewrites (a
+	// handler held mid-stream). Both are read by Check, so set them
+	// before the connection.
+	noCredential atomic.Bool
+	gate         atomic.Pointer[func()]
+	// alsoHost, if set, is terminated and given the credential as
+	// localhost is (a name of this host that clients do not exempt from
+	// a proxy, as they do localhost).
+	alsoHost atomic.Pointer[string]
+}
+
+// originSaw is a request as the origin read it.
+type originSaw struct {
+	Method, Host, Path, Proto string
+	Header                    http.Header
+	BodyLen                   int
+	BodyErr                   error
 }
 
 func newInterceptRig(t testing.TB) *interceptRig { return newRuledRig(t, nil) }
@@ -136,7 +159,10 @@ func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig
 			io.Copy(w, io.LimitReader(zeros{}, n<<20))
 			return
 		}
-		b, _ := io.ReadAll(r.Body)
+		b, err := io.ReadAll(r.Body)
+		ir.mu.Lock()
+		ir.saw = append(ir.saw, originSaw{Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), Proto: r.Proto, Header: r.Header.Clone(), BodyLen: len(b), BodyErr: err})
+		ir.mu.Unlock()
 		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.EscapedPath(), len(b))
 	})
 	ir.origin = httptest.NewUnstartedServer(handler)
@@ -146,6 +172,7 @@ func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig
 	if err != nil {
 		t.Fatal(err)
 	}
+	ir.upstreamCA = upstreamCA
 	ir.origin.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
 	ir.origin.EnableHTTP2 = h2
 	ir.origin.StartTLS()
@@ -159,17 +186,24 @@ func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig
 	inj := secrets.NewInjector(staticSource{"tok": testSecret}, []secrets.Credential{{Name: "test", Value: tmpl, Placeholder: testPlaceholder}})
 	ir.startRelay(t, RelayConfig{Check: func(c Conn) (Decision, error) {
 		host, _, _ := net.SplitHostPort(c.Target)
-		if host != "localhost" {
+		if also := ir.alsoHost.Load(); host != "localhost" && (also == nil || host != *also) {
 			return Decision{}, nil
 		}
+		rewrite := func(h http.Header) (func(http.Header), []string, error) {
+			if g := ir.gate.Load(); g != nil {
+				(*g)()
+			}
+			d, err := inj.Rewrite(h)
+			return d.Scrub, d.Names, err
+		}
+		if ir.noCredential.Load() {
+			rewrite = nil
+		}
 		return Decision{Intercept: &Intercept{
-			Host:  host,
-			Cert:  func() (*tls.Certificate, error) { return tenantCA.Leaf(host) },
-			Roots: upstreamRoots,
-			Rewrite: func(h http.Header) (func(http.Header), []string, error) {
-				d, err := inj.Rewrite(h)
-				return d.Scrub, d.Names, err
-			},
+			Host:      host,
+			Cert:      func() (*tls.Certificate, error) { return tenantCA.Leaf(host) },
+			Roots:     upstreamRoots,
+			Rewrite:   rewrite,
 			Rules:     rules,
 			RulesName: "http[0]",
 			Observe: func(rec RequestRecord) {
