@@ -261,3 +261,41 @@ func grpcChild(target, caFile string) {
 	s, _ := status.FromError(err)
 	res.DeniedCode, res.DeniedMsg, res.DeniedAnswer = s.Code().String(), s.Message(), string(out)
 }
+
+// TestInterceptGRPCRefusalFrames: a refused gRPC request (by its content
+// type) is answered Trailers-Only, one HEADERS frame ending the stream:
+// 200, its content type, grpc-status the code of the HTTP status and
+// grpc-message the reason, percent-encoded; any other content type gets
+// the plain refusal.
+func TestInterceptGRPCRefusalFrames(t *testing.T) {
+	ir := newOriginRig(t, testRules(t), true)
+	h := ir.h2raw(t)
+	for i, c := range []struct{ ct, status, grpc string }{
+		{"application/grpc", "200", "7"},
+		{"application/grpc+proto", "200", "7"},
+		{"application/grpc-web", "403", ""},
+		{"application/json", "403", ""},
+	} {
+		id := uint32(2*i + 1)
+		h.headers(id, true, append(ir.get("POST", "/repos/acme/x%C3%A9/merges"), "content-type", c.ct, "te", "trailers")...)
+		a := h.await(id)
+		if a.status != c.status || a.header.Get("Grpc-Status") != c.grpc {
+			t.Errorf("%s: %s", c.ct, a)
+		}
+		if c.grpc == "" {
+			continue
+		}
+		want := `shellbox egress: POST localhost/repos/acme/x%C3%A9/merges is denied by rule http[0].rules[2]: "deny POST /repos/acme/*/merges"`
+		if a.header.Get("Content-Type") != c.ct || a.header.Get("Grpc-Message") != want || len(a.body) != 0 {
+			t.Errorf("%s: %s, want grpc-message %q", c.ct, a, want)
+		}
+	}
+	if got, want := grpcMessage("a%b\tc é"), "a%25b%09c %C3%A9"; got != want {
+		t.Errorf("grpcMessage: %q, want %q", got, want)
+	}
+	for status, code := range map[int]int{400: 13, 403: 7, 421: 2, 405: 2, 502: 14} {
+		if got := grpcCode(status); got != code {
+			t.Errorf("grpcCode(%d) = %d, want %d", status, got, code)
+		}
+	}
+}
