@@ -663,3 +663,41 @@ func TestInterceptH2RawResetFlood(t *testing.T) {
 	}
 	release()
 }
+
+// TestInterceptH2RawMalformed: what HTTP/2 forbids in a request, which a
+// relay re-encoding it might carry on (a body longer than its
+// content-length, connection-specific fields, a field with CR LF, upper
+// case names), resets the stream; the origin reads none of it whole.
+func TestInterceptH2RawMalformed(t *testing.T) {
+	ir := newOriginRig(t, nil, true)
+	h := ir.h2raw(t)
+	for i, c := range []struct {
+		name   string
+		fields []string
+		body   string
+	}{
+		{"a body past its content-length", []string{"content-length", "1"}, "abcd"},
+		{"transfer-encoding", []string{"transfer-encoding", "chunked"}, "0\r\n\r\n"},
+		{"connection", []string{"connection", "keep-alive"}, ""},
+		{"CR LF in a value", []string{"x-a", "b\r\nHost: evil.example"}, ""},
+		{"an upper-case name", []string{"X-Upper", "v"}, ""},
+	} {
+		id := uint32(2*i + 1)
+		h.headers(id, c.body == "", append(ir.get("POST", fmt.Sprintf("/malformed/%d", i)), c.fields...)...)
+		if c.body != "" {
+			h.data(id, true, []byte(c.body))
+		}
+		if a := h.await(id); a.rst == nil && a.status != "400" {
+			t.Errorf("%s: %s", c.name, a)
+		}
+	}
+	h.headers(99, true, ir.get("GET", "/after-malformed")...)
+	if a := h.await(99); a.status != "200" {
+		t.Errorf("after the malformed streams: %s, %v %v", a, h.goaway, h.err)
+	}
+	for _, s := range ir.sawOrigin() {
+		if s.Path != "/after-malformed" && s.BodyErr == nil {
+			t.Errorf("the origin read %s whole: %+v", s.Path, s)
+		}
+	}
+}
