@@ -27,8 +27,12 @@ import (
 
 // ptrace(2) requests, options and events not all in x/sys/unix.
 const (
-	ptraceSeize  = 0x4206
-	ptraceListen = 0x4208
+	ptraceCont        = 7
+	ptraceGetRegs     = 12
+	ptraceSetRegs     = 13
+	ptraceGetEventMsg = 0x4201
+	ptraceSeize       = 0x4206
+	ptraceListen      = 0x4208
 
 	optTraceFork    = 0x2
 	optTraceVfork   = 0x4
@@ -96,8 +100,13 @@ type tracee struct {
 
 // pending is a placeholder's wait for its parent's event.
 type pending struct {
-	since   time.Time
-	creator int // the process that forked it, as /proc said at its first stop (0: unknown)
+	since time.Time
+	// resolved: creator and polled are known. A placeholder is read from
+	// /proc only if its parent's event has not come by the time the
+	// guard would block, or a traced process exits (resolve): mostly the
+	// event is there already, and the read is saved.
+	resolved bool
+	creator  int // the process that forked it, as /proc said (0: unknown)
 	// polled: nothing the guard waits for is sure to come if the event
 	// does not (its creator is the agent, whose exit ends the guard, or
 	// unknown): the loop polls, to take it for an orphan at nameTimeout.
@@ -122,6 +131,10 @@ type guard struct {
 	parked  map[int]time.Time // tids stopped at an exec, waiting
 	unnamed map[int]pending   // placeholders, waiting for their parent's event
 	npolled int               // of unnamed, those polled
+	// unresolved: of unnamed, those not yet read from /proc.
+	unresolved int
+	// mem reads the memory of the tracee at hand; one for all.
+	mem mem
 	// diedUnnamed are tids that exited before either their first stop or
 	// their parent's event was seen: a late event must not make an entry
 	// for them (their tid may be another's by then). Bounded: maxWatches.
@@ -142,7 +155,9 @@ type guard struct {
 func Main(args []string, stderr io.Writer) int {
 	runtime.LockOSThread() // every ptrace request comes from this thread
 	// Its threads share the sandbox's pids cgroup with the commands:
-	// made now, while it can (agentapi.GuardTasks).
+	// made now, while it can (agentapi.GuardTasks), with one processor
+	// (with two, the start made a thread more than that now and then).
+	// Two only from the loop on (guardProcs).
 	runtime.GOMAXPROCS(1)
 	threads.Reserve(agentapi.GuardTasks)
 	// Every stop of a tracee sends its tracer a SIGCHLD, which the Go
@@ -158,6 +173,11 @@ func Main(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// Non-blocking: its reader and writer wait in the runtime's network
+	// poller, not each in a thread of its own blocked in read or write,
+	// which leaves the threads of the second processor (GC workers, a
+	// thread that spins to hand work over) within GuardTasks.
+	unix.SetNonblock(3, true)
 	conn := os.NewFile(3, "exec-guard")
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "shellbox-agent exec-guard: "+format+"\n", a...) }
 	g := &guard{agentPID: os.Getppid(), out: make(chan report, 256), logf: logf, ids: newIdentities(),
@@ -223,9 +243,22 @@ func Main(args []string, stderr io.Writer) int {
 			g.addWatch(&w)
 		}
 	}()
+	runtime.GOMAXPROCS(guardProcs)
 	g.loop()
 	return 0
 }
+
+// guardProcs is the guard's processors once it runs: the tracing
+// thread's, and one idle, so that a wait4 that blocks keeps its
+// processor. With one, the runtime's monitor takes the processor of every
+// wait4 that blocks past its tick (20 µs: nearly all) and wakes a thread
+// to hold it, and, having taken one, polls every 20 µs again: about a
+// third of the guard's CPU and half its context switches. With an idle
+// one it takes none (runtime/proc.go, retake) and backs off to 10 ms.
+// The threads it needs stay within GuardTasks (TestConcurrentCallsEnd
+// counts them): the start, which may make one more with two, is done
+// with one.
+const guardProcs = 2
 
 // seizeAgent seizes every thread of the agent, again until a pass finds
 // no new one: a thread a seized one creates is traced from its birth
@@ -334,35 +367,55 @@ func (g *guard) leaderGone(pid int) {
 	g.remember(pid)
 }
 
-// wait4 waits for any tracee's stop or exit. A stop that is there
-// already is taken with a raw, non-blocking wait4: no system call the Go
-// runtime must account for (with one processor, one it sees blocking is
-// taken from it by the runtime's monitor, which wakes another thread to
-// hold it and is woken itself when the call returns: three threads'
-// wake-ups per stop). Only when nothing is there does it block, as a
-// system call the runtime knows of, so the guard's other goroutines run
-// meanwhile.
-func wait4(ws *unix.WaitStatus, flags int) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(ws)), uintptr(flags|unix.WNOHANG), 0, 0, 0)
+// pollWait4 takes any tracee's stop or exit that is there already (0:
+// none), with a raw system call: none the Go runtime must account for.
+func pollWait4(ws *unix.WaitStatus) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_WAIT4, ^uintptr(0), uintptr(unsafe.Pointer(ws)), unix.WALL|unix.WNOHANG, 0, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
-	if r != 0 || flags&unix.WNOHANG != 0 {
-		return int(r), nil
-	}
-	return unix.Wait4(-1, ws, flags, nil)
+	return int(r), nil
 }
 
+// yieldEvery is how often the tracing goroutine passes through the
+// scheduler (runtime.Gosched). It never would otherwise (it waits in
+// system calls, not on the scheduler), and the runtime's monitor then
+// takes it for a goroutine that runs too long: every 10 ms it preempts
+// it with a signal, takes its processor, and polls every 20 µs again.
+// A yield of a goroutine locked to its thread costs two threads'
+// wake-ups; the preemption that, the signal, and the monitor's polls.
+const yieldEvery = 5 * time.Millisecond
+
 func (g *guard) loop() {
+	lastYield := time.Now()
 	for {
-		flags := unix.WALL
-		if g.waiting() {
-			// Polled: a parked exec waits for its rules, a placeholder for
-			// its parent's event, each up to a bound (retry).
-			flags |= unix.WNOHANG
+		if now := time.Now(); now.Sub(lastYield) > yieldEvery {
+			runtime.Gosched()
+			lastYield = now
 		}
+		// A wait that may block is a system call the runtime knows of, so
+		// the guard's other goroutines run meanwhile (and a garbage
+		// collection's stop-the-world is not held until the next stop);
+		// with a processor idle it keeps its own (above). Polled: a
+		// parked exec waits for its rules, a placeholder for its parent's
+		// event, each up to a bound (retry).
 		var ws unix.WaitStatus
-		tid, err := wait4(&ws, flags)
+		var tid int
+		var err error
+		switch {
+		case g.waiting():
+			tid, err = pollWait4(&ws)
+		case g.unresolved > 0:
+			// Before it blocks, the placeholders whose parent's event has
+			// not come are read from /proc (resolve), which may make them
+			// orphans or polled.
+			if tid, err = pollWait4(&ws); err == nil && tid == 0 {
+				g.resolve(false)
+				continue
+			}
+		default:
+			tid, err = unix.Wait4(-1, &ws, unix.WALL, nil)
+		}
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -399,6 +452,9 @@ func (g *guard) named(tid int) {
 		if p.polled {
 			g.npolled--
 		}
+		if !p.resolved {
+			g.unresolved--
+		}
 		delete(g.unnamed, tid)
 	}
 }
@@ -434,6 +490,12 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 			// Its tree may outlive it: its rules stay with the call.
 			g.claim(t.call)
 			g.leaderGone(tid)
+		}
+		if g.unresolved > 0 {
+			// tid may have been the creator of one whose creator is not
+			// known yet: known now, after its exit (its children are
+			// another's by then, which resolve takes into account).
+			g.resolve(true)
 		}
 		if len(g.unnamed) > 0 {
 			g.creatorGone(tid)
@@ -480,7 +542,7 @@ func (g *guard) handle(tid int, ws unix.WaitStatus) {
 			cont(tid, 0)
 		}
 	case sig == unix.SIGTRAP && (ev == evFork || ev == evVfork || ev == evClone):
-		msg, err := unix.PtraceGetEventMsg(tid)
+		msg, err := eventMsg(tid)
 		if err == nil {
 			g.born(tid, t, int(msg), ev)
 		}
@@ -510,36 +572,54 @@ func (t *tracee) isNew() bool {
 }
 
 // placeholder records tid, stopped at its first stop before its parent's
-// event, and what /proc says created it.
+// event. What created it is read from /proc only if that event does not
+// follow at once (resolve).
 func (g *guard) placeholder(tid int) {
 	delete(g.diedUnnamed, tid) // the tid is this one's now
 	g.tracees[tid] = &tracee{placeholder: true}
-	tgid, ppid := parentOf(tid)
-	creator := ppid
-	if tgid != tid {
-		creator = tgid // a thread: its process made it
-	}
-	if tgid == tid && ppid > 0 {
-		switch {
-		case g.tracees[ppid] == nil:
-			// A process whose parent the guard does not trace: its parent
-			// was killed as it forked, and it was handed to a reaper
-			// outside.
-			g.orphan(tid, fmt.Sprintf("its parent is gone (it now has %d) and no fork event named it", ppid))
-			return
-		case ppid == g.agentPID && !g.sameGroup(tid, ppid):
-			// The agent's own child is in the agent's process group until
-			// it runs: this one was adopted by the agent (the sandbox's
-			// reaper) when its parent was killed as it forked.
-			g.orphan(tid, "its parent is gone (the agent adopted it) and no fork event named it")
-			return
+	g.unnamed[tid] = pending{since: time.Now()}
+	g.unresolved++
+}
+
+// resolve reads from /proc what created each placeholder not yet read,
+// and takes for an orphan one whose parent is gone. exited: a traced
+// process exited just now (perhaps its creator, which then reports
+// neither its event nor, resolved after its exit, is named as the
+// creator): a placeholder whose creator is another traced process is
+// polled, so that it waits no longer than nameTimeout.
+func (g *guard) resolve(exited bool) {
+	for tid, p := range g.unnamed {
+		if p.resolved {
+			continue
+		}
+		p.resolved = true
+		g.unresolved--
+		tgid, ppid := parentOf(tid)
+		creator := ppid
+		if tgid != tid {
+			creator = tgid // a thread: its process made it
+		}
+		p.creator = creator
+		p.polled = exited || creator <= 0 || creator == g.agentPID
+		if p.polled {
+			g.npolled++
+		}
+		g.unnamed[tid] = p
+		if tgid == tid && ppid > 0 {
+			switch {
+			case g.tracees[ppid] == nil:
+				// A process whose parent the guard does not trace: its parent
+				// was killed as it forked, and it was handed to a reaper
+				// outside.
+				g.orphan(tid, fmt.Sprintf("its parent is gone (it now has %d) and no fork event named it", ppid))
+			case ppid == g.agentPID && !g.sameGroup(tid, ppid):
+				// The agent's own child is in the agent's process group until
+				// it runs: this one was adopted by the agent (the sandbox's
+				// reaper) when its parent was killed as it forked.
+				g.orphan(tid, "its parent is gone (the agent adopted it) and no fork event named it")
+			}
 		}
 	}
-	p := pending{since: time.Now(), creator: creator, polled: creator <= 0 || creator == g.agentPID}
-	if p.polled {
-		g.npolled++
-	}
-	g.unnamed[tid] = p
 }
 
 // sameGroup reports whether a and b are in one process group (true if
@@ -631,26 +711,76 @@ func (g *guard) born(ptid int, parent *tracee, child int, ev int) {
 }
 
 // parentOf reads the thread group and parent of tid from /proc (0: not
-// known).
+// known): the start of its status file (Name, at most 64 bytes escaped,
+// Umask, State, Tgid, Ngid, Pid, PPid), with raw system calls and no
+// allocation.
 func parentOf(tid int) (tgid, ppid int) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
+	var path [40]byte
+	p := append(strconv.AppendInt(append(path[:0], "/proc/"...), int64(tid), 10), "/status\x00"...)
+	cwd := unix.AT_FDCWD
+	fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(cwd), uintptr(unsafe.Pointer(&p[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if e != 0 {
 		return 0, 0
 	}
-	field := func(name string) int {
-		_, rest, ok := bytes.Cut(b, []byte("\n"+name+":"))
-		if !ok {
-			return 0
-		}
-		line, _, _ := bytes.Cut(rest, []byte("\n"))
-		n, _ := strconv.Atoi(string(bytes.TrimSpace(line)))
-		return n
+	var buf [512]byte
+	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	unix.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+	if e != 0 {
+		return 0, 0
 	}
-	return field("Tgid"), field("PPid")
+	return statusField(buf[:n], "\nTgid:"), statusField(buf[:n], "\nPPid:")
 }
 
+// statusField is the number after name in a /proc status file (0: none).
+func statusField(b []byte, name string) int {
+	i := bytes.Index(b, []byte(name))
+	if i < 0 {
+		return 0
+	}
+	b = b[i+len(name):]
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	n, ok := 0, false
+	for ; len(b) > 0 && b[0] >= '0' && b[0] <= '9'; b = b[1:] {
+		n, ok = n*10+int(b[0]-'0'), true
+		if n > 1<<30 {
+			return 0
+		}
+	}
+	if !ok || len(b) == 0 || b[0] != '\n' {
+		return 0 // cut short: not known
+	}
+	return n
+}
+
+// The ptrace requests of a stop: raw system calls, none of which blocks
+// (the tracee is stopped), so none the Go runtime must account for.
+
 func cont(tid, sig int) {
-	unix.PtraceCont(tid, sig)
+	unix.RawSyscall6(unix.SYS_PTRACE, ptraceCont, uintptr(tid), 0, uintptr(sig), 0, 0)
+}
+
+func getRegs(tid int, regs *unix.PtraceRegs) error {
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, ptraceGetRegs, uintptr(tid), 0, uintptr(unsafe.Pointer(regs)), 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func setRegs(tid int, regs *unix.PtraceRegs) error {
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, ptraceSetRegs, uintptr(tid), 0, uintptr(unsafe.Pointer(regs)), 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func eventMsg(tid int) (uint, error) {
+	var msg uint
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, ptraceGetEventMsg, uintptr(tid), 0, uintptr(unsafe.Pointer(&msg)), 0, 0); e != 0 {
+		return 0, e
+	}
+	return msg, nil
 }
 
 // retryParked tries the parked execs again; one waiting too long is refused.
@@ -699,13 +829,13 @@ func (g *guard) exec(tid int, t *tracee) {
 	delete(g.parked, tid)
 	shimNext := t.shimNext
 	t.shimNext = false
-	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-		return // gone
-	}
 	if len(rs.rules) == 0 {
 		cont(tid, 0)
 		return
+	}
+	var regs unix.PtraceRegs
+	if err := getRegs(tid, &regs); err != nil {
+		return // gone
 	}
 	var pathPtr, argvPtr uint64
 	dirfd, flags := int(unix.AT_FDCWD), 0
@@ -718,7 +848,8 @@ func (g *guard) exec(tid int, t *tracee) {
 		cont(tid, 0)
 		return
 	}
-	m := openMem(tid)
+	m := &g.mem
+	m.reset(tid)
 	defer m.close()
 	budget := maxArgvBytes
 	p, err := m.str(pathPtr, &budget)
@@ -760,7 +891,7 @@ func (g *guard) park(tid int) {
 // refuseUnknown refuses an exec of a process whose call's rules never came.
 func (g *guard) refuseUnknown(tid int, t *tracee) {
 	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+	if err := getRegs(tid, &regs); err != nil {
 		return
 	}
 	g.logf("pid %d: no rules for its call came within %s: its exec is refused", tid, parkTimeout)
@@ -773,7 +904,7 @@ func (g *guard) refuseUnknown(tid int, t *tracee) {
 func (g *guard) refuse(tid int, t *tracee, regs *unix.PtraceRegs, rs *rules, r *refusal, argv []string) {
 	regs.Orig_rax = ^uint64(0)                  // skip the system call
 	regs.Rax = uint64(^uintptr(unix.EPERM) + 1) // -EPERM
-	if err := unix.PtraceSetRegs(tid, regs); err != nil {
+	if err := setRegs(tid, regs); err != nil {
 		// It cannot be made to fail: it must not run.
 		unix.Kill(tid, unix.SIGKILL)
 	}
@@ -784,7 +915,7 @@ func (g *guard) refuse(tid int, t *tracee, regs *unix.PtraceRegs, rs *rules, r *
 // execed re-checks, at PTRACE_EVENT_EXEC, what did run: the new image's
 // argv and executable, which nothing can change any more.
 func (g *guard) execed(tid int) {
-	if msg, err := unix.PtraceGetEventMsg(tid); err == nil && int(msg) != tid {
+	if msg, err := eventMsg(tid); err == nil && int(msg) != tid {
 		// A thread other than the leader exec'd and took the leader's pid.
 		// The old leader is gone unreported, whatever it was stopped at.
 		delete(g.parked, tid)
@@ -932,58 +1063,101 @@ func readCmdline(file string) ([]string, error) {
 // real ids, not the file-system ids it acts as: a guard that runs as
 // another user than the commands, without CAP_SYS_PTRACE), from
 // /proc/<tid>/mem, or word by word with PTRACE_PEEKDATA where that cannot
-// be opened either.
+// be opened either. It reads a page at a time and keeps the last one: an
+// exec's path, argv array and strings are mostly on one page of the
+// shell's heap, read with one system call, not one each.
 type mem struct {
 	tid    int
-	f      *os.File
+	fd     int // /proc/<tid>/mem, -1 if not open
 	opened bool
+	// page holds n bytes of the tracee's memory from base.
+	base  uint64
+	n     int
+	page  [pageSize]byte
+	fills int // reads of the tracee's memory since reset
 }
+
+const pageSize = 4096
 
 // noVMReadv is set once process_vm_readv was refused: it will be again.
 var noVMReadv bool
 
-func openMem(tid int) *mem {
-	return &mem{tid: tid}
+// reset makes m read tid's memory, with nothing kept from before.
+func (m *mem) reset(tid int) {
+	m.tid, m.fd, m.opened, m.n, m.fills = tid, -1, false, 0, 0
 }
 
 func (m *mem) close() {
-	if m.f != nil {
-		m.f.Close()
+	if m.fd >= 0 {
+		unix.Close(m.fd)
+		m.fd = -1
 	}
+	m.n = 0
 }
 
-func (m *mem) read(addr uint64, b []byte) (int, error) {
+// read returns the tracee's bytes from addr, at least one and not past
+// addr's page: from the page kept, or read into it.
+func (m *mem) read(addr uint64) ([]byte, error) {
+	if m.n > 0 && addr >= m.base && addr < m.base+uint64(m.n) {
+		return m.page[addr-m.base : m.n], nil
+	}
+	m.n = 0
+	base, n, err := m.fill(addr)
+	if n <= int(addr-base) {
+		// Nothing at addr (the page's start was read from a file that
+		// ends before it: not for memory).
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	m.base, m.n = base, n
+	return m.page[addr-base : n], nil
+}
+
+// fill reads the page addr is on (mapped whole or not at all) into
+// m.page, from base, its start (or, word by word, from addr).
+func (m *mem) fill(addr uint64) (base uint64, n int, err error) {
+	m.fills++
+	base = addr &^ (pageSize - 1)
 	if !noVMReadv {
-		local := []unix.Iovec{{Base: &b[0], Len: uint64(len(b))}}
-		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+		local := []unix.Iovec{{Base: &m.page[0], Len: pageSize}}
+		remote := []unix.RemoteIovec{{Base: uintptr(base), Len: pageSize}}
 		n, err := unix.ProcessVMReadv(m.tid, local, remote, 0)
 		switch {
 		case err == nil && n > 0:
-			return n, nil
+			return base, n, nil
 		case err == unix.EPERM || err == unix.ENOSYS:
 			noVMReadv = true
 		case err == unix.ESRCH:
-			return 0, err
+			return base, 0, err
 		}
 		// EFAULT (nothing mapped at addr) and the rest: as the file says.
 	}
 	if !m.opened {
 		m.opened = true
-		if f, err := os.Open("/proc/" + strconv.Itoa(m.tid) + "/mem"); err == nil {
-			m.f = f
+		var path [40]byte
+		p := append(strconv.AppendInt(append(path[:0], "/proc/"...), int64(m.tid), 10), "/mem"...)
+		if fd, err := unix.Open(string(p), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			m.fd = fd
 		}
 	}
-	if m.f != nil {
-		n, err := m.f.ReadAt(b, int64(addr))
-		if n > 0 || err == nil {
-			return n, nil
+	if m.fd >= 0 {
+		for {
+			n, err := unix.Pread(m.fd, m.page[:], int64(base))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return base, 0, err
+			}
+			return base, n, nil
 		}
-		if !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		return 0, err
 	}
-	return unix.PtracePeekData(m.tid, uintptr(addr), b)
+	// Word by word, a system call each: a few words from addr, not past
+	// its page's end.
+	n, err = unix.PtracePeekData(m.tid, uintptr(addr), m.page[:min(64, int(base+pageSize-addr))])
+	return addr, n, err
 }
 
 // str reads a NUL-terminated string at addr, charging budget.
@@ -992,31 +1166,27 @@ func (m *mem) str(addr uint64, budget *int) (string, error) {
 		return "", errors.New("a null pointer")
 	}
 	var out []byte
-	var buf [512]byte
 	for {
-		// Not past the page's end in one read: the next may be unmapped.
-		n := min(len(buf), int(4096-addr%4096))
-		got, err := m.read(addr, buf[:n])
-		if got == 0 {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
+		b, err := m.read(addr)
+		if err != nil {
 			return "", fmt.Errorf("read at %#x: %w", addr, err)
 		}
-		if i := bytes.IndexByte(buf[:got], 0); i >= 0 {
-			out = append(out, buf[:i]...)
+		if i := bytes.IndexByte(b, 0); i >= 0 {
 			*budget -= i + 1
 			if *budget < 0 {
 				return "", fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
 			}
-			return string(out), nil
+			if out == nil {
+				return string(b[:i]), nil // one allocation: the string
+			}
+			return string(append(out, b[:i]...)), nil
 		}
-		out = append(out, buf[:got]...)
-		*budget -= got
+		*budget -= len(b)
 		if *budget < 0 {
 			return "", fmt.Errorf("argv longer than %d bytes", maxArgvBytes)
 		}
-		addr += uint64(got)
+		out = append(out, b...)
+		addr += uint64(len(b))
 	}
 }
 
@@ -1026,25 +1196,35 @@ func (m *mem) argv(addr uint64, budget *int) ([]string, error) {
 	if addr == 0 {
 		return nil, nil // Linux runs it with an empty argv
 	}
-	var buf [8 * 64]byte
+	var ptrs [64]uint64
 	for {
-		n := min(len(buf), int(4096-addr%4096))
-		got, err := m.read(addr, buf[:n])
-		got -= got % 8
-		if got == 0 {
-			if err == nil {
-				err = io.ErrUnexpectedEOF
-			}
+		// The pointers are copied out before their strings are read (which
+		// may replace the page kept).
+		b, err := m.read(addr)
+		if err == nil && len(b) < 8 {
+			err = io.ErrUnexpectedEOF // a pointer cut by the page's end: not for memory
+		}
+		if err != nil {
 			return nil, fmt.Errorf("read at %#x: %w", addr, err)
 		}
-		for i := 0; i < got; i += 8 {
-			p := uint64(buf[i]) | uint64(buf[i+1])<<8 | uint64(buf[i+2])<<16 | uint64(buf[i+3])<<24 |
-				uint64(buf[i+4])<<32 | uint64(buf[i+5])<<40 | uint64(buf[i+6])<<48 | uint64(buf[i+7])<<56
+		k := min(len(b)/8, len(ptrs))
+		for i := range k {
+			ptrs[i] = uint64(b[8*i]) | uint64(b[8*i+1])<<8 | uint64(b[8*i+2])<<16 | uint64(b[8*i+3])<<24 |
+				uint64(b[8*i+4])<<32 | uint64(b[8*i+5])<<40 | uint64(b[8*i+6])<<48 | uint64(b[8*i+7])<<56
+			if ptrs[i] == 0 {
+				k = i + 1 // none past the end
+				break
+			}
+		}
+		for _, p := range ptrs[:k] {
 			if p == 0 {
 				return out, nil
 			}
 			if len(out) >= maxArgs {
 				return nil, fmt.Errorf("more than %d arguments", maxArgs)
+			}
+			if out == nil {
+				out = make([]string, 0, 8)
 			}
 			s, err := m.str(p, budget)
 			if err != nil {
@@ -1052,7 +1232,7 @@ func (m *mem) argv(addr uint64, budget *int) ([]string, error) {
 			}
 			out = append(out, s)
 		}
-		addr += uint64(got)
+		addr += uint64(8 * k)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/executor"
 	"github.com/shellbox/shellbox/executor/local"
 	"github.com/shellbox/shellbox/internal/clip"
@@ -62,6 +63,9 @@ type gresult struct {
 	// threads) while the case ran, in seconds; CPU the same of the
 	// agent stand-in and what it started and waited for.
 	GuardCPU, CPU float64
+	// GuardThreads is the guard process's number of threads after the
+	// case (the Go runtime ends none of those it made: the most it had).
+	GuardThreads int
 }
 
 // procCPU is the user and system time of process pid so far, in seconds
@@ -80,6 +84,19 @@ func procCPU(pid int) float64 {
 	fmt.Sscan(string(f[11]), &ut)
 	fmt.Sscan(string(f[12]), &st)
 	return (ut + st) / 100 // USER_HZ
+}
+
+// procThreads is the number of threads of process pid (0 if unknown).
+func procThreads(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := bytes.Cut(b, []byte("\nThreads:"))
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	var n int
+	fmt.Sscan(string(line), &n)
+	return n
 }
 
 // selfCPU is this process's and its waited-for children's CPU time.
@@ -151,6 +168,7 @@ func childMain(mode string) int {
 			r.CPU = selfCPU() - c0
 			if gpid != 0 {
 				r.GuardCPU = procCPU(gpid) - g0
+				r.GuardThreads = procThreads(gpid)
 			}
 		}
 		if err != nil {
@@ -433,7 +451,13 @@ threading.Thread(target=lambda: os.execvp("true", ["true"])).start(); time.sleep
 			t.Errorf("%q did not end as without the guard (%.1fs): exit %d %s %s\nstdout %q\nstderr %q",
 				cases[i].Command, r.Seconds, r.ExitCode, r.Signal, r.Err, r.Stdout, clip.To(r.Stderr, 2000))
 		}
+		// Its threads share the sandbox's pids cgroup: it holds to its
+		// share with two processors (Main) under this load too.
+		if r.GuardThreads == 0 || r.GuardThreads > agentapi.GuardTasks {
+			t.Errorf("the guard had %d threads, its share is %d", r.GuardThreads, agentapi.GuardTasks)
+		}
 	}
+	t.Logf("the guard's threads: %d (its share %d)", rs[len(rs)-1].GuardThreads, agentapi.GuardTasks)
 }
 
 // TestKilledForkParentsEnd: parents SIGKILLed as they fork, with children
