@@ -3,6 +3,21 @@
 // upgrade's names and headers, the credential's form, where the proxy
 // listens, and the byte Splice both ends run once a tunnel is up. The wire
 // protocol itself is described in sandbox/egress's package doc.
+//
+// How a Splice ends. Each of its two halves copies one side's reads to the
+// other side's writes. A half whose source ends cleanly (EOF) passes the
+// end on as a half-close of its destination's write side (CloseWrite; a
+// connection without one is closed) and the other half goes on: a client
+// that shuts its write side still reads the answer, and a destination's
+// half-close reaches the client as EOF while the client still sends. A
+// half that fails (a read or a write error: a reset, a write to a side
+// that closed) means the connection is broken both ways, and ends the
+// other half at once: a past deadline on both connections unblocks
+// whatever read or write the other half is in, so neither goroutine waits
+// for a client that does not read (whose own writes would otherwise block,
+// unread, until it gave up). Splice then returns and its callers close
+// both connections. What a half-close leaves open is bounded by the peer
+// that keeps its half open, as with any TCP connection.
 package egresswire
 
 import (
@@ -10,6 +25,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shellbox/shellbox/confine"
 )
@@ -116,31 +132,51 @@ func Clip(s string) string {
 
 // Splice copies a→b and b→a until both directions end, half-closing each
 // side's write end when its source ends; ar and br are a's and b's readers
-// (bufio readers that may hold read-ahead). It closes nothing else: the
-// callers own a and b.
+// (bufio readers that may hold read-ahead). An error in either direction
+// ends both at once, by a past deadline on a and b (see the package doc).
+// It closes nothing else: the callers own a and b, and close them once it
+// returns.
 func Splice(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) {
 	var wg sync.WaitGroup
+	var once sync.Once
+	broken := func() {
+		once.Do(func() {
+			a.SetDeadline(aLongTimeAgo)
+			b.SetDeadline(aLongTimeAgo)
+		})
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		copyHalf(b, ar)
+		if !copyHalf(b, ar) {
+			broken()
+		}
 	}()
 	go func() {
 		defer wg.Done()
-		copyHalf(a, br)
+		if !copyHalf(a, br) {
+			broken()
+		}
 	}()
 	wg.Wait()
 }
 
+// aLongTimeAgo is a deadline that has passed: it ends a blocked read or
+// write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
 // copyHalf copies src to dst with a fixed buffer, then half-closes dst's
-// write side (or closes dst if it cannot), so the peer sees EOF.
-func copyHalf(dst net.Conn, src io.Reader) {
+// write side so the peer sees EOF. It reports whether the half ended
+// cleanly: false on a read or write error, or when dst cannot be
+// half-closed (it is closed instead, which ends the other half's reads).
+func copyHalf(dst net.Conn, src io.Reader) bool {
 	buf := make([]byte, 32<<10)
-	_, err := io.CopyBuffer(dst, src, buf)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == nil {
-		cw.CloseWrite()
-		return
+	if _, err := io.CopyBuffer(dst, src, buf); err != nil {
+		return false
 	}
-	// An error on either side: the tunnel is broken both ways.
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite() == nil
+	}
 	dst.Close()
+	return false
 }
