@@ -19,7 +19,9 @@
 //
 // Warm pools: a pool holds ready sandboxes of one template (PoolTarget) under
 // reserved session names (PoolPrefix). Ensure, for a session with no sandbox,
-// claims a ready pooled sandbox of the session's TemplateHash; a claim is a
+// claims a ready pooled sandbox of the session's TemplateHash (unless the
+// session is to be restored from a saved image, Config.Restorable: its
+// sandbox is then the image's, made cold); a claim is a
 // record in Claims made atomically before the sandbox is handed out
 // (DirClaims on one host, kube.Claims on Kubernetes). Two invariants hold
 // across processes: a session holds one claimed sandbox, and a claimed

@@ -69,6 +69,13 @@ type Config struct {
 	// Runtime.Create. It never fails a creation: what it could not do it
 	// leaves to Create and Resume (the session layer says why).
 	Restore func(ctx context.Context, spec Spec) (sb Sandbox, ok bool)
+	// Restorable, if set, says whether Restore is to make spec's
+	// session's sandbox from a saved image: such a session is not handed
+	// a pooled sandbox (one already running a fresh process tree, which
+	// no image goes into) but started cold, where Restore is asked. It
+	// only reads; a wrong true costs a cold start, a wrong false the
+	// image (the session layer says why in its event).
+	Restorable func(ctx context.Context, spec Spec) bool
 
 	// Prepare, if set, is called on a pooled sandbox once it is ready,
 	// before it joins its pool, e.g. to run one command so that the first

@@ -18,9 +18,15 @@ import (
 // call at the same moment: Claims.Claim says which), that one is the
 // session's and the one picked here goes back to its pool. false: none,
 // the session gets a cold start. An error: the session holds a claimed
-// sandbox this Manager cannot get, and must not get a second one.
+// sandbox this Manager cannot get, and must not get a second one. A
+// session to be restored from a saved image (Config.Restorable) gets none:
+// its sandbox is the image's, made in its cold start.
 func (w *warmPools) claim(ctx context.Context, spec Spec) (Sandbox, bool, error) {
 	if w.cfg.Claims == nil {
+		return Sandbox{}, false, nil
+	}
+	if w.cfg.Restorable != nil && w.cfg.Restorable(ctx, spec) {
+		w.cfg.Logger.Info("warm pool passed over: the session resumes from a saved image", "tenant", spec.Tenant, "session", spec.Session)
 		return Sandbox{}, false, nil
 	}
 	c := &claimPass{spec: spec, k: poolKey(spec.Tenant, TemplateHash(spec))}

@@ -27,23 +27,33 @@ package session
 // instant, which the runtime puts back, so the files snapshot is not
 // read. Where the image cannot be restored, nothing is made: the Manager
 // creates a fresh sandbox, and Resume (restore) streams the files
-// snapshot into it, its event saying why the image was not restored. A
-// sandbox made before its restore (one a server start adopted, a pooled
-// one) takes the older way (resumeMemory): the files snapshot, then the
-// sandbox replaced by one restored from the image.
+// snapshot into it, its event saying why the image was not restored.
+//
+// One sandbox, whatever happens: a session to be restored from its image
+// is passed over by the warm pools (restorable, the Manager's
+// Restorable: a pooled sandbox already runs a fresh process tree, and no
+// image goes into it); any sandbox handed to Resume that was not made
+// from the image gets the files snapshot and an event saying why
+// (notFromImage), never a second sandbox from the image. The claim on a
+// memory resume names its image and, once the runtime has made it and
+// before it is probed, its sandbox: a server that stops during the
+// resume leaves one sandbox its next start adopts and knows for the
+// image's (imageSandbox). That start takes the dead claim over at once
+// (predecessorsClaim), keeps the sandbox if its agent answers, and
+// otherwise removes it and leaves the session suspended, for its next
+// call to restore.
 //
 // Limits, said in docs/checkpoint.md: the idle reaper does not suspend a
 // session while its background tasks run (the server's watch of its tasks
 // keeps it used), so only the operator's suspend takes tasks along; a
-// session given a warm pool's sandbox at its resume is not restored from
-// its image ("the sandbox came from a warm pool").
+// session running in a warm pool's sandbox is suspended to files only
+// ("the sandbox came from a warm pool").
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/shellbox/shellbox/agentapi"
@@ -102,29 +112,57 @@ func (l *Service) suspendMemory(ctx context.Context, sb sandbox.Sandbox) (id, wh
 	return id, ""
 }
 
-// memoryImageFile reads the image id of (tenant, session) whole from the
-// store into a temporary file, checked (the store's reader ends with
-// ErrCorrupt on a bad image), and returns it open at its start; the
-// caller closes and removes it.
-func (l *Service) memoryImageFile(ctx context.Context, tenant, session, id string) (*os.File, error) {
-	rc, _, err := l.cfg.Snapshots.Get(ctx, tenant, session, id)
-	if err != nil {
-		return nil, err
+// imageToRestore returns the session's record and its version when its
+// sandbox is to be made from its memory image: a Checkpointer runtime, a
+// gVisor spec, not a pooled sandbox, and a record suspended (or resuming
+// under a stale claim) with an image, no snapshot chosen by an operator.
+// take: the record noteRecord kept is taken (restoreSandbox acts on it),
+// and noted again when the image is not to be restored, for Resume;
+// otherwise it is only looked at (restorable), and a record read from the
+// store is noted for the Restore or Resume that follows.
+func (l *Service) imageToRestore(ctx context.Context, spec sandbox.Spec, take bool) (sandbox.Checkpointer, record, string, bool) {
+	tenant, session := spec.Tenant, spec.Session
+	cp, ok := l.cfg.Runtime.(sandbox.Checkpointer)
+	if !ok || spec.Runtime != sandbox.RuntimeRunsc || sandbox.IsPooled(session) {
+		return nil, record{}, "", false
 	}
-	defer rc.Close()
-	f, err := os.CreateTemp("", "shellbox-image-")
-	if err != nil {
-		return nil, err
+	r, version, ok := l.peekRecord(tenant, session, take)
+	if !ok && !take && !l.memoryWanted(tenant) {
+		// Not worth a store read on every pool claim: a tenant that
+		// takes no images has none but from before a policy change,
+		// and a pooled sandbox's files resume says why.
+		return nil, record{}, "", false
 	}
-	if _, err = io.Copy(f, rc); err == nil {
-		_, err = f.Seek(0, io.SeekStart)
+	if !ok {
+		var err error
+		if r, version, ok, err = l.recordAt(ctx, tenant, session); err != nil || !ok {
+			return nil, record{}, "", false
+		}
+		if !take {
+			l.noteRecord(tenant, session, r, version)
+		}
 	}
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, err
+	l.mu.Lock()
+	_, chosen := l.resumeFrom[tenant+"/"+session]
+	l.mu.Unlock()
+	stale := r.State == stateResuming && r.Claim != nil && !time.Now().Before(r.Claim.Until)
+	if r.Memory == "" || chosen || (r.State != stateSuspended && !stale) {
+		if take {
+			l.noteRecord(tenant, session, r, version) // Resume's to act on
+		}
+		return nil, record{}, "", false
 	}
-	return f, nil
+	return cp, r, version, true
+}
+
+// restorable is sandbox.Config.Restorable: whether restoreSandbox is to
+// make spec's sandbox from a memory image (the warm pool is then passed
+// over). It reads the record from the store only for a tenant whose
+// policy takes memory images (one read per pool claim, noted for the
+// Resume that reads it next).
+func (l *Service) restorable(ctx context.Context, spec sandbox.Spec) bool {
+	_, _, _, ok := l.imageToRestore(ctx, spec, false)
+	return ok
 }
 
 // restoreSandbox is sandbox.Config.Restore: a suspended session with a
@@ -138,26 +176,11 @@ func (l *Service) memoryImageFile(ctx context.Context, tenant, session, id strin
 // (record.memoryFailed), for the resumed event.
 func (l *Service) restoreSandbox(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, bool) {
 	tenant, session := spec.Tenant, spec.Session
-	cp, ok := l.cfg.Runtime.(sandbox.Checkpointer)
-	if !ok || spec.Runtime != sandbox.RuntimeRunsc || sandbox.IsPooled(session) {
-		return sandbox.Sandbox{}, false
-	}
-	r, version, ok := l.takeRecord(tenant, session)
+	cp, r, version, ok := l.imageToRestore(ctx, spec, true)
 	if !ok {
-		var err error
-		if r, version, ok, err = l.recordAt(ctx, tenant, session); err != nil || !ok {
-			return sandbox.Sandbox{}, false
-		}
-	}
-	l.mu.Lock()
-	_, chosen := l.resumeFrom[tenant+"/"+session]
-	l.mu.Unlock()
-	stale := r.State == stateResuming && r.Claim != nil && !time.Now().Before(r.Claim.Until)
-	if r.Memory == "" || chosen || (r.State != stateSuspended && !stale) {
-		l.noteRecord(tenant, session, r, version) // Resume's to act on
 		return sandbox.Sandbox{}, false
 	}
-	h, _, err := l.claim(ctx, tenant, session, sandbox.Sandbox{}, r, version)
+	h, _, err := l.claim(ctx, tenant, session, sandbox.Sandbox{}, r, version, r.Memory)
 	if err != nil {
 		return sandbox.Sandbox{}, false // Resume reads the record again
 	}
@@ -165,7 +188,11 @@ func (l *Service) restoreSandbox(ctx context.Context, spec sandbox.Spec) (sandbo
 	defer cancel(nil)
 	renewed := h.renewEvery(rctx, cancel)
 	start := time.Now()
-	sb, info, err := l.restoreImage(rctx, cp, spec, r.Memory)
+	sb, info, err := l.restoreImage(rctx, cp, spec, r.Memory, func(sb sandbox.Sandbox) error {
+		// Named before the probe: a server stopping from here on leaves
+		// a sandbox its next start knows for the image's.
+		return h.swap(rctx, func(r *record) { r.Claim.Sandbox, r.Claim.SandboxCreated = sb.ID, sb.Created })
+	})
 	cancel(nil)
 	<-renewed
 	if cause := context.Cause(rctx); errors.Is(cause, errClaimTaken) {
@@ -205,9 +232,9 @@ func (l *Service) restoreSandbox(ctx context.Context, spec sandbox.Spec) (sandbo
 
 // restoreImage makes spec's sandbox from the memory image id, streamed
 // from the store into the runtime (which reads it to its end, checked,
-// before anything starts), and probes its agent; on a failure after the
-// restore, the sandbox is removed.
-func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spec sandbox.Spec, id string) (sandbox.Sandbox, snapshot.Info, error) {
+// before anything starts), has made name it, and probes its agent; on a
+// failure after the restore, the sandbox is removed.
+func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spec sandbox.Spec, id string, made func(sandbox.Sandbox) error) (sandbox.Sandbox, snapshot.Info, error) {
 	start := time.Now()
 	rc, info, err := l.cfg.Snapshots.Get(ctx, spec.Tenant, spec.Session, id)
 	if err != nil {
@@ -219,7 +246,10 @@ func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spe
 		return sandbox.Sandbox{}, info, err
 	}
 	restored := time.Now()
-	if err := l.probe(ctx, sb); err != nil {
+	if err = made(sb); err == nil {
+		err = l.probe(ctx, sb, probeTimeout)
+	}
+	if err != nil {
 		_ = l.cfg.Runtime.Remove(context.WithoutCancel(ctx), sb.ID)
 		return sandbox.Sandbox{}, info, err
 	}
@@ -228,62 +258,76 @@ func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spe
 	return sb, info, nil
 }
 
-// resumeMemory restores the session of sb (a new sandbox, its workspace
-// restored from r's files snapshot) from r's memory image, and returns
-// what the resumed event adds. It does not fail the resume: what went
-// wrong is said, and the session runs on its files.
-func (l *Service) resumeMemory(ctx context.Context, sb sandbox.Sandbox, r record) string {
-	tenant, session := sb.Tenant, sb.Session
-	cp, why := l.checkpointer(sb)
-	if cp == nil {
-		return fmt.Sprintf("; its memory image %s not restored (%s): resumed from its files, its processes and background tasks lost", r.Memory, why)
+// predecessorsClaim says whether r's claim, live still, is a memory
+// resume's that made sb, a sandbox this server's start adopted: the claim
+// is then its previous run's, which stopped (a live process's sandbox
+// being made is never adopted), and is taken over at once. Only memory
+// claims are: they exist on single-host runtimes alone, where no replica
+// shares the runtime's sandboxes; a files claim naming an adopted pod may
+// be a live replica's (Kubernetes), and is waited for.
+func (l *Service) predecessorsClaim(r record, sb sandbox.Sandbox) bool {
+	c := r.Claim
+	return c.Image != "" && c.Image == r.Memory && c.SandboxOwner == l.cfg.Owner && sb.Owner == l.cfg.Owner && madeUnder(c, sb, true)
+}
+
+// madeUnder says whether sb is the sandbox claim c made: the one it names,
+// or, where it names none yet (its server stopped during the restore),
+// for an adopted sandbox, one made since the claim.
+func madeUnder(c *claim, sb sandbox.Sandbox, adopted bool) bool {
+	if c.Sandbox != "" {
+		return c.Sandbox == sb.ID && c.SandboxCreated.Equal(sb.Created)
 	}
-	start := time.Now()
-	f, err := l.memoryImageFile(ctx, tenant, session, r.Memory)
-	if err != nil {
-		return fmt.Sprintf("; its memory image %s could not be read (%v): resumed from its files snapshot %s, its processes and background tasks lost", r.Memory, err, r.Snapshot)
+	return adopted && !sb.Created.Before(c.Since)
+}
+
+// imageSandbox says whether sb, which the claim stale (taken over) was
+// restoring r's memory image into, is the image's: that claim named it, or
+// named none and sb was adopted and made since it.
+func (l *Service) imageSandbox(r record, stale *claim, sb sandbox.Sandbox, adopted bool) bool {
+	return stale != nil && stale.Image != "" && stale.Image == r.Memory && stale.SandboxOwner == l.cfg.Owner &&
+		sb.Owner == l.cfg.Owner && madeUnder(stale, sb, adopted)
+}
+
+// adoptedProbeTimeout bounds the wait for the agent of a sandbox a
+// stopped server was restoring: it answers at once if the restore
+// finished, never if it did not (its agent was not told to listen again).
+const adoptedProbeTimeout = 5 * time.Second
+
+// errImageSandboxSilent: a sandbox made from a memory image by a server
+// that stopped does not answer; it is removed (reconcile), and the next
+// call restores the session again.
+var errImageSandboxSilent = errors.New("its sandbox, being restored from its memory image when its server stopped, does not answer")
+
+// keepImageSandbox keeps sb, made from r's memory image under the dead
+// claim stale, as the session's sandbox once its agent answers, and says
+// so for the resumed event; errImageSandboxSilent otherwise.
+func (l *Service) keepImageSandbox(ctx context.Context, sb sandbox.Sandbox, r record, stale *claim) (string, error) {
+	if err := l.probe(ctx, sb, adoptedProbeTimeout); err != nil {
+		return "", fmt.Errorf("%w (sandbox %s, memory image %s, the claim of %s): %w", errImageSandboxSilent, sb.ID, r.Memory, stale, err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	o, err := l.settings(ctx, tenant, session)
-	var spec sandbox.Spec
-	if err == nil {
-		spec, err = l.specWith(ctx, tenant, session, o)
+	return fmt.Sprintf("its processes and background tasks restored from memory image %s by %s, whose server stopped before recording it: sandbox %s adopted, answering; files snapshot %s kept for a fallback",
+		r.Memory, stale, sb.ID, r.Snapshot), nil
+}
+
+// notFromImage says why sb, handed to Resume for a session with a memory
+// image, was not made from it.
+func (l *Service) notFromImage(sb sandbox.Sandbox, adopted bool) string {
+	switch _, why := l.checkpointer(sb); {
+	case why != "":
+		return why
+	case adopted:
+		return fmt.Sprintf("sandbox %s, adopted after a server restart, was made for a files resume, not from the image", sb.ID)
 	}
-	if err != nil {
-		return fmt.Sprintf("; its memory image %s not restored (its spec: %v): resumed from its files, its processes and background tasks lost", r.Memory, err)
-	}
-	spec.Owner = l.cfg.Owner
-	rt := l.cfg.Runtime
-	if err := rt.Remove(ctx, sb.ID); err != nil {
-		return fmt.Sprintf("; its memory image %s not restored (removing the new sandbox: %v): resumed from its files, its processes and background tasks lost", r.Memory, err)
-	}
-	rsb, err := cp.Restore(ctx, spec, f)
-	if err == nil {
-		err = l.probe(ctx, rsb)
-	}
-	if err != nil {
-		// The workspace is in place (SessionState): a fresh sandbox
-		// finds it.
-		_ = rt.Remove(context.WithoutCancel(ctx), sb.ID)
-		if _, cerr := rt.Create(ctx, spec); cerr != nil {
-			return fmt.Sprintf("; its memory image %s failed to restore (%v), and a new sandbox could not be made either (%v)", r.Memory, err, cerr)
-		}
-		if perr := l.probe(ctx, sb); perr != nil {
-			return fmt.Sprintf("; its memory image %s failed to restore (%v), and the new sandbox does not answer (%v)", r.Memory, err, perr)
-		}
-		return fmt.Sprintf("; its memory image %s failed to restore (%v): resumed from its files snapshot %s, its processes and background tasks lost", r.Memory, err, r.Snapshot)
-	}
-	return fmt.Sprintf("; its processes and background tasks restored from memory image %s in %s", r.Memory, time.Since(start).Round(time.Millisecond))
+	return fmt.Sprintf("sandbox %s was made before the image could go into it: another server held the resume when this one looked", sb.ID)
 }
 
 // probeTimeout bounds the wait for a restored sandbox's agent: a restore
 // that succeeded is no proof that it runs.
 const probeTimeout = 30 * time.Second
 
-// probe waits until sb's agent answers its hello.
-func (l *Service) probe(ctx context.Context, sb sandbox.Sandbox) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+// probe waits, at most within, until sb's agent answers its hello.
+func (l *Service) probe(ctx context.Context, sb sandbox.Sandbox, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
 		c, err := agentapi.DialEndpoint(ctx, sb.Agent)

@@ -56,7 +56,17 @@ type claim struct {
 	Owner string `json:"owner"`
 	Token string `json:"token"`
 	// Sandbox is where the session is restored (and, once running, runs).
-	Sandbox        string    `json:"sandbox"`
+	Sandbox string `json:"sandbox"`
+	// SandboxOwner is the Owner of the servers whose runtime holds
+	// Sandbox (sandbox.Config.Owner): a server finding the claim's
+	// sandbox among its own after a restart knows its predecessor made it.
+	SandboxOwner string `json:"sandboxOwner,omitempty"`
+	// Image, for a memory resume (restoreSandbox), is the memory image the
+	// claim restores from. Its sandbox is made by the restore, and named
+	// (Sandbox) as soon as the runtime returns it, before its agent is
+	// probed: a server that stops meanwhile leaves a sandbox its next
+	// start knows for the image's (imageSandbox).
+	Image          string    `json:"image,omitempty"`
 	SandboxCreated time.Time `json:"sandboxCreated,omitzero"`
 	Since          time.Time `json:"since"`
 	// Until: a claim not renewed by then is stale.
@@ -64,6 +74,9 @@ type claim struct {
 }
 
 func (c *claim) String() string {
+	if c.Sandbox == "" {
+		return fmt.Sprintf("%s (from memory image %s, since %s)", c.Owner, c.Image, c.Since.Format(time.RFC3339))
+	}
 	return fmt.Sprintf("%s (into sandbox %s, since %s)", c.Owner, c.Sandbox, c.Since.Format(time.RFC3339))
 }
 
@@ -103,6 +116,14 @@ var errClaimLost = errors.New("another server claimed the session's resume first
 // sandbox, by this process alone (the claim above), and the session
 // recorded running.
 func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	return l.resume(ctx, sb, false)
+}
+
+// resume is resumeSandbox; adopted says that sb is one this server's
+// start adopted (reconcile): made by its previous run, so a memory
+// resume's claim (Image) that made it is that run's, dead, and is taken
+// over at once rather than at its Until (predecessorsClaim).
+func (l *Service) resume(ctx context.Context, sb sandbox.Sandbox, adopted bool) error {
 	tenant, session := sb.Tenant, sb.Session
 	if sandbox.IsPooled(session) {
 		return nil
@@ -124,7 +145,8 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		switch {
 		case r.State == stateRunning && lost:
 			return resumedElsewhere(session, r, sb)
-		case r.State == stateResuming && r.Claim != nil && time.Now().Before(r.Claim.Until):
+		case r.State == stateResuming && r.Claim != nil && time.Now().Before(r.Claim.Until) &&
+			!(adopted && l.predecessorsClaim(r, sb)):
 			lost = true
 			select {
 			case <-ctx.Done():
@@ -145,7 +167,7 @@ func (l *Service) resumeSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			return nil
 		}
 		// Suspended, or a stale claim's: this process claims it.
-		err := l.claimAndRestore(ctx, sb, r, version)
+		err := l.claimAndRestore(ctx, sb, r, version, adopted)
 		if !errors.Is(err, errClaimLost) {
 			return err
 		}
@@ -203,6 +225,21 @@ func (l *Service) takeRecord(tenant, session string) (record, string, bool) {
 	return e.r, e.version, true
 }
 
+// peekRecord is takeRecord, or, take false, the same look that leaves
+// the record kept.
+func (l *Service) peekRecord(tenant, session string, take bool) (record, string, bool) {
+	if take {
+		return l.takeRecord(tenant, session)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.recent[tenant+"/"+session]
+	if !ok || time.Since(e.at) > recentFor {
+		return record{}, "", false
+	}
+	return e.r, e.version, true
+}
+
 // resumedElsewhere is what a loser does with a session the winner resumed:
 // its own sandbox restored, it runs there; in another, it fails.
 func resumedElsewhere(session string, r record, sb sandbox.Sandbox) error {
@@ -217,16 +254,16 @@ func resumedElsewhere(session string, r record, sb sandbox.Sandbox) error {
 // claimAndRestore claims the session's resume from the record r at
 // version, then restores into sb (restore). errClaimLost when another
 // process claimed first.
-func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r record, version string) error {
+func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r record, version string, adopted bool) error {
 	tenant, session := sb.Tenant, sb.Session
-	h, stale, err := l.claim(ctx, tenant, session, sb, r, version)
+	h, stale, err := l.claim(ctx, tenant, session, sb, r, version, "")
 	if err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := h.renewEvery(rctx, cancel)
-	id, msg, err := l.restore(rctx, sb, r, stale)
+	id, msg, err := l.restore(rctx, sb, r, stale, adopted)
 	cancel(nil)
 	<-renewed
 	if cause := context.Cause(rctx); errors.Is(cause, errClaimTaken) {
@@ -250,10 +287,11 @@ func (l *Service) claimAndRestore(ctx context.Context, sb sandbox.Sandbox, r rec
 }
 
 // claim claims the session's resume from the record r at version, into
-// sb (zero: a sandbox not made yet, named when the claim finishes), and
-// returns the claim held and the stale claim it took over, if any.
-// errClaimLost when another process claimed first.
-func (l *Service) claim(ctx context.Context, tenant, session string, sb sandbox.Sandbox, r record, version string) (*heldClaim, *claim, error) {
+// sb (zero: a sandbox not made yet, named once made), restoring from the
+// memory image image (""; a files snapshot), and returns the claim held
+// and the stale claim it took over, if any. errClaimLost when another
+// process claimed first.
+func (l *Service) claim(ctx context.Context, tenant, session string, sb sandbox.Sandbox, r record, version, image string) (*heldClaim, *claim, error) {
 	now := time.Now().UTC()
 	stale := r.Claim // a stale claim this one takes over, if any
 	if r.State != stateResuming {
@@ -261,7 +299,7 @@ func (l *Service) claim(ctx context.Context, tenant, session string, sb sandbox.
 	}
 	r.State = stateResuming
 	r.Claim = &claim{Owner: l.process, Token: newToken(), Sandbox: sb.ID, SandboxCreated: sb.Created,
-		Since: now, Until: now.Add(l.claimTTL)}
+		SandboxOwner: l.cfg.Owner, Image: image, Since: now, Until: now.Add(l.claimTTL)}
 	v, err := l.swapRecord(ctx, tenant, session, version, r)
 	if errors.Is(err, snapshot.ErrConflict) {
 		return nil, nil, errClaimLost
@@ -372,8 +410,10 @@ func (h *heldClaim) release(ctx context.Context) {
 // restore streams the claimed session's snapshot into sb (r is its
 // record as claimed) and returns the snapshot's id and what the resumed
 // event says. A sandbox that is the very one the snapshot was taken of
-// (never removed) is kept as it is, not rolled back.
-func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, stale *claim) (id, msg string, _ error) {
+// (never removed) is kept as it is, not rolled back; one a dead process's
+// memory resume made from the image (stale, adopted: imageSandbox) is
+// kept as the image's, once its agent answers.
+func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, stale *claim, adopted bool) (id, msg string, _ error) {
 	tenant, session := sb.Tenant, sb.Session
 	id = r.Snapshot
 	l.mu.Lock()
@@ -392,6 +432,11 @@ func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, sta
 		// failed, or a process died between the record and the
 		// removal): its workspace is the newest.
 		return r.Snapshot, fmt.Sprintf("its sandbox %s was never removed: kept as it is, snapshot %s not restored%s", sb.ID, id, after), nil
+	}
+	memory := id == r.Snapshot && r.Memory != "" && r.memoryFailed == ""
+	if memory && l.imageSandbox(r, stale, sb, adopted) {
+		msg, err := l.keepImageSandbox(ctx, sb, r, stale)
+		return id, msg, err
 	}
 	start := time.Now()
 	rc, info, err := l.cfg.Snapshots.Get(ctx, tenant, session, id)
@@ -418,7 +463,10 @@ func (l *Service) restore(ctx context.Context, sb sandbox.Sandbox, r record, sta
 	case r.memoryFailed != "":
 		after += r.memoryFailed // restoreSandbox tried the image
 	default:
-		after += l.resumeMemory(ctx, sb, r)
+		// A sandbox made before the image could go into it: the files
+		// snapshot, and why (never a second sandbox from the image).
+		after += fmt.Sprintf("; its memory image %s not restored (%s): resumed from its files snapshot %s, its processes and background tasks lost",
+			r.Memory, l.notFromImage(sb, adopted), r.Snapshot)
 	}
 	var lost string
 	if r.lost != "" {

@@ -1,9 +1,11 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,6 +32,9 @@ type testAgent struct {
 	ep      agentapi.Endpoint
 	root    string
 	imports atomic.Int32
+	// asWorkspace has the agent take its root for /workspace in the
+	// calls it runs (a pool's warm-up runs `true` there).
+	asWorkspace atomic.Bool
 }
 
 func newTestAgent(t *testing.T, importDelay time.Duration) *testAgent {
@@ -53,6 +58,15 @@ func newTestAgent(t *testing.T, importDelay time.Duration) *testAgent {
 		if r.Method == http.MethodPut && r.URL.Path == "/v1/workspace" {
 			a.imports.Add(1)
 			time.Sleep(importDelay)
+		}
+		if a.asWorkspace.Load() && r.Method == http.MethodPost && r.Body != nil {
+			b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			b = bytes.ReplaceAll(b, []byte(`"/workspace`), []byte(`"`+root))
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 		}
 		srv.ServeHTTP(w, r)
 	})

@@ -235,10 +235,11 @@ func New(cfg Config) (*Service, error) {
 	ready, prepare, busy := cfg.Ready, l.readyConns.WarmUp, l.busy(sandboxconn.Busy)
 	var suspend, resume func(context.Context, sandbox.Sandbox) error
 	var restore func(context.Context, sandbox.Spec) (sandbox.Sandbox, bool)
+	var restorable func(context.Context, sandbox.Spec) bool
 	if cfg.Snapshots != nil {
 		suspend, resume = l.saveSandbox, l.resumeSandbox
 		if _, ok := cfg.Runtime.(sandbox.Checkpointer); ok {
-			restore = l.restoreSandbox
+			restore, restorable = l.restoreSandbox, l.restorable
 		}
 	}
 	if _, ok := deletionWatcher(cfg.Runtime); ok && cfg.Snapshots != nil {
@@ -248,7 +249,7 @@ func New(cfg Config) (*Service, error) {
 		ready = l.readyConns.Ready
 	} else {
 		prepare, busy = nil, nil // sandboxes without an agent
-		suspend, resume, restore = nil, nil, nil
+		suspend, resume, restore, restorable = nil, nil, nil, nil
 	}
 	m, err := sandbox.NewManager(sandbox.Config{
 		Runtime: rt,
@@ -261,6 +262,8 @@ func New(cfg Config) (*Service, error) {
 		Suspend: suspend,
 		Resume:  resume,
 		Restore: restore,
+
+		Restorable: restorable,
 
 		MaxCreating:     cfg.Admission.MaxCreating,
 		CreateQueue:     cfg.Admission.CreateQueue,
@@ -318,6 +321,11 @@ func (l *Service) Start(ctx context.Context) {
 	l.mu.Lock()
 	l.stopLead = stop
 	l.mu.Unlock()
+	if w, ok := goneWatcher(l.cfg.Runtime); ok {
+		// Every replica, leader or not, lets go of sandboxes that go
+		// (rescue.go).
+		l.leading.Go(func() { l.watchGone(ctx, w) })
+	}
 	if l.cfg.Leader == nil {
 		l.leading.Go(func() { l.lead(ctx) })
 		return

@@ -684,13 +684,20 @@ func (l *Service) sweepSuspended(ctx context.Context) ([]string, error) {
 // reconcile brings the records of the sandboxes a start adopted in line
 // before any call: a sandbox that was snapshotted and never removed is
 // recorded running; one made for a resume that never restored is restored
-// (resumeSandbox).
+// (resume); one a memory resume was restoring from its image is kept if
+// its agent answers, and removed if not (the session stays suspended).
 func (l *Service) reconcile(ctx context.Context, kept []sandbox.Sandbox) {
 	for _, sb := range kept {
 		if sandbox.IsPooled(sb.Session) {
 			continue
 		}
-		if err := l.resumeSandbox(ctx, sb); err != nil {
+		err := l.resume(ctx, sb, true)
+		if errors.Is(err, errImageSandboxSilent) {
+			// The session is suspended again: its next call restores
+			// it into a sandbox of its own.
+			err = errors.Join(err, l.manager.RemoveSandbox(ctx, sb))
+		}
+		if err != nil {
 			l.log.Warn("an adopted sandbox's record", "tenant", sb.Tenant, "session", sb.Session, "id", sb.ID, "err", err)
 		}
 	}

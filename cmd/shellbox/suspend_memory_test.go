@@ -55,6 +55,13 @@ func memoryConfig(t *testing.T, tenant, runtime, suspend, snap string) (cfg, sto
 	t.Helper()
 	eng := enginetest.Containerd.Config(t)
 	eng = strings.Replace(eng, "containerd:\n", "containerd:\n  checkpoint: true\n", 1)
+	return engineMemoryConfig(t, eng, tenant, runtime, suspend, snap)
+}
+
+// engineMemoryConfig is memoryConfig on the engine whose configuration
+// eng is.
+func engineMemoryConfig(t *testing.T, eng, tenant, runtime, suspend, snap string) (cfg, storeDir string) {
+	t.Helper()
 	pols := t.TempDir()
 	if err := os.WriteFile(filepath.Join(pols, tenant+".yaml"), []byte(fmt.Sprintf(`default: allow
 sandbox:
@@ -347,6 +354,41 @@ func TestSuspendMemory(t *testing.T) {
 		r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"cat /workspace/kept.txt","description":"t"}`))
 		if err != nil || r.IsError || strings.TrimSpace(r.Text) != "kept" {
 			t.Errorf("after the resume: %v %q", err, r.Text)
+		}
+	})
+	// Docker runs runsc but has no checkpoint this server can drive (the
+	// daemon's needs experimental mode, docs/checkpoint.md): the same
+	// policy falls back to files, its event naming why.
+	t.Run("docker-runsc", func(t *testing.T) {
+		tenant := dockertest.Tenant("memdocker")
+		cfg, _ := engineMemoryConfig(t, enginetest.Docker.Config(t), tenant, "runsc", "memory", "")
+		const s = "fallback"
+		removeSandboxesAtEnd(t, cfg, tenant, s)
+		srv := startServeProcess(t, bin, cfg)
+		defer srv.stop(t)
+		c := client.New(srv.url, testToken, nil)
+		ctx := context.Background()
+		if r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"echo kept > /workspace/kept.txt","description":"t"}`)); err != nil || r.IsError {
+			t.Fatalf("call: %v %q", err, r.Text)
+		}
+		if r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"sleep 300","description":"t","run_in_background":true}`)); err != nil || r.IsError {
+			t.Fatalf("background task: %v %q", err, r.Text)
+		}
+		events := subscribe(t, c, s)
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			t.Fatalf("suspend: %v", err)
+		}
+		e := events("suspended")
+		t.Logf("suspended on Docker: %s", e.Message)
+		if !strings.Contains(e.Message, "no memory image") || !strings.Contains(e.Message, "only containerd with gVisor") {
+			t.Errorf("the suspended event on Docker: %q, want the files fallback and why", e.Message)
+		}
+		r, err := c.Call(ctx, s, "bash", json.RawMessage(`{"command":"cat /workspace/kept.txt","description":"t"}`))
+		if err != nil || r.IsError || strings.TrimSpace(r.Text) != "kept" {
+			t.Errorf("after the resume: %v %q", err, r.Text)
+		}
+		if e := events("resumed"); !strings.HasPrefix(e.Message, "from snapshot") {
+			t.Errorf("the resumed event on Docker: %q, want the files snapshot", e.Message)
 		}
 	})
 }
