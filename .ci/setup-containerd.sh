@@ -15,7 +15,9 @@
 #      images/testimage/build.sh, which setup-docker.sh runs) into namespace
 #      shellbox; on a host without Docker (or with
 #      SHELLBOX_CI_TEST_IMAGE_FROM=shellbox) builds it for containerd with
-#      `shellbox image build --test --containerd` instead;
+#      `shellbox image build --test --containerd` instead; and the clients
+#      image shellbox-test-clients:latest from Docker when Docker has it
+#      (build.sh --clients: the credential tests' git, python3, node);
 #   6. proves a container runs under runc and under gVisor (its kernel is not
 #      the host's; ls -l and stat work).
 #
@@ -76,6 +78,7 @@ LOG_FILE=/var/log/shellbox-containerd.log
 RUNC_ROOT=$RUN_DIR/runc
 RUNSC_ROOT=$RUN_DIR/runsc
 TEST_IMAGE=${SHELLBOX_TEST_IMAGE:-shellbox-test:latest}
+CLIENTS_IMAGE=shellbox-test-clients:latest
 SNAPSHOTTER=${SHELLBOX_CONTAINERD_SNAPSHOTTER:-overlayfs}
 START_SECONDS=30
 
@@ -239,6 +242,37 @@ step test-image
 # tests' -race build does not share (from an empty build cache 67 s of CPU,
 # ~3 min here on two busy cores; warm, the whole step is ~4 s), while
 # docker save | ctr import takes ~0.8-2 s and nothing when unchanged.
+
+# import_from_docker IMAGE: docker save | ctr import, under both names,
+# labelled with the Docker image ID; nothing when containerd has that very
+# image under both names already.
+import_from_docker() {
+  local image=$1 full docker_id name t0
+  full=$image
+  if [[ "$image" != */* ]]; then full=docker.io/library/$image; fi
+  docker_id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null) ||
+    die "Docker has no $image; build it with images/testimage/build.sh (setup-docker.sh runs it)"
+  image_current() { # name
+    ctr_ images ls "name==$1" 2>/dev/null | grep -qF "org.shellbox.docker-id=$docker_id"
+  }
+  if image_current "$image" && image_current "$full"; then
+    log "$image is imported (Docker image ${docker_id:7:12})"
+    return
+  fi
+  t0=${EPOCHREALTIME/./}
+  docker save "$image" | ctr_ images import --snapshotter "$SNAPSHOTTER" - >/dev/null ||
+    die "importing $image into containerd (namespace $NAMESPACE) failed"
+  ctr_ images ls -q "name==$full" | grep -qxF "$full" ||
+    die "after the import containerd has no image $full: $(ctr_ images ls -q | tr '\n' ' ')"
+  if [[ "$full" != "$image" ]]; then
+    ctr_ images tag --force "$full" "$image" >/dev/null || die "cannot tag $full as $image"
+  fi
+  for name in "$full" "$image"; do
+    ctr_ images label "$name" "org.shellbox.docker-id=$docker_id" >/dev/null || die "cannot label $name"
+  done
+  log "imported $image (Docker image ${docker_id:7:12}) as $image and $full in $(elapsed "$t0")s"
+}
+
 full_name=$TEST_IMAGE
 if [[ "$TEST_IMAGE" != */* ]]; then full_name=docker.io/library/$TEST_IMAGE; fi
 FROM=${SHELLBOX_CI_TEST_IMAGE_FROM:-}
@@ -249,28 +283,7 @@ fi
 case "$FROM" in
 docker)
   command -v docker >/dev/null || die "docker is needed to export $TEST_IMAGE (run .ci/setup-docker.sh first)"
-  docker_id=$(docker image inspect -f '{{.Id}}' "$TEST_IMAGE" 2>/dev/null) ||
-    die "Docker has no $TEST_IMAGE; build it with images/testimage/build.sh (setup-docker.sh runs it)"
-
-  image_current() { # name
-    ctr_ images ls "name==$1" 2>/dev/null | grep -qF "org.shellbox.docker-id=$docker_id"
-  }
-  if image_current "$TEST_IMAGE" && image_current "$full_name"; then
-    log "$TEST_IMAGE is imported (Docker image ${docker_id:7:12})"
-  else
-    t0=${EPOCHREALTIME/./}
-    docker save "$TEST_IMAGE" | ctr_ images import --snapshotter "$SNAPSHOTTER" - >/dev/null ||
-      die "importing $TEST_IMAGE into containerd (namespace $NAMESPACE) failed"
-    ctr_ images ls -q "name==$full_name" | grep -qxF "$full_name" ||
-      die "after the import containerd has no image $full_name: $(ctr_ images ls -q | tr '\n' ' ')"
-    if [[ "$full_name" != "$TEST_IMAGE" ]]; then
-      ctr_ images tag --force "$full_name" "$TEST_IMAGE" >/dev/null || die "cannot tag $full_name as $TEST_IMAGE"
-    fi
-    for name in "$full_name" "$TEST_IMAGE"; do
-      ctr_ images label "$name" "org.shellbox.docker-id=$docker_id" >/dev/null || die "cannot label $name"
-    done
-    log "imported $TEST_IMAGE (Docker image ${docker_id:7:12}) as $TEST_IMAGE and $full_name in $(elapsed "$t0")s"
-  fi
+  import_from_docker "$TEST_IMAGE"
   ;;
 shellbox)
   log "building $TEST_IMAGE for containerd: shellbox image build --test --containerd"
@@ -286,6 +299,17 @@ shellbox)
   ;;
 *) die "SHELLBOX_CI_TEST_IMAGE_FROM=$FROM: want docker or shellbox" ;;
 esac
+
+# The clients image (git, python3 with requests, node: build.sh --clients,
+# which setup-docker.sh runs) for cmd/shellbox TestServeCredentialClients
+# on containerd. It is made from the host's own clients, so only Docker's
+# copy exists: without Docker, or before setup-docker.sh built it, nothing
+# is imported and that test says so (fails under CI=true).
+if command -v docker >/dev/null && docker image inspect "$CLIENTS_IMAGE" >/dev/null 2>&1; then
+  import_from_docker "$CLIENTS_IMAGE"
+else
+  log "Docker has no $CLIENTS_IMAGE: not imported (images/testimage/build.sh --clients builds it)"
+fi
 
 # --- 6. prove it ------------------------------------------------------------------
 step check

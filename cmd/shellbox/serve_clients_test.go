@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/secrets"
@@ -30,7 +30,8 @@ import (
 const clientsImage = "shellbox-test-clients:latest"
 
 // TestServeCredentialClients: the real clients an agent uses, in a
-// sandbox of `shellbox serve` on Docker (runc, and gVisor), get the
+// sandbox of `shellbox serve` on each engine and runtime (Docker and
+// containerd, runc and gVisor: one case each, its time logged), get the
 // credential of the tenant's policy injected by the relay while they only
 // ever hold its placeholder: git clones and pushes over HTTPS (the
 // placeholder as the password of the URL) to git http-backend behind a TLS
@@ -40,28 +41,45 @@ const clientsImage = "shellbox-test-clients:latest"
 // NODE_EXTRA_CA_CERTS). The server sees the secret on every request, the
 // pushed commit lands in its bare repository, and nothing in the sandbox
 // (every process's environment, every file it can read or wrote, the git
-// objects it fetched) holds the secret.
+// objects it fetched) holds the secret. The clients image comes from
+// Docker (built here when missing); containerd's copy is imported by
+// .ci/setup-containerd.sh. The four cases run in parallel (each its own
+// server, origin and session): sequential, the two containerd cases added
+// ~15 s to the package.
 func TestServeCredentialClients(t *testing.T) {
-	for _, runtime := range []string{"runc", "runsc"} {
-		t.Run(runtime, func(t *testing.T) { serveCredentialClients(t, runtime) })
+	for _, c := range []struct {
+		eng     enginetest.Engine
+		runtime string
+	}{
+		{enginetest.Docker, "runc"},
+		{enginetest.Docker, "runsc"},
+		{enginetest.Containerd, "runc"},
+		{enginetest.Containerd, "runsc"},
+	} {
+		t.Run(c.eng.Name+"/"+c.runtime, func(t *testing.T) {
+			t.Parallel()
+			serveCredentialClients(t, c.eng, c.runtime)
+		})
 	}
 }
 
-func serveCredentialClients(t *testing.T, runtime string) {
+func serveCredentialClients(t *testing.T, eng enginetest.Engine, runtime string) {
 	requireEngine(t)
 	requireClientsImage(t)
-	if runtime != "runc" {
-		_, ok, err := dockertest.RuntimeArgs(context.Background(), dockertest.Engine(t), runtime)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dockertest.Require(t, ok, fmt.Sprintf("the Docker engine has no %q runtime; .ci/setup-docker.sh registers runsc", runtime))
-	}
 	bin := buildBinaries(t)
-	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()+runtime))), "-", "x")
+	// The case's own time: the binaries are built once for the package.
+	start := time.Now()
+	t.Cleanup(func() { t.Logf("%s %s: %.1fs", eng.Name, runtime, time.Since(start).Seconds()) })
+	eng.Runtime(t, t.TempDir(), filepath.Join(filepath.Dir(bin), "shellbox-agent"), runtime) // skips without runsc
+	if eng.Name == enginetest.Containerd.Name {
+		c, ctx := containerdtest.Client(t, containerdtest.Address(t))
+		_, err := c.GetImage(ctx, clientsImage)
+		dockertest.Require(t, err == nil, fmt.Sprintf("containerd has no %s (%v): .ci/setup-containerd.sh imports it from Docker", clientsImage, err))
+	}
+	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()+eng.Name+runtime))), "-", "x")
 	o := gitOrigin(t, secret)
-	session := "clients-" + runtime
-	cs := serveCredentialImage(t, enginetest.Docker, bin, clientsImage, runtime, secret, o.port, o.caFile, nil, "", session)
+	session := "clients-" + eng.Name + "-" + runtime
+	cs := serveCredentialImage(t, eng, bin, clientsImage, runtime, secret, o.port, o.caFile, nil, "", session)
 	call := cs.call
 	t.Cleanup(func() {
 		if t.Failed() {
