@@ -72,9 +72,10 @@ type Config struct {
 	// Restorable, if set, says whether Restore is to make spec's
 	// session's sandbox from a saved image: such a session is not handed
 	// a pooled sandbox (one already running a fresh process tree, which
-	// no image goes into) but started cold, where Restore is asked. It
-	// only reads; a wrong true costs a cold start, a wrong false the
-	// image (the session layer says why in its event).
+	// no image goes into) but started cold, where Restore is asked. It is
+	// asked only where a pool of spec's template exists, and only reads;
+	// a wrong true costs a cold start, a wrong false the image (the
+	// session layer says why in its event).
 	Restorable func(ctx context.Context, spec Spec) bool
 
 	// Prepare, if set, is called on a pooled sandbox once it is ready,

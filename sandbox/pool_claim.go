@@ -25,11 +25,14 @@ func (w *warmPools) claim(ctx context.Context, spec Spec) (Sandbox, bool, error)
 	if w.cfg.Claims == nil {
 		return Sandbox{}, false, nil
 	}
-	if w.cfg.Restorable != nil && w.cfg.Restorable(ctx, spec) {
+	c := &claimPass{spec: spec, k: poolKey(spec.Tenant, TemplateHash(spec))}
+	w.mu.Lock()
+	_, pooled := w.pools[c.k]
+	w.mu.Unlock()
+	if pooled && w.cfg.Restorable != nil && w.cfg.Restorable(ctx, spec) {
 		w.cfg.Logger.Info("warm pool passed over: the session resumes from a saved image", "tenant", spec.Tenant, "session", spec.Session)
 		return Sandbox{}, false, nil
 	}
-	c := &claimPass{spec: spec, k: poolKey(spec.Tenant, TemplateHash(spec))}
 	took := false // a ready sandbox was taken: the pool is refilled once the claim ends
 	for {
 		p, sb, err := w.takeReady(ctx, c)

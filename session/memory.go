@@ -41,7 +41,9 @@ package session
 // image's (imageSandbox). That start takes the dead claim over at once
 // (predecessorsClaim), keeps the sandbox if its agent answers, and
 // otherwise removes it and leaves the session suspended, for its next
-// call to restore.
+// call to restore. A claim of this server's own whose sandbox is gone
+// (the server stopped before the restore had one running) is taken over by
+// the next cold creation at once (ownImageClaim), which restores the image.
 //
 // Limits, said in docs/checkpoint.md: the idle reaper does not suspend a
 // session while its background tasks run (the server's watch of its tasks
@@ -145,7 +147,7 @@ func (l *Service) imageToRestore(ctx context.Context, spec sandbox.Spec, take bo
 	l.mu.Lock()
 	_, chosen := l.resumeFrom[tenant+"/"+session]
 	l.mu.Unlock()
-	stale := r.State == stateResuming && r.Claim != nil && !time.Now().Before(r.Claim.Until)
+	stale := r.State == stateResuming && r.Claim != nil && (!time.Now().Before(r.Claim.Until) || l.ownImageClaim(r))
 	if r.Memory == "" || chosen || (r.State != stateSuspended && !stale) {
 		if take {
 			l.noteRecord(tenant, session, r, version) // Resume's to act on
@@ -157,9 +159,9 @@ func (l *Service) imageToRestore(ctx context.Context, spec sandbox.Spec, take bo
 
 // restorable is sandbox.Config.Restorable: whether restoreSandbox is to
 // make spec's sandbox from a memory image (the warm pool is then passed
-// over). It reads the record from the store only for a tenant whose
-// policy takes memory images (one read per pool claim, noted for the
-// Resume that reads it next).
+// over). The Manager asks only where a pool of spec's template exists; it
+// reads the record from the store only for a tenant whose policy takes
+// memory images (noted for the Resume that reads it next).
 func (l *Service) restorable(ctx context.Context, spec sandbox.Spec) bool {
 	_, _, _, ok := l.imageToRestore(ctx, spec, false)
 	return ok
@@ -268,6 +270,17 @@ func (l *Service) restoreImage(ctx context.Context, cp sandbox.Checkpointer, spe
 func (l *Service) predecessorsClaim(r record, sb sandbox.Sandbox) bool {
 	c := r.Claim
 	return c.Image != "" && c.Image == r.Memory && c.SandboxOwner == l.cfg.Owner && sb.Owner == l.cfg.Owner && madeUnder(c, sb, true)
+}
+
+// ownImageClaim says whether r's claim is a memory resume's made on this
+// server's runtime (its owner's), asked while the Manager makes the
+// session a sandbox cold: it has none, so the claim's restore is over (its
+// server stopped before the restore had a running sandbox, which a start
+// removes; or this process's restore ended and the claim's end was not
+// written), and is taken over at once rather than at its Until. Two live
+// servers never share an owner on one runtime.
+func (l *Service) ownImageClaim(r record) bool {
+	return r.Claim.Image != "" && r.Claim.Image == r.Memory && r.Claim.SandboxOwner == l.cfg.Owner
 }
 
 // madeUnder says whether sb is the sandbox claim c made: the one it names,

@@ -266,9 +266,12 @@ func TestMemoryResumeBypassesThePool(t *testing.T) {
 //     and the event says why the image was not used;
 //   - silent: an image's sandbox whose agent does not answer is removed,
 //     the session left suspended, and its next call restores it from the
-//     image.
+//     image;
+//   - gone: the server stopped before the restore had a running sandbox
+//     (none is adopted): the next call takes the dead claim over at once
+//     and restores the image into one sandbox.
 func TestMemoryResumeAdoptedMidRestore(t *testing.T) {
-	for _, tc := range []string{"restored", "unnamed", "fresh", "silent"} {
+	for _, tc := range []string{"restored", "unnamed", "fresh", "silent", "gone"} {
 		t.Run(tc, func(t *testing.T) {
 			store, _ := memorySession(t)
 			r := storedRecord(t, store)
@@ -289,6 +292,9 @@ func TestMemoryResumeAdoptedMidRestore(t *testing.T) {
 				c.Image, c.Until = "", time.Now().Add(time.Second).UTC()
 			}
 			r.State, r.Claim = stateResuming, c
+			if tc == "gone" {
+				rt.Vanish("acme", "s1") // not running at the stop: removed at the start
+			}
 			data, _ := json.Marshal(r)
 			if err := store.SetRecord(t.Context(), "acme", "s1", data); err != nil {
 				t.Fatal(err)
@@ -323,18 +329,23 @@ func TestMemoryResumeAdoptedMidRestore(t *testing.T) {
 				if tc == "fresh" && (imports != 1 || !strings.Contains(ev, "memory image "+r.Memory+" not restored") || !strings.Contains(ev, "adopted")) {
 					t.Errorf("%d files snapshots loaded, event %q: want the files snapshot, and why not the image", imports, ev)
 				}
-			case "silent":
-				if got.State != stateSuspended || rt.Removes.Load() != 1 {
-					t.Fatalf("record %+v, %d removed: want the silent sandbox removed, the session suspended", got, rt.Removes.Load())
+			case "silent", "gone":
+				if tc == "silent" {
+					if got.State != stateSuspended || rt.Removes.Load() != 1 {
+						t.Fatalf("record %+v, %d removed: want the silent sandbox removed, the session suspended", got, rt.Removes.Load())
+					}
+					t.Logf("%s", h.last(t, "resume-failed"))
 				}
-				t.Logf("%s", h.last(t, "resume-failed"))
 				spec := sandbox.DefaultSpec("acme", "s1")
 				spec.Image, spec.Runtime = "img:a", sandbox.RuntimeRunsc
 				if _, err := l.manager.Ensure(ctx, spec); err != nil {
 					t.Fatalf("the next call: %v", err)
 				}
-				if rt.restores.Load() != 1 || !strings.Contains(h.last(t, "resumed"), "restored from memory image") {
-					t.Errorf("%d restored: want the next call's sandbox restored from the image", rt.restores.Load())
+				if rt.restores.Load() != 1 || rt.creates.Load() != 0 || !strings.Contains(h.last(t, "resumed"), "restored from memory image") {
+					t.Errorf("%d restored, %d created: want the next call's sandbox restored from the image", rt.restores.Load(), rt.creates.Load())
+				}
+				if got := storedRecord(t, store); got.State != stateRunning {
+					t.Errorf("record %+v after the next call, want running", got)
 				}
 			}
 		})

@@ -331,6 +331,18 @@ func TestSuspendMemory(t *testing.T) {
 			t.Errorf("bash_output on B: %q, want it to begin at n%d", r.Text, seen+1)
 		}
 	})
+	// A server killed during a memory resume: at the restored task's
+	// start (before its agent listens again), once the runtime logs the
+	// restore (before the claim names the sandbox), or once the session
+	// layer logs it (named and probed, perhaps before the session is
+	// recorded running). The next server start adopts or removes what it
+	// left, and the session's next call finds its counter task still
+	// counting, its file with no restart.
+	t.Run("restart", func(t *testing.T) {
+		for _, at := range []string{"task-start", "restored", "probed"} {
+			t.Run(at, func(t *testing.T) { restartDuringMemoryResume(t, bin, at) })
+		}
+	})
 	t.Run("runc", func(t *testing.T) {
 		tenant := dockertest.Tenant("memrunc")
 		cfg, _ := memoryConfig(t, tenant, "runc", "memory", "")
@@ -391,6 +403,112 @@ func TestSuspendMemory(t *testing.T) {
 			t.Errorf("the resumed event on Docker: %q, want the files snapshot", e.Message)
 		}
 	})
+}
+
+// restartDuringMemoryResume suspends a session running a counter task
+// with a memory image, kills its server during the resume its next call
+// starts (at: "task-start", containerd's start of the restored task;
+// "restored", the runtime's log of the restore; "probed", the session
+// layer's), starts the server again
+// and checks that the counter counts on, its file counting 1..N.
+func restartDuringMemoryResume(t *testing.T, bin, at string) {
+	tenant := dockertest.Tenant("memrst" + at[:1])
+	cfg, _ := memoryConfig(t, tenant, "runsc", "memory", "")
+	const s = "restart"
+	removeSandboxesAtEnd(t, cfg, tenant, s)
+	a := startServeProcess(t, bin, cfg)
+	ctx := context.Background()
+	c := client.New(a.url, testToken, nil)
+	bash := func(c *client.Client, cmd string, background bool) string {
+		t.Helper()
+		args, _ := json.Marshal(map[string]any{"command": cmd, "description": "restart test", "run_in_background": background})
+		r, err := c.Call(ctx, s, "bash", args)
+		if err != nil || r.IsError {
+			t.Fatalf("%q: %v %q", cmd, err, r.Text)
+		}
+		return r.Text
+	}
+	bash(c, `i=0; while :; do i=$((i+1)); echo $i >> /workspace/counter.log; sleep 0.2; done`, true)
+	time.Sleep(time.Second)
+	if _, err := c.SuspendSession(ctx, s); err != nil {
+		t.Fatalf("suspend: %v", err)
+	}
+	killed := make(chan struct{})
+	kill := func() {
+		_ = a.cmd.Process.Kill()
+		close(killed)
+	}
+	switch at {
+	case "task-start":
+		ccfg := containerdtest.Config(t, containerdtest.Address(t))
+		cc, err := ctrd.New(ccfg.Address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		wctx, cancel := context.WithCancel(namespaces.WithNamespace(ctx, ccfg.Namespace))
+		defer cancel()
+		ch, errs := cc.Subscribe(wctx, `topic=="/tasks/start"`)
+		id := containerd.ContainerID(tenant, s)
+		go func() {
+			for {
+				select {
+				case e := <-ch:
+					var ev apievents.TaskStart
+					if e.Namespace == ccfg.Namespace && typeurl.UnmarshalTo(e.Event, &ev) == nil && ev.ContainerID == id {
+						kill()
+						return
+					}
+				case <-errs:
+					return
+				case <-wctx.Done():
+					return
+				}
+			}
+		}()
+		time.Sleep(500 * time.Millisecond) // subscribed before the resume
+	case "restored", "probed":
+		go func() {
+			for l := range a.logs {
+				if strings.Contains(l, "sandbox restored from its memory image") && strings.Contains(l, `"probe"`) == (at == "probed") {
+					kill()
+					return
+				}
+			}
+		}()
+	}
+	go c.Call(ctx, s, "bash", json.RawMessage(`{"command":"true","description":"restart test"}`)) // cut short by the kill
+	select {
+	case <-killed:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the resume never reached %s", at)
+	}
+	a.done <- <-a.done // exited; left for its cleanup
+	b := startServeProcess(t, bin, cfg)
+	defer b.stop(t)
+	cb := client.New(b.url, testToken, nil)
+	out := bash(cb, "sleep 1; cat /workspace/counter.log", false)
+	for drained := false; !drained; {
+		select {
+		case l := <-b.logs:
+			if strings.Contains(l, "session resume") || strings.Contains(l, "adopted") || strings.Contains(l, "memory image") {
+				t.Logf("after the restart: %.700s", l)
+			}
+		default:
+			drained = true
+		}
+	}
+	n := strings.Fields(out)
+	for i, v := range n {
+		if v != strconv.Itoa(i+1) {
+			t.Fatalf("counter.log line %d is %q: the counter restarted or skipped", i+1, v)
+		}
+	}
+	again := strings.Fields(bash(cb, "sleep 1; cat /workspace/counter.log", false))
+	t.Logf("counter at %d, then %d", len(n), len(again))
+	if len(again) <= len(n) {
+		t.Errorf("the counter stopped at %d after the restart: its process was not restored", len(n))
+	}
 }
 
 // containerCreates counts the containers containerd makes for tenant's
