@@ -343,6 +343,87 @@ func TestSuspendMemory(t *testing.T) {
 			t.Run(at, func(t *testing.T) { restartDuringMemoryResume(t, bin, at) })
 		}
 	})
+	// A warm pool of the session's template, made after its memory
+	// suspend (a policy change, then a server start), is passed over: the
+	// session's one sandbox is restored from its image, its counter
+	// counting on, and the pool keeps its sandbox.
+	t.Run("pool", func(t *testing.T) {
+		tenant := dockertest.Tenant("mempool")
+		cfg, _ := memoryConfig(t, tenant, "runsc", "memory", "")
+		const s = "pooled"
+		removeSandboxesAtEnd(t, cfg, tenant, s)
+		a := startServeProcess(t, bin, cfg)
+		ctx := context.Background()
+		c := client.New(a.url, testToken, nil)
+		bash := func(c *client.Client, cmd string, background bool) string {
+			t.Helper()
+			args, _ := json.Marshal(map[string]any{"command": cmd, "description": "pool test", "run_in_background": background})
+			r, err := c.Call(ctx, s, "bash", args)
+			if err != nil || r.IsError {
+				t.Fatalf("%q: %v %q", cmd, err, r.Text)
+			}
+			return r.Text
+		}
+		bash(c, `i=0; while :; do i=$((i+1)); echo $i >> /workspace/counter.log; sleep 0.2; done`, true)
+		time.Sleep(time.Second)
+		if _, err := c.SuspendSession(ctx, s); err != nil {
+			t.Fatalf("suspend: %v", err)
+		}
+		a.stop(t)
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`policies:\n  dir: (\S+)`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no policies dir in %s", b)
+		}
+		pol := filepath.Join(string(m[1]), tenant+".yaml")
+		f, err := os.OpenFile(pol, os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString("  pool: {size: 1}\n")
+			f.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := startServeProcess(t, bin, cfg)
+		defer srv.stop(t)
+		if serverLogLine(srv, "pooled sandbox created") == "" {
+			t.Fatal("no pooled sandbox within 30 s")
+		}
+		cb := client.New(srv.url, testToken, nil)
+		events := subscribe(t, cb, s)
+		out := strings.Fields(bash(cb, "sleep 1; cat /workspace/counter.log", false))
+		e := events("resumed")
+		t.Logf("resumed with a pool ready: %s", e.Message)
+		if !strings.Contains(e.Message, "restored from memory image") {
+			t.Errorf("the resumed event: %q, want the image restored, not a pooled sandbox", e.Message)
+		}
+		for i, v := range out {
+			if v != strconv.Itoa(i+1) {
+				t.Fatalf("counter.log line %d is %q: the counter restarted or skipped", i+1, v)
+			}
+		}
+		if again := strings.Fields(bash(cb, "sleep 1; cat /workspace/counter.log", false)); len(again) <= len(out) {
+			t.Errorf("the counter stopped at %d: its process was not restored", len(out))
+		}
+		passed := false
+		for drained := false; !drained; {
+			select {
+			case l := <-srv.logs:
+				passed = passed || strings.Contains(l, "warm pool passed over")
+				if strings.Contains(l, "sandbox claimed from pool") {
+					t.Errorf("the session claimed a pooled sandbox: %s", l)
+				}
+			default:
+				drained = true
+			}
+		}
+		if !passed {
+			t.Errorf("no \"warm pool passed over\" in the server's log")
+		}
+	})
 	t.Run("runc", func(t *testing.T) {
 		tenant := dockertest.Tenant("memrunc")
 		cfg, _ := memoryConfig(t, tenant, "runc", "memory", "")
