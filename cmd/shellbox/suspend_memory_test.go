@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
@@ -387,6 +388,24 @@ func TestSuspendMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A server keeps its pooled sandboxes when it stops (the next
+		// start adopts them): removed after it, by owner.
+		owner := regexp.MustCompile(`\n  owner: (\S+)`).FindSubmatch(b)
+		if owner == nil {
+			t.Fatalf("no owner in %s", b)
+		}
+		t.Cleanup(func() {
+			rt := containerdtest.New(t, containerdtest.Config(t, containerdtest.Address(t)), "runc")
+			list, err := rt.List(context.Background(), string(owner[1]))
+			for _, sb := range list {
+				if err == nil && sandbox.IsPooled(sb.Session) {
+					err = rt.Remove(context.Background(), sb.ID)
+				}
+			}
+			if err != nil {
+				t.Errorf("removing the pooled sandboxes: %v", err)
+			}
+		})
 		srv := startServeProcess(t, bin, cfg)
 		defer srv.stop(t)
 		if serverLogLine(srv, "pooled sandbox created") == "" {
