@@ -31,6 +31,25 @@ import (
 // shellbox's own deletions (Remove: a suspend, a session's end, the idle
 // reaper) are marked first with AnnotationRemoving, which the watch skips,
 // and take RemoveGraceSeconds at most, their agent told to end at once.
+//
+// Only the leader saves a pod (one snapshot per deletion), but every
+// replica may hold the pod as its session's sandbox (the Manager's entry,
+// a cached connection to its agent), and a replica that does dials the
+// pod's IP at its next call: once the agent is gone with its pod, a
+// blackhole, which costs the call agentapi's connect bound (5 s) before
+// the pod is found gone. WatchGone tells every replica, leader or not, of
+// each session pod that goes, whoever deletes it (its own mark or not: a
+// pod another replica suspends goes too), as soon as its agent is gone:
+// the pod is being deleted and its sandbox container no longer runs, or
+// the pod is gone, whichever is seen first. Not at its deletionTimestamp:
+// through the grace the agent serves (fenced: a call there is refused at
+// once and made again in the next pod) and the leader snapshots through
+// it, and a replica that let go then would wait for the pod to go by
+// polling it (Remove), ten requests a second per pod against its QPS
+// budget, through a drain's graces. The replica drops what it holds of
+// that pod and no more (session/rescue.go). WatchGone reads no token
+// (nothing talks to the agent): it costs each replica one informer of the
+// release's session pods (a list, then a watch), nothing per pod.
 
 // AnnotationRemoving marks a pod shellbox deletes itself (Remove), with
 // the time it did: the deletion watch leaves it alone.
@@ -56,25 +75,10 @@ const RemoveGraceSeconds int64 = 2
 // watch; RBAC pods list and watch) until ctx ends, and returns an error
 // only if the first list fails.
 func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(sb sandbox.Sandbox, until time.Time)) error {
-	sel := labels.Set{sandbox.LabelManaged: "true", LabelRelease: LabelValue(r.cfg.Release)}.AsSelector().String()
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(lctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
-	cancel()
+	inf, err := r.sessionPods(ctx)
 	if err != nil {
-		return fmt.Errorf("watching session pods' deletions: %w", r.convert(err, "pods", "list pods"))
+		return fmt.Errorf("watching session pods' deletions: %w", err)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithNamespace(r.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
-	inf := f.Core().V1().Pods().Informer()
-	// The cache keeps what the watch looks at, not whole pods.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
-			p.Spec = corev1.PodSpec{}
-			p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, ContainerStatuses: p.Status.ContainerStatuses}
-		}
-		return obj, nil
-	})
 	var (
 		mu   sync.Mutex
 		told = map[types.UID]bool{}
@@ -110,10 +114,7 @@ func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(
 		AddFunc:    look,
 		UpdateFunc: func(_, obj any) { look(obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
+			if p, ok := deletedPod(obj); ok {
 				mu.Lock()
 				delete(told, p.UID)
 				mu.Unlock()
@@ -125,6 +126,135 @@ func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(
 	inf.RunWithContext(ctx)
 	wg.Wait()
 	return nil
+}
+
+// WatchGone calls gone with the sandbox of every session pod of owner (""
+// any) that goes, whoever deletes it, once per pod, as soon as its agent
+// is gone: the pod is being deleted (a deletionTimestamp, with shellbox's
+// mark or without) and its sandbox container no longer runs (agentGone),
+// or the pod is gone, whichever is seen first. Pods in that state when the
+// watch starts are told too. A claimed pooled pod is its claiming
+// session's (Sandbox.PoolName its pooled name); unclaimed pooled pods are
+// left out. The sandbox is the pod as Get describes it (ID, Created),
+// without its token: nothing talks to its agent. gone runs on the watch's
+// goroutine and must not block.
+//
+// Every replica runs it (session/rescue.go); it costs one informer of the
+// release's session pods, as WatchDeletions, until ctx ends, and returns
+// an error only if the first list fails.
+func (r *Runtime) WatchGone(ctx context.Context, owner string, gone func(sb sandbox.Sandbox)) error {
+	inf, err := r.sessionPods(ctx)
+	if err != nil {
+		return fmt.Errorf("watching session pods that go: %w", err)
+	}
+	// told holds the pods told before they were gone, until they are:
+	// one entry per session pod at most.
+	var (
+		mu   sync.Mutex
+		told = map[types.UID]bool{}
+	)
+	tell := func(p *corev1.Pod) {
+		if owner != "" && p.Annotations[AnnotationOwner] != owner {
+			return
+		}
+		sb := describe(p, "", r.cfg.AgentPort)
+		if sandbox.IsPooled(sb.Session) {
+			claimed := p.Annotations[AnnotationClaimedBy]
+			if claimed == "" {
+				return
+			}
+			sb.Session, sb.PoolName = claimed, sb.Session
+		}
+		gone(sb)
+	}
+	look := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || !agentGone(p) {
+			return
+		}
+		mu.Lock()
+		first := !told[p.UID]
+		told[p.UID] = true
+		mu.Unlock()
+		if first {
+			tell(p)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    look,
+		UpdateFunc: func(_, obj any) { look(obj) },
+		DeleteFunc: func(obj any) {
+			p, ok := deletedPod(obj)
+			if !ok {
+				return
+			}
+			mu.Lock()
+			was := told[p.UID]
+			delete(told, p.UID)
+			mu.Unlock()
+			if !was {
+				tell(p)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watching session pods that go: %w", err)
+	}
+	inf.RunWithContext(ctx)
+	return nil
+}
+
+// agentGone says whether p, a pod being deleted, has no agent any more:
+// its sandbox container no longer runs (the agent ended, the grace ran
+// out), or the pod no longer runs or has no address.
+func agentGone(p *corev1.Pod) bool {
+	if p.DeletionTimestamp == nil {
+		return false
+	}
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return true
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == ContainerSandbox {
+			return cs.State.Running == nil
+		}
+	}
+	return true
+}
+
+// deletedPod is the pod of an informer's deletion, tombstone or not.
+func deletedPod(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok
+}
+
+// sessionPods is an informer of the release's session pods (a list, then
+// a watch; RBAC pods list and watch), not started, whose cache keeps
+// their metadata and status, not their specs. It fails if a first list
+// does (RBAC, the API server unreachable).
+func (r *Runtime) sessionPods(ctx context.Context) (cache.SharedIndexInformer, error) {
+	sel := labels.Set{sandbox.LabelManaged: "true", LabelRelease: LabelValue(r.cfg.Release)}.AsSelector().String()
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := r.cs.CoreV1().Pods(r.cfg.Namespace).List(lctx, metav1.ListOptions{LabelSelector: sel, Limit: 1})
+	cancel()
+	if err != nil {
+		return nil, r.convert(err, "pods", "list pods")
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithNamespace(r.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	inf := f.Core().V1().Pods().Informer()
+	// The cache keeps what the watches look at, not whole pods.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+			p.Spec = corev1.PodSpec{}
+			p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, ContainerStatuses: p.Status.ContainerStatuses}
+		}
+		return obj, nil
+	})
+	return inf, nil
 }
 
 // doomedSandbox is the sandbox of p, a pod being deleted, with its token

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,6 +169,137 @@ func TestWatchDeletions(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("WatchDeletions: %v", err)
+	}
+}
+
+// TestWatchGone: every replica is told of each session pod of its owner
+// that goes, whoever deletes it, once: when its agent is gone with it
+// (being deleted, its sandbox container no longer runs), pods in that
+// state at the start included, or when the pod is gone, whichever comes
+// first; not while its agent serves its grace (the leader snapshots
+// through it); a claimed pooled pod as its session's; not of other owners'
+// pods nor of unclaimed pooled ones. The sandbox told is the pod as the
+// Manager knows it (ID, Created), read with no token.
+func TestWatchGone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newCluster(t)
+	r := c.runtime(t, func(cfg *Config) { cfg.SaveOnDelete = true })
+	var reads atomic.Int32
+	c.cs.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		reads.Add(1)
+		return false, nil, nil
+	})
+	mk := func(session, owner string) sandbox.Sandbox {
+		t.Helper()
+		spec, err := sandbox.NewSpec("acme", session, sandbox.WithImage("img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Owner = owner
+		sb, err := r.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	update := func(sb sandbox.Sandbox, change func(p *corev1.Pod)) {
+		t.Helper()
+		p, err := c.pod(t, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(p)
+		if _, err := c.cs.CoreV1().Pods("sessions").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// doom deletes the pod with a grace, as kubectl delete does: its
+	// agent serves on.
+	doom := func(sb sandbox.Sandbox, annotations map[string]string) {
+		t.Helper()
+		update(sb, func(p *corev1.Pod) {
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+			for k, v := range annotations {
+				p.Annotations[k] = v
+			}
+		})
+	}
+	// end ends the pod's agent (the leader's snapshot is stored, or the
+	// grace ran out): its sandbox container terminated.
+	end := func(sb sandbox.Sandbox) {
+		t.Helper()
+		update(sb, func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].Ready = false
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+		})
+	}
+	early := mk("early", "o")
+	doom(early, nil)
+	end(early)
+	serving := mk("serving", "o")
+	doom(serving, nil)
+	reads.Store(0)
+	got := make(chan sandbox.Sandbox, 10)
+	errc := make(chan error, 1)
+	go func() { errc <- r.WatchGone(ctx, "o", func(sb sandbox.Sandbox) { got <- sb }) }()
+	next := func(what string, want sandbox.Sandbox, pooled string) {
+		t.Helper()
+		select {
+		case sb := <-got:
+			if sb.Tenant != "acme" || sb.Session != want.Session || sb.ID != want.ID || !sb.Created.Equal(want.Created) || sb.PoolName != pooled {
+				t.Errorf("%s: told of %s/%s %s (created %s, pool %q), want %s/%s %s (created %s, pool %q)", what,
+					sb.Tenant, sb.Session, sb.ID, sb.Created, sb.PoolName, want.Tenant, want.Session, want.ID, want.Created, pooled)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not told", what)
+		}
+	}
+	none := func(what string) {
+		t.Helper()
+		select {
+		case sb := <-got:
+			t.Errorf("%s: told of %s/%s %s", what, sb.Tenant, sb.Session, sb.ID)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	next("a pod whose agent was gone at the start", early, "")
+	none("a pod whose agent serves its grace")
+	end(serving)
+	next("the same pod once its agent ended", serving, "")
+	own := mk("own", "o")
+	other := mk("theirs", "someone-else")
+	pooled := mk(sandbox.PoolPrefix+"x", "o")
+	claimed := mk(sandbox.PoolPrefix+"y", "o")
+	vanished := mk("vanished", "o")
+	doom(own, map[string]string{AnnotationRemoving: "now"})
+	end(own)
+	next("shellbox's own deletion (another replica's suspend)", own, "")
+	for _, sb := range []sandbox.Sandbox{other, pooled} {
+		doom(sb, nil)
+		end(sb)
+	}
+	doom(claimed, map[string]string{AnnotationClaimedBy: "claimer"})
+	end(claimed)
+	claimed.Session = "claimer"
+	next("a claimed pooled pod", claimed, sandbox.PoolPrefix+"y")
+	// Gone with its agent never seen gone (a deletion without grace).
+	if err := c.cs.CoreV1().Pods("sessions").Delete(ctx, vanished.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next("a pod gone at once", vanished, "")
+	// Gone after it was told: not again.
+	if err := c.cs.CoreV1().Pods("sessions").Delete(ctx, own.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	none("a pod told already, gone")
+	if n := reads.Load(); n != 0 {
+		t.Errorf("%d reads of Secrets: the watch needs no token", n)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("WatchGone: %v", err)
 	}
 }
 

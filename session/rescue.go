@@ -18,6 +18,33 @@ package session
 // (the old one left with the node being drained) finds the pods being
 // deleted in its first list and saves them.
 //
+// Every replica, leader or not, lets go of a sandbox that went
+// (watchGone). A replica that served the session holds the pod as its
+// sandbox (its Manager's entry, the tenant's cached connection to the
+// agent), and would dial the pod's IP at the session's next call: once the
+// agent is gone with its pod a blackhole, so the call waited out
+// agentapi's connect bound (5 s) before the pod was found gone and the
+// call made again in a new one. So every replica runs a GoneWatcher for as
+// long as it serves (on Kubernetes one informer of the release's session
+// pods per replica, not one watch per session, and no read per pod), and
+// for each sandbox told gone that it holds it does at once what the failed
+// dial led to: it drops the cached connection and removes the sandbox from
+// its Manager (RemoveSandbox: on Kubernetes a pod gone, or one whose
+// deletion is ending, is only waited for). The session's next call there
+// gets a new sandbox, which resumes from the snapshot the leader took. A
+// sandbox is told gone when its agent is (its pod being deleted and its
+// container ended: the leader's snapshot is stored, or the grace ran out)
+// or it is, not when its deletion starts: through the grace the agent
+// serves, fenced, so a call that reaches it is refused at once and made
+// again in the next sandbox, and the leader snapshots through it; a
+// replica that let go then would hold the session's calls in Remove's
+// polls of the pod, through a drain's graces, against the client's QPS
+// budget. It drops only the very sandbox told (its ID and creation time):
+// a replica whose Manager holds a newer sandbox of the session (a resume
+// made it while the old pod's news travelled) keeps it, and RemoveSandbox
+// checks that once more under its hold of the session. Only the leader
+// snapshots.
+//
 // Where no snapshot could be taken at the end (the node vanished, the
 // grace ran out, the store failed), the session resumes from its last
 // snapshot: its record is "running" and names the sandbox it ran in, and
@@ -55,19 +82,40 @@ type DeletionWatcher interface {
 	WatchDeletions(ctx context.Context, owner string, doomed func(sb sandbox.Sandbox, until time.Time)) error
 }
 
+// GoneWatcher is the ability of a runtime whose sandboxes several server
+// processes share (kube.Runtime: a release's replicas) to tell each of
+// them of the sandboxes that went, whoever deleted them: WatchGone calls
+// gone once per sandbox, as soon as its agent is gone with it or the
+// sandbox is, with the sandbox's ID and creation time. It blocks until
+// ctx ends; gone must not block.
+type GoneWatcher interface {
+	WatchGone(ctx context.Context, owner string, gone func(sb sandbox.Sandbox)) error
+}
+
 // deletionWatcher finds rt's DeletionWatcher through its wrappers.
 func deletionWatcher(rt sandbox.Runtime) (DeletionWatcher, bool) {
+	return ability[DeletionWatcher](rt)
+}
+
+// goneWatcher finds rt's GoneWatcher through its wrappers.
+func goneWatcher(rt sandbox.Runtime) (GoneWatcher, bool) {
+	return ability[GoneWatcher](rt)
+}
+
+// ability finds rt's optional ability T through its wrappers.
+func ability[T any](rt sandbox.Runtime) (T, bool) {
 	for rt != nil {
-		if w, ok := rt.(DeletionWatcher); ok {
+		if w, ok := rt.(T); ok {
 			return w, true
 		}
 		u, ok := rt.(sandbox.Unwrapper)
 		if !ok {
-			return nil, false
+			break
 		}
 		rt = u.Unwrap()
 	}
-	return nil, false
+	var zero T
+	return zero, false
 }
 
 // Event states of running sessions' snapshots (SessionNotifier).
@@ -139,6 +187,59 @@ func (l *Service) watchDeletions(ctx context.Context, w DeletionWatcher) {
 		case <-time.After(10 * time.Second):
 		}
 	}
+}
+
+// watchGone lets go of the sandboxes w reports gone that this process
+// holds (dropGone), until ctx ends (the Service's life, leader or not),
+// and waits for the removals it started.
+func (l *Service) watchGone(ctx context.Context, w GoneWatcher) {
+	var drops sync.WaitGroup
+	defer drops.Wait()
+	for {
+		err := w.WatchGone(ctx, l.cfg.Owner, func(sb sandbox.Sandbox) { l.dropGone(ctx, sb, &drops) })
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Warn("watching sandboxes that go; trying again in 10s (meanwhile a call whose sandbox went waits for its connection to fail)", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// dropGone lets go of sb, a sandbox gone or whose agent is, if it is the
+// one this process holds for its session (same ID and creation time): the
+// tenant's cached connection to its agent is dropped at once, and the
+// Manager's entry by RemoveSandbox on drops, which holds the session's
+// calls here until the runtime has no such sandbox; then they get a new
+// one. Another sandbox of the session (a newer one a resume made) is
+// kept: RemoveSandbox checks that again under its hold. It does not
+// block.
+func (l *Service) dropGone(ctx context.Context, sb sandbox.Sandbox, drops *sync.WaitGroup) {
+	var held sandbox.Sandbox
+	for _, s := range l.manager.Sandboxes() {
+		if s.Tenant == sb.Tenant && s.Session == sb.Session {
+			held = s
+			break
+		}
+	}
+	if held.ID == "" || held.ID != sb.ID || !held.Created.Equal(sb.Created) {
+		return // not held here, or another sandbox of the session
+	}
+	l.forgetConn(sb.Tenant, sb.Session)
+	drops.Go(func() {
+		err := l.manager.RemoveSandbox(ctx, held)
+		switch {
+		case err == nil:
+			l.log.Info("sandbox gone: let go of it; the session's next call here gets a new one", "tenant", sb.Tenant, "session", sb.Session, "id", sb.ID)
+		case errors.Is(err, sandbox.ErrNotFound):
+			// Replaced already, here.
+		case ctx.Err() == nil:
+			l.log.Warn("sandbox gone: letting go of it", "tenant", sb.Tenant, "session", sb.Session, "id", sb.ID, "err", err)
+		}
+	})
 }
 
 // saveDoomed snapshots the workspace of sb, a sandbox someone else is

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -299,4 +300,104 @@ func newActivityAgent(t *testing.T, calls *atomic.Int32) agentapi.Endpoint {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 	return agentapi.Endpoint{Network: "unix", Address: filepath.Join(dir, "agent.sock")}
+}
+
+// goneRuntime is the in-memory runtime with a GoneWatcher the test feeds,
+// as the API server feeds a replica's informer of the session pods.
+type goneRuntime struct {
+	*sandboxtest.Fake
+	// watching gets the callback of each watch started.
+	watching chan func(sandbox.Sandbox)
+}
+
+func (g *goneRuntime) WatchGone(ctx context.Context, owner string, gone func(sb sandbox.Sandbox)) error {
+	g.watching <- gone
+	<-ctx.Done()
+	return nil
+}
+
+// TestGoneDropsHeld: a replica that is not the leader, told that the
+// sandbox it holds for a session is gone (its pod deleted by someone
+// else), drops its connection and its Manager's entry at once, so the
+// session's next call gets a new sandbox instead of dialling the old one's
+// address; told of a sandbox of the session it does not hold (an older pod
+// of the same name, news that arrive after a resume made a new one), it
+// keeps what it holds.
+func TestGoneDropsHeld(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	f := &goneRuntime{Fake: sandboxtest.NewFake(), watching: make(chan func(sandbox.Sandbox), 1)}
+	never := &fakeLeader{terms: make(chan term), ended: make(chan struct{})}
+	l, err := New(Config{Runtime: f, Owner: "o", Leader: never, Ready: func(context.Context, sandbox.Sandbox) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var forgot []string
+	l.tenants["acme"] = &tenant{forget: func(session string) {
+		mu.Lock()
+		forgot = append(forgot, session)
+		mu.Unlock()
+	}}
+	forgotten := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(forgot)
+	}
+	spec, err := sandbox.NewSpec("acme", "s1", sandbox.WithImage("img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.manager.Ensure(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(sb sandbox.Sandbox) bool {
+		for _, s := range l.manager.Sandboxes() {
+			if s.Tenant == sb.Tenant && s.Session == sb.Session && s.ID == sb.ID && s.Created.Equal(sb.Created) {
+				return true
+			}
+		}
+		return false
+	}
+	l.Start(ctx)
+	defer func() {
+		cancel()
+		l.leading.Wait()
+	}()
+	var tell func(sandbox.Sandbox)
+	select {
+	case tell = <-f.watching:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a replica that does not lead watches no sandboxes that go")
+	}
+
+	// News of sandboxes it does not hold change nothing.
+	older := held
+	older.Created = held.Created.Add(-time.Minute)
+	tell(older)
+	tell(sandbox.Sandbox{Tenant: "acme", Session: "s2", ID: "c9", Created: held.Created})
+	if !holds(held) || len(forgotten()) != 0 {
+		t.Fatalf("told of sandboxes it does not hold: holds its own %v, connections dropped %q; want it kept, none", holds(held), forgotten())
+	}
+
+	// Its own sandbox, deleted behind its back.
+	f.Vanish("acme", "s1")
+	tell(held)
+	if got := forgotten(); !slices.Equal(got, []string{"s1"}) {
+		t.Errorf("connections dropped %q, want s1's", got)
+	}
+	eventually(t, "the Manager lets go of the sandbox told gone", func() bool { return !holds(held) })
+	next, err := l.manager.Ensure(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.ID == held.ID {
+		t.Fatalf("the next call got %s again", next.ID)
+	}
+	// The old one's news again, late: the new sandbox stays.
+	tell(held)
+	if !holds(next) || len(forgotten()) != 1 {
+		t.Errorf("late news of the old sandbox: holds the new one %v, connections dropped %q", holds(next), forgotten())
+	}
 }
