@@ -108,7 +108,7 @@ func TestChart(t *testing.T) {
 		tenants = append(tenants, Tenant{Name: rt.tenant, Policy: chartPolicy(rt.runtime, allowed)},
 			Tenant{Name: "h" + rt.tenant, Policy: hostilePolicy(rt.runtime)})
 	}
-	r := Install(t, c, Options{Tenants: tenants})
+	r := Install(t, c, Options{Tenants: tenants, Values: usageValues})
 	ctx := context.Background()
 
 	clients := map[string]*client.Client{}
@@ -134,6 +134,9 @@ func TestChart(t *testing.T) {
 		clients[rt.tenant] = client.New(r.URL, r.Tokens[rt.tenant], nil)
 		clients["h"+rt.tenant] = client.New(r.URL, r.Tokens["h"+rt.tenant], nil)
 	}
+	// The usage case's session makes its pod and spills while the cases
+	// below run (usage_test.go).
+	usageRun := startChartUsage(t, clients[runtimes[0].tenant], allowed)
 	for _, rt := range runtimes {
 		t.Run("hostile/"+rt.runtime, func(t *testing.T) { hostile(t, clients["h"+rt.tenant], rt.runtime) })
 	}
@@ -227,6 +230,8 @@ func TestChart(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("usage", func(t *testing.T) { usageRun.check(t) })
 
 	t.Run("server-killed", func(t *testing.T) {
 		// A background task per runtime, a file in each workspace; then
