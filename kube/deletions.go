@@ -245,14 +245,18 @@ func (r *Runtime) sessionPods(ctx context.Context) (cache.SharedIndexInformer, e
 	f := informers.NewSharedInformerFactoryWithOptions(r.cs, 0, informers.WithNamespace(r.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
 	inf := f.Core().V1().Pods().Informer()
-	// The cache keeps what the watches look at, not whole pods.
+	// The cache keeps what the watches look at, not whole pods: a new
+	// object, never a write to the one given, which may be shared (a fake
+	// clientset's watch hands out its tracker's own).
 	_ = inf.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
-			p.Spec = corev1.PodSpec{}
-			p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, ContainerStatuses: p.Status.ContainerStatuses}
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
 		}
-		return obj, nil
+		kept := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: p.ObjectMeta,
+			Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, ContainerStatuses: p.Status.ContainerStatuses}}
+		kept.ManagedFields = nil
+		return kept, nil
 	})
 	return inf, nil
 }
