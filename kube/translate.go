@@ -67,6 +67,7 @@ const (
 	volTmp       = "tmp"
 	volSpill     = "spill"
 	volToken     = "token"
+	volHostDir   = "hostdir"
 	// tokenFile is the token's file in TokenDir, and tokenDirBytes the
 	// size of its emptyDir.
 	tokenFile     = "token"
@@ -82,6 +83,18 @@ var SpillDir = sandbox.HostDirMount + "/spill"
 // TokenDir is where the init container writes the session's token and the
 // agent reads (and removes) it: a memory emptyDir of its own.
 var TokenDir = sandbox.HostDirMount + "/token"
+
+// hostDirBytes is the size of an egress pod's /run/shellbox
+// (sandbox.HostDirMount), a memory emptyDir: the agent's directory, as the
+// host directory Docker and containerd bind there is, where the agent
+// writes the CA bundle its commands trust (egresswire.CAFile) when the
+// relay terminates TLS. The container's root is read-only, so without it
+// the bundle cannot be written. Room for two bundles at their bound
+// (agent/egress.MaxBundleBytes: the image's roots up to 8 MiB and the
+// relay's CA), the old and the new while one replaces the other. Its pages
+// count towards the pod's memory limit as they are written: a Debian
+// image's bundle is about 220 KiB.
+const hostDirBytes = 17 << 20
 
 // partLen bounds each of the tenant and session parts of a pod name, so
 // that "shellbox-" + 2 parts + the hash stays a DNS-1123 label (63 bytes):
@@ -264,6 +277,20 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 		sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: append([]corev1.Capability{}, agentCaps...)}
 	}
 	agentDir := path.Dir(sandbox.AgentPath)
+	vmounts := []corev1.VolumeMount{
+		{Name: volAgent, MountPath: agentDir, ReadOnly: true},
+		{Name: volWorkspace, MountPath: sandbox.WorkspacePath},
+		{Name: volTmp, MountPath: sandbox.TmpPath},
+	}
+	if spec.Network == sandbox.NetworkEgress {
+		// Before the spill and token volumes, which it holds: each is
+		// its own mount on a directory the runtime makes in it.
+		vmounts = append(vmounts, corev1.VolumeMount{Name: volHostDir, MountPath: sandbox.HostDirMount})
+	}
+	vmounts = append(vmounts,
+		corev1.VolumeMount{Name: volSpill, MountPath: SpillDir},
+		corev1.VolumeMount{Name: volToken, MountPath: TokenDir},
+	)
 	sandboxC := corev1.Container{
 		Name:            ContainerSandbox,
 		Image:           spec.Image,
@@ -282,15 +309,9 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 			SuccessThreshold: 1,
 			FailureThreshold: 3,
 		},
-		Resources:       res,
-		SecurityContext: sc,
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: volAgent, MountPath: agentDir, ReadOnly: true},
-			{Name: volWorkspace, MountPath: sandbox.WorkspacePath},
-			{Name: volTmp, MountPath: sandbox.TmpPath},
-			{Name: volSpill, MountPath: SpillDir},
-			{Name: volToken, MountPath: TokenDir},
-		},
+		Resources:                res,
+		SecurityContext:          sc,
+		VolumeMounts:             vmounts,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 
@@ -388,6 +409,10 @@ func translate(spec sandbox.Spec, cfg Config) (*corev1.Pod, *corev1.Secret) {
 				memDir(volToken, tokenDirBytes),
 			},
 		},
+	}
+	if spec.Network == sandbox.NetworkEgress {
+		// The agent's directory (hostDirBytes), for the egress CA.
+		pod.Spec.Volumes = append(pod.Spec.Volumes, memDir(volHostDir, hostDirBytes))
 	}
 	if rc := cfg.RuntimeClasses[spec.Runtime]; rc != "" {
 		pod.Spec.RuntimeClassName = ptr(rc)

@@ -14,6 +14,7 @@ import (
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
+	"github.com/shellbox/shellbox/agent/egress"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -204,6 +205,45 @@ func TestTranslateRestricted(t *testing.T) {
 	want.Spec.SecurityContext.RunAsNonRoot = &tr
 	if !equality.Semantic.DeepEqual(pod, want) {
 		t.Errorf("pod differs (-got +want):\n%s", diff.Diff(pod, want))
+	}
+}
+
+// TestTranslateEgressHostDir: an egress pod, baseline or restricted, has
+// the baseline pod's volumes and mounts and one more: a memory emptyDir at
+// /run/shellbox (mounted before the spill and token volumes it holds), so
+// the agent can write the egress CA bundle there (egresswire.CAFile); the
+// container's root is read-only. It holds two bundles at their bound (one
+// replacing the other).
+func TestTranslateEgressHostDir(t *testing.T) {
+	for _, ps := range []string{PodSecurityBaseline, PodSecurityRestricted} {
+		pod, _ := translate(testSpec(t, sandbox.WithNetwork(sandbox.NetworkEgress)), testConfig(t, func(c *Config) { c.PodSecurity = ps }))
+		want := wantPod()
+		m := want.Spec.Containers[0].VolumeMounts
+		want.Spec.Containers[0].VolumeMounts = append(m[:3:3], append([]corev1.VolumeMount{{Name: "hostdir", MountPath: "/run/shellbox"}}, m[3:]...)...)
+		q := resource.MustParse("17Mi")
+		want.Spec.Volumes = append(want.Spec.Volumes, corev1.Volume{Name: "hostdir", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &q}}})
+		for _, c := range []struct {
+			name      string
+			got, want any
+		}{
+			{"sandbox mounts", pod.Spec.Containers[0].VolumeMounts, want.Spec.Containers[0].VolumeMounts},
+			{"init mounts", pod.Spec.InitContainers[0].VolumeMounts, want.Spec.InitContainers[0].VolumeMounts},
+			{"volumes", pod.Spec.Volumes, want.Spec.Volumes},
+		} {
+			if !equality.Semantic.DeepEqual(c.got, c.want) {
+				t.Errorf("%s %s differ (-got +want):\n%s", ps, c.name, diff.Diff(c.got, c.want))
+			}
+		}
+	}
+	if hostDirBytes < 2*egress.MaxBundleBytes {
+		t.Errorf("hostDirBytes %d holds less than two bundles of %d", hostDirBytes, egress.MaxBundleBytes)
+	}
+	// Without egress there is no CA: /run/shellbox stays read-only.
+	pod, _ := translate(testSpec(t), testConfig(t, nil))
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == "hostdir" {
+			t.Errorf("a pod without egress has the hostdir volume")
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // systemBundles are where images keep their trusted roots (Debian and
@@ -27,7 +28,41 @@ var systemBundles = []string{
 const (
 	maxCAHeader    = 16 << 10
 	maxImageBundle = 8 << 20
+	// MaxBundleBytes bounds the bundle installCA writes: the image's
+	// roots, a newline, the comment line and the certificates (their PEM
+	// is no longer than the header's base64 of it, plus line ends). A
+	// directory that holds the bundle needs twice this while one bundle
+	// replaces another (the new one is written beside the old, then
+	// renamed over it): kube sizes its pods' /run/shellbox by it.
+	MaxBundleBytes = maxImageBundle + maxCAHeader + 4<<10
 )
+
+// caDir makes the bundle's directory where it is missing (mode 0755), and
+// takes group and other write away from it where the agent owns it: on
+// Kubernetes /run/shellbox is a memory emptyDir, a tmpfs of mode 1777
+// owned by root, which is the agent everywhere but in restricted pods.
+// Without that a command could fill it, or put a file or directory of its
+// own where the next bundle goes.
+// A directory the agent does not own is left as it is: in restricted pods
+// the agent is the commands' uid (no mode keeps them out), and on Docker
+// and containerd the host directory bound there is the server's to set
+// (0755 or tighter), where chmod would need CAP_FOWNER. Either way a
+// command can only change what its own sandbox trusts: the bundle is in
+// the sandbox, and the relay's CA and keys are not.
+func caDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 == 0 {
+		return nil
+	}
+	return os.Chmod(dir, fi.Mode().Perm()&^0o022)
+}
 
 // installCA writes the bundle at p.cfg.CAFile: the image's roots, then the
 // certificate(s) of hdr (base64 of PEM, egresswire.CAHeader), atomically,
@@ -85,6 +120,9 @@ func (p *Proxy) installCA(hdr string) error {
 	bundle.WriteString("# shellbox egress CA: the relay terminates TLS for destinations given credentials\n")
 	bundle.Write(certs)
 	dir := filepath.Dir(p.cfg.CAFile)
+	if err := caDir(dir); err != nil {
+		return fmt.Errorf("CA bundle: %w", err)
+	}
 	tmp, err := os.CreateTemp(dir, ".egress-ca-*")
 	if err != nil {
 		return fmt.Errorf("CA bundle: %w", err)
