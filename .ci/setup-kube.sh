@@ -21,8 +21,10 @@
 #      it); shellbox:ci, the server image (`shellbox image build --server`)
 #      that the chart tests (deploy/helm/e2e) install; and the test image
 #      shellbox-test:latest, exported from Docker as
-#      setup-containerd.sh does. Imported into namespace k8s.io, each only
-#      when changed;
+#      setup-containerd.sh does, and the clients image
+#      shellbox-test-clients:latest (git, python3 with requests, node: the
+#      credential tests' clients, kube TestClusterCredentialClients) when
+#      Docker has it. Imported into namespace k8s.io, each only when changed;
 #   4. a PKI (openssl), kubeconfigs, and the daemons, as plain processes
 #      (setsid, pid files): etcd, kube-apiserver (RBAC, NodeRestriction),
 #      kube-controller-manager, kube-scheduler, a containerd of its own (CRI,
@@ -531,6 +533,22 @@ import_image "$PAUSE_IMAGE" "$IMAGES/pause.tar" "$(cut -d' ' -f1 "$IMAGES/pause.
 import_image "$AGENT_IMAGE" "$IMAGES/agent.tar" "$(cut -d' ' -f1 "$IMAGES/agent.digest")"
 import_image "$SERVER_IMAGE" "$IMAGES/server.tar" "sha256:$(sha256sum "$IMAGES/server.tar" | cut -c1-64)"
 import_image "$TEST_IMAGE" - "$docker_id"
+# The clients image (build.sh --clients, which setup-docker.sh runs) is made
+# from the host's own clients, so only Docker's copy exists: without it
+# nothing is imported and kube TestClusterCredentialClients says so (fails
+# under CI=true). Keyed by Docker's image id, as the test image.
+CLIENTS_IMAGE=shellbox-test-clients:latest
+if clients_id=$(docker image inspect -f '{{.Id}}' "$CLIENTS_IMAGE" 2>/dev/null); then
+  t_clients=${EPOCHREALTIME/./}
+  if ctr_ images ls "name==$CLIENTS_IMAGE" 2>/dev/null | grep -qF "org.shellbox.ci=$clients_id"; then
+    log "$CLIENTS_IMAGE is imported (Docker image ${clients_id:7:12})"
+  else
+    import_image "$CLIENTS_IMAGE" - "$clients_id"
+    log "$CLIENTS_IMAGE (Docker image ${clients_id:7:12}) imported in $(elapsed "$t_clients")s"
+  fi
+else
+  log "Docker has no $CLIENTS_IMAGE: not imported (images/testimage/build.sh --clients builds it)"
+fi
 
 # The kubelet rewrites some kernel sysctls at start: keep the originals once
 # (teardown-kube.sh restores them).
