@@ -1,9 +1,6 @@
 package kube_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -11,18 +8,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/cgi"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +27,7 @@ import (
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/egress"
 	"github.com/shellbox/shellbox/secrets"
+	"github.com/shellbox/shellbox/secrets/origintest"
 )
 
 // clientsImage is the test image with git, python3 (requests) and node
@@ -101,10 +94,10 @@ func testCredentialClients(t *testing.T, c *kubetest.Cluster, runtime string) {
 		{Name: "github", Value: tmpl, Placeholder: placeholder},
 	})
 
-	o := gitOrigin(t, secret)
-	target := "localhost:" + o.port
+	o := origintest.Git(t, secret)
+	target := "localhost:" + o.Port
 	roots := x509.NewCertPool()
-	roots.AddCert(o.ca.Certificate())
+	roots.AddCert(o.CA.Certificate())
 	tenantCA, err := secrets.LoadOrCreateCA(filepath.Join(t.TempDir(), "tenant.pem"), "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -205,12 +198,12 @@ git -c user.name=agent -c user.email=agent@example.com commit -qm "from the pod"
 git push -q origin HEAD:main 2>&1; git rev-parse HEAD`)
 	sha := got[strings.LastIndex(got, "\n")+1:]
 	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(sha) {
-		t.Fatalf("git clone, commit, push:\n%s\n(origin served %q)", got, o.requests())
+		t.Fatalf("git clone, commit, push:\n%s\n(origin served %q)", got, o.Requests())
 	}
-	if head := gitOutput(t, o.bare, "rev-parse", "main"); head != sha {
+	if head := origintest.RunGit(t, o.Bare, "rev-parse", "main"); head != sha {
 		t.Errorf("the bare repository's main is %s, want the pushed %s", head, sha)
 	}
-	if b := gitOutput(t, o.bare, "show", "main:pushed.txt"); b != "pushed from the pod" {
+	if b := origintest.RunGit(t, o.Bare, "show", "main:pushed.txt"); b != "pushed from the pod" {
 		t.Errorf("pushed.txt in the bare repository: %q", b)
 	}
 
@@ -258,7 +251,7 @@ async function withProxy() {
 
 	// The upstream saw the secret on each: only requests that carry it
 	// reach these handlers.
-	reqs := strings.Join(o.requests(), "\n")
+	reqs := strings.Join(o.Requests(), "\n")
 	for _, want := range []string{
 		"GET /repo.git/info/refs?service=git-upload-pack git/",
 		"POST /repo.git/git-upload-pack git/",
@@ -294,7 +287,7 @@ stat -c %s /tmp/look.tgz`)
 		}
 		tgz = append(tgz, b...)
 	}
-	files := untarGz(t, tgz)
+	files := origintest.UntarGz(t, tgz)
 	for _, out := range outs {
 		files["(output)"] += out
 	}
@@ -321,123 +314,4 @@ func requireHostGit(t *testing.T) {
 	t.Helper()
 	_, err := exec.LookPath("git")
 	dockertest.Require(t, err == nil, "no git on this host: the origin runs git http-backend")
-}
-
-// What follows is a small copy of cmd/shellbox's gitOrigin,
-// credentialServer, gitOutput and untarGz (serve_clients_test.go,
-// serve_credentials_test.go): those are package main test files, and moving
-// them to a helper package both can import would rewrite files of that
-// package's owners.
-
-// gitServer is an HTTPS server for localhost on this host (its certificate
-// from a CA of its own, ca, which only the relay trusts) that serves, to
-// requests carrying the secret (a bearer token or a Basic password), the
-// bare repository repo.git through git http-backend (pushes enabled) and
-// /api/ with "credential ok <path>"; others get a 401 asking for Basic
-// credentials, as git needs to send its own.
-type gitServer struct {
-	port, bare string
-	ca         *secrets.CA
-	requests   func() []string // "METHOD path?query User-Agent" of each request served
-}
-
-func gitOrigin(t *testing.T, secret string) gitServer {
-	t.Helper()
-	dir := t.TempDir()
-	work := filepath.Join(dir, "work")
-	gitOutput(t, "", "init", "-q", "-b", "main", work)
-	if err := os.WriteFile(filepath.Join(work, "README"), []byte("origin\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitOutput(t, work, "add", "README")
-	gitOutput(t, work, "-c", "user.name=origin", "-c", "user.email=origin@example.com", "commit", "-qm", "first")
-	bare := filepath.Join(dir, "repo.git")
-	gitOutput(t, "", "clone", "-q", "--bare", work, bare)
-	gitOutput(t, bare, "config", "http.receivepack", "true")
-	backend := &cgi.Handler{
-		Path: filepath.Join(gitOutput(t, "", "--exec-path"), "git-http-backend"),
-		Root: "/",
-		Env:  []string{"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"},
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/repo.git/", backend)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
-	})
-
-	ca, err := secrets.LoadOrCreateCA(filepath.Join(dir, "origin-ca.pem"), "origin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Leaf("localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var served []string
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, pass, _ := r.BasicAuth()
-		if r.Header.Get("Authorization") != "Bearer "+secret && pass != secret {
-			w.Header().Set("WWW-Authenticate", `Basic realm="origin"`)
-			http.Error(w, "no credential", http.StatusUnauthorized)
-			return
-		}
-		mu.Lock()
-		served = append(served, r.Method+" "+r.URL.RequestURI()+" "+r.UserAgent())
-		mu.Unlock()
-		mux.ServeHTTP(w, r)
-	})}
-	go hs.Serve(l)
-	t.Cleanup(func() { hs.Close() })
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return gitServer{port: port, bare: bare, ca: ca, requests: func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), served...)
-	}}
-}
-
-// gitOutput runs the host's git in dir (no system or global config) and
-// returns its output, trimmed.
-func gitOutput(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// untarGz returns the regular files of a gzipped tar by name.
-func untarGz(t *testing.T, b []byte) map[string]string {
-	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			c, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[h.Name] = string(c)
-		}
-	}
 }

@@ -1,14 +1,8 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +17,7 @@ import (
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/secrets"
+	"github.com/shellbox/shellbox/secrets/origintest"
 )
 
 // clientsImage is the test image with git, python3 (requests) and node
@@ -77,9 +72,9 @@ func serveCredentialClients(t *testing.T, eng enginetest.Engine, runtime string)
 		dockertest.Require(t, err == nil, fmt.Sprintf("containerd has no %s (%v): .ci/setup-containerd.sh imports it from Docker", clientsImage, err))
 	}
 	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()+eng.Name+runtime))), "-", "x")
-	o := gitOrigin(t, secret)
+	o := origintest.Git(t, secret)
 	session := "clients-" + eng.Name + "-" + runtime
-	cs := serveCredentialImage(t, eng, bin, clientsImage, runtime, secret, o.port, o.caFile, nil, "", session)
+	cs := serveCredentialImage(t, eng, bin, clientsImage, runtime, secret, o.Port, o.CAFile, nil, "", session)
 	call := cs.call
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -90,7 +85,7 @@ func serveCredentialClients(t *testing.T, eng enginetest.Engine, runtime string)
 			t.Logf("audit:\n%s", b)
 		}
 	})
-	origin := "localhost:" + o.port
+	origin := "localhost:" + o.Port
 	var outs []string
 	run := func(command string) string {
 		t.Helper()
@@ -109,12 +104,12 @@ git -c user.name=agent -c user.email=agent@example.com commit -qm "from the sand
 git push -q origin HEAD:main 2>&1; git rev-parse HEAD`)
 	sha := got[strings.LastIndex(got, "\n")+1:]
 	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(sha) {
-		t.Fatalf("git clone, commit, push:\n%s\n(origin saw %q)", got, o.requests())
+		t.Fatalf("git clone, commit, push:\n%s\n(origin saw %q)", got, o.Requests())
 	}
-	if head := gitOutput(t, o.bare, "rev-parse", "main"); head != sha {
+	if head := origintest.RunGit(t, o.Bare, "rev-parse", "main"); head != sha {
 		t.Errorf("the bare repository's main is %s, want the pushed %s", head, sha)
 	}
-	if b := gitOutput(t, o.bare, "show", "main:pushed.txt"); b != "pushed from the sandbox" {
+	if b := origintest.RunGit(t, o.Bare, "show", "main:pushed.txt"); b != "pushed from the sandbox" {
 		t.Errorf("pushed.txt in the bare repository: %q", b)
 	}
 
@@ -169,7 +164,7 @@ async function withProxy() {
 
 	// The upstream saw the secret on each: only requests that carry it
 	// reach these handlers.
-	reqs := strings.Join(o.requests(), "\n")
+	reqs := strings.Join(o.Requests(), "\n")
 	for _, want := range []string{
 		"GET /repo.git/info/refs?service=git-upload-pack git/",
 		"POST /repo.git/git-upload-pack git/",
@@ -204,7 +199,7 @@ stat -c %s /tmp/look.tgz`)
 		}
 		tgz = append(tgz, b...)
 	}
-	files := untarGz(t, tgz)
+	files := origintest.UntarGz(t, tgz)
 	for _, out := range outs {
 		files["(output)"] += out
 	}
@@ -267,90 +262,3 @@ var (
 	clientsImageOnce sync.Once
 	clientsImageErr  string
 )
-
-// gitServer is an HTTPS server of the host (credentialServer) that serves,
-// to requests carrying the secret, the bare repository repo.git through
-// git http-backend (pushes enabled) and /api/ with "credential ok <path>".
-type gitServer struct {
-	port, caFile, bare string
-	requests           func() []string // "METHOD path?query User-Agent" of each request served
-}
-
-func gitOrigin(t *testing.T, secret string) gitServer {
-	t.Helper()
-	dir := t.TempDir()
-	work := filepath.Join(dir, "work")
-	gitOutput(t, "", "init", "-q", "-b", "main", work)
-	if err := os.WriteFile(filepath.Join(work, "README"), []byte("origin\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitOutput(t, work, "add", "README")
-	gitOutput(t, work, "-c", "user.name=origin", "-c", "user.email=origin@example.com", "commit", "-qm", "first")
-	bare := filepath.Join(dir, "repo.git")
-	gitOutput(t, "", "clone", "-q", "--bare", work, bare)
-	gitOutput(t, bare, "config", "http.receivepack", "true")
-	backend := &cgi.Handler{
-		Path: filepath.Join(gitOutput(t, "", "--exec-path"), "git-http-backend"),
-		Root: "/",
-		Env:  []string{"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"},
-	}
-	var mu sync.Mutex
-	var served []string
-	mux := http.NewServeMux()
-	mux.Handle("/repo.git/", backend)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
-	})
-	port, caFile, _ := credentialServer(t, secret, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		served = append(served, r.Method+" "+r.URL.RequestURI()+" "+r.UserAgent())
-		mu.Unlock()
-		mux.ServeHTTP(w, r)
-	}))
-	return gitServer{port: port, caFile: caFile, bare: bare, requests: func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), served...)
-	}}
-}
-
-// gitOutput runs the host's git in dir (no system or global config) and
-// returns its output, trimmed.
-func gitOutput(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// untarGz returns the regular files of a gzipped tar by name.
-func untarGz(t *testing.T, b []byte) map[string]string {
-	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{}
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg {
-			c, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[h.Name] = string(c)
-		}
-	}
-}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -11,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/secrets"
+	"github.com/shellbox/shellbox/secrets/origintest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 )
@@ -38,46 +37,8 @@ func credentialOrigin(t *testing.T, want string) (port, caFile string, seen func
 // needs to send its own.
 func credentialServer(t *testing.T, want string, ok http.Handler) (port, caFile string, seen func() []string) {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := secrets.LoadOrCreateCA(filepath.Join(dir, "origin-ca.pem"), "origin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile = filepath.Join(dir, "origin-ca.crt")
-	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Leaf("localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var auths []string
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := r.Header.Get("Authorization")
-		mu.Lock()
-		auths = append(auths, a)
-		mu.Unlock()
-		_, pass, _ := r.BasicAuth()
-		if a != "Bearer "+want && pass != want {
-			w.Header().Set("WWW-Authenticate", `Basic realm="origin"`)
-			http.Error(w, "no credential", http.StatusUnauthorized)
-			return
-		}
-		ok.ServeHTTP(w, r)
-	})}
-	go hs.Serve(l)
-	t.Cleanup(func() { hs.Close() })
-	_, port, _ = net.SplitHostPort(l.Addr().String())
-	return port, caFile, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), auths...)
-	}
+	o := origintest.Credential(t, want, ok)
+	return o.Port, o.CAFile, o.Auths
 }
 
 // TestServeCredentials: a tenant's policy names a credential; serve

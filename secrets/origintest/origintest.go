@@ -1,0 +1,195 @@
+// Package origintest runs, on the host, the upstream servers of the tests
+// of credentials injected at egress (issue 25): an HTTPS origin that
+// answers only the requests carrying a secret, and a git origin behind it
+// (git http-backend, pushes enabled). The sandbox never talks to them
+// directly: the egress relay does, trusting the origin's own CA, so what an
+// origin records is what the relay sent upstream.
+//
+// It is shared by the tests that run those clients through `shellbox serve`
+// (cmd/shellbox, Docker and containerd) and in a session pod (kube), so
+// the origin every runtime is judged against is one piece of code.
+package origintest
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shellbox/shellbox/secrets"
+)
+
+// Origin is an HTTPS server for localhost on 127.0.0.1:Port, its
+// certificate signed by CA (written at CAFile), which only the relay is
+// told to trust.
+type Origin struct {
+	Port   string
+	CA     *secrets.CA
+	CAFile string
+
+	mu    sync.Mutex
+	auths []string
+}
+
+// Auths returns the Authorization header of every request received, in
+// order, those refused included.
+func (o *Origin) Auths() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.auths...)
+}
+
+// Credential starts an Origin that hands the requests carrying want (as a
+// bearer token or as the password of Basic credentials) to ok; the others
+// get a 401 asking for Basic credentials, as git needs to send its own. It
+// is closed at the test's end.
+func Credential(t testing.TB, want string, ok http.Handler) *Origin {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := secrets.LoadOrCreateCA(filepath.Join(dir, "origin-ca.pem"), "origin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Origin{CA: ca, CAFile: filepath.Join(dir, "origin-ca.crt")}
+	if err := os.WriteFile(o.CAFile, ca.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Leaf("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{*leaf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		o.mu.Lock()
+		o.auths = append(o.auths, a)
+		o.mu.Unlock()
+		_, pass, _ := r.BasicAuth()
+		if a != "Bearer "+want && pass != want {
+			w.Header().Set("WWW-Authenticate", `Basic realm="origin"`)
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		ok.ServeHTTP(w, r)
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	_, o.Port, _ = net.SplitHostPort(l.Addr().String())
+	return o
+}
+
+// GitOrigin is a Credential origin serving, to requests carrying the
+// secret, the bare repository repo.git at Bare through git http-backend
+// (pushes enabled), and /api/ with "credential ok <path>".
+type GitOrigin struct {
+	*Origin
+	Bare string
+
+	mu     sync.Mutex
+	served []string
+}
+
+// Requests returns "METHOD path?query User-Agent" of each request served
+// (those carrying the secret).
+func (g *GitOrigin) Requests() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.served...)
+}
+
+// Git starts a GitOrigin for secret; its repository holds one commit, on
+// main, of a README. It needs this host's git (with git-http-backend).
+func Git(t testing.TB, secret string) *GitOrigin {
+	t.Helper()
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	RunGit(t, "", "init", "-q", "-b", "main", work)
+	if err := os.WriteFile(filepath.Join(work, "README"), []byte("origin\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	RunGit(t, work, "add", "README")
+	RunGit(t, work, "-c", "user.name=origin", "-c", "user.email=origin@example.com", "commit", "-qm", "first")
+	g := &GitOrigin{Bare: filepath.Join(dir, "repo.git")}
+	RunGit(t, "", "clone", "-q", "--bare", work, g.Bare)
+	RunGit(t, g.Bare, "config", "http.receivepack", "true")
+	backend := &cgi.Handler{
+		Path: filepath.Join(RunGit(t, "", "--exec-path"), "git-http-backend"),
+		Root: "/",
+		Env:  []string{"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"},
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/repo.git/", backend)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "credential ok %s", r.URL.Path)
+	})
+	g.Origin = Credential(t, secret, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.served = append(g.served, r.Method+" "+r.URL.RequestURI()+" "+r.UserAgent())
+		g.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
+	return g
+}
+
+// RunGit runs the host's git in dir (no system or global config) and
+// returns its output, trimmed; a failure fails the test with the output.
+func RunGit(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// maxFile bounds each file UntarGz reads.
+const maxFile = 64 << 20
+
+// UntarGz returns the regular files of a gzipped tar by name; a file past
+// maxFile fails the test (the tests' tars are of a sandbox's few small
+// files).
+func UntarGz(t testing.TB, b []byte) map[string]string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if h.Size > maxFile {
+				t.Fatalf("%s in the tar: %d bytes, past %d", h.Name, h.Size, maxFile)
+			}
+			c, err := io.ReadAll(io.LimitReader(tr, maxFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[h.Name] = string(c)
+		}
+	}
+}
