@@ -15,10 +15,11 @@ package agentapi
 const AgentTasks = 18
 
 // GuardTasks is the exec guard's share (agent/execguard: a process of its
-// own, with one processor, that creates its threads at start): its thread
-// that traces, blocked in wait4 or a ptrace stop's work, the runtime's
-// monitor and template threads, the processor's, the reader and writer of
-// its socket to the agent, and spares. TestDockerAgentCost sees the
+// own that starts on one processor and takes a second when its loop
+// begins, guardProcs): its thread that traces, blocked in wait4 or a
+// ptrace stop's work, the runtime's monitor and template threads, the
+// second processor's, the poller's for its socket to the agent, and
+// spares. TestConcurrentCallsEnd counts them; TestDockerAgentCost sees the
 // commands get their whole limit with it.
 const GuardTasks = 8
 

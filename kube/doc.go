@@ -53,8 +53,10 @@
 //
 // Pods deleted behind shellbox's back (deletions.go): Remove marks its
 // own deletions (AnnotationRemoving) and ends their agent at once;
-// WatchDeletions tells the server of the others while their agent serves
-// through the grace (Config.SaveOnDelete), so it saves their workspace.
+// WatchDeletions tells the leader of the others while their agent serves
+// through the grace (Config.SaveOnDelete), so it saves their workspace;
+// WatchGone tells every replica when such a pod's agent or the pod itself
+// is gone, so a replica that served it lets go of its connection at once.
 //
 // RBAC the runtime needs in Config.Namespace: pods (create, get, list, watch,
 // delete, patch), secrets (create, get, list, delete, patch), events
