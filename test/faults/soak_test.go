@@ -19,6 +19,7 @@ import (
 	taskapi "github.com/containerd/containerd/api/services/tasks/v1"
 
 	"github.com/shellbox/shellbox/internal/mountinfo"
+	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/containerd"
 	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
@@ -33,7 +34,7 @@ import (
 // on at once, comma-separated; default docker/runc and containerd/runc,
 // soakTargets) and
 // SHELLBOX_SOAK_SESSIONS (per target; default 20 shared among the
-// targets).
+// targets, at most kubeSoakSessions on the cluster).
 const (
 	envSoakDuration = "SHELLBOX_SOAK_DURATION"
 	envSoakSessions = "SHELLBOX_SOAK_SESSIONS"
@@ -42,7 +43,7 @@ const (
 
 // soakTarget is an engine and runtime the soak runs a server on.
 type soakTarget struct {
-	name    string // docker/runc, containerd/runc, containerd/runsc
+	name    string // docker/runc, containerd/runc, containerd/runsc, kube/runc, kube/runsc
 	e       enginetest.Engine
 	runtime string
 }
@@ -52,11 +53,15 @@ type soakTarget struct {
 // minutes) the first two, 10 sessions each; containerd/runsc only when
 // SHELLBOX_SOAK_TARGETS names it: its 10-minute run at load 60-77 had
 // gVisor's shim stop answering task status and load requests
-// (docs/reliability.md).
+// (docs/reliability.md). The cluster's (kube/runc, kube/runsc: session
+// pods of SHELLBOX_KUBECONFIG's cluster, kubeSoakEngine) only when named
+// too: CI's time has no room for its pod starts.
 var soakTargets = []soakTarget{
 	{"docker/runc", enginetest.Docker, sandbox.RuntimeRunc},
 	{"containerd/runc", enginetest.Containerd, sandbox.RuntimeRunc},
 	{"containerd/runsc", enginetest.Containerd, sandbox.RuntimeRunsc},
+	{"kube/runc", kubeSoak, sandbox.RuntimeRunc},
+	{"kube/runsc", kubeSoak, sandbox.RuntimeRunsc},
 }
 
 // soakDefault is how many of soakTargets run without SHELLBOX_SOAK_TARGETS.
@@ -85,13 +90,14 @@ type soakSample struct {
 	heap       int64 // its Go heap in use, bytes
 	goroutines int
 	fds        int
-	sandboxes  int   // the owner's sandboxes on the engine
-	tasks      int   // containerd: tasks of the soak's containers in the namespace
-	shims      int   // containerd: shim processes of the soak's containers
-	mounts     int   // mounts under the state directory
-	loops      int   // loop devices bound to an image under the state directory
-	files      int   // files and directories of sessions under the state directory
-	spill      int64 // bytes of spilled outputs under the state directory
+	sandboxes  int        // the owner's sandboxes on the engine
+	kube       kubeCounts // kube: the objects in the target's namespace
+	tasks      int        // containerd: tasks of the soak's containers in the namespace
+	shims      int        // containerd: shim processes of the soak's containers
+	mounts     int        // mounts under the state directory
+	loops      int        // loop devices bound to an image under the state directory
+	files      int        // files and directories of sessions under the state directory
+	spill      int64      // bytes of spilled outputs under the state directory
 	calls      int
 }
 
@@ -99,6 +105,9 @@ func (s soakSample) String() string {
 	engine := ""
 	if s.engine == enginetest.Containerd.Name {
 		engine = fmt.Sprintf(" tasks=%d shims=%d", s.tasks, s.shims)
+	}
+	if s.engine == kubeSoak.Name {
+		engine = fmt.Sprintf(" pods=%d secrets=%d other=%d events=%d", s.kube.pods, s.kube.secrets, s.kube.other, s.kube.events)
 	}
 	return fmt.Sprintf("t=%s rss=%dMiB heap=%dMiB goroutines=%d fds=%d sandboxes=%d%s mounts=%d loops=%d files=%d spill=%dKiB calls=%d",
 		s.at.Round(time.Second), s.rss>>20, s.heap>>20, s.goroutines, s.fds, s.sandboxes, engine, s.mounts, s.loops, s.files, s.spill>>10, s.calls)
@@ -161,15 +170,17 @@ func (st *soakStats) done(kind string, took time.Duration, failure string) {
 // (DELETE) and the worker goes on in a new one. Every 10 s it samples the
 // server (RSS, Go heap, goroutines, open fds) and the host (the owner's
 // sandboxes; on containerd the tasks and shims of the soak's containers
-// in the namespace; mounts, loop devices, files and spill bytes of
-// sessions under the state directory).
+// in the namespace; on the cluster the pods, Secrets, other objects and
+// Events of the target's namespace, kubeHost; mounts, loop devices, files
+// and spill bytes of sessions under the state directory).
 //
 // Pass: every call answered as its kind must be (a provoked timeout or
 // kill is its kind's answer; the server's backpressure, 429 over the
 // tenant's limit or a sandbox creation refused by the host's admission,
 // is a clear answer, counted and logged, and its worker waits a second;
 // anything else, a transport error above all, fails); after the last
-// session is deleted, no sandbox of the owner, no task or shim, no mount,
+// session is deleted, no sandbox of the owner, no task or shim, no pod or
+// Secret (and other objects as at the start) in the cluster's namespace, no mount,
 // loop device, file or spilled byte of a session under the state
 // directory, the server's open fds back at their start (+5), its
 // goroutines back at their start (+10%, +10) and its RSS within 10% (+16
@@ -190,7 +201,7 @@ func TestSoak(t *testing.T) {
 		for _, name := range strings.Split(v, ",") {
 			i := slices.IndexFunc(soakTargets, func(tg soakTarget) bool { return tg.name == strings.TrimSpace(name) })
 			if i < 0 {
-				t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc)", envSoakTargets, v, name)
+				t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc, kube/runc, kube/runsc)", envSoakTargets, v, name)
 			}
 			targets = append(targets, soakTargets[i])
 		}
@@ -211,6 +222,12 @@ func TestSoak(t *testing.T) {
 		for i := range per {
 			per[i] = n
 		}
+	} else {
+		for i, tg := range targets {
+			if tg.e.Name == kubeSoak.Name {
+				per[i] = min(per[i], kubeSoakSessions)
+			}
+		}
 	}
 	for i, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -222,7 +239,18 @@ func TestSoak(t *testing.T) {
 
 // soak is TestSoak on one target.
 func soak(t *testing.T, tg soakTarget, duration time.Duration, sessions int) {
+	var kubeHosted func() kubeCounts
+	ns := ""
+	if tg.e.Name == kubeSoak.Name {
+		var c *kubetest.Cluster
+		tg.e, c, ns = kubeSoakEngine(t, tg)
+		kubeHosted = kubeHost(t, c, ns)
+		t.Logf("soak %s: namespace %s", tg.name, ns)
+	}
 	s := newServed(t, tg.e, tg.runtime, "")
+	if ns != "" {
+		kubeServed(t, s, ns)
+	}
 	// The target's sessions are named apart (soak-c-runsc-<worker>-<n>):
 	// containerd's ids, a namespace the targets share, are made of them.
 	tag := "soak-" + tg.name[:1] + "-" + tg.runtime + "-"
@@ -252,6 +280,9 @@ func soak(t *testing.T, tg soakTarget, duration time.Duration, sessions int) {
 		smp.goroutines, smp.heap = int(m["go_goroutines"]), int64(m["go_memstats_heap_inuse_bytes"])
 		smp.sandboxes = len(s.sandboxes(t))
 		smp.tasks, smp.shims = host()
+		if kubeHosted != nil {
+			smp.kube = kubeHosted()
+		}
 		mounts, err := mountinfo.Under(s.stateDir)
 		if err != nil {
 			t.Fatal(err)
@@ -318,12 +349,19 @@ loop:
 	// The end: resources back at their start. Goroutines and fds settle
 	// (closed connections' goroutines end a moment later), and so do
 	// containerd's shims (a task's shim exits a moment after its
-	// deletion): the last of up to 30 s of looks.
+	// deletion), and so do a pod's Secret (the garbage collector's, after
+	// its owner) and a terminating pod: the last of up to 30 s (the
+	// cluster: 2 min) of looks.
+	settle := 30 * time.Second
+	if kubeHosted != nil {
+		settle = 2 * time.Minute
+	}
 	var final soakSample
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+	for deadline := time.Now().Add(settle); ; time.Sleep(time.Second) {
 		final = sample(time.Since(begin), st.calls)
 		settled := final.fds <= startSample.fds+5 && final.goroutines <= startSample.goroutines*11/10+10 &&
-			final.sandboxes == 0 && final.tasks == 0 && final.shims == 0
+			final.sandboxes == 0 && final.tasks == 0 && final.shims == 0 &&
+			final.kube.pods == 0 && final.kube.secrets == 0 && final.kube.other == startSample.kube.other
 		if settled || time.Now().After(deadline) {
 			break
 		}
@@ -356,6 +394,10 @@ loop:
 			}
 			t.Logf("left: sandbox %s of session %s (%s, created %s); the server's log and audit lines of it:\n%s", sb.ID, sb.Session, sb.State, sb.Created, strings.Join(lines, "\n"))
 		}
+	}
+	if k := final.kube; k.pods != 0 || k.secrets != 0 || k.other != startSample.kube.other {
+		t.Errorf("after the last session, in the namespace: %d pods, %d Secrets, %d other objects (at the start %d; want no pod or Secret)",
+			k.pods, k.secrets, k.other, startSample.kube.other)
 	}
 	if left := sessionFiles(t, s.stateDir); len(left) > 0 {
 		t.Errorf("after the last session, files of sessions under the state directory: %v", left)
