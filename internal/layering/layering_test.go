@@ -65,6 +65,7 @@ var layers = []layer{
 		pkgs: []string{"executor/executortest", "executor/local/localtest", "executor/sandboxed/sandboxedtest", "executor/sandboxed/conformance/...",
 			"executor/sandboxed/hostile", "executor/sandboxed/kubeconformance", "sandbox/sandboxtest", "sandbox/enginetest",
 			"sandbox/docker/dockertest", "sandbox/containerd/containerdtest", "sandbox/snapshot/snapshottest", "kube/kubetest", "server/servertest",
+			"secrets/origintest",
 			"deploy/...", "docs", "internal/layering", "test/..."}},
 	{name: "cmd", doc: "the CLI and server binary: wiring only; config/ owns every setting", side: "host",
 		pkgs: []string{"cmd/shellbox", "config"}, beside: []string{"cmd/shellbox config"}},
