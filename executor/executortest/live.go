@@ -14,23 +14,30 @@ import (
 )
 
 // liveRecorder is an Invocation.Live that keeps what it saw (test output is
-// small) and says when a marker has arrived.
+// small) and says when every one of its markers has arrived.
 type liveRecorder struct {
-	mu     sync.Mutex
-	got    bytes.Buffer
-	marker []byte
-	seen   chan struct{}
-	once   sync.Once
+	mu      sync.Mutex
+	got     bytes.Buffer
+	markers [][]byte
+	seen    chan struct{}
+	once    sync.Once
 }
 
-func newLiveRecorder(marker string) *liveRecorder {
-	return &liveRecorder{marker: []byte(marker), seen: make(chan struct{})}
+func newLiveRecorder(markers ...string) *liveRecorder {
+	l := &liveRecorder{seen: make(chan struct{})}
+	for _, m := range markers {
+		l.markers = append(l.markers, []byte(m))
+	}
+	return l
 }
 
 func (l *liveRecorder) live(c executor.Chunk) {
 	l.mu.Lock()
 	l.got.Write(c.Data)
-	has := bytes.Contains(l.got.Bytes(), l.marker)
+	has := true
+	for _, m := range l.markers {
+		has = has && bytes.Contains(l.got.Bytes(), m)
+	}
 	l.mu.Unlock()
 	if has {
 		l.once.Do(func() { close(l.seen) })
@@ -45,12 +52,14 @@ func (l *liveRecorder) text() string {
 
 // liveOutput: a foreground call's output reaches Invocation.Live while the
 // command runs. The command prints, then waits for a file that only a second
-// call creates, and that call is made once the first output was seen live:
-// the order is forced, no timing is assumed. The result is the same text a
-// call without Live gets.
+// call creates, and that call is made once the output before the wait, of
+// both streams, was seen live: the order is forced, no timing is assumed
+// (stdout and stderr are separate pipes, each read on its own: "warn" may
+// reach Live after "ready", so the release waits for both). The result is
+// the same text a call without Live gets.
 func liveOutput(s *session) {
 	flag := s.f("live-flag")
-	rec := newLiveRecorder("ready\n")
+	rec := newLiveRecorder("ready\n", "warn\n")
 	cmd := fmt.Sprintf("echo ready; echo warn >&2; until [ -e %s ]; do sleep 0.02; done; rm -f %s; echo after", flag, flag)
 	args := bashArgs(cmd)
 	done := make(chan tools.Result, 1)
