@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,33 +189,8 @@ func testCredentialClients(t *testing.T, c *kubetest.Cluster, runtime string) {
 	}
 	origin := target
 
-	// git: clone, commit, push, with the placeholder as the URL's password.
-	got := run(`set -e; cd /workspace
-git clone -q "https://x-access-token:$GITHUB_TOKEN@` + origin + `/repo.git" r 2>&1
-cd r; echo "pushed from the pod" >pushed.txt; git add pushed.txt
-git -c user.name=agent -c user.email=agent@example.com commit -qm "from the pod" 2>&1
-git push -q origin HEAD:main 2>&1; git rev-parse HEAD`)
-	sha := got[strings.LastIndex(got, "\n")+1:]
-	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(sha) {
-		t.Fatalf("git clone, commit, push:\n%s\n(origin served %q)", got, o.Requests())
-	}
-	if head := origintest.RunGit(t, o.Bare, "rev-parse", "main"); head != sha {
-		t.Errorf("the bare repository's main is %s, want the pushed %s", head, sha)
-	}
-	if b := origintest.RunGit(t, o.Bare, "show", "main:pushed.txt"); b != "pushed from the pod" {
-		t.Errorf("pushed.txt in the bare repository: %q", b)
-	}
-
-	// Python: urllib.request (SSL_CERT_FILE) and requests (REQUESTS_CA_BUNDLE).
-	bearer := `{"Authorization": "Bearer " + os.environ["GITHUB_TOKEN"]}`
-	if got := run(`python3 -c 'import os, urllib.request as u
-print(u.urlopen(u.Request("https://` + origin + `/api/urllib", headers=` + bearer + `), timeout=30).read().decode())' 2>&1`); got != "credential ok /api/urllib" {
-		t.Errorf("python urllib: %q", got)
-	}
-	if got := run(`python3 -c 'import os, requests
-print(requests.get("https://` + origin + `/api/requests", headers=` + bearer + `, timeout=30).text)' 2>&1`); got != "credential ok /api/requests" {
-		t.Errorf("python requests: %q", got)
-	}
+	// git, Python's urllib and requests.
+	origintest.GitAndPython(t, o, origin, "pod", run)
 
 	// node: fetch honours HTTPS_PROXY only where NODE_USE_ENV_PROXY
 	// exists (Node 24, 22.21; set above); an older node (the image copies

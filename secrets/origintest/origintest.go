@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -191,5 +192,41 @@ func UntarGz(t testing.TB, b []byte) map[string]string {
 			}
 			files[h.Name] = string(c)
 		}
+	}
+}
+
+// GitAndPython runs, through run (a command in the sandbox; its output,
+// trimmed), the clients every runtime's credential test shares: git clone,
+// commit and push of pushed.txt holding "pushed from <from>", with the
+// placeholder in $GITHUB_TOKEN as the URL's password, then Python's
+// urllib.request (SSL_CERT_FILE) and requests (REQUESTS_CA_BUNDLE) sending
+// it as a bearer token, each to origin (host:port of g). It checks what
+// came back and that the push landed in g's bare repository.
+func GitAndPython(t testing.TB, g *GitOrigin, origin, from string, run func(command string) string) {
+	t.Helper()
+	got := run(`set -e; cd /workspace
+git clone -q "https://x-access-token:$GITHUB_TOKEN@` + origin + `/repo.git" r 2>&1
+cd r; echo "pushed from the ` + from + `" >pushed.txt; git add pushed.txt
+git -c user.name=agent -c user.email=agent@example.com commit -qm "from the ` + from + `" 2>&1
+git push -q origin HEAD:main 2>&1; git rev-parse HEAD`)
+	sha := got[strings.LastIndex(got, "\n")+1:]
+	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(sha) {
+		t.Fatalf("git clone, commit, push:\n%s\n(origin served %q)", got, g.Requests())
+	}
+	if head := RunGit(t, g.Bare, "rev-parse", "main"); head != sha {
+		t.Errorf("the bare repository's main is %s, want the pushed %s", head, sha)
+	}
+	if b := RunGit(t, g.Bare, "show", "main:pushed.txt"); b != "pushed from the "+from {
+		t.Errorf("pushed.txt in the bare repository: %q", b)
+	}
+
+	bearer := `{"Authorization": "Bearer " + os.environ["GITHUB_TOKEN"]}`
+	if got := run(`python3 -c 'import os, urllib.request as u
+print(u.urlopen(u.Request("https://` + origin + `/api/urllib", headers=` + bearer + `), timeout=30).read().decode())' 2>&1`); got != "credential ok /api/urllib" {
+		t.Errorf("python urllib: %q", got)
+	}
+	if got := run(`python3 -c 'import os, requests
+print(requests.get("https://` + origin + `/api/requests", headers=` + bearer + `, timeout=30).text)' 2>&1`); got != "credential ok /api/requests" {
+		t.Errorf("python requests: %q", got)
 	}
 }
