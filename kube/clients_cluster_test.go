@@ -3,7 +3,6 @@ package kube_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -19,12 +18,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
-	"github.com/shellbox/shellbox/sandbox/egress"
 	"github.com/shellbox/shellbox/secrets"
 	"github.com/shellbox/shellbox/secrets/origintest"
 )
@@ -113,44 +110,10 @@ func testCredentialClients(t *testing.T, c *kubetest.Cluster, runtime string) {
 	}
 	t.Cleanup(func() { rt.Remove(context.Background(), sb.ID) })
 
-	installed := make(chan error, 1)
-	r, err := egress.NewRelay(egress.RelayConfig{
-		Agent:      sb.Agent,
-		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
-		Check: func(conn egress.Conn) (egress.Decision, error) {
-			if conn.Target != target {
-				return egress.Decision{}, fmt.Errorf("egress to %s is not allowed (test)", conn.Target)
-			}
-			return egress.Decision{Intercept: &egress.Intercept{
-				Host:  "localhost",
-				Cert:  func() (*tls.Certificate, error) { return tenantCA.Leaf("localhost") },
-				Roots: roots,
-				Rewrite: func(h http.Header) (func(http.Header), []string, error) {
-					d, err := injector.Rewrite(h)
-					return d.Scrub, d.Names, err
-				},
-			}}, nil
-		},
-		CA:        tenantCA.CertPEM(),
-		Installed: func(err error) { installed <- err },
+	startRelay(ctx, t, sb, target, tenantCA, roots, func(h http.Header) (func(http.Header), []string, error) {
+		d, err := injector.Rewrite(h)
+		return d.Scrub, d.Names, err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-relayDone
-	}()
-	select {
-	case err := <-installed:
-		if err != nil {
-			t.Fatalf("the relay could not install the egress CA: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("no outcome of the CA install")
-	}
 
 	// The environment the server gives a command of an egress session
 	// with a credential: the proxy (NO_PROXY without localhost: the

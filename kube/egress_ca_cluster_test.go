@@ -96,47 +96,13 @@ func testEgressCredential(t *testing.T, c *kubetest.Cluster, runtime, podSecurit
 	}
 	t.Cleanup(func() { rt.Remove(context.Background(), sb.ID) })
 
-	installed := make(chan error, 1)
-	r, err := egress.NewRelay(egress.RelayConfig{
-		Agent:      sb.Agent,
-		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
-		Check: func(conn egress.Conn) (egress.Decision, error) {
-			if conn.Target != target {
-				return egress.Decision{}, fmt.Errorf("egress to %s is not allowed (test)", conn.Target)
-			}
-			return egress.Decision{Intercept: &egress.Intercept{
-				Host:  "localhost",
-				Cert:  func() (*tls.Certificate, error) { return tenantCA.Leaf("localhost") },
-				Roots: roots,
-				Rewrite: func(h http.Header) (func(http.Header), []string, error) {
-					if v := h.Get("Authorization"); strings.Contains(v, testPlaceholder) {
-						h.Set("Authorization", strings.ReplaceAll(v, testPlaceholder, testSecret))
-						return nil, []string{"test"}, nil
-					}
-					return nil, nil, nil
-				},
-			}}, nil
-		},
-		CA:        tenantCA.CertPEM(),
-		Installed: func(err error) { installed <- err },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-relayDone
-	}()
-	select {
-	case err := <-installed:
-		if err != nil {
-			t.Fatalf("the relay could not install the egress CA: %v", err)
+	startRelay(ctx, t, sb, target, tenantCA, roots, func(h http.Header) (func(http.Header), []string, error) {
+		if v := h.Get("Authorization"); strings.Contains(v, testPlaceholder) {
+			h.Set("Authorization", strings.ReplaceAll(v, testPlaceholder, testSecret))
+			return nil, []string{"test"}, nil
 		}
-	case <-ctx.Done():
-		t.Fatal("no outcome of the CA install")
-	}
+		return nil, nil, nil
+	})
 
 	out := kubetest.Exec(t, sb, `command -v curl || echo missing`)
 	dockertest.Require(t, strings.TrimSpace(out) != "missing", "the test image has no curl (images/testimage/build.sh)")
@@ -176,5 +142,52 @@ func testEgressCredential(t *testing.T, c *kubetest.Cluster, runtime, podSecurit
 	}
 	if !strings.HasSuffix(probe, "\n2\n") {
 		t.Errorf("spill and token are not both mounted below /run/shellbox: %q", probe)
+	}
+}
+
+// startRelay runs, until the test ends, an egress relay for sb that lets
+// only target through, terminating TLS for localhost with a leaf of
+// tenantCA, trusting roots upstream and rewriting each request's headers
+// with rewrite; it waits for the outcome of the CA install, which must
+// succeed.
+func startRelay(ctx context.Context, t *testing.T, sb sandbox.Sandbox, target string, tenantCA *secrets.CA, roots *x509.CertPool,
+	rewrite func(http.Header) (func(http.Header), []string, error)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	installed := make(chan error, 1)
+	r, err := egress.NewRelay(egress.RelayConfig{
+		Agent:      sb.Agent,
+		PollHeader: map[string]string{agentapi.HeaderProtocol: strconv.Itoa(agentapi.Protocol)},
+		Check: func(conn egress.Conn) (egress.Decision, error) {
+			if conn.Target != target {
+				return egress.Decision{}, fmt.Errorf("egress to %s is not allowed (test)", conn.Target)
+			}
+			return egress.Decision{Intercept: &egress.Intercept{
+				Host:    "localhost",
+				Cert:    func() (*tls.Certificate, error) { return tenantCA.Leaf("localhost") },
+				Roots:   roots,
+				Rewrite: rewrite,
+			}}, nil
+		},
+		CA:        tenantCA.CertPEM(),
+		Installed: func(err error) { installed <- err },
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-relayDone
+	})
+	select {
+	case err := <-installed:
+		if err != nil {
+			t.Fatalf("the relay could not install the egress CA: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no outcome of the CA install")
 	}
 }
