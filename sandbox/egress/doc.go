@@ -42,7 +42,10 @@
 // from there on. On h2 (intercept_h2.go) each stream is such a request,
 // judged alone; a refused gRPC request is answered as gRPC ends a call
 // (grpc-status, grpc-message naming the rule), since gRPC clients read no
-// body. Bytes that are not a TLS
+// body. What the HTTP/2 layer refuses before the relay's handler (a
+// malformed stream, a 431, a rapid-reset flood) is counted on the
+// connection (h2Watch) and recorded once it ends, as is a TLS handshake
+// that failed: a record of the connection, counted Refused. Bytes that are not a TLS
 // handshake are tunnelled blind: a plain-text request is never given a
 // credential.
 //

@@ -71,7 +71,11 @@ type RequestRecord struct {
 	// Rule is where the HTTP rule that decided is written (Rules'), and
 	// RuleText the rule itself; "" when the destination has no rules.
 	Rule, RuleText string
-	// Refused, if set, is why the relay answered itself.
+	// Refused, if set, is why the relay answered itself. A record of a
+	// connection rather than of a request (its TLS failed, its HTTP/2
+	// layer refused streams before the relay read them, each counted)
+	// has Method "TLS" or "HTTP/2", no Path, and Status 0 unless the
+	// client was answered (502).
 	Refused string
 }
 
@@ -158,11 +162,13 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 	}
 	if err != nil {
 		r.logs.info("egress TLS from the sandbox failed", "host", ic.Host, "err", err.Error())
+		r.refusedConn(ic, "TLS", 0, "shellbox egress: TLS from the sandbox failed: "+err.Error())
 		return
 	}
 	defer client.Close()
 	if upErr != nil {
 		r.logs.info("egress TLS to upstream failed", "host", ic.Host, "err", upErr.Error())
+		r.refusedConn(ic, "TLS", http.StatusBadGateway, fmt.Sprintf("shellbox egress: TLS to %s failed: %v", ic.Host, upErr))
 		// The answer follows the client's first request (offered
 		// HTTP/1.1 only, it speaks that): one before it would be
 		// unsolicited, and dropped.
@@ -179,6 +185,7 @@ func (r *Relay) intercept(ctx context.Context, agent *agentConn, out net.Conn, i
 	}
 	if up.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
 		// Not offered to such a client (above): never relayed.
+		r.refusedConn(ic, "TLS", http.StatusBadGateway, "shellbox egress: "+ic.Host+" speaks HTTP/2 on a connection whose client speaks HTTP/1.1")
 		answer(client, http.StatusBadGateway, fmt.Sprintf("shellbox egress: %s speaks HTTP/2 on a connection whose client speaks HTTP/1.1", ic.Host))
 		return
 	}
@@ -485,6 +492,15 @@ func (r *Relay) observeRequest(ic *Intercept, rec RequestRecord) {
 	if ic.Observe != nil {
 		ic.Observe(rec)
 	}
+}
+
+// refusedConn records a refusal of the connection's, not of a request
+// the relay read: its TLS failed, or its HTTP/2 layer refused streams
+// (h2Watch). Method names the layer (TLS, HTTP/2), the path is empty;
+// why must name no secret. It is counted too (Refused).
+func (r *Relay) refusedConn(ic *Intercept, layer string, status int, why string) {
+	r.observeRequest(ic, RequestRecord{Host: ic.Host, Method: layer, Status: status, Refused: egresswire.Clip(egresswire.OneLine(why))})
+	r.observe(ic.Host, Refused)
 }
 
 // answer writes a response of the relay's own, closing the exchange.

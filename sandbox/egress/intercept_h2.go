@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,15 +104,162 @@ func (r *Relay) serveH2(client *tls.Conn, up *tls.Conn, ic *Intercept) {
 	cc, err := t.NewClientConn(watchedConn{Conn: up, onErr: goaway})
 	if err != nil {
 		r.logs.info("egress HTTP/2 to upstream failed", "host", ic.Host, "err", err.Error())
+		r.refusedConn(ic, "HTTP/2", http.StatusBadGateway, "shellbox egress: HTTP/2 to "+ic.Host+" failed: "+err.Error())
 		return
 	}
 	defer cc.Close()
-	srv.ServeConn(client, &http2.ServeConnOpts{
+	// What the HTTP/2 layer refuses never reaches the handler: it is
+	// counted (srv.CountError, and the frames the client sent) and
+	// recorded once the connection ends.
+	watch := &h2Watch{Conn: client, pre: len(http2.ClientPreface)}
+	srv.CountError = watch.countError
+	srv.ServeConn(watch, &http2.ServeConnOpts{
 		BaseConfig: base,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			watch.handled.Add(1)
 			r.exchangeH2(w, req, cc, ic, goaway)
 		}),
 	})
+	if why := watch.summary(); why != "" {
+		r.refusedConn(ic, "HTTP/2", 0, why)
+	}
+}
+
+// h2Watch is the client's side of an intercepted HTTP/2 connection as
+// the relay's server reads it, counting what the HTTP/2 layer (x/net's
+// server) refuses or answers itself before the relay's handler, which
+// would otherwise leave no record: a stream reset for a malformed request
+// or past the streams allowed, a header list over the bound (431), a
+// connection ended for a protocol error or a rapid-reset flood
+// (ENHANCE_YOUR_CALM). The server's CountError hook names each error
+// (stream_PROTOCOL_bad_path_method, conn_ENHANCE_YOUR_CALM_…); the
+// frames the client sent are counted from their 9-byte headers as they
+// are read (streams opened, RST_STREAM, PING, SETTINGS), no payload
+// parsed, so streams that never reached the handler (a 431 or 400 of the
+// library's, which CountError does not name) show as opened and not
+// relayed.
+type h2Watch struct {
+	*tls.Conn // ConnectionState: the server sees the TLS it runs over
+
+	// The read side's state, the server's reading goroutine's alone.
+	pre  int     // preface bytes still to pass
+	hdr  [9]byte // a frame header, hn bytes of it read
+	hn   int
+	skip int // payload bytes of the current frame still to pass
+	last uint32
+
+	opened, resets, pings, settings atomic.Int64
+	handled                         atomic.Int64
+
+	mu   sync.Mutex
+	errs map[string]int
+}
+
+// h2WatchKinds bounds the error names an h2Watch keeps (the library
+// has about 40); past them, counted as "other".
+const h2WatchKinds = 32
+
+// h2ControlFlood is the count of PING or SETTINGS frames on one
+// connection past which it is recorded even though nothing was refused:
+// the library's own bound on control frames queued for a client that
+// does not read (maxQueuedControlFrames) ends such a connection without
+// naming it.
+const h2ControlFlood = 10000
+
+func (w *h2Watch) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	w.scan(p[:n])
+	return n, err
+}
+
+// scan counts the frames whose headers b holds (frames may span reads).
+func (w *h2Watch) scan(b []byte) {
+	for len(b) > 0 {
+		switch {
+		case w.pre > 0:
+			k := min(w.pre, len(b))
+			w.pre -= k
+			b = b[k:]
+		case w.skip > 0:
+			k := min(w.skip, len(b))
+			w.skip -= k
+			b = b[k:]
+		default:
+			k := copy(w.hdr[w.hn:], b)
+			w.hn += k
+			b = b[k:]
+			if w.hn < len(w.hdr) {
+				return
+			}
+			w.hn = 0
+			h := w.hdr
+			w.skip = int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+			typ, flags := http2.FrameType(h[3]), http2.Flags(h[4])
+			id := (uint32(h[5])<<24 | uint32(h[6])<<16 | uint32(h[7])<<8 | uint32(h[8])) & (1<<31 - 1)
+			switch typ {
+			case http2.FrameHeaders:
+				if id%2 == 1 && id > w.last {
+					w.last = id
+					w.opened.Add(1)
+				}
+			case http2.FrameRSTStream:
+				w.resets.Add(1)
+			case http2.FramePing:
+				if !flags.Has(http2.FlagPingAck) {
+					w.pings.Add(1)
+				}
+			case http2.FrameSettings:
+				if !flags.Has(http2.FlagSettingsAck) {
+					w.settings.Add(1)
+				}
+			}
+		}
+	}
+}
+
+// countError is the server's CountError: errType names an error of the
+// protocol layer (a stream's or the connection's).
+func (w *h2Watch) countError(errType string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.errs == nil {
+		w.errs = map[string]int{}
+	}
+	if _, ok := w.errs[errType]; !ok && len(w.errs) >= h2WatchKinds {
+		errType = "other"
+	}
+	w.errs[errType]++
+}
+
+// summary says what the HTTP/2 layer refused on the connection, once it
+// has ended; "" when nothing (every stream opened reached the handler,
+// no error was counted, no flood of control frames).
+func (w *h2Watch) summary() string {
+	w.mu.Lock()
+	kinds := slices.Sorted(maps.Keys(w.errs))
+	errs := make([]string, len(kinds))
+	for i, k := range kinds {
+		errs[i] = fmt.Sprintf("%s %d", k, w.errs[k])
+	}
+	w.mu.Unlock()
+	opened, handled := w.opened.Load(), w.handled.Load()
+	pings, settings := w.pings.Load(), w.settings.Load()
+	if len(errs) == 0 && opened <= handled && pings <= h2ControlFlood && settings <= h2ControlFlood {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("shellbox egress: the HTTP/2 layer refused, before the relay's handler: ")
+	if len(errs) == 0 {
+		b.WriteString("no error it names")
+	} else {
+		b.WriteString(strings.Join(errs, ", "))
+	}
+	fmt.Fprintf(&b, "; %d streams opened, %d relayed", opened, handled)
+	if opened > handled {
+		fmt.Fprintf(&b, " (the other %d refused as above, answered 431 or 400 by the HTTP/2 layer, or reset by the client first)", opened-handled)
+	}
+	fmt.Fprintf(&b, "; the client sent %d RST_STREAM, %d PING, %d SETTINGS", w.resets.Load(), pings, settings)
+	return b.String()
 }
 
 // watchedConn calls onErr once its reads end (the upstream closed or

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -458,10 +459,145 @@ func TestInterceptH2RawHeaderList(t *testing.T) {
 			t.Errorf("the origin read %s", s.Path)
 		}
 	}
-	// The 431 is the protocol layer's, before the relay's handler: no
-	// record of it (docs/security.md says so).
-	if recs := ir.recorded(); len(recs) != 1 || recs[0].Path != "/after-431" {
+	// The 431 is the protocol layer's, before the relay's handler: the
+	// request has no record of its own, the connection's record counts
+	// it (a stream opened and not relayed) once the connection ended.
+	rec := ir.connRecord(t)
+	if !strings.Contains(rec.Refused, "3 streams opened, 1 relayed") {
+		t.Errorf("the connection's record: %+v", rec)
+	}
+	if recs := ir.recorded(); len(recs) != 2 || recs[0].Path != "/after-431" {
 		t.Errorf("records: %+v", recs)
+	}
+}
+
+// connRecord waits for the record of a connection the HTTP/2 layer
+// refused streams on (h2Watch; written once the relay's side of it has
+// ended) and checks what every such record holds: the host, the layer,
+// no path, and its count among the relay's outcomes.
+func (ir *interceptRig) connRecord(t *testing.T) RequestRecord {
+	t.Helper()
+	for range 2000 { // a stuck relay fails the test, it is not timed
+		for _, rec := range ir.recorded() {
+			if rec.Method != "HTTP/2" {
+				continue
+			}
+			if rec.Host != "localhost" || rec.Path != "" || !strings.HasPrefix(rec.Refused, "shellbox egress: the HTTP/2 layer refused") {
+				t.Errorf("the connection's record: %+v", rec)
+			}
+			if !slices.Contains(ir.outcomesSeen(), "refused localhost") {
+				t.Errorf("outcomes %q: the refusal is not counted", ir.outcomesSeen())
+			}
+			t.Logf("the connection's record: %s", rec.Refused)
+			return rec
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no record of the connection's refusals: %+v", ir.recorded())
+	return RequestRecord{}
+}
+
+// TestInterceptH2RawRefusalsRecorded: streams the HTTP/2 layer resets
+// before the relay's handler (no :path, an extended CONNECT) and one it
+// answers itself (a header list over the bound: 431) have no request
+// record; the connection's record names each error and counts the
+// streams not relayed, never a header's value. A CONNECT is the relay's
+// own refusal (405): a request record.
+func TestInterceptH2RawRefusalsRecorded(t *testing.T) {
+	ir := newOriginRig(t, nil, true)
+	h := ir.h2raw(t)
+	h.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", "localhost:"+ir.port(), "authorization", "Bearer "+testPlaceholder)
+	if a := h.await(1); a.rst == nil {
+		t.Errorf("no :path: %s", a)
+	}
+	h.headers(3, true, ":method", "CONNECT", ":protocol", "websocket", ":scheme", "https", ":authority", "localhost:"+ir.port(), ":path", "/ws")
+	if a := h.await(3); a.rst == nil {
+		t.Errorf("extended CONNECT: %s", a)
+	}
+	h.headers(5, true, ":method", "CONNECT", ":authority", "localhost:"+ir.port())
+	if a := h.await(5); a.status != "405" {
+		t.Errorf("CONNECT: %s", a)
+	}
+	// A header list just over the bound, ending in its last frame (one
+	// going on past it ends the connection: TestInterceptH2RawHeaderList).
+	limit := int(h.settings[http2.SettingMaxHeaderListSize])
+	big := ir.get("GET", "/huge")
+	size := 0
+	for i := 0; i+1 < len(big); i += 2 {
+		size += len(big[i]) + len(big[i+1]) + 32
+	}
+	for i := 0; size+4096+32+8 < limit-8192; i++ {
+		name := fmt.Sprintf("x-h%04d", i)
+		big = append(big, name, strings.Repeat("h", 4096))
+		size += len(name) + 4096 + 32
+	}
+	big = append(big, "x-last", strings.Repeat("h", limit-size-len("x-last")-32+100))
+	if err := h.write(func() error {
+		b := h.block(big...)
+		if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 7, BlockFragment: b[:1024], EndStream: true}); err != nil {
+			return err
+		}
+		for b = b[1024:]; len(b) > 0; {
+			n := min(1024, len(b))
+			if err := h.fr.WriteContinuation(7, n == len(b), b[:n]); err != nil {
+				return err
+			}
+			b = b[n:]
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if a := h.await(7); a.status != "431" {
+		t.Errorf("a header list over the bound: %s", a)
+	}
+	h.headers(9, true, ir.get("GET", "/after")...)
+	if a := h.await(9); a.status != "200" {
+		t.Errorf("after the refusals: %s", a)
+	}
+	h.tc.Close()
+	rec := ir.connRecord(t)
+	for _, want := range []string{"stream_PROTOCOL_ERROR_bad_path_method 1", "stream_PROTOCOL_ERROR_bad_connect 1", "5 streams opened, 2 relayed"} {
+		if !strings.Contains(rec.Refused, want) {
+			t.Errorf("the connection's record lacks %q: %s", want, rec.Refused)
+		}
+	}
+	if strings.Contains(rec.Refused, testPlaceholder) || strings.Contains(rec.Refused, "hhhh") {
+		t.Errorf("the record holds a header's value: %s", rec.Refused)
+	}
+	var paths []string
+	for _, r := range ir.recorded() {
+		paths = append(paths, r.Method+" "+r.Path)
+	}
+	if want := []string{"CONNECT ", "GET /after", "HTTP/2 "}; !slices.Equal(paths, want) {
+		t.Errorf("records %q, want %q", paths, want)
+	}
+}
+
+// TestInterceptH2RawCleanRecordsNothing: a connection on which nothing
+// was refused has no connection record.
+func TestInterceptH2RawCleanRecordsNothing(t *testing.T) {
+	ir := newOriginRig(t, nil, true)
+	h := ir.h2raw(t)
+	h.headers(1, true, ir.get("GET", "/one")...)
+	h.await(1)
+	h.tc.Close()
+	// The relay's side ends once its reads fail; a request on another
+	// connection after it is recorded after it.
+	h2 := ir.h2raw(t)
+	h2.headers(1, true, ir.get("GET", "/two")...)
+	h2.await(1)
+	h2.tc.Close()
+	for range 2000 {
+		if len(ir.recorded()) >= 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, r := range ir.recorded() {
+		if r.Method == "HTTP/2" {
+			t.Errorf("a clean connection recorded: %+v", r)
+		}
 	}
 }
 
@@ -662,6 +798,9 @@ func TestInterceptH2RawResetFlood(t *testing.T) {
 		t.Logf("rapid reset: %d streams written, GOAWAY %v after stream %d; goroutines %d -> %d", n, ga.ErrCode, ga.LastStreamID, base, peak)
 	}
 	release()
+	if rec := ir.connRecord(t); !strings.Contains(rec.Refused, "conn_ENHANCE_YOUR_CALM_too_many_early_resets 1") {
+		t.Errorf("the connection's record: %s", rec.Refused)
+	}
 }
 
 // TestInterceptH2RawMalformed: what HTTP/2 forbids in a request, which a

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,5 +465,61 @@ func TestInstallCA(t *testing.T) {
 	key := []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
 	if err := run(agentegress.ProxyConfig{CAFile: bundle}, key); err == nil || !strings.Contains(err.Error(), "want certificates only") {
 		t.Errorf("a key: %v", err)
+	}
+}
+
+// TestInterceptRefusalsRecorded: what an HTTP/1.1 connection has
+// refused before any request is relayed leaves a record each, naming
+// the host and why and never a header's value: a request line that is
+// not one (400), a head over the bound (400), a TLS handshake naming
+// another host (the connection's record, method TLS, counted refused).
+func TestInterceptRefusalsRecorded(t *testing.T) {
+	ir := newOriginRig(t, nil, false)
+	dial := func(name string) (*tls.Conn, error) {
+		c, br := ir.connect(t, "localhost:"+ir.port(), "")
+		tc := tls.Client(readerConn{c, br}, &tls.Config{ServerName: name, RootCAs: ir.tenantPool, NextProtos: []string{"http/1.1"}})
+		return tc, tc.Handshake()
+	}
+	for _, c := range []struct{ name, head string }{
+		{"not a request line", "GARBAGE\r\n\r\n"},
+		{"a head over the bound", "GET /big-head HTTP/1.1\r\nHost: localhost\r\nX-Secretish: " + testPlaceholder + strings.Repeat("h", 2*maxRequestHead) + "\r\n\r\n"},
+	} {
+		tc, err := dial("localhost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.WriteString(tc, c.head)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil || resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %v %v", c.name, resp, err)
+		}
+		tc.Close()
+	}
+	if _, err := dial("evil.example"); err == nil {
+		t.Fatal("a TLS handshake naming another host succeeded")
+	}
+	var recs []RequestRecord
+	for range 2000 { // a stuck relay fails the test, it is not timed
+		if recs = ir.recorded(); len(recs) >= 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("records: %+v", recs)
+	}
+	for i, r := range recs {
+		if r.Host != "localhost" || r.Refused == "" || strings.Contains(r.Refused, testPlaceholder) || strings.Contains(r.Refused, "hhhh") {
+			t.Errorf("record %d: %+v", i, r)
+		}
+	}
+	if recs[0].Status != 400 || recs[1].Status != 400 {
+		t.Errorf("the refused requests' records: %+v", recs[:2])
+	}
+	if r := recs[2]; r.Method != "TLS" || r.Path != "" || !strings.Contains(r.Refused, "TLS names evil.example on a connection to localhost") {
+		t.Errorf("the handshake's record: %+v", r)
+	}
+	if !slices.Contains(ir.outcomesSeen(), "refused localhost") {
+		t.Errorf("outcomes %q", ir.outcomesSeen())
 	}
 }

@@ -28,6 +28,11 @@ const (
 	Allowed Outcome = "allowed" // checked, dialled, tunnelled
 	Denied  Outcome = "denied"  // the check refused the destination, or an address it resolved to
 	Failed  Outcome = "failed"  // allowed, but the dial failed
+	// Refused: a connection, already counted allowed, that was
+	// terminated and whose TLS failed or whose HTTP/2 layer refused
+	// streams or ended it before the relay read them (RequestRecord's
+	// connection records): one count per such record.
+	Refused Outcome = "refused"
 )
 
 // ErrNoProxy is returned by Relay.Run when the agent runs no egress proxy
