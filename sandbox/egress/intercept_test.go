@@ -68,6 +68,9 @@ type interceptRig struct {
 	// localhost is (a name of this host that clients do not exempt from
 	// a proxy, as they do localhost).
 	alsoHost atomic.Pointer[string]
+	// bigSent counts what the origin has handed its connections of /big
+	// answers (a slow reader's test waits for it to stall).
+	bigSent atomic.Int64
 }
 
 // originSaw is a request as the origin read it.
@@ -157,7 +160,7 @@ func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig
 				n = 10
 			}
 			w.Header().Set("Content-Length", strconv.FormatInt(n<<20, 10))
-			io.Copy(w, io.LimitReader(zeros{}, n<<20))
+			io.Copy(w, io.LimitReader(countedZeros{&ir.bigSent}, n<<20))
 			return
 		}
 		b, err := io.ReadAll(r.Body)
@@ -220,6 +223,15 @@ func newOriginRig(t testing.TB, rules *confine.HTTPRules, h2 bool) *interceptRig
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// countedZeros is zeros counting what it gave.
+type countedZeros struct{ n *atomic.Int64 }
+
+func (z countedZeros) Read(p []byte) (int, error) {
+	clear(p)
+	z.n.Add(int64(len(p)))
+	return len(p), nil
+}
 
 // client is an HTTPS client of the sandbox: through the proxy, trusting
 // the tenant's CA only, keeping connections alive.
