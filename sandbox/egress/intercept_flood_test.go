@@ -328,6 +328,9 @@ func TestInterceptSlowReader(t *testing.T) {
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			defer p.tr.CloseIdleConnections()
+			ir.mu.Lock()
+			ir.records = nil
+			ir.mu.Unlock()
 			hc := &http.Client{Transport: p.tr}
 			if resp, err := hc.Get(p.base + "/warm"); err == nil {
 				io.Copy(io.Discard, resp.Body)
@@ -362,6 +365,25 @@ func TestInterceptSlowReader(t *testing.T) {
 			if g-g0 > goroutineBound {
 				t.Errorf("goroutines grew from %d to %d", g0, g)
 			}
+			// The client goes: the relay's exchange ends (its reader of
+			// the answer with it) and records what it relayed.
+			resp.Body.Close()
+			p.tr.CloseIdleConnections()
+			if !strings.HasPrefix(p.name, "terminated") {
+				return
+			}
+			for range 3000 { // a stuck relay fails the test, it is not timed
+				for _, r := range ir.recorded() {
+					if r.Path == "/big" {
+						if r.BytesIn >= 100<<20 || r.BytesIn < read {
+							t.Errorf("the record of an answer cut short: %+v", r)
+						}
+						return
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Errorf("no record of the answer once its client went")
 		})
 	}
 }
