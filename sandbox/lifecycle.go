@@ -483,6 +483,22 @@ func (l *lifecycle) keep(v victim) {
 	close(v.r.busy)
 }
 
+// restore ends the removal entry of v, a victim not reaped after all (the
+// reaping process stopped leading): its sandbox stays as it was, its ready
+// entry back if it had one, its idle time running on.
+func (l *lifecycle) restore(v victim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.entries[v.k] == v.r {
+		if v.prev != nil {
+			l.entries[v.k] = v.prev
+		} else {
+			delete(l.entries, v.k)
+		}
+	}
+	close(v.r.busy)
+}
+
 // release ends the removal r of k: the session has no sandbox any more,
 // and, if ended, is no session either.
 func (l *lifecycle) release(k key, r *entry, ended bool) {

@@ -285,7 +285,9 @@ func (m *Manager) Reap(ctx context.Context, idleTTL time.Duration) ([]Sandbox, e
 }
 
 // ReapBy is Reap with an idle TTL per tenant (a per-tenant policy); a TTL of
-// zero or less keeps the tenant's sandboxes.
+// zero or less keeps the tenant's sandboxes. Once ctx has ended no further
+// session is reaped (a removal begun goes on): a replica that stopped
+// leading leaves the rest to the new leader.
 func (m *Manager) ReapBy(ctx context.Context, idleTTL func(tenant string) time.Duration) ([]Sandbox, error) {
 	return m.reap.reapBy(ctx, idleTTL)
 }
@@ -322,7 +324,8 @@ func (m *Manager) Admission() (creating, queued int) {
 // and of pools larger than wanted, and creates missing ones, as many at a
 // time as creation slots are free while no session waits for one. It
 // returns when its creations have ended. Creations and removals run under
-// Config.CreateTimeout / RemoveTimeout whatever ctx does. Without Claims
+// Config.CreateTimeout / RemoveTimeout whatever ctx does, but no creation starts
+// once ctx has ended (a replica that stopped leading). Without Claims
 // (Config.Claims) pools cannot be claimed, so Fill refuses non-empty
 // targets.
 func (m *Manager) Fill(ctx context.Context, targets []PoolTarget) (FillReport, error) {

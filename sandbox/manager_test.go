@@ -283,6 +283,35 @@ func TestManagerReapBy(t *testing.T) {
 	}
 }
 
+// A reaper whose context has ended (its process stopped leading) reaps
+// nothing: the sessions stay, and are reaped by a later pass.
+func TestManagerReapByCancelled(t *testing.T) {
+	f := newFake()
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	m, _ := newManager(t, f, func(c *sandbox.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	if _, err := m.Ensure(context.Background(), spec(t, "s1")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	ttl := func(string) time.Duration { return time.Minute }
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if reaped, err := m.ReapBy(ctx, ttl); len(reaped) != 0 || err != nil {
+		t.Fatalf("reaped %+v, %v with its context ended", reaped, err)
+	}
+	if got := m.Sandboxes(); len(got) != 1 || f.Removes.Load() != 0 {
+		t.Fatalf("left %+v, %d removals; want s1 untouched", got, f.Removes.Load())
+	}
+	if reaped, err := m.ReapBy(context.Background(), ttl); len(reaped) != 1 || err != nil {
+		t.Fatalf("the next pass reaped %+v, %v; want s1", reaped, err)
+	}
+}
+
 func TestManagerAdopt(t *testing.T) {
 	f := newFake()
 	m, _ := newManager(t, f)

@@ -344,7 +344,13 @@ func (w *warmPools) start(ctx context.Context, jobs []fillJob) (created int, _ e
 	done := make(chan error)
 	started := 0
 	for i, j := range jobs {
-		release, ok := w.adm.tryAcquire()
+		// A cancelled ctx (the caller stopped leading) creates nothing
+		// more: another process keeps the pools now.
+		var release func()
+		ok := false
+		if ctx.Err() == nil {
+			release, ok = w.adm.tryAcquire()
+		}
 		if !ok {
 			w.mu.Lock()
 			for _, j := range jobs[i:] {

@@ -59,6 +59,21 @@ func pooled(t *testing.T, f *sandboxtest.Fake) map[string]sandbox.Sandbox {
 	return out
 }
 
+// A Fill whose context has ended (its process stopped leading) creates
+// nothing; the next one does.
+func TestFillCancelled(t *testing.T) {
+	f := newFake()
+	m, _ := newManager(t, f, withClaims(claims(t)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if rep, _ := m.Fill(ctx, []sandbox.PoolTarget{target(t, 2)}); rep.Created != 0 || f.Creates.Load() != 0 {
+		t.Fatalf("a cancelled Fill: %+v, %d creations", rep, f.Creates.Load())
+	}
+	if rep := fill(t, m, target(t, 2)); rep.Created != 2 || rep.Missing != 0 {
+		t.Fatalf("the next fill: %+v", rep)
+	}
+}
+
 func TestPoolClaimAndRefill(t *testing.T) {
 	f := newFake()
 	m, _ := newManager(t, f, withClaims(claims(t)))

@@ -37,7 +37,16 @@ func (r *reaper) reapBy(ctx context.Context, idleTTL func(tenant string) time.Du
 	var reaped []Sandbox
 	var errs []error
 	rctx := context.WithoutCancel(ctx)
-	for _, v := range victims {
+	for i, v := range victims {
+		if ctx.Err() != nil {
+			// The caller stopped leading (its lead ended): another
+			// process reaps now. A removal begun goes on (rctx); none
+			// starts.
+			for _, v := range victims[i:] {
+				r.life.restore(v)
+			}
+			break
+		}
 		gone, err := r.reapOne(rctx, v)
 		if err != nil {
 			errs = append(errs, err)
