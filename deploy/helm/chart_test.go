@@ -217,7 +217,7 @@ func TestRole(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "delete", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch", "create"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch", "create", "delete"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		{APIGroups: []string{"shellbox.dev"}, Resources: []string{"approvals"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},

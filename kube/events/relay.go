@@ -26,8 +26,25 @@
 //   - the annotation org.shellbox.event: the eventstream.Event as JSON (exact
 //     type, tenant, session, task id, status and text).
 //
-// Events expire with the API server's --event-ttl (one hour by default);
-// the relay deletes none.
+// # How long they stay
+//
+// Each replica deletes the Events it wrote once they are Config.Keep old
+// (DefaultKeep, 5 minutes), checked every Keep/10; and lists the
+// release's Events at Start and every Keep after, deleting any older than
+// twice Keep (those of replicas gone: killed, rolled away). The API
+// server's --event-ttl (one hour by default) would keep them an hour: ten
+// Events a second from 8 busy sessions are ~36,000 in etcd; at 5 minutes
+// ~3,300. An Event is only needed until every replica's watch has
+// delivered it: within a second while the watch runs; a replica whose
+// watch broke opens a new one within its backoff (5 s at most) once the
+// API server answers, from the last resourceVersion or, when that was
+// compacted away, by a relist that announces what it missed. Five minutes
+// covers a replica that could not reach the API server, while the others
+// could write, for up to that long: 5 to 10 times an API server restart
+// (30-60 s on the CI's cluster), and an operator's `kubectl get events`
+// still shows the last minutes of task ends. A replica cut off for longer
+// misses notices older than that; the task's end is still read with
+// bash_output (the same as for a notice the writer could not write).
 //
 // # Who does what
 //
@@ -52,7 +69,7 @@
 //     server, which keeps the recent notices' keys; the relay also skips
 //     an object name it has announced (the newest 4,096).
 //
-// RBAC in Config.Namespace: events create, list, watch.
+// RBAC in Config.Namespace: events create, list, watch, delete.
 package events
 
 import (
@@ -63,6 +80,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -121,6 +139,13 @@ const (
 	maxMessage = 1024
 	// announcedNames is how many object names the relay remembers.
 	announcedNames = 4096
+	// DefaultKeep is how long a relayed Event is kept (the package doc
+	// says why that is enough).
+	DefaultKeep = 5 * time.Minute
+	// maxWritten bounds the Events a writer remembers to delete; past it
+	// the oldest is left to the sweep (at twice Keep) or the API server's
+	// TTL.
+	maxWritten = 16384
 )
 
 // Config configures a Relay.
@@ -140,6 +165,10 @@ type Config struct {
 	// RequestTimeout bounds each request to the API server. Default
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// Keep is how long the Events this replica writes are kept; the
+	// release's Events older than twice Keep are deleted by any replica.
+	// Default DefaultKeep.
+	Keep time.Duration
 	// Logger hears failed writes and watches (default: discard).
 	Logger *slog.Logger
 }
@@ -166,6 +195,15 @@ type Relay struct {
 	announced *tools.RecentKeys
 	// dropped counts events Publish could not queue since the last log.
 	dropped int
+	// written are the Events this replica wrote, oldest first, to delete
+	// once Keep old (at most maxWritten).
+	written []written
+}
+
+// written is an Event this replica wrote, and when.
+type written struct {
+	name string
+	at   time.Time
 }
 
 var _ eventstream.EventRelay = (*Relay)(nil)
@@ -189,6 +227,9 @@ func New(cs kubernetes.Interface, cfg Config) (*Relay, error) {
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = DefaultKeep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -221,6 +262,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.cancel = stop
 	r.wg.Go(func() { r.watch(life, list.ResourceVersion) })
 	r.wg.Go(func() { r.write(life) })
+	r.wg.Go(func() { r.expire(life) })
 	return nil
 }
 
@@ -301,7 +343,103 @@ func (r *Relay) create(ctx context.Context, e eventstream.Event) {
 	}
 	if err != nil {
 		r.log.Warn("relaying an event", "type", e.Type, "tenant", e.Tenant, "session", e.Session, "err", err)
+		return
 	}
+	r.mu.Lock()
+	if len(r.written) == maxWritten {
+		r.written = r.written[1:]
+	}
+	r.written = append(r.written, written{obj.Name, time.Now()})
+	r.mu.Unlock()
+}
+
+// expire deletes, until ctx ends, the Events this replica wrote once they
+// are Keep old (looked at every Keep/10), and every Keep (the first time
+// at once) the release's Events older than twice Keep, whoever wrote them.
+func (r *Relay) expire(ctx context.Context) {
+	tick := time.NewTicker(max(r.cfg.Keep/10, 10*time.Millisecond))
+	defer tick.Stop()
+	var swept time.Time
+	for {
+		if time.Since(swept) >= r.cfg.Keep {
+			swept = time.Now()
+			if err := r.sweep(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("sweeping old relayed events", "err", err)
+			}
+		}
+		r.deleteOwn(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// deleteOwn deletes the Events this replica wrote that are Keep old.
+func (r *Relay) deleteOwn(ctx context.Context) {
+	cutoff := time.Now().Add(-r.cfg.Keep)
+	r.mu.Lock()
+	n := 0
+	for n < len(r.written) && r.written[n].at.Before(cutoff) {
+		n++
+	}
+	old := slices.Clone(r.written[:n])
+	r.written = slices.Delete(r.written, 0, n)
+	r.mu.Unlock()
+	failed := 0
+	var last error
+	for _, w := range old {
+		if err := r.delete(ctx, w.name); err != nil {
+			failed++
+			last = err
+		}
+	}
+	if failed > 0 && ctx.Err() == nil {
+		r.log.Warn("deleting relayed events", "failed", failed, "of", len(old), "err", last)
+	}
+}
+
+// sweep deletes the release's Events older than twice Keep.
+func (r *Relay) sweep(ctx context.Context) error {
+	cutoff := time.Now().Add(-2 * r.cfg.Keep)
+	opts := metav1.ListOptions{LabelSelector: r.selector, Limit: 500}
+	var old []string
+	for {
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+		list, err := r.cs.CoreV1().Events(r.cfg.Namespace).List(lctx, opts)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("list events in %s: %w", r.cfg.Namespace, err)
+		}
+		for _, e := range list.Items {
+			if !e.CreationTimestamp.IsZero() && e.CreationTimestamp.Time.Before(cutoff) {
+				old = append(old, e.Name)
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	var errs []error
+	for _, name := range old {
+		if err := r.delete(ctx, name); err != nil && len(errs) < 3 {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// delete deletes the Event name (one already gone is no error).
+func (r *Relay) delete(ctx context.Context, name string) error {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	err := r.cs.CoreV1().Events(r.cfg.Namespace).Delete(dctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete event %s: %w", name, err)
+	}
+	return nil
 }
 
 // object is the Event object relaying e.

@@ -3,13 +3,16 @@ package events
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/eventstream"
 	"github.com/shellbox/shellbox/executor"
@@ -221,5 +224,105 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := New(cs, c); err == nil {
 			t.Errorf("%+v: no error", c)
 		}
+	}
+}
+
+// TestRelayExpires: a replica deletes the Events it wrote once they are
+// Keep old, not sooner, after the other replica heard them; the release's
+// Events older than twice Keep are deleted whoever wrote them (a replica
+// gone); another release's are left alone.
+func TestRelayExpires(t *testing.T) {
+	cs := fake.NewClientset()
+	var mu sync.Mutex
+	deleted := map[string]time.Time{}
+	cs.PrependReactor("delete", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		deleted[a.(k8stesting.DeleteAction).GetName()] = time.Now()
+		mu.Unlock()
+		return false, nil, nil
+	})
+	gone := func(name string) (time.Time, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		at, ok := deleted[name]
+		return at, ok
+	}
+	// Labelled as the relay's, not well-formed notices (never announced).
+	foreign := func(name, release string, age time.Duration) {
+		t.Helper()
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "sessions",
+			Labels:            map[string]string{"org.shellbox.release": release, LabelEvent: eventstream.EventNotice},
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-age))}}
+		if _, err := cs.CoreV1().Events("sessions").Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const keep = 2 * time.Second
+	foreign("orphan", "rel", time.Hour)      // a replica gone an hour ago
+	foreign("young", "rel", 0)               // another replica's, just written
+	foreign("elsewhere", "other", time.Hour) // another release's
+
+	b := startReplica(t, cs, "sessions", "rel", "b")
+	a, err := New(cs, Config{Namespace: "sessions", Release: "rel", Instance: "a", Keep: keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	waitWatches(t, cs, 2)
+
+	published := time.Now()
+	for i := range 3 {
+		a.Publish(notice("acme", "s-1", fmt.Sprintf("bg_%d", i)))
+	}
+	for i := range 3 {
+		if got := b.next(t, 10*time.Second); got.Notice.TaskID != fmt.Sprintf("bg_%d", i) {
+			t.Fatalf("b heard %+v, want bg_%d", got, i)
+		}
+	}
+	// The writer notes an Event once its create returned (b may hear it
+	// first).
+	var own []string
+	for deadline := time.Now().Add(10 * time.Second); len(own) != 3; time.Sleep(5 * time.Millisecond) {
+		a.mu.Lock()
+		own = own[:0]
+		for _, w := range a.written {
+			own = append(own, w.name)
+		}
+		a.mu.Unlock()
+		if len(own) != 3 && time.Now().After(deadline) {
+			t.Fatalf("a remembers %d events written, want 3", len(own))
+		}
+	}
+
+	for _, name := range append(own, "orphan", "young") {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, ok := gone(name); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("event %s not deleted 20s on", name)
+			}
+		}
+	}
+	for _, name := range own {
+		if at, _ := gone(name); at.Sub(published) < keep {
+			t.Errorf("event %s deleted %s after it was published, before Keep (%s)", name, at.Sub(published), keep)
+		}
+	}
+	if _, ok := gone("elsewhere"); ok {
+		t.Error("another release's event was deleted")
+	}
+	list, err := cs.CoreV1().Events("sessions").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Name != "elsewhere" {
+		t.Fatalf("events left: %+v %v, want only another release's", list, err)
+	}
+	a.mu.Lock()
+	left := len(a.written)
+	a.mu.Unlock()
+	if left != 0 {
+		t.Errorf("a still remembers %d written events", left)
 	}
 }
