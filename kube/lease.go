@@ -177,13 +177,19 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 		mu   sync.Mutex
 		over bool          // the term is ending: lead must not start
 		led  chan struct{} // closed when lead returns; nil until it starts
+		// fenced is closed when fence ended the lead: the term ends then
+		// too (the Lease released if it is still this process's), so
+		// that a process whose lead ended never holds the Lease idle.
+		fenced    = make(chan struct{})
+		fenceOnce sync.Once
 	)
+	lock := &renewalLock{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.name},
+		Client:     e.cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+	}}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.name},
-			Client:     e.cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-		},
+		Lock:          lock,
 		LeaseDuration: e.cfg.LeaseDuration,
 		RenewDeadline: e.cfg.RenewDeadline,
 		RetryPeriod:   e.cfg.RetryPeriod,
@@ -204,6 +210,13 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 				led = done
 				mu.Unlock()
 				defer close(done)
+				// lead stops RenewDeadline after the last renewal that
+				// succeeded, by this process's clock, whatever client-go's
+				// renew loop believes (fence).
+				go e.fence(lctx, lock, func() {
+					cancel()
+					fenceOnce.Do(func() { close(fenced) })
+				})
 				e.log.Info("leading: this replica holds the lease")
 				lead(lctx)
 			},
@@ -224,10 +237,12 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 		defer close(ran)
 		le.Run(electCtx)
 	}()
-	lost := false
+	lost, wasFenced := false, false
 	select {
 	case <-ran: // Run returns only when the Lease is lost (electCtx lives on)
 		lost = true
+	case <-fenced: // fence logged it; the Lease is released below if still held
+		wasFenced = true
 	case <-ctx.Done():
 	}
 	mu.Lock()
@@ -251,7 +266,7 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context)) {
 		switch {
 		case err != nil:
 			e.log.Warn("releasing the lease", "err", err, "led", done != nil)
-		case done != nil:
+		case done != nil && !wasFenced:
 			e.log.Info("stopped leading: lease released")
 		}
 	}
@@ -280,4 +295,72 @@ func (e *Elector) release() error {
 		return fmt.Errorf("update: %w", err)
 	}
 	return nil
+}
+
+// renewalLock is the Lease lock, which remembers when this process last
+// wrote the Lease successfully (acquired or renewed it): when the request
+// that succeeded was sent, the earliest time another replica can have seen
+// it.
+type renewalLock struct {
+	resourcelock.Interface
+	mu      sync.Mutex
+	renewed time.Time // monotonic
+}
+
+func (l *renewalLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	return l.written(r, func() error { return l.Interface.Create(ctx, r) })
+}
+
+func (l *renewalLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	return l.written(r, func() error { return l.Interface.Update(ctx, r) })
+}
+
+func (l *renewalLock) written(r resourcelock.LeaderElectionRecord, write func() error) error {
+	sent := time.Now()
+	err := write()
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.mu.Lock()
+		l.renewed = sent
+		l.mu.Unlock()
+	}
+	return err
+}
+
+func (l *renewalLock) lastRenewal() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
+}
+
+// fence ends a lead (stop) once RenewDeadline has passed since the
+// lock's last successful write, and returns when ctx ends. client-go's
+// renew loop does not: it gives up only when a renewal attempt has failed
+// for RenewDeadline, counted from the attempt's start, and an attempt blocks
+// while its request does. A process stopped past the lease duration
+// (SIGSTOP, a frozen cgroup, a VM paused) resumes inside an attempt begun
+// before the stop, or starts one at once, and so leads on for up to
+// another RenewDeadline while the replica that took the Lease meanwhile
+// leads too: both reaping, both filling the pools. Another replica takes
+// the Lease only LeaseDuration after it saw the last renewal, which was
+// sent before it was seen: stopping at RenewDeadline after the send (below
+// LeaseDuration) never overlaps, and a resumed process's timer has expired
+// already, so this fires as it resumes.
+func (e *Elector) fence(ctx context.Context, lock *renewalLock, stop func()) {
+	t := time.NewTimer(e.cfg.RenewDeadline)
+	defer t.Stop()
+	for {
+		left := e.cfg.RenewDeadline - time.Since(lock.lastRenewal())
+		if left <= 0 {
+			e.log.Warn("stopped leading: no renewal of the lease for the renew deadline", "renewDeadline", e.cfg.RenewDeadline,
+				"sinceRenewal", time.Since(lock.lastRenewal()).Round(time.Millisecond))
+			stop()
+			return
+		}
+		t.Reset(left)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -12,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -44,7 +46,13 @@ type replica struct {
 // 500ms, retry 100ms).
 func (el *election) start(id string, leaseDuration time.Duration) *replica {
 	el.t.Helper()
-	e, err := NewElector(el.cs, ElectorConfig{Namespace: "sessions", Release: "prod", Identity: id,
+	return el.startOn(el.cs, id, leaseDuration)
+}
+
+// startOn is start with the candidate's own view of the API server.
+func (el *election) startOn(cs kubernetes.Interface, id string, leaseDuration time.Duration) *replica {
+	el.t.Helper()
+	e, err := NewElector(cs, ElectorConfig{Namespace: "sessions", Release: "prod", Identity: id,
 		LeaseDuration: leaseDuration, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
 	if err != nil {
 		el.t.Fatal(err)
@@ -181,6 +189,84 @@ func TestElectorLosesLease(t *testing.T) {
 	}
 	b.stop()
 	<-b.ended
+}
+
+// A leader whose renewal hangs (as a process stopped past the lease
+// duration resumes inside one: SIGSTOP, a frozen cgroup) stops leading at
+// the renew deadline after its last renewal, before the other replica
+// takes the Lease. client-go's renew loop alone gives up only when the
+// hung attempt returns: the two led at once until then (seen on the
+// cluster: deploy/helm/e2e TestReplicaFaults/lease-holder-stopped).
+func TestElectorRenewalHangs(t *testing.T) {
+	el := newElection(t)
+	var hang atomic.Bool
+	resume := make(chan struct{})
+	a := el.startOn(hangingLeases{Interface: el.cs, hang: func() error {
+		if !hang.Load() {
+			return nil
+		}
+		<-resume
+		// Resumed after the other took the Lease: its resourceVersion
+		// moved on.
+		return apierrors.NewConflict(coordinationv1.Resource("leases"), "prod-shellbox-leader", nil)
+	}}, "a", 2*time.Second)
+	if id := el.next(); id != "a" {
+		t.Fatalf("%s leads, want a (alone)", id)
+	}
+	b := el.start("b", 2*time.Second)
+	time.Sleep(300 * time.Millisecond) // b sees a renew
+	hang.Store(true)
+	if id := el.next(); id != "b" {
+		t.Fatalf("%s leads, want b", id)
+	}
+	if el.overlap.Load() {
+		t.Error("two replicas led at once: a led on while its renewal hung")
+	}
+	if a.lost.Load() != 1 {
+		t.Errorf("a's lead context was cancelled %d times before b led, want 1", a.lost.Load())
+	}
+	close(resume)
+	time.Sleep(300 * time.Millisecond) // a's renewal returns, a competes again
+	if h := el.holder(); h != "b" {
+		t.Errorf("lease holder %q after a resumed, want b", h)
+	}
+	if el.leading.Load() != 1 || el.overlap.Load() {
+		t.Errorf("%d leaders after a resumed (overlap %v), want b alone", el.leading.Load(), el.overlap.Load())
+	}
+	b.stop()
+	<-b.ended
+}
+
+// hangingLeases is a clientset whose Lease updates first call hang, which
+// may block, and fail with its error.
+type hangingLeases struct {
+	kubernetes.Interface
+	hang func() error
+}
+
+func (h hangingLeases) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return hangingCoordination{h.Interface.CoordinationV1(), h.hang}
+}
+
+type hangingCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	hang func() error
+}
+
+func (h hangingCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return hangingLeaseClient{h.CoordinationV1Interface.Leases(ns), h.hang}
+}
+
+type hangingLeaseClient struct {
+	coordinationv1client.LeaseInterface
+	hang func() error
+}
+
+func (h hangingLeaseClient) Update(ctx context.Context, l *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if err := h.hang(); err != nil {
+		return nil, err
+	}
+	return h.LeaseInterface.Update(ctx, l, o)
 }
 
 func TestLeaseName(t *testing.T) {
