@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -85,7 +86,9 @@ type kubeCounts struct {
 	pods    int // session pods (any phase, terminating too)
 	secrets int // Secrets (a session pod's token; claim locks)
 	other   int // ConfigMaps but the namespace's CA, Services, PVCs, NetworkPolicies
-	events  int // the event relay's Events (kept until --event-ttl)
+	events  int // the event relay's Events
+	// eventsOldest is the age of the oldest of them.
+	eventsOldest time.Duration
 }
 
 // kubeHost returns the count of the soak's objects in namespace ns.
@@ -131,6 +134,11 @@ func kubeHost(t *testing.T, c *kubetest.Cluster, ns string) func() kubeCounts {
 			t.Fatalf("listing events of %s: %v", ns, err)
 		}
 		k.events = len(evs.Items)
+		for _, e := range evs.Items {
+			if !e.CreationTimestamp.IsZero() {
+				k.eventsOldest = max(k.eventsOldest, time.Since(e.CreationTimestamp.Time))
+			}
+		}
 		return k
 	}
 }

@@ -55,13 +55,15 @@ type soakTarget struct {
 // gVisor's shim stop answering task status and load requests
 // (docs/reliability.md). The cluster's (kube/runc, kube/runsc: session
 // pods of SHELLBOX_KUBECONFIG's cluster, kubeSoakEngine) only when named
-// too: CI's time has no room for its pod starts.
+// too: CI's time has no room for its pod starts; and so the chart's
+// (chart: the Helm release with 2 server replicas, soakChart).
 var soakTargets = []soakTarget{
 	{"docker/runc", enginetest.Docker, sandbox.RuntimeRunc},
 	{"containerd/runc", enginetest.Containerd, sandbox.RuntimeRunc},
 	{"containerd/runsc", enginetest.Containerd, sandbox.RuntimeRunsc},
 	{"kube/runc", kubeSoak, sandbox.RuntimeRunc},
 	{"kube/runsc", kubeSoak, sandbox.RuntimeRunsc},
+	{"chart", chartSoak, sandbox.RuntimeRunc},
 }
 
 // soakDefault is how many of soakTargets run without SHELLBOX_SOAK_TARGETS.
@@ -201,7 +203,7 @@ func TestSoak(t *testing.T) {
 		for _, name := range strings.Split(v, ",") {
 			i := slices.IndexFunc(soakTargets, func(tg soakTarget) bool { return tg.name == strings.TrimSpace(name) })
 			if i < 0 {
-				t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc, kube/runc, kube/runsc)", envSoakTargets, v, name)
+				t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc, kube/runc, kube/runsc, chart)", envSoakTargets, v, name)
 			}
 			targets = append(targets, soakTargets[i])
 		}
@@ -224,7 +226,7 @@ func TestSoak(t *testing.T) {
 		}
 	} else {
 		for i, tg := range targets {
-			if tg.e.Name == kubeSoak.Name {
+			if tg.e.Name == kubeSoak.Name || tg.e.Name == chartSoak.Name {
 				per[i] = min(per[i], kubeSoakSessions)
 			}
 		}
@@ -239,6 +241,10 @@ func TestSoak(t *testing.T) {
 
 // soak is TestSoak on one target.
 func soak(t *testing.T, tg soakTarget, duration time.Duration, sessions int) {
+	if tg.e.Name == chartSoak.Name {
+		soakChart(t, duration, sessions)
+		return
+	}
 	var kubeHosted func() kubeCounts
 	ns := ""
 	if tg.e.Name == kubeSoak.Name {
@@ -305,7 +311,7 @@ func soak(t *testing.T, tg soakTarget, duration time.Duration, sessions int) {
 			defer wg.Done()
 			// Started a moment apart: not every first sandbox at once.
 			time.Sleep(time.Duration(w) * 500 * time.Millisecond)
-			last[w] = soakWorker(c, fmt.Sprintf("%s%d-", tag, w), end, st)
+			last[w] = soakWorker([]*client.Client{c}, fmt.Sprintf("%s%d-", tag, w), end, st, false)
 		}()
 	}
 
@@ -421,6 +427,12 @@ loop:
 		t.Errorf("the server's log has a panic")
 	}
 
+	t.Logf("soak figures %s: %d sessions at a time, %s, %d calls, %d failed, %d refused (backpressure), %d sessions deleted; start %s; warm %s; end %s; latencies: %s",
+		tg.name, sessions, duration, st.calls, st.failures, st.refusals, len(st.latencies["delete session"])+len(last), startSample, warm, final, soakLatencies(st))
+}
+
+// soakLatencies are st's p50, p99 and maximum of each kind of call.
+func soakLatencies(st *soakStats) string {
 	var kinds []string
 	for k := range st.latencies {
 		kinds = append(kinds, k)
@@ -433,21 +445,32 @@ loop:
 		lat = append(lat, fmt.Sprintf("%s n=%d p50=%s p99=%s max=%s", k, len(l),
 			l[len(l)/2].Round(time.Millisecond), l[len(l)*99/100].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond)))
 	}
-	t.Logf("soak figures %s: %d sessions at a time, %s, %d calls, %d failed, %d refused (backpressure), %d sessions deleted; start %s; warm %s; end %s; latencies: %s",
-		tg.name, sessions, duration, st.calls, st.failures, st.refusals, len(st.latencies["delete session"])+len(last), startSample, warm, final, strings.Join(lat, "; "))
+	return strings.Join(lat, "; ")
 }
 
 // soakWorker calls in its own sessions (prefix and a count) until end, a
-// mix of kinds in turn; every soakChurn-th call deletes its session and
-// it goes on in a new one. It returns the session it used last, not deleted.
-func soakWorker(c *client.Client, prefix string, end time.Time, st *soakStats) string {
+// mix of kinds in turn, each call through the next of cs (replicas, as
+// behind a Service); every soakChurn-th call deletes its session and it
+// goes on in a new one. With replicas (the chart target) three of a
+// session's 36 calls are replaced by what needs the release: a call the
+// policy asks about (uname), held by one replica and approved through
+// the other (chartAsk); a file put through one and read back through the
+// other (chartFiles); the session suspended through one and resumed by
+// its next call through the other, its workspace file read back
+// (chartSuspend). It returns the session it used last, not deleted.
+func soakWorker(cs []*client.Client, prefix string, end time.Time, st *soakStats, replicas bool) string {
 	gen := 0
 	session := fmt.Sprintf("%s%d", prefix, gen)
+	n := 0
+	next := func() *client.Client {
+		n++
+		return cs[n%len(cs)]
+	}
 	call := func(tool, args string) (tools.Result, time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), hung)
 		defer cancel()
 		start := time.Now()
-		r, err := c.Call(ctx, session, tool, json.RawMessage(args))
+		r, err := next().Call(ctx, session, tool, json.RawMessage(args))
 		return r, time.Since(start), err
 	}
 	bash := func(command string, extra string) (tools.Result, time.Duration, error) {
@@ -471,68 +494,15 @@ func soakWorker(c *client.Client, prefix string, end time.Time, st *soakStats) s
 		}
 	}
 	for op := 0; time.Now().Before(end); op++ {
-		switch op % 6 {
-		case 0: // foreground, its output checked
-			r, took, err := bash(fmt.Sprintf("echo $((%d * 2)); head -c 1000 /dev/urandom | wc -c", op), "")
-			kind := "foreground"
-			if op%soakChurn == 0 {
-				kind = "first call (makes the sandbox)"
-			}
-			check(kind, took, err, r, !r.IsError && r.Text == fmt.Sprintf("%d\n1000", op*2))
-		case 1: // a background task read to its end
-			r, took, err := bash("for i in 1 2 3 4 5; do echo bg $i; sleep 0.2; done; exit 7", `,"run_in_background":true`)
-			bg, isBg := r.Value.(*tools.Background)
-			check("background start", took, err, r, !r.IsError && isBg)
-			if !isBg {
-				continue
-			}
-			var out strings.Builder
-			for deadline := time.Now().Add(hung); ; time.Sleep(300 * time.Millisecond) {
-				r, took, err := call(tools.ToolBashOutput, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
-				check("bash_output", took, err, r, err == nil && !r.IsError)
-				if err != nil && refusal(err.Error()) && time.Now().Before(deadline) {
-					continue
-				}
-				if err != nil || r.IsError {
-					break
-				}
-				out.WriteString(r.Text + "\n")
-				if strings.Contains(r.Text, "status: completed") || time.Now().After(deadline) {
-					break
-				}
-			}
-			o := out.String()
-			whole := strings.Contains(o, "status: completed, exit code: 7")
-			for i := 1; i <= 5; i++ {
-				whole = whole && strings.Contains(o, fmt.Sprintf("bg %d\n", i))
-			}
-			check("background whole", 0, nil, tools.Result{Text: o}, whole)
-		case 2: // a task killed
-			r, took, err := bash("echo up; sleep 300", `,"run_in_background":true`)
-			bg, isBg := r.Value.(*tools.Background)
-			check("background start", took, err, r, !r.IsError && isBg)
-			if !isBg {
-				continue
-			}
-			r, took, err = call(tools.ToolBashKill, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
-			check("bash_kill", took, err, r, !r.IsError && strings.HasPrefix(r.Text, "killed background task"))
-			r, took, err = call(tools.ToolBashOutput, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
-			check("bash_output", took, err, r, !r.IsError && strings.HasSuffix(r.Text, "status: killed"))
-		case 3: // a call ended by its timeout
-			// (On a loaded host the 500 ms may end before the echo ran.)
-			r, took, err := bash("echo before; sleep 30", `,"timeoutMs":500`)
-			check("timeout", took, err, r, strings.Contains(r.Text, "[timed out after 500ms]"))
-		case 4: // an output beyond the tail bound (spilled)
-			r, took, err := bash("seq 1 300000", "")
-			check("large output", took, err, r, !r.IsError && strings.Contains(r.Text, "\n300000\n[output truncated; full output: "))
-		case 5: // a file of the workspace
-			r, took, err := bash(fmt.Sprintf("echo %d > /workspace/f && cat /workspace/f", op), "")
-			check("file", took, err, r, !r.IsError && r.Text == strconv.Itoa(op))
+		if replicas && chartOp(op, session, next(), next(), check) {
+			// done: one of the release's kinds
+		} else {
+			soakOp(op, bash, call, check)
 		}
 		if op%soakChurn == soakChurn-1 {
 			ctx, cancel := context.WithTimeout(context.Background(), hung)
 			start := time.Now()
-			err := c.DeleteSession(ctx, session)
+			err := next().DeleteSession(ctx, session)
 			cancel()
 			check("delete session", time.Since(start), err, tools.Result{}, err == nil)
 			gen++
@@ -540,6 +510,72 @@ func soakWorker(c *client.Client, prefix string, end time.Time, st *soakStats) s
 		}
 	}
 	return session
+}
+
+// soakCheck counts a call of kind: failed unless err is nil and ok.
+type soakCheck func(kind string, took time.Duration, err error, r tools.Result, ok bool)
+
+// soakOp makes the op-th call of a session's mix (op%6 its kind).
+func soakOp(op int, bash func(command, extra string) (tools.Result, time.Duration, error),
+	call func(tool, args string) (tools.Result, time.Duration, error), check soakCheck) {
+	switch op % 6 {
+	case 0: // foreground, its output checked
+		r, took, err := bash(fmt.Sprintf("echo $((%d * 2)); head -c 1000 /dev/urandom | wc -c", op), "")
+		kind := "foreground"
+		if op%soakChurn == 0 {
+			kind = "first call (makes the sandbox)"
+		}
+		check(kind, took, err, r, !r.IsError && r.Text == fmt.Sprintf("%d\n1000", op*2))
+	case 1: // a background task read to its end
+		r, took, err := bash("for i in 1 2 3 4 5; do echo bg $i; sleep 0.2; done; exit 7", `,"run_in_background":true`)
+		bg, isBg := r.Value.(*tools.Background)
+		check("background start", took, err, r, !r.IsError && isBg)
+		if !isBg {
+			return
+		}
+		var out strings.Builder
+		for deadline := time.Now().Add(hung); ; time.Sleep(300 * time.Millisecond) {
+			r, took, err := call(tools.ToolBashOutput, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
+			check("bash_output", took, err, r, err == nil && !r.IsError)
+			if err != nil && refusal(err.Error()) && time.Now().Before(deadline) {
+				continue
+			}
+			if err != nil || r.IsError {
+				break
+			}
+			out.WriteString(r.Text + "\n")
+			if strings.Contains(r.Text, "status: completed") || time.Now().After(deadline) {
+				break
+			}
+		}
+		o := out.String()
+		whole := strings.Contains(o, "status: completed, exit code: 7")
+		for i := 1; i <= 5; i++ {
+			whole = whole && strings.Contains(o, fmt.Sprintf("bg %d\n", i))
+		}
+		check("background whole", 0, nil, tools.Result{Text: o}, whole)
+	case 2: // a task killed
+		r, took, err := bash("echo up; sleep 300", `,"run_in_background":true`)
+		bg, isBg := r.Value.(*tools.Background)
+		check("background start", took, err, r, !r.IsError && isBg)
+		if !isBg {
+			return
+		}
+		r, took, err = call(tools.ToolBashKill, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
+		check("bash_kill", took, err, r, !r.IsError && strings.HasPrefix(r.Text, "killed background task"))
+		r, took, err = call(tools.ToolBashOutput, fmt.Sprintf(`{"task_id":%q}`, bg.TaskID))
+		check("bash_output", took, err, r, !r.IsError && strings.HasSuffix(r.Text, "status: killed"))
+	case 3: // a call ended by its timeout
+		// (On a loaded host the 500 ms may end before the echo ran.)
+		r, took, err := bash("echo before; sleep 30", `,"timeoutMs":500`)
+		check("timeout", took, err, r, strings.Contains(r.Text, "[timed out after 500ms]"))
+	case 4: // an output beyond the tail bound (spilled)
+		r, took, err := bash("seq 1 300000", "")
+		check("large output", took, err, r, !r.IsError && strings.Contains(r.Text, "\n300000\n[output truncated; full output: "))
+	case 5: // a file of the workspace
+		r, took, err := bash(fmt.Sprintf("echo %d > /workspace/f && cat /workspace/f", op), "")
+		check("file", took, err, r, !r.IsError && r.Text == strconv.Itoa(op))
+	}
 }
 
 // serverMetrics reads the server's /metrics: each unlabelled sample.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellbox/shellbox/executor"
@@ -54,21 +53,6 @@ rules:
 `, runtime, allow)
 }
 
-// nodeIP is the cluster node's InternalIP: this host, as pods reach it.
-func nodeIP(t *testing.T, c *kubetest.Cluster) string {
-	nodes, err := c.CS.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(nodes.Items) == 0 {
-		t.Fatalf("the cluster's node: %v", err)
-	}
-	for _, a := range nodes.Items[0].Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	t.Fatalf("node %s has no InternalIP", nodes.Items[0].Name)
-	return ""
-}
-
 // hostServer serves "hello <path>" on the node's address; it counts the
 // requests it answers.
 func hostServer(t *testing.T, ip string) (addr string, hits *atomic.Int64) {
@@ -100,7 +84,7 @@ func bashArgs(command string, background bool) json.RawMessage {
 // the same, over REST and MCP.
 func TestChart(t *testing.T) {
 	c := kubetest.Connect(t)
-	ip := nodeIP(t, c)
+	ip := NodeIP(t, c)
 	allowed, hits := hostServer(t, ip)
 	denied, _ := hostServer(t, ip)
 	var tenants []Tenant

@@ -15,6 +15,9 @@
 // sessions namespace, labelled org.shellbox.test=1 with its session pods),
 // uninstalled and deleted when the test ends; what a crashed run left is
 // found by that label (.ci/teardown-kube.sh removes the whole cluster).
+//
+// Other tests install through it too: test/faults' soak of the chart
+// (its target "chart": Install, SnapshotStore, ReadyServerPods, PodURL).
 package e2e
 
 import (
@@ -319,6 +322,30 @@ func (r *Release) KillServer(t testing.TB) string {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// ReadyServerPods waits (up to 3m) for n ready server pods, and returns
+// them.
+func (r *Release) ReadyServerPods(t testing.TB, n int) []corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		pods, err := r.ServerPods(ctx)
+		ready := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !podReady(&p) || p.Status.PodIP == "" })
+		if err == nil && len(ready) == n {
+			return ready
+		}
+		if time.Now().After(deadline) {
+			r.Diagnose(t)
+			t.Fatalf("%d ready server pods after 3m, want %d (%v)", len(ready), n, err)
+		}
+	}
+}
+
+// PodURL is a server pod's own address (this host is the node: it
+// reaches the pod network).
+func PodURL(p corev1.Pod) string {
+	return fmt.Sprintf("http://%s:%d", p.Status.PodIP, p.Spec.Containers[0].Ports[0].ContainerPort)
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -65,7 +65,7 @@ rules:
 func TestReplicas(t *testing.T) {
 	c := kubetest.Connect(t)
 	// Suspended sessions go to an S3 bucket both replicas reach.
-	storeVals, storeSecrets, store, storeClient := snapshotStore(t, c)
+	storeVals, storeSecrets, store, storeClient := SnapshotStore(t, c)
 	r := Install(t, c, Options{
 		Tenants: []Tenant{{Name: "rep", Policy: replicaPolicy}, {Name: "big", Policy: bigPolicy}},
 		Secrets: storeSecrets,
@@ -599,29 +599,11 @@ func keepAliveRace(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "http: server closed idle connection")
 }
 
-// readyServerPods waits (up to 3m) for n ready server pods, and returns
-// them.
-func (r *Release) readyServerPods(t *testing.T, n int) []corev1.Pod {
-	t.Helper()
-	ctx := context.Background()
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		pods, err := r.ServerPods(ctx)
-		ready := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !podReady(&p) || p.Status.PodIP == "" })
-		if err == nil && len(ready) == n {
-			return ready
-		}
-		if time.Now().After(deadline) {
-			r.Diagnose(t)
-			t.Fatalf("%d ready server pods after 3m, want %d (%v)", len(ready), n, err)
-		}
-	}
-}
+// readyServerPods is ReadyServerPods.
+func (r *Release) readyServerPods(t *testing.T, n int) []corev1.Pod { return r.ReadyServerPods(t, n) }
 
-// podURL is a server pod's own address (this host is the node: it
-// reaches the pod network).
-func podURL(p corev1.Pod) string {
-	return fmt.Sprintf("http://%s:%d", p.Status.PodIP, p.Spec.Containers[0].Ports[0].ContainerPort)
-}
+// podURL is PodURL.
+func podURL(p corev1.Pod) string { return PodURL(p) }
 
 // pct is the p-th percentile of ds (100: the maximum).
 func pct(ds []time.Duration, p int) time.Duration {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -8,22 +9,24 @@ import (
 	"testing"
 
 	"github.com/minio/minio-go/v7"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/sandbox/snapshot"
 	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
 )
 
-// snapshotStore is a bucket of the CI's S3 server (snapshottest.S3Bucket:
+// SnapshotStore is a bucket of the CI's S3 server (snapshottest.S3Bucket:
 // made for t, removed after it) as the server pods reach it, and the
 // chart's values and Secret that name it. The S3 server listens on this
 // host's loopback; pods reach it through a TCP relay on the node's
 // address that lives as long as t. SigV4 signs the Host header the pods
 // send, which the relay passes through unchanged.
-func snapshotStore(t *testing.T, c *kubetest.Cluster) (vals map[string]any, secrets map[string]map[string]string, o snapshot.S3Options, mc *minio.Client) {
+func SnapshotStore(t testing.TB, c *kubetest.Cluster) (vals map[string]any, secrets map[string]map[string]string, o snapshot.S3Options, mc *minio.Client) {
 	t.Helper()
 	o, mc = snapshottest.S3Bucket(t)
-	ln, err := net.Listen("tcp", net.JoinHostPort(nodeIP(t, c), "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(NodeIP(t, c), "0"))
 	if err != nil {
 		t.Fatalf("the S3 relay for pods: %v", err)
 	}
@@ -37,7 +40,7 @@ func snapshotStore(t *testing.T, c *kubetest.Cluster) (vals map[string]any, secr
 
 // relay copies every connection ln accepts to and from target until t
 // ends (then ln and the open connections are closed and waited for).
-func relay(t *testing.T, ln net.Listener, target string) {
+func relay(t testing.TB, ln net.Listener, target string) {
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
@@ -97,4 +100,19 @@ func relay(t *testing.T, ln net.Listener, target string) {
 		mu.Unlock()
 		wg.Wait()
 	})
+}
+
+// NodeIP is the cluster node's InternalIP: this host, as pods reach it.
+func NodeIP(t testing.TB, c *kubetest.Cluster) string {
+	nodes, err := c.CS.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("the cluster's node: %v", err)
+	}
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP", nodes.Items[0].Name)
+	return ""
 }
