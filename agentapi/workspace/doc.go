@@ -111,8 +111,10 @@
 //
 // Memory is a fixed copy buffer per stream and zstd's state: an 8 MiB
 // window and two blocks in flight written (36 MiB of heap measured for a
-// pack of 100 MiB or of 256 MiB), at most a 32 MiB window accepted (19
-// MiB measured for an unpack), so a crafted frame cannot ask for more.
+// pack of 100 MiB or of 256 MiB), at most a 16 MiB window accepted, kept
+// twice over (the history moves down once per window, not once per MiB:
+// 32 MiB measured for an unpack of Pack's 8 MiB window), so a crafted
+// frame cannot ask for more than 32 MiB.
 // Beyond that, what follows the tree's shape: the names of the
 // directories being walked, the first names of files with hard links,
 // and the open directories' recorded metadata (Limits.MaxEntries bounds
