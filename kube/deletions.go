@@ -71,14 +71,10 @@ const RemoveGraceSeconds int64 = 2
 // replica that becomes the leader mid-grace); doomed runs on a goroutine
 // of its own per pod, after the pod's token was read.
 //
-// It watches the release's session pods (an informer: a list, then a
-// watch; RBAC pods list and watch) until ctx ends, and returns an error
-// only if the first list fails.
+// It watches the release's session pods (the Runtime's one informer, which
+// WatchGone shares: watchPods; RBAC pods list and watch) until ctx ends,
+// and returns an error only if the first list fails.
 func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(sb sandbox.Sandbox, until time.Time)) error {
-	inf, err := r.sessionPods(ctx)
-	if err != nil {
-		return fmt.Errorf("watching session pods' deletions: %w", err)
-	}
 	var (
 		mu   sync.Mutex
 		told = map[types.UID]bool{}
@@ -110,7 +106,7 @@ func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(
 			}
 		})
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	err := r.watchPods(ctx, cache.ResourceEventHandlerFuncs{
 		AddFunc:    look,
 		UpdateFunc: func(_, obj any) { look(obj) },
 		DeleteFunc: func(obj any) {
@@ -120,11 +116,11 @@ func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(
 				mu.Unlock()
 			}
 		},
-	}); err != nil {
+	})
+	wg.Wait()
+	if err != nil {
 		return fmt.Errorf("watching session pods' deletions: %w", err)
 	}
-	inf.RunWithContext(ctx)
-	wg.Wait()
 	return nil
 }
 
@@ -139,14 +135,10 @@ func (r *Runtime) WatchDeletions(ctx context.Context, owner string, doomed func(
 // without its token: nothing talks to its agent. gone runs on the watch's
 // goroutine and must not block.
 //
-// Every replica runs it (session/rescue.go); it costs one informer of the
-// release's session pods, as WatchDeletions, until ctx ends, and returns
-// an error only if the first list fails.
+// Every replica runs it (session/rescue.go); it shares the Runtime's one
+// informer of the release's session pods with WatchDeletions (watchPods),
+// until ctx ends, and returns an error only if the first list fails.
 func (r *Runtime) WatchGone(ctx context.Context, owner string, gone func(sb sandbox.Sandbox)) error {
-	inf, err := r.sessionPods(ctx)
-	if err != nil {
-		return fmt.Errorf("watching session pods that go: %w", err)
-	}
 	// told holds the pods told before they were gone, until they are:
 	// one entry per session pod at most.
 	var (
@@ -180,7 +172,7 @@ func (r *Runtime) WatchGone(ctx context.Context, owner string, gone func(sb sand
 			tell(p)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	err := r.watchPods(ctx, cache.ResourceEventHandlerFuncs{
 		AddFunc:    look,
 		UpdateFunc: func(_, obj any) { look(obj) },
 		DeleteFunc: func(obj any) {
@@ -196,10 +188,10 @@ func (r *Runtime) WatchGone(ctx context.Context, owner string, gone func(sb sand
 				tell(p)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watching session pods that go: %w", err)
 	}
-	inf.RunWithContext(ctx)
 	return nil
 }
 
@@ -228,6 +220,119 @@ func deletedPod(obj any) (*corev1.Pod, bool) {
 	}
 	p, ok := obj.(*corev1.Pod)
 	return p, ok
+}
+
+// podInformer is the one informer of the release's session pods a
+// Runtime's watches share (the leader runs WatchDeletions and WatchGone:
+// one list and one watch between them, not two of each). It runs while a
+// watch does: the first watch starts it, the last one to end stops it, and
+// a watch after that starts a new one. Its lifetime is the watches', not
+// any one caller's context.
+type podInformer struct {
+	mu    sync.Mutex
+	inf   cache.SharedIndexInformer
+	stop  context.CancelFunc
+	done  chan struct{}
+	users int
+}
+
+// watchPods runs h on the Runtime's informer of the release's session pods
+// until ctx ends: h is told of the pods the informer holds when it is
+// added (the informer replays its cache to a late handler), then of every
+// change. It fails only if it had to start the informer and the first
+// list failed. Each handler runs on a goroutine of its own (the
+// informer's listener), so one watch's slow handler does not hold up
+// another's.
+func (r *Runtime) watchPods(ctx context.Context, h cache.ResourceEventHandler) error {
+	inf, release, err := r.pods.acquire(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer release()
+	g := &closingHandler{h: h}
+	reg, err := inf.AddEventHandler(g)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	g.close()
+	return inf.RemoveEventHandler(reg)
+}
+
+// closingHandler passes an informer's news to h until it is closed, and
+// none after: once close returns, no call of h runs or will (the
+// informer's listener may deliver one more before its removal).
+type closingHandler struct {
+	mu     sync.RWMutex
+	closed bool
+	h      cache.ResourceEventHandler
+}
+
+func (c *closingHandler) OnAdd(obj any, initial bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.closed {
+		c.h.OnAdd(obj, initial)
+	}
+}
+
+func (c *closingHandler) OnUpdate(old, obj any) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.closed {
+		c.h.OnUpdate(old, obj)
+	}
+}
+
+func (c *closingHandler) OnDelete(obj any) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.closed {
+		c.h.OnDelete(obj)
+	}
+}
+
+func (c *closingHandler) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+// acquire returns the running informer, starting it if no watch holds it,
+// and the release that stops it once the last watch lets go (waiting for
+// it to end, so no handler runs after its watch returned).
+func (pi *podInformer) acquire(ctx context.Context, r *Runtime) (cache.SharedIndexInformer, func(), error) {
+	pi.mu.Lock()
+	defer pi.mu.Unlock()
+	if pi.users == 0 {
+		inf, err := r.sessionPods(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		ictx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			inf.RunWithContext(ictx)
+		}()
+		pi.inf, pi.stop, pi.done = inf, stop, done
+	}
+	pi.users++
+	inf := pi.inf
+	return inf, func() {
+		pi.mu.Lock()
+		pi.users--
+		var done chan struct{}
+		if pi.users == 0 {
+			pi.stop()
+			done = pi.done
+			pi.inf, pi.stop, pi.done = nil, nil, nil
+		}
+		pi.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+	}, nil
 }
 
 // sessionPods is an informer of the release's session pods (a list, then

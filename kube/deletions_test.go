@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/shellbox/shellbox/sandbox"
@@ -323,4 +324,108 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestWatchesShareOneInformer: the leader's two watches (WatchDeletions
+// and WatchGone) share one informer of the session pods: one watch of
+// pods between them, each told as if alone; after both ended the informer
+// is stopped, and a watch started later runs a new one.
+func TestWatchesShareOneInformer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newCluster(t)
+	r := c.runtime(t, func(cfg *Config) { cfg.SaveOnDelete = true })
+	var watches atomic.Int32
+	c.cs.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		watches.Add(1)
+		return false, nil, nil
+	})
+	mk := func(session string) sandbox.Sandbox {
+		t.Helper()
+		spec, err := sandbox.NewSpec("acme", session, sandbox.WithImage("img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Owner = "o"
+		sb, err := r.Create(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	update := func(sb sandbox.Sandbox, change func(p *corev1.Pod)) {
+		t.Helper()
+		p, err := c.pod(t, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(p)
+		if _, err := c.cs.CoreV1().Pods("sessions").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doom := func(sb sandbox.Sandbox) {
+		update(sb, func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now })
+	}
+	end := func(sb sandbox.Sandbox) {
+		update(sb, func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}
+		})
+	}
+	wait := func(what string, ch <-chan string, want string) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			if got != want {
+				t.Errorf("%s: told of %s, want %s", what, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not told of %s", what, want)
+		}
+	}
+	doomed := make(chan string, 10)
+	gone := make(chan string, 10)
+	errc := make(chan error, 2)
+	go func() {
+		errc <- r.WatchDeletions(ctx, "", func(sb sandbox.Sandbox, _ time.Time) { doomed <- sb.Session })
+	}()
+	go func() { errc <- r.WatchGone(ctx, "", func(sb sandbox.Sandbox) { gone <- sb.Session }) }()
+	a := mk("a")
+	doom(a)
+	wait("WatchDeletions", doomed, "a")
+	end(a)
+	wait("WatchGone", gone, "a")
+	if n := watches.Load(); n != 1 {
+		t.Errorf("%d watches of pods for the two, want 1", n)
+	}
+	cancel()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Errorf("watch: %v", err)
+		}
+	}
+	if r.pods.users != 0 || r.pods.inf != nil {
+		t.Errorf("the informer outlived its watches: %d users", r.pods.users)
+	}
+
+	if err := c.cs.CoreV1().Pods("sessions").Delete(context.Background(), a.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go func() { errc <- r.WatchGone(ctx2, "", func(sb sandbox.Sandbox) { gone <- sb.Session }) }()
+	b := mk("b")
+	doom(b)
+	end(b)
+	wait("a watch after the informer stopped", gone, "b")
+	for deadline := time.Now().Add(5 * time.Second); watches.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := watches.Load(); n != 2 {
+		t.Errorf("%d watches of pods, want 2 (a new informer)", n)
+	}
+	cancel2()
+	if err := <-errc; err != nil {
+		t.Errorf("WatchGone: %v", err)
+	}
 }

@@ -252,6 +252,8 @@ type Runtime struct {
 	exit func(ctx context.Context, ep agentapi.Endpoint) error
 	// stats caches the nodes' kubelet summaries Usage read (usage.go).
 	stats summaries
+	// pods is the informer of session pods the watches share (deletions.go).
+	pods podInformer
 }
 
 var (
