@@ -81,7 +81,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 120},
 	}, []string{"tenant"})
 	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "shellbox_egress_connections_total", Help: "Connections of sandboxes' egress proxies, by tenant and outcome (allowed, denied, failed).",
+		Name: "shellbox_egress_connections_total", Help: "Connections of sandboxes' egress proxies, by tenant and outcome (allowed, denied, failed; refused: a connection whose TLS or HTTP/2 streams the relay refused).",
 	}, []string{"tenant", "outcome"})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shellbox_leader", Help: "1 while this process reaps idle sandboxes and keeps the warm pools (on Kubernetes: the replica holding the release's Lease), else 0.",
