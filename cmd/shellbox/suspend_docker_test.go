@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shellbox/shellbox/eventstream"
+	"github.com/shellbox/shellbox/sandbox"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/sandbox/snapshot/snapshottest"
@@ -508,12 +510,19 @@ func repoTar(b testing.TB, size int64, prefix string) io.Reader {
 }
 
 // BenchmarkSuspendResume: suspend (REST call to its answer) and resume
-// (the next call's first result: a new sandbox, the workspace restored,
-// the call run) of a workspace of real source files, through shellbox
-// serve, on each engine, runc, the dir store, no warm pool. Sizes 1 and
-// 100 MiB; SHELLBOX_BENCH_BIG=1 adds 1 GiB.
+// (the next call's first result: its sandbox, the workspace restored, the
+// call run) of a workspace of real source files, through shellbox serve,
+// on each engine, runc, the dir store. Sizes 1 and 100 MiB;
+// SHELLBOX_BENCH_BIG=1 adds 1 GiB. Each size runs cold (the resume
+// creates its sandbox) and with a warm pool of one (the tenant's policy
+// sets sandbox.pool.size: 1; the resume claims the pooled sandbox, and
+// the pool is refilled, outside the timer, before the next suspend).
+// Besides the totals it reports where a resume went, from the server's
+// log: its sandbox (created or claimed: create-ms), the store's read and
+// the agent's restore (restore-ms, the resumed event's own figure), and
+// the rest (the call, and the claim's record writes).
 //
-//	go test ./cmd/shellbox -run '^$' -bench SuspendResume -benchtime 3x
+//	SHELLBOX_BENCH_BIG=1 go test ./cmd/shellbox -run '^$' -bench SuspendResume -benchtime 2x
 func BenchmarkSuspendResume(b *testing.B) {
 	sizes := []int64{1, 100}
 	if os.Getenv("SHELLBOX_BENCH_BIG") == "1" {
@@ -521,28 +530,53 @@ func BenchmarkSuspendResume(b *testing.B) {
 	}
 	for _, eng := range enginetest.All {
 		for _, mib := range sizes {
-			b.Run(fmt.Sprintf("%s/%dMiB", eng.Name, mib), func(b *testing.B) { benchSuspendResume(b, eng, mib) })
+			for _, pool := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%dMiB/cold", eng.Name, mib)
+				if pool {
+					name = fmt.Sprintf("%s/%dMiB/pool", eng.Name, mib)
+				}
+				b.Run(name, func(b *testing.B) { benchSuspendResume(b, eng, mib, pool) })
+			}
 		}
 	}
 }
 
-func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64) {
+func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64, pool bool) {
 	requireEngine(b)
 	bin := buildBinaries(b)
-	cfg, _, _ := suspendConfig(b, eng, "runc", "dir", "")
+	// A policy for the tenant in both cases, so that the two differ by
+	// the pool alone.
+	pols := b.TempDir()
+	policy := "default: allow\n"
+	if pool {
+		policy += "sandbox:\n  pool: {size: 1}\n"
+	}
+	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(policy), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cfg, stateDir, _ := suspendConfig(b, eng, "runc", "dir", "")
 	raw, err := os.ReadFile(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	// Room for the files, whatever the default workspace size, and memory
 	// beyond it: the workspace and /tmp tmpfs are charged to the sandbox.
-	ws := fmt.Sprintf("sandbox:\n  workspaceBytes: %d\n  memoryBytes: %d\n", (2*mib+256)<<20, (2*mib+256+128+512)<<20)
-	os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", ws, 1)), 0o644)
+	ws := fmt.Sprintf("policies:\n  dir: %s\nsandbox:\n  workspaceBytes: %d\n  memoryBytes: %d\n", pols, (2*mib+256)<<20, (2*mib+256+128+512)<<20)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", ws, 1)), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	const s = "bench"
 	removeSandboxesAtEnd(b, cfg, dockerTenant, s)
+	if pool {
+		removePooledAtEnd(b, eng, cfg, stateDir, filepath.Join(filepath.Dir(bin), "shellbox-agent"))
+	}
 	p := startServeProcess(b, bin, cfg)
 	ctx := context.Background()
 	c := client.New(p.url, testToken, nil)
+	logs := &serverLog{p: p}
+	if pool {
+		logs.awaitPooled(b)
+	}
 	// In uploads of at most 256 MiB: a tar of this repository's files past
 	// that holds more than the 100,000 entries an upload may (files.maxEntries).
 	for part, left := 0, mib<<20; left > 0; part++ {
@@ -552,9 +586,17 @@ func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64) {
 		}
 		left -= n
 	}
-	var suspend, resume time.Duration
+	var suspend, resume, made, restore time.Duration
 	b.ResetTimer()
 	for b.Loop() {
+		if pool {
+			// The session's first call, or the last resume, claimed the
+			// pooled sandbox: the next resume finds a new one ready.
+			b.StopTimer()
+			logs.awaitPooled(b)
+			b.StartTimer()
+		}
+		logs.drain()
 		t0 := time.Now()
 		if _, err := c.SuspendSession(ctx, s); err != nil {
 			b.Fatalf("suspend: %v", err)
@@ -566,7 +608,135 @@ func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64) {
 		}
 		suspend += t1.Sub(t0)
 		resume += time.Since(t1)
+		m, r2, ok := logs.resumePhases(t1, pool)
+		if !ok {
+			b.Fatalf("no sandbox and resumed lines in the server's log")
+		}
+		made += m
+		restore += r2
 	}
-	b.ReportMetric(float64(suspend.Milliseconds())/float64(b.N), "suspend-ms/op")
-	b.ReportMetric(float64(resume.Milliseconds())/float64(b.N), "resume-ms/op")
+	n := float64(b.N)
+	b.ReportMetric(float64(suspend.Milliseconds())/n, "suspend-ms/op")
+	b.ReportMetric(float64(resume.Milliseconds())/n, "resume-ms/op")
+	b.ReportMetric(float64(made.Milliseconds())/n, "create-ms/op")
+	b.ReportMetric(float64(restore.Milliseconds())/n, "restore-ms/op")
+}
+
+// serverLog reads a benchmark's server's log, counting the pooled
+// sandboxes it reports made, whoever reads the line.
+type serverLog struct {
+	p      *serveProcess
+	pooled int // "pooled sandbox created" lines not yet awaited
+}
+
+// next returns the next line, or false after d (at once for 0).
+func (l *serverLog) next(d time.Duration) (string, bool) {
+	var s string
+	if d <= 0 {
+		select {
+		case s = <-l.p.logs:
+		default:
+			return "", false
+		}
+	} else {
+		select {
+		case s = <-l.p.logs:
+		case <-time.After(d):
+			return "", false
+		}
+	}
+	if strings.Contains(s, "pooled sandbox created") {
+		l.pooled++
+	}
+	return s, true
+}
+
+// awaitPooled waits for a pooled sandbox made since the last one awaited.
+func (l *serverLog) awaitPooled(b *testing.B) {
+	b.Helper()
+	var seen []string
+	for deadline := time.Now().Add(2 * time.Minute); l.pooled == 0; {
+		s, ok := l.next(time.Until(deadline))
+		if !ok {
+			b.Fatalf("no pooled sandbox made within 2 minutes; the server logged:\n%s", strings.Join(seen, "\n"))
+		}
+		if len(seen) < 100 {
+			seen = append(seen, s)
+		}
+	}
+	l.pooled--
+}
+
+// drain reads the lines logged so far.
+func (l *serverLog) drain() {
+	for {
+		if _, ok := l.next(0); !ok {
+			return
+		}
+	}
+}
+
+// resumePhases reads, from the server's log of a resume that began at
+// start, how long its sandbox took (to the "sandbox created" line, or
+// the claim's with pool) and the restore (the resumed event's figure).
+func (l *serverLog) resumePhases(start time.Time, pool bool) (made, restore time.Duration, ok bool) {
+	want := "sandbox created"
+	if pool {
+		want = "sandbox claimed from pool"
+	}
+	var got int
+	for deadline := time.Now().Add(10 * time.Second); got < 2; {
+		s, ok := l.next(time.Until(deadline))
+		if !ok {
+			return 0, 0, false
+		}
+		var e struct {
+			Time   time.Time
+			Msg    string
+			Detail string
+		}
+		if json.Unmarshal([]byte(s), &e) != nil {
+			continue
+		}
+		switch {
+		case e.Msg == want:
+			made, got = e.Time.Sub(start), got+1
+		case e.Msg == "session resumed":
+			i := strings.LastIndex(e.Detail, " in ")
+			if i < 0 {
+				return 0, 0, false
+			}
+			d, err := time.ParseDuration(strings.Fields(e.Detail[i+4:])[0])
+			if err != nil {
+				return 0, 0, false
+			}
+			restore, got = d, got+1
+		}
+	}
+	return made, restore, true
+}
+
+// removePooledAtEnd removes, after the benchmark, the pooled sandboxes
+// the server kept (a server leaves them for its next start to adopt).
+func removePooledAtEnd(b *testing.B, eng enginetest.Engine, cfg, stateDir, agent string) {
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	owner := regexp.MustCompile(`\n  owner: (\S+)`).FindSubmatch(raw)
+	if owner == nil {
+		b.Fatalf("no owner in %s", raw)
+	}
+	b.Cleanup(func() {
+		rt := eng.Runtime(b, stateDir, agent, "runc")
+		list, err := rt.List(context.Background(), string(owner[1]))
+		for _, sb := range list {
+			if err == nil && sandbox.IsPooled(sb.Session) {
+				err = rt.Remove(context.Background(), sb.ID)
+			}
+		}
+		if err != nil {
+			b.Errorf("removing the pooled sandboxes: %v", err)
+		}
+	})
 }
