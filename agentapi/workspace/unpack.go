@@ -526,7 +526,11 @@ func (u *unpacker) file(f *frame, hdr *tar.Header, base string) error {
 	if err != nil {
 		return u.fsError(hdr.Name, err)
 	}
-	fd, err := createFile(dirfd, base)
+	// Made with its permission bits and the owner's read and write (as
+	// before its chmod it always was: a user. xattr is set only on a
+	// file its owner may write), less the umask: most files need no
+	// chmod.
+	fd, err := createFile(dirfd, base, uint32(hdr.Mode)&0o777|0o600)
 	if err != nil {
 		return u.fsError(hdr.Name, err)
 	}
@@ -538,15 +542,30 @@ func (u *unpacker) file(f *frame, hdr *tar.Header, base string) error {
 		return err
 	}
 	u.st.Files++
-	return u.finish(f, hdr, base, unix.Fchown(fd, hdr.Uid, hdr.Gid), func() error { return unix.Fchmod(fd, uint32(hdr.Mode)) })
+	// A file that is its recorded owner's with its recorded mode already
+	// (the common case: the stream's owner is the restoring user) is
+	// spared the chown and chmod, two changes of its inode each written
+	// to the journal. A chown to the owner it has would change nothing:
+	// the file has no setuid or setgid bit yet for it to clear.
+	var chown error
+	chmod := func() error { return unix.Fchmod(fd, uint32(hdr.Mode)) }
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && int(st.Uid) == hdr.Uid && int(st.Gid) == hdr.Gid {
+		if int64(st.Mode&0o7777) == hdr.Mode {
+			chmod = nil
+		}
+	} else {
+		chown = unix.Fchown(fd, hdr.Uid, hdr.Gid)
+	}
+	return u.finish(f, hdr, base, chown, chmod)
 }
 
 // createFile creates the regular file base in the directory dirfd, for
-// writing: O_EXCL (a name there already, a symlink included, fails), and
-// O_NOFOLLOW besides.
-func createFile(dirfd int, base string) (int, error) {
+// writing, with the permission bits perm (less the umask): O_EXCL (a name
+// there already, a symlink included, fails), and O_NOFOLLOW besides.
+func createFile(dirfd int, base string, perm uint32) (int, error) {
 	for {
-		fd, err := unix.Openat(dirfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		fd, err := unix.Openat(dirfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 		if err != unix.EINTR {
 			if err != nil {
 				return -1, &os.PathError{Op: "open", Path: base, Err: err}
