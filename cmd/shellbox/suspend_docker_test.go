@@ -545,11 +545,13 @@ func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64, pool boo
 	requireEngine(b)
 	bin := buildBinaries(b)
 	// A policy for the tenant in both cases, so that the two differ by
-	// the pool alone.
+	// the pool alone. It sets the sandbox's resources (a policy's, not
+	// the server's, apply): room for the files, and memory beyond it
+	// (the /tmp tmpfs is charged to the sandbox).
 	pols := b.TempDir()
-	policy := "default: allow\n"
+	policy := fmt.Sprintf("default: allow\nsandbox:\n  disk: %dMiB\n  memory: %dMiB\n", 2*mib+256, 2*mib+256+128+512)
 	if pool {
-		policy += "sandbox:\n  pool: {size: 1}\n"
+		policy += "  pool: {size: 1}\n"
 	}
 	if err := os.WriteFile(filepath.Join(pols, dockerTenant+".yaml"), []byte(policy), 0o644); err != nil {
 		b.Fatal(err)
@@ -559,10 +561,7 @@ func benchSuspendResume(b *testing.B, eng enginetest.Engine, mib int64, pool boo
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Room for the files, whatever the default workspace size, and memory
-	// beyond it: the workspace and /tmp tmpfs are charged to the sandbox.
-	ws := fmt.Sprintf("policies:\n  dir: %s\nsandbox:\n  workspaceBytes: %d\n  memoryBytes: %d\n", pols, (2*mib+256)<<20, (2*mib+256+128+512)<<20)
-	if err := os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", ws, 1)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(raw), "sandbox:\n", "policies:\n  dir: "+pols+"\nsandbox:\n", 1)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	const s = "bench"
