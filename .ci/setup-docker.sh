@@ -83,8 +83,9 @@ step test-image
 # It copies the host's tools; the egress tests need its curl.
 command -v curl >/dev/null || apt_install curl
 "$ROOT/images/testimage/build.sh"
-# The clients the credential tests drive (cmd/shellbox TestServeCredentialClients).
-apt_install git python3-requests nodejs
+# The clients the credential and workload tests drive (cmd/shellbox
+# TestServeCredentialClients, TestServeWorkloads).
+apt_install git python3-requests python3-venv python3-pip nodejs
 "$ROOT/images/testimage/build.sh" --clients
 
 run_check() { # runtime -> prints the container's output

@@ -158,11 +158,14 @@ func egressHostFunc(t *testing.T, addr string, hear func(*http.Request)) string 
 // credential github (secret in secrets.dir, placeholder GITHUB_TOKEN) for
 // localhost, allows localhost:port and allow, and has network (indented
 // as the policy's sandbox.network keys) besides; call runs a bash command
-// in session, failing t on an error.
+// in session, failing t on an error; client and session are for calls of
+// any tool with any arguments.
 type credentialServe struct {
-	p     *serveProcess
-	audit string
-	call  func(command string) string
+	p       *serveProcess
+	audit   string
+	call    func(command string) string
+	client  *client.Client
+	session string
 }
 
 func serveWithCredential(t *testing.T, eng enginetest.Engine, bin string, secret, port, originCA string, allow []string, network, session string) credentialServe {
@@ -234,7 +237,7 @@ server:
 
 	p := startServeProcess(t, bin, cfg)
 	c := client.New(p.url, testToken, nil)
-	return credentialServe{p: p, audit: audit, call: func(command string) string {
+	return credentialServe{p: p, audit: audit, client: c, session: session, call: func(command string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

@@ -20,10 +20,12 @@
 # the host: git (/usr/lib/git-core, its templates), python3 (the stdlib
 # without test suites, IDLE, tkinter, lib2to3, the static library and
 # __pycache__; requests, urllib3, certifi, idna, charset_normalizer,
-# chardet and six from /usr/lib/python3/dist-packages), node, tar and
-# gzip, with their libraries. No CA bundle: the sandbox's bundle
+# chardet and six from /usr/lib/python3/dist-packages; ensurepip and the
+# pip and setuptools wheels of /usr/share/python-wheels, so `python3 -m
+# venv` makes a venv with pip: the workload suite's pip install), node,
+# tar and gzip, with their libraries. No CA bundle: the sandbox's bundle
 # (/run/shellbox/egress-ca.pem) is the relay's. On Debian 12: apt-get
-# install git python3-requests nodejs.
+# install git python3-requests python3-venv python3-pip nodejs.
 #
 # Usage: build.sh [--force] [--clients] [--rootfs DIR]
 # Environment:
@@ -140,8 +142,10 @@ copy_clients() {
   [[ -x "$py" ]] || missing+=(python3)
   [[ -d /usr/lib/python3/dist-packages/requests ]] || missing+=(python3-requests)
   type -P node >/dev/null || missing+=(nodejs)
+  [[ -d "/usr/lib/${py##*/}/ensurepip" ]] || missing+=(python3-venv)
+  compgen -G '/usr/share/python-wheels/pip-*.whl' >/dev/null || missing+=(python3-pip-whl)
   if ((${#missing[@]})); then
-    echo "testimage: --clients: the host lacks ${missing[*]} (Debian: apt-get install git python3-requests nodejs)" >&2
+    echo "testimage: --clients: the host lacks ${missing[*]} (Debian: apt-get install git python3-requests python3-venv python3-pip nodejs)" >&2
     exit 1
   fi
   copy_tool git 1
@@ -163,9 +167,13 @@ copy_clients() {
   # /etc (Debian's apport hook), left out.
   tar -C /usr/lib -cf - --exclude=__pycache__ --exclude="$ver/test" \
     --exclude="$ver/idlelib" --exclude="$ver/tkinter" --exclude="$ver/turtledemo" \
-    --exclude="$ver/lib2to3" --exclude="$ver/ensurepip" --exclude="$ver/config-*" \
+    --exclude="$ver/lib2to3" --exclude="$ver/config-*" \
     --exclude="$ver/sitecustomize.py" --exclude='*/tests' "$ver" | tar -C "$root/usr/lib" -xf -
   add_tree_libs "$root/usr/lib/$ver/lib-dynload"
+  # venv's pip: Debian's ensurepip installs the wheels of its
+  # WHEEL_PKG_DIR (pip, setuptools; 3 MB).
+  mkdir -p "$root/usr/share/python-wheels"
+  cp /usr/share/python-wheels/*.whl "$root/usr/share/python-wheels/"
   mkdir -p "$root/usr/lib/python3/dist-packages"
   # Debian's urllib3 1.26 imports six.
   for pkg in requests urllib3 certifi idna charset_normalizer chardet six.py; do
