@@ -1,21 +1,16 @@
 package main
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,10 +73,10 @@ func serveWorkloads(t *testing.T, eng enginetest.Engine, runtime string) {
 	// The credential's origin is unused here: serveCredentialImage wants one.
 	secret := "ghp_workloads" + strings.ToLower(strings.ReplaceAll(runtime+eng.Name, "-", ""))
 	o := origintest.Credential(t, secret, http.NotFoundHandler())
-	index := newPipIndex(t, "127.0.0.5:0")
-	refused := newPipIndex(t, "127.0.0.6:0")
+	index := origintest.NewPipIndex(t, "127.0.0.5:0")
+	refused := origintest.NewPipIndex(t, "127.0.0.6:0")
 	session := "workloads-" + eng.Name + "-" + runtime
-	cs := serveCredentialImage(t, eng, bin, clientsImage, runtime, secret, o.Port, o.CAFile, []string{index.addr}, "", session)
+	cs := serveCredentialImage(t, eng, bin, clientsImage, runtime, secret, o.Port, o.CAFile, []string{index.Addr}, "", session)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for len(cs.p.logs) > 0 {
@@ -186,28 +181,28 @@ git log --oneline --format='%s' && git ls-files`})
 	}
 }
 
-func (w *workloads) pip(t *testing.T, index, refused *pipIndex) {
+func (w *workloads) pip(t *testing.T, index, refused *origintest.PipIndex) {
 	if got := w.bash(map[string]any{"command": "python3 -m venv /workspace/venv && /workspace/venv/bin/pip --version", "timeoutMs": 240000}); !strings.HasPrefix(got, "pip ") {
 		t.Fatalf("venv: %q", got)
 	}
-	pip := "/workspace/venv/bin/pip install --force-reinstall --disable-pip-version-check --retries 0 --timeout 30 --index-url http://%s/simple/ " + pipProject + " 2>&1"
-	got := w.bash(map[string]any{"command": fmt.Sprintf(pip, index.addr) + "; /workspace/venv/bin/python -c 'import shellbox_workload as m; print(m.GREETING)'", "timeoutMs": 120000})
-	if !strings.Contains(got, "Successfully installed "+pipProject+"-1.0") || !strings.HasSuffix(got, "\n"+pipGreeting) {
+	pip := "/workspace/venv/bin/pip install --force-reinstall --disable-pip-version-check --retries 0 --timeout 30 --index-url http://%s/simple/ " + origintest.PipProject + " 2>&1"
+	got := w.bash(map[string]any{"command": fmt.Sprintf(pip, index.Addr) + "; /workspace/venv/bin/python -c 'import shellbox_workload as m; print(m.GREETING)'", "timeoutMs": 120000})
+	if !strings.Contains(got, "Successfully installed "+origintest.PipProject+"-1.0") || !strings.HasSuffix(got, "\n"+origintest.PipGreeting) {
 		t.Errorf("pip install from the allowed index: %q", got)
 	}
-	if reqs := index.requests(); !slices.Contains(reqs, "GET /simple/"+pipProject+"/") || !slices.Contains(reqs, "GET /packages/"+pipWheel) {
+	if reqs := index.Requests(); !slices.Contains(reqs, "GET /simple/"+origintest.PipProject+"/") || !slices.Contains(reqs, "GET /packages/"+origintest.PipWheel) {
 		t.Errorf("the allowed index served %q", reqs)
 	}
-	got = w.bash(map[string]any{"command": fmt.Sprintf(pip, refused.addr), "timeoutMs": 120000})
+	got = w.bash(map[string]any{"command": fmt.Sprintf(pip, refused.Addr), "timeoutMs": 120000})
 	if strings.Contains(got, "Successfully installed") || !strings.Contains(got, "[exit code: 1]") {
 		t.Errorf("pip install from a host the policy does not allow: %q", got)
 	}
-	if reqs := refused.requests(); len(reqs) != 0 {
+	if reqs := refused.Requests(); len(reqs) != 0 {
 		t.Errorf("the index the policy does not allow was asked %q", reqs)
 	}
 	// The relay refused it (egress to hosts without a credential is not
 	// audited: the refusal is what the client sees).
-	if got := w.bash(map[string]any{"command": "curl -sS -m 30 -D - -o /dev/null http://" + refused.addr + "/simple/ | head -n 1 | tr -d '\\r'"}); got != "HTTP/1.1 403 Forbidden" {
+	if got := w.bash(map[string]any{"command": "curl -sS -m 30 -D - -o /dev/null http://" + refused.Addr + "/simple/ | head -n 1 | tr -d '\\r'"}); got != "HTTP/1.1 403 Forbidden" {
 		t.Errorf("the relay's answer for a host the policy does not allow: %q", got)
 	}
 	t.Logf("refused: %.300s", got)
@@ -249,91 +244,6 @@ func (w *workloads) timeout(t *testing.T) {
 	if got := w.bash(map[string]any{"command": "ps -eo pid,args | grep '[p]ython3' || echo none"}); got != "none" {
 		t.Errorf("after the timeout the sandbox still runs:\n%s", got)
 	}
-}
-
-// pipProject is the project the index serves, pipWheel its wheel.
-const (
-	pipProject  = "shellbox-workload"
-	pipWheel    = "shellbox_workload-1.0-py3-none-any.whl"
-	pipGreeting = "hello from the local index"
-)
-
-// pipIndex is a PEP 503 simple index on the host serving pipWheel.
-type pipIndex struct {
-	addr string
-	mu   sync.Mutex
-	seen []string
-}
-
-func (p *pipIndex) requests() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.seen...)
-}
-
-func newPipIndex(t *testing.T, addr string) *pipIndex {
-	t.Helper()
-	whl := pureWheel(t)
-	sum := sha256.Sum256(whl)
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pipIndex{addr: l.Addr().String()}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /simple/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "<!DOCTYPE html><html><body><a href=\"/simple/%s/\">%[1]s</a></body></html>\n", pipProject)
-	})
-	mux.HandleFunc("GET /simple/"+pipProject+"/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "<!DOCTYPE html><html><body><a href=\"/packages/%s#sha256=%x\">%[1]s</a></body></html>\n", pipWheel, sum)
-	})
-	mux.HandleFunc("GET /packages/"+pipWheel, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Write(whl)
-	})
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.mu.Lock()
-		p.seen = append(p.seen, r.Method+" "+r.URL.Path)
-		p.mu.Unlock()
-		mux.ServeHTTP(w, r)
-	})}
-	go hs.Serve(l)
-	t.Cleanup(func() { hs.Close() })
-	return p
-}
-
-// pureWheel is pipWheel: a pure-Python wheel of one module,
-// shellbox_workload, with its METADATA, WHEEL and RECORD.
-func pureWheel(t *testing.T) []byte {
-	t.Helper()
-	const info = "shellbox_workload-1.0.dist-info/"
-	files := []struct{ name, body string }{
-		{"shellbox_workload/__init__.py", fmt.Sprintf("GREETING = %q\n", pipGreeting)},
-		{info + "METADATA", "Metadata-Version: 2.1\nName: " + pipProject + "\nVersion: 1.0\nSummary: shellbox's workload test package\n"},
-		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: shellbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var buf bytes.Buffer
-	z := zip.NewWriter(&buf)
-	var record strings.Builder
-	for _, f := range files {
-		zw, err := z.Create(f.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		zw.Write([]byte(f.body))
-		sum := sha256.Sum256([]byte(f.body))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	zw, err := z.Create(info + "RECORD")
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 func tailOf(s string, n int) string { return s[max(0, len(s)-n):] }

@@ -3,7 +3,9 @@
 // answers only the requests carrying a secret, and a git origin behind it
 // (git http-backend, pushes enabled). The sandbox never talks to them
 // directly: the egress relay does, trusting the origin's own CA, so what an
-// origin records is what the relay sent upstream.
+// origin records is what the relay sent upstream. PipIndex is the plain-HTTP
+// package index of the workload suites (issue 26): pip in the sandbox
+// installs from it through the relay.
 //
 // It is shared by the tests that run those clients through `shellbox serve`
 // (cmd/shellbox, Docker and containerd) and in a session pod (kube), so
