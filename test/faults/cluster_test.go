@@ -193,7 +193,11 @@ func clusterFaultCase(t *testing.T, c *kubetest.Cluster, f clusterFault) {
 	p := s.start(t)
 
 	const sa, sb, sc = "cf-a", "cf-b", "cf-c" // before; first call during; first call after
-	t.Cleanup(func() { p.deleteSessions(t, sa, sb, sc) })
+	t.Cleanup(func() {
+		if t.Failed() { // else deleted at the end, their leftovers counted
+			p.deleteSessions(t, sa, sb, sc)
+		}
+	})
 	var answered []callRecord // every call the server answered: each has an audit line
 	must := func(r callRecord) callRecord {
 		t.Helper()
@@ -651,6 +655,9 @@ func (d *clusterDaemon) startLocked() error {
 	cmd := exec.Command("/bin/bash", append([]string{"-c",
 		`log=$1; shift; setsid "$@" >>"$log" 2>&1 </dev/null & echo $!`, "bash", log, d.exe}, d.argv[1:]...)...)
 	cmd.Env, cmd.Dir = d.env, d.dir
+	if _, err := os.Stat(d.dir); err != nil {
+		cmd.Dir = "/" // the directory setup-kube.sh ran in is gone
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("starting %s again: %w", d.name, err)
