@@ -24,9 +24,13 @@ func (l *lifecycle) complete(spec Spec) (Spec, error) {
 	return spec, nil
 }
 
-// create runs one creation for e, detached from the caller's cancellation.
+// create runs one creation for e, detached from the caller's cancellation:
+// its queue's wait for a creation slot (CreateQueueWait at most) and the
+// creation from its slot (CreateTimeout, createCold) are bounded apart, so
+// a creation admitted late still has its whole CreateTimeout; the sum
+// bounds the rest (a take-over, a claim, another process's creation).
 func (l *lifecycle) create(parent context.Context, k key, e *entry, spec Spec) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.cfg.CreateTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.cfg.CreateQueueWait+l.cfg.CreateTimeout)
 	defer cancel()
 	sb, err := l.createOrTakeOver(ctx, spec)
 	l.mu.Lock()
@@ -155,6 +159,10 @@ func (l *lifecycle) createCold(ctx context.Context, spec Spec) (Sandbox, error) 
 		return Sandbox{}, err
 	}
 	defer release()
+	// CreateTimeout from the slot, not from the queue: a creation that
+	// waited its turn is not left seconds to make its sandbox.
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.CreateTimeout)
+	defer cancel()
 	var settle func() error // the cold start's reservation, until settled
 	if cs, ok := l.cfg.Claims.(ColdStarts); ok {
 		// Reserved once admitted: the reservation lasts what Create

@@ -21,7 +21,8 @@ type Config struct {
 	// that does not become ready is removed and Ensure fails.
 	Ready func(ctx context.Context, sb Sandbox) error
 	// CreateTimeout bounds creating a sandbox and waiting for Ready
-	// (default 2 minutes).
+	// (default 2 minutes), from the moment the creation has its slot
+	// (Admission): a wait in the queue is CreateQueueWait's.
 	CreateTimeout time.Duration
 	// RemoveTimeout bounds removing one (default 1 minute).
 	RemoveTimeout time.Duration

@@ -591,3 +591,41 @@ func TestPoolRemovalTakesItsState(t *testing.T) {
 		t.Fatalf("%d pooled sandboxes made, want 5: %v", len(names), names)
 	}
 }
+
+// TestCreateTimeoutFromTheSlot: a creation's CreateTimeout runs from its
+// creation slot, not from its place in the queue. With one slot and a
+// CreateTimeout of 2 s, s1 holds the slot 1.2 s and s2, queued behind it,
+// takes 1.2 s more: 2.4 s after s2 asked, each creation within its own 2
+// s. Before, s2's queue wait counted against it and its creation ran out
+// ("context deadline exceeded") 0.8 s after it had its slot.
+func TestCreateTimeoutFromTheSlot(t *testing.T) {
+	f := newFake()
+	const hold = 1200 * time.Millisecond
+	f.CreateHook = func(sandbox.Spec) error { time.Sleep(hold); return nil }
+	m, _ := newManager(t, f, func(c *sandbox.Config) {
+		c.MaxCreating, c.CreateQueue, c.CreateQueueWait, c.CreateTimeout = 1, 5, time.Minute, 2*time.Second
+		// The fake's Create does not look at its context: Ready, right
+		// after it, says whether the creation's time had run out.
+		c.Ready = func(ctx context.Context, _ sandbox.Sandbox) error { return ctx.Err() }
+	})
+	errs := make(chan error, 2)
+	go func() { _, err := m.Ensure(context.Background(), spec(t, "s1")); errs <- err }()
+	waitCreating := func() {
+		for {
+			if n, _ := m.Admission(); n == 1 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitCreating()
+	go func() { _, err := m.Ensure(context.Background(), spec(t, "s2")); errs <- err }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("a creation admitted after a queue's wait: %v", err)
+		}
+	}
+	if n := f.Creates.Load(); n != 2 {
+		t.Errorf("%d creates, want 2", n)
+	}
+}
