@@ -143,6 +143,21 @@ func (h *egressHook) Relay(ctx context.Context, sb sandbox.Sandbox, granted func
 	if m := l.cfg.Usage; m != nil {
 		cfg.Traffic = func(t egress.Traffic) { m.Egress(sb.Tenant, sb.Session, t.Requests, t.Sent, t.Received) }
 	}
+	if l.cfg.Policies != nil {
+		// A connection not read as requests (refused, failed, tunnelled
+		// blind) is one audit record: its target, bytes and time.
+		cfg.Record = func(c egress.ConnRecord) {
+			why := c.Reason
+			if c.Outcome == egress.Failed {
+				why = "failed: " + why
+			}
+			err := l.cfg.Policies.AuditEgress(sb.Tenant, sb.Session, policies.EgressRequest{Host: c.Target, Method: "CONNECT",
+				BytesOut: c.Sent, BytesIn: c.Received, DurationMs: float64(c.Duration.Microseconds()) / 1000}, why)
+			if err != nil {
+				log.Warn("egress: auditing a connection", "err", err)
+			}
+		}
+	}
 	ready := h.installed(sb.ID)
 	defer func() {
 		h.mu.Lock()

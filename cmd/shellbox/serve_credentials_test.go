@@ -125,12 +125,15 @@ find /workspace /tmp /run/shellbox -xdev -type f -readable 2>/dev/null | while r
 		t.Errorf("audit: %v, or it holds the secret", err)
 	}
 	// Every request on the terminated connections is audited: host,
-	// method, path (no query), status, credential names.
+	// method, path (no query), status, credential names; a connection
+	// tunnelled blind as one record.
 	for _, want := range []string{
 		`"tool":"egress","command":"GET localhost/api","decision":"allow","rule":"sandbox.network","egress":{"host":"localhost","method":"GET","path":"/api","status":200,`,
 		`"path":"/repo.git/info/refs","status":200,`,
 		`"path":"/none","status":401,`,
 		`"credentials":["github"]}`,
+		// The connection to the other host went blind: one record of it.
+		`"tool":"egress","command":"CONNECT ` + other + `","decision":"allow","rule":"sandbox.network","egress":{"host":"` + other + `","method":"CONNECT",`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the audit lacks %s:\n%s", want, b)

@@ -65,8 +65,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // blind relays an allowed, unterminated connection (see above): agent is
 // the client's side, out the dialled destination, c the connection as the
-// client asked for it.
-func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) {
+// client asked for it. It returns why it refused the connection at its
+// first flight ("": it did not).
+func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) (refused string) {
 	obr := bufio.NewReaderSize(out, 32<<10)
 	clientFirst, err := firstSpeaker(agent, obr, out)
 	if err != nil || !clientFirst {
@@ -76,6 +77,7 @@ func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) {
 	}
 	elsewhere := func(host string) error { return r.elsewhere(c, host) }
 	refuse := func(why string) {
+		refused = egresswire.Clip(egresswire.OneLine(why))
 		r.observe(c.Target, Denied)
 		r.logs.info("egress denied", "target", egresswire.Clip(c.Target), "reason", egresswire.Clip(why))
 		out.Close()
@@ -112,6 +114,7 @@ func (r *Relay) blind(agent *agentConn, out net.Conn, c Conn) {
 	default:
 		egresswire.Splice(agent.Conn, cr, out, obr)
 	}
+	return refused
 }
 
 // elsewhere judges a name a blind tunnel's client gave (SNI, Host) that is

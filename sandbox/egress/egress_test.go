@@ -841,3 +841,76 @@ func TestRelayAgentMisbehaves(t *testing.T) {
 func unixAgent(path string) agentapi.Endpoint {
 	return agentapi.Endpoint{Network: "unix", Address: path}
 }
+
+// TestRelayRecordsConnections: a connection the relay does not read as
+// requests ends in one ConnRecord for the audit: a blind tunnel allowed,
+// with the bytes each way as the destination moved them; one refused by
+// the check, with its reason; one whose dial failed. None of a terminated
+// connection (its requests are recorded).
+func TestRelayRecordsConnections(t *testing.T) {
+	body := strings.Repeat("x", 100_000)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
+	defer origin.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := ln.Addr().String()
+	ln.Close() // nothing listens there: the dial fails
+	r := newRig(t, agentegress.ProxyConfig{}, hostPort(t, origin.URL), unreachable)
+	recs := make(chan ConnRecord, 10)
+	r.startRelay(t, RelayConfig{Record: func(c ConnRecord) { recs <- c }})
+	next := func(what string) ConnRecord {
+		t.Helper()
+		select {
+		case c := <-recs:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no record", what)
+		}
+		return ConnRecord{}
+	}
+
+	cl := r.client(nil)
+	resp, err := cl.Get(origin.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(got) != body {
+		t.Fatalf("got %d bytes", len(got))
+	}
+	cl.CloseIdleConnections()
+	c := next("a blind tunnel")
+	if c.Target != hostPort(t, origin.URL) || c.Outcome != Allowed || c.Reason != "" || c.Received < int64(len(body)) || c.Sent == 0 || c.Duration <= 0 {
+		t.Errorf("blind tunnel: %+v", c)
+	}
+
+	if resp, err := r.client(nil).Get("http://127.0.0.1:1/refused"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("a refused destination answered 200")
+		}
+	}
+	c = next("a refused connection")
+	if c.Target != "127.0.0.1:1" || c.Outcome != Denied || !strings.Contains(c.Reason, "not allowed by policy test") || c.Sent != 0 || c.Received != 0 {
+		t.Errorf("refused: %+v", c)
+	}
+
+	if resp, err := r.client(nil).Get("http://" + unreachable + "/"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("an unreachable destination answered 200")
+		}
+	}
+	c = next("a failed dial")
+	if c.Target != unreachable || c.Outcome != Failed || !strings.Contains(c.Reason, "refused") {
+		t.Errorf("failed dial: %+v", c)
+	}
+	select {
+	case c := <-recs:
+		t.Errorf("one more record: %+v", c)
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,6 +90,12 @@ type RelayConfig struct {
 	MaxTunnels int
 	// Observe, if set, hears each connection's outcome (for metrics).
 	Observe func(target string, o Outcome)
+	// Record, if set, hears the end of each connection no RequestRecord
+	// covers (for the audit): one refused or failed before or at its
+	// first flight, and one tunnelled blind (TLS the relay does not
+	// terminate, plain text to a host without rules), with its bytes each
+	// way. A terminated connection's requests are Intercept.Observe's.
+	Record func(ConnRecord)
 	// Traffic, if set, hears each connection dialled to a destination and
 	// the bytes that go over it, as they go (traffic.go; for usage). It is
 	// called from the tunnels' goroutines and must not block.
@@ -112,6 +119,19 @@ const (
 	// 204 after its PollTimeout, 50 s by default).
 	pollDeadline = 5 * time.Minute
 )
+
+// ConnRecord is the end of one connection the relay did not read as
+// requests (RelayConfig.Record).
+type ConnRecord struct {
+	Target  string
+	Outcome Outcome
+	// Reason is why it was refused or failed (one line, clipped).
+	Reason string
+	// Sent to the destination, Received from it.
+	Sent, Received int64
+	// Duration is from the connection's check to its end.
+	Duration time.Duration
+}
 
 // Relay is the host end of a sandbox's egress: see the package doc. A Relay
 // runs once.
@@ -360,6 +380,21 @@ func (e errBlocked) Error() string { return e.err.Error() }
 func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 	defer r.drop(agent.Conn)
 	target := c.Target
+	// rec is the connection's record, written at its end unless the
+	// relay terminates it (its requests are recorded instead).
+	rec := ConnRecord{Target: egresswire.Clip(target), Outcome: Allowed}
+	start := time.Now()
+	var moved *byteCount
+	defer func() {
+		if r.cfg.Record == nil || rec.Outcome == "" {
+			return
+		}
+		rec.Duration = time.Since(start)
+		if moved != nil {
+			rec.Sent, rec.Received = moved.sent.Load(), moved.received.Load()
+		}
+		r.cfg.Record(rec)
+	}()
 	verdict := func(line string) bool {
 		agent.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		_, err := io.WriteString(agent, line+"\n")
@@ -367,6 +402,7 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 		return err == nil
 	}
 	deny := func(reason string) {
+		rec.Outcome, rec.Reason = Denied, egresswire.Clip(egresswire.OneLine(reason))
 		r.observe(target, Denied)
 		r.logs.info("egress denied", "target", egresswire.Clip(target), "reason", egresswire.Clip(reason))
 		verdict("DENY " + egresswire.OneLine(reason))
@@ -402,6 +438,7 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 			deny(blocked.Error())
 			return
 		}
+		rec.Outcome, rec.Reason = Failed, egresswire.Clip(egresswire.OneLine(err.Error()))
 		r.observe(target, Failed)
 		r.logs.info("egress dial failed", "target", egresswire.Clip(target), "err", err.Error())
 		verdict(fmt.Sprintf("FAIL shellbox egress: cannot reach %s: %s", target, egresswire.OneLine(err.Error())))
@@ -413,6 +450,10 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 	}
 	defer r.drop(out)
 	out = counted(out, r.cfg.Traffic)
+	if r.cfg.Record != nil {
+		moved = &byteCount{}
+		out = counted(out, moved.add)
+	}
 	if d.Until != nil {
 		stop := context.AfterFunc(d.Until, func() {
 			out.Close()
@@ -425,12 +466,23 @@ func (r *Relay) tunnel(ctx context.Context, c Conn, agent *agentConn) {
 		return
 	}
 	if d.Intercept != nil {
+		rec.Outcome = "" // its requests are recorded
 		r.observe(target, Allowed)
 		r.intercept(ctx, agent, out, d.Intercept)
 		return
 	}
 	// Counted allowed or denied once its first flight is judged.
-	r.blind(agent, out, c)
+	if why := r.blind(agent, out, c); why != "" {
+		rec.Outcome, rec.Reason = Denied, why
+	}
+}
+
+// byteCount counts a connection's bytes for its ConnRecord.
+type byteCount struct{ sent, received atomic.Int64 }
+
+func (b *byteCount) add(t Traffic) {
+	b.sent.Add(t.Sent)
+	b.received.Add(t.Received)
 }
 
 func (r *Relay) observe(target string, o Outcome) {
