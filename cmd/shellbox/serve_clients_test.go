@@ -40,7 +40,12 @@ const clientsImage = "shellbox-test-clients:latest"
 // .ci/setup-containerd.sh. The four cases run in parallel (each its own
 // server, origin and session): sequential, the two containerd cases added
 // ~15 s to the package.
-func TestServeCredentialClients(t *testing.T) {
+func TestServeCredentialClients(t *testing.T) { eachClientsRuntime(t, serveCredentialClients) }
+
+// eachClientsRuntime runs fn, in parallel, on Docker and containerd with
+// runc and runsc, each case with the clients image present and bin the
+// package's shellbox binary; it logs each case's own time.
+func eachClientsRuntime(t *testing.T, fn func(t *testing.T, eng enginetest.Engine, runtime, bin string)) {
 	for _, c := range []struct {
 		eng     enginetest.Engine
 		runtime string
@@ -52,24 +57,24 @@ func TestServeCredentialClients(t *testing.T) {
 	} {
 		t.Run(c.eng.Name+"/"+c.runtime, func(t *testing.T) {
 			t.Parallel()
-			serveCredentialClients(t, c.eng, c.runtime)
+			requireEngine(t)
+			requireClientsImage(t)
+			bin := buildBinaries(t)
+			// The case's own time: the binaries are built once for the package.
+			start := time.Now()
+			t.Cleanup(func() { t.Logf("%s %s: %.1fs", c.eng.Name, c.runtime, time.Since(start).Seconds()) })
+			c.eng.Runtime(t, t.TempDir(), filepath.Join(filepath.Dir(bin), "shellbox-agent"), c.runtime) // skips without runsc
+			if c.eng.Name == enginetest.Containerd.Name {
+				cc, ctx := containerdtest.Client(t, containerdtest.Address(t))
+				_, err := cc.GetImage(ctx, clientsImage)
+				dockertest.Require(t, err == nil, fmt.Sprintf("containerd has no %s (%v): .ci/setup-containerd.sh imports it from Docker", clientsImage, err))
+			}
+			fn(t, c.eng, c.runtime, bin)
 		})
 	}
 }
 
-func serveCredentialClients(t *testing.T, eng enginetest.Engine, runtime string) {
-	requireEngine(t)
-	requireClientsImage(t)
-	bin := buildBinaries(t)
-	// The case's own time: the binaries are built once for the package.
-	start := time.Now()
-	t.Cleanup(func() { t.Logf("%s %s: %.1fs", eng.Name, runtime, time.Since(start).Seconds()) })
-	eng.Runtime(t, t.TempDir(), filepath.Join(filepath.Dir(bin), "shellbox-agent"), runtime) // skips without runsc
-	if eng.Name == enginetest.Containerd.Name {
-		c, ctx := containerdtest.Client(t, containerdtest.Address(t))
-		_, err := c.GetImage(ctx, clientsImage)
-		dockertest.Require(t, err == nil, fmt.Sprintf("containerd has no %s (%v): .ci/setup-containerd.sh imports it from Docker", clientsImage, err))
-	}
+func serveCredentialClients(t *testing.T, eng enginetest.Engine, runtime, bin string) {
 	secret := "ghp_" + strings.ReplaceAll(strings.ToLower(base64.RawURLEncoding.EncodeToString([]byte(time.Now().String()+eng.Name+runtime))), "-", "x")
 	o := origintest.Git(t, secret)
 	session := "clients-" + eng.Name + "-" + runtime

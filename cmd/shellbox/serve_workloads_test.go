@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
-	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/sandbox/enginetest"
 	"github.com/shellbox/shellbox/secrets/origintest"
 )
@@ -41,35 +38,9 @@ import (
 //   - timeout: python3 -m unittest of a test that sleeps forever, with
 //     timeoutMs: the result says it timed out, and the next call's ps
 //     finds no python left.
-func TestServeWorkloads(t *testing.T) {
-	for _, c := range []struct {
-		eng     enginetest.Engine
-		runtime string
-	}{
-		{enginetest.Docker, "runc"},
-		{enginetest.Docker, "runsc"},
-		{enginetest.Containerd, "runc"},
-		{enginetest.Containerd, "runsc"},
-	} {
-		t.Run(c.eng.Name+"/"+c.runtime, func(t *testing.T) {
-			t.Parallel()
-			serveWorkloads(t, c.eng, c.runtime)
-		})
-	}
-}
+func TestServeWorkloads(t *testing.T) { eachClientsRuntime(t, serveWorkloads) }
 
-func serveWorkloads(t *testing.T, eng enginetest.Engine, runtime string) {
-	requireEngine(t)
-	requireClientsImage(t)
-	bin := buildBinaries(t)
-	start := time.Now()
-	t.Cleanup(func() { t.Logf("%s %s: %.1fs", eng.Name, runtime, time.Since(start).Seconds()) })
-	eng.Runtime(t, t.TempDir(), filepath.Join(filepath.Dir(bin), "shellbox-agent"), runtime) // skips without runsc
-	if eng.Name == enginetest.Containerd.Name {
-		c, ctx := containerdtest.Client(t, containerdtest.Address(t))
-		_, err := c.GetImage(ctx, clientsImage)
-		dockertest.Require(t, err == nil, fmt.Sprintf("containerd has no %s (%v): .ci/setup-containerd.sh imports it from Docker", clientsImage, err))
-	}
+func serveWorkloads(t *testing.T, eng enginetest.Engine, runtime, bin string) {
 	// The credential's origin is unused here: serveCredentialImage wants one.
 	secret := "ghp_workloads" + strings.ToLower(strings.ReplaceAll(runtime+eng.Name, "-", ""))
 	o := origintest.Credential(t, secret, http.NotFoundHandler())
