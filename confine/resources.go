@@ -53,6 +53,12 @@ const PermissionNetwork = "network"
 type Resources struct {
 	// CPUs is the CPU quota in cores (0.5 = half a core).
 	CPUs float64 `mapstructure:"cpus"`
+	// TenantCPUs is the CPU quota in cores of all the tenant's sandboxes
+	// on one host together (a parent cgroup of the tenant's, on docker and
+	// containerd; sandbox/hostcgroup); 0 is none, each sandbox bounded by
+	// CPUs alone. At least CPUs when set. Kubernetes places every pod in
+	// a cgroup of its own: there a namespace's ResourceQuota is the tool.
+	TenantCPUs float64 `mapstructure:"tenantCpus"`
 	// MemoryBytes caps memory, swap included (no swap). tmpfs pages count
 	// towards it: the workspace and /tmp live in memory.
 	MemoryBytes int64 `mapstructure:"memoryBytes"`

@@ -90,6 +90,17 @@ func templateKey(spec Spec) any {
 		Settings       string
 	}
 	r := spec.Resources
+	if r.TenantCPUs != 0 {
+		// A setting added after the layout froze: only the templates
+		// that set it hash anew (their sandboxes differ from the ones
+		// without it: another cgroup parent).
+		type SpecTenantCPUs struct {
+			Spec       any
+			TenantCPUs float64
+		}
+		spec.TenantCPUs = 0
+		return SpecTenantCPUs{Spec: templateKey(spec), TenantCPUs: r.TenantCPUs}
+	}
 	return Spec{
 		Tenant: spec.Tenant, Session: spec.Session, Owner: spec.Owner,
 		Image: spec.Image, Runtime: spec.Runtime,

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -241,13 +243,55 @@ func WithRuntime(runtime string) Opt {
 	}
 }
 
+// CPUPeriod is the CFS period over which the docker and containerd
+// backends enforce a sandbox's CPU quota (and a tenant's, hostcgroup):
+// 10 ms, not the 100 ms Docker's --cpus and the kernel default to. Over
+// 100 ms a sandbox with two busy threads and a 1-core quota runs on both
+// cores for 50 ms, then waits 50: every other process of the host waits
+// behind it in those bursts (another tenant's p99 beside one sandbox's
+// 1 GB outputs: docs/reliability.md#load-and-fairness). Kubernetes' is
+// the kubelet's (cpuCFSQuotaPeriod).
+const CPUPeriod = 10 * time.Millisecond
+
+// The CPU quota's bounds in cores: the kernel's shortest quota is 1 ms
+// and its longest period 1 s.
+const (
+	minCPUs = 0.001
+	maxCPUs = 1024
+)
+
+// CPUQuota returns the CFS quota and period, in µs, of cores: quota over
+// CPUPeriod, the period stretched for a quota under the kernel's 1 ms
+// (cores below 0.1). cores must be within WithCPUs' bounds.
+func CPUQuota(cores float64) (quota, period int64) {
+	period = CPUPeriod.Microseconds()
+	if q := int64(math.Round(cores * float64(period))); q >= 1000 {
+		return q, period
+	}
+	period = min(int64(math.Ceil(1000/cores)), 1000000)
+	return max(int64(math.Round(cores*float64(period))), 1000), period
+}
+
 // WithCPUs sets the CPU quota in cores.
 func WithCPUs(cores float64) Opt {
 	return func(s *Spec) error {
-		if !(cores > 0) {
-			return invalid("cpus", "%v: must be positive", cores)
+		if !(cores >= minCPUs) || cores > maxCPUs {
+			return invalid("cpus", "%v: must be at least %v, at most %d", cores, minCPUs, maxCPUs)
 		}
 		s.CPUs = cores
+		return nil
+	}
+}
+
+// WithTenantCPUs sets the quota in cores of all the tenant's sandboxes on
+// one host together (0: none); with a quota, at least the sandbox's own
+// (Spec.CPUs), checked by Validate.
+func WithTenantCPUs(cores float64) Opt {
+	return func(s *Spec) error {
+		if !(cores >= 0) || cores > maxCPUs {
+			return invalid("tenantCpus", "%v: must be 0 (none) or positive, at most %d", cores, maxCPUs)
+		}
+		s.TenantCPUs = cores
 		return nil
 	}
 }
@@ -311,7 +355,7 @@ func WithSpillSize(bytes int64) Opt {
 // (WithCPUs, WithMemory, WithPidsLimit, WithWorkspaceSize, WithTmpSize,
 // WithSpillSize, in that order: the first error wins).
 func WithResources(r confine.Resources) Opt {
-	return Compose(WithCPUs(r.CPUs), WithMemory(r.MemoryBytes), WithPidsLimit(r.PidsLimit),
+	return Compose(WithCPUs(r.CPUs), WithTenantCPUs(r.TenantCPUs), WithMemory(r.MemoryBytes), WithPidsLimit(r.PidsLimit),
 		WithWorkspaceSize(r.WorkspaceBytes), WithTmpSize(r.TmpBytes), WithSpillSize(r.SpillBytes))
 }
 
@@ -430,7 +474,7 @@ func (s Spec) Validate() error {
 		return err
 	}
 	opts := []Opt{
-		WithCPUs(s.CPUs), WithMemory(s.MemoryBytes), WithPidsLimit(s.PidsLimit),
+		WithCPUs(s.CPUs), WithTenantCPUs(s.TenantCPUs), WithMemory(s.MemoryBytes), WithPidsLimit(s.PidsLimit),
 		WithWorkspaceSize(s.WorkspaceBytes), WithTmpSize(s.TmpBytes),
 		WithSpillSize(s.SpillBytes), WithNetwork(s.Network), WithUser(s.UID, s.GID),
 		WithLabels(s.Labels), WithAgentArgs(s.AgentArgs...), WithMounts(s.Mounts...),
@@ -442,6 +486,9 @@ func (s Spec) Validate() error {
 			return invalid("env", "%q: not KEY=VALUE", kv)
 		}
 		opts = append(opts, WithEnv(k, v))
+	}
+	if s.TenantCPUs > 0 && s.TenantCPUs < s.CPUs {
+		return invalid("tenantCpus", "%v: below the sandbox's own cpus %v (the tenant's sandboxes together get at least one sandbox's quota)", s.TenantCPUs, s.CPUs)
 	}
 	// The options double as field checks; they run on a scratch copy.
 	scratch := s.Clone()

@@ -106,3 +106,46 @@ func TestOptionErrorsStopCompose(t *testing.T) {
 		t.Fatalf("err %v, later option called %v", err, called)
 	}
 }
+
+// A quota over CPUPeriod (10 ms), the period stretched where the quota
+// would be under the kernel's 1 ms.
+func TestCPUQuota(t *testing.T) {
+	for _, c := range []struct {
+		cores         float64
+		quota, period int64
+	}{
+		{1, 10000, 10000},
+		{0.5, 5000, 10000},
+		{2.25, 22500, 10000},
+		{0.1, 1000, 10000},
+		{0.05, 1000, 20000},
+		{0.001, 1000, 1000000},
+	} {
+		if q, p := sandbox.CPUQuota(c.cores); q != c.quota || p != c.period {
+			t.Errorf("CPUQuota(%v) = %d/%d µs, want %d/%d", c.cores, q, p, c.quota, c.period)
+		}
+	}
+}
+
+// A tenant's quota is none (0) or at least the sandbox's own.
+func TestTenantCPUs(t *testing.T) {
+	s := sandbox.DefaultSpec("acme", "s")
+	s.Owner, s.Image = "o", "img"
+	for _, c := range []struct {
+		cpus, tenant float64
+		err          string
+	}{
+		{1, 0, ""},
+		{1, 1, ""},
+		{0.5, 4, ""},
+		{2, 1, "tenantCpus: 1: below the sandbox's own cpus 2"},
+		{1, -1, "tenantCpus: -1: must be 0 (none) or positive"},
+		{0.0001, 0, "cpus: 0.0001: must be at least 0.001"},
+	} {
+		s.CPUs, s.TenantCPUs = c.cpus, c.tenant
+		err := s.Validate()
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("cpus %v, tenantCpus %v: Validate = %v, want %q", c.cpus, c.tenant, err, c.err)
+		}
+	}
+}

@@ -45,6 +45,18 @@ func TestTemplateHashOfEarlierReleases(t *testing.T) {
 	}
 }
 
+// A template with a tenant quota hashes apart from the same without one,
+// and by its value.
+func TestTemplateHashTenantCPUs(t *testing.T) {
+	plain := goldenSpec()
+	one, two := goldenSpec(), goldenSpec()
+	one.TenantCPUs, two.TenantCPUs = 2, 3
+	h := []string{TemplateHash(plain), TemplateHash(one), TemplateHash(two)}
+	if h[0] == h[1] || h[1] == h[2] || h[0] == h[2] {
+		t.Errorf("TemplateHash of no tenant quota, 2 and 3 cores: %v, want three hashes", h)
+	}
+}
+
 // Every field of Spec (those of confine.Resources included) is in
 // templateKey: a setting the hash left out would let a session claim a
 // pooled sandbox that differs from its Spec in it.
@@ -64,6 +76,15 @@ func TestTemplateKeyCoversSpec(t *testing.T) {
 	var key []string
 	for f := range reflect.TypeOf(templateKey(Spec{})).Fields() {
 		key = append(key, f.Name+" "+f.Type.String())
+	}
+	// TenantCPUs, added after the layout froze, is in the key of the
+	// specs that set it (and only theirs: the others' hashes hold).
+	var withTenant Spec
+	withTenant.TenantCPUs = 2
+	for f := range reflect.TypeOf(templateKey(withTenant)).Fields() {
+		if f.Name == "TenantCPUs" {
+			key = append(key, f.Name+" "+f.Type.String())
+		}
 	}
 	slices.Sort(spec)
 	slices.Sort(key)
