@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 	"github.com/shellbox/shellbox/usage"
 )
@@ -299,6 +300,13 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, image string, t
 	// crashed midway left: it is shellbox's (the id is), and in the way.
 	if err := r.client.SnapshotService(r.cfg.Snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 		return sandbox.Sandbox{}, r.convert(err, "remove stale snapshot %s", id)
+	}
+	if spec.TenantCPUs > 0 {
+		// The shim makes the sandbox's cgroup below the tenant's, whose
+		// quota is written first (containerd's host is this one).
+		if err := hostcgroup.Ensure(spec.Tenant, spec.TenantCPUs); err != nil {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: tenantCpus %v of %s: %w", sandbox.ErrUnavailable, spec.TenantCPUs, spec.Tenant, err)
+		}
 	}
 	opts := []client.NewContainerOpts{}
 	if r.cfg.Snapshotter != "" {

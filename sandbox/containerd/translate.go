@@ -17,6 +17,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 )
 
 // LabelHostDir records a sandbox's host directory on its container, so Get,
@@ -91,9 +92,6 @@ var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 // sandbox's root container (specutils.ContainerdContainerTypeAnnotation).
 const runscContainerType = "io.kubernetes.cri.container-type"
 
-// cfsPeriod is the CPU CFS period, in µs, that Docker uses for NanoCPUs.
-const cfsPeriod = 100000
-
 // labels returns the container's labels: spec.Labels plus the reserved
 // org.shellbox.* labels and the host directory.
 func labels(spec sandbox.Spec, hostDir string) map[string]string {
@@ -137,6 +135,7 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 	// The commands' limit, plus the agent's and its exec guard's threads
 	// (agentapi.PidsCgroupLimit).
 	pids := agentapi.PidsCgroupLimit(spec.PidsLimit)
+	quota, period := sandbox.CPUQuota(spec.CPUs)
 	rlimits := []oci.SpecOpts{
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}),
 		// No POSIX message queues (as sandbox/docker): mq_open that creates
@@ -250,8 +249,9 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, agentBinary, hostDir, w
 		oci.WithAnnotations(records(spec)),
 		oci.WithDefaultUnixDevices,
 		oci.WithMemoryLimit(uint64(spec.MemoryBytes)),
-		oci.WithMemorySwap(spec.MemoryBytes), // = the limit: no swap
-		oci.WithCPUCFS(int64(spec.CPUs*cfsPeriod), cfsPeriod),
+		oci.WithMemorySwap(spec.MemoryBytes),  // = the limit: no swap
+		oci.WithCPUCFS(quota, uint64(period)), // over sandbox.CPUPeriod, not 100 ms
+		withTenantCgroup(spec),
 		oci.WithPidsLimit(pids),
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 			s.Process.OOMScoreAdj = &zero // as Docker: the agent raises its commands' own
@@ -280,6 +280,24 @@ func workspaceMount(spec sandbox.Spec, workspace string) specs.Mount {
 }
 
 // withoutRlimit removes an rlimit of the spec.
+// withTenantCgroup places the sandbox's cgroup below its tenant's when
+// the tenant has a quota of all its sandboxes together (Spec.TenantCPUs,
+// sandbox/hostcgroup; Create writes the quota first): cgroupfs's path
+// <parent>/<container id>. Without one, containerd's default
+// (/<namespace>/<id>).
+func withTenantCgroup(spec sandbox.Spec) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, c *containers.Container, s *specs.Spec) error {
+		if spec.TenantCPUs <= 0 {
+			return nil
+		}
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		s.Linux.CgroupsPath = hostcgroup.Parent(spec.Tenant) + "/" + c.ID
+		return nil
+	}
+}
+
 // withShmSize sizes the /dev/shm tmpfs of containerd's default spec (64
 // MiB): as big as /tmp, the same scratch budget of the policy, as
 // sandbox/docker does (ShmSize).

@@ -16,6 +16,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 )
 
 const (
@@ -174,8 +175,8 @@ func TestTranslateResources(t *testing.T) {
 	if r.Memory.Swap == nil || *r.Memory.Swap != 768*sandbox.MiB {
 		t.Errorf("memory+swap %v, want = memory (no swap)", r.Memory.Swap)
 	}
-	if r.CPU == nil || r.CPU.Quota == nil || *r.CPU.Quota != 150000 || r.CPU.Period == nil || *r.CPU.Period != 100000 {
-		t.Errorf("cpu %+v, want quota 150000 per 100000", r.CPU)
+	if r.CPU == nil || r.CPU.Quota == nil || *r.CPU.Quota != 15000 || r.CPU.Period == nil || *r.CPU.Period != 10000 {
+		t.Errorf("cpu %+v, want quota 15000 per 10000 (sandbox.CPUPeriod)", r.CPU)
 	}
 	if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit != agentapi.PidsCgroupLimit(100) {
 		t.Errorf("pids %+v", r.Pids)
@@ -377,5 +378,21 @@ func TestContainerID(t *testing.T) {
 	}
 	if id := ContainerID("acme", "s1"); !strings.HasPrefix(id, "shellbox-acme-s1-") {
 		t.Errorf("id %q: want shellbox-<tenant>-<session>-<hash>", id)
+	}
+}
+
+// A tenant with a quota of all its sandboxes together has them below its
+// cgroup (sandbox/hostcgroup); one without keeps containerd's default.
+func TestTranslateTenantCgroup(t *testing.T) {
+	s := generate(t, testSpec(t))
+	if want := "/shellbox/" + ContainerID("acme", "s1"); s.Linux.CgroupsPath != want {
+		t.Errorf("without tenantCpus: cgroupsPath %q, want containerd's default %q", s.Linux.CgroupsPath, want)
+	}
+	s = generate(t, testSpec(t, sandbox.WithCPUs(0.5), sandbox.WithTenantCPUs(2)))
+	if want := hostcgroup.Parent("acme") + "/" + ContainerID("acme", "s1"); s.Linux.CgroupsPath != want {
+		t.Errorf("tenantCpus 2: cgroupsPath %q, want %q", s.Linux.CgroupsPath, want)
+	}
+	if r := s.Linux.Resources.CPU; r == nil || *r.Quota != 5000 || *r.Period != 10000 {
+		t.Errorf("tenantCpus 2: the sandbox's own cpu %+v, want 5000 per 10000", r)
 	}
 }

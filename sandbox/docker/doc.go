@@ -20,7 +20,8 @@
 //     outlives the container: Remove keeps it, RemoveSession removes it
 //     (sandbox.SessionState);
 //   - network "none" (loopback only), private IPC and cgroup namespaces;
-//   - memory (swap = memory: no swap), CPU (NanoCPUs) and pids limits, core
+//   - memory (swap = memory: no swap), CPU (CPUQuota over sandbox.CPUPeriod,
+//     below the tenant's cgroup with sandbox.tenantCpus) and pids limits, core
 //     dumps off, no restart, no logging (output goes through the agent);
 //   - the session's host directory bind-mounted at /run/shellbox, recursive so
 //     the spill tmpfs mounted on the host shows through;

@@ -23,6 +23,7 @@ import (
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 	"github.com/shellbox/shellbox/usage"
 )
@@ -207,6 +208,13 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pins *hostdir.Pins, name, dir, ws string) (sandbox.Sandbox, error) {
 	cfg, hc := translate(spec, pins.Mounts(), dir, ws, r.cfg.AgentBinary, r.engineRuntime(spec.Runtime))
+	if spec.TenantCPUs > 0 {
+		// The engine makes the sandbox's cgroup below the tenant's,
+		// whose quota is written first (the engine's host is this one).
+		if err := hostcgroup.Ensure(spec.Tenant, spec.TenantCPUs); err != nil {
+			return sandbox.Sandbox{}, fmt.Errorf("%w: tenantCpus %v of %s: %w", sandbox.ErrUnavailable, spec.TenantCPUs, spec.Tenant, err)
+		}
+	}
 	resp, err := r.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if isNotFound(err) {

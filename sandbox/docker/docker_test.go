@@ -44,7 +44,7 @@ func TestHardeningApplied(t *testing.T) {
 			"HostConfig.SecurityOpt": hc.SecurityOpt, "HostConfig.ReadonlyRootfs": hc.ReadonlyRootfs,
 			"HostConfig.Tmpfs": hc.Tmpfs, "HostConfig.NetworkMode": hc.NetworkMode,
 			"HostConfig.Runtime": hc.Runtime, "HostConfig.Memory": hc.Memory,
-			"HostConfig.MemorySwap": hc.MemorySwap, "HostConfig.NanoCpus": hc.NanoCPUs,
+			"HostConfig.MemorySwap": hc.MemorySwap, "HostConfig.CpuQuota": hc.CPUQuota, "HostConfig.CpuPeriod": hc.CPUPeriod,
 			"HostConfig.PidsLimit": hc.PidsLimit, "HostConfig.LogConfig": hc.LogConfig,
 			"HostConfig.Init": hc.Init, "HostConfig.Mounts": hc.Mounts,
 			"HostConfig.OomScoreAdj": hc.OomScoreAdj, "HostConfig.CgroupnsMode": hc.CgroupnsMode,
@@ -78,7 +78,8 @@ func TestHardeningApplied(t *testing.T) {
 			{"Runtime", hc.Runtime, rt},
 			{"Memory", hc.Memory, 256 * sandbox.MiB},
 			{"MemorySwap", hc.MemorySwap, 256 * sandbox.MiB},
-			{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
+			{"CPUQuota", hc.CPUQuota, int64(10000)}, // 1 core over sandbox.CPUPeriod
+			{"CPUPeriod", hc.CPUPeriod, int64(10000)},
 			{"PidsLimit", *hc.PidsLimit, map[string]int64{"runc": agentapi.PidsCgroupLimit(128), "runsc": 16*128 + 512}[rt]},
 			{"nproc", nproc(hc.Ulimits), map[string]int64{"runc": 0, "runsc": 128}[rt]},
 			{"LogConfig.Type", hc.LogConfig.Type, "none"},

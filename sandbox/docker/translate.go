@@ -14,6 +14,7 @@ import (
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/agentapi/egresswire"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 )
 
 // ContainerName returns the container name of a session's sandbox:
@@ -57,6 +58,7 @@ var agentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
 // agent binary's host path, runtime the engine's name for spec.Runtime. It
 // is pure; every hardening decision of the Docker backend is here.
 func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, agent, runtime string) (*container.Config, *container.HostConfig) {
+	quota, period := sandbox.CPUQuota(spec.CPUs)
 	labels := spec.ReservedLabels()
 	labels[sandbox.LabelMounts] = sandbox.MountsRecord(spec.Mounts)
 	if spec.Settings != "" {
@@ -142,11 +144,16 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 			},
 		},
 		Resources: container.Resources{
-			Memory:     spec.MemoryBytes,
-			MemorySwap: spec.MemoryBytes, // = Memory: no swap
-			NanoCPUs:   int64(spec.CPUs * 1e9),
-			PidsLimit:  &pids,
-			Ulimits:    ulimits,
+			// A tenant's quota of all its sandboxes together: its parent
+			// cgroup (sandbox/hostcgroup); Docker's own (/docker) without.
+			CgroupParent: cgroupParent(spec),
+			Memory:       spec.MemoryBytes,
+			MemorySwap:   spec.MemoryBytes, // = Memory: no swap
+			// Over sandbox.CPUPeriod (10 ms), not NanoCPUs' 100 ms.
+			CPUPeriod: period,
+			CPUQuota:  quota,
+			PidsLimit: &pids,
+			Ulimits:   ulimits,
 		},
 		// /dev/shm is a tmpfs (private IPC namespace) as big as /tmp: the
 		// same scratch budget of the policy (sandbox.tmp), not Docker's
@@ -190,3 +197,12 @@ func translate(spec sandbox.Spec, binds []sandbox.Mount, hostDir, workspace, age
 // workload may have n tasks: measured on runsc 2022-12 (ptrace platform), a
 // fork bomb held at 64 tasks used ~800 host pids.
 func runscHostPids(n int64) int64 { return 16*n + 512 }
+
+// cgroupParent is the sandbox's cgroup parent: its tenant's when the
+// tenant has a quota (Spec.TenantCPUs), else the engine's default ("").
+func cgroupParent(spec sandbox.Spec) string {
+	if spec.TenantCPUs > 0 {
+		return hostcgroup.Parent(spec.Tenant)
+	}
+	return ""
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shellbox/shellbox/agentapi"
 	"github.com/shellbox/shellbox/sandbox"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 	"github.com/shellbox/shellbox/sandbox/hostdir"
 )
 
@@ -119,7 +120,7 @@ func TestTranslateRunc(t *testing.T) {
 		t.Errorf("host config: %+v", hc)
 	}
 	r := hc.Resources
-	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.NanoCPUs != 1e9 || *r.PidsLimit != agentapi.PidsCgroupLimit(256) {
+	if r.Memory != sandbox.GiB || r.MemorySwap != sandbox.GiB || r.CPUQuota != 10000 || r.CPUPeriod != 10000 || r.NanoCPUs != 0 || r.CgroupParent != "" || *r.PidsLimit != agentapi.PidsCgroupLimit(256) {
 		t.Errorf("resources: %+v", r)
 	}
 	if hc.Tmpfs["/tmp"] != "rw,exec,nosuid,nodev,size=134217728,mode=1777" ||
@@ -253,5 +254,16 @@ func TestErrorClasses(t *testing.T) {
 	r = newRT(errAPI{err: context.DeadlineExceeded})
 	if _, err := r.Get(ctx, "t", "s"); !errors.Is(err, sandbox.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline: %v", err)
+	}
+}
+
+// A tenant with a quota of all its sandboxes together has them below its
+// cgroup (sandbox/hostcgroup); one without keeps Docker's default parent.
+func TestTranslateTenantCgroup(t *testing.T) {
+	spec := testSpec(t)
+	spec.CPUs, spec.TenantCPUs = 0.5, 2
+	_, hc := tr(spec)
+	if want := hostcgroup.Parent(spec.Tenant); hc.CgroupParent != want || hc.CPUQuota != 5000 || hc.CPUPeriod != 10000 {
+		t.Errorf("tenantCpus 2: parent %q, cpu %d per %d; want %q, 5000 per 10000", hc.CgroupParent, hc.CPUQuota, hc.CPUPeriod, want)
 	}
 }
