@@ -634,6 +634,7 @@ func sandboxDefaults() map[string]any {
 		"sandbox::runtime":         d.Runtime,
 		"sandbox::agent":           "",
 		"sandbox::cpus":            d.CPUs,
+		"sandbox::tenantCpus":      d.TenantCPUs,
 		"sandbox::memoryBytes":     d.MemoryBytes,
 		"sandbox::pidsLimit":       d.PidsLimit,
 		"sandbox::workspaceBytes":  d.WorkspaceBytes,

@@ -135,14 +135,17 @@ type Policy struct {
 	DefaultImage string   // "" leaves the backend's configured image
 	Runtime      string
 	CPUs         float64
-	MemoryBytes  int64
-	PidsLimit    int64
-	DiskBytes    int64 // size of /workspace
-	TmpBytes     int64 // size of /tmp
-	SpillBytes   int64 // the session's spill files together
-	Network      Network
-	Mounts       []Mount
-	User         User
+	// TenantCPUs bounds all the tenant's sandboxes on one host together,
+	// in cores (sandbox.tenantCpus; 0: no bound beyond CPUs each).
+	TenantCPUs  float64
+	MemoryBytes int64
+	PidsLimit   int64
+	DiskBytes   int64 // size of /workspace
+	TmpBytes    int64 // size of /tmp
+	SpillBytes  int64 // the session's spill files together
+	Network     Network
+	Mounts      []Mount
+	User        User
 	// PoolSize is how many ready sandboxes the tenant's warm pool keeps
 	// (sandbox.pool.size; 0: none).
 	PoolSize int
@@ -365,10 +368,21 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		p.Runtime = s.Runtime
 	}
 	if s.CPUs != 0 {
-		if s.CPUs < 0 {
-			l.addf("sandbox.cpus", "must be positive, got %v", s.CPUs)
+		if s.CPUs < 0.001 || s.CPUs > 1024 {
+			// sandbox.WithCPUs' bounds: the kernel's 1 ms quota over its
+			// 1 s period at most.
+			l.addf("sandbox.cpus", "must be between 0.001 and 1024 cores, got %v", s.CPUs)
 		}
 		p.CPUs = s.CPUs
+	}
+	if s.TenantCPUs != 0 {
+		switch {
+		case s.TenantCPUs < 0 || s.TenantCPUs > 1024:
+			l.addf("sandbox.tenantCpus", "must be positive, at most 1024 (or 0: none), got %v", s.TenantCPUs)
+		case s.TenantCPUs < p.CPUs:
+			l.addf("sandbox.tenantCpus", "%v is below sandbox.cpus %v: the tenant's sandboxes together get at least one sandbox's quota", s.TenantCPUs, p.CPUs)
+		}
+		p.TenantCPUs = s.TenantCPUs
 	}
 	if s.Memory != 0 {
 		if int64(s.Memory) < confine.MinMemory {
@@ -676,6 +690,9 @@ type SandboxSettings struct {
 	Egress  bool
 	Runtime string // confine.RuntimeRunc or confine.RuntimeRunsc
 	CPUs    float64
+	// TenantCPUs bounds all the tenant's sandboxes on one host together
+	// (0: none).
+	TenantCPUs float64
 	// MemoryBytes caps memory; the tmpfs pages of /workspace and /tmp count
 	// towards it.
 	MemoryBytes int64
@@ -689,7 +706,7 @@ type SandboxSettings struct {
 // Resources are the settings' caps in the shape every layer shares
 // (DiskBytes is confine.Resources' WorkspaceBytes).
 func (s SandboxSettings) Resources() confine.Resources {
-	return confine.Resources{CPUs: s.CPUs, MemoryBytes: s.MemoryBytes, PidsLimit: s.PidsLimit,
+	return confine.Resources{CPUs: s.CPUs, TenantCPUs: s.TenantCPUs, MemoryBytes: s.MemoryBytes, PidsLimit: s.PidsLimit,
 		WorkspaceBytes: s.DiskBytes, TmpBytes: s.TmpBytes, SpillBytes: s.SpillBytes}
 }
 
@@ -699,6 +716,7 @@ func (p *Policy) Sandbox() SandboxSettings {
 		Egress:      !p.Network.None() || p.MayGrantNetwork(),
 		Runtime:     p.Runtime,
 		CPUs:        p.CPUs,
+		TenantCPUs:  p.TenantCPUs,
 		MemoryBytes: p.MemoryBytes,
 		PidsLimit:   p.PidsLimit,
 		DiskBytes:   p.DiskBytes,

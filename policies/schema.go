@@ -43,6 +43,7 @@ type sandboxSchema struct {
 	DefaultImage string        `mapstructure:"defaultImage"`
 	Runtime      string        `mapstructure:"runtime"`
 	CPUs         float64       `mapstructure:"cpus"`
+	TenantCPUs   float64       `mapstructure:"tenantCpus"`
 	Memory       Bytes         `mapstructure:"memory"`
 	Pids         int64         `mapstructure:"pids"`
 	Disk         Bytes         `mapstructure:"disk"`

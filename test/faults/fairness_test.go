@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shellbox/shellbox/internal/mountinfo"
+	"github.com/shellbox/shellbox/sandbox/hostcgroup"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
@@ -33,6 +34,9 @@ const (
 	envFairRounds = "SHELLBOX_FAIRNESS_ROUNDS"
 	envFairPhase  = "SHELLBOX_FAIRNESS_PHASE"
 	envFairFlood  = "SHELLBOX_FAIRNESS_FLOOD"
+	// envFairTenantCPUs is A's sandbox.tenantCpus (default 0.5: a
+	// quarter of this 2-core host; its sandboxes' cpus at most 1).
+	envFairTenantCPUs = "SHELLBOX_FAIRNESS_TENANT_CPUS"
 )
 
 // The flooding tenant's request rate (and burst), which it floods at 10
@@ -61,7 +65,11 @@ func (p *fairPhase) kind(n int32) string {
 // output), and A, which floods in alternate phases: requests at 10 times
 // its rate limit (200/s against 20/s), a fork bomb in one of its
 // sandboxes (under the pids limit, its calls ended by a 3 s timeout) and
-// 1 GB outputs (`head -c 1G /dev/zero`) in another, all at once. Phases
+// 1 GB outputs (`head -c 1G /dev/zero`) in another, all at once; A's
+// policy bounds its sandboxes together (sandbox.tenantCpus, half a core
+// unless SHELLBOX_FAIRNESS_TENANT_CPUS says; B's have a core each), and
+// the test checks they are below A's tenant cgroup with that quota, and
+// that the cgroup goes once A's sessions are gone. Phases
 // of B alone and B beside the flood alternate, SHELLBOX_FAIRNESS_ROUNDS
 // times (2), each SHELLBOX_FAIRNESS_PHASE long (10s), so the machine's
 // other load falls on both alike; a call of B counts in the phase it
@@ -98,7 +106,16 @@ func TestFairness(t *testing.T) {
 		t.Fatal(err)
 	}
 	flooder := strings.Replace(s.tenant, "sv", "flood", 1)
-	if err := os.WriteFile(filepath.Join(filepath.Dir(s.policy), flooder+".yaml"), pol, 0o644); err != nil {
+	// A's sandboxes share SHELLBOX_FAIRNESS_TENANT_CPUS cores (0.5) of
+	// quota together (sandbox.tenantCpus; each its own sandbox.cpus, at
+	// most that): the tenant's bound on a host, without which its three
+	// busy sessions take both cores.
+	tenantCPUs := envFloat(t, envFairTenantCPUs, 0.5)
+	if strings.Count(string(pol), "\nsandbox:\n") != 1 {
+		t.Fatalf("the policy has no single sandbox block:\n%s", pol)
+	}
+	aPol := strings.Replace(string(pol), "\nsandbox:\n", fmt.Sprintf("\nsandbox:\n  cpus: %v\n  tenantCpus: %v\n", min(1, tenantCPUs), tenantCPUs), 1)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(s.policy), flooder+".yaml"), []byte(aPol), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// B's own limits, above what its 4 agents ask (its rate, 50/s by
@@ -118,6 +135,16 @@ func TestFairness(t *testing.T) {
 	}
 	p := s.start(t)
 	pid := p.cmd.Process.Pid
+	t.Cleanup(func() {
+		// After the sessions' deletion (cleanups run last first): A's
+		// tenant cgroup, empty now, goes; nothing of it is left.
+		if err := hostcgroup.Remove(flooder); err != nil {
+			t.Errorf("removing %s's tenant cgroup: %v", flooder, err)
+		}
+		if left := tenantCgroups(flooder); len(left) > 0 {
+			t.Errorf("%s's tenant cgroup left after its sessions: %v", flooder, left)
+		}
+	})
 	const quiet = 4
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	b := client.New(p.url, token, hc)
@@ -156,6 +183,17 @@ func TestFairness(t *testing.T) {
 		if r, _, err := call(a, sn, bash("true", "")); err != nil || r.IsError {
 			t.Fatalf("A's first call in %s: %v %q", sn, err, r.Text)
 		}
+	}
+	// A's three sandboxes are below its tenant cgroup, whose quota is the
+	// policy's; B's (no tenantCpus) are not.
+	if q, err := hostcgroup.Quota(flooder); err != nil || q != tenantCPUs {
+		t.Errorf("%s's tenant cgroup quota: %v cores, %v; want %v (sandbox.tenantCpus)", flooder, q, err, tenantCPUs)
+	}
+	if n := tenantSandboxes(flooder); n != 3 {
+		t.Errorf("%s's tenant cgroup holds %d sandboxes, want its 3", flooder, n)
+	}
+	if left := tenantCgroups(s.tenant); len(left) > 0 {
+		t.Errorf("%s (no tenantCpus) has a tenant cgroup: %v", s.tenant, left)
 	}
 	t.Cleanup(func() {
 		// On a failure too: the tenants' sessions go with their sandboxes.
@@ -429,8 +467,8 @@ func TestFairness(t *testing.T) {
 		return fmt.Sprintf("server %.2f s, A's sandboxes %.2f s, B's %.2f s, host busy %.2f of %d cores", float64(c.server)/100,
 			float64(c.a)/1e6, float64(c.b)/1e6, float64(c.host)/float64(max(1, c.total))*float64(runtimeCPUs()), runtimeCPUs())
 	}
-	t.Logf("fairness figures %s: %d rounds of %s; B alone: %s; B flooded: %s; p50 ×%.2f, p99 ×%.2f (goal ≤ 2); flood %s; B's calls %d, failed %d; A sent %d flood requests (%.0f/s), %d refused (429), %d ran, %d other errors; %d fork bombs, %d 1 GB outputs; spilled at most %d KiB; CPU alone: %s; flooded: %s; load average %.1f at the end",
-		tg.name, rounds, phase, lat["alone"], lat["flooded"], ratio(0), ratio(1), strings.Join(slices.Sorted(maps.Keys(parts)), "+"), bCalls, bFailures,
+	t.Logf("fairness figures %s: %d rounds of %s; B alone: %s; B flooded: %s; p50 ×%.2f, p99 ×%.2f (goal ≤ 2); flood %s; A's tenantCpus %v; B's calls %d, failed %d; A sent %d flood requests (%.0f/s), %d refused (429), %d ran, %d other errors; %d fork bombs, %d 1 GB outputs; spilled at most %d KiB; CPU alone: %s; flooded: %s; load average %.1f at the end",
+		tg.name, rounds, phase, lat["alone"], lat["flooded"], ratio(0), ratio(1), strings.Join(slices.Sorted(maps.Keys(parts)), "+"), tenantCPUs, bCalls, bFailures,
 		fst.sent, float64(fst.sent)/(float64(rounds)*phase.Seconds()), fst.limited, fst.ran, fst.otherErr, fst.bombs, fst.outputs,
 		maxSpill>>10, per("alone"), per("flooded"), load1())
 }
@@ -495,4 +533,50 @@ func procNice(pid int) string {
 		return "?"
 	}
 	return f[16]
+}
+
+// tenantCgroups lists the cgroup directories of tenant's parent
+// (hostcgroup.Parent) in any hierarchy of the host.
+func tenantCgroups(tenant string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(hostcgroup.Root, "*", hostcgroup.Parent(tenant)))
+	if d := filepath.Join(hostcgroup.Root, hostcgroup.Parent(tenant)); dirExists(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// tenantSandboxes counts the sandbox cgroups below tenant's parent in the
+// cpu hierarchy (v1) or the unified one (v2).
+func tenantSandboxes(tenant string) int {
+	dir := filepath.Join(hostcgroup.Root, "cpu", hostcgroup.Parent(tenant))
+	if !dirExists(dir) {
+		dir = filepath.Join(hostcgroup.Root, hostcgroup.Parent(tenant))
+	}
+	ents, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// envFloat reads a knob, def when unset.
+func envFloat(t *testing.T, name string, def float64) float64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) {
+		t.Fatalf("%s=%q: want a positive number of cores", name, v)
+	}
+	return f
 }
