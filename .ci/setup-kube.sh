@@ -383,7 +383,10 @@ clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 podLogsDir: $VAR/pod-logs
 failSwapOn: false
-maxPods: 110
+# TestLoad's chart target runs 200 session pods beside the servers and the
+# system's; the CNI's host-local range (POD_CIDR, a /24) hands out .2-.254,
+# 253 addresses, so 250 pods always get one.
+maxPods: 250
 # kube: the pids limit of a pod is the node's (runc), below what the
 # smallest test session's memory (256 MiB) holds of bash processes (~170 KiB
 # each): a fork bomb that fills the memory first thrashes the pod and gets the
