@@ -24,18 +24,21 @@ import (
 // The load test's knobs: SHELLBOX_LOAD_AGENTS (sessions at once per
 // target; default 20, which CI runs), SHELLBOX_LOAD_DURATION (a Go
 // duration; default 30s) and SHELLBOX_LOAD_TARGETS (comma-separated, of
-// docker/runc, containerd/runc, containerd/runsc; default
-// containerd/runc, the fastest to make a sandbox). TestFairness runs on
-// the first of the targets.
+// docker/runc, containerd/runc, containerd/runsc, chart; default
+// containerd/runc, the fastest to make a sandbox). chart is the Helm
+// release on SHELLBOX_KUBECONFIG's cluster, 2 replicas (loadChart): on
+// demand only, its pods take CI's time. TestFairness runs on the first
+// host target of them.
 const (
 	envLoadAgents   = "SHELLBOX_LOAD_AGENTS"
 	envLoadDuration = "SHELLBOX_LOAD_DURATION"
 	envLoadTargets  = "SHELLBOX_LOAD_TARGETS"
 )
 
-// loadTargets are the targets SHELLBOX_LOAD_TARGETS names (the soak's
-// host targets; the cluster's are not here), containerd/runc by default.
-func loadTargets(t *testing.T) []soakTarget {
+// loadTargetList are the targets SHELLBOX_LOAD_TARGETS names (the soak's
+// host targets and the chart; the cluster's kube/ ones are not here),
+// containerd/runc by default.
+func loadTargetList(t *testing.T) []soakTarget {
 	t.Helper()
 	v := os.Getenv(envLoadTargets)
 	if v == "" {
@@ -47,9 +50,21 @@ func loadTargets(t *testing.T) []soakTarget {
 			return tg.name == strings.TrimSpace(name) && !strings.HasPrefix(tg.name, "kube/")
 		})
 		if i < 0 {
-			t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc)", envLoadTargets, v, name)
+			t.Fatalf("%s=%q: no target %q (have docker/runc, containerd/runc, containerd/runsc, chart)", envLoadTargets, v, name)
 		}
 		targets = append(targets, soakTargets[i])
+	}
+	return targets
+}
+
+// loadTargets are the host targets of loadTargetList: a server of the
+// test's own (TestFairness's); the test is skipped when only the chart
+// is named.
+func loadTargets(t *testing.T) []soakTarget {
+	t.Helper()
+	targets := slices.DeleteFunc(loadTargetList(t), func(tg soakTarget) bool { return tg.e.Name == chartSoak.Name })
+	if len(targets) == 0 {
+		t.Skipf("%s=%q names no host target (docker/runc, containerd/runc, containerd/runsc)", envLoadTargets, os.Getenv(envLoadTargets))
 	}
 	return targets
 }
@@ -259,11 +274,22 @@ func workCall(w, n int) (args, want string) {
 // made and once all were up; the call's time beyond its sleep; DELETE),
 // the server's CPU per call (utime+stime of its process over the calls,
 // and its reaped children's), the host's, and its load average.
+//
+// The chart target (loadChart) is the same load through the Helm release
+// with 2 replicas, on demand, holding the cluster alone:
+//
+//	SHELLBOX_LOAD_TARGETS=chart SHELLBOX_LOAD_AGENTS=200 SHELLBOX_LOAD_DURATION=5m flock -x /tmp/shellbox-cluster.lock go test -run 'TestLoad$' -timeout 40m -v ./test/faults
 func TestLoad(t *testing.T) {
 	agents := envInt(t, envLoadAgents, 20)
 	duration := envDuration(t, envLoadDuration, 30*time.Second)
-	for _, tg := range loadTargets(t) {
-		t.Run(tg.name, func(t *testing.T) { load(t, tg, agents, duration) })
+	for _, tg := range loadTargetList(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			if tg.e.Name == chartSoak.Name {
+				loadChart(t, agents, duration)
+				return
+			}
+			load(t, tg, agents, duration)
+		})
 	}
 }
 
