@@ -610,3 +610,34 @@ func TestManagerReapSparesBusy(t *testing.T) {
 		t.Fatalf("31 minutes after: reaped %v, %v; want task and theirs", names, err)
 	}
 }
+
+// The reaper leaves a sandbox another process is still creating (not
+// started, younger than a creation may take) even when its age passes the
+// idle TTL (a replica's cold start under load outlasting a short TTL), and
+// reaps one left "created" for longer than a creation may take.
+func TestManagerReapSparesCreating(t *testing.T) {
+	f := sandboxtest.NewRecording()
+	now := time.Unix(10000, 0)
+	clock := func() time.Time { return now }
+	f.Now = clock
+	m, cfg := newManager(t, f, func(c *sandbox.Config) { c.Now = clock; c.CreateTimeout = 2 * time.Minute })
+	young := f.Put(sandbox.Sandbox{Tenant: "acme", Session: "young", Owner: cfg.Owner, State: sandbox.StateCreated, Created: now.Add(-30 * time.Second)})
+	old := f.Put(sandbox.Sandbox{Tenant: "acme", Session: "old", Owner: cfg.Owner, State: sandbox.StateCreated, Created: now.Add(-3 * time.Minute)})
+	reaped, err := m.Reap(context.Background(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reaped) != 1 || reaped[0].ID != old.ID {
+		t.Fatalf("reaped %+v, want only %s (created 3 min ago, never started)", reaped, old.ID)
+	}
+	if _, err := f.Get(context.Background(), "acme", "young"); err != nil {
+		t.Fatalf("the sandbox being created (%s) was reaped: %v", young.ID, err)
+	}
+	// Once it runs, it is judged by its uses like any other.
+	young.State = sandbox.StateRunning
+	young = f.Put(young)
+	reaped, err = m.Reap(context.Background(), 10*time.Second)
+	if err != nil || len(reaped) != 1 || reaped[0].Session != "young" {
+		t.Fatalf("reaped %+v, %v; want young's sandbox, running and idle", reaped, err)
+	}
+}

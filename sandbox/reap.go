@@ -110,6 +110,17 @@ func (r *reaper) reapOne(ctx context.Context, v victim) (gone bool, _ error) {
 			return false, nil
 		}
 	}
+	if v.sb.ID != "" && r.beingCreated(v.sb) {
+		// Not started and younger than a creation may take: another
+		// process's (a replica's cold start, which under load can
+		// outlast a short idle TTL counted from the sandbox's making),
+		// with no agent yet to ask whether it is busy. Judged once it
+		// runs, or once it is older than a creation may take.
+		r.cfg.Logger.Info("idle session kept: its sandbox is being created", "tenant", v.k.tenant, "session", v.k.session,
+			"id", v.sb.ID, "age", r.cfg.Now().Sub(v.sb.Created).Round(time.Second))
+		r.life.restore(v)
+		return false, nil
+	}
 	if v.sb.ID != "" && r.cfg.Busy != nil {
 		bctx, cancel := context.WithTimeout(c, r.cfg.BusyTimeout)
 		why, err := r.cfg.Busy(bctx, v.sb)
