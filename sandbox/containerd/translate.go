@@ -279,7 +279,6 @@ func workspaceMount(spec sandbox.Spec, workspace string) specs.Mount {
 	}
 }
 
-// withoutRlimit removes an rlimit of the spec.
 // withTenantCgroup places the sandbox's cgroup below its tenant's when
 // the tenant has a quota of all its sandboxes together (Spec.TenantCPUs,
 // sandbox/hostcgroup; Create writes the quota first): cgroupfs's path
@@ -293,7 +292,11 @@ func withTenantCgroup(spec sandbox.Spec) oci.SpecOpts {
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
 		}
-		s.Linux.CgroupsPath = hostcgroup.Parent(spec.Tenant) + "/" + c.ID
+		parent, err := hostcgroup.Parent(spec.Tenant)
+		if err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrInvalid, err)
+		}
+		s.Linux.CgroupsPath = parent + "/" + c.ID
 		return nil
 	}
 }
@@ -315,6 +318,7 @@ func withShmSize(bytes int64) oci.SpecOpts {
 	}
 }
 
+// withoutRlimit removes an rlimit of the spec.
 func withoutRlimit(typ string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 		if s.Process != nil {

@@ -389,7 +389,11 @@ func TestTranslateTenantCgroup(t *testing.T) {
 		t.Errorf("without tenantCpus: cgroupsPath %q, want containerd's default %q", s.Linux.CgroupsPath, want)
 	}
 	s = generate(t, testSpec(t, sandbox.WithCPUs(0.5), sandbox.WithTenantCPUs(2)))
-	if want := hostcgroup.Parent("acme") + "/" + ContainerID("acme", "s1"); s.Linux.CgroupsPath != want {
+	parent, err := hostcgroup.Parent("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := parent + "/" + ContainerID("acme", "s1"); s.Linux.CgroupsPath != want {
 		t.Errorf("tenantCpus 2: cgroupsPath %q, want %q", s.Linux.CgroupsPath, want)
 	}
 	if r := s.Linux.Resources.CPU; r == nil || *r.Quota != 5000 || *r.Period != 10000 {

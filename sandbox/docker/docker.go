@@ -74,6 +74,9 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	runtimes []string // engine runtimes seen by the last Info, nil before
+	// cgroupDriver is the engine's (Info), read at the first creation
+	// with a tenant cgroup.
+	cgroupDriver string
 	// cgroups are the cgroups of containers Usage read (usage.go).
 	cgroups usage.Cgroups
 }
@@ -211,6 +214,9 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pins *hostdir.P
 	if spec.TenantCPUs > 0 {
 		// The engine makes the sandbox's cgroup below the tenant's,
 		// whose quota is written first (the engine's host is this one).
+		if err := r.checkCgroupDriver(ctx); err != nil {
+			return sandbox.Sandbox{}, err
+		}
 		if err := hostcgroup.Ensure(spec.Tenant, spec.TenantCPUs); err != nil {
 			return sandbox.Sandbox{}, fmt.Errorf("%w: tenantCpus %v of %s: %w", sandbox.ErrUnavailable, spec.TenantCPUs, spec.Tenant, err)
 		}
@@ -349,6 +355,29 @@ func (r *Runtime) removeContainer(ctx context.Context, id string) error {
 func (r *Runtime) Ping(ctx context.Context) error {
 	if _, err := r.api.Ping(ctx); err != nil {
 		return convert(err, "ping")
+	}
+	return nil
+}
+
+// checkCgroupDriver refuses a tenant cgroup (sandbox.tenantCpus) on an
+// engine whose cgroup driver is not cgroupfs: under systemd's a parent
+// must be a slice, and its quota systemd's to set.
+func (r *Runtime) checkCgroupDriver(ctx context.Context) error {
+	r.mu.Lock()
+	d := r.cgroupDriver
+	r.mu.Unlock()
+	if d == "" {
+		info, err := r.api.Info(ctx)
+		if err != nil {
+			return convert(err, "info")
+		}
+		d = info.CgroupDriver
+		r.mu.Lock()
+		r.cgroupDriver = d
+		r.mu.Unlock()
+	}
+	if d != "cgroupfs" {
+		return fmt.Errorf("%w: sandbox.tenantCpus needs Docker's cgroupfs cgroup driver (daemon.json \"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]); this engine's is %q", sandbox.ErrUnavailable, d)
 	}
 	return nil
 }

@@ -200,9 +200,13 @@ func runscHostPids(n int64) int64 { return 16*n + 512 }
 
 // cgroupParent is the sandbox's cgroup parent: its tenant's when the
 // tenant has a quota (Spec.TenantCPUs), else the engine's default ("").
+// A tenant id Parent refuses (never one of a validated Spec) gets the
+// default: Create's hostcgroup.Ensure refuses it before the engine sees
+// the container.
 func cgroupParent(spec sandbox.Spec) string {
-	if spec.TenantCPUs > 0 {
-		return hostcgroup.Parent(spec.Tenant)
+	if spec.TenantCPUs <= 0 {
+		return ""
 	}
-	return ""
+	p, _ := hostcgroup.Parent(spec.Tenant)
+	return p
 }

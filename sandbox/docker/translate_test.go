@@ -263,7 +263,11 @@ func TestTranslateTenantCgroup(t *testing.T) {
 	spec := testSpec(t)
 	spec.CPUs, spec.TenantCPUs = 0.5, 2
 	_, hc := tr(spec)
-	if want := hostcgroup.Parent(spec.Tenant); hc.CgroupParent != want || hc.CPUQuota != 5000 || hc.CPUPeriod != 10000 {
+	want, err := hostcgroup.Parent(spec.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc.CgroupParent != want || hc.CPUQuota != 5000 || hc.CPUPeriod != 10000 {
 		t.Errorf("tenantCpus 2: parent %q, cpu %d per %d; want %q, 5000 per 10000", hc.CgroupParent, hc.CPUQuota, hc.CPUPeriod, want)
 	}
 }

@@ -6,22 +6,30 @@
 //
 // Why a parent: a sandbox's own quota (sandbox.cpus) bounds one session,
 // not a tenant, so a tenant with k busy sessions takes k cores of a host
-// its other tenants share (docs/reliability.md measured another tenant's
-// p99 ×3.7-7.7 beside one session's 1 GB outputs on 2 cores, ×1.5 with
-// the tenant's sandboxes held to one core together).
+// its other tenants share (docs/reliability.md#load-and-fairness).
 //
-// Layout: <mount>/shellbox/tenant-<name> in each hierarchy (cgroup v1:
-// the cpu controller's; v2: the unified one, with +cpu delegated down
-// to it). The engine (runc, runsc) makes the sandbox's own cgroup below
-// it, and the other v1 controllers' parents as it needs them. Ensure
-// writes the quota before every creation, so a policy's new value holds
-// from its next sandbox on (running ones are under the same parent, so
-// it holds for them at once). Concurrent Ensures of one tenant write the
-// same values. An emptied parent stays: one directory per capped tenant,
-// reused by its next sandbox; nothing of the server removes it (a removal
-// racing a creation would leave the new sandbox under a parent the
-// engine made again, without the quota). Remove is for tests and for an
-// operator's cleanup of a tenant gone from the policies.
+// Layout: <hierarchy>/shellbox/tenant-<name>-<hash> (Parent) in the
+// cgroup v1 cpu controller's hierarchy, or v2's unified one with +cpu
+// delegated down to it. The engine (runc, runsc) makes the sandbox's own
+// cgroup below it, and the other v1 controllers' parents as it needs
+// them. The hierarchies are found in this process's mountinfo, and must
+// be the host's (their root "/"): a server in a container that sees only
+// its own cgroup would write a quota the engine never uses, so Ensure
+// refuses there and says why.
+//
+// Ensure writes the quota before every creation, so a policy's new value
+// holds from its next sandbox on (and for the running ones at once: they
+// are below the same parent). On cgroup v1 the kernel refuses a parent's
+// quota below a running child's own (a policy that lowered tenantCpus
+// under a running sandbox's cpus): the old quota stays, and Ensure says
+// which bound is in the way. A policy that drops tenantCpus places its
+// next sandboxes outside the parent; the running ones keep its quota
+// until they end. Concurrent Ensures of one tenant write the same
+// values. An emptied parent stays: one directory per capped tenant,
+// reused by its next sandbox; nothing of the server removes it (a
+// removal racing a creation would leave the new sandbox under a parent
+// the engine made again, without the quota). Remove is for tests and for
+// an operator's cleanup of a tenant gone from the policies.
 package hostcgroup
 
 import (
@@ -31,9 +39,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
+	"github.com/shellbox/shellbox/confine"
+	"github.com/shellbox/shellbox/internal/mountinfo"
 	"github.com/shellbox/shellbox/sandbox"
 )
 
@@ -41,39 +53,122 @@ import (
 // tenants' cgroups.
 const Base = "shellbox"
 
-// Root is the host's cgroup mount; a variable for tests.
-var Root = "/sys/fs/cgroup"
+// mounts lists this process's cgroup mounts; a variable for tests.
+var mounts = mountinfo.Cgroups
 
 // Parent returns the cgroup path (from the hierarchy's root, with a
 // leading slash: Docker's CgroupParent and an OCI cgroupsPath's parent)
-// of tenant's sandboxes. A tenant id's characters are all cgroupfs-safe
-// (sandbox.CheckID), but its length is cut and a hash of the whole keeps
-// two long ids apart.
-func Parent(tenant string) string {
+// of tenant's sandboxes. A tenant id (confine.CheckID: no "/", never
+// "..") is cut at 40 bytes, and a hash of the whole keeps two ids apart.
+func Parent(tenant string) (string, error) {
+	if err := confine.CheckID("tenant", tenant); err != nil {
+		return "", fmt.Errorf("tenant cgroup: %w", err)
+	}
 	sum := sha256.Sum256([]byte(tenant))
 	name := tenant
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	return "/" + Base + "/tenant-" + name + "-" + hex.EncodeToString(sum[:4])
+	return "/" + Base + "/tenant-" + name + "-" + hex.EncodeToString(sum[:8]), nil
+}
+
+// hierarchy is a cgroup mount: the v2 one, or a v1 one (cpu: it has the
+// cpu controller); root is the cgroup of its hierarchy mounted there
+// ("/" on the host).
+type hierarchy struct {
+	dir, root string
+	v2, cpu   bool
+}
+
+// hierarchies returns the cgroup hierarchies as this process sees them,
+// the one with the cpu controller first: a v1 one on a v1 or hybrid host
+// (whose v2 mount holds no controller but gets the engine's cgroups
+// too), else the v2 mount.
+func hierarchies() ([]hierarchy, error) {
+	ms, err := mounts()
+	if err != nil {
+		return nil, fmt.Errorf("tenant cgroup: reading this process's mounts: %w", err)
+	}
+	var hs []hierarchy
+	v1cpu := false
+	for _, m := range ms {
+		h := hierarchy{dir: m.Dir, root: m.Root, v2: m.V2, cpu: !m.V2 && slices.Contains(m.Opts, "cpu")}
+		v1cpu = v1cpu || h.cpu
+		hs = append(hs, h)
+	}
+	if !v1cpu {
+		for i := range hs {
+			if hs[i].v2 {
+				hs[i].cpu = true
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(hs, func(a, b hierarchy) int {
+		switch {
+		case a.cpu == b.cpu:
+			return 0
+		case a.cpu:
+			return -1
+		}
+		return 1
+	})
+	if len(hs) == 0 || !hs[0].cpu {
+		return nil, errors.New("tenant cgroup: no cgroup v2 mount and no v1 mount of the cpu controller in this process's mounts")
+	}
+	return hs, nil
+}
+
+// cpuDir returns the directory of tenant's parent in the hierarchy that
+// has the cpu controller.
+func cpuDir(tenant string) (hierarchy, string, error) {
+	p, err := Parent(tenant)
+	if err != nil {
+		return hierarchy{}, "", err
+	}
+	hs, err := hierarchies()
+	if err != nil {
+		return hierarchy{}, "", err
+	}
+	for _, h := range hs {
+		if !h.cpu {
+			continue
+		}
+		if h.root != "/" {
+			// A container's view: the engine's cgroups are not below it,
+			// and a quota written here would bound nothing.
+			return hierarchy{}, "", fmt.Errorf("tenant cgroup: %s shows the cgroup %s of its hierarchy, not the host's root: sandbox.tenantCpus needs the server on the engine's host, outside a container (or with the host's cgroup filesystem mounted there)", h.dir, h.root)
+		}
+		return h, filepath.Join(h.dir, p), nil
+	}
+	return hierarchy{}, "", errors.New("tenant cgroup: no hierarchy with the cpu controller")
+}
+
+// CPUDir returns the directory of tenant's parent cgroup in the hierarchy
+// with the cpu controller (for tests and an operator's check).
+func CPUDir(tenant string) (string, error) {
+	_, d, err := cpuDir(tenant)
+	return d, err
 }
 
 // Ensure makes tenant's parent cgroup (Parent) and sets its CPU quota to
-// cpus cores over sandbox.CPUPeriod (cpus 0: no quota), before the
-// engine places a sandbox in it. Its errors name the file and say what
-// the host lacks.
+// cpus cores (sandbox.CPUQuota; 0: none), before the engine places a
+// sandbox in it. Its errors name the file and say what is in the way.
 func Ensure(tenant string, cpus float64) error {
-	quota, period := int64(-1), int64(sandbox.CPUPeriod.Microseconds())
+	h, dir, err := cpuDir(tenant)
+	if err != nil {
+		return err
+	}
+	quota, period := int64(-1), sandbox.CPUPeriod.Microseconds()
 	if cpus > 0 {
 		quota, period = sandbox.CPUQuota(cpus)
 	}
-	if unified() {
-		dir := filepath.Join(Root, Parent(tenant))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("tenant cgroup: %w", err)
+	}
+	if h.v2 {
 		// +cpu down the tree: the root's subtree_control, then Base's.
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("tenant cgroup: %w", err)
-		}
-		for _, d := range []string{Root, filepath.Join(Root, Base)} {
+		for _, d := range []string{h.dir, filepath.Join(h.dir, Base)} {
 			if err := write(filepath.Join(d, "cgroup.subtree_control"), "+cpu"); err != nil {
 				return err
 			}
@@ -82,53 +177,111 @@ func Ensure(tenant string, cpus float64) error {
 		if quota > 0 {
 			max = strconv.FormatInt(quota, 10)
 		}
+		// One write, and v2 takes a parent's bound below a child's.
 		return write(filepath.Join(dir, "cpu.max"), max+" "+strconv.FormatInt(period, 10))
 	}
-	dir := filepath.Join(Root, "cpu", Parent(tenant))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("tenant cgroup (cgroup v1, the cpu controller): %w", err)
-	}
-	// The period first when the quota grows, the quota first when it
-	// shrinks: the kernel refuses a pair that would leave a child's
-	// quota above its parent's at any step (-1, none, always fits).
-	if err := write(filepath.Join(dir, "cpu.cfs_quota_us"), "-1"); err != nil {
+	return setV1(dir, quota, period, cpus)
+}
+
+// setV1 moves a v1 cgroup's quota/period pair to quota/period without
+// passing through "no quota", each step one the kernel takes: it refuses
+// a pair whose ratio is below a child's (a running sandbox's own quota).
+// On a refusal the old pair is put back.
+func setV1(dir string, quota, period int64, cpus float64) error {
+	qf, pf := filepath.Join(dir, "cpu.cfs_quota_us"), filepath.Join(dir, "cpu.cfs_period_us")
+	q0, err := readInt(qf)
+	if err != nil {
 		return err
 	}
-	if err := write(filepath.Join(dir, "cpu.cfs_period_us"), strconv.FormatInt(period, 10)); err != nil {
+	p0, err := readInt(pf)
+	if err != nil {
 		return err
 	}
-	return write(filepath.Join(dir, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10))
+	if q0 == quota && p0 == period {
+		return nil
+	}
+	type step struct {
+		file string
+		v    int64
+	}
+	var steps []step
+	switch {
+	case quota < 0:
+		steps = []step{{qf, -1}, {pf, period}}
+	case q0 < 0 || p0 == period:
+		steps = []step{{pf, period}, {qf, quota}}
+	case float64(quota)/float64(p0) >= float64(q0)/float64(period):
+		// Of the two ways through, the one whose middle pair is the
+		// larger bound.
+		steps = []step{{qf, quota}, {pf, period}}
+	default:
+		steps = []step{{pf, period}, {qf, quota}}
+	}
+	for i, s := range steps {
+		err := write(s.file, strconv.FormatInt(s.v, 10))
+		if err == nil {
+			continue
+		}
+		if i > 0 {
+			// Back to the old pair, best effort (the first step's
+			// file first: the order that reached here).
+			_ = write(steps[0].file, strconv.FormatInt(map[string]int64{qf: q0, pf: p0}[steps[0].file], 10))
+		}
+		if errors.Is(err, syscall.EINVAL) {
+			return fmt.Errorf("tenant cgroup %s: the kernel refused %v cores (quota %d µs per %d): a running sandbox of the tenant has more cpus than that; its old quota (%d per %d) stays until those sandboxes end: %w",
+				dir, cpus, quota, period, q0, p0, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Remove takes tenant's parent cgroups away from every hierarchy where
 // no sandbox is left in them; one still in use stays (EBUSY).
 func Remove(tenant string) error {
-	var dirs []string
-	if unified() {
-		dirs = []string{filepath.Join(Root, Parent(tenant))}
-	} else {
-		ents, err := os.ReadDir(Root)
-		if err != nil {
-			return fmt.Errorf("tenant cgroup: %w", err)
-		}
-		for _, e := range ents {
-			dirs = append(dirs, filepath.Join(Root, e.Name(), Parent(tenant)))
-		}
+	dirs, err := Dirs(tenant)
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for _, d := range dirs {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errBusy) {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) {
 			errs = append(errs, fmt.Errorf("tenant cgroup: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// Dirs returns where tenant's parent cgroup is, or would be, in every
+// hierarchy of the host's view (the engine makes it in each v1
+// controller's, and in a hybrid host's v2 one), the cpu one first.
+func Dirs(tenant string) ([]string, error) {
+	p, err := Parent(tenant)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := hierarchies()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, h := range hs {
+		if h.root == "/" {
+			out = append(out, filepath.Join(h.dir, p))
+		}
+	}
+	return out, nil
+}
+
 // Quota reads tenant's parent's quota back as cores (0: none), for tests
 // and the operator's check.
 func Quota(tenant string) (float64, error) {
-	if unified() {
-		b, err := os.ReadFile(filepath.Join(Root, Parent(tenant), "cpu.max"))
+	h, dir, err := cpuDir(tenant)
+	if err != nil {
+		return 0, err
+	}
+	if h.v2 {
+		b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
 		if err != nil {
 			return 0, fmt.Errorf("tenant cgroup: %w", err)
 		}
@@ -138,19 +291,18 @@ func Quota(tenant string) (float64, error) {
 		}
 		return ratio(q, p)
 	}
-	dir := filepath.Join(Root, "cpu", Parent(tenant))
-	q, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+	q, err := readInt(filepath.Join(dir, "cpu.cfs_quota_us"))
 	if err != nil {
-		return 0, fmt.Errorf("tenant cgroup: %w", err)
+		return 0, err
 	}
-	p, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
-	if err != nil {
-		return 0, fmt.Errorf("tenant cgroup: %w", err)
-	}
-	if strings.TrimSpace(string(q)) == "-1" {
+	if q < 0 {
 		return 0, nil
 	}
-	return ratio(strings.TrimSpace(string(q)), strings.TrimSpace(string(p)))
+	p, err := readInt(filepath.Join(dir, "cpu.cfs_period_us"))
+	if err != nil {
+		return 0, err
+	}
+	return ratio(strconv.FormatInt(q, 10), strconv.FormatInt(p, 10))
 }
 
 func ratio(q, p string) (float64, error) {
@@ -162,15 +314,30 @@ func ratio(q, p string) (float64, error) {
 	return float64(qi) / float64(pi), nil
 }
 
-// unified tells a cgroup v2 host (one hierarchy at Root).
-func unified() bool {
-	_, err := os.Stat(filepath.Join(Root, "cgroup.controllers"))
-	return err == nil
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("tenant cgroup: %w", err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("tenant cgroup: %s: %w", path, err)
+	}
+	return v, nil
 }
 
+// write writes an existing cgroup file (never makes one: a file that is
+// not there is not a cgroup's).
 func write(path, value string) error {
-	if err := os.WriteFile(path, []byte(value), 0); err != nil {
-		return fmt.Errorf("tenant cgroup: writing %q to %s (the server must run on the host as root, with its cgroup filesystem writable): %w", value, path, err)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0) // as a shell's echo: kernfs ignores O_TRUNC
+	if err == nil {
+		_, err = f.WriteString(value)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tenant cgroup: writing %q to %s: %w", value, path, err)
 	}
 	return nil
 }

@@ -141,7 +141,7 @@ func TestFairness(t *testing.T) {
 		if err := hostcgroup.Remove(flooder); err != nil {
 			t.Errorf("removing %s's tenant cgroup: %v", flooder, err)
 		}
-		if left := tenantCgroups(flooder); len(left) > 0 {
+		if left := tenantCgroups(t, flooder); len(left) > 0 {
 			t.Errorf("%s's tenant cgroup left after its sessions: %v", flooder, left)
 		}
 	})
@@ -189,10 +189,10 @@ func TestFairness(t *testing.T) {
 	if q, err := hostcgroup.Quota(flooder); err != nil || q != tenantCPUs {
 		t.Errorf("%s's tenant cgroup quota: %v cores, %v; want %v (sandbox.tenantCpus)", flooder, q, err, tenantCPUs)
 	}
-	if n := tenantSandboxes(flooder); n != 3 {
+	if n := tenantSandboxes(t, flooder); n != 3 {
 		t.Errorf("%s's tenant cgroup holds %d sandboxes, want its 3", flooder, n)
 	}
-	if left := tenantCgroups(s.tenant); len(left) > 0 {
+	if left := tenantCgroups(t, s.tenant); len(left) > 0 {
 		t.Errorf("%s (no tenantCpus) has a tenant cgroup: %v", s.tenant, left)
 	}
 	t.Cleanup(func() {
@@ -536,21 +536,23 @@ func procNice(pid int) string {
 }
 
 // tenantCgroups lists the cgroup directories of tenant's parent
-// (hostcgroup.Parent) in any hierarchy of the host.
-func tenantCgroups(tenant string) []string {
-	dirs, _ := filepath.Glob(filepath.Join(hostcgroup.Root, "*", hostcgroup.Parent(tenant)))
-	if d := filepath.Join(hostcgroup.Root, hostcgroup.Parent(tenant)); dirExists(d) {
-		dirs = append(dirs, d)
+// (hostcgroup.Parent) that exist, in any hierarchy of the host.
+func tenantCgroups(t *testing.T, tenant string) []string {
+	t.Helper()
+	dirs, err := hostcgroup.Dirs(tenant)
+	if err != nil {
+		t.Fatalf("%s's tenant cgroups: %v", tenant, err)
 	}
-	return dirs
+	return slices.DeleteFunc(dirs, func(d string) bool { return !dirExists(d) })
 }
 
 // tenantSandboxes counts the sandbox cgroups below tenant's parent in the
-// cpu hierarchy (v1) or the unified one (v2).
-func tenantSandboxes(tenant string) int {
-	dir := filepath.Join(hostcgroup.Root, "cpu", hostcgroup.Parent(tenant))
-	if !dirExists(dir) {
-		dir = filepath.Join(hostcgroup.Root, hostcgroup.Parent(tenant))
+// hierarchy of the cpu controller.
+func tenantSandboxes(t *testing.T, tenant string) int {
+	t.Helper()
+	dir, err := hostcgroup.CPUDir(tenant)
+	if err != nil {
+		t.Fatalf("%s's tenant cgroup: %v", tenant, err)
 	}
 	ents, _ := os.ReadDir(dir)
 	n := 0
