@@ -605,6 +605,10 @@ func (c Sandbox) validate() error {
 		return fmt.Errorf("workspaceMedium %q: want disk or memory", c.WorkspaceMedium)
 	}
 	switch {
+	case !(c.TenantCPUs >= 0 && c.TenantCPUs <= 1024): // NaN too
+		return fmt.Errorf("tenantCpus %v: must be 0 (none) or positive, at most 1024", c.TenantCPUs)
+	case c.TenantCPUs > 0 && c.TenantCPUs < c.CPUs:
+		return fmt.Errorf("tenantCpus %v: below cpus %v (the tenant's sandboxes together get at least one sandbox's quota)", c.TenantCPUs, c.CPUs)
 	case c.MaxCreating < 1:
 		return fmt.Errorf("maxCreating %d: must be at least 1", c.MaxCreating)
 	case c.CreateQueue < 0:

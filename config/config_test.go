@@ -58,6 +58,8 @@ func TestErrors(t *testing.T) {
 		"sandbox:\n  maxCreating: 0\n":                  "config: sandbox: maxCreating 0: must be at least 1",
 		"sandbox:\n  createQueueWait: 0s\n":             "config: sandbox: createQueueWait 0s: must be positive",
 		"sandbox:\n  workspaceMedium: ssd\n":            `config: sandbox: workspaceMedium "ssd": want disk or memory`,
+		"sandbox:\n  tenantCpus: -1\n":                  "config: sandbox: tenantCpus -1: must be 0 (none) or positive",
+		"sandbox:\n  cpus: 2\n  tenantCpus: 1\n":        "config: sandbox: tenantCpus 1: below cpus 2",
 	} {
 		if _, err := config.Load(nil, write(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", body, err, want)

@@ -368,7 +368,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 		p.Runtime = s.Runtime
 	}
 	if s.CPUs != 0 {
-		if s.CPUs < 0.001 || s.CPUs > 1024 {
+		if !(s.CPUs >= 0.001 && s.CPUs <= 1024) { // NaN too
 			// sandbox.WithCPUs' bounds: the kernel's 1 ms quota over its
 			// 1 s period at most.
 			l.addf("sandbox.cpus", "must be between 0.001 and 1024 cores, got %v", s.CPUs)
@@ -377,7 +377,7 @@ func compileSandbox(l *located, p *Policy, s *sandboxSchema) {
 	}
 	if s.TenantCPUs != 0 {
 		switch {
-		case s.TenantCPUs < 0 || s.TenantCPUs > 1024:
+		case !(s.TenantCPUs > 0 && s.TenantCPUs <= 1024): // NaN too
 			l.addf("sandbox.tenantCpus", "must be positive, at most 1024 (or 0: none), got %v", s.TenantCPUs)
 		case s.TenantCPUs < p.CPUs:
 			l.addf("sandbox.tenantCpus", "%v is below sandbox.cpus %v: the tenant's sandboxes together get at least one sandbox's quota", s.TenantCPUs, p.CPUs)

@@ -19,6 +19,8 @@ func TestTenantCPUs(t *testing.T) {
 		{"sandbox:\n  cpus: 2\n  tenantCpus: 1\n", 0, "sandbox.tenantCpus: 1 is below sandbox.cpus 2"},
 		{"sandbox:\n  tenantCpus: -1\n", 0, "sandbox.tenantCpus: must be positive, at most 1024 (or 0: none), got -1"},
 		{"sandbox:\n  cpus: 0.0001\n", 0, "sandbox.cpus: must be between 0.001 and 1024 cores, got 0.0001"},
+		{"sandbox:\n  cpus: .nan\n", 0, "sandbox.cpus: must be between 0.001 and 1024 cores, got NaN"},
+		{"sandbox:\n  tenantCpus: .nan\n", 0, "sandbox.tenantCpus: must be positive, at most 1024 (or 0: none), got NaN"},
 	} {
 		p, err := Parse("acme.yaml", []byte(c.yaml))
 		if c.err != "" {
