@@ -1,18 +1,24 @@
 package faults_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/shellbox/shellbox/deploy/helm/e2e"
+	"github.com/shellbox/shellbox/kube"
 	"github.com/shellbox/shellbox/kube/kubetest"
 	"github.com/shellbox/shellbox/server/client"
 	"github.com/shellbox/shellbox/tools"
@@ -72,8 +78,13 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 			"service":      map[string]any{"sessionAffinity": "None"},
 			"kube":         map[string]any{"cpuRequestRatio": chartLoadCPURatio},
 			// Every first call at once: room in each replica's creation
-			// queue for all, and a wait as long as the run.
-			"sandbox": map[string]any{"createQueue": agents + 16, "createQueueWait": firstCallBound.String()},
+			// queue for all, and a wait as long as the run. 2 creations
+			// at a time per replica, the node's 4 as the host's
+			// (sandbox.maxCreating): at e2e's 8 each, 16 pods starting
+			// at once beside the running agents' calls (load 90 on
+			// the 2 cores) took past a creation's 2 minutes
+			// (sandbox.Config.CreateTimeout, kube.readyTimeout).
+			"sandbox": map[string]any{"maxCreating": 2, "createQueue": agents + 16, "createQueueWait": firstCallBound.String()},
 			"server": map[string]any{
 				// Debug lines of every call are load of their own.
 				"logLevel": "info",
@@ -112,14 +123,16 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 			time.Sleep(time.Duration(w) * loadArrival)
 			session := fmt.Sprintf("load-chart-%d", w)
 			rnd := rand.New(rand.NewPCG(uint64(w), uint64(begin.UnixNano())))
-			i := 0
+			i, made := 0, false
 			for ; time.Now().Before(end) || i == 0; i++ {
 				work, n := rnd.IntN(201), 1+rnd.IntN(1000)
 				args, want := workCall(work, n)
-				// A first call waits its turn at its replica's creation
-				// admission, behind every other agent's.
+				// A call that makes the session's sandbox (the first, or
+				// the next after it failed) waits its turn at its
+				// replica's creation admission, behind every other
+				// agent's.
 				bound := hung
-				if i == 0 {
+				if !made {
 					bound = firstCallBound
 				}
 				rep := (w + i) % 2
@@ -152,6 +165,7 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 				}
 				upMu.Unlock()
 				st.add(kind, took, failure)
+				made = made || failure == ""
 				if i > 0 && failure == "" {
 					st.beyond("call beyond its work", took-time.Duration(work)*time.Millisecond)
 				}
@@ -168,7 +182,11 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 			err := cs[rep].DeleteSession(ctx, session)
 			served[rep].Add(1)
 			failure := ""
-			if err != nil {
+			switch {
+			case err != nil && !made && strings.Contains(err.Error(), "no_such_session"):
+				// Every call of the agent failed (counted): it has no
+				// session to delete.
+			case err != nil:
 				failure = fmt.Sprintf("deleting %s (r%d): %v", session, rep, err)
 			}
 			st.add("delete session", time.Since(start), failure)
@@ -241,6 +259,7 @@ loop:
 	}
 	if final.pods != 0 || final.secrets != start.secrets {
 		t.Errorf("after the last session, in %s: %d pods, %d Secrets (at the start 0, %d)", r.SessionsNamespace, final.pods, final.secrets, start.secrets)
+		leftPods(t, c, r, names)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hung)
 	defer cancel()
@@ -281,4 +300,43 @@ loop:
 		maxPods, final.pods, final.secrets, settledAfter.Round(time.Second), start.secrets, perReplica.String(),
 		(cpu1[0]-cpu0[0]+cpu1[1]-cpu0[1])*1000/float64(calls), hostBusy, runtimeCPUs(), float64(busy1-busy0)*10/float64(calls),
 		maxLoad, load1(), st)
+}
+
+// leftPods logs the session pods left in r's sessions namespace (their
+// session, age, phase, deletion) and the lines of the servers' logs
+// (names) that name their sessions, at most 40 a server: how they were
+// made and why no DELETE took them.
+func leftPods(t *testing.T, c *kubetest.Cluster, r *e2e.Release, names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := c.CS.CoreV1().Pods(r.SessionsNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing the pods left: %v", err)
+		return
+	}
+	var sessions []string
+	for _, p := range pods.Items {
+		sess := p.Annotations[kube.AnnotationSession]
+		sessions = append(sessions, `"session":"`+sess+`"`, "session "+sess+":", p.Name)
+		t.Logf("left: pod %s (session %s, uid %s) made %s, %s, deleted at %v", p.Name, sess, p.UID,
+			p.CreationTimestamp.UTC().Format(time.TimeOnly), p.Status.Phase, p.DeletionTimestamp)
+	}
+	for _, n := range names {
+		rc, err := c.CS.CoreV1().Pods(r.Namespace).GetLogs(n, &corev1.PodLogOptions{}).Stream(ctx)
+		if err != nil {
+			t.Errorf("the log of %s: %v", n, err)
+			continue
+		}
+		sc := bufio.NewScanner(rc)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for kept := 0; sc.Scan() && kept < 40; {
+			line := sc.Text()
+			if slices.ContainsFunc(sessions, func(s string) bool { return strings.Contains(line, s) }) &&
+				!strings.Contains(line, `"status":200`) {
+				t.Logf("left: %s: %s", n, line)
+				kept++
+			}
+		}
+		rc.Close()
+	}
 }
