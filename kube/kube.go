@@ -430,13 +430,33 @@ func (r *Runtime) createSecret(ctx context.Context, s *corev1.Secret) error {
 }
 
 // undo deletes what a failed Create made, even if ctx ended.
+//
+// The deletion is retried (0.25 s, doubling) for up to 30 s: a creation
+// fails most often when the API server is overloaded, and then a single
+// delete timed out too (a chart load at 200 agents left 6 pods and 12
+// Secrets so). Past that the pod is the reaper's, once it is older than
+// a creation may take (sandbox: beingCreated), with its Secret (owned).
 func (r *Runtime) undo(ctx context.Context, p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	zero := int64(0)
-	_ = r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID},
-	})
+	for wait := 250 * time.Millisecond; ; wait *= 2 {
+		err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID},
+		})
+		// Gone, or another pod of the name now (the precondition): done.
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			break
+		}
+		t := time.NewTimer(min(wait, 8*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			r.deleteSecret(ctx, p.Name, p.UID)
+			return
+		case <-t.C:
+		}
+	}
 	r.deleteSecret(ctx, p.Name, p.UID)
 }
 

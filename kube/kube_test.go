@@ -644,3 +644,33 @@ func TestRecordUse(t *testing.T) {
 		t.Errorf("RecordUse of a gone pod: %v, want ErrNotFound", err)
 	}
 }
+
+// A failed Create's pod is deleted even when the API server times the
+// first deletions out (as it did under a 200-agent chart load, leaving
+// pods and Secrets behind): undo retries.
+func TestCreateUndoRetries(t *testing.T) {
+	c := newCluster(t)
+	c.setKubelet(func(p *corev1.Pod) []corev1.Event { return nil }) // stays pending
+	var deletes atomic.Int64
+	c.cs.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if deletes.Add(1) <= 2 {
+			return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "delete", 1)
+		}
+		return false, nil, nil
+	})
+	r := c.runtime(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := r.Create(ctx, testSpec(t)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := c.pod(t, PodName("acme", "s-1")); !apierrors.IsNotFound(err) {
+		t.Errorf("pod left behind after %d deletions: %v", deletes.Load(), err)
+	}
+	if n := deletes.Load(); n != 3 {
+		t.Errorf("%d deletions, want 3 (two timed out)", n)
+	}
+	if _, err := c.cs.CoreV1().Secrets("sessions").Get(context.Background(), PodName("acme", "s-1"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Secret left behind: %v", err)
+	}
+}
