@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/shellbox/shellbox/config"
 	"github.com/shellbox/shellbox/executor/executortest"
+	"github.com/shellbox/shellbox/sandbox/containerd/containerdtest"
 	"github.com/shellbox/shellbox/sandbox/docker/dockertest"
 	"github.com/shellbox/shellbox/server"
 	"github.com/shellbox/shellbox/server/client"
@@ -42,6 +44,17 @@ func testServe(t testing.TB, kind string) (*session.Service, *servertest.Server)
 		cfg.Sandbox.Owner = dockertest.Owner(t)
 		cfg.Sandbox.Image = dockertest.Image
 		cfg.Sandbox.Agent = dockertest.Agent(t)
+		cfg.Sandbox.Labels = dockertest.Labels()
+		cfg.Sandbox.PidsLimit = 256
+	}
+	if kind == "containerd" {
+		cc := containerdtest.Config(t, containerdtest.Address(t))
+		cfg.Containerd.Address, cfg.Containerd.Namespace, cfg.Containerd.RuncRoot = cc.Address, cc.Namespace, cc.RuncRoot
+		cfg.Containerd.RuntimeConfigs = cc.RuntimeConfigs
+		cfg.Sandbox.StateDir = cc.StateDir
+		cfg.Sandbox.Owner = dockertest.Owner(t)
+		cfg.Sandbox.Image = dockertest.Image
+		cfg.Sandbox.Agent = cc.AgentBinary
 		cfg.Sandbox.Labels = dockertest.Labels()
 		cfg.Sandbox.PidsLimit = 256
 	}
@@ -152,11 +165,25 @@ func percentiles(lat []time.Duration) string {
 
 // BenchmarkToolCall compares one warm `true` through tools in process,
 // through the REST API (server/client over loopback HTTP) and through /mcp
-// (the official MCP client), on the local and the docker backend. Run with
+// (the official MCP client), on the local, docker and containerd backends,
+// beside the host's own `bash -c true`: where a warm call's time goes,
+// step by step (host fork → the session, agent and exec in the sandbox →
+// HTTP → MCP). Run with
 //
 //	go test ./cmd/shellbox/ -run XXX -bench ToolCall -benchtime 500x
 func BenchmarkToolCall(b *testing.B) {
-	for _, kind := range []string{"local", "docker"} {
+	b.Run("host-fork", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			t0 := time.Now()
+			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		executortest.ReportPercentiles(b, lat)
+	})
+	for _, kind := range []string{"local", "docker", "containerd"} {
 		b.Run(kind, func(b *testing.B) {
 			be, s := testServe(b, kind)
 			args := json.RawMessage(`{"command":"true","description":"do nothing"}`)
