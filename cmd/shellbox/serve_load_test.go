@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -172,17 +171,7 @@ func percentiles(lat []time.Duration) string {
 //
 //	go test ./cmd/shellbox/ -run XXX -bench ToolCall -benchtime 500x
 func BenchmarkToolCall(b *testing.B) {
-	b.Run("host-fork", func(b *testing.B) {
-		lat := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			t0 := time.Now()
-			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		executortest.ReportPercentiles(b, lat)
-	})
+	b.Run("host-fork", func(b *testing.B) { executortest.HostFork(b) })
 	for _, kind := range []string{"local", "docker", "containerd"} {
 		b.Run(kind, func(b *testing.B) {
 			be, s := testServe(b, kind)

@@ -1,6 +1,7 @@
 package executortest
 
 import (
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -27,4 +28,19 @@ func ReportPercentilesAs(b *testing.B, prefix string, lat []time.Duration) time.
 	b.ReportMetric(ms(at(0.50)), prefix+"p50-ms")
 	b.ReportMetric(ms(at(0.99)), prefix+"p99-ms")
 	return at(0.50)
+}
+
+// HostFork times `bash -c true` on the host, the floor every executor's
+// call is compared with side by side, reports its percentiles and
+// returns its p50.
+func HostFork(b *testing.B) time.Duration {
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return ReportPercentiles(b, lat)
 }

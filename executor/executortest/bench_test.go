@@ -3,7 +3,6 @@ package executortest_test
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -21,17 +20,7 @@ import (
 //
 // p50 and p99 of per-call latency are reported as extra metrics.
 func BenchmarkForegroundTrue(b *testing.B) {
-	b.Run("exec.Command", func(b *testing.B) {
-		lat := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			t0 := time.Now()
-			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		executortest.ReportPercentiles(b, lat)
-	})
+	b.Run("exec.Command", func(b *testing.B) { executortest.HostFork(b) })
 	for _, mode := range []local.CgroupMode{local.CgroupAuto, local.CgroupV1, local.CgroupOff} {
 		b.Run("tools+local/cgroup="+string(mode), func(b *testing.B) {
 			e, err := local.New(local.Config{Root: b.TempDir(), SpillDir: b.TempDir(), Cgroup: mode})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -77,17 +76,7 @@ func benchCold(b *testing.B, e enginetest.Engine, runtime string) {
 // on an overlay2 engine with .ci/bench-engine.sh (see the README).
 func BenchmarkWarmCall(b *testing.B) {
 	p50 := map[string]time.Duration{}
-	b.Run("host", func(b *testing.B) {
-		lat := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			t0 := time.Now()
-			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		p50["host"] = executortest.ReportPercentiles(b, lat)
-	})
+	b.Run("host", func(b *testing.B) { p50["host"] = executortest.HostFork(b) })
 	for _, e := range enginetest.All {
 		for _, runtime := range []string{sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
 			benchWarm(b, e, runtime, p50)
