@@ -440,7 +440,7 @@ func (r *Runtime) undo(ctx context.Context, p *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	zero := int64(0)
-	for wait := 250 * time.Millisecond; ; wait *= 2 {
+	for wait := 250 * time.Millisecond; ctx.Err() == nil; wait *= 2 {
 		err := r.cs.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.UID},
 		})
@@ -452,8 +452,6 @@ func (r *Runtime) undo(ctx context.Context, p *corev1.Pod) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			r.deleteSecret(ctx, p.Name, p.UID)
-			return
 		case <-t.C:
 		}
 	}

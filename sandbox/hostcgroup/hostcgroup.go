@@ -201,21 +201,19 @@ func setV1(dir string, quota, period int64, cpus float64) error {
 		return nil
 	}
 	type step struct {
-		file string
-		v    int64
+		file   string
+		v, old int64
 	}
-	var steps []step
+	q, p := step{qf, quota, q0}, step{pf, period, p0}
+	steps := []step{p, q}
 	switch {
 	case quota < 0:
-		steps = []step{{qf, -1}, {pf, period}}
+		steps = []step{q, p}
 	case q0 < 0 || p0 == period:
-		steps = []step{{pf, period}, {qf, quota}}
 	case float64(quota)/float64(p0) >= float64(q0)/float64(period):
 		// Of the two ways through, the one whose middle pair is the
 		// larger bound.
-		steps = []step{{qf, quota}, {pf, period}}
-	default:
-		steps = []step{{pf, period}, {qf, quota}}
+		steps = []step{q, p}
 	}
 	for i, s := range steps {
 		err := write(s.file, strconv.FormatInt(s.v, 10))
@@ -223,9 +221,8 @@ func setV1(dir string, quota, period int64, cpus float64) error {
 			continue
 		}
 		if i > 0 {
-			// Back to the old pair, best effort (the first step's
-			// file first: the order that reached here).
-			_ = write(steps[0].file, strconv.FormatInt(map[string]int64{qf: q0, pf: p0}[steps[0].file], 10))
+			// Back to the old pair, best effort.
+			_ = write(steps[0].file, strconv.FormatInt(steps[0].old, 10))
 		}
 		if errors.Is(err, syscall.EINVAL) {
 			return fmt.Errorf("tenant cgroup %s: the kernel refused %v cores (quota %d µs per %d): a running sandbox of the tenant has more cpus than that; its old quota (%d per %d) stays until those sandboxes end: %w",
@@ -285,9 +282,14 @@ func Quota(tenant string) (float64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("tenant cgroup: %w", err)
 		}
-		q, p, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-		if q == "max" {
+		qs, ps, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		if qs == "max" {
 			return 0, nil
+		}
+		q, err1 := strconv.ParseInt(qs, 10, 64)
+		p, err2 := strconv.ParseInt(ps, 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, fmt.Errorf("tenant cgroup: %s: %w", dir, err)
 		}
 		return ratio(q, p)
 	}
@@ -302,16 +304,14 @@ func Quota(tenant string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return ratio(strconv.FormatInt(q, 10), strconv.FormatInt(p, 10))
+	return ratio(q, p)
 }
 
-func ratio(q, p string) (float64, error) {
-	qi, err1 := strconv.ParseInt(q, 10, 64)
-	pi, err2 := strconv.ParseInt(p, 10, 64)
-	if err := errors.Join(err1, err2); err != nil || pi <= 0 {
-		return 0, fmt.Errorf("tenant cgroup: quota %q over period %q: %w", q, p, err)
+func ratio(q, p int64) (float64, error) {
+	if p <= 0 {
+		return 0, fmt.Errorf("tenant cgroup: quota %d over period %d", q, p)
 	}
-	return float64(qi) / float64(pi), nil
+	return float64(q) / float64(p), nil
 }
 
 func readInt(path string) (int64, error) {
