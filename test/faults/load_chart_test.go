@@ -111,8 +111,7 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 
 	st := newLatencies()
 	var served [2]atomic.Int64 // calls (and DELETEs) each replica answered
-	var upMu sync.Mutex
-	up, allUp := 0, time.Time{} // sandboxes made; when the last was
+	var ramp rampUp
 	cpu0 := cpu()
 	busy0, total0 := hostCPU(t)
 	begin := time.Now()
@@ -153,17 +152,7 @@ func loadChart(t *testing.T, agents int, duration time.Duration) {
 					}
 					failure = fmt.Sprintf("%s call %d (r%d, seq 1 %d): %s: %q", session, i, rep, n, took.Round(time.Millisecond), text)
 				}
-				kind := "call while sandboxes were made"
-				upMu.Lock()
-				if i == 0 {
-					kind = "first call (makes the sandbox)"
-					if up++; up == agents {
-						allUp = time.Now()
-					}
-				} else if !allUp.IsZero() && start.After(allUp) {
-					kind = "call, all sandboxes up"
-				}
-				upMu.Unlock()
+				kind := ramp.kind(i, start, agents)
 				st.add(kind, took, failure)
 				made = made || failure == ""
 				if i > 0 && failure == "" {
@@ -220,9 +209,7 @@ loop:
 			st.mu.Lock()
 			calls := st.calls
 			st.mu.Unlock()
-			upMu.Lock()
-			made := up
-			upMu.Unlock()
+			made, _ := ramp.state()
 			t.Logf("load chart: t=%s calls=%d sandboxes made=%d pods=%d secrets=%d%s load=%.1f",
 				time.Since(begin).Round(time.Second), calls, made, k.pods, k.secrets, sampleRSS(), l)
 		case <-workersDone:
@@ -282,9 +269,9 @@ loop:
 		}
 	}
 
-	ramp := "never"
-	if !allUp.IsZero() {
-		ramp = allUp.Sub(begin).Round(100 * time.Millisecond).String()
+	rampTook := "never"
+	if _, allUp := ramp.state(); !allUp.IsZero() {
+		rampTook = allUp.Sub(begin).Round(100 * time.Millisecond).String()
 	}
 	var perReplica strings.Builder
 	for i := range 2 {
@@ -296,7 +283,7 @@ loop:
 	t.Logf("load figures chart: 2 replicas, %d agents, %s (%s with the deletes), %d calls (%.0f/s), %d failed; all sandboxes up after %s; "+
 		"session pods at most %d, %d pods and %d Secrets left %s after the last DELETE (%d at the start); %s"+
 		"both %.2f ms per call; host CPU busy %.2f of %d cores (%.1f ms per call); load average at most %.1f, %.1f at the end; latencies: %s",
-		agents, duration, elapsed.Round(time.Second), calls, float64(calls)/elapsed.Seconds(), failures, ramp,
+		agents, duration, elapsed.Round(time.Second), calls, float64(calls)/elapsed.Seconds(), failures, rampTook,
 		maxPods, final.pods, final.secrets, settledAfter.Round(time.Second), start.secrets, perReplica.String(),
 		(cpu1[0]-cpu0[0]+cpu1[1]-cpu0[1])*1000/float64(calls), hostBusy, runtimeCPUs(), float64(busy1-busy0)*10/float64(calls),
 		maxLoad, load1(), st)

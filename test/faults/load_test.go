@@ -311,8 +311,7 @@ func load(t *testing.T, tg soakTarget, agents int, duration time.Duration) {
 	host := soakHost(t, s, tag)
 
 	st := newLatencies()
-	var upMu sync.Mutex
-	up, allUp := 0, time.Time{} // sandboxes made; when the last was
+	var ramp rampUp
 	cpu0, child0 := cpuTicks(t, pid)
 	busy0, total0 := hostCPU(t)
 	t.Logf("load %s: %d agents for %s; load average %.1f", tg.name, agents, duration, load1())
@@ -352,17 +351,7 @@ func load(t *testing.T, tg soakTarget, agents int, duration time.Duration) {
 					}
 					failure = fmt.Sprintf("%s call %d (seq 1 %d): %s: %q", session, i, n, took.Round(time.Millisecond), text)
 				}
-				kind := "call while sandboxes were made"
-				upMu.Lock()
-				if i == 0 {
-					kind = "first call (makes the sandbox)"
-					if up++; up == agents {
-						allUp = time.Now()
-					}
-				} else if !allUp.IsZero() && start.After(allUp) {
-					kind = "call, all sandboxes up"
-				}
-				upMu.Unlock()
+				kind := ramp.kind(i, start, agents)
 				st.add(kind, took, failure)
 				if i > 0 && failure == "" {
 					st.beyond("call beyond its work", took-time.Duration(work)*time.Millisecond)
@@ -445,13 +434,13 @@ loop:
 	if strings.Contains(p.log(), "panic") {
 		t.Errorf("the server's log has a panic")
 	}
-	ramp := "never"
-	if !allUp.IsZero() {
-		ramp = allUp.Sub(begin).Round(100 * time.Millisecond).String()
+	rampTook := "never"
+	if _, allUp := ramp.state(); !allUp.IsZero() {
+		rampTook = allUp.Sub(begin).Round(100 * time.Millisecond).String()
 	}
 	hostBusy := float64(busy1-busy0) / float64(max(1, total1-total0)) * float64(runtimeCPUs())
 	t.Logf("load figures %s: %d agents, %s (%s with the deletes), %d calls (%.0f/s), %d failed; all sandboxes up after %s; server CPU %.2f ms per call (%.1f s; its reaped children %.1f s), RSS at most %d MiB; host CPU busy %.2f of %d cores (%.1f ms per call); load average at most %.1f, %.1f at the end; latencies: %s",
-		tg.name, agents, duration, elapsed.Round(time.Second), calls, float64(calls)/elapsed.Seconds(), failures, ramp,
+		tg.name, agents, duration, elapsed.Round(time.Second), calls, float64(calls)/elapsed.Seconds(), failures, rampTook,
 		float64(cpu1-cpu0)*10/float64(calls), float64(cpu1-cpu0)/100, float64(child1-child0)/100, maxRSS>>20,
 		hostBusy, runtimeCPUs(), float64(busy1-busy0)*10/float64(calls), maxLoad, load1(), st)
 }
@@ -479,4 +468,37 @@ func namedUnder(dir, prefix string) []string {
 		return nil
 	})
 	return found
+}
+
+// rampUp tells a load's calls apart by when they ran: an agent's first
+// call (which makes its sandbox), a call while sandboxes were still being
+// made, and one once every agent's sandbox was up.
+type rampUp struct {
+	mu    sync.Mutex
+	up    int       // sandboxes made
+	allUp time.Time // when the last was
+}
+
+// kind is the kind of an agent's call i begun at start, of agents in all.
+func (r *rampUp) kind(i int, start time.Time, agents int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case i == 0:
+		if r.up++; r.up == agents {
+			r.allUp = time.Now()
+		}
+		return "first call (makes the sandbox)"
+	case !r.allUp.IsZero() && start.After(r.allUp):
+		return "call, all sandboxes up"
+	}
+	return "call while sandboxes were made"
+}
+
+// state is the sandboxes made so far and when the last was (zero until
+// all were).
+func (r *rampUp) state() (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.up, r.allUp
 }
